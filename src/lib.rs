@@ -1,1 +1,20 @@
-pub fn _x(){}
+//! drover: a controlled upgrade path for the node OS of Kubernetes fleets.
+//!
+//! The crate is split into a pure core that decides (config, window, gate,
+//! rollout) and thin edges that act (source for git, kubernetes for the
+//! API server, agent for the in-cluster loop, cli for people and CI).
+
+pub mod agent;
+pub mod audit;
+pub mod cli;
+pub mod cluster;
+pub mod config;
+pub mod diag;
+pub mod gate;
+pub mod kubernetes;
+pub mod rollout;
+pub mod sim;
+pub mod source;
+pub mod status;
+pub mod trust;
+pub mod window;

@@ -1,0 +1,1 @@
+//! The audit trail: version changes from git history, with signers and confirmations (`drover log`).

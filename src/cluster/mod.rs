@@ -1,0 +1,1 @@
+//! The narrow interface the rollout engine drives, implemented by the Kubernetes backend and the simulation.

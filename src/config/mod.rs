@@ -1,0 +1,12 @@
+//! The config repository's format: `drover.toml` (promotion chain, clusters)
+//! and `environments/<env>.toml` (target version, window, rollout, driver).
+//! Owns parsing, defaults and validation; every error carries a file, line
+//! and column (see [`crate::diag`]).
+
+mod files;
+mod model;
+mod parse;
+
+pub use files::{DirFiles, Files, GitTreeFiles};
+pub use model::*;
+pub use parse::{load, parse_env, parse_root};

@@ -1,0 +1,183 @@
+//! Validated config values. Everything here has passed validation: a
+//! `RepoConfig` in hand is a config the agent may act on.
+
+use chrono_tz::Tz;
+use semver::Version;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Path of the root file.
+pub const ROOT_FILE: &str = "drover.toml";
+/// Directory of the environment files.
+pub const ENV_DIR: &str = "environments";
+
+/// The whole config repository at one commit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RepoConfig {
+    /// `drover.toml`.
+    pub root: RootConfig,
+    /// `environments/<env>.toml`, keyed by environment name.
+    pub envs: BTreeMap<String, EnvConfig>,
+}
+
+impl RepoConfig {
+    /// The environment just below `env` in the chain, if any.
+    pub fn lower(&self, env: &str) -> Option<&str> {
+        let i = self.root.chain.iter().position(|e| e == env)?;
+        i.checked_sub(1).map(|j| self.root.chain[j].as_str())
+    }
+
+    /// The clusters that make up `env` (empty when none are listed).
+    pub fn clusters(&self, env: &str) -> &[String] {
+        self.root
+            .clusters
+            .get(env)
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+    }
+}
+
+/// `drover.toml`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RootConfig {
+    /// Environments, lowest first.
+    pub chain: Vec<String>,
+    /// What counts as proof that the lower environment runs a version.
+    pub evidence: Evidence,
+    /// Branch holding the agents' status reports. Default `drover/status`.
+    pub status_branch: String,
+    /// Cluster names per environment.
+    pub clusters: BTreeMap<String, Vec<String>>,
+}
+
+/// Kind of evidence the promotion gate requires (DESIGN §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Evidence {
+    /// Confirmations written by agents on the status branch.
+    Status,
+    /// The lower environment's configured version, from git history.
+    History,
+}
+
+/// `environments/<env>.toml`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EnvConfig {
+    /// Environment name (the file stem).
+    pub name: String,
+    /// The pinned OS version.
+    pub version: Version,
+    /// Whether this change may lower the version.
+    pub allow_downgrade: bool,
+    /// When nodes may start upgrading.
+    pub window: WindowSpec,
+    /// How nodes are taken through the upgrade.
+    pub rollout: RolloutSpec,
+    /// Promotion requirements towards this environment.
+    pub promotion: PromotionSpec,
+    /// How the OS update is applied to a node.
+    pub driver: DriverSpec,
+    /// How a node's OS version is read.
+    pub nodes: NodesSpec,
+}
+
+/// `[window]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WindowSpec {
+    /// Five-field cron line, evaluated in `timezone`.
+    pub schedule: String,
+    /// How long a window stays open after each firing.
+    pub duration: Duration,
+    /// IANA time zone. Default UTC.
+    pub timezone: Tz,
+}
+
+/// `[rollout]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RolloutSpec {
+    /// Selected nodes that may be unavailable because of drover at once.
+    pub max_unavailable: MaxUnavailable,
+    /// Longest a drain may take before the node is given back.
+    pub drain_timeout: Duration,
+    /// Longest from drain start to Ready at the new version.
+    pub node_timeout: Duration,
+    /// Label selector choosing the nodes; empty selects all.
+    pub node_selector: String,
+    /// What a drain timeout does to the rest of the rollout.
+    pub on_drain_timeout: OnDrainTimeout,
+}
+
+/// `max_unavailable`: a count or a percentage of the selected nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaxUnavailable {
+    /// At most this many nodes (>= 1).
+    Count(u32),
+    /// At most this percentage (1..=100) of the selected nodes, rounded
+    /// down but never below one node.
+    Percent(u32),
+}
+
+impl MaxUnavailable {
+    /// The number of nodes this allows out of `total` selected nodes.
+    pub fn resolve(self, total: usize) -> usize {
+        match self {
+            MaxUnavailable::Count(n) => n as usize,
+            MaxUnavailable::Percent(p) => (total * p as usize / 100).max(1),
+        }
+    }
+}
+
+/// `on_drain_timeout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnDrainTimeout {
+    /// Give the node back, mark it blocked, go on with the others and retry
+    /// it after them. Default.
+    Skip,
+    /// Give the node back, mark it blocked and start no further node.
+    Stop,
+}
+
+/// `[promotion]` of an environment file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromotionSpec {
+    /// Time the lower environment must have run the version. Default 24h.
+    pub soak: Duration,
+}
+
+/// `[driver]`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DriverSpec {
+    /// Bottlerocket's API: version-lock, update, reboot.
+    Bottlerocket {
+        /// Image of the helper that talks to the Bottlerocket API socket.
+        image: String,
+    },
+    /// A user-supplied Job; gets `DROVER_TARGET_VERSION`.
+    Job {
+        /// Container image.
+        image: String,
+        /// Command and arguments.
+        command: Vec<String>,
+    },
+}
+
+/// `[nodes]`.
+#[derive(Debug, Clone)]
+pub struct NodesSpec {
+    /// Applied to `status.nodeInfo.osImage`; the first capture group is the version.
+    pub version_regex: regex::Regex,
+}
+
+impl PartialEq for NodesSpec {
+    fn eq(&self, other: &Self) -> bool {
+        self.version_regex.as_str() == other.version_regex.as_str()
+    }
+}
+
+impl NodesSpec {
+    /// The version in an `osImage` string, if the regex finds a valid one.
+    pub fn version_of(&self, os_image: &str) -> Option<semver::Version> {
+        let caps = self.version_regex.captures(os_image)?;
+        let m = caps.get(1).or_else(|| caps.get(0))?;
+        semver::Version::parse(m.as_str()).ok()
+    }
+}

@@ -1,0 +1,1 @@
+//! The git source: fetching the config repository and reading it at a commit.
