@@ -1,1 +1,118 @@
-//! Status reports (DESIGN §5): `status/<env>/<cluster>.toml` on the status branch.
+//! Status reports (DESIGN §5): `status/<env>/<cluster>.toml` on the status
+//! branch, one file per cluster, rewritten by that cluster's agent whenever
+//! its state changes. The branch's history is the record, and confirmations
+//! in it are the evidence the next environment's gate reads.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// State of a cluster's rollout as reported on the status branch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RolloutState {
+    /// Nodes are being moved to `version`.
+    Rolling,
+    /// Every selected node is Ready at `version`.
+    Confirmed,
+    /// Progress is held (drain blocked, gate or trust refused, outside window).
+    Blocked,
+    /// A node failed to reach `version`; the rollout stopped.
+    Failed,
+}
+
+/// One `status/<env>/<cluster>.toml` file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusReport {
+    /// Environment name.
+    pub env: String,
+    /// Cluster name.
+    pub cluster: String,
+    /// Config commit being applied.
+    pub config_commit: String,
+    /// Target version.
+    pub version: semver::Version,
+    /// Rollout state.
+    pub state: RolloutState,
+    /// When the cluster entered `state` (a TOML datetime, not a string).
+    #[serde(with = "toml_time")]
+    pub since: DateTime<Utc>,
+    /// Selected nodes.
+    pub nodes: u32,
+    /// Selected nodes Ready at `version`.
+    pub nodes_at_version: u32,
+    /// Human-readable detail (why blocked or failed).
+    #[serde(default)]
+    pub message: String,
+}
+
+impl StatusReport {
+    /// Path of this report on the status branch.
+    pub fn path(&self) -> String {
+        report_path(&self.env, &self.cluster)
+    }
+
+    /// Serialize as the TOML file content.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).unwrap_or_default()
+    }
+
+    /// Parse a report file.
+    pub fn from_toml(text: &str) -> Result<Self, toml::de::Error> {
+        toml::from_str(text)
+    }
+}
+
+/// `status/<env>/<cluster>.toml`.
+pub fn report_path(env: &str, cluster: &str) -> String {
+    format!("status/{env}/{cluster}.toml")
+}
+
+/// Serde adapter writing a UTC time as a native TOML datetime, as DESIGN §5 shows.
+mod toml_time {
+    use chrono::{DateTime, SecondsFormat, Utc};
+    use serde::{
+        de::Error as _, ser::Error as _, Deserialize, Deserializer, Serialize, Serializer,
+    };
+
+    pub fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+        let text = t.to_rfc3339_opts(SecondsFormat::AutoSi, true);
+        let dt: toml::value::Datetime = text.parse().map_err(S::Error::custom)?;
+        dt.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
+        let dt = toml::value::Datetime::deserialize(d)?;
+        DateTime::parse_from_rfc3339(&dt.to_string())
+            .map(|t| t.with_timezone(&Utc))
+            .map_err(|e| {
+                D::Error::custom(format!(
+                    "`since` must be an offset date-time such as 2026-12-01T04:12:00Z: {e}"
+                ))
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_round_trips_through_toml() {
+        let r = StatusReport {
+            env: "test".into(),
+            cluster: "test-1".into(),
+            config_commit: "abc".into(),
+            version: "1.13.2".parse().unwrap(),
+            state: RolloutState::Confirmed,
+            since: "2026-12-01T04:12:00Z".parse().unwrap(),
+            nodes: 12,
+            nodes_at_version: 12,
+            message: String::new(),
+        };
+        let text = r.to_toml();
+        assert!(text.contains("state = \"confirmed\""), "{text}");
+        assert!(text.contains("since = 2026-12-01T04:12:00Z"), "{text}");
+        assert_eq!(StatusReport::from_toml(&text).unwrap(), r);
+    }
+}
