@@ -325,7 +325,10 @@ fn root_inner(file: &str, text: &str) -> RootParsed {
         None => {}
         Some(v) => match v.get_ref() {
             DeValue::Table(t) => {
-                for (k, v) in t.iter() {
+                // Source order, so "already listed" points at the later line.
+                let mut entries: Vec<_> = t.iter().collect();
+                entries.sort_by_key(|(k, _)| k.span().start);
+                for (k, v) in entries {
                     let env = k.get_ref().as_ref();
                     if chain_known && !chain.iter().any(|(n, _)| n == env) {
                         let names: Vec<&str> = chain.iter().map(|(n, _)| n.as_str()).collect();
@@ -653,9 +656,18 @@ pub(crate) fn nearest<'a>(
 ) -> Option<&'a str> {
     let w = word.to_lowercase();
     let limit = (w.chars().count() / 3).max(2);
+    // An abbreviation (`prod` for `production`) is as likely as a typo.
+    let abbreviates = |c: &str| w.chars().count() >= 3 && c.to_lowercase().starts_with(&w);
     candidates
         .into_iter()
-        .map(|c| (strsim::damerau_levenshtein(&w, &c.to_lowercase()), c))
+        .map(|c| {
+            let d = if abbreviates(c) {
+                0
+            } else {
+                strsim::damerau_levenshtein(&w, &c.to_lowercase())
+            };
+            (d, c)
+        })
         .filter(|(d, _)| *d <= limit)
         .min_by_key(|(d, _)| *d)
         .map(|(_, c)| c)
