@@ -987,7 +987,7 @@ impl<'a> Ctx<'a> {
                 .or_else(|| get("schedule").map(|v| v.span()))
                 .or_else(|| self.key_span(doc, "window"))
                 .unwrap_or(0..0);
-            match shortest_gap(sched, tz, now) {
+            match shortest_gap(sched, tz, now, duration) {
                 Err(GapError::NeverFires) => self.err(
                     &get("schedule").map(|v| v.span()).unwrap_or(at),
                     format!(
@@ -1131,8 +1131,14 @@ enum GapError {
 }
 
 /// The shortest time between two consecutive firings of `schedule` in `tz`
-/// over the next two years; `None` when it fires at most once.
-fn shortest_gap(schedule: &str, tz: Tz, now: DateTime<Utc>) -> Result<Option<Duration>, GapError> {
+/// over the next two years; `None` when it fires at most once. Stops at the
+/// first gap shorter than `enough`: the window is then known to be too long.
+fn shortest_gap(
+    schedule: &str,
+    tz: Tz,
+    now: DateTime<Utc>,
+    enough: Duration,
+) -> Result<Option<Duration>, GapError> {
     let Ok(cron) = parse_cron(schedule) else {
         return Ok(None);
     };
@@ -1149,6 +1155,9 @@ fn shortest_gap(schedule: &str, tz: Tz, now: DateTime<Utc>) -> Result<Option<Dur
                 .to_std()
                 .unwrap_or_default();
             best = Some(best.map_or(gap, |b| b.min(gap)));
+            if gap < enough {
+                break;
+            }
         }
         prev = Some(t);
     }
@@ -1245,19 +1254,19 @@ mod tests {
         let now = DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
             .map(|t| t.with_timezone(&Utc))
             .expect("time");
-        let daily = shortest_gap("0 2 * * *", chrono_tz::Europe::Madrid, now)
+        let daily = shortest_gap("0 2 * * *", chrono_tz::Europe::Madrid, now, Duration::ZERO)
             .ok()
             .flatten()
             .expect("gap");
         // The spring-forward day is 23 hours long.
         assert_eq!(daily, Duration::from_secs(23 * 3600));
-        let monthly = shortest_gap("0 2 1 * *", Tz::UTC, now)
+        let monthly = shortest_gap("0 2 1 * *", Tz::UTC, now, Duration::ZERO)
             .ok()
             .flatten()
             .expect("gap");
         assert_eq!(monthly, Duration::from_secs(28 * 24 * 3600));
         assert!(matches!(
-            shortest_gap("0 0 30 2 *", Tz::UTC, now),
+            shortest_gap("0 0 30 2 *", Tz::UTC, now, Duration::ZERO),
             Err(GapError::NeverFires)
         ));
     }
