@@ -173,7 +173,7 @@ fn apply(files: &mut [Vec<u8>], m: &Mutation) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
     fn mutated_repos_load_or_point_inside_the_file(muts in prop::collection::vec(mutation(), 1..5)) {
