@@ -4,6 +4,9 @@
 pub mod decide;
 pub mod engine;
 
+#[cfg(test)]
+mod decide_tests;
+
 pub use crate::status::RolloutState;
 pub use decide::{decide, Action, Decision, Inputs, Policy, Skipped, WindowState};
 pub use engine::{
