@@ -6,7 +6,9 @@
 mod files;
 mod model;
 mod parse;
+mod selector;
 
 pub use files::{DirFiles, Files, GitTreeFiles};
 pub use model::*;
 pub use parse::{load, parse_env, parse_root};
+pub use selector::{LabelSelector, Requirement, SelectorError};

@@ -11,6 +11,35 @@ pub const ROOT_FILE: &str = "drover.toml";
 /// Directory of the environment files.
 pub const ENV_DIR: &str = "environments";
 
+/// Default `[promotion] evidence` of `drover.toml`.
+pub const DEFAULT_EVIDENCE: Evidence = Evidence::Status;
+/// Default `[promotion] status_branch` of `drover.toml`.
+pub const DEFAULT_STATUS_BRANCH: &str = "drover/status";
+/// Default `[window] schedule`: 02:00 on the 1st of every month. Chosen so a
+/// file without a schedule still gets one monthly window rather than none.
+pub const DEFAULT_SCHEDULE: &str = "0 2 1 * *";
+/// Default `[window] duration`.
+pub const DEFAULT_WINDOW_DURATION: Duration = Duration::from_secs(6 * 3600);
+/// Default `[window] timezone`.
+pub const DEFAULT_TIMEZONE: Tz = Tz::UTC;
+/// Default `[rollout] max_unavailable`.
+pub const DEFAULT_MAX_UNAVAILABLE: MaxUnavailable = MaxUnavailable::Count(1);
+/// Default `[rollout] drain_timeout`.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(20 * 60);
+/// Default `[rollout] node_timeout`.
+pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_secs(45 * 60);
+/// Default `[rollout] node_selector`: empty, which selects every node.
+pub const DEFAULT_NODE_SELECTOR: &str = "";
+/// Default `[rollout] on_drain_timeout`.
+pub const DEFAULT_ON_DRAIN_TIMEOUT: OnDrainTimeout = OnDrainTimeout::Skip;
+/// Default `[promotion] soak` of an environment file.
+pub const DEFAULT_SOAK: Duration = Duration::from_secs(24 * 3600);
+/// Default `[driver] image` (both for `kind = "bottlerocket"` and as the
+/// documented value; `kind = "job"` requires its own image).
+pub const DEFAULT_BOTTLEROCKET_IMAGE: &str = "public.ecr.aws/drover/bottlerocket-updater:v0.1.0";
+/// Default `[nodes] version_regex`.
+pub const DEFAULT_VERSION_REGEX: &str = r"(\d+\.\d+\.\d+)";
+
 /// The whole config repository at one commit.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RepoConfig {
@@ -43,6 +72,7 @@ pub struct RootConfig {
     /// Environments, lowest first.
     pub chain: Vec<String>,
     /// What counts as proof that the lower environment runs a version.
+    /// Default `status`.
     pub evidence: Evidence,
     /// Branch holding the agents' status reports. Default `drover/status`.
     pub status_branch: String,
@@ -66,7 +96,7 @@ pub struct EnvConfig {
     pub name: String,
     /// The pinned OS version.
     pub version: Version,
-    /// Whether this change may lower the version.
+    /// Whether this change may lower the version. Default `false`.
     pub allow_downgrade: bool,
     /// When nodes may start upgrading.
     pub window: WindowSpec,
@@ -83,9 +113,10 @@ pub struct EnvConfig {
 /// `[window]`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WindowSpec {
-    /// Five-field cron line, evaluated in `timezone`.
+    /// Five-field cron line, evaluated in `timezone`. Default `0 2 1 * *`.
     pub schedule: String,
-    /// How long a window stays open after each firing.
+    /// How long a window stays open after each firing. Default 6h; never
+    /// longer than the shortest gap between two firings.
     pub duration: Duration,
     /// IANA time zone. Default UTC.
     pub timezone: Tz,
@@ -95,14 +126,16 @@ pub struct WindowSpec {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RolloutSpec {
     /// Selected nodes that may be unavailable because of drover at once.
+    /// Default 1.
     pub max_unavailable: MaxUnavailable,
-    /// Longest a drain may take before the node is given back.
+    /// Longest a drain may take before the node is given back. Default 20m.
     pub drain_timeout: Duration,
-    /// Longest from drain start to Ready at the new version.
+    /// Longest from drain start to Ready at the new version. Default 45m;
+    /// never shorter than `drain_timeout`.
     pub node_timeout: Duration,
-    /// Label selector choosing the nodes; empty selects all.
+    /// Label selector choosing the nodes; empty (the default) selects all.
     pub node_selector: String,
-    /// What a drain timeout does to the rest of the rollout.
+    /// What a drain timeout does to the rest of the rollout. Default `skip`.
     pub on_drain_timeout: OnDrainTimeout,
 }
 
@@ -143,7 +176,7 @@ pub struct PromotionSpec {
     pub soak: Duration,
 }
 
-/// `[driver]`.
+/// `[driver]`. Default `Bottlerocket` with [`DEFAULT_BOTTLEROCKET_IMAGE`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum DriverSpec {
     /// Bottlerocket's API: version-lock, update, reboot.
@@ -163,7 +196,8 @@ pub enum DriverSpec {
 /// `[nodes]`.
 #[derive(Debug, Clone)]
 pub struct NodesSpec {
-    /// Applied to `status.nodeInfo.osImage`; the first capture group is the version.
+    /// Applied to `status.nodeInfo.osImage`; the first capture group is the
+    /// version. Default `(\d+\.\d+\.\d+)`.
     pub version_regex: regex::Regex,
 }
 
@@ -179,5 +213,51 @@ impl NodesSpec {
         let caps = self.version_regex.captures(os_image)?;
         let m = caps.get(1).or_else(|| caps.get(0))?;
         semver::Version::parse(m.as_str()).ok()
+    }
+}
+
+impl Default for WindowSpec {
+    fn default() -> Self {
+        Self {
+            schedule: DEFAULT_SCHEDULE.to_owned(),
+            duration: DEFAULT_WINDOW_DURATION,
+            timezone: DEFAULT_TIMEZONE,
+        }
+    }
+}
+
+impl Default for RolloutSpec {
+    fn default() -> Self {
+        Self {
+            max_unavailable: DEFAULT_MAX_UNAVAILABLE,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            node_timeout: DEFAULT_NODE_TIMEOUT,
+            node_selector: DEFAULT_NODE_SELECTOR.to_owned(),
+            on_drain_timeout: DEFAULT_ON_DRAIN_TIMEOUT,
+        }
+    }
+}
+
+impl Default for PromotionSpec {
+    fn default() -> Self {
+        Self { soak: DEFAULT_SOAK }
+    }
+}
+
+impl Default for DriverSpec {
+    fn default() -> Self {
+        DriverSpec::Bottlerocket {
+            image: DEFAULT_BOTTLEROCKET_IMAGE.to_owned(),
+        }
+    }
+}
+
+impl Default for NodesSpec {
+    fn default() -> Self {
+        Self {
+            // A constant known to compile (unit-tested), not input.
+            version_regex: regex::Regex::new(DEFAULT_VERSION_REGEX)
+                .expect("the default version regex compiles"),
+        }
     }
 }

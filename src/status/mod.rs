@@ -3,6 +3,10 @@
 //! its state changes. The branch's history is the record, and confirmations
 //! in it are the evidence the next environment's gate reads.
 
+mod read;
+
+pub use read::{find_status_branch, read_confirmations, BranchRef, Confirmations, Error};
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
