@@ -229,6 +229,41 @@ impl Sim {
         sim
     }
 
+    /// A sim seeded from observed nodes (of a real cluster or another sim):
+    /// versions, readiness, cordons and drover's records carry over; each
+    /// node's pods become plain pods, and every node takes `node_time`.
+    pub fn from_views(
+        name: &str,
+        clock: VirtualClock,
+        views: &[NodeView],
+        node_time: Duration,
+    ) -> Self {
+        let sim = Sim::new(name, clock);
+        for v in views {
+            let mut n = SimNode::new(v.name.clone(), v.version.clone(), node_time);
+            n.ready = v.ready;
+            n.unschedulable = v.unschedulable;
+            let progress = v.progress.as_ref().ok().and_then(Option::as_ref);
+            if v.unschedulable {
+                n.cordoned_by = Some(match progress {
+                    Some(p) if p.cordoned_by_drover => CordonedBy::Drover,
+                    _ => CordonedBy::Other,
+                });
+            }
+            if let Some(p) = progress {
+                apply_patch(&mut n.annotations, &encode_progress(Some(p)));
+            }
+            n.pods = (0..v.pods_to_evict)
+                .map(|i| Pod {
+                    name: format!("{}-pod-{i}", v.name),
+                    pdb: None,
+                })
+                .collect();
+            sim.add_node(n);
+        }
+        sim
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
