@@ -139,6 +139,17 @@ impl SimNode {
         self
     }
 
+    /// drover's record says draining or upgrading (read cheaply: the sim
+    /// checks this after every change).
+    pub fn in_flight(&self) -> bool {
+        matches!(
+            self.annotations
+                .get(crate::cluster::ANN_STATE)
+                .map(String::as_str),
+            Some("draining" | "upgrading")
+        )
+    }
+
     /// Driver runs started on this node.
     pub fn driver_runs(&self) -> usize {
         self.runs.len()
@@ -315,11 +326,7 @@ impl Sim {
 
     /// Nodes drover has in flight (draining/upgrading per their annotations).
     pub fn in_flight(&self) -> usize {
-        self.lock()
-            .nodes
-            .values()
-            .filter(|n| matches!(NodeProgress::decode(&n.annotations), Ok(Some(p)) if p.state.in_flight()))
-            .count()
+        self.lock().nodes.values().filter(|n| n.in_flight()).count()
     }
 
     /// The next instant after `now` at which something happens by itself
@@ -389,9 +396,7 @@ impl State {
             .nodes
             .values()
             .filter(|n| {
-                n.cordoned_by == Some(CordonedBy::Drover)
-                    || n.down_by_drover
-                    || matches!(NodeProgress::decode(&n.annotations), Ok(Some(p)) if p.state.in_flight())
+                n.cordoned_by == Some(CordonedBy::Drover) || n.down_by_drover || n.in_flight()
             })
             .count();
         self.peak_unavailable = self.peak_unavailable.max(down);
