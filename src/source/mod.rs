@@ -212,16 +212,16 @@ fn ssh_host_port(url: &str) -> Option<(String, u16)> {
     }
 }
 
-/// Error state set by callbacks, since libgit2 only passes back a message.
+/// Error state set by remote callbacks; libgit2 only passes back a message, this keeps the typed error.
 #[derive(Default)]
-pub(crate) struct CallbackState {
+pub struct CallbackState {
     error: RefCell<Option<Error>>,
     cred_attempts: RefCell<u32>,
 }
 
 impl CallbackState {
     /// Turn a git error into the typed error a callback recorded, if any.
-    pub(crate) fn into_error(self, e: git2::Error) -> Error {
+    pub fn into_error(self, e: git2::Error) -> Error {
         self.error.into_inner().unwrap_or(Error::Git(e))
     }
 }
@@ -384,7 +384,7 @@ impl Source {
     }
 
     /// Remote callbacks with credentials and host-key checking, shared by fetch and push.
-    pub(crate) fn callbacks<'a>(&'a self, state: &'a CallbackState) -> RemoteCallbacks<'a> {
+    pub fn callbacks<'a>(&'a self, state: &'a CallbackState) -> RemoteCallbacks<'a> {
         let mut cbs = RemoteCallbacks::new();
         let auth = &self.cfg.auth;
         let url = &self.cfg.url;

@@ -3,6 +3,12 @@
 //! its state changes. The branch's history is the record, and confirmations
 //! in it are the evidence the next environment's gate reads.
 
+mod push;
+pub use push::{
+    build_commit, introducing_commit, publish, status_tip, verify_report_signer, PublishOptions,
+    Published, PushError,
+};
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
