@@ -128,7 +128,7 @@ fn toml_entries(repo: &Repository, tree: Option<Oid>) -> Result<Vec<(String, Oid
     Ok(tree
         .iter()
         .filter_map(|e| {
-            let name = e.name()?;
+            let name = e.name().ok()?;
             name.strip_suffix(".toml").map(|n| (n.to_string(), e.id()))
         })
         .collect())
@@ -250,7 +250,7 @@ pub fn confirmations(repo: &Repository, status_tip: Oid) -> Result<Vec<Confirmat
                     .find_tree(d)?
                     .iter()
                     .filter(|e| e.kind() == Some(git2::ObjectType::Tree))
-                    .filter_map(|e| Some((e.name()?.to_string(), e.id())))
+                    .filter_map(|e| Some((e.name().ok()?.to_string(), e.id())))
                     .collect())
             };
             let before = envs(parent_dir)?;
