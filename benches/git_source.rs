@@ -4,7 +4,7 @@
 use drover::audit::{self, LogOptions};
 use drover::source::{Source, SourceConfig};
 use drover::trust::{self, AllowedSigners, Mode};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
