@@ -113,7 +113,11 @@ impl ControlPlane {
         };
         if !status.success() {
             let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-            bail!("{} {} failed ({status}):\n{log}", start.display(), cp.dir.display());
+            bail!(
+                "{} {} failed ({status}):\n{log}",
+                start.display(),
+                cp.dir.display()
+            );
         }
         for kc in [cp.kubeconfig_path(), cp.restricted_kubeconfig_path()] {
             if !kc.is_file() {
@@ -288,17 +292,34 @@ where
 }
 
 /// Waits until node `name` satisfies `cond`.
-pub async fn await_node(client: &Client, name: &str, what: &str, cond: impl Fn(&Node) -> bool) -> Node {
+pub async fn await_node(
+    client: &Client,
+    name: &str,
+    what: &str,
+    cond: impl Fn(&Node) -> bool,
+) -> Node {
     await_object(&Api::all(client.clone()), name, what, cond).await
 }
 
 /// Waits until pod `ns/name` satisfies `cond`.
-pub async fn await_pod(client: &Client, ns: &str, name: &str, what: &str, cond: impl Fn(&Pod) -> bool) -> Pod {
+pub async fn await_pod(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    cond: impl Fn(&Pod) -> bool,
+) -> Pod {
     await_object(&Api::namespaced(client.clone(), ns), name, what, cond).await
 }
 
 /// Waits until Job `ns/name` satisfies `cond`.
-pub async fn await_job(client: &Client, ns: &str, name: &str, what: &str, cond: impl Fn(&Job) -> bool) -> Job {
+pub async fn await_job(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    cond: impl Fn(&Job) -> bool,
+) -> Job {
     await_object(&Api::namespaced(client.clone(), ns), name, what, cond).await
 }
 
@@ -341,7 +362,10 @@ pub fn node_ready(node: &Node) -> Option<&str> {
 }
 
 /// A node's condition of type `type_`.
-pub fn node_condition<'a>(node: &'a Node, type_: &str) -> Option<&'a k8s_openapi::api::core::v1::NodeCondition> {
+pub fn node_condition<'a>(
+    node: &'a Node,
+    type_: &str,
+) -> Option<&'a k8s_openapi::api::core::v1::NodeCondition> {
     node.status
         .as_ref()?
         .conditions
@@ -391,7 +415,11 @@ pub fn pod_on(name: &str, node: &str, labels: &[(&str, &str)], grace_secs: i64) 
 }
 
 /// A PDB selecting `app=<app>` with `minAvailable` (an integer or a percentage).
-pub fn pdb_min_available(name: &str, app: &str, min_available: serde_json::Value) -> PodDisruptionBudget {
+pub fn pdb_min_available(
+    name: &str,
+    app: &str,
+    min_available: serde_json::Value,
+) -> PodDisruptionBudget {
     serde_json::from_value(serde_json::json!({
         "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
         "metadata": { "name": name },
@@ -401,9 +429,16 @@ pub fn pdb_min_available(name: &str, app: &str, min_available: serde_json::Value
 }
 
 /// Whether a PDB's status is current (observedGeneration caught up) and satisfies `f`.
-pub fn pdb_settled(pdb: &PodDisruptionBudget, f: impl Fn(&k8s_openapi::api::policy::v1::PodDisruptionBudgetStatus) -> bool) -> bool {
+pub fn pdb_settled(
+    pdb: &PodDisruptionBudget,
+    f: impl Fn(&k8s_openapi::api::policy::v1::PodDisruptionBudgetStatus) -> bool,
+) -> bool {
     match pdb.status.as_ref() {
-        Some(s) => s.observed_generation.is_some() && s.observed_generation == pdb.metadata.generation && f(s),
+        Some(s) => {
+            s.observed_generation.is_some()
+                && s.observed_generation == pdb.metadata.generation
+                && f(s)
+        }
         None => false,
     }
 }
