@@ -84,8 +84,8 @@ impl ControlPlane {
         // SIGINT/SIGHUP so that ^C on the test run still reaches the stop script.
         let keep = std::env::var(KEEP_ENV).is_ok_and(|v| v == "1");
         let script = format!(
-            r#"trap '' INT HUP; cat >/dev/null; "$0" "$1" >>"$1/stop.log" 2>&1; {}"#,
-            if keep { "true" } else { r#"rm -rf "$1""# }
+            r#"trap '' INT HUP; cat >/dev/null; "$0" "$1" {} >/dev/null 2>&1"#,
+            if keep { "" } else { "--purge" }
         );
         let watchdog = Command::new("sh")
             .arg("-c")
@@ -100,8 +100,11 @@ impl ControlPlane {
         // A file, not a pipe: the servers it leaves running would hold a pipe open forever.
         let log_path = dir.join("start.log");
         let log = File::create(&log_path)?;
+        // --watch-pid: a second way down should the watchdog itself be killed.
         let status = Command::new(&start)
             .arg(&dir)
+            .arg("--watch-pid")
+            .arg(std::process::id().to_string())
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
