@@ -30,7 +30,10 @@ fn draining(cordoned_by_drover: bool) -> NodeProgress {
 }
 
 fn is_unschedulable(n: &Node) -> bool {
-    n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false)
+    n.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
 }
 
 #[tokio::test]
@@ -39,7 +42,7 @@ async fn cordon_records_progress_and_uncordon_refuses_someone_elses_cordon() {
     let sim = start_sim(&client, pool_options(ns.name(), 2)).await;
     let [mine, theirs] = <[String; 2]>::try_from(sim.node_names()).unwrap();
     let nodes: Api<Node> = Api::all(client.clone());
-    let cluster = cluster(&client, ns.name()).await;
+    let cluster = cluster(ns.name()).await;
 
     let p = draining(true);
     cluster.cordon(&mine, &p).await.unwrap();
@@ -52,11 +55,18 @@ async fn cordon_records_progress_and_uncordon_refuses_someone_elses_cordon() {
     assert!(is_unschedulable(&n) && cordoned_by_drover(&n));
     // Repeating the call changes nothing.
     cluster.cordon(&mine, &p).await.unwrap();
-    assert_eq!(progress_of(&nodes.get(&mine).await.unwrap()), Some(p.clone()));
+    assert_eq!(
+        progress_of(&nodes.get(&mine).await.unwrap()),
+        Some(p.clone())
+    );
 
     // Someone else's cordon: drover records that it did not cordon it, and refuses to uncordon it.
     nodes
-        .patch(&theirs, &PatchParams::default(), &Patch::Merge(&json!({ "spec": { "unschedulable": true } })))
+        .patch(
+            &theirs,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "spec": { "unschedulable": true } })),
+        )
         .await
         .unwrap();
     await_node(&client, &theirs, "cordoned", is_unschedulable).await;
@@ -64,9 +74,15 @@ async fn cordon_records_progress_and_uncordon_refuses_someone_elses_cordon() {
     let n = nodes.get(&theirs).await.unwrap();
     assert!(!cordoned_by_drover(&n), "{:?}", n.metadata.annotations);
     let refused = cluster.uncordon(&theirs, None).await;
-    assert!(matches!(refused, Err(Error::NotCordonedByDrover { .. })), "{refused:?}");
+    assert!(
+        matches!(refused, Err(Error::NotCordonedByDrover { .. })),
+        "{refused:?}"
+    );
     let refused = cluster.set_progress(&mine, None).await;
-    assert!(matches!(refused, Err(Error::WouldDropCordonRecord { .. })), "{refused:?}");
+    assert!(
+        matches!(refused, Err(Error::WouldDropCordonRecord { .. })),
+        "{refused:?}"
+    );
     assert!(is_unschedulable(&nodes.get(&theirs).await.unwrap()));
 
     cluster.uncordon(&mine, None).await.unwrap();
@@ -83,19 +99,39 @@ async fn a_drain_evicts_what_it_must_and_names_the_blocking_pdb() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns.name());
     for (name, app) in [("web-0", "web"), ("free", "free"), ("done", "job")] {
-        pods.create(&PostParams::default(), &pod_on(name, &node, &[("app", app)], 1)).await.unwrap();
-        await_pod(&client, ns.name(), name, "Running", pod_running_ready).await;
-    }
-    pods.patch_status("done", &PatchParams::default(), &Patch::Merge(&json!({ "status": { "phase": "Succeeded" } })))
+        pods.create(
+            &PostParams::default(),
+            &pod_on(name, &node, &[("app", app)], 1),
+        )
         .await
         .unwrap();
-    pdbs.create(&PostParams::default(), &pdb_min_available("web", "web", json!(1))).await.unwrap();
-    await_pdb(&client, ns.name(), "web", "0 allowed", |p| pdb_settled(p, |s| s.disruptions_allowed == Some(0))).await;
+        await_pod(&client, ns.name(), name, "Running", pod_running_ready).await;
+    }
+    pods.patch_status(
+        "done",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({ "status": { "phase": "Succeeded" } })),
+    )
+    .await
+    .unwrap();
+    pdbs.create(
+        &PostParams::default(),
+        &pdb_min_available("web", "web", json!(1)),
+    )
+    .await
+    .unwrap();
+    await_pdb(&client, ns.name(), "web", "0 allowed", |p| {
+        pdb_settled(p, |s| s.disruptions_allowed == Some(0))
+    })
+    .await;
 
-    let cluster = cluster(&client, ns.name()).await;
+    let cluster = cluster(ns.name()).await;
     cluster.cordon(&node, &draining(true)).await.unwrap();
     let view = cluster.observe().await.unwrap();
-    assert_eq!(view[0].pods_to_evict, 2, "web-0 and free; not the finished pod");
+    assert_eq!(
+        view[0].pods_to_evict, 2,
+        "web-0 and free; not the finished pod"
+    );
 
     let pass = cluster.evict(&node).await.unwrap();
     assert_eq!(pass.blocked_by, vec![format!("{}/web", ns.name())]);
@@ -104,10 +140,25 @@ async fn a_drain_evicts_what_it_must_and_names_the_blocking_pdb() {
     let pass = cluster.evict(&node).await.unwrap();
     assert_eq!(pass.blocked_by, vec![format!("{}/web", ns.name())]);
     await_gone(&pods, "free").await;
-    assert!(pods.get("web-0").await.unwrap().metadata.deletion_timestamp.is_none());
+    assert!(pods
+        .get("web-0")
+        .await
+        .unwrap()
+        .metadata
+        .deletion_timestamp
+        .is_none());
 
-    pdbs.patch("web", &PatchParams::default(), &Patch::Merge(&json!({ "spec": { "minAvailable": 0 } }))).await.unwrap();
-    await_pdb(&client, ns.name(), "web", "1 allowed", |p| pdb_settled(p, |s| s.disruptions_allowed == Some(1))).await;
+    pdbs.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({ "spec": { "minAvailable": 0 } })),
+    )
+    .await
+    .unwrap();
+    await_pdb(&client, ns.name(), "web", "1 allowed", |p| {
+        pdb_settled(p, |s| s.disruptions_allowed == Some(1))
+    })
+    .await;
     let pass = cluster.evict(&node).await.unwrap();
     assert!(pass.blocked_by.is_empty(), "{pass:?}");
     await_gone(&pods, "web-0").await;
@@ -122,18 +173,20 @@ async fn a_drain_evicts_what_it_must_and_names_the_blocking_pdb() {
     })
     .await
     .expect("the pod watch shows the node empty");
-    assert!(pods.get_opt("done").await.unwrap().is_some(), "finished pods are left alone");
+    assert!(
+        pods.get_opt("done").await.unwrap().is_some(),
+        "finished pods are left alone"
+    );
     sim.shutdown().await;
 }
 
 #[tokio::test]
 async fn the_upgrade_job_is_accepted_run_once_and_reported() {
-    let _ = tracing_subscriber::fmt().with_env_filter("warn").with_test_writer().try_init();
     let (client, ns) = setup("ops-job").await;
     let sim = start_sim(&client, pool_options(ns.name(), 1)).await;
     let node = sim.node_names()[0].clone();
     let jobs: Api<Job> = Api::namespaced(client.clone(), ns.name());
-    let cluster = cluster(&client, ns.name()).await;
+    let cluster = cluster(ns.name()).await;
     let mut p = draining(true);
     cluster.cordon(&node, &p).await.unwrap();
     p.state = ProgressState::Upgrading;
@@ -142,11 +195,17 @@ async fn the_upgrade_job_is_accepted_run_once_and_reported() {
     // Repeated, as after a crash: no second Job, no second reboot.
     cluster.start_upgrade(&node, &p).await.unwrap();
     let name = driver::job_name(&node, &p.target, p.started_at);
-    let job = await_job(&client, ns.name(), &name, "Complete", |j| job_condition(j, "Complete")).await;
+    let job = await_job(&client, ns.name(), &name, "Complete", |j| {
+        job_condition(j, "Complete")
+    })
+    .await;
     let labels = job.metadata.labels.clone().unwrap();
     assert_eq!(labels["drover.dev/node"], node);
     assert_eq!(labels["drover.dev/target-version"], "1.13.0");
-    assert_eq!(labels["drover.dev/attempt"], p.started_at.timestamp().to_string());
+    assert_eq!(
+        labels["drover.dev/attempt"],
+        p.started_at.timestamp().to_string()
+    );
     let spec = job.spec.clone().unwrap();
     assert_eq!(spec.backoff_limit, Some(0));
     assert!(spec.ttl_seconds_after_finished.is_some());
@@ -172,7 +231,10 @@ async fn the_upgrade_job_is_accepted_run_once_and_reported() {
     let mut other = p.clone();
     other.started_at += chrono::Duration::seconds(5);
     cluster.set_progress(&node, Some(&other)).await.unwrap();
-    assert_eq!(cluster.observe().await.unwrap()[0].upgrade, UpgradeStatus::NotStarted);
+    assert_eq!(
+        cluster.observe().await.unwrap()[0].upgrade,
+        UpgradeStatus::NotStarted
+    );
 
     // Completing the node deletes its Jobs.
     cluster.uncordon(&node, None).await.unwrap();
