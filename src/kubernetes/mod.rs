@@ -36,6 +36,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::Instrument;
 
+/// User-Agent of drover's API requests.
+pub const USER_AGENT: &str = concat!("drover/", env!("CARGO_PKG_VERSION"));
+
 /// Field manager recorded on every write drover makes.
 pub const FIELD_MANAGER: &str = "drover";
 
@@ -177,6 +180,17 @@ impl KubeCluster {
     /// drover retries at the engine's step cadence instead.
     pub async fn new(mut config: kube::Config, opts: KubeOptions) -> Result<KubeCluster, Error> {
         config.default_retry = false;
+        // kube-rs sends no User-Agent: name drover in API server logs and audit events.
+        if !config
+            .headers
+            .iter()
+            .any(|(k, _)| k == http::header::USER_AGENT)
+        {
+            config.headers.push((
+                http::header::USER_AGENT,
+                http::HeaderValue::from_static(USER_AGENT),
+            ));
+        }
         let client = Client::try_from(config).map_err(Error::Client)?;
         let inner = observe::Observer::start(client, opts).await?;
         Ok(KubeCluster { inner })
