@@ -1,12 +1,90 @@
-//! `drover verify`.
+//! `drover verify`: the trust check of DESIGN §6 on the repository as it stands.
+//!
+//! Without `--since`, `--mode all` checks every commit reachable from HEAD
+//! (the whole history must be signed); with it, the commits after `--since`,
+//! and HEAD must descend from `--since`.
 
-use super::{Global, Outcome};
+use super::{print_json, Format, Global, Outcome};
+use crate::trust::{self, AllowedSigners, Mode};
+use anyhow::Context;
+use serde_json::json;
+use std::path::PathBuf;
 
 /// Arguments of `drover verify`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Allowed-signers file in git's SSH format.
+    #[arg(long, value_name = "FILE")]
+    pub allowed_signers: PathBuf,
+    /// The last trusted commit: check only what came after it.
+    #[arg(long, value_name = "REV")]
+    pub since: Option<String>,
+    /// `all`: every commit after --since (or the whole history); `head`: HEAD only.
+    #[arg(long, value_enum, default_value_t = VerifyMode::All)]
+    pub mode: VerifyMode,
+}
+
+/// Modes `drover verify` takes (`off` makes no sense for a check).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum VerifyMode {
+    /// Only HEAD must be signed.
+    Head,
+    /// Every commit must be signed.
+    All,
+}
 
 /// Run `drover verify`.
-pub fn run(_g: &Global, _args: Args) -> anyhow::Result<Outcome> {
-    anyhow::bail!("`drover verify` is not built yet")
+pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
+    let signers = AllowedSigners::load(&args.allowed_signers)?;
+    let repo = git2::Repository::open(&g.repo)
+        .with_context(|| format!("cannot open the repository at {}", g.repo.display()))?;
+    let head = repo
+        .head()?
+        .peel_to_commit()
+        .context("HEAD is not a commit")?
+        .id();
+    let since = match &args.since {
+        Some(rev) => Some(
+            repo.revparse_single(rev)
+                .and_then(|o| o.peel_to_commit())
+                .with_context(|| format!("--since {rev}: no such commit"))?
+                .id(),
+        ),
+        None => None,
+    };
+    let mode = match args.mode {
+        VerifyMode::Head => Mode::Head,
+        VerifyMode::All => Mode::All,
+    };
+    let mode_name = if mode == Mode::Head { "head" } else { "all" };
+    let result = trust::check(&repo, mode, &signers, since, head);
+    let (ok, checked, signer, error) = match result {
+        Ok(c) => (true, c.checked, c.head_signer, None),
+        Err(trust::Error::Refused(r)) => (false, 0, None, Some(r)),
+        Err(e) => return Err(e.into()),
+    };
+    match g.format {
+        Format::Json => print_json(&json!({
+            "ok": ok,
+            "mode": mode_name,
+            "head": head.to_string(),
+            "since": since.map(|s| s.to_string()),
+            "checked": checked,
+            "signer": signer.as_ref().map(|s| &s.principal),
+            "error": error.as_ref().map(|r| json!({
+                "commit": r.commit,
+                "reason": r.reason.code(),
+                "message": r.to_string(),
+            })),
+        }))?,
+        Format::Text => match (&error, &signer) {
+            (Some(r), _) => println!("refused: {r}"),
+            (None, Some(s)) => println!(
+                "ok: {checked} commit(s) verified; HEAD {head} signed by {} ({})",
+                s.principal, s.fingerprint
+            ),
+            (None, None) => println!("ok: {checked} commit(s) verified"),
+        },
+    }
+    Ok(if ok { Outcome::Ok } else { Outcome::Rejected })
 }

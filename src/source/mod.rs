@@ -1,1 +1,538 @@
 //! The git source: fetching the config repository and reading it at a commit.
+//!
+//! The agent keeps a bare cache repository across restarts. A fetch writes
+//! only `refs/drover/fetched/head` (the tracked branch) and
+//! `refs/remotes/origin/<status branch>`; the commit the agent acts on lives
+//! in `refs/drover/current` and moves only when the caller, after the trust
+//! check, calls [`Source::accept`]. A failed, partial or refused fetch thus
+//! never replaces the last good state.
+
+pub mod known_hosts;
+pub mod trigger;
+
+use git2::{
+    CertificateCheckStatus, Cred, CredentialType, FetchOptions, Oid, RemoteCallbacks, Repository,
+};
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Ref holding the tracked branch as last fetched (not yet trusted).
+pub const FETCHED_REF: &str = "refs/drover/fetched/head";
+/// Ref holding the commit the caller accepted (trusted, being applied).
+pub const CURRENT_REF: &str = "refs/drover/current";
+
+/// Errors of the git source.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The server's SSH host key is not in known_hosts, differs from it, or is revoked.
+    #[error("host key of {host} refused: {detail} (known_hosts: {known_hosts}); host keys are never trusted on first use")]
+    HostKey {
+        /// `host` or `[host]:port`.
+        host: String,
+        /// What was wrong.
+        detail: String,
+        /// The known_hosts file consulted.
+        known_hosts: String,
+    },
+    /// The server rejected the credentials.
+    #[error("authentication to {url} failed: the server rejected the {kind} credentials")]
+    Auth {
+        /// Remote URL.
+        url: String,
+        /// `basic`, `token` or `ssh key`.
+        kind: &'static str,
+    },
+    /// A credential could not be read.
+    #[error("cannot read the {what}: {detail}")]
+    Credential {
+        /// Which credential.
+        what: String,
+        /// Why.
+        detail: String,
+    },
+    /// The fetch did not finish within the configured time.
+    #[error("fetch from {url} timed out after {timeout:?}")]
+    Timeout {
+        /// Remote URL.
+        url: String,
+        /// The limit.
+        timeout: Duration,
+    },
+    /// The tracked branch does not exist on the remote.
+    #[error("branch `{branch}` not found on {url}")]
+    BranchMissing {
+        /// Remote URL.
+        url: String,
+        /// Branch name.
+        branch: String,
+    },
+    /// The URL is not one drover can fetch.
+    #[error(
+        "unsupported repository URL `{0}`: expected file://, a path, git://, http(s):// or ssh://"
+    )]
+    Url(String),
+    /// Any other git failure.
+    #[error("git: {0}")]
+    Git(#[from] git2::Error),
+}
+
+/// A secret read at each use, so rotated credentials are picked up without a restart.
+#[derive(Debug, Clone)]
+pub enum Secret {
+    /// Value of an environment variable.
+    Env(String),
+    /// Content of a file (trailing newline removed), e.g. a mounted Kubernetes Secret.
+    File(PathBuf),
+    /// A literal (tests, or values already read elsewhere).
+    Value(String),
+}
+
+impl Secret {
+    /// Read the secret.
+    pub fn read(&self) -> Result<String, Error> {
+        match self {
+            Secret::Env(name) => std::env::var(name).map_err(|e| Error::Credential {
+                what: format!("environment variable {name}"),
+                detail: e.to_string(),
+            }),
+            Secret::File(p) => std::fs::read_to_string(p)
+                .map(|s| s.trim_end_matches(['\r', '\n']).to_string())
+                .map_err(|e| Error::Credential {
+                    what: format!("file {}", p.display()),
+                    detail: e.to_string(),
+                }),
+            Secret::Value(v) => Ok(v.clone()),
+        }
+    }
+}
+
+/// How to authenticate to the remote.
+#[derive(Debug, Clone, Default)]
+pub enum Auth {
+    /// No credentials (file://, git://, anonymous HTTP).
+    #[default]
+    None,
+    /// HTTP basic authentication.
+    Basic {
+        /// User name.
+        username: String,
+        /// Password.
+        password: Secret,
+    },
+    /// HTTP token, sent as basic authentication with user `x-access-token`
+    /// (what GitHub, GitLab and Gitea all accept).
+    Token(Secret),
+    /// SSH with a private key; the server's host key must be in `known_hosts`.
+    Ssh {
+        /// User name when the URL has none (default `git`).
+        username: Option<String>,
+        /// Unencrypted OpenSSH private key file.
+        private_key: PathBuf,
+        /// known_hosts file listing the server's host key.
+        known_hosts: PathBuf,
+    },
+}
+
+impl Auth {
+    fn kind(&self) -> &'static str {
+        match self {
+            Auth::None => "anonymous",
+            Auth::Basic { .. } => "basic",
+            Auth::Token(_) => "token",
+            Auth::Ssh { .. } => "ssh key",
+        }
+    }
+}
+
+/// Where and how to fetch.
+#[derive(Debug, Clone)]
+pub struct SourceConfig {
+    /// Remote URL or local path.
+    pub url: String,
+    /// Tracked branch (default `main`).
+    pub branch: String,
+    /// Status branch (default `drover/status`).
+    pub status_branch: String,
+    /// Local cache repository, kept across restarts.
+    pub cache_dir: PathBuf,
+    /// Credentials.
+    pub auth: Auth,
+    /// Upper bound on one fetch or push.
+    pub timeout: Duration,
+}
+
+impl SourceConfig {
+    /// A config with the defaults: branch `main`, status branch `drover/status`, 60 s timeout.
+    pub fn new(url: impl Into<String>, cache_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            url: url.into(),
+            branch: "main".into(),
+            status_branch: "drover/status".into(),
+            cache_dir: cache_dir.into(),
+            auth: Auth::None,
+            timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What a fetch found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FetchResult {
+    /// Tip of the tracked branch on the remote (not yet trusted).
+    pub head: Oid,
+    /// Tip of the status branch, when the remote has one.
+    pub status_tip: Option<Oid>,
+    /// Objects received by this fetch (0 when nothing was new).
+    pub received_objects: usize,
+}
+
+/// The remote host and port an SSH URL points at.
+fn ssh_host_port(url: &str) -> Option<(String, u16)> {
+    let rest = if let Some(r) = url.strip_prefix("ssh://") {
+        r.split('/').next()?
+    } else if !url.contains("://") && url.contains(':') && !Path::new(url).exists() {
+        // scp-like `user@host:path`
+        url.split(':').next()?
+    } else {
+        return None;
+    };
+    let host_port = rest.rsplit('@').next()?;
+    if let Some(v6) = host_port.strip_prefix('[') {
+        let (h, p) = v6.split_once(']')?;
+        let port = p
+            .strip_prefix(':')
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(22);
+        return Some((h.to_string(), port));
+    }
+    match host_port.split_once(':') {
+        Some((h, p)) => Some((h.to_string(), p.parse().ok()?)),
+        None => Some((host_port.to_string(), 22)),
+    }
+}
+
+/// Error state set by remote callbacks; libgit2 only passes back a message, this keeps the typed error.
+#[derive(Default)]
+pub struct CallbackState {
+    error: RefCell<Option<Error>>,
+    cred_attempts: RefCell<u32>,
+}
+
+impl CallbackState {
+    /// Turn a git error into the typed error a callback recorded, if any.
+    pub fn into_error(self, e: git2::Error) -> Error {
+        self.error.into_inner().unwrap_or(Error::Git(e))
+    }
+}
+
+/// The git source: a remote and the agent's local cache of it.
+pub struct Source {
+    cfg: SourceConfig,
+    repo: Repository,
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Source")
+            .field("url", &self.cfg.url)
+            .field("cache", &self.cfg.cache_dir)
+            .finish()
+    }
+}
+
+impl Source {
+    /// Open (or create) the cache repository for `cfg`.
+    pub fn open(cfg: SourceConfig) -> Result<Self, Error> {
+        if !(cfg.url.starts_with("file://")
+            || cfg.url.starts_with("git://")
+            || cfg.url.starts_with("http://")
+            || cfg.url.starts_with("https://")
+            || cfg.url.starts_with("ssh://")
+            || ssh_host_port(&cfg.url).is_some()
+            || Path::new(&cfg.url).exists())
+        {
+            return Err(Error::Url(cfg.url));
+        }
+        let repo = match Repository::open_bare(&cfg.cache_dir) {
+            Ok(r) => r,
+            Err(_) => {
+                std::fs::create_dir_all(&cfg.cache_dir).map_err(|e| Error::Credential {
+                    what: format!("cache directory {}", cfg.cache_dir.display()),
+                    detail: e.to_string(),
+                })?;
+                Repository::init_bare(&cfg.cache_dir)?
+            }
+        };
+        set_socket_timeouts(cfg.timeout);
+        Ok(Self { cfg, repo })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SourceConfig {
+        &self.cfg
+    }
+
+    /// The local cache repository (bare).
+    pub fn repo(&self) -> &Repository {
+        &self.repo
+    }
+
+    /// The directory to watch when the remote is a local path (a git-sync volume).
+    pub fn local_path(&self) -> Option<PathBuf> {
+        let p = self
+            .cfg
+            .url
+            .strip_prefix("file://")
+            .unwrap_or(&self.cfg.url);
+        let p = Path::new(p);
+        (p.is_absolute() || p.exists())
+            .then(|| p.to_path_buf())
+            .filter(|p| p.exists())
+    }
+
+    /// Fetch the tracked branch and the status branch. Only the fetched refs
+    /// move; [`Source::current`] is untouched until [`Source::accept`].
+    pub fn fetch(&self) -> Result<FetchResult, Error> {
+        let branch_ref = format!("refs/heads/{}", self.cfg.branch);
+        let status_ref = format!("refs/heads/{}", self.cfg.status_branch);
+        let specs = [
+            format!("+{branch_ref}:{FETCHED_REF}"),
+            format!(
+                "+{status_ref}:refs/remotes/origin/{}",
+                self.cfg.status_branch
+            ),
+        ];
+        let mut advertised = Vec::new();
+        let received = self.fetch_refspecs(&specs, Some(&mut advertised))?;
+        let head = advertised
+            .iter()
+            .find(|(n, _)| *n == branch_ref)
+            .map(|(_, o)| *o)
+            .ok_or_else(|| Error::BranchMissing {
+                url: self.cfg.url.clone(),
+                branch: self.cfg.branch.clone(),
+            })?;
+        let status_tip = advertised
+            .iter()
+            .find(|(n, _)| *n == status_ref)
+            .map(|(_, o)| *o);
+        Ok(FetchResult {
+            head,
+            status_tip,
+            received_objects: received,
+        })
+    }
+
+    /// Fetch only the status branch; returns its remote tip.
+    pub fn fetch_status(&self) -> Result<Option<Oid>, Error> {
+        let status_ref = format!("refs/heads/{}", self.cfg.status_branch);
+        let spec = format!(
+            "+{status_ref}:refs/remotes/origin/{}",
+            self.cfg.status_branch
+        );
+        let mut advertised = Vec::new();
+        self.fetch_refspecs(&[spec], Some(&mut advertised))?;
+        Ok(advertised
+            .iter()
+            .find(|(n, _)| *n == status_ref)
+            .map(|(_, o)| *o))
+    }
+
+    fn fetch_refspecs(
+        &self,
+        specs: &[String],
+        advertised: Option<&mut Vec<(String, Oid)>>,
+    ) -> Result<usize, Error> {
+        let state = CallbackState::default();
+        let deadline = Instant::now() + self.cfg.timeout;
+        let timed_out = std::cell::Cell::new(false);
+        let received = std::cell::Cell::new(0usize);
+        let result = (|| {
+            let mut remote = self.repo.remote_anonymous(&self.cfg.url)?;
+            let mut cbs = self.callbacks(&state);
+            cbs.transfer_progress(|p| {
+                received.set(p.received_objects());
+                let ok = Instant::now() < deadline;
+                timed_out.set(!ok);
+                ok
+            });
+            cbs.sideband_progress(|_| {
+                let ok = Instant::now() < deadline;
+                timed_out.set(!ok);
+                ok
+            });
+            let mut fo = FetchOptions::new();
+            fo.remote_callbacks(cbs);
+            fo.download_tags(git2::AutotagOption::None);
+            remote.fetch(specs, Some(&mut fo), None)?;
+            if let Some(out) = advertised {
+                for h in remote.list()? {
+                    out.push((h.name().to_string(), h.oid()));
+                }
+            }
+            Ok::<_, git2::Error>(())
+        })();
+        match result {
+            Ok(()) => Ok(received.get()),
+            Err(_) if timed_out.get() || Instant::now() >= deadline => Err(Error::Timeout {
+                url: self.cfg.url.clone(),
+                timeout: self.cfg.timeout,
+            }),
+            Err(e) => Err(state.into_error(e)),
+        }
+    }
+
+    /// Remote callbacks with credentials and host-key checking, shared by fetch and push.
+    pub fn callbacks<'a>(&'a self, state: &'a CallbackState) -> RemoteCallbacks<'a> {
+        let mut cbs = RemoteCallbacks::new();
+        let auth = &self.cfg.auth;
+        let url = &self.cfg.url;
+        cbs.credentials(move |_url, user_from_url, allowed| {
+            let record = |e: Error| {
+                let msg = e.to_string();
+                *state.error.borrow_mut() = Some(e);
+                git2::Error::from_str(&msg)
+            };
+            if let (Auth::Ssh { username, .. }, true) =
+                (auth, allowed.contains(CredentialType::USERNAME))
+            {
+                return Cred::username(user_from_url.or(username.as_deref()).unwrap_or("git"));
+            }
+            let mut n = state.cred_attempts.borrow_mut();
+            *n += 1;
+            // libgit2 asks again after a rejection; a second ask for the same
+            // secret means it was refused, and answering forever would hang.
+            if *n > 1 || matches!(auth, Auth::None) {
+                return Err(record(Error::Auth {
+                    url: url.clone(),
+                    kind: auth.kind(),
+                }));
+            }
+            match auth {
+                Auth::None => Err(git2::Error::from_str("no credentials")),
+                Auth::Basic { username, password } => {
+                    let pw = password.read().map_err(record)?;
+                    Cred::userpass_plaintext(username, &pw)
+                }
+                Auth::Token(token) => {
+                    let t = token.read().map_err(record)?;
+                    Cred::userpass_plaintext("x-access-token", &t)
+                }
+                Auth::Ssh {
+                    username,
+                    private_key,
+                    ..
+                } => {
+                    let user = user_from_url.or(username.as_deref()).unwrap_or("git");
+                    let pubkey = PathBuf::from(format!("{}.pub", private_key.display()));
+                    let pubkey = pubkey.exists().then_some(pubkey);
+                    Cred::ssh_key(user, pubkey.as_deref(), private_key, None)
+                }
+            }
+        });
+        cbs.certificate_check(move |cert, _host| {
+            let Some(hk) = cert.as_hostkey() else {
+                // TLS: libgit2 has already verified the chain against the system roots.
+                return Ok(CertificateCheckStatus::CertificatePassthrough);
+            };
+            let (host, port) = ssh_host_port(url).unwrap_or_default();
+            let shown = if port == 22 { host.clone() } else { format!("[{host}]:{port}") };
+            let refuse = |detail: String, kh: &str| {
+                let e = Error::HostKey {
+                    host: shown.clone(),
+                    detail,
+                    known_hosts: kh.to_string(),
+                };
+                let msg = e.to_string();
+                *state.error.borrow_mut() = Some(e);
+                Err(git2::Error::from_str(&msg))
+            };
+            let Auth::Ssh { known_hosts, .. } = auth else {
+                return refuse("no known_hosts file is configured".into(), "none");
+            };
+            let kh_name = known_hosts.display().to_string();
+            let text = match std::fs::read_to_string(known_hosts) {
+                Ok(t) => t,
+                Err(e) => return refuse(format!("cannot read known_hosts: {e}"), &kh_name),
+            };
+            let Some(key) = hk.hostkey() else {
+                return refuse("the server's raw host key is unavailable".into(), &kh_name);
+            };
+            match known_hosts::check(&text, &host, port, key) {
+                known_hosts::HostKeyCheck::Known => Ok(CertificateCheckStatus::CertificateOk),
+                known_hosts::HostKeyCheck::Unknown => {
+                    refuse("the host is not listed in known_hosts".into(), &kh_name)
+                }
+                known_hosts::HostKeyCheck::Changed => refuse(
+                    "the host key does not match the key listed in known_hosts (changed key or man in the middle)".into(),
+                    &kh_name,
+                ),
+                known_hosts::HostKeyCheck::Revoked => {
+                    refuse("the host key is marked @revoked".into(), &kh_name)
+                }
+            }
+        });
+        cbs
+    }
+
+    /// The accepted commit, if any.
+    pub fn current(&self) -> Option<Oid> {
+        self.repo.refname_to_id(CURRENT_REF).ok()
+    }
+
+    /// The last fetched (untrusted) head, if any.
+    pub fn fetched(&self) -> Option<Oid> {
+        self.repo.refname_to_id(FETCHED_REF).ok()
+    }
+
+    /// Record `oid` as the accepted commit (call after the trust check passed).
+    pub fn accept(&self, oid: Oid) -> Result<(), Error> {
+        self.repo
+            .reference(CURRENT_REF, oid, true, "drover: accept")?;
+        Ok(())
+    }
+
+    /// Content of `path` at `commit`, `None` when absent.
+    pub fn read_file(&self, commit: Oid, path: &str) -> Result<Option<Vec<u8>>, Error> {
+        let tree = self.repo.find_commit(commit)?.tree()?;
+        match tree.get_path(Path::new(path)) {
+            Ok(entry) => Ok(Some(self.repo.find_blob(entry.id())?.content().to_vec())),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// libgit2's socket timeouts are process-wide; they bound a stalled server
+/// that never calls the progress callbacks.
+fn set_socket_timeouts(timeout: Duration) {
+    let ms = timeout.as_millis().clamp(1000, i32::MAX as u128) as i32;
+    // SAFETY: these only store integers in libgit2's global settings.
+    unsafe {
+        let _ = git2::opts::set_server_connect_timeout_in_milliseconds(ms);
+        let _ = git2::opts::set_server_timeout_in_milliseconds(ms);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ssh_urls() {
+        assert_eq!(
+            ssh_host_port("ssh://git@127.0.0.1:2222/repo.git"),
+            Some(("127.0.0.1".into(), 2222))
+        );
+        assert_eq!(
+            ssh_host_port("ssh://example.org/repo.git"),
+            Some(("example.org".into(), 22))
+        );
+        assert_eq!(
+            ssh_host_port("git@example.org:org/repo.git"),
+            Some(("example.org".into(), 22))
+        );
+        assert_eq!(ssh_host_port("https://example.org/repo.git"), None);
+    }
+}

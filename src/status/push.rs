@@ -1,0 +1,293 @@
+//! Publishing status reports: one commit per change on the status branch,
+//! pushed fast-forward and rebuilt on the new tip when another agent won the race.
+
+use super::{report_path, StatusReport};
+use crate::source::{self, CallbackState, Source};
+use crate::trust::{self, AllowedSigners, Verified};
+use git2::{
+    build::TreeUpdateBuilder, Commit, FileMode, ObjectType, Oid, PushOptions, Repository, Signature,
+};
+use ssh_key::{HashAlg, LineEnding, PrivateKey};
+use std::cell::RefCell;
+use std::path::Path;
+use std::time::Duration;
+
+/// Local ref the outgoing status commit is pushed from.
+const OUTGOING_REF: &str = "refs/drover/status-outgoing";
+
+/// Errors of status publishing.
+#[derive(Debug, thiserror::Error)]
+pub enum PushError {
+    /// Fetching the status branch or talking to the remote failed.
+    #[error(transparent)]
+    Source(#[from] source::Error),
+    /// Signing the status commit failed.
+    #[error("cannot sign the status commit: {0}")]
+    Sign(String),
+    /// Every attempt lost the race to other agents.
+    #[error("status push to {url} still rejected after {attempts} attempts: {last}")]
+    Exhausted {
+        /// Remote URL.
+        url: String,
+        /// Attempts made.
+        attempts: u32,
+        /// The last rejection.
+        last: String,
+    },
+}
+
+impl From<git2::Error> for PushError {
+    fn from(e: git2::Error) -> Self {
+        PushError::Source(source::Error::Git(e))
+    }
+}
+
+/// How status commits are made.
+#[derive(Debug, Clone)]
+pub struct PublishOptions {
+    /// Sign status commits with this key (sshsig, namespace `git`), so the
+    /// gate can tell agent confirmations from hand-made ones.
+    pub signing_key: Option<PrivateKey>,
+    /// Attempts before giving up; the caller keeps the report and retries later.
+    pub max_attempts: u32,
+    /// Committer name.
+    pub name: String,
+    /// Committer e-mail.
+    pub email: String,
+}
+
+impl Default for PublishOptions {
+    fn default() -> Self {
+        Self {
+            signing_key: None,
+            max_attempts: 30,
+            name: "drover agent".into(),
+            email: "drover@localhost".into(),
+        }
+    }
+}
+
+impl PublishOptions {
+    /// Load an unencrypted OpenSSH private key for signing.
+    pub fn with_signing_key_file(mut self, path: &Path) -> Result<Self, PushError> {
+        let key = PrivateKey::read_openssh_file(path)
+            .map_err(|e| PushError::Sign(format!("{}: {e}", path.display())))?;
+        self.signing_key = Some(key);
+        Ok(self)
+    }
+}
+
+/// What [`publish`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Published {
+    /// The pushed commit; `None` when the tip already held this exact report.
+    pub commit: Option<Oid>,
+    /// Push attempts made (0 when nothing needed pushing).
+    pub attempts: u32,
+}
+
+enum Attempt {
+    Pushed(Oid),
+    Unchanged,
+    Rejected(String),
+}
+
+/// Write `report` to `status/<env>/<cluster>.toml` on the status branch and push it.
+///
+/// The commit's parent is the remote tip of the status branch (an orphan
+/// root when the branch does not exist yet). A rejected push is retried on
+/// the new tip with jittered backoff; since each agent writes only its own
+/// file, rebuilding never conflicts. Blocking: call from `spawn_blocking`.
+pub fn publish(
+    source: &Source,
+    report: &StatusReport,
+    opts: &PublishOptions,
+) -> Result<Published, PushError> {
+    let mut last = String::new();
+    for attempt in 1..=opts.max_attempts.max(1) {
+        let tip = source.fetch_status()?;
+        match try_once(source, report, opts, tip)? {
+            Attempt::Pushed(oid) => {
+                return Ok(Published {
+                    commit: Some(oid),
+                    attempts: attempt,
+                })
+            }
+            Attempt::Unchanged => {
+                return Ok(Published {
+                    commit: None,
+                    attempts: attempt - 1,
+                })
+            }
+            Attempt::Rejected(why) => last = why,
+        }
+        std::thread::sleep(backoff(attempt));
+    }
+    Err(PushError::Exhausted {
+        url: source.config().url.clone(),
+        attempts: opts.max_attempts,
+        last,
+    })
+}
+
+fn backoff(attempt: u32) -> Duration {
+    let base = 10u64 << attempt.min(5);
+    Duration::from_millis(base.min(300)).mul_f64(rand::random_range(0.5..1.5))
+}
+
+/// Build the status commit on `tip` (signed if configured); `None` when unchanged.
+pub fn build_commit(
+    repo: &Repository,
+    report: &StatusReport,
+    opts: &PublishOptions,
+    tip: Option<Oid>,
+) -> Result<Option<Oid>, PushError> {
+    let path = report.path();
+    let blob = repo.blob(report.to_toml().as_bytes())?;
+    let parent: Option<Commit<'_>> = tip.map(|o| repo.find_commit(o)).transpose()?;
+    let base = match &parent {
+        Some(c) => c.tree()?,
+        None => repo.find_tree(repo.treebuilder(None)?.write()?)?,
+    };
+    if base.get_path(Path::new(&path)).map(|e| e.id()).ok() == Some(blob) {
+        return Ok(None);
+    }
+    let mut update = TreeUpdateBuilder::new();
+    update.upsert(path.as_str(), blob, FileMode::Blob);
+    let tree = repo.find_tree(update.create_updated(repo, &base)?)?;
+    let who = Signature::now(&opts.name, &opts.email)?;
+    let message = format!(
+        "status: {}/{} {} {}\n\nconfig_commit: {}\nnodes: {}/{}\n",
+        report.env,
+        report.cluster,
+        serde_json::to_value(report.state)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default(),
+        report.version,
+        report.config_commit,
+        report.nodes_at_version,
+        report.nodes
+    );
+    let parents: Vec<&Commit<'_>> = parent.iter().collect();
+    let buf = repo.commit_create_buffer(&who, &who, &message, &tree, &parents)?;
+    let oid = match &opts.signing_key {
+        Some(key) => {
+            let text = buf
+                .as_str()
+                .map_err(|_| PushError::Sign("commit buffer is not UTF-8".into()))?;
+            let sig = key
+                .sign(trust::GIT_NAMESPACE, HashAlg::Sha512, &buf)
+                .map_err(|e| PushError::Sign(e.to_string()))?;
+            let pem = sig
+                .to_pem(LineEnding::LF)
+                .map_err(|e| PushError::Sign(e.to_string()))?;
+            repo.commit_signed(text, pem.trim_end(), None)?
+        }
+        None => repo.odb()?.write(ObjectType::Commit, &buf)?,
+    };
+    Ok(Some(oid))
+}
+
+fn try_once(
+    source: &Source,
+    report: &StatusReport,
+    opts: &PublishOptions,
+    tip: Option<Oid>,
+) -> Result<Attempt, PushError> {
+    let repo = source.repo();
+    let Some(oid) = build_commit(repo, report, opts, tip)? else {
+        return Ok(Attempt::Unchanged);
+    };
+    repo.reference(OUTGOING_REF, oid, true, "drover: status report")?;
+    let branch = &source.config().status_branch;
+    let state = CallbackState::default();
+    let rejected: RefCell<Option<String>> = RefCell::new(None);
+    let result = (|| {
+        let mut remote = repo.remote_anonymous(&source.config().url)?;
+        let mut cbs = source.callbacks(&state);
+        cbs.push_update_reference(|_name, status| {
+            if let Some(msg) = status {
+                *rejected.borrow_mut() = Some(msg.to_string());
+            }
+            Ok(())
+        });
+        let mut po = PushOptions::new();
+        po.remote_callbacks(cbs);
+        remote.push(
+            &[format!("{OUTGOING_REF}:refs/heads/{branch}")],
+            Some(&mut po),
+        )
+    })();
+    match result {
+        Ok(()) => {}
+        // libgit2 refuses a non-fast-forward locally when it already knows the newer tip.
+        Err(e) if e.code() == git2::ErrorCode::NotFastForward => {
+            return Ok(Attempt::Rejected(e.message().to_string()))
+        }
+        Err(e) => return Err(PushError::Source(state.into_error(e))),
+    }
+    if let Some(why) = rejected.into_inner() {
+        return Ok(Attempt::Rejected(why));
+    }
+    repo.reference(
+        &format!("refs/remotes/origin/{branch}"),
+        oid,
+        true,
+        "drover: status pushed",
+    )?;
+    Ok(Attempt::Pushed(oid))
+}
+
+/// The status branch tip a reader should use: local `refs/heads/<branch>`,
+/// else `refs/remotes/origin/<branch>` (DESIGN §5).
+pub fn status_tip(repo: &Repository, branch: &str) -> Option<Oid> {
+    repo.refname_to_id(&format!("refs/heads/{branch}"))
+        .or_else(|_| repo.refname_to_id(&format!("refs/remotes/origin/{branch}")))
+        .ok()
+}
+
+/// The commit on the first-parent history of `tip` that gave `path` its current content.
+pub fn introducing_commit(
+    repo: &Repository,
+    tip: Oid,
+    path: &str,
+) -> Result<Option<Oid>, git2::Error> {
+    let blob_at = |c: &Commit<'_>| -> Result<Option<Oid>, git2::Error> {
+        match c.tree()?.get_path(Path::new(path)) {
+            Ok(e) => Ok(Some(e.id())),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    };
+    let mut commit = repo.find_commit(tip)?;
+    let Some(want) = blob_at(&commit)? else {
+        return Ok(None);
+    };
+    loop {
+        let parent = match commit.parent(0) {
+            Ok(p) => p,
+            Err(_) => return Ok(Some(commit.id())),
+        };
+        if blob_at(&parent)? != Some(want) {
+            return Ok(Some(commit.id()));
+        }
+        commit = parent;
+    }
+}
+
+/// For the gate: is the status commit that introduced `env`/`cluster`'s
+/// current report signed by an allowed agent key? `Ok(None)` when there is no
+/// report; `Err(trust::Error::Refused)` names the commit and why it is not trusted.
+pub fn verify_report_signer(
+    repo: &Repository,
+    status_tip: Oid,
+    env: &str,
+    cluster: &str,
+    agent_signers: &AllowedSigners,
+) -> Result<Option<Verified>, trust::Error> {
+    let Some(commit) = introducing_commit(repo, status_tip, &report_path(env, cluster))? else {
+        return Ok(None);
+    };
+    trust::verify_commit(repo, commit, agent_signers).map(Some)
+}
