@@ -1,1 +1,691 @@
-//! An in-memory simulated cluster with a virtual clock, for `drover demo`, `drover plan` and benchmarks.
+//! An in-memory simulated cluster with a virtual clock, for `drover demo`,
+//! `drover plan` and benchmarks.
+//!
+//! Nodes have versions and reboot times; pods belong to
+//! PodDisruptionBudgets; failures can be injected (a node that never comes
+//! back, one that comes back at the wrong version, a driver that fails, a
+//! PDB that refuses every eviction until some instant). Time does not tick:
+//! [`drive`] jumps from one interesting instant to the next (a reboot ends,
+//! a PDB relents, a window opens or closes, a timeout), so months of
+//! rollout take milliseconds. Annotations are read and written with the same
+//! functions the Kubernetes backend uses.
+//!
+//! The sim also watches the invariants from the outside: it logs every
+//! cordon, uncordon, eviction and driver start with its time, records the
+//! peak number of nodes unavailable because of drover, and notes any
+//! violation (uncordoning a node drover did not cordon, an eviction past a
+//! PDB, a second driver run for the same attempt).
+
+use crate::cluster::{
+    apply_patch, encode_progress, Cluster, EvictionPass, NodeProgress, NodeView, UpgradeStatus,
+};
+use crate::rollout::Clock;
+use crate::rollout::{
+    Decision, Engine, EngineError, Inputs, RolloutState, VirtualClock, WindowState,
+};
+use chrono::{DateTime, Utc};
+use semver::Version;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+/// A way for a node's upgrade to go wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// The node reboots and never returns Ready.
+    NeverReturns,
+    /// The node returns Ready at this version instead of the target.
+    ReturnsAt(Version),
+    /// The driver fails after the node time, without rebooting the node.
+    DriverFails(String),
+}
+
+/// A pod; evicted pods are rescheduled onto another schedulable Ready node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pod {
+    /// Pod name.
+    pub name: String,
+    /// The PodDisruptionBudget covering it.
+    pub pdb: Option<String>,
+}
+
+/// A PodDisruptionBudget.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pdb {
+    /// Pods of the budget that must stay healthy (on a Ready node).
+    pub min_available: usize,
+    /// Every eviction is refused before this instant.
+    pub blocked_until: Option<DateTime<Utc>>,
+}
+
+/// Who cordoned a node (ground truth, which drover cannot see).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum CordonedBy {
+    /// drover.
+    Drover,
+    /// Someone else.
+    Other,
+}
+
+#[derive(Debug, Clone)]
+struct Run {
+    target: Version,
+    attempt: DateTime<Utc>,
+    done_at: Option<DateTime<Utc>>,
+    status: UpgradeStatus,
+}
+
+/// One simulated node.
+#[derive(Debug, Clone)]
+pub struct SimNode {
+    /// Node name.
+    pub name: String,
+    /// OS version; `None` when unreadable.
+    pub version: Option<Version>,
+    /// Ready condition.
+    pub ready: bool,
+    /// `spec.unschedulable`.
+    pub unschedulable: bool,
+    /// Who cordoned it.
+    pub cordoned_by: Option<CordonedBy>,
+    /// Annotations.
+    pub annotations: BTreeMap<String, String>,
+    /// How long the driver takes, reboot included.
+    pub node_time: Duration,
+    /// Injected failure of its upgrade.
+    pub failure: Option<Failure>,
+    /// Pods on it.
+    pub pods: Vec<Pod>,
+    /// NotReady because a drover driver rebooted it.
+    pub down_by_drover: bool,
+    runs: Vec<Run>,
+}
+
+impl SimNode {
+    /// A Ready, schedulable node at `version` taking `node_time` to upgrade.
+    pub fn new(name: impl Into<String>, version: Option<Version>, node_time: Duration) -> Self {
+        SimNode {
+            name: name.into(),
+            version,
+            ready: true,
+            unschedulable: false,
+            cordoned_by: None,
+            annotations: BTreeMap::new(),
+            node_time,
+            failure: None,
+            pods: Vec::new(),
+            down_by_drover: false,
+            runs: Vec::new(),
+        }
+    }
+
+    /// Cordoned by someone else.
+    pub fn cordoned_by_other(mut self) -> Self {
+        self.unschedulable = true;
+        self.cordoned_by = Some(CordonedBy::Other);
+        self
+    }
+
+    /// With an injected failure.
+    pub fn failing(mut self, f: Failure) -> Self {
+        self.failure = Some(f);
+        self
+    }
+
+    /// With pods.
+    pub fn with_pods(mut self, pods: Vec<Pod>) -> Self {
+        self.pods = pods;
+        self
+    }
+
+    /// Driver runs started on this node.
+    pub fn driver_runs(&self) -> usize {
+        self.runs.len()
+    }
+}
+
+/// Something that happened in the sim.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Event {
+    /// When.
+    pub at: DateTime<Utc>,
+    /// Which node.
+    pub node: String,
+    /// What.
+    pub kind: EventKind,
+}
+
+/// Kinds of [`Event`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    /// drover cordoned the node (a start).
+    Cordon,
+    /// drover recorded progress on an already-cordoned node (a start).
+    Adopt,
+    /// drover uncordoned the node.
+    Uncordon,
+    /// A pod was evicted.
+    Evicted(String),
+    /// The driver started towards this version.
+    DriverStart(Version),
+    /// The node came back Ready at this version (or unreadable).
+    Returned(Option<Version>),
+}
+
+/// The sim's errors.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The node does not exist.
+    #[error("no node named {0}")]
+    NoSuchNode(String),
+}
+
+#[derive(Debug, Default)]
+struct State {
+    nodes: BTreeMap<String, SimNode>,
+    pdbs: BTreeMap<String, Pdb>,
+    pending: Vec<Pod>,
+    log: Vec<Event>,
+    violations: Vec<String>,
+    peak_unavailable: usize,
+}
+
+/// A simulated cluster.
+#[derive(Debug)]
+pub struct Sim {
+    name: String,
+    clock: VirtualClock,
+    state: Mutex<State>,
+}
+
+impl Sim {
+    /// An empty cluster reading time from `clock`.
+    pub fn new(name: impl Into<String>, clock: VirtualClock) -> Self {
+        Sim {
+            name: name.into(),
+            clock,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// `n` identical nodes `node-0000`… at `version`.
+    pub fn uniform(
+        name: &str,
+        clock: VirtualClock,
+        n: usize,
+        version: &Version,
+        node_time: Duration,
+    ) -> Self {
+        let sim = Sim::new(name, clock);
+        for i in 0..n {
+            sim.add_node(SimNode::new(
+                format!("node-{i:04}"),
+                Some(version.clone()),
+                node_time,
+            ));
+        }
+        sim
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Add a node.
+    pub fn add_node(&self, node: SimNode) {
+        self.lock().nodes.insert(node.name.clone(), node);
+    }
+
+    /// Add a PodDisruptionBudget.
+    pub fn add_pdb(&self, name: impl Into<String>, pdb: Pdb) {
+        self.lock().pdbs.insert(name.into(), pdb);
+    }
+
+    /// Set an annotation as a person would (e.g. `drover.dev/retry`).
+    pub fn annotate(&self, node: &str, key: &str, value: &str) {
+        if let Some(n) = self.lock().nodes.get_mut(node) {
+            n.annotations.insert(key.into(), value.into());
+        }
+    }
+
+    /// The clock the sim reads.
+    pub fn clock(&self) -> &VirtualClock {
+        &self.clock
+    }
+
+    /// A snapshot of the nodes, brought up to the clock's time.
+    pub fn nodes(&self) -> Vec<SimNode> {
+        let now = self.clock.now();
+        let mut s = self.lock();
+        s.settle(now);
+        s.nodes.values().cloned().collect()
+    }
+
+    /// Everything that happened, in order.
+    pub fn log(&self) -> Vec<Event> {
+        self.lock().log.clone()
+    }
+
+    /// Invariant violations seen.
+    pub fn violations(&self) -> Vec<String> {
+        self.lock().violations.clone()
+    }
+
+    /// The most nodes unavailable because of drover at any one moment.
+    pub fn peak_unavailable(&self) -> usize {
+        self.lock().peak_unavailable
+    }
+
+    /// Nodes drover has in flight (draining/upgrading per their annotations).
+    pub fn in_flight(&self) -> usize {
+        self.lock()
+            .nodes
+            .values()
+            .filter(|n| matches!(NodeProgress::decode(&n.annotations), Ok(Some(p)) if p.state.in_flight()))
+            .count()
+    }
+
+    /// The next instant after `now` at which something happens by itself
+    /// (a reboot ends, a PDB relents).
+    pub fn next_event(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let s = self.lock();
+        let runs = s
+            .nodes
+            .values()
+            .flat_map(|n| n.runs.iter())
+            .filter(|r| r.status == UpgradeStatus::Running)
+            .filter_map(|r| r.done_at);
+        let pdbs = s.pdbs.values().filter_map(|p| p.blocked_until);
+        runs.chain(pdbs).filter(|t| *t > now).min()
+    }
+}
+
+impl State {
+    fn node(&mut self, name: &str) -> Result<&mut SimNode, SimError> {
+        self.nodes
+            .get_mut(name)
+            .ok_or_else(|| SimError::NoSuchNode(name.to_string()))
+    }
+
+    /// Finish every reboot due by `now`.
+    fn settle(&mut self, now: DateTime<Utc>) {
+        let mut returned = Vec::new();
+        for n in self.nodes.values_mut() {
+            let failure = n.failure.clone();
+            for r in n.runs.iter_mut() {
+                if r.status != UpgradeStatus::Running || r.done_at.is_none_or(|t| t > now) {
+                    continue;
+                }
+                match &failure {
+                    Some(Failure::DriverFails(m)) => r.status = UpgradeStatus::Failed(m.clone()),
+                    Some(Failure::ReturnsAt(v)) => {
+                        r.status = UpgradeStatus::Succeeded;
+                        n.version = Some(v.clone());
+                        n.ready = true;
+                        n.down_by_drover = false;
+                    }
+                    _ => {
+                        r.status = UpgradeStatus::Succeeded;
+                        n.version = Some(r.target.clone());
+                        n.ready = true;
+                        n.down_by_drover = false;
+                    }
+                }
+                if n.ready {
+                    returned.push((r.done_at.unwrap_or(now), n.name.clone(), n.version.clone()));
+                }
+            }
+        }
+        for (at, node, v) in returned {
+            self.log.push(Event {
+                at,
+                node,
+                kind: EventKind::Returned(v),
+            });
+        }
+        self.place_pending();
+        self.measure();
+    }
+
+    fn measure(&mut self) {
+        let down = self
+            .nodes
+            .values()
+            .filter(|n| {
+                n.cordoned_by == Some(CordonedBy::Drover)
+                    || n.down_by_drover
+                    || matches!(NodeProgress::decode(&n.annotations), Ok(Some(p)) if p.state.in_flight())
+            })
+            .count();
+        self.peak_unavailable = self.peak_unavailable.max(down);
+    }
+
+    fn place_pending(&mut self) {
+        let pods = std::mem::take(&mut self.pending);
+        for pod in pods {
+            self.place(pod, "");
+        }
+    }
+
+    /// Put `pod` on the schedulable Ready node (not `from`) with the fewest pods.
+    fn place(&mut self, pod: Pod, from: &str) {
+        let dest = self
+            .nodes
+            .values_mut()
+            .filter(|n| n.ready && !n.unschedulable && n.name != from)
+            .min_by_key(|n| n.pods.len());
+        match dest {
+            Some(n) => n.pods.push(pod),
+            None => self.pending.push(pod),
+        }
+    }
+
+    fn healthy(&self, pdb: &str) -> usize {
+        self.nodes
+            .values()
+            .filter(|n| n.ready)
+            .flat_map(|n| n.pods.iter())
+            .filter(|p| p.pdb.as_deref() == Some(pdb))
+            .count()
+    }
+
+    fn write(&mut self, node: &str, progress: Option<&NodeProgress>) -> Result<(), SimError> {
+        let n = self.node(node)?;
+        apply_patch(&mut n.annotations, &encode_progress(progress));
+        Ok(())
+    }
+}
+
+impl Cluster for Sim {
+    type Error = SimError;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn observe(&self) -> Result<Vec<NodeView>, SimError> {
+        let now = self.clock.now();
+        let mut s = self.lock();
+        s.settle(now);
+        Ok(s.nodes
+            .values()
+            .map(|n| {
+                let progress = NodeProgress::decode(&n.annotations);
+                let upgrade = match &progress {
+                    Ok(Some(p)) => n
+                        .runs
+                        .iter()
+                        .find(|r| r.target == p.target && r.attempt == p.started_at)
+                        .map_or(UpgradeStatus::NotStarted, |r| r.status.clone()),
+                    _ => UpgradeStatus::NotStarted,
+                };
+                NodeView {
+                    name: n.name.clone(),
+                    version: n.version.clone(),
+                    ready: n.ready,
+                    unschedulable: n.unschedulable,
+                    progress,
+                    retry: crate::cluster::retry_requested(&n.annotations),
+                    pods_to_evict: n.pods.len(),
+                    upgrade,
+                }
+            })
+            .collect())
+    }
+
+    async fn cordon(&self, node: &str, progress: &NodeProgress) -> Result<(), SimError> {
+        let now = self.clock.now();
+        let mut s = self.lock();
+        s.settle(now);
+        let n = s.node(node)?;
+        let kind = if n.unschedulable {
+            EventKind::Adopt
+        } else {
+            n.unschedulable = true;
+            n.cordoned_by = Some(CordonedBy::Drover);
+            EventKind::Cordon
+        };
+        s.write(node, Some(progress))?;
+        s.log.push(Event {
+            at: now,
+            node: node.into(),
+            kind,
+        });
+        s.measure();
+        Ok(())
+    }
+
+    async fn uncordon(&self, node: &str, progress: Option<&NodeProgress>) -> Result<(), SimError> {
+        let now = self.clock.now();
+        let mut s = self.lock();
+        s.settle(now);
+        let n = s.node(node)?;
+        let by = n.cordoned_by;
+        n.unschedulable = false;
+        n.cordoned_by = None;
+        if by == Some(CordonedBy::Other) {
+            s.violations.push(format!(
+                "{now}: uncordoned {node}, which someone else cordoned"
+            ));
+        }
+        s.write(node, progress)?;
+        s.log.push(Event {
+            at: now,
+            node: node.into(),
+            kind: EventKind::Uncordon,
+        });
+        s.place_pending();
+        s.measure();
+        Ok(())
+    }
+
+    async fn set_progress(
+        &self,
+        node: &str,
+        progress: Option<&NodeProgress>,
+    ) -> Result<(), SimError> {
+        let now = self.clock.now();
+        let mut s = self.lock();
+        s.settle(now);
+        s.write(node, progress)?;
+        s.measure();
+        Ok(())
+    }
+
+    async fn evict(&self, node: &str) -> Result<EvictionPass, SimError> {
+        let now = self.clock.now();
+        let mut s = self.lock();
+        s.settle(now);
+        let mut blocked_by = Vec::new();
+        let mut i = 0;
+        while i < s.node(node)?.pods.len() {
+            let pod = s.nodes[node].pods[i].clone();
+            let allowed = match pod
+                .pdb
+                .as_ref()
+                .and_then(|name| s.pdbs.get(name).map(|p| (name, p)))
+            {
+                None => true,
+                Some((name, pdb)) => {
+                    pdb.blocked_until.is_none_or(|t| now >= t)
+                        && s.healthy(name) > pdb.min_available
+                }
+            };
+            if !allowed {
+                if let Some(p) = pod.pdb {
+                    if !blocked_by.contains(&p) {
+                        blocked_by.push(p);
+                    }
+                }
+                i += 1;
+                continue;
+            }
+            s.node(node)?.pods.remove(i);
+            s.log.push(Event {
+                at: now,
+                node: node.into(),
+                kind: EventKind::Evicted(pod.name.clone()),
+            });
+            s.place(pod, node);
+        }
+        let remaining = s.node(node)?.pods.len();
+        Ok(EvictionPass {
+            remaining,
+            blocked_by,
+        })
+    }
+
+    async fn start_upgrade(&self, node: &str, progress: &NodeProgress) -> Result<(), SimError> {
+        let now = self.clock.now();
+        let mut s = self.lock();
+        s.settle(now);
+        let n = s.node(node)?;
+        if n.runs
+            .iter()
+            .any(|r| r.target == progress.target && r.attempt == progress.started_at)
+        {
+            return Ok(());
+        }
+        let done = chrono::Duration::from_std(n.node_time)
+            .ok()
+            .and_then(|d| now.checked_add_signed(d));
+        let (done_at, reboots) = match n.failure {
+            Some(Failure::NeverReturns) => (None, true),
+            Some(Failure::DriverFails(_)) => (done, false),
+            _ => (done, true),
+        };
+        if reboots {
+            n.ready = false;
+            n.down_by_drover = true;
+        }
+        n.runs.push(Run {
+            target: progress.target.clone(),
+            attempt: progress.started_at,
+            done_at,
+            status: UpgradeStatus::Running,
+        });
+        s.log.push(Event {
+            at: now,
+            node: node.into(),
+            kind: EventKind::DriverStart(progress.target.clone()),
+        });
+        // The node may have been the only schedulable home for pending pods.
+        s.measure();
+        Ok(())
+    }
+}
+
+/// When nodes may start: windows and the gate, as functions of time.
+#[derive(Debug, Clone, Default)]
+pub struct Schedule {
+    /// Windows as `[start, end)`, sorted.
+    pub windows: Vec<(DateTime<Utc>, DateTime<Utc>)>,
+    /// The gate passes from this instant on; `None` = never.
+    pub gate_from: Option<DateTime<Utc>>,
+}
+
+impl Schedule {
+    /// Always open, gate passed.
+    pub fn always() -> Self {
+        Schedule {
+            windows: vec![(DateTime::<Utc>::MIN_UTC, DateTime::<Utc>::MAX_UTC)],
+            gate_from: Some(DateTime::<Utc>::MIN_UTC),
+        }
+    }
+
+    /// The engine's inputs at `now`.
+    pub fn inputs(&self, now: DateTime<Utc>) -> Inputs {
+        let may_start = self.gate_from.is_some_and(|g| now >= g);
+        Inputs {
+            may_start,
+            hold_reason: if may_start {
+                String::new()
+            } else {
+                "promotion gate not passed".into()
+            },
+            window: WindowState::from_intervals(&self.windows, now),
+        }
+    }
+
+    /// Whether a node may start at `now`.
+    pub fn allows(&self, now: DateTime<Utc>) -> bool {
+        let i = self.inputs(now);
+        i.may_start && i.window.is_open()
+    }
+
+    fn next_change(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.gate_from.filter(|g| *g > now)
+    }
+}
+
+/// How a [`drive`] ended.
+#[derive(Debug, Clone, Serialize)]
+pub struct DriveReport {
+    /// The last decision.
+    pub last: Decision,
+    /// Virtual time when it ended.
+    pub ended_at: DateTime<Utc>,
+    /// Reconcile steps taken.
+    pub steps: usize,
+    /// It ended because nothing more could happen (not because of the horizon).
+    pub settled: bool,
+}
+
+/// Run the engine against the sim from the clock's time until the rollout
+/// is confirmed or failed with nothing in flight, nothing more can happen,
+/// or `until`. Time jumps to the next event.
+pub async fn drive(
+    sim: &Sim,
+    engine: &Engine<VirtualClock>,
+    schedule: &Schedule,
+    until: DateTime<Utc>,
+) -> Result<DriveReport, EngineError<SimError>> {
+    let mut steps = 0;
+    let mut same_instant = 0;
+    loop {
+        let now = sim.clock.now();
+        let out = engine.reconcile(sim, &schedule.inputs(now)).await?;
+        steps += 1;
+        let finished = matches!(
+            out.decision.state,
+            RolloutState::Confirmed | RolloutState::Failed
+        ) && sim.in_flight() == 0;
+        if finished {
+            return Ok(DriveReport {
+                last: out.decision,
+                ended_at: now,
+                steps,
+                settled: true,
+            });
+        }
+        // Each extra step at one instant moves some node forward; the bound
+        // only guards against a bug looping forever.
+        if out.again && same_instant < 8 + 4 * out.decision.nodes as usize {
+            same_instant += 1;
+            continue;
+        }
+        same_instant = 0;
+        let next = [
+            sim.next_event(now),
+            out.decision.wake_at,
+            schedule.next_change(now),
+        ]
+        .into_iter()
+        .flatten()
+        .filter(|t| *t > now)
+        .min();
+        match next {
+            Some(t) if t <= until => sim.clock.set(t),
+            _ => {
+                return Ok(DriveReport {
+                    last: out.decision,
+                    ended_at: now,
+                    steps,
+                    settled: next.is_none(),
+                })
+            }
+        }
+    }
+}

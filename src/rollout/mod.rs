@@ -1,1 +1,14 @@
-//! The rollout: a pure decision core over observed nodes, and the engine that applies its decisions.
+//! The rollout: a pure decision core over observed nodes ([`decide`]), and
+//! the engine that applies its decisions to a [`crate::cluster::Cluster`].
+
+pub mod decide;
+pub mod engine;
+
+#[cfg(test)]
+mod decide_tests;
+
+pub use crate::status::RolloutState;
+pub use decide::{decide, Action, Decision, Inputs, Policy, Skipped, WindowState};
+pub use engine::{
+    apply, reconcile, Clock, Engine, EngineError, Labels, Outcome, SystemClock, VirtualClock,
+};

@@ -1,0 +1,545 @@
+//! The pure decision core: policy, gates, window state and observed nodes
+//! in, the next actions and the environment's state out. No I/O, no clock:
+//! the same inputs always give the same decision.
+//!
+//! Choices where DESIGN.md is silent:
+//! - Budget: a node counts against `max_unavailable` when drover has it in
+//!   flight (draining/upgrading) *or* it is NotReady for any reason: drover
+//!   takes no more capacity down while the cluster is already degraded. A
+//!   Ready node cordoned by someone else still runs its pods and does not count.
+//! - A node cordoned by someone else without drover's record, a node whose
+//!   version cannot be read, a NotReady idle node and a node with unreadable
+//!   drover annotations are skipped and reported, never touched.
+//! - Timeouts fire when `now - started_at >= timeout`, so the instant to wake
+//!   at is exact. In `draining` only `drain_timeout` applies (the node is
+//!   given back, blocked); in `upgrading` `node_timeout` (the node failed).
+//! - Blocked nodes: with `skip` they are tried again once no never-attempted
+//!   node is left to start; with `stop` no node starts while a node blocked
+//!   in the current window (or since it opened) remains, and a node blocked
+//!   before the current window opened is eligible again, first. A retry
+//!   annotation or a new target clears blocked and failed records at once.
+//! - A failed node for the current target stops every new start until the
+//!   target changes or `drover.dev/retry` is set on it.
+//! - A node completes on its own recorded target; if the pinned version
+//!   changed meanwhile, the node becomes idle and is moved again later.
+//! - Confirmed needs at least one selected node: zero nodes is reported
+//!   blocked, so an empty selector is never evidence for the next environment.
+
+use crate::cluster::{NodeProgress, NodeView, ProgressState, UpgradeStatus};
+use crate::config::{EnvConfig, MaxUnavailable, OnDrainTimeout};
+use crate::status::RolloutState;
+use chrono::{DateTime, Utc};
+use semver::Version;
+use serde::Serialize;
+use std::time::Duration;
+
+/// The environment's rollout policy, from its config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// The pinned version.
+    pub target: Version,
+    /// Budget of unavailable selected nodes.
+    pub max_unavailable: MaxUnavailable,
+    /// Longest a drain may take.
+    pub drain_timeout: Duration,
+    /// Longest from drain start to Ready at the target.
+    pub node_timeout: Duration,
+    /// What a drain timeout does to the rest of the rollout.
+    pub on_drain_timeout: OnDrainTimeout,
+}
+
+impl Policy {
+    /// The policy an environment file pins.
+    pub fn from_env(env: &EnvConfig) -> Self {
+        Policy {
+            target: env.version.clone(),
+            max_unavailable: env.rollout.max_unavailable,
+            drain_timeout: env.rollout.drain_timeout,
+            node_timeout: env.rollout.node_timeout,
+            on_drain_timeout: env.rollout.on_drain_timeout,
+        }
+    }
+}
+
+/// The maintenance window at the decision's `now`, computed by the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct WindowState {
+    /// When the window open at `now` opened; `None` when no window is open.
+    pub opened_at: Option<DateTime<Utc>>,
+    /// When the window open at `now` closes.
+    pub closes_at: Option<DateTime<Utc>>,
+    /// When the next window (after the open one, if any) opens; `None` if unknown or never.
+    pub next_opens_at: Option<DateTime<Utc>>,
+}
+
+impl WindowState {
+    /// Whether a window is open.
+    pub fn is_open(&self) -> bool {
+        self.opened_at.is_some()
+    }
+
+    /// The window state at `now` from windows given as `[start, end)`
+    /// intervals sorted by start.
+    pub fn from_intervals(windows: &[(DateTime<Utc>, DateTime<Utc>)], now: DateTime<Utc>) -> Self {
+        let open = windows.iter().find(|(s, e)| *s <= now && now < *e);
+        let next = windows.iter().find(|(s, _)| *s > now).map(|(s, _)| *s);
+        WindowState {
+            opened_at: open.map(|w| w.0),
+            closes_at: open.map(|w| w.1),
+            next_opens_at: next,
+        }
+    }
+}
+
+/// Everything besides the nodes that decides whether a node may start.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Inputs {
+    /// False when the gate or the trust check refused, or there is no trusted config.
+    pub may_start: bool,
+    /// Why `may_start` is false, for the status message.
+    pub hold_reason: String,
+    /// The window at `now`.
+    pub window: WindowState,
+}
+
+/// One thing the engine must do to a node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Action {
+    /// Record state=draining, then cordon (in one patch); `by_drover` is
+    /// false when the node was already unschedulable.
+    Cordon {
+        /// Node name.
+        node: String,
+        /// The progress to write.
+        progress: NodeProgress,
+    },
+    /// One eviction pass.
+    Evict {
+        /// Node name.
+        node: String,
+    },
+    /// Record state=upgrading and start the driver.
+    StartUpgrade {
+        /// Node name.
+        node: String,
+        /// The progress to write (its target and started-at identify the run).
+        progress: NodeProgress,
+    },
+    /// The drain timed out: give the node back (uncordon if drover cordoned it), state=blocked.
+    Block {
+        /// Node name.
+        node: String,
+        /// The progress to write.
+        progress: NodeProgress,
+        /// Uncordon in the same patch.
+        uncordon: bool,
+    },
+    /// Ready at the target: uncordon if drover cordoned it, clear the progress.
+    Complete {
+        /// Node name.
+        node: String,
+        /// Uncordon in the same patch.
+        uncordon: bool,
+    },
+    /// The node did not reach the target: uncordon if drover cordoned it, state=failed.
+    Fail {
+        /// Node name.
+        node: String,
+        /// The progress to write.
+        progress: NodeProgress,
+        /// Uncordon in the same patch.
+        uncordon: bool,
+    },
+    /// Forget a blocked or failed record (retry requested, or target changed).
+    Clear {
+        /// Node name.
+        node: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Action {
+    /// The node the action is about.
+    pub fn node(&self) -> &str {
+        match self {
+            Action::Cordon { node, .. }
+            | Action::Evict { node }
+            | Action::StartUpgrade { node, .. }
+            | Action::Block { node, .. }
+            | Action::Complete { node, .. }
+            | Action::Fail { node, .. }
+            | Action::Clear { node, .. } => node,
+        }
+    }
+
+    /// A short name for logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Action::Cordon { .. } => "cordon",
+            Action::Evict { .. } => "evict",
+            Action::StartUpgrade { .. } => "start_upgrade",
+            Action::Block { .. } => "block",
+            Action::Complete { .. } => "complete",
+            Action::Fail { .. } => "fail",
+            Action::Clear { .. } => "clear",
+        }
+    }
+}
+
+/// A node drover leaves alone, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Skipped {
+    /// Node name.
+    pub node: String,
+    /// Why it is not touched.
+    pub reason: String,
+}
+
+/// The decision for one step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Decision {
+    /// What to do, in order: give nodes back first, then advance, then start new ones.
+    pub actions: Vec<Action>,
+    /// The environment's state for the status report.
+    pub state: RolloutState,
+    /// Why the state is what it is (empty when rolling or confirmed).
+    pub message: String,
+    /// Selected nodes.
+    pub nodes: u32,
+    /// Selected nodes Ready at the target.
+    pub nodes_at_version: u32,
+    /// The budget resolved against the selected nodes.
+    pub max_unavailable: u32,
+    /// Nodes counted against the budget once the actions are applied.
+    pub unavailable: u32,
+    /// Nodes left alone.
+    pub skipped: Vec<Skipped>,
+    /// The next instant at which the decision changes by time alone (a
+    /// timeout, a window opening or closing); events on nodes come on top.
+    pub wake_at: Option<DateTime<Utc>>,
+}
+
+fn elapsed(now: DateTime<Utc>, since: DateTime<Utc>, limit: Duration) -> (bool, DateTime<Utc>) {
+    let limit = chrono::Duration::from_std(limit).unwrap_or(chrono::Duration::MAX);
+    let deadline = since
+        .checked_add_signed(limit)
+        .unwrap_or(DateTime::<Utc>::MAX_UTC);
+    (now >= deadline, deadline)
+}
+
+fn fmt_duration(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+/// Decide the next actions. `nodes` may come in any order; the decision
+/// handles them by name so that it is deterministic.
+pub fn decide(
+    policy: &Policy,
+    inputs: &Inputs,
+    nodes: &[NodeView],
+    now: DateTime<Utc>,
+) -> Decision {
+    let mut order: Vec<&NodeView> = nodes.iter().collect();
+    order.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+
+    let total = order.len();
+    let budget = policy.max_unavailable.resolve(total);
+    let target = &policy.target;
+    let mut wake = Wake(inputs.window.closes_at.or(inputs.window.next_opens_at));
+
+    let mut releases = Vec::new();
+    let mut advances = Vec::new();
+    let mut skipped = Vec::new();
+    let mut unavailable = 0usize;
+    let mut in_flight = 0usize;
+    let mut fresh: Vec<&NodeView> = Vec::new();
+    let mut blocked_retry: Vec<&NodeView> = Vec::new();
+    let mut failed: Option<(String, String)> = None;
+    let mut stop_blocked: Option<(String, String)> = None;
+    let mut blocked_count = 0usize;
+    let mut at_version = 0usize;
+    let mut confirmed = total > 0;
+
+    for n in &order {
+        let at_target = n.version.as_ref() == Some(target);
+        if n.ready && at_target {
+            at_version += 1;
+        }
+        let progress = match &n.progress {
+            Ok(p) => p.as_ref(),
+            Err(e) => {
+                confirmed = false;
+                unavailable += usize::from(!n.ready || n.unschedulable);
+                skipped.push(skip(n, format!("unreadable drover annotations: {e}")));
+                continue;
+            }
+        };
+        let Some(p) = progress else {
+            // Idle node.
+            unavailable += usize::from(!n.ready);
+            if n.ready && at_target {
+                continue;
+            }
+            confirmed = false;
+            if at_target {
+                skipped.push(skip(n, "NotReady".into()));
+            } else if n.version.is_none() {
+                skipped.push(skip(n, "OS version cannot be read".into()));
+            } else if n.unschedulable {
+                skipped.push(skip(n, "cordoned by someone else".into()));
+            } else if !n.ready {
+                skipped.push(skip(n, "NotReady".into()));
+            } else {
+                fresh.push(n);
+            }
+            continue;
+        };
+        confirmed = false;
+        let name = n.name.clone();
+        match p.state {
+            ProgressState::Draining => {
+                let (timed_out, deadline) = elapsed(now, p.started_at, policy.drain_timeout);
+                if timed_out {
+                    let msg = format!(
+                        "drain did not finish within drain_timeout ({}): {} pods left",
+                        fmt_duration(policy.drain_timeout),
+                        n.pods_to_evict
+                    );
+                    releases.push(Action::Block {
+                        node: name,
+                        progress: given_back(p, ProgressState::Blocked, now, msg),
+                        uncordon: p.cordoned_by_drover,
+                    });
+                    blocked_count += 1;
+                    unavailable += usize::from(!n.ready);
+                    if policy.on_drain_timeout == OnDrainTimeout::Stop {
+                        stop_blocked.get_or_insert((n.name.clone(), "drain timed out".into()));
+                    }
+                    continue;
+                }
+                wake.at(deadline);
+                in_flight += 1;
+                unavailable += 1;
+                if n.pods_to_evict > 0 {
+                    advances.push(Action::Evict { node: name });
+                } else {
+                    advances.push(Action::StartUpgrade {
+                        node: name,
+                        progress: NodeProgress {
+                            state: ProgressState::Upgrading,
+                            target: target.clone(),
+                            ..p.clone()
+                        },
+                    });
+                }
+            }
+            ProgressState::Upgrading => {
+                let node_at_own_target = n.version.as_ref() == Some(&p.target);
+                let (timed_out, deadline) = elapsed(now, p.started_at, policy.node_timeout);
+                let failure = if n.ready && node_at_own_target {
+                    releases.push(Action::Complete {
+                        node: name,
+                        uncordon: p.cordoned_by_drover,
+                    });
+                    continue;
+                } else if let UpgradeStatus::Failed(m) = &n.upgrade {
+                    Some(format!("upgrade driver failed: {m}"))
+                } else if n.upgrade == UpgradeStatus::Succeeded && n.ready {
+                    Some(match &n.version {
+                        Some(v) => format!("node returned Ready at {v} instead of {}", p.target),
+                        None => format!(
+                            "node returned Ready but its OS version cannot be read (expected {})",
+                            p.target
+                        ),
+                    })
+                } else if timed_out {
+                    Some(format!(
+                        "node did not return Ready at {} within node_timeout ({})",
+                        p.target,
+                        fmt_duration(policy.node_timeout)
+                    ))
+                } else {
+                    None
+                };
+                if let Some(msg) = failure {
+                    if p.target == *target {
+                        failed.get_or_insert((n.name.clone(), msg.clone()));
+                    }
+                    releases.push(Action::Fail {
+                        node: name,
+                        progress: given_back(p, ProgressState::Failed, now, msg),
+                        uncordon: p.cordoned_by_drover,
+                    });
+                    unavailable += usize::from(!n.ready);
+                    continue;
+                }
+                wake.at(deadline);
+                in_flight += 1;
+                unavailable += 1;
+                if n.upgrade == UpgradeStatus::NotStarted {
+                    // A crash between recording `upgrading` and starting the driver.
+                    advances.push(Action::StartUpgrade {
+                        node: name,
+                        progress: p.clone(),
+                    });
+                }
+            }
+            ProgressState::Blocked | ProgressState::Failed => {
+                unavailable += usize::from(!n.ready);
+                if p.target != *target || n.retry {
+                    let reason = if n.retry {
+                        "retry requested".to_string()
+                    } else {
+                        format!("target changed from {} to {target}", p.target)
+                    };
+                    releases.push(Action::Clear { node: name, reason });
+                    continue;
+                }
+                if p.state == ProgressState::Failed {
+                    failed.get_or_insert((n.name.clone(), p.message.clone()));
+                    skipped.push(skip(n, format!("failed: {}", p.message)));
+                    continue;
+                }
+                blocked_count += 1;
+                let held = match policy.on_drain_timeout {
+                    OnDrainTimeout::Skip => false,
+                    OnDrainTimeout::Stop => inputs
+                        .window
+                        .opened_at
+                        .is_none_or(|opened| p.started_at >= opened),
+                };
+                if held {
+                    stop_blocked.get_or_insert((n.name.clone(), p.message.clone()));
+                    skipped.push(skip(n, format!("blocked: {}", p.message)));
+                } else if n.unschedulable {
+                    skipped.push(skip(n, "blocked, and cordoned by someone else".into()));
+                } else if !n.ready {
+                    skipped.push(skip(n, "blocked, and NotReady".into()));
+                } else {
+                    blocked_retry.push(n);
+                }
+            }
+        }
+    }
+
+    // Which nodes may start now, in order.
+    let mut hold = None;
+    if let Some((node, msg)) = &failed {
+        hold = Some(format!(
+            "node {node} failed: {msg}; rollout stopped until retry or a new target"
+        ));
+    } else if let Some((node, msg)) = &stop_blocked {
+        hold = Some(format!(
+            "node {node} blocked ({msg}); on_drain_timeout = \"stop\": no node starts before the next window"
+        ));
+    } else if !inputs.may_start {
+        hold = Some(if inputs.hold_reason.is_empty() {
+            "may not start: gate or trust refused".into()
+        } else {
+            inputs.hold_reason.clone()
+        });
+    } else if !inputs.window.is_open() {
+        hold = Some(match inputs.window.next_opens_at {
+            Some(t) => format!("outside the window; next opens at {}", t.to_rfc3339()),
+            None => "outside the window; no window ahead".into(),
+        });
+    }
+    let mut starts = Vec::new();
+    if hold.is_none() && !confirmed {
+        let candidates: Vec<&NodeView> = match policy.on_drain_timeout {
+            OnDrainTimeout::Stop => blocked_retry.iter().chain(fresh.iter()).copied().collect(),
+            OnDrainTimeout::Skip if fresh.is_empty() => blocked_retry.clone(),
+            OnDrainTimeout::Skip => fresh.clone(),
+        };
+        for n in candidates {
+            if unavailable >= budget {
+                break;
+            }
+            unavailable += 1;
+            in_flight += 1;
+            starts.push(Action::Cordon {
+                node: n.name.clone(),
+                progress: NodeProgress {
+                    state: ProgressState::Draining,
+                    target: target.clone(),
+                    started_at: now,
+                    cordoned_by_drover: !n.unschedulable,
+                    message: String::new(),
+                },
+            });
+        }
+    }
+
+    let (state, message) = if let Some((node, msg)) = failed {
+        (RolloutState::Failed, format!("node {node} failed: {msg}"))
+    } else if confirmed {
+        (RolloutState::Confirmed, String::new())
+    } else if in_flight > 0 || !releases.is_empty() {
+        (RolloutState::Rolling, String::new())
+    } else if let Some(h) = hold {
+        (RolloutState::Blocked, h)
+    } else if total == 0 {
+        (RolloutState::Blocked, "no selected nodes".into())
+    } else if blocked_count > 0 || !skipped.is_empty() {
+        let list: Vec<String> = skipped
+            .iter()
+            .map(|s| format!("{}: {}", s.node, s.reason))
+            .collect();
+        (
+            RolloutState::Blocked,
+            format!("nodes not moved: {}", list.join("; ")),
+        )
+    } else {
+        (
+            RolloutState::Blocked,
+            format!("budget used up: {unavailable} of {budget} nodes unavailable"),
+        )
+    };
+
+    let mut actions = releases;
+    actions.append(&mut advances);
+    actions.append(&mut starts);
+    Decision {
+        actions,
+        state,
+        message,
+        nodes: total as u32,
+        nodes_at_version: at_version as u32,
+        max_unavailable: budget as u32,
+        unavailable: unavailable as u32,
+        skipped,
+        wake_at: wake.0,
+    }
+}
+
+struct Wake(Option<DateTime<Utc>>);
+
+impl Wake {
+    fn at(&mut self, t: DateTime<Utc>) {
+        self.0 = Some(self.0.map_or(t, |w| w.min(t)));
+    }
+}
+
+fn skip(n: &NodeView, reason: String) -> Skipped {
+    Skipped {
+        node: n.name.clone(),
+        reason,
+    }
+}
+
+fn given_back(
+    p: &NodeProgress,
+    state: ProgressState,
+    now: DateTime<Utc>,
+    msg: String,
+) -> NodeProgress {
+    NodeProgress {
+        state,
+        target: p.target.clone(),
+        started_at: now,
+        cordoned_by_drover: false,
+        message: msg,
+    }
+}

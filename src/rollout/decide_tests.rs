@@ -1,0 +1,407 @@
+//! Step-by-step tests of the decision core.
+
+use super::decide::*;
+use crate::cluster::{NodeProgress, NodeView, ProgressState, UpgradeStatus};
+use crate::config::{MaxUnavailable, OnDrainTimeout};
+use crate::status::RolloutState;
+use chrono::{DateTime, Utc};
+use semver::Version;
+use std::time::Duration;
+
+fn t(s: &str) -> DateTime<Utc> {
+    format!("2026-12-08T{s}:00Z").parse().unwrap()
+}
+
+fn v(s: &str) -> Version {
+    s.parse().unwrap()
+}
+
+fn policy(max: u32, mode: OnDrainTimeout) -> Policy {
+    Policy {
+        target: v("1.13.2"),
+        max_unavailable: MaxUnavailable::Count(max),
+        drain_timeout: Duration::from_secs(20 * 60),
+        node_timeout: Duration::from_secs(45 * 60),
+        on_drain_timeout: mode,
+    }
+}
+
+fn open() -> Inputs {
+    Inputs {
+        may_start: true,
+        hold_reason: String::new(),
+        window: WindowState {
+            opened_at: Some(t("02:00")),
+            closes_at: Some(t("08:00")),
+            next_opens_at: None,
+        },
+    }
+}
+
+fn idle(name: &str, ver: &str) -> NodeView {
+    NodeView {
+        name: name.into(),
+        version: Some(v(ver)),
+        ready: true,
+        unschedulable: false,
+        progress: Ok(None),
+        retry: false,
+        pods_to_evict: 0,
+        upgrade: UpgradeStatus::NotStarted,
+    }
+}
+
+fn with(mut n: NodeView, state: ProgressState, started: &str, by_drover: bool) -> NodeView {
+    n.progress = Ok(Some(NodeProgress {
+        state,
+        target: v("1.13.2"),
+        started_at: t(started),
+        cordoned_by_drover: by_drover,
+        message: "why".into(),
+    }));
+    n.unschedulable = state.in_flight();
+    n
+}
+
+fn kinds(d: &Decision) -> Vec<(&'static str, String)> {
+    d.actions
+        .iter()
+        .map(|a| (a.kind(), a.node().to_string()))
+        .collect()
+}
+
+#[test]
+fn idle_nodes_start_in_name_order_up_to_the_budget() {
+    let nodes = [
+        idle("c", "1.12.0"),
+        idle("a", "1.12.0"),
+        idle("b", "1.13.2"),
+    ];
+    let d = decide(
+        &policy(1, OnDrainTimeout::Skip),
+        &open(),
+        &nodes,
+        t("03:00"),
+    );
+    assert_eq!(kinds(&d), [("cordon", "a".into())]);
+    let Action::Cordon { progress, .. } = &d.actions[0] else {
+        unreachable!()
+    };
+    assert_eq!(progress.state, ProgressState::Draining);
+    assert_eq!(progress.started_at, t("03:00"));
+    assert!(progress.cordoned_by_drover);
+    assert_eq!(d.state, RolloutState::Rolling);
+    assert_eq!((d.nodes, d.nodes_at_version), (3, 1));
+}
+
+#[test]
+fn percent_budget_resolves_against_selected_nodes() {
+    let nodes: Vec<_> = (0..10).map(|i| idle(&format!("n{i}"), "1.12.0")).collect();
+    let mut p = policy(1, OnDrainTimeout::Skip);
+    p.max_unavailable = MaxUnavailable::Percent(30);
+    let d = decide(&p, &open(), &nodes, t("03:00"));
+    assert_eq!(d.actions.len(), 3);
+    assert_eq!(d.max_unavailable, 3);
+}
+
+#[test]
+fn nothing_starts_outside_the_window_or_without_the_gate() {
+    let nodes = [idle("a", "1.12.0")];
+    let mut closed = open();
+    closed.window = WindowState {
+        opened_at: None,
+        closes_at: None,
+        next_opens_at: Some(t("22:00")),
+    };
+    let d = decide(
+        &policy(1, OnDrainTimeout::Skip),
+        &closed,
+        &nodes,
+        t("09:00"),
+    );
+    assert!(d.actions.is_empty());
+    assert_eq!(d.state, RolloutState::Blocked);
+    assert!(d.message.contains("outside the window"), "{}", d.message);
+    assert_eq!(d.wake_at, Some(t("22:00")));
+
+    let mut refused = open();
+    refused.may_start = false;
+    refused.hold_reason = "gate: stage has not confirmed 1.13.2".into();
+    let d = decide(
+        &policy(1, OnDrainTimeout::Skip),
+        &refused,
+        &nodes,
+        t("03:00"),
+    );
+    assert!(d.actions.is_empty());
+    assert_eq!(d.message, "gate: stage has not confirmed 1.13.2");
+}
+
+#[test]
+fn a_node_cordoned_by_someone_else_is_skipped_and_reported() {
+    let mut n = idle("a", "1.12.0");
+    n.unschedulable = true;
+    let d = decide(&policy(1, OnDrainTimeout::Skip), &open(), &[n], t("03:00"));
+    assert!(d.actions.is_empty());
+    assert_eq!(d.skipped[0].reason, "cordoned by someone else");
+    assert_eq!(d.state, RolloutState::Blocked);
+}
+
+#[test]
+fn unreadable_version_is_reported_and_not_moved() {
+    let mut n = idle("a", "1.12.0");
+    n.version = None;
+    let d = decide(&policy(1, OnDrainTimeout::Skip), &open(), &[n], t("03:00"));
+    assert!(d.actions.is_empty());
+    assert_eq!(d.skipped[0].reason, "OS version cannot be read");
+}
+
+#[test]
+fn notready_nodes_count_against_the_budget() {
+    let mut sick = idle("z", "1.13.2");
+    sick.ready = false;
+    let nodes = [idle("a", "1.12.0"), sick];
+    let d = decide(
+        &policy(1, OnDrainTimeout::Skip),
+        &open(),
+        &nodes,
+        t("03:00"),
+    );
+    assert!(d.actions.is_empty());
+    assert_eq!(d.unavailable, 1);
+}
+
+#[test]
+fn draining_evicts_then_starts_the_upgrade_then_blocks_on_timeout() {
+    let p = policy(1, OnDrainTimeout::Skip);
+    let mut n = with(idle("a", "1.12.0"), ProgressState::Draining, "03:00", true);
+    n.pods_to_evict = 2;
+    let d = decide(&p, &open(), std::slice::from_ref(&n), t("03:05"));
+    assert_eq!(kinds(&d), [("evict", "a".into())]);
+    assert_eq!(d.wake_at, Some(t("03:20")));
+
+    n.pods_to_evict = 0;
+    let d = decide(&p, &open(), std::slice::from_ref(&n), t("03:06"));
+    let Action::StartUpgrade { progress, .. } = &d.actions[0] else {
+        panic!("{d:?}")
+    };
+    assert_eq!(progress.state, ProgressState::Upgrading);
+    assert_eq!(
+        progress.started_at,
+        t("03:00"),
+        "the attempt keeps its drain start"
+    );
+
+    n.pods_to_evict = 1;
+    let d = decide(&p, &open(), &[n, idle("b", "1.12.0")], t("03:20"));
+    let Action::Block {
+        progress, uncordon, ..
+    } = &d.actions[0]
+    else {
+        panic!("{d:?}")
+    };
+    assert!(*uncordon);
+    assert_eq!(progress.state, ProgressState::Blocked);
+    assert!(progress.message.contains("drain_timeout"));
+    // The slot it frees goes to the next node at once (skip mode).
+    assert_eq!(kinds(&d)[1], ("cordon", "b".into()));
+}
+
+#[test]
+fn upgrading_completes_only_ready_at_exactly_the_target() {
+    let p = policy(1, OnDrainTimeout::Skip);
+    let mut n = with(idle("a", "1.12.0"), ProgressState::Upgrading, "03:00", true);
+    n.upgrade = UpgradeStatus::Running;
+    n.ready = false;
+    let d = decide(&p, &open(), std::slice::from_ref(&n), t("03:10"));
+    assert!(d.actions.is_empty());
+    assert_eq!(d.wake_at, Some(t("03:45")));
+
+    n.ready = true;
+    n.version = Some(v("1.13.2"));
+    let d = decide(&p, &open(), std::slice::from_ref(&n), t("03:15"));
+    assert_eq!(
+        d.actions,
+        [Action::Complete {
+            node: "a".into(),
+            uncordon: true
+        }]
+    );
+}
+
+#[test]
+fn a_node_drover_did_not_cordon_is_never_uncordoned() {
+    let p = policy(1, OnDrainTimeout::Skip);
+    let mut n = with(
+        idle("a", "1.13.2"),
+        ProgressState::Upgrading,
+        "03:00",
+        false,
+    );
+    n.upgrade = UpgradeStatus::Succeeded;
+    let d = decide(&p, &open(), &[n], t("03:15"));
+    assert_eq!(
+        d.actions,
+        [Action::Complete {
+            node: "a".into(),
+            uncordon: false
+        }]
+    );
+}
+
+#[test]
+fn wrong_version_driver_failure_and_timeout_fail_and_stop_the_rollout() {
+    let p = policy(2, OnDrainTimeout::Skip);
+    let mut wrong = with(idle("a", "1.13.1"), ProgressState::Upgrading, "03:00", true);
+    wrong.upgrade = UpgradeStatus::Succeeded;
+    let mut broken = with(idle("b", "1.12.0"), ProgressState::Upgrading, "03:00", true);
+    broken.upgrade = UpgradeStatus::Failed("no space left".into());
+    let mut lost = with(idle("c", "1.12.0"), ProgressState::Upgrading, "03:00", true);
+    lost.upgrade = UpgradeStatus::Running;
+    lost.ready = false;
+    let nodes = [wrong, broken, lost, idle("d", "1.12.0")];
+    let d = decide(&p, &open(), &nodes, t("03:45"));
+    let msgs: Vec<_> = d
+        .actions
+        .iter()
+        .map(|a| match a {
+            Action::Fail {
+                progress, uncordon, ..
+            } => {
+                assert!(*uncordon);
+                progress.message.clone()
+            }
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(msgs.len(), 3, "d is not started: {d:?}");
+    assert!(msgs[0].contains("Ready at 1.13.1 instead of 1.13.2"));
+    assert!(msgs[1].contains("no space left"));
+    assert!(msgs[2].contains("did not return Ready at 1.13.2 within node_timeout"));
+    assert_eq!(d.state, RolloutState::Failed);
+}
+
+#[test]
+fn a_failed_node_holds_the_rollout_until_retry_or_a_new_target() {
+    let p = policy(1, OnDrainTimeout::Skip);
+    let failed = with(idle("a", "1.12.0"), ProgressState::Failed, "03:00", false);
+    let d = decide(
+        &p,
+        &open(),
+        &[failed.clone(), idle("b", "1.12.0")],
+        t("04:00"),
+    );
+    assert!(d.actions.is_empty());
+    assert_eq!(d.state, RolloutState::Failed);
+
+    let mut retried = failed.clone();
+    retried.retry = true;
+    let d = decide(&p, &open(), &[retried, idle("b", "1.12.0")], t("04:00"));
+    assert_eq!(kinds(&d), [("clear", "a".into()), ("cordon", "b".into())]);
+
+    let mut newer = p.clone();
+    newer.target = v("1.13.3");
+    let d = decide(&newer, &open(), &[failed, idle("b", "1.12.0")], t("04:00"));
+    assert_eq!(kinds(&d)[0], ("clear", "a".into()));
+}
+
+#[test]
+fn skip_retries_blocked_nodes_after_never_attempted_ones() {
+    let p = policy(1, OnDrainTimeout::Skip);
+    let blocked = with(idle("a", "1.12.0"), ProgressState::Blocked, "03:20", false);
+    let d = decide(
+        &p,
+        &open(),
+        &[blocked.clone(), idle("b", "1.12.0")],
+        t("03:20"),
+    );
+    assert_eq!(kinds(&d), [("cordon", "b".into())]);
+    let d = decide(&p, &open(), &[blocked, idle("b", "1.13.2")], t("03:40"));
+    assert_eq!(kinds(&d), [("cordon", "a".into())]);
+}
+
+#[test]
+fn stop_holds_until_a_later_window_then_retries_the_blocked_node_first() {
+    let p = policy(1, OnDrainTimeout::Stop);
+    let blocked = with(idle("b", "1.12.0"), ProgressState::Blocked, "03:20", false);
+    let nodes = [idle("a", "1.12.0"), blocked];
+    let d = decide(&p, &open(), &nodes, t("03:30"));
+    assert!(d.actions.is_empty());
+    assert_eq!(d.state, RolloutState::Blocked);
+
+    let mut next = open();
+    next.window.opened_at = Some(t("22:00"));
+    next.window.closes_at = Some(t("23:00"));
+    let d = decide(&p, &next, &nodes, t("22:00"));
+    assert_eq!(kinds(&d), [("cordon", "b".into())]);
+}
+
+#[test]
+fn in_flight_nodes_continue_when_the_window_closes() {
+    let p = policy(2, OnDrainTimeout::Skip);
+    let mut n = with(idle("a", "1.12.0"), ProgressState::Draining, "07:55", true);
+    n.pods_to_evict = 0;
+    let closed = Inputs {
+        may_start: true,
+        hold_reason: String::new(),
+        window: WindowState::default(),
+    };
+    let d = decide(&p, &closed, &[n, idle("b", "1.12.0")], t("08:05"));
+    assert_eq!(kinds(&d), [("start_upgrade", "a".into())]);
+    assert_eq!(d.state, RolloutState::Rolling);
+}
+
+#[test]
+fn upgrading_without_a_driver_run_restarts_the_same_attempt() {
+    let p = policy(1, OnDrainTimeout::Skip);
+    let n = with(idle("a", "1.12.0"), ProgressState::Upgrading, "03:00", true);
+    let d = decide(&p, &open(), &[n], t("03:01"));
+    let Action::StartUpgrade { progress, .. } = &d.actions[0] else {
+        panic!("{d:?}")
+    };
+    assert_eq!(progress.started_at, t("03:00"));
+}
+
+#[test]
+fn confirmed_needs_every_node_ready_at_target_and_no_progress_left() {
+    let p = policy(1, OnDrainTimeout::Skip);
+    let d = decide(
+        &p,
+        &open(),
+        &[idle("a", "1.13.2"), idle("b", "1.13.2")],
+        t("03:00"),
+    );
+    assert_eq!(d.state, RolloutState::Confirmed);
+    assert_eq!(d.nodes_at_version, 2);
+    let blocked = with(idle("b", "1.13.2"), ProgressState::Blocked, "03:00", false);
+    let d = decide(&p, &open(), &[idle("a", "1.13.2"), blocked], t("03:00"));
+    assert_ne!(d.state, RolloutState::Confirmed);
+    let d = decide(&p, &open(), &[], t("03:00"));
+    assert_eq!(d.state, RolloutState::Blocked);
+}
+
+#[test]
+fn unreadable_annotations_are_reported_and_the_node_left_alone() {
+    let mut n = idle("a", "1.12.0");
+    n.progress = Err(crate::cluster::ProgressError::Missing(
+        crate::cluster::ANN_TARGET,
+    ));
+    let d = decide(&policy(1, OnDrainTimeout::Skip), &open(), &[n], t("03:00"));
+    assert!(d.actions.is_empty());
+    assert!(d.skipped[0]
+        .reason
+        .contains("unreadable drover annotations"));
+}
+
+#[test]
+fn window_state_from_intervals() {
+    let w = [(t("02:00"), t("08:00")), (t("20:00"), t("21:00"))];
+    let s = WindowState::from_intervals(&w, t("07:59"));
+    assert_eq!(
+        (s.opened_at, s.closes_at, s.next_opens_at),
+        (Some(t("02:00")), Some(t("08:00")), Some(t("20:00")))
+    );
+    let s = WindowState::from_intervals(&w, t("08:00"));
+    assert!(!s.is_open());
+    assert_eq!(s.next_opens_at, Some(t("20:00")));
+}
