@@ -12,6 +12,7 @@ pub mod config;
 pub mod diag;
 pub mod gate;
 pub mod kubernetes;
+pub mod promote;
 pub mod rollout;
 pub mod sim;
 pub mod source;

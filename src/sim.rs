@@ -139,6 +139,17 @@ impl SimNode {
         self
     }
 
+    /// drover's record says draining or upgrading (read cheaply: the sim
+    /// checks this after every change).
+    pub fn in_flight(&self) -> bool {
+        matches!(
+            self.annotations
+                .get(crate::cluster::ANN_STATE)
+                .map(String::as_str),
+            Some("draining" | "upgrading")
+        )
+    }
+
     /// Driver runs started on this node.
     pub fn driver_runs(&self) -> usize {
         self.runs.len()
@@ -229,6 +240,41 @@ impl Sim {
         sim
     }
 
+    /// A sim seeded from observed nodes (of a real cluster or another sim):
+    /// versions, readiness, cordons and drover's records carry over; each
+    /// node's pods become plain pods, and every node takes `node_time`.
+    pub fn from_views(
+        name: &str,
+        clock: VirtualClock,
+        views: &[NodeView],
+        node_time: Duration,
+    ) -> Self {
+        let sim = Sim::new(name, clock);
+        for v in views {
+            let mut n = SimNode::new(v.name.clone(), v.version.clone(), node_time);
+            n.ready = v.ready;
+            n.unschedulable = v.unschedulable;
+            let progress = v.progress.as_ref().ok().and_then(Option::as_ref);
+            if v.unschedulable {
+                n.cordoned_by = Some(match progress {
+                    Some(p) if p.cordoned_by_drover => CordonedBy::Drover,
+                    _ => CordonedBy::Other,
+                });
+            }
+            if let Some(p) = progress {
+                apply_patch(&mut n.annotations, &encode_progress(Some(p)));
+            }
+            n.pods = (0..v.pods_to_evict)
+                .map(|i| Pod {
+                    name: format!("{}-pod-{i}", v.name),
+                    pdb: None,
+                })
+                .collect();
+            sim.add_node(n);
+        }
+        sim
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -280,11 +326,7 @@ impl Sim {
 
     /// Nodes drover has in flight (draining/upgrading per their annotations).
     pub fn in_flight(&self) -> usize {
-        self.lock()
-            .nodes
-            .values()
-            .filter(|n| matches!(NodeProgress::decode(&n.annotations), Ok(Some(p)) if p.state.in_flight()))
-            .count()
+        self.lock().nodes.values().filter(|n| n.in_flight()).count()
     }
 
     /// The next instant after `now` at which something happens by itself
@@ -354,9 +396,7 @@ impl State {
             .nodes
             .values()
             .filter(|n| {
-                n.cordoned_by == Some(CordonedBy::Drover)
-                    || n.down_by_drover
-                    || matches!(NodeProgress::decode(&n.annotations), Ok(Some(p)) if p.state.in_flight())
+                n.cordoned_by == Some(CordonedBy::Drover) || n.down_by_drover || n.in_flight()
             })
             .count();
         self.peak_unavailable = self.peak_unavailable.max(down);

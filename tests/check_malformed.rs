@@ -175,6 +175,8 @@ fn cases() -> Vec<Case> {
             "invalid TOML"),
         case("TOML syntax error in drover.toml", vec![Replace(ROOT, "[clusters]", "[clusters")], ROOT, "[clusters",
             "invalid TOML"),
+        case("duplicate key", vec![Replace(STAGE, "duration = \"6h\"", "duration = \"6h\"\nduration = \"5h\"")], STAGE, "duration = \"5h\"",
+            "duplicate key `duration`: each key may appear once per table"),
         Case {
             name: "multiple errors in one run",
             edits: vec![

@@ -16,7 +16,7 @@ pub struct Args {
     /// origin/main).
     #[arg(long, value_name = "REV")]
     pub base: Option<String>,
-    /// The time the gate's soak periods are measured at (default: now).
+    /// The time soak periods and window overlaps are measured from (default: now).
     #[arg(long, value_name = "RFC3339", value_parser = parse_time)]
     pub now: Option<DateTime<Utc>>,
 }
@@ -37,7 +37,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         .with_context(|| format!("cannot read the config repository {}", repo.display()))?;
 
     let now = args.now.unwrap_or_else(Utc::now);
-    let (config, mut errors) = match config::load(&DirFiles::new(repo)) {
+    let (config, mut errors) = match config::load_at(&DirFiles::new(repo), now) {
         Ok(c) => (Some(c), Vec::new()),
         Err(d) => (None, d),
     };

@@ -1,12 +1,316 @@
-//! `drover plan`.
+//! `drover plan`: what the agent would do now, and how the rollout would go
+//! window by window. The nodes come from any [`Cluster`] (today a simulated
+//! one built from `--nodes`/`--version-now`; a real one once `--kubeconfig`
+//! exists); the forecast always runs on a sim seeded from those nodes.
+//! It assumes the promotion gate and trust check pass.
 
-use super::{Global, Outcome};
+use super::{parse_time, print_json, Global, Outcome};
+use crate::cluster::{Cluster, NodeView};
+use crate::config::{self, EnvConfig};
+use crate::rollout::{decide, Decision, Engine, Labels, Policy, RolloutState, VirtualClock};
+use crate::sim::{drive, EventKind, Schedule, Sim};
+use anyhow::Context as _;
+use chrono::{DateTime, SecondsFormat, Utc};
+use futures::executor::block_on;
+use semver::Version;
+use serde::Serialize;
+use std::time::Duration;
 
 /// Arguments of `drover plan`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// The environment to plan for.
+    #[arg(long)]
+    pub env: String,
+    /// Nodes in the simulated cluster.
+    #[arg(long, default_value_t = 10)]
+    pub nodes: usize,
+    /// Time one node takes from drain start to Ready at the new version.
+    #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
+    pub node_time: Duration,
+    /// Plan as of this instant (RFC 3339; default now).
+    #[arg(long, value_parser = parse_time)]
+    pub now: Option<DateTime<Utc>>,
+    /// Version the simulated nodes run now (default: an older unnamed version, 0.0.0).
+    #[arg(long)]
+    pub version_now: Option<Version>,
+    /// Give up the forecast after this many windows.
+    #[arg(long, default_value_t = 120)]
+    pub max_windows: usize,
+}
+
+/// One window of the forecast.
+#[derive(Debug, Clone, Serialize)]
+pub struct WindowForecast {
+    /// Window start (UTC).
+    pub start: DateTime<Utc>,
+    /// Window end (UTC).
+    pub end: DateTime<Utc>,
+    /// Nodes that start their upgrade in this window.
+    pub started: usize,
+    /// Nodes that return Ready at the target between this window's start and the next one's.
+    pub completed: usize,
+}
+
+/// How the rollout would go.
+#[derive(Debug, Clone, Serialize)]
+pub struct Forecast {
+    /// How the forecast ended: confirmed, failed, blocked, or rolling (ran out of windows).
+    pub state: RolloutState,
+    /// Nodes that need the upgrade.
+    pub nodes_to_upgrade: usize,
+    /// Nodes per window by arithmetic: ceil(duration / node_time) × max_unavailable.
+    pub fit_per_window: usize,
+    /// node_time × ceil(nodes to upgrade / max_unavailable).
+    pub ideal_duration: String,
+    /// Windows in which some node starts.
+    pub windows_needed: usize,
+    /// When the last node is Ready at the target.
+    pub finishes_at: Option<DateTime<Utc>>,
+    /// End of the last window used.
+    pub last_window_end: Option<DateTime<Utc>>,
+    /// The windows used, in order.
+    pub windows: Vec<WindowForecast>,
+}
+
+/// The plan for one environment.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    /// Environment.
+    pub env: String,
+    /// Cluster the nodes came from.
+    pub cluster: String,
+    /// Target version.
+    pub target: Version,
+    /// The instant planned for.
+    pub now: DateTime<Utc>,
+    /// The decision the agent would take now.
+    pub decision: Decision,
+    /// The rollout, window by window.
+    pub forecast: Forecast,
+}
 
 /// Run `drover plan`.
-pub fn run(_g: &Global, _args: Args) -> anyhow::Result<Outcome> {
-    anyhow::bail!("`drover plan` is not built yet")
+pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
+    let repo = match config::load(&config::DirFiles::new(&g.repo)) {
+        Ok(r) => r,
+        Err(diags) => {
+            for d in &diags {
+                eprintln!("{d}");
+            }
+            return Ok(Outcome::Rejected);
+        }
+    };
+    let Some(env) = repo.envs.get(&args.env) else {
+        let known: Vec<&str> = repo.envs.keys().map(String::as_str).collect();
+        eprintln!(
+            "drover: no environment {:?}; the repository has: {}",
+            args.env,
+            known.join(", ")
+        );
+        return Ok(Outcome::Rejected);
+    };
+    let now = args.now.unwrap_or_else(Utc::now);
+    let windows = windows_ahead(env, now, args.max_windows)?;
+    let version_now = args.version_now.clone().unwrap_or(Version::new(0, 0, 0));
+    let cluster = Sim::uniform(
+        "simulated",
+        VirtualClock::new(now),
+        args.nodes,
+        &version_now,
+        args.node_time,
+    );
+    let plan = block_on(plan(&cluster, env, &windows, args.node_time, now))
+        .context("observing the cluster")?;
+    match g.format {
+        super::Format::Json => print_json(&plan)?,
+        super::Format::Text => print!("{}", render(&plan, args.node_time)),
+    }
+    Ok(Outcome::Ok)
+}
+
+/// The single place windows come from.
+fn windows_ahead(
+    env: &EnvConfig,
+    from: DateTime<Utc>,
+    count: usize,
+) -> anyhow::Result<Vec<(DateTime<Utc>, DateTime<Utc>)>> {
+    let ws = crate::window::next_windows(&env.window, from, count)
+        .with_context(|| format!("computing the windows of {}", env.name))?;
+    Ok(ws.into_iter().map(|w| (w.start, w.end)).collect())
+}
+
+/// Plan against any cluster: decide on its nodes as they are now (without
+/// acting), then forecast on a sim seeded from them.
+pub async fn plan<C: Cluster>(
+    cluster: &C,
+    env: &EnvConfig,
+    windows: &[(DateTime<Utc>, DateTime<Utc>)],
+    node_time: Duration,
+    now: DateTime<Utc>,
+) -> Result<Plan, C::Error> {
+    let policy = Policy::from_env(env);
+    let schedule = Schedule {
+        windows: windows.to_vec(),
+        gate_from: Some(now),
+    };
+    let views = cluster.observe().await?;
+    let decision = decide(&policy, &schedule.inputs(now), &views, now);
+    let forecast = forecast(&policy, env, &views, &schedule, node_time, now).await;
+    Ok(Plan {
+        env: env.name.clone(),
+        cluster: cluster.name().to_string(),
+        target: policy.target.clone(),
+        now,
+        decision,
+        forecast,
+    })
+}
+
+async fn forecast(
+    policy: &Policy,
+    env: &EnvConfig,
+    views: &[NodeView],
+    schedule: &Schedule,
+    node_time: Duration,
+    now: DateTime<Utc>,
+) -> Forecast {
+    let clock = VirtualClock::new(now);
+    let sim = Sim::from_views("forecast", clock.clone(), views, node_time);
+    let engine = Engine::new(policy.clone(), Labels::default(), clock);
+    let horizon = schedule.windows.last().map_or(now, |w| w.1)
+        + chrono::Duration::from_std(policy.node_timeout).unwrap_or(chrono::Duration::zero());
+    // The sim cannot fail, and nothing is injected; a blocked forecast still reports.
+    let state = match drive(&sim, &engine, schedule, horizon).await {
+        Ok(r) => r.last.state,
+        Err(_) => RolloutState::Blocked,
+    };
+    let log = sim.log();
+    let budget = policy.max_unavailable.resolve(views.len()).max(1);
+    let to_upgrade = views
+        .iter()
+        .filter(|v| v.version.as_ref() != Some(&policy.target))
+        .count();
+    let mut out = Vec::new();
+    for (i, (s, e)) in schedule.windows.iter().enumerate() {
+        let next = schedule
+            .windows
+            .get(i + 1)
+            .map_or(DateTime::<Utc>::MAX_UTC, |w| w.0);
+        let started = log
+            .iter()
+            .filter(|ev| {
+                matches!(ev.kind, EventKind::Cordon | EventKind::Adopt) && *s <= ev.at && ev.at < *e
+            })
+            .count();
+        let completed = log
+            .iter()
+            .filter(|ev| {
+                matches!(&ev.kind, EventKind::Returned(Some(v)) if *v == policy.target)
+                    && *s <= ev.at
+                    && ev.at < next
+            })
+            .count();
+        if started > 0 || completed > 0 {
+            out.push(WindowForecast {
+                start: *s,
+                end: *e,
+                started,
+                completed,
+            });
+        }
+    }
+    let finishes_at = log
+        .iter()
+        .filter(|ev| matches!(ev.kind, EventKind::Returned(_)))
+        .map(|ev| ev.at)
+        .max()
+        .filter(|_| state == RolloutState::Confirmed);
+    let node_ns = node_time.as_nanos().max(1);
+    let fit = env.window.duration.as_nanos().div_ceil(node_ns) as usize * budget;
+    let waves = to_upgrade.div_ceil(budget) as u32;
+    Forecast {
+        state,
+        nodes_to_upgrade: to_upgrade,
+        fit_per_window: fit,
+        ideal_duration: hours(node_time * waves),
+        windows_needed: out.iter().filter(|w| w.started > 0).count(),
+        finishes_at,
+        last_window_end: out.iter().rev().find(|w| w.started > 0).map(|w| w.end),
+        windows: out,
+    }
+}
+
+/// "75h", "2h30m", "45m": a rollout's length reads best in hours.
+fn hours(d: Duration) -> String {
+    let m = d.as_secs().div_ceil(60);
+    match (m / 60, m % 60) {
+        (0, m) => format!("{m}m"),
+        (h, 0) => format!("{h}h"),
+        (h, m) => format!("{h}h{m}m"),
+    }
+}
+
+fn ts(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
+}
+
+fn render(p: &Plan, node_time: Duration) -> String {
+    use std::fmt::Write as _;
+    let d = &p.decision;
+    let f = &p.forecast;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{} on {}: target {}, {} nodes, {} at target; now {}",
+        p.env,
+        p.cluster,
+        p.target,
+        d.nodes,
+        d.nodes_at_version,
+        ts(p.now)
+    );
+    let state = format!("{:?}", d.state).to_lowercase();
+    if d.message.is_empty() {
+        let _ = writeln!(s, "state now: {state}");
+    } else {
+        let _ = writeln!(s, "state now: {state} ({})", d.message);
+    }
+    if d.actions.is_empty() {
+        let _ = writeln!(s, "the agent would do nothing now");
+    }
+    for a in &d.actions {
+        let _ = writeln!(s, "  would {} {}", a.kind(), a.node());
+    }
+    for sk in &d.skipped {
+        let _ = writeln!(s, "  skips {}: {}", sk.node, sk.reason);
+    }
+    let _ = writeln!(
+        s,
+        "{} nodes at {} at a time × {} = {}; windows fit {} nodes each",
+        f.nodes_to_upgrade,
+        d.max_unavailable,
+        humantime::format_duration(node_time),
+        f.ideal_duration,
+        f.fit_per_window
+    );
+    for w in &f.windows {
+        let _ = writeln!(
+            s,
+            "  window {} – {}: {} started, {} done",
+            ts(w.start),
+            ts(w.end),
+            w.started,
+            w.completed
+        );
+    }
+    let end = f.last_window_end.map_or("-".to_string(), ts);
+    let fin = f.finishes_at.map_or("-".to_string(), ts);
+    let _ = writeln!(
+        s,
+        "{} windows, last ends {end}; rollout {} (last node Ready at {fin})",
+        f.windows_needed,
+        format!("{:?}", f.state).to_lowercase()
+    );
+    s
 }

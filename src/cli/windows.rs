@@ -1,12 +1,116 @@
 //! `drover windows`.
 
-use super::{Global, Outcome};
+use super::{parse_time, print_json, Format, Global, Outcome};
+use crate::config;
+use crate::window;
+use anyhow::Context as _;
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::Serialize;
 
 /// Arguments of `drover windows`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Environment whose windows to list.
+    #[arg(long)]
+    pub env: String,
+    /// List windows that end after this time (RFC 3339); default now.
+    #[arg(long, value_parser = parse_time)]
+    pub from: Option<DateTime<Utc>>,
+    /// How many windows to list.
+    #[arg(long, default_value_t = 5)]
+    pub count: usize,
+}
+
+#[derive(Serialize)]
+struct Output<'a> {
+    env: &'a str,
+    timezone: &'a str,
+    windows: Vec<WindowOut>,
+}
+
+#[derive(Serialize)]
+struct WindowOut {
+    start: String,
+    end: String,
+}
+
+fn utc(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
+}
 
 /// Run `drover windows`.
-pub fn run(_g: &Global, _args: Args) -> anyhow::Result<Outcome> {
-    anyhow::bail!("`drover windows` is not built yet")
+pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
+    let cfg = match config::load(&config::DirFiles::new(&g.repo)) {
+        Ok(c) => c,
+        Err(diags) => {
+            for d in &diags {
+                eprintln!("{d}");
+            }
+            return Ok(Outcome::Rejected);
+        }
+    };
+    let Some(env) = cfg.envs.get(&args.env) else {
+        let valid: Vec<&str> = cfg.envs.keys().map(String::as_str).collect();
+        eprintln!(
+            "drover: unknown environment {:?}; valid environments: {}",
+            args.env,
+            valid.join(", ")
+        );
+        return Ok(Outcome::Rejected);
+    };
+    let from = args.from.unwrap_or_else(Utc::now);
+    let tz = env.window.timezone;
+    let windows = match window::next_windows(&env.window, from, args.count) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!(
+                "{}: error: [window]: {e}",
+                format_args!("{}/{}.toml", config::ENV_DIR, args.env)
+            );
+            return Ok(Outcome::Rejected);
+        }
+    };
+    match g.format {
+        Format::Json => print_json(&Output {
+            env: &args.env,
+            timezone: tz.name(),
+            windows: windows
+                .iter()
+                .map(|w| WindowOut {
+                    start: utc(w.start),
+                    end: utc(w.end),
+                })
+                .collect(),
+        })
+        .context("writing JSON")?,
+        Format::Text => {
+            println!(
+                "Windows of {} ({:?}, {}, timezone {})",
+                args.env,
+                env.window.schedule,
+                humantime::format_duration(env.window.duration),
+                tz.name()
+            );
+            let local = |t: DateTime<Utc>| {
+                t.with_timezone(&tz)
+                    .format("%a %Y-%m-%d %H:%M %Z")
+                    .to_string()
+            };
+            println!(
+                "{:<26} {:<26} {:<21} {:<21}",
+                "START (local)", "END (local)", "START (UTC)", "END (UTC)"
+            );
+            for w in &windows {
+                let open = if w.contains(from) { "  (open)" } else { "" };
+                println!(
+                    "{:<26} {:<26} {:<21} {:<21}{open}",
+                    local(w.start),
+                    local(w.end),
+                    utc(w.start),
+                    utc(w.end)
+                );
+            }
+        }
+    }
+    Ok(Outcome::Ok)
 }

@@ -10,5 +10,5 @@ mod selector;
 
 pub use files::{DirFiles, Files, GitTreeFiles};
 pub use model::*;
-pub use parse::{load, parse_env, parse_root};
+pub use parse::{load, load_at, parse_env, parse_root};
 pub use selector::{LabelSelector, Requirement, SelectorError};

@@ -122,6 +122,14 @@ pub struct WindowSpec {
     pub timezone: Tz,
 }
 
+impl WindowSpec {
+    /// The schedule parsed exactly as validation parsed it (five fields, no
+    /// seconds, day-of-month OR day-of-week as in classic cron).
+    pub fn cron(&self) -> Result<croner::Cron, String> {
+        super::parse::parse_cron(&self.schedule)
+    }
+}
+
 /// `[rollout]`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RolloutSpec {

@@ -73,11 +73,9 @@ pub fn load(files: &dyn Files) -> Result<RepoConfig, Vec<Diagnostic>> {
     load_at(files, Utc::now())
 }
 
-/// [`load`], looking for overlapping windows from `now` on.
-pub(crate) fn load_at(
-    files: &dyn Files,
-    now: DateTime<Utc>,
-) -> Result<RepoConfig, Vec<Diagnostic>> {
+/// [`load`], looking for overlapping windows from `now` on (so a check
+/// given `--now` is reproducible).
+pub fn load_at(files: &dyn Files, now: DateTime<Utc>) -> Result<RepoConfig, Vec<Diagnostic>> {
     let mut diags = Vec::new();
 
     let root = match read_text(files, ROOT_FILE) {
@@ -195,10 +193,12 @@ fn env_path(name: &str) -> String {
 
 fn read_text(files: &dyn Files, path: &str) -> Result<String, Diagnostic> {
     let bytes = files.read(path).ok_or_else(|| {
-        Diagnostic::file(
-            path,
-            format!("missing file `{path}`: a config repository needs {ROOT_FILE} at its root"),
-        )
+        let why = if path == ROOT_FILE {
+            format!("missing file `{path}`: a config repository needs {ROOT_FILE} at its root")
+        } else {
+            format!("cannot read `{path}`")
+        };
+        Diagnostic::file(path, why)
     })?;
     String::from_utf8(bytes).map_err(|e| {
         let (valid, _) = e.as_bytes().split_at(e.utf8_error().valid_up_to());
@@ -732,7 +732,11 @@ impl<'a> Ctx<'a> {
             return Some(doc);
         }
         for e in errors {
-            let msg = format!("invalid TOML: {}", e.message().trim());
+            let mut msg = format!("invalid TOML: {}", e.message().trim());
+            let snippet = e.span().and_then(|r| self.text.get(r));
+            if let Some(key) = snippet.filter(|_| e.message().contains("duplicate key")) {
+                msg = format!("{msg} `{key}`: each key may appear once per table");
+            }
             match e.span() {
                 Some(span) => self.err(&span, msg),
                 None => self.err_at(0, msg),
@@ -987,7 +991,7 @@ impl<'a> Ctx<'a> {
                 .or_else(|| get("schedule").map(|v| v.span()))
                 .or_else(|| self.key_span(doc, "window"))
                 .unwrap_or(0..0);
-            match shortest_gap(sched, tz, now) {
+            match shortest_gap(sched, tz, now, duration) {
                 Err(GapError::NeverFires) => self.err(
                     &get("schedule").map(|v| v.span()).unwrap_or(at),
                     format!(
@@ -1131,8 +1135,14 @@ enum GapError {
 }
 
 /// The shortest time between two consecutive firings of `schedule` in `tz`
-/// over the next two years; `None` when it fires at most once.
-fn shortest_gap(schedule: &str, tz: Tz, now: DateTime<Utc>) -> Result<Option<Duration>, GapError> {
+/// over the next two years; `None` when it fires at most once. Stops at the
+/// first gap shorter than `enough`: the window is then known to be too long.
+fn shortest_gap(
+    schedule: &str,
+    tz: Tz,
+    now: DateTime<Utc>,
+    enough: Duration,
+) -> Result<Option<Duration>, GapError> {
     let Ok(cron) = parse_cron(schedule) else {
         return Ok(None);
     };
@@ -1149,6 +1159,9 @@ fn shortest_gap(schedule: &str, tz: Tz, now: DateTime<Utc>) -> Result<Option<Dur
                 .to_std()
                 .unwrap_or_default();
             best = Some(best.map_or(gap, |b| b.min(gap)));
+            if gap < enough {
+                break;
+            }
         }
         prev = Some(t);
     }
@@ -1245,21 +1258,74 @@ mod tests {
         let now = DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
             .map(|t| t.with_timezone(&Utc))
             .expect("time");
-        let daily = shortest_gap("0 2 * * *", chrono_tz::Europe::Madrid, now)
+        let daily = shortest_gap("0 2 * * *", chrono_tz::Europe::Madrid, now, Duration::ZERO)
             .ok()
             .flatten()
             .expect("gap");
         // The spring-forward day is 23 hours long.
         assert_eq!(daily, Duration::from_secs(23 * 3600));
-        let monthly = shortest_gap("0 2 1 * *", Tz::UTC, now)
+        let monthly = shortest_gap("0 2 1 * *", Tz::UTC, now, Duration::ZERO)
             .ok()
             .flatten()
             .expect("gap");
         assert_eq!(monthly, Duration::from_secs(28 * 24 * 3600));
         assert!(matches!(
-            shortest_gap("0 0 30 2 *", Tz::UTC, now),
+            shortest_gap("0 0 30 2 *", Tz::UTC, now, Duration::ZERO),
             Err(GapError::NeverFires)
         ));
+    }
+
+    #[test]
+    fn history_evidence_needs_no_clusters() {
+        let root = parse_root(
+            "drover.toml",
+            "[promotion]\nchain = [\"a\", \"b\"]\nevidence = \"history\"\n",
+        )
+        .expect("valid");
+        assert_eq!(root.evidence, Evidence::History);
+        let errs = parse_root("drover.toml", "[promotion]\nchain = [\"a\", \"b\"]\n")
+            .expect_err("status evidence needs clusters for `a`");
+        assert_eq!(errs.len(), 1);
+        assert_eq!((errs[0].line, errs[0].column), (2, 10));
+    }
+
+    #[test]
+    fn percentages_and_job_drivers_parse() {
+        let env = parse_env(
+            "environments/x.toml",
+            "x",
+            "version = \"2.0.0\"\n[rollout]\nmax_unavailable = \"25%\"\n\
+             on_drain_timeout = \"stop\"\n[driver]\nkind = \"job\"\n\
+             image = \"example.com/up:1\"\ncommand = [\"/up\", \"--now\"]\n",
+        )
+        .expect("valid");
+        assert_eq!(env.rollout.max_unavailable, MaxUnavailable::Percent(25));
+        assert_eq!(env.rollout.on_drain_timeout, OnDrainTimeout::Stop);
+        assert_eq!(
+            env.driver,
+            DriverSpec::Job {
+                image: "example.com/up:1".into(),
+                command: vec!["/up".into(), "--now".into()],
+            }
+        );
+    }
+
+    #[test]
+    fn the_window_cron_is_the_validated_one() {
+        let cron = WindowSpec::default()
+            .cron()
+            .expect("default schedule parses");
+        let from = DateTime::parse_from_rfc3339("2026-03-15T00:00:00Z")
+            .map(|t| t.with_timezone(&Utc))
+            .expect("time");
+        let next = cron.find_next_occurrence(&from, false).expect("fires");
+        assert_eq!(next.to_rfc3339(), "2026-04-01T02:00:00+00:00");
+        assert!(WindowSpec {
+            schedule: "0 0 2 1 * *".into(),
+            ..WindowSpec::default()
+        }
+        .cron()
+        .is_err());
     }
 
     #[test]

@@ -126,7 +126,12 @@ struct Evidencer<'r> {
 }
 
 impl<'r> Evidencer<'r> {
-    fn lower(&mut self, lower: &str, clusters: &[String], version: &Version) -> Result<Lower, Error> {
+    fn lower(
+        &mut self,
+        lower: &str,
+        clusters: &[String],
+        version: &Version,
+    ) -> Result<Lower, Error> {
         let evidence = match self.kind {
             Evidence::Status => {
                 let conf = match &self.status {
@@ -203,11 +208,20 @@ pub fn check_changes_report(
             return Ok(out);
         }
     };
-    let kind = match root.promotion.evidence.as_ref().map(|s| s.get_ref().as_str()) {
+    let kind = match root
+        .promotion
+        .evidence
+        .as_ref()
+        .map(|s| s.get_ref().as_str())
+    {
         None | Some("status") => Evidence::Status,
         Some("history") => Evidence::History,
         Some(other) => {
-            let span = root.promotion.evidence.as_ref().map_or(0, |s| s.span().start);
+            let span = root
+                .promotion
+                .evidence
+                .as_ref()
+                .map_or(0, |s| s.span().start);
             out.diagnostics.push(Diagnostic::at(
                 ROOT_FILE,
                 &root_text,
@@ -277,7 +291,10 @@ pub fn check_changes_report(
                         &file,
                         &text,
                         s.span().start,
-                        format!("soak {:?} is not a duration such as \"24h\": {e}", s.get_ref()),
+                        format!(
+                            "soak {:?} is not a duration such as \"24h\": {e}",
+                            s.get_ref()
+                        ),
                     ));
                     continue;
                 }

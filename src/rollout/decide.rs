@@ -442,7 +442,10 @@ pub fn decide(
         });
     } else if !inputs.window.is_open() {
         hold = Some(match inputs.window.next_opens_at {
-            Some(t) => format!("outside the window; next opens at {}", t.to_rfc3339()),
+            Some(t) => format!(
+                "outside the window; next opens at {}",
+                t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+            ),
             None => "outside the window; no window ahead".into(),
         });
     }

@@ -77,7 +77,12 @@ pub struct Confirmations {
 
 impl Confirmations {
     /// When `cluster` of `env` first confirmed `version`, if it ever did.
-    pub fn confirmed_at(&self, env: &str, cluster: &str, version: &Version) -> Option<DateTime<Utc>> {
+    pub fn confirmed_at(
+        &self,
+        env: &str,
+        cluster: &str,
+        version: &Version,
+    ) -> Option<DateTime<Utc>> {
         self.confirmed
             .get(&(env.to_owned(), cluster.to_owned(), version.clone()))
             .copied()

@@ -1,0 +1,158 @@
+//! Rollout engine benchmarks (harness = false, plain timing so that the
+//! figures in BENCHMARKS.md come from one short run):
+//! 1. `decide` over 10,000 nodes in mixed states: median of 101 runs, budget 10 ms.
+//! 2. A simulated rollout of 1,000 nodes in one long window: simulated
+//!    duration / ideal (node_time × ceil(nodes / max_unavailable)), which
+//!    must stay within 1% — the engine adds no idle gaps.
+
+use chrono::{DateTime, Utc};
+use drover::cluster::{NodeProgress, NodeView, ProgressState, UpgradeStatus};
+use drover::config::{MaxUnavailable, OnDrainTimeout};
+use drover::rollout::{decide, Engine, Inputs, Labels, Policy, VirtualClock, WindowState};
+use drover::sim::{drive, Schedule, Sim};
+use futures::executor::block_on;
+use semver::Version;
+use std::hint::black_box;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+fn start() -> DateTime<Utc> {
+    "2026-12-08T02:00:00Z".parse().expect("valid time")
+}
+
+fn policy(max: MaxUnavailable) -> Policy {
+    Policy {
+        target: Version::new(1, 13, 2),
+        max_unavailable: max,
+        drain_timeout: Duration::from_secs(20 * 60),
+        node_timeout: Duration::from_secs(45 * 60),
+        on_drain_timeout: OnDrainTimeout::Skip,
+    }
+}
+
+fn nodes(n: usize) -> Vec<NodeView> {
+    (0..n)
+        .map(|i| {
+            // Mostly idle nodes, some done, a few in flight: the common shape mid-rollout.
+            let (version, progress) = match i % 10 {
+                0..=3 => (Version::new(1, 13, 2), None),
+                9 if i % 100 == 9 => (
+                    Version::new(1, 12, 0),
+                    Some(NodeProgress {
+                        state: ProgressState::Upgrading,
+                        target: Version::new(1, 13, 2),
+                        started_at: start(),
+                        cordoned_by_drover: true,
+                        message: String::new(),
+                    }),
+                ),
+                _ => (Version::new(1, 12, 0), None),
+            };
+            NodeView {
+                name: format!("node-{i:05}"),
+                version: Some(version),
+                ready: true,
+                unschedulable: progress.is_some(),
+                upgrade: if progress.is_some() {
+                    UpgradeStatus::Running
+                } else {
+                    UpgradeStatus::NotStarted
+                },
+                progress: Ok(progress),
+                retry: false,
+                pods_to_evict: 0,
+            }
+        })
+        .collect()
+}
+
+fn bench_decide() -> bool {
+    let nodes = nodes(10_000);
+    let p = policy(MaxUnavailable::Percent(2));
+    let inputs = Inputs {
+        may_start: true,
+        hold_reason: String::new(),
+        window: WindowState {
+            opened_at: Some(start()),
+            closes_at: Some(start() + chrono::Duration::hours(6)),
+            next_opens_at: None,
+        },
+    };
+    let now = start() + chrono::Duration::minutes(10);
+    let mut times: Vec<Duration> = (0..101)
+        .map(|_| {
+            let t = Instant::now();
+            black_box(decide(&p, &inputs, black_box(&nodes), now));
+            t.elapsed()
+        })
+        .collect();
+    times.sort();
+    let median = times[times.len() / 2];
+    let d = decide(&p, &inputs, &nodes, now);
+    println!(
+        "decide/10000 nodes: median {:.3} ms (min {:.3}, max {:.3}); {} actions",
+        median.as_secs_f64() * 1e3,
+        times[0].as_secs_f64() * 1e3,
+        times[times.len() - 1].as_secs_f64() * 1e3,
+        d.actions.len()
+    );
+    median < Duration::from_millis(10)
+}
+
+fn bench_rollout(n: usize, max: u32) -> bool {
+    let node_time = Duration::from_secs(15 * 60);
+    let clock = VirtualClock::new(start());
+    let sim = Sim::uniform(
+        "bench",
+        clock.clone(),
+        n,
+        &Version::new(1, 12, 0),
+        node_time,
+    );
+    let engine = Engine::new(policy(MaxUnavailable::Count(max)), Labels::default(), clock);
+    let schedule = Schedule {
+        windows: vec![(start(), start() + chrono::Duration::days(365))],
+        gate_from: Some(start()),
+    };
+    let t = Instant::now();
+    let report = match block_on(drive(
+        &sim,
+        &engine,
+        &schedule,
+        start() + chrono::Duration::days(400),
+    )) {
+        Ok(r) => r,
+        Err(e) => {
+            println!("rollout/{n} nodes: engine error: {e}");
+            return false;
+        }
+    };
+    let wall = t.elapsed();
+    let simulated = (report.ended_at - start()).to_std().unwrap_or_default();
+    let ideal = node_time * n.div_ceil(max as usize) as u32;
+    let ratio = simulated.as_secs_f64() / ideal.as_secs_f64();
+    println!(
+        "rollout/{n} nodes, max_unavailable {max}, node_time 15m: simulated {}, ideal {}, ratio {ratio:.4}; {:?} {} steps, wall {:.1} ms",
+        humantime::format_duration(simulated),
+        humantime::format_duration(ideal),
+        report.last.state,
+        report.steps,
+        wall.as_secs_f64() * 1e3
+    );
+    (ratio - 1.0).abs() <= 0.01
+}
+
+fn main() -> ExitCode {
+    // `cargo bench` passes --bench; anything else (e.g. `cargo test --benches`) just checks it runs.
+    let ok = [
+        bench_decide(),
+        bench_rollout(1000, 1),
+        bench_rollout(1000, 10),
+    ];
+    if ok.iter().all(|b| *b) {
+        ExitCode::SUCCESS
+    } else {
+        println!("a benchmark missed its target");
+        ExitCode::FAILURE
+    }
+}

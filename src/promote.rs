@@ -1,0 +1,255 @@
+//! Preparing a promotion (`drover promote`): choose the newest version the
+//! lower environment has proven, check it against the gate, and write it as
+//! a branch and a commit for review, with the evidence in the message.
+//!
+//! Choosing is pure ([`choose`]); writing is a thin edge over the `git`
+//! command line ([`write_branch`]) so that the commit is signed exactly when
+//! the user's git is configured to sign (`commit.gpgsign`, `gpg.format`).
+
+use crate::config::{Evidence, RepoConfig, ENV_DIR};
+use crate::gate::{self, Allowed, Decision};
+use crate::status;
+use chrono::{DateTime, SecondsFormat, Utc};
+use git2::Repository;
+use semver::Version;
+use std::path::Path;
+use std::process::Command;
+
+/// Errors that stop a promotion from being prepared at all.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The environment is not in the chain.
+    #[error("environment `{env}` is not in the promotion chain ({chain})")]
+    UnknownEnv {
+        /// The name given.
+        env: String,
+        /// The chain, comma-separated.
+        chain: String,
+    },
+    /// The first environment has nothing below it to promote from.
+    #[error("`{0}` is the first environment of the chain: bump its version directly in environments/{0}.toml")]
+    FirstInChain(String),
+    /// The gate could not read its evidence.
+    #[error(transparent)]
+    Gate(#[from] gate::Error),
+    /// Reading the status branch failed.
+    #[error(transparent)]
+    Status(#[from] status::Error),
+    /// A git command or operation failed.
+    #[error("git: {0}")]
+    Git(String),
+    /// The environment file could not be rewritten.
+    #[error("{file}: {why}")]
+    File {
+        /// The file.
+        file: String,
+        /// What went wrong.
+        why: String,
+    },
+}
+
+/// A promotion the gate allows.
+#[derive(Debug, Clone)]
+pub struct Proposal {
+    /// The environment promoted.
+    pub env: String,
+    /// Its version now.
+    pub from: Version,
+    /// The version it moves to.
+    pub to: Version,
+    /// The gate's reasons, which become the commit message's evidence.
+    pub allowed: Allowed,
+    /// Branch name for the pull request.
+    pub branch: String,
+}
+
+impl Proposal {
+    /// The commit message: a summary line, then the evidence.
+    pub fn message(&self) -> String {
+        format!(
+            "Promote {env} to {to}\n\n{evidence}.\n\nPrepared by `drover promote {env}` (was {from}).\n",
+            env = self.env,
+            to = self.to,
+            from = self.from,
+            evidence = self.allowed,
+        )
+    }
+}
+
+/// What `choose` concluded.
+#[derive(Debug, Clone)]
+pub enum Choice {
+    /// This promotion is allowed.
+    Promote(Box<Proposal>),
+    /// Nothing is eligible; each candidate's refusal, or why there is none.
+    Nothing(Vec<String>),
+}
+
+/// Choose the version `env` should move to: `to` if given and allowed,
+/// otherwise the newest version above its current one that the lower
+/// environment has proven and the gate allows at `now`.
+pub fn choose(
+    repo: &Repository,
+    cfg: &RepoConfig,
+    env: &str,
+    to: Option<&Version>,
+    now: DateTime<Utc>,
+) -> Result<Choice, Error> {
+    let Some(env_cfg) = cfg.envs.get(env) else {
+        return Err(Error::UnknownEnv {
+            env: env.to_owned(),
+            chain: cfg.root.chain.join(", "),
+        });
+    };
+    let Some(lower) = cfg.lower(env) else {
+        return Err(Error::FirstInChain(env.to_owned()));
+    };
+    let current = env_cfg.version.clone();
+    let head = repo
+        .head()
+        .and_then(|h| h.peel_to_commit())
+        .map_err(|e| Error::Git(e.message().to_owned()))?;
+
+    let mut candidates: Vec<Version> = match to {
+        Some(v) => vec![v.clone()],
+        None => match cfg.root.evidence {
+            Evidence::Status => {
+                let conf = status::read_confirmations(repo, &cfg.root.status_branch)?;
+                conf.for_env(lower).into_iter().map(|(_, v, _)| v).collect()
+            }
+            Evidence::History => cfg
+                .envs
+                .get(lower)
+                .map(|l| l.version.clone())
+                .into_iter()
+                .collect(),
+        },
+    };
+    candidates.sort();
+    candidates.dedup();
+    if to.is_none() {
+        candidates.retain(|v| *v > current);
+    }
+    if candidates.is_empty() {
+        return Ok(Choice::Nothing(vec![format!(
+            "{lower} has proven no version newer than {env}'s {current} ({})",
+            match cfg.root.evidence {
+                Evidence::Status => format!("no confirmation on {}", cfg.root.status_branch),
+                Evidence::History => format!(
+                    "{lower} is configured at {}",
+                    cfg.envs
+                        .get(lower)
+                        .map_or("nothing".into(), |l| l.version.to_string())
+                ),
+            }
+        )]));
+    }
+
+    let mut refusals = Vec::new();
+    for v in candidates.into_iter().rev() {
+        let mut trial = cfg.clone();
+        if let Some(e) = trial.envs.get_mut(env) {
+            e.version = v.clone();
+        }
+        match gate::judge_config(repo, &head, &trial, env, Some(&current), now)? {
+            Decision::Allowed(allowed) => {
+                return Ok(Choice::Promote(Box::new(Proposal {
+                    env: env.to_owned(),
+                    from: current,
+                    branch: format!("drover/promote-{env}-{v}"),
+                    to: v,
+                    allowed,
+                })))
+            }
+            Decision::Unchanged => refusals.push(format!("{env} is already at {v}")),
+            Decision::Refused(r) => refusals.push(r.to_string()),
+        }
+    }
+    Ok(Choice::Nothing(refusals))
+}
+
+/// Replace the `version` value in an environment file's text, keeping every
+/// comment and the rest of the layout as the reviewer knows it.
+pub fn set_version(text: &str, to: &Version) -> Result<String, String> {
+    let doc = toml::de::DeTable::parse(text).map_err(|e| e.to_string())?;
+    let (_, value) = doc
+        .get_ref()
+        .iter()
+        .find(|(k, _)| k.get_ref() == "version")
+        .ok_or_else(|| "no top-level `version` key".to_string())?;
+    let span = value.span();
+    let mut out = String::with_capacity(text.len());
+    out.push_str(&text[..span.start]);
+    out.push_str(&format!("\"{to}\""));
+    out.push_str(&text[span.end..]);
+    Ok(out)
+}
+
+/// Create `proposal.branch` at HEAD of the work tree `dir`, switch to it and
+/// commit the new version; returns the new commit's id.
+pub fn write_branch(dir: &Path, proposal: &Proposal) -> Result<String, Error> {
+    let rel = format!("{ENV_DIR}/{}.toml", proposal.env);
+    let path = dir.join(&rel);
+    let text = std::fs::read_to_string(&path).map_err(|e| Error::File {
+        file: rel.clone(),
+        why: e.to_string(),
+    })?;
+    let new = set_version(&text, &proposal.to).map_err(|why| Error::File {
+        file: rel.clone(),
+        why,
+    })?;
+    git(dir, &["switch", "--quiet", "-c", &proposal.branch])?;
+    std::fs::write(&path, new).map_err(|e| Error::File {
+        file: rel.clone(),
+        why: e.to_string(),
+    })?;
+    git(dir, &["add", "--", &rel])?;
+    git(
+        dir,
+        &["commit", "--quiet", "-m", &proposal.message(), "--", &rel],
+    )?;
+    git(dir, &["rev-parse", "HEAD"]).map(|s| s.trim().to_owned())
+}
+
+fn git(dir: &Path, args: &[&str]) -> Result<String, Error> {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .map_err(|e| Error::Git(format!("cannot run git: {e}")))?;
+    if !out.status.success() {
+        return Err(Error::Git(format!(
+            "git {} failed: {}",
+            args.first().copied().unwrap_or_default(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// RFC 3339 in UTC, seconds precision, as every drover output writes times.
+pub fn ts(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_version_keeps_comments_and_layout() {
+        let text =
+            "# stage\nversion = \"1.12.0\"   # pinned\n\n[window]\nschedule = \"0 2 8 * *\"\n";
+        let out = set_version(text, &Version::new(1, 13, 2)).unwrap();
+        assert_eq!(
+            out,
+            "# stage\nversion = \"1.13.2\"   # pinned\n\n[window]\nschedule = \"0 2 8 * *\"\n"
+        );
+    }
+
+    #[test]
+    fn set_version_needs_a_version_key() {
+        assert!(set_version("[window]\nschedule = \"x\"\n", &Version::new(1, 0, 0)).is_err());
+    }
+}

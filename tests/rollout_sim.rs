@@ -1,0 +1,381 @@
+//! Scenarios on the simulated cluster: the engine driven through virtual
+//! time, with PDBs, failures, windows, retries and target changes.
+
+use chrono::{DateTime, Duration as D, Utc};
+use drover::cluster::{NodeProgress, ProgressState, ANN_RETRY};
+use drover::config::{MaxUnavailable, OnDrainTimeout};
+use drover::rollout::{Clock, Engine, Labels, Policy, RolloutState, VirtualClock};
+use drover::sim::{drive, CordonedBy, EventKind, Failure, Pdb, Pod, Schedule, Sim, SimNode};
+use futures::executor::block_on;
+use semver::Version;
+use std::time::Duration;
+
+fn t0() -> DateTime<Utc> {
+    "2026-12-08T02:00:00Z".parse().unwrap()
+}
+
+fn mins(m: u64) -> Duration {
+    Duration::from_secs(m * 60)
+}
+
+fn policy(max: u32, mode: OnDrainTimeout) -> Policy {
+    Policy {
+        target: Version::new(1, 13, 2),
+        max_unavailable: MaxUnavailable::Count(max),
+        drain_timeout: mins(20),
+        node_timeout: mins(45),
+        on_drain_timeout: mode,
+    }
+}
+
+fn old() -> Option<Version> {
+    Some(Version::new(1, 12, 0))
+}
+
+fn engine(p: Policy, clock: &VirtualClock) -> Engine<VirtualClock> {
+    Engine::new(p, Labels::default(), clock.clone())
+}
+
+fn progress(sim: &Sim, node: &str) -> Option<NodeProgress> {
+    let n = sim.nodes().into_iter().find(|n| n.name == node).unwrap();
+    NodeProgress::decode(&n.annotations).unwrap()
+}
+
+#[test]
+fn next_node_starts_the_instant_the_previous_one_completes() {
+    let clock = VirtualClock::new(t0());
+    let sim = Sim::uniform("c", clock.clone(), 4, &Version::new(1, 12, 0), mins(15));
+    let r = block_on(drive(
+        &sim,
+        &engine(policy(1, OnDrainTimeout::Skip), &clock),
+        &Schedule::always(),
+        t0() + D::days(1),
+    ))
+    .unwrap();
+    assert_eq!(r.last.state, RolloutState::Confirmed);
+    assert_eq!(r.ended_at, t0() + D::minutes(60));
+    let starts: Vec<_> = sim
+        .log()
+        .into_iter()
+        .filter(|e| e.kind == EventKind::Cordon)
+        .map(|e| e.at)
+        .collect();
+    assert_eq!(
+        starts,
+        (0..4)
+            .map(|i| t0() + D::minutes(15 * i))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(sim.peak_unavailable(), 1);
+}
+
+#[test]
+fn a_pdb_holds_the_drain_until_it_relents_then_the_node_upgrades() {
+    let clock = VirtualClock::new(t0());
+    let sim = Sim::new("c", clock.clone());
+    sim.add_pdb(
+        "db",
+        Pdb {
+            min_available: 1,
+            blocked_until: Some(t0() + D::minutes(10)),
+        },
+    );
+    sim.add_node(SimNode::new("a", old(), mins(15)).with_pods(vec![Pod {
+        name: "db-0".into(),
+        pdb: Some("db".into()),
+    }]));
+    sim.add_node(
+        SimNode::new("b", Some(Version::new(1, 13, 2)), mins(15)).with_pods(vec![Pod {
+            name: "db-1".into(),
+            pdb: Some("db".into()),
+        }]),
+    );
+    let r = block_on(drive(
+        &sim,
+        &engine(policy(1, OnDrainTimeout::Skip), &clock),
+        &Schedule::always(),
+        t0() + D::days(1),
+    ))
+    .unwrap();
+    assert_eq!(r.last.state, RolloutState::Confirmed);
+    let evicted = sim
+        .log()
+        .into_iter()
+        .find(|e| matches!(e.kind, EventKind::Evicted(_)))
+        .unwrap();
+    assert_eq!(
+        evicted.at,
+        t0() + D::minutes(10),
+        "evicted as soon as the PDB relents"
+    );
+    assert_eq!(r.ended_at, t0() + D::minutes(25));
+}
+
+#[test]
+fn a_drain_that_never_finishes_is_given_back_blocked_and_others_go_on() {
+    let clock = VirtualClock::new(t0());
+    let sim = Sim::new("c", clock.clone());
+    sim.add_pdb(
+        "strict",
+        Pdb {
+            min_available: 1,
+            blocked_until: None,
+        },
+    );
+    sim.add_node(SimNode::new("a", old(), mins(15)).with_pods(vec![Pod {
+        name: "only".into(),
+        pdb: Some("strict".into()),
+    }]));
+    sim.add_node(SimNode::new("b", old(), mins(15)));
+    let sched = Schedule {
+        windows: vec![(t0(), t0() + D::hours(1))],
+        gate_from: Some(t0()),
+    };
+    let r = block_on(drive(
+        &sim,
+        &engine(policy(1, OnDrainTimeout::Skip), &clock),
+        &sched,
+        t0() + D::days(1),
+    ))
+    .unwrap();
+    let a = progress(&sim, "a").unwrap();
+    assert_eq!(a.state, ProgressState::Blocked);
+    assert!(a.message.contains("drain_timeout"), "{}", a.message);
+    let nodes = sim.nodes();
+    assert!(
+        nodes.iter().all(|n| !n.unschedulable),
+        "nothing left cordoned"
+    );
+    assert_eq!(nodes[1].version, Some(Version::new(1, 13, 2)));
+    assert_eq!(r.last.state, RolloutState::Blocked);
+    assert!(sim.violations().is_empty());
+}
+
+#[test]
+fn stop_mode_waits_for_the_next_window_after_a_blocked_drain() {
+    let clock = VirtualClock::new(t0());
+    let sim = Sim::new("c", clock.clone());
+    sim.add_pdb(
+        "db",
+        Pdb {
+            min_available: 0,
+            blocked_until: Some(t0() + D::hours(3)),
+        },
+    );
+    sim.add_node(SimNode::new("a", old(), mins(15)).with_pods(vec![Pod {
+        name: "p".into(),
+        pdb: Some("db".into()),
+    }]));
+    sim.add_node(SimNode::new("b", old(), mins(15)));
+    let next = t0() + D::days(30);
+    let sched = Schedule {
+        windows: vec![(t0(), t0() + D::hours(6)), (next, next + D::hours(6))],
+        gate_from: Some(t0()),
+    };
+    let r = block_on(drive(
+        &sim,
+        &engine(policy(1, OnDrainTimeout::Stop), &clock),
+        &sched,
+        next + D::days(1),
+    ))
+    .unwrap();
+    assert_eq!(r.last.state, RolloutState::Confirmed);
+    let starts: Vec<_> = sim
+        .log()
+        .into_iter()
+        .filter(|e| e.kind == EventKind::Cordon)
+        .map(|e| (e.node, e.at))
+        .collect();
+    assert_eq!(
+        starts,
+        [
+            ("a".into(), t0()),
+            ("a".into(), next),
+            ("b".into(), next + D::minutes(15))
+        ]
+    );
+}
+
+#[test]
+fn a_node_that_never_returns_fails_the_rollout_uncordoned() {
+    let clock = VirtualClock::new(t0());
+    let sim = Sim::new("c", clock.clone());
+    sim.add_node(SimNode::new("a", old(), mins(15)).failing(Failure::NeverReturns));
+    sim.add_node(SimNode::new("b", old(), mins(15)));
+    let r = block_on(drive(
+        &sim,
+        &engine(policy(1, OnDrainTimeout::Skip), &clock),
+        &Schedule::always(),
+        t0() + D::days(1),
+    ))
+    .unwrap();
+    assert_eq!(r.last.state, RolloutState::Failed);
+    assert!(
+        r.last
+            .message
+            .contains("did not return Ready at 1.13.2 within node_timeout"),
+        "{}",
+        r.last.message
+    );
+    assert_eq!(r.ended_at, t0() + D::minutes(45));
+    let nodes = sim.nodes();
+    assert!(!nodes[0].unschedulable);
+    assert_eq!(
+        nodes[1].version,
+        old(),
+        "no further node starts after a failure"
+    );
+}
+
+#[test]
+fn wrong_version_fails_and_a_retry_annotation_resumes() {
+    let clock = VirtualClock::new(t0());
+    let sim = Sim::new("c", clock.clone());
+    sim.add_node(
+        SimNode::new("a", old(), mins(15)).failing(Failure::ReturnsAt(Version::new(1, 13, 1))),
+    );
+    sim.add_node(SimNode::new("b", old(), mins(15)));
+    let e = engine(policy(1, OnDrainTimeout::Skip), &clock);
+    let r = block_on(drive(&sim, &e, &Schedule::always(), t0() + D::days(1))).unwrap();
+    assert_eq!(r.last.state, RolloutState::Failed);
+    assert!(
+        r.last.message.contains("Ready at 1.13.1 instead of 1.13.2"),
+        "{}",
+        r.last.message
+    );
+
+    sim.annotate("a", ANN_RETRY, "please");
+    let r = block_on(drive(&sim, &e, &Schedule::always(), t0() + D::days(1))).unwrap();
+    // The retried node is idle again and, first by name, is tried again; the
+    // sim returns it at 1.13.1 once more.
+    assert_eq!(r.last.state, RolloutState::Failed);
+    assert_eq!(sim.nodes()[0].driver_runs(), 2, "a retry is a new attempt");
+}
+
+#[test]
+fn a_restarted_engine_resumes_from_the_annotations() {
+    let clock = VirtualClock::new(t0());
+    let sim = Sim::uniform("c", clock.clone(), 3, &Version::new(1, 12, 0), mins(15));
+    let p = policy(1, OnDrainTimeout::Skip);
+    // Run a while, then throw the engine away mid-upgrade.
+    block_on(drive(
+        &sim,
+        &engine(p.clone(), &clock),
+        &Schedule::always(),
+        t0() + D::minutes(20),
+    ))
+    .unwrap();
+    assert_eq!(
+        progress(&sim, "node-0001").unwrap().state,
+        ProgressState::Upgrading
+    );
+    let r = block_on(drive(
+        &sim,
+        &engine(p, &clock),
+        &Schedule::always(),
+        t0() + D::days(1),
+    ))
+    .unwrap();
+    assert_eq!(r.last.state, RolloutState::Confirmed);
+    assert_eq!(r.ended_at, t0() + D::minutes(45));
+    assert!(sim.nodes().iter().all(|n| n.driver_runs() == 1));
+}
+
+#[test]
+fn the_window_closing_lets_the_node_in_flight_finish_and_starts_no_other() {
+    let clock = VirtualClock::new(t0());
+    let sim = Sim::uniform("c", clock.clone(), 3, &Version::new(1, 12, 0), mins(15));
+    let sched = Schedule {
+        windows: vec![(t0(), t0() + D::minutes(20))],
+        gate_from: Some(t0()),
+    };
+    let r = block_on(drive(
+        &sim,
+        &engine(policy(1, OnDrainTimeout::Skip), &clock),
+        &sched,
+        t0() + D::days(1),
+    ))
+    .unwrap();
+    assert_eq!(r.last.state, RolloutState::Blocked);
+    let at: Vec<_> = sim.nodes().into_iter().map(|n| n.version).collect();
+    assert_eq!(
+        at,
+        [
+            Some(Version::new(1, 13, 2)),
+            Some(Version::new(1, 13, 2)),
+            old()
+        ]
+    );
+    assert_eq!(
+        clock.now(),
+        t0() + D::minutes(30),
+        "the second node, started at 0:15, finished after close"
+    );
+}
+
+#[test]
+fn a_node_cordoned_by_someone_else_is_never_touched() {
+    let clock = VirtualClock::new(t0());
+    let sim = Sim::new("c", clock.clone());
+    sim.add_node(SimNode::new("a", old(), mins(15)).cordoned_by_other());
+    sim.add_node(SimNode::new("b", old(), mins(15)));
+    let r = block_on(drive(
+        &sim,
+        &engine(policy(1, OnDrainTimeout::Skip), &clock),
+        &Schedule::always(),
+        t0() + D::days(1),
+    ))
+    .unwrap();
+    assert_eq!(r.last.state, RolloutState::Blocked);
+    assert!(
+        r.last.message.contains("a: cordoned by someone else"),
+        "{}",
+        r.last.message
+    );
+    let a = &sim.nodes()[0];
+    assert_eq!(
+        (a.cordoned_by, a.version.clone(), a.annotations.is_empty()),
+        (Some(CordonedBy::Other), old(), true)
+    );
+}
+
+#[test]
+fn a_new_target_clears_failed_records_and_moves_on() {
+    let clock = VirtualClock::new(t0());
+    let sim = Sim::new("c", clock.clone());
+    sim.add_node(
+        SimNode::new("a", old(), mins(15)).failing(Failure::DriverFails("disk full".into())),
+    );
+    let r = block_on(drive(
+        &sim,
+        &engine(policy(1, OnDrainTimeout::Skip), &clock),
+        &Schedule::always(),
+        t0() + D::days(1),
+    ))
+    .unwrap();
+    assert_eq!(r.last.state, RolloutState::Failed);
+    assert!(r.last.message.contains("disk full"));
+    let mut newer = policy(1, OnDrainTimeout::Skip);
+    newer.target = Version::new(1, 13, 3);
+    let sim_nodes = sim.nodes();
+    assert_eq!(
+        NodeProgress::decode(&sim_nodes[0].annotations)
+            .unwrap()
+            .unwrap()
+            .state,
+        ProgressState::Failed
+    );
+    let r = block_on(drive(
+        &sim,
+        &engine(newer, &clock),
+        &Schedule::always(),
+        t0() + D::days(1),
+    ))
+    .unwrap();
+    // The new target is tried (and fails the same way: the sim's driver is broken).
+    assert_eq!(r.last.state, RolloutState::Failed);
+    assert!(sim
+        .log()
+        .iter()
+        .any(|e| e.kind == EventKind::DriverStart(Version::new(1, 13, 3))));
+}
