@@ -1,1 +1,350 @@
 //! The audit trail: version changes from git history, with signers and confirmations (`drover log`).
+//!
+//! Fast on long histories: it walks first parents only (merges of reviewed
+//! pull requests are the changes), compares tree-entry ids of
+//! `environments/<env>.toml` between a commit and its parent instead of
+//! diffing trees, and reads a blob only when its id changed.
+
+use crate::status::{RolloutState, StatusReport};
+use crate::trust::{self, AllowedSigners};
+use chrono::{SecondsFormat, TimeZone, Utc};
+use git2::{Commit, Oid, Repository, Tree};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+/// Errors of the audit trail.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading the repository failed.
+    #[error("git: {0}")]
+    Git(#[from] git2::Error),
+    /// Checking a signature failed for a reason other than a refusal.
+    #[error(transparent)]
+    Trust(#[from] trust::Error),
+}
+
+/// A cluster's confirmation of a version, from the status branch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Confirmation {
+    /// Environment.
+    pub env: String,
+    /// Cluster.
+    pub cluster: String,
+    /// Confirmed version.
+    pub version: String,
+    /// When the cluster confirmed (RFC 3339 UTC).
+    pub since: String,
+    /// Config commit the agent was applying.
+    pub config_commit: String,
+    /// Status-branch commit that recorded the confirmation.
+    pub status_commit: String,
+}
+
+/// One version change of one environment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Change {
+    /// Environment.
+    pub env: String,
+    /// New version.
+    pub version: String,
+    /// Version before the change; `None` when the file was created.
+    pub previous: Option<String>,
+    /// The commit (on the first-parent history) that made the change.
+    pub commit: String,
+    /// Committer date, RFC 3339 UTC.
+    pub date: String,
+    /// Author, `Name <email>`.
+    pub author: String,
+    /// Principal of the verified signer; `None` without allowed signers or when not verified.
+    pub signer: Option<String>,
+    /// Whether the signature verified against the allowed signers.
+    pub verified: bool,
+    /// Pull request number from the message (`Merge pull request #N`, `(#N)`).
+    pub pr: Option<u64>,
+    /// Confirmations of this version by the environment's clusters.
+    pub confirmations: Vec<Confirmation>,
+}
+
+/// What to list.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LogOptions<'a> {
+    /// Only this environment.
+    pub env: Option<&'a str>,
+    /// Verify signers against these.
+    pub signers: Option<&'a AllowedSigners>,
+    /// Status branch tip whose confirmations to attach.
+    pub status_tip: Option<Oid>,
+}
+
+#[derive(Deserialize)]
+struct VersionOnly {
+    version: Option<toml::Value>,
+}
+
+fn parse_version(content: &[u8]) -> String {
+    let text = String::from_utf8_lossy(content);
+    match toml::from_str::<VersionOnly>(&text) {
+        Ok(VersionOnly {
+            version: Some(toml::Value::String(v)),
+        }) => v,
+        Ok(VersionOnly { version: Some(v) }) => v.to_string(),
+        Ok(VersionOnly { version: None }) => "(none)".into(),
+        Err(_) => "(invalid)".into(),
+    }
+}
+
+/// `Merge pull request #N` (GitHub merges) or `(#N)` (squash merges) in the message.
+pub fn pull_request(message: &str) -> Option<u64> {
+    static MERGE: LazyLock<regex::Regex> =
+        LazyLock::new(|| regex::Regex::new(r"Merge pull request #(\d+)").expect("valid regex"));
+    static SQUASH: LazyLock<regex::Regex> =
+        LazyLock::new(|| regex::Regex::new(r"\(#(\d+)\)").expect("valid regex"));
+    MERGE
+        .captures(message)
+        .or_else(|| SQUASH.captures(message.lines().next().unwrap_or("")))
+        .and_then(|c| c[1].parse().ok())
+}
+
+fn rfc3339(seconds: i64) -> String {
+    Utc.timestamp_opt(seconds, 0)
+        .single()
+        .map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true))
+        .unwrap_or_default()
+}
+
+fn subtree_id(tree: &Tree<'_>, name: &str) -> Option<Oid> {
+    tree.get_name(name)
+        .filter(|e| e.kind() == Some(git2::ObjectType::Tree))
+        .map(|e| e.id())
+}
+
+/// `(file name, blob id)` of the `.toml` files in a tree.
+fn toml_entries(repo: &Repository, tree: Option<Oid>) -> Result<Vec<(String, Oid)>, git2::Error> {
+    let Some(id) = tree else {
+        return Ok(Vec::new());
+    };
+    let tree = repo.find_tree(id)?;
+    Ok(tree
+        .iter()
+        .filter_map(|e| {
+            let name = e.name().ok()?;
+            name.strip_suffix(".toml").map(|n| (n.to_string(), e.id()))
+        })
+        .collect())
+}
+
+/// Version changes reachable from `head` along first parents, newest first.
+pub fn version_history(
+    repo: &Repository,
+    head: Oid,
+    opts: &LogOptions<'_>,
+) -> Result<Vec<Change>, Error> {
+    let mut versions: HashMap<Oid, String> = HashMap::new();
+    let mut version_of = |id: Oid| -> Result<String, git2::Error> {
+        if let Some(v) = versions.get(&id) {
+            return Ok(v.clone());
+        }
+        let v = parse_version(repo.find_blob(id)?.content());
+        versions.insert(id, v.clone());
+        Ok(v)
+    };
+    let env_dir = |c: &Commit<'_>| -> Result<Option<Oid>, git2::Error> {
+        Ok(subtree_id(&c.tree()?, "environments"))
+    };
+    let mut out = Vec::new();
+    let mut commit = repo.find_commit(head)?;
+    let mut dir = env_dir(&commit)?;
+    loop {
+        let parent = commit.parent(0).ok();
+        let parent_dir = match &parent {
+            Some(p) => env_dir(p)?,
+            None => None,
+        };
+        if dir != parent_dir {
+            let now = toml_entries(repo, dir)?;
+            let before: HashMap<String, Oid> =
+                toml_entries(repo, parent_dir)?.into_iter().collect();
+            for (env, blob) in now {
+                if opts.env.is_some_and(|e| e != env) || before.get(&env) == Some(&blob) {
+                    continue;
+                }
+                let version = version_of(blob)?;
+                let previous = before.get(&env).map(|b| version_of(*b)).transpose()?;
+                if previous.as_deref() == Some(version.as_str()) {
+                    continue;
+                }
+                out.push(change(repo, &commit, env, version, previous, opts.signers)?);
+            }
+        }
+        match parent {
+            Some(p) => {
+                commit = p;
+                dir = parent_dir;
+            }
+            None => break,
+        }
+    }
+    if let Some(tip) = opts.status_tip {
+        attach(&mut out, confirmations(repo, tip)?);
+    }
+    Ok(out)
+}
+
+fn change(
+    repo: &Repository,
+    commit: &Commit<'_>,
+    env: String,
+    version: String,
+    previous: Option<String>,
+    signers: Option<&AllowedSigners>,
+) -> Result<Change, Error> {
+    let (signer, verified) = match signers {
+        Some(s) => match trust::verify_commit(repo, commit.id(), s) {
+            Ok(v) => (Some(v.principal), true),
+            Err(trust::Error::Refused(_)) => (None, false),
+            Err(e) => return Err(e.into()),
+        },
+        None => (None, false),
+    };
+    let author = commit.author();
+    Ok(Change {
+        env,
+        version,
+        previous,
+        commit: commit.id().to_string(),
+        date: rfc3339(commit.committer().when().seconds()),
+        author: format!(
+            "{} <{}>",
+            author.name().unwrap_or(""),
+            author.email().unwrap_or("")
+        ),
+        signer,
+        verified,
+        pr: pull_request(commit.message().unwrap_or("")),
+        confirmations: Vec::new(),
+    })
+}
+
+/// Every confirmation recorded on the status branch (first parents), the
+/// earliest one per environment, cluster and version.
+pub fn confirmations(repo: &Repository, status_tip: Oid) -> Result<Vec<Confirmation>, Error> {
+    let mut found: HashMap<(String, String, String), Confirmation> = HashMap::new();
+    let status_dir = |c: &Commit<'_>| -> Result<Option<Oid>, git2::Error> {
+        Ok(subtree_id(&c.tree()?, "status"))
+    };
+    let mut commit = repo.find_commit(status_tip)?;
+    let mut dir = status_dir(&commit)?;
+    loop {
+        let parent = commit.parent(0).ok();
+        let parent_dir = match &parent {
+            Some(p) => status_dir(p)?,
+            None => None,
+        };
+        if dir != parent_dir {
+            let envs = |d: Option<Oid>| -> Result<HashMap<String, Oid>, git2::Error> {
+                let Some(d) = d else {
+                    return Ok(HashMap::new());
+                };
+                Ok(repo
+                    .find_tree(d)?
+                    .iter()
+                    .filter(|e| e.kind() == Some(git2::ObjectType::Tree))
+                    .filter_map(|e| Some((e.name().ok()?.to_string(), e.id())))
+                    .collect())
+            };
+            let before = envs(parent_dir)?;
+            for (env, tree) in envs(dir)? {
+                if before.get(&env) == Some(&tree) {
+                    continue;
+                }
+                let old: HashMap<String, Oid> = toml_entries(repo, before.get(&env).copied())?
+                    .into_iter()
+                    .collect();
+                for (cluster, blob) in toml_entries(repo, Some(tree))? {
+                    if old.get(&cluster) == Some(&blob) {
+                        continue;
+                    }
+                    let Ok(r) = StatusReport::from_toml(&String::from_utf8_lossy(
+                        repo.find_blob(blob)?.content(),
+                    )) else {
+                        continue;
+                    };
+                    if r.state != RolloutState::Confirmed {
+                        continue;
+                    }
+                    let c = Confirmation {
+                        env: r.env.clone(),
+                        cluster: r.cluster.clone(),
+                        version: r.version.to_string(),
+                        since: r.since.to_rfc3339_opts(SecondsFormat::Secs, true),
+                        config_commit: r.config_commit.clone(),
+                        status_commit: commit.id().to_string(),
+                    };
+                    // Walking newest first: overwriting keeps the earliest.
+                    found.insert((c.env.clone(), c.cluster.clone(), c.version.clone()), c);
+                }
+            }
+        }
+        match parent {
+            Some(p) => {
+                commit = p;
+                dir = parent_dir;
+            }
+            None => break,
+        }
+    }
+    let mut out: Vec<Confirmation> = found.into_values().collect();
+    out.sort_by(|a, b| (&a.since, &a.cluster).cmp(&(&b.since, &b.cluster)));
+    Ok(out)
+}
+
+/// Put each confirmation beside the change it confirms: the newest change of
+/// that environment to that version made before the confirmation.
+fn attach(changes: &mut [Change], confirmations: Vec<Confirmation>) {
+    for c in confirmations {
+        let mut candidates = changes
+            .iter_mut()
+            .filter(|ch| ch.env == c.env && ch.version == c.version);
+        // Changes are newest first; RFC 3339 UTC strings of equal shape compare as times.
+        let pick = candidates.find(|ch| ch.date <= c.since);
+        if let Some(ch) = pick {
+            ch.confirmations.push(c);
+        } else if let Some(ch) = changes
+            .iter_mut()
+            .rev()
+            .find(|ch| ch.env == c.env && ch.version == c.version)
+        {
+            ch.confirmations.push(c);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pull_request_conventions() {
+        assert_eq!(
+            pull_request("Merge pull request #42 from team/bump\n\nBump"),
+            Some(42)
+        );
+        assert_eq!(
+            pull_request("Bump stage to 1.2.3 (#7)\n\nbody (#9)"),
+            Some(7)
+        );
+        assert_eq!(pull_request("Bump stage\n\nsee (#9)"), None);
+        assert_eq!(pull_request("no number"), None);
+    }
+
+    #[test]
+    fn version_key_only() {
+        assert_eq!(
+            parse_version(b"version = \"1.2.3\"\n[window]\nx = 1\n"),
+            "1.2.3"
+        );
+        assert_eq!(parse_version(b"[window]\n"), "(none)");
+        assert_eq!(parse_version(b"version = "), "(invalid)");
+    }
+}

@@ -1,12 +1,86 @@
-//! `drover log`.
+//! `drover log`: version history from git, newest first (DESIGN §7).
 
-use super::{Global, Outcome};
+use super::{print_json, Format, Global, Outcome};
+use crate::audit::{self, LogOptions};
+use crate::trust::AllowedSigners;
+use anyhow::Context;
+use std::path::PathBuf;
 
 /// Arguments of `drover log`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Only this environment.
+    #[arg(long)]
+    pub env: Option<String>,
+    /// Verify commit signatures against this allowed-signers file.
+    #[arg(long, value_name = "FILE")]
+    pub allowed_signers: Option<PathBuf>,
+    /// Branch holding the status reports whose confirmations are shown.
+    #[arg(long, default_value = "drover/status")]
+    pub status_branch: String,
+}
 
 /// Run `drover log`.
-pub fn run(_g: &Global, _args: Args) -> anyhow::Result<Outcome> {
-    anyhow::bail!("`drover log` is not built yet")
+pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
+    let repo = git2::Repository::open(&g.repo)
+        .with_context(|| format!("cannot open the repository at {}", g.repo.display()))?;
+    let head = repo
+        .head()?
+        .peel_to_commit()
+        .context("HEAD is not a commit")?
+        .id();
+    let signers = args
+        .allowed_signers
+        .as_deref()
+        .map(AllowedSigners::load)
+        .transpose()?;
+    let opts = LogOptions {
+        env: args.env.as_deref(),
+        signers: signers.as_ref(),
+        status_tip: crate::status::status_tip(&repo, &args.status_branch),
+    };
+    let changes = audit::version_history(&repo, head, &opts)?;
+    match g.format {
+        Format::Json => print_json(&changes)?,
+        Format::Text => {
+            use std::io::Write;
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            writeln!(
+                out,
+                "{:<20}  {:<12} {:<10} {:<10} {:<10} {:>6}  {:<28} {:<24} CONFIRMED BY",
+                "DATE", "ENV", "VERSION", "PREVIOUS", "COMMIT", "PR", "AUTHOR", "SIGNER"
+            )?;
+            for c in &changes {
+                let signer = match (&c.signer, c.verified) {
+                    (Some(s), true) => s.clone(),
+                    _ if signers.is_some() => "(not verified)".into(),
+                    _ => "-".into(),
+                };
+                let confirmed: Vec<String> = c
+                    .confirmations
+                    .iter()
+                    .map(|k| format!("{} {}", k.cluster, k.since))
+                    .collect();
+                writeln!(
+                    out,
+                    "{:<20}  {:<12} {:<10} {:<10} {:<10} {:>6}  {:<28} {:<24} {}",
+                    c.date,
+                    c.env,
+                    c.version,
+                    c.previous.as_deref().unwrap_or("-"),
+                    &c.commit[..10],
+                    c.pr.map(|n| format!("#{n}")).unwrap_or_else(|| "-".into()),
+                    c.author,
+                    signer,
+                    if confirmed.is_empty() {
+                        "-".into()
+                    } else {
+                        confirmed.join(", ")
+                    }
+                )?;
+            }
+            out.flush()?;
+        }
+    }
+    Ok(Outcome::Ok)
 }

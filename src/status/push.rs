@@ -48,7 +48,9 @@ pub struct PublishOptions {
     /// Sign status commits with this key (sshsig, namespace `git`), so the
     /// gate can tell agent confirmations from hand-made ones.
     pub signing_key: Option<PrivateKey>,
-    /// Attempts before giving up; the caller keeps the report and retries later.
+    /// Push attempts before giving up (the caller keeps the report and retries
+    /// later). Each rejection means another agent's push landed, so this bounds
+    /// how many foreign pushes one report waits behind.
     pub max_attempts: u32,
     /// Committer name.
     pub name: String,
@@ -60,7 +62,7 @@ impl Default for PublishOptions {
     fn default() -> Self {
         Self {
             signing_key: None,
-            max_attempts: 30,
+            max_attempts: 150,
             name: "drover agent".into(),
             email: "drover@localhost".into(),
         }
@@ -89,6 +91,7 @@ pub struct Published {
 enum Attempt {
     Pushed(Oid),
     Unchanged,
+    NeedFetch,
     Rejected(String),
 }
 
@@ -105,8 +108,7 @@ pub fn publish(
 ) -> Result<Published, PushError> {
     let mut last = String::new();
     for attempt in 1..=opts.max_attempts.max(1) {
-        let tip = source.fetch_status()?;
-        match try_once(source, report, opts, tip)? {
+        match try_once(source, report, opts)? {
             Attempt::Pushed(oid) => {
                 return Ok(Published {
                     commit: Some(oid),
@@ -119,6 +121,11 @@ pub fn publish(
                     attempts: attempt - 1,
                 })
             }
+            Attempt::NeedFetch => {
+                // The tip has commits this cache lacks: get them, then build on it.
+                source.fetch_status()?;
+                continue;
+            }
             Attempt::Rejected(why) => last = why,
         }
         std::thread::sleep(backoff(attempt));
@@ -130,9 +137,11 @@ pub fn publish(
     })
 }
 
-fn backoff(attempt: u32) -> Duration {
-    let base = 10u64 << attempt.min(5);
-    Duration::from_millis(base.min(300)).mul_f64(rand::random_range(0.5..1.5))
+// Short and not growing with the attempt count: a growing backoff lets agents
+// on their first attempt overtake one that already lost several races, and a
+// loser could starve. Random spread is what breaks the ties.
+fn backoff(_attempt: u32) -> Duration {
+    Duration::from_millis(rand::random_range(5..60))
 }
 
 /// Build the status commit on `tip` (signed if configured); `None` when unchanged.
@@ -193,18 +202,36 @@ fn try_once(
     source: &Source,
     report: &StatusReport,
     opts: &PublishOptions,
-    tip: Option<Oid>,
 ) -> Result<Attempt, PushError> {
     let repo = source.repo();
-    let Some(oid) = build_commit(repo, report, opts, tip)? else {
-        return Ok(Attempt::Unchanged);
-    };
-    repo.reference(OUTGOING_REF, oid, true, "drover: status report")?;
     let branch = &source.config().status_branch;
+    let branch_ref = format!("refs/heads/{branch}");
     let state = CallbackState::default();
     let rejected: RefCell<Option<String>> = RefCell::new(None);
-    let result = (|| {
-        let mut remote = repo.remote_anonymous(&source.config().url)?;
+    let mut remote = repo.remote_anonymous(&source.config().url)?;
+    let result: Result<Attempt, git2::Error> = (|| {
+        // Build on the tip this very push connection advertises, so the race
+        // window is the time to write one commit, not a separate fetch's round trip.
+        let mut conn =
+            remote.connect_auth(git2::Direction::Push, Some(source.callbacks(&state)), None)?;
+        let tip = conn
+            .list()?
+            .iter()
+            .find(|h| h.name() == branch_ref)
+            .map(|h| h.oid());
+        if let Some(t) = tip {
+            if repo.find_commit(t).is_err() {
+                return Ok(Attempt::NeedFetch);
+            }
+        }
+        let Some(oid) = build_commit(repo, report, opts, tip).map_err(|e| match e {
+            PushError::Source(source::Error::Git(g)) => g,
+            other => git2::Error::from_str(&other.to_string()),
+        })?
+        else {
+            return Ok(Attempt::Unchanged);
+        };
+        repo.reference(OUTGOING_REF, oid, true, "drover: status report")?;
         let mut cbs = source.callbacks(&state);
         cbs.push_update_reference(|_name, status| {
             if let Some(msg) = status {
@@ -214,29 +241,31 @@ fn try_once(
         });
         let mut po = PushOptions::new();
         po.remote_callbacks(cbs);
-        remote.push(
-            &[format!("{OUTGOING_REF}:refs/heads/{branch}")],
-            Some(&mut po),
-        )
+        conn.remote()
+            .push(&[format!("{OUTGOING_REF}:{branch_ref}")], Some(&mut po))?;
+        Ok(Attempt::Pushed(oid))
     })();
-    match result {
-        Ok(()) => {}
+    let attempt = match result {
+        Ok(Attempt::Pushed(oid)) => match rejected.into_inner() {
+            Some(why) => Attempt::Rejected(why),
+            None => {
+                repo.reference(
+                    &format!("refs/remotes/origin/{branch}"),
+                    oid,
+                    true,
+                    "drover: status pushed",
+                )?;
+                Attempt::Pushed(oid)
+            }
+        },
+        Ok(other) => other,
         // libgit2 refuses a non-fast-forward locally when it already knows the newer tip.
         Err(e) if e.code() == git2::ErrorCode::NotFastForward => {
-            return Ok(Attempt::Rejected(e.message().to_string()))
+            Attempt::Rejected(e.message().to_string())
         }
         Err(e) => return Err(PushError::Source(state.into_error(e))),
-    }
-    if let Some(why) = rejected.into_inner() {
-        return Ok(Attempt::Rejected(why));
-    }
-    repo.reference(
-        &format!("refs/remotes/origin/{branch}"),
-        oid,
-        true,
-        "drover: status pushed",
-    )?;
-    Ok(Attempt::Pushed(oid))
+    };
+    Ok(attempt)
 }
 
 /// The status branch tip a reader should use: local `refs/heads/<branch>`,

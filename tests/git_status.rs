@@ -1,0 +1,164 @@
+//! Status reports (DESIGN §5) pushed to a real `git daemon`.
+
+#[path = "support/git_servers.rs"]
+mod git_servers;
+
+use drover::source::{Source, SourceConfig};
+use drover::status::{self, PublishOptions, RolloutState, StatusReport};
+use drover::trust::{self, AllowedSigners};
+use git_servers::*;
+use std::path::Path;
+
+fn report(env: &str, cluster: &str, n: u32) -> StatusReport {
+    StatusReport {
+        env: env.into(),
+        cluster: cluster.into(),
+        config_commit: format!("{n:040x}"),
+        version: "1.13.2".parse().unwrap(),
+        state: if n >= 50 {
+            RolloutState::Confirmed
+        } else {
+            RolloutState::Rolling
+        },
+        since: "2026-12-01T04:12:00Z".parse().unwrap(),
+        nodes: 50,
+        nodes_at_version: n,
+        message: format!("report {n}"),
+    }
+}
+
+fn served(tmp: &Path) -> GitDaemon {
+    let base = tmp.join("served");
+    std::fs::create_dir_all(&base).unwrap();
+    let work = WorkRepo::init(&tmp.join("work"));
+    bare_clone(&work.dir, &base, "config");
+    GitDaemon::start(&base)
+}
+
+fn blob_at(repo: &Path, rev: &str, path: &str) -> String {
+    git(repo, &["show", &format!("{rev}:{path}")])
+}
+
+#[test]
+fn publish_creates_the_branch_skips_identical_reports_and_signs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let daemon = served(tmp.path());
+    let src = Source::open(SourceConfig::new(
+        daemon.url("config"),
+        tmp.path().join("cache"),
+    ))
+    .unwrap();
+    let agent_key = keygen(tmp.path(), "agent");
+    let opts = PublishOptions::default()
+        .with_signing_key_file(&agent_key)
+        .unwrap();
+
+    let first = status::publish(&src, &report("test", "test-1", 1), &opts).unwrap();
+    let c1 = first.commit.expect("a commit");
+    assert_eq!(first.attempts, 1);
+    let again = status::publish(&src, &report("test", "test-1", 1), &opts).unwrap();
+    assert_eq!(
+        again.commit, None,
+        "identical content is not committed again"
+    );
+
+    let bare = daemon.base.join("config.git");
+    assert_eq!(git(&bare, &["rev-parse", "drover/status"]), c1.to_string());
+    assert_eq!(
+        git(&bare, &["rev-list", "--count", "drover/status"]),
+        "1",
+        "orphan root"
+    );
+    let text = blob_at(&bare, "drover/status", "status/test/test-1.toml");
+    assert_eq!(
+        StatusReport::from_toml(&text).unwrap(),
+        report("test", "test-1", 1)
+    );
+
+    // git itself accepts the agent's signature.
+    let allowed = tmp.path().join("agents");
+    allowed_signers(&allowed, &[("test-1", &agent_key)]);
+    let asf = format!("gpg.ssh.allowedSignersFile={}", allowed.display());
+    let out = std::process::Command::new("git")
+        .current_dir(&bare)
+        .args(["-c", &asf, "verify-commit", "drover/status"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The gate's check: the confirmation's introducing commit is signed by an allowed agent.
+    let c2 = status::publish(&src, &report("test", "test-1", 50), &opts)
+        .unwrap()
+        .commit
+        .unwrap();
+    // Another cluster's unsigned report on top does not change who introduced test-1's.
+    let unsigned = PublishOptions::default();
+    let c3 = status::publish(&src, &report("stage", "stage-1", 2), &unsigned)
+        .unwrap()
+        .commit
+        .unwrap();
+    let signers = AllowedSigners::load(&allowed).unwrap();
+    let tip = src.fetch().unwrap().status_tip.unwrap();
+    assert_eq!(tip, c3);
+    let v = status::verify_report_signer(src.repo(), tip, "test", "test-1", &signers)
+        .unwrap()
+        .unwrap();
+    assert_eq!((v.commit, v.principal.as_str()), (c2.to_string(), "test-1"));
+    let err =
+        status::verify_report_signer(src.repo(), tip, "stage", "stage-1", &signers).unwrap_err();
+    assert!(
+        matches!(&err, trust::Error::Refused(r) if r.reason.code() == "unsigned" && r.commit == c3.to_string()),
+        "{err}"
+    );
+    assert!(
+        status::verify_report_signer(src.repo(), tip, "production", "p-1", &signers)
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[test]
+fn three_agents_pushing_concurrently_lose_no_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    let daemon = served(tmp.path());
+    let clusters = [
+        ("test", "test-1"),
+        ("stage", "stage-1"),
+        ("production", "prod-eu-1"),
+    ];
+    std::thread::scope(|s| {
+        for (i, (env, cluster)) in clusters.iter().enumerate() {
+            let url = daemon.url("config");
+            let cache = tmp.path().join(format!("cache-{i}"));
+            s.spawn(move || {
+                let src = Source::open(SourceConfig::new(url, cache)).unwrap();
+                let opts = PublishOptions::default();
+                for n in 1..=50 {
+                    let p = status::publish(&src, &report(env, cluster, n), &opts)
+                        .unwrap_or_else(|e| panic!("{cluster} report {n}: {e}"));
+                    assert!(p.commit.is_some());
+                }
+            });
+        }
+    });
+    let bare = daemon.base.join("config.git");
+    assert_eq!(git(&bare, &["rev-list", "--count", "drover/status"]), "150");
+    for (env, cluster) in clusters {
+        let path = format!("status/{env}/{cluster}.toml");
+        let text = blob_at(&bare, "drover/status", &path);
+        assert_eq!(
+            StatusReport::from_toml(&text).unwrap(),
+            report(env, cluster, 50)
+        );
+        // Every one of the cluster's 50 reports is in the history.
+        let touching = git(
+            &bare,
+            &["rev-list", "--count", "drover/status", "--", &path],
+        );
+        assert_eq!(touching, "50", "{path}");
+    }
+}
