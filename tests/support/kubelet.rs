@@ -286,9 +286,7 @@ struct NodeState {
 }
 
 fn now_rfc3339() -> String {
-    chrono::Utc::now()
-        .format("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 fn now_micro() -> String {
@@ -515,7 +513,7 @@ impl Inner {
     }
 
     fn emit(&self, event: SimEvent) {
-        tracing::info!(?event, "kubelet-sim");
+        tracing::debug!(?event, "kubelet-sim");
         // No subscriber is fine.
         let _ = self.events.send(event);
     }
@@ -540,7 +538,8 @@ impl Inner {
             Ok(n) => n,
             Err(e) if is_api_error(&e, 409) => {
                 // Left over from an earlier run under the same name: adopt it.
-                let patch = json!({ "metadata": { "labels": labels }, "spec": { "unschedulable": null } });
+                let patch =
+                    json!({ "metadata": { "labels": labels }, "spec": { "unschedulable": null } });
                 nodes
                     .patch(&node.name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
@@ -681,14 +680,10 @@ impl Inner {
 
     async fn run_heartbeat(self: Arc<Self>, node: Arc<SimNode>) {
         let start = Instant::now();
-        let mut lease = tokio::time::interval_at(
-            start + self.opts.lease_interval,
-            self.opts.lease_interval,
-        );
-        let mut status = tokio::time::interval_at(
-            start + self.opts.status_interval,
-            self.opts.status_interval,
-        );
+        let mut lease =
+            tokio::time::interval_at(start + self.opts.lease_interval, self.opts.lease_interval);
+        let mut status =
+            tokio::time::interval_at(start + self.opts.status_interval, self.opts.status_interval);
         loop {
             tokio::select! {
                 _ = lease.tick() => {
@@ -796,7 +791,10 @@ impl Inner {
             .collect();
         let cond = |t: &str| json!({ "type": t, "status": "True", "lastProbeTime": null, "lastTransitionTime": now });
         let host_ip = address_for(&node, [10, 0]);
-        let pod_ip = address_for(&format!("{ns}/{name}/{}", pod.uid().unwrap_or_default()), [10, 244]);
+        let pod_ip = address_for(
+            &format!("{ns}/{name}/{}", pod.uid().unwrap_or_default()),
+            [10, 244],
+        );
         let status = json!({
             "status": {
                 "phase": "Running",
@@ -1046,9 +1044,14 @@ impl Inner {
     }
 
     async fn patch_job_status(&self, job: &Job, status: Value) -> bool {
-        let api: Api<Job> = Api::namespaced(self.client.clone(), &job.namespace().unwrap_or_default());
+        let api: Api<Job> =
+            Api::namespaced(self.client.clone(), &job.namespace().unwrap_or_default());
         match api
-            .patch_status(&job.name_any(), &PatchParams::default(), &Patch::Merge(&status))
+            .patch_status(
+                &job.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&status),
+            )
             .await
         {
             Ok(_) => true,
@@ -1168,7 +1171,10 @@ pub fn disruption_status(
     pdb: &PodDisruptionBudget,
     pods: &[Arc<Pod>],
     now: chrono::DateTime<chrono::Utc>,
-) -> (PodDisruptionBudgetStatus, Option<chrono::DateTime<chrono::Utc>>) {
+) -> (
+    PodDisruptionBudgetStatus,
+    Option<chrono::DateTime<chrono::Utc>>,
+) {
     let ns = pdb.namespace();
     let spec = pdb.spec.clone().unwrap_or_default();
     // policy/v1: a missing selector selects nothing, an empty one everything.
@@ -1199,7 +1205,8 @@ pub fn disruption_status(
             continue;
         }
         if let Some(at) = old_disrupted.get(&pod.name_any()) {
-            let expires = time_to_chrono(at) + chrono::Duration::from_std(DISRUPTED_POD_TIMEOUT).unwrap();
+            let expires =
+                time_to_chrono(at) + chrono::Duration::from_std(DISRUPTED_POD_TIMEOUT).unwrap();
             if expires > now {
                 disrupted.insert(pod.name_any(), at.clone());
                 next = Some(next.map_or(expires, |n| n.min(expires)));
@@ -1263,7 +1270,10 @@ pub fn disruption_status(
     (status, next)
 }
 
-fn status_differs(old: Option<&PodDisruptionBudgetStatus>, new: &PodDisruptionBudgetStatus) -> bool {
+fn status_differs(
+    old: Option<&PodDisruptionBudgetStatus>,
+    new: &PodDisruptionBudgetStatus,
+) -> bool {
     let Some(old) = old else { return true };
     let secs = |m: &Option<BTreeMap<String, Time>>| -> BTreeMap<String, i64> {
         m.iter()

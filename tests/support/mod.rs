@@ -84,8 +84,8 @@ impl ControlPlane {
         // SIGINT/SIGHUP so that ^C on the test run still reaches the stop script.
         let keep = std::env::var(KEEP_ENV).is_ok_and(|v| v == "1");
         let script = format!(
-            r#"trap '' INT HUP; cat >/dev/null; "$0" "$1" >>"$1/stop.log" 2>&1; {}"#,
-            if keep { "true" } else { r#"rm -rf "$1""# }
+            r#"trap '' INT HUP; cat >/dev/null; "$0" "$1" {} >/dev/null 2>&1"#,
+            if keep { "" } else { "--purge" }
         );
         let watchdog = Command::new("sh")
             .arg("-c")
@@ -100,8 +100,11 @@ impl ControlPlane {
         // A file, not a pipe: the servers it leaves running would hold a pipe open forever.
         let log_path = dir.join("start.log");
         let log = File::create(&log_path)?;
+        // --watch-pid: a second way down should the watchdog itself be killed.
         let status = Command::new(&start)
             .arg(&dir)
+            .arg("--watch-pid")
+            .arg(std::process::id().to_string())
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -113,7 +116,11 @@ impl ControlPlane {
         };
         if !status.success() {
             let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-            bail!("{} {} failed ({status}):\n{log}", start.display(), cp.dir.display());
+            bail!(
+                "{} {} failed ({status}):\n{log}",
+                start.display(),
+                cp.dir.display()
+            );
         }
         for kc in [cp.kubeconfig_path(), cp.restricted_kubeconfig_path()] {
             if !kc.is_file() {
@@ -288,17 +295,34 @@ where
 }
 
 /// Waits until node `name` satisfies `cond`.
-pub async fn await_node(client: &Client, name: &str, what: &str, cond: impl Fn(&Node) -> bool) -> Node {
+pub async fn await_node(
+    client: &Client,
+    name: &str,
+    what: &str,
+    cond: impl Fn(&Node) -> bool,
+) -> Node {
     await_object(&Api::all(client.clone()), name, what, cond).await
 }
 
 /// Waits until pod `ns/name` satisfies `cond`.
-pub async fn await_pod(client: &Client, ns: &str, name: &str, what: &str, cond: impl Fn(&Pod) -> bool) -> Pod {
+pub async fn await_pod(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    cond: impl Fn(&Pod) -> bool,
+) -> Pod {
     await_object(&Api::namespaced(client.clone(), ns), name, what, cond).await
 }
 
 /// Waits until Job `ns/name` satisfies `cond`.
-pub async fn await_job(client: &Client, ns: &str, name: &str, what: &str, cond: impl Fn(&Job) -> bool) -> Job {
+pub async fn await_job(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    cond: impl Fn(&Job) -> bool,
+) -> Job {
     await_object(&Api::namespaced(client.clone(), ns), name, what, cond).await
 }
 
@@ -341,7 +365,10 @@ pub fn node_ready(node: &Node) -> Option<&str> {
 }
 
 /// A node's condition of type `type_`.
-pub fn node_condition<'a>(node: &'a Node, type_: &str) -> Option<&'a k8s_openapi::api::core::v1::NodeCondition> {
+pub fn node_condition<'a>(
+    node: &'a Node,
+    type_: &str,
+) -> Option<&'a k8s_openapi::api::core::v1::NodeCondition> {
     node.status
         .as_ref()?
         .conditions
@@ -391,7 +418,11 @@ pub fn pod_on(name: &str, node: &str, labels: &[(&str, &str)], grace_secs: i64) 
 }
 
 /// A PDB selecting `app=<app>` with `minAvailable` (an integer or a percentage).
-pub fn pdb_min_available(name: &str, app: &str, min_available: serde_json::Value) -> PodDisruptionBudget {
+pub fn pdb_min_available(
+    name: &str,
+    app: &str,
+    min_available: serde_json::Value,
+) -> PodDisruptionBudget {
     serde_json::from_value(serde_json::json!({
         "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
         "metadata": { "name": name },
@@ -401,9 +432,16 @@ pub fn pdb_min_available(name: &str, app: &str, min_available: serde_json::Value
 }
 
 /// Whether a PDB's status is current (observedGeneration caught up) and satisfies `f`.
-pub fn pdb_settled(pdb: &PodDisruptionBudget, f: impl Fn(&k8s_openapi::api::policy::v1::PodDisruptionBudgetStatus) -> bool) -> bool {
+pub fn pdb_settled(
+    pdb: &PodDisruptionBudget,
+    f: impl Fn(&k8s_openapi::api::policy::v1::PodDisruptionBudgetStatus) -> bool,
+) -> bool {
     match pdb.status.as_ref() {
-        Some(s) => s.observed_generation.is_some() && s.observed_generation == pdb.metadata.generation && f(s),
+        Some(s) => {
+            s.observed_generation.is_some()
+                && s.observed_generation == pdb.metadata.generation
+                && f(s)
+        }
         None => false,
     }
 }
