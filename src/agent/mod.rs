@@ -54,7 +54,7 @@ pub type Permission = (&'static str, &'static str, &'static [&'static str]);
 pub const CLUSTER_PERMISSIONS: &[Permission] = &[
     // crate::kubernetes: observe nodes, cordon/annotate in one patch.
     ("", "nodes", &["get", "list", "watch", "patch"]),
-    // crate::kubernetes: pods on nodes being drained.
+    // crate::kubernetes: pods on nodes being drained (field-selected watches).
     ("", "pods", &["list", "watch"]),
     // crate::kubernetes: drains through the Eviction API.
     ("", "pods/eviction", &["create"]),
@@ -66,7 +66,7 @@ pub const CLUSTER_PERMISSIONS: &[Permission] = &[
 /// Every permission the agent uses in its own namespace (the Role in `deploy/base/rbac.yaml`).
 pub const NAMESPACE_PERMISSIONS: &[Permission] = &[
     // crate::kubernetes: the "job" driver's upgrade Jobs.
-    ("batch", "jobs", &["create", "get", "list", "watch", "delete"]),
+    ("batch", "jobs", &["create", "list", "watch", "delete"]),
     // leader::Elector: get, create once, conditional replace (update).
     ("coordination.k8s.io", "leases", &["get", "create", "update"]),
     // crd::StatusStore: get, create once, merge-patch the status subresource.
@@ -185,6 +185,53 @@ pub trait ClusterBackend: Send + 'static {
         cluster_name: &str,
         env: &EnvConfig,
     ) -> impl Future<Output = Result<Connected<Self::Cluster>, Self::Error>> + Send;
+}
+
+/// The Kubernetes backend: a [`KubeCluster`](crate::kubernetes::KubeCluster)
+/// per set of node settings, upgrade Jobs in the agent's namespace.
+#[derive(Clone)]
+pub struct KubeBackend {
+    client: kube::Client,
+    namespace: String,
+}
+
+impl std::fmt::Debug for KubeBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeBackend")
+            .field("namespace", &self.namespace)
+            .finish()
+    }
+}
+
+impl KubeBackend {
+    /// Jobs run in `namespace` (the agent's).
+    pub fn new(client: kube::Client, namespace: &str) -> Self {
+        KubeBackend {
+            client,
+            namespace: namespace.to_string(),
+        }
+    }
+}
+
+impl ClusterBackend for KubeBackend {
+    type Cluster = crate::kubernetes::KubeCluster;
+    type Error = crate::kubernetes::Error;
+
+    async fn connect(
+        &mut self,
+        cluster_name: &str,
+        env: &EnvConfig,
+    ) -> Result<Connected<Self::Cluster>, Self::Error> {
+        let opts = crate::kubernetes::KubeOptions::from_env(cluster_name, &self.namespace, env);
+        let cluster = crate::kubernetes::KubeCluster::new(self.client.clone(), opts).await?;
+        let rx = cluster.changes();
+        let changes = futures::stream::unfold(rx, |mut rx| async move {
+            rx.changed().await.ok()?;
+            Some(((), rx))
+        })
+        .boxed();
+        Ok(Connected { cluster, changes })
+    }
 }
 
 /// One reconcile pass, for tests and benchmarks that follow the agent.

@@ -304,7 +304,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         let client = kube::Client::try_default()
             .await
             .context("connecting to the API server")?;
-        let backend = PendingBackend;
+        let backend = agent::KubeBackend::new(client.clone(), &cfg.namespace);
         let agent = agent::Agent::new(cfg, client, backend, clock).await?;
         let (tx, rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
@@ -316,27 +316,6 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         anyhow::Ok(())
     })?;
     Ok(Outcome::Ok)
-}
-
-/// Stand-in until the Kubernetes backend (`crate::kubernetes`) is merged:
-/// every connect fails, so the agent reports and changes nothing.
-struct PendingBackend;
-
-#[derive(Debug, thiserror::Error)]
-#[error("the Kubernetes cluster backend is not built into this binary yet")]
-struct PendingError;
-
-impl agent::ClusterBackend for PendingBackend {
-    type Cluster = crate::sim::Sim;
-    type Error = PendingError;
-
-    async fn connect(
-        &mut self,
-        _cluster: &str,
-        _env: &crate::config::EnvConfig,
-    ) -> Result<agent::Connected<Self::Cluster>, PendingError> {
-        Err(PendingError)
-    }
 }
 
 async fn shutdown_signal() {
