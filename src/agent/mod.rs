@@ -794,6 +794,14 @@ impl<B: ClusterBackend> Acting<B> {
             }
             Verdict::Accept { env, version } => {
                 let previous = self.status.last_applied_commit.clone();
+                if self.status.applied_version.as_deref() != Some(version.as_str()) {
+                    // A new target: the old counts and state say nothing about it.
+                    self.status.target = Some(version.clone());
+                    self.status.state = None;
+                    self.status.since = None;
+                    self.status.at_version = None;
+                    self.status.nodes_at_version = 0;
+                }
                 self.status.last_applied_commit = Some(head.to_string());
                 self.status.applied_version = Some(version.clone());
                 self.status.commit = Some(short(&head.to_string()));
