@@ -22,7 +22,8 @@ struct Running {
 }
 
 async fn start(client: &kube::Client, ns: &str, id: &str) -> Running {
-    let mut el = Elector::new(client.clone(), LeaseConfig::new(ns, "drover", id, DURATION)).unwrap();
+    let mut el =
+        Elector::new(client.clone(), LeaseConfig::new(ns, "drover", id, DURATION)).unwrap();
     let (tx, rx) = watch::channel(false);
     let (stop, stop_rx) = watch::channel(false);
     let task = tokio::spawn(async move {
@@ -81,7 +82,11 @@ async fn exactly_one_leads_and_the_other_takes_over_within_the_duration() {
         assert!(*leader.leader.borrow());
         assert!(!*follower.leader.borrow(), "two leaders at once");
     }
-    let transitions_before = lease.spec.as_ref().and_then(|s| s.lease_transitions).unwrap_or(0);
+    let transitions_before = lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.lease_transitions)
+        .unwrap_or(0);
 
     // The leader stops without releasing: the other must wait for expiry, and no longer.
     leader.task.abort();
@@ -91,7 +96,9 @@ async fn exactly_one_leads_and_the_other_takes_over_within_the_duration() {
     let took = stopped.elapsed();
     // It cannot be earlier than the lease's remaining life, nor much later than the duration.
     assert!(
-        took <= DURATION + LeaseConfig::new("", "", "", DURATION).retry_every + Duration::from_millis(500),
+        took <= DURATION
+            + LeaseConfig::new("", "", "", DURATION).retry_every
+            + Duration::from_millis(500),
         "takeover took {took:?}"
     );
     let l = leases.get("drover").await.unwrap();
@@ -110,7 +117,10 @@ async fn exactly_one_leads_and_the_other_takes_over_within_the_duration() {
     let t0 = tokio::time::Instant::now();
     let mut c = start(&client, ns.name(), "pod-c").await;
     until_leader(&mut c, Duration::from_secs(2)).await;
-    assert!(t0.elapsed() < DURATION, "a released lease is taken without waiting for expiry");
+    assert!(
+        t0.elapsed() < DURATION,
+        "a released lease is taken without waiting for expiry"
+    );
     c.stop.send(true).unwrap();
     let _ = c.task.await;
 }
@@ -132,7 +142,10 @@ async fn a_leader_whose_lease_is_taken_steps_down() {
     spec.renew_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
         k8s_openapi::jiff::Timestamp::now(),
     ));
-    leases.replace("drover", &PostParams::default(), &l).await.unwrap();
+    leases
+        .replace("drover", &PostParams::default(), &l)
+        .await
+        .unwrap();
 
     // At its next renewal (a third of the duration) it learns and steps down.
     tokio::time::timeout(DURATION, a.leader.wait_for(|l| !*l))

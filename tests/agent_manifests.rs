@@ -36,7 +36,10 @@ fn crd_yaml_is_generated_from_the_rust_type() {
     // And it is what YAML tools read: one CRD for droverstatuses.drover.dev.
     let d = docs("crd.yaml");
     assert_eq!(d.len(), 1);
-    assert_eq!(d[0]["metadata"]["name"].as_str(), Some("droverstatuses.drover.dev"));
+    assert_eq!(
+        d[0]["metadata"]["name"].as_str(),
+        Some("droverstatuses.drover.dev")
+    );
 }
 
 type Rules = BTreeSet<(String, String, BTreeSet<String>)>;
@@ -84,13 +87,19 @@ fn rbac_grants_exactly_what_the_agent_calls() {
             .find(|x| x["kind"].as_str() == Some(kind))
             .unwrap_or_else(|| panic!("rbac.yaml has no {kind}"))
     };
-    assert_eq!(rules_of(find("ClusterRole")), rules_from(CLUSTER_PERMISSIONS));
+    assert_eq!(
+        rules_of(find("ClusterRole")),
+        rules_from(CLUSTER_PERMISSIONS)
+    );
     assert_eq!(rules_of(find("Role")), rules_from(NAMESPACE_PERMISSIONS));
     for binding in ["ClusterRoleBinding", "RoleBinding"] {
         let b = find(binding);
         assert_eq!(b["subjects"][0]["kind"].as_str(), Some("ServiceAccount"));
         assert_eq!(b["subjects"][0]["name"].as_str(), Some("drover"));
-        assert_eq!(b["subjects"][0]["namespace"].as_str(), Some("drover-system"));
+        assert_eq!(
+            b["subjects"][0]["namespace"].as_str(),
+            Some("drover-system")
+        );
     }
 }
 
@@ -116,8 +125,14 @@ fn deployment_is_locked_down_and_wired() {
     assert_eq!(c["resources"]["requests"]["memory"].as_str(), Some("32Mi"));
     assert_eq!(c["ports"][0]["name"].as_str(), Some("http"));
     assert_eq!(c["ports"][0]["containerPort"].as_i64(), Some(8080));
-    assert_eq!(c["livenessProbe"]["httpGet"]["path"].as_str(), Some("/healthz"));
-    assert_eq!(c["readinessProbe"]["httpGet"]["path"].as_str(), Some("/readyz"));
+    assert_eq!(
+        c["livenessProbe"]["httpGet"]["path"].as_str(),
+        Some("/healthz")
+    );
+    assert_eq!(
+        c["readinessProbe"]["httpGet"]["path"].as_str(),
+        Some("/readyz")
+    );
     let env: BTreeSet<&str> = c["env"]
         .as_sequence()
         .unwrap()

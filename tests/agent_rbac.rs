@@ -2,9 +2,9 @@
 //! and the agent runs a rollout with exactly the permissions of its
 //! ServiceAccount (impersonated) and nothing more.
 
+mod agent_support;
 #[path = "support/git_servers.rs"]
 mod git_servers;
-mod agent_support;
 mod k8s_backend;
 mod support;
 
@@ -55,9 +55,13 @@ async fn apply_base(client: &Client) -> Vec<String> {
                 ),
                 Scope::Cluster => Api::all_with(client.clone(), &ar),
             };
-            api.patch(&name, &PatchParams::apply("drover-install").force(), &Patch::Apply(&obj))
-                .await
-                .unwrap_or_else(|e| panic!("server-side apply of {} {name}: {e}", tm.kind));
+            api.patch(
+                &name,
+                &PatchParams::apply("drover-install").force(),
+                &Patch::Apply(&obj),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("server-side apply of {} {name}: {e}", tm.kind));
             applied.push(format!("{}/{name}", tm.kind));
             if tm.kind == "CustomResourceDefinition" {
                 install_crd(client).await;
@@ -81,7 +85,10 @@ async fn the_agent_needs_nothing_beyond_its_service_account() {
         "Deployment/drover",
         "Service/drover",
     ] {
-        assert!(applied.iter().any(|a| a == want), "{want} not applied: {applied:?}");
+        assert!(
+            applied.iter().any(|a| a == want),
+            "{want} not applied: {applied:?}"
+        );
     }
     // Applying again is a no-op, not a conflict.
     apply_base(&admin).await;
@@ -98,24 +105,40 @@ async fn the_agent_needs_nothing_beyond_its_service_account() {
     };
     let repo = ConfigRepo::new(&[e]);
     let clock: drover::agent::SharedClock = Arc::new(VirtualClock::new(dec(1, 3, 0)));
-    let mut cfg = agent_config(&repo, "test", "test-1", "drover-system", "drover-7d9f-abcde");
+    let mut cfg = agent_config(
+        &repo,
+        "test",
+        "test-1",
+        "drover-system",
+        "drover-7d9f-abcde",
+    );
     cfg.status_name = format!("test-1-{}", pool.name());
     cfg.lease_name = format!("drover-{}", pool.name());
     let agent = RunningAgent::start(cfg.clone(), clock, Some(SERVICE_ACCOUNT));
 
     // As the ServiceAccount: confirm the current version, then roll to the next.
-    await_status(&admin, "drover-system", &cfg.status_name, "initial confirmation", |s| {
-        s.state.as_deref() == Some("confirmed")
-    })
+    await_status(
+        &admin,
+        "drover-system",
+        &cfg.status_name,
+        "initial confirmation",
+        |s| s.state.as_deref() == Some("confirmed"),
+    )
     .await;
     let bump = repo.bump("test", "1.13.0", true);
     assert_eq!(agent.webhook().await, 202);
-    await_status(&admin, "drover-system", &cfg.status_name, "rolled as the ServiceAccount", |s| {
-        s.last_applied_commit.as_deref() == Some(bump.as_str())
-            && s.target.as_deref() == Some("1.13.0")
-            && s.state.as_deref() == Some("confirmed")
-            && s.at_version.as_deref() == Some("2/2")
-    })
+    await_status(
+        &admin,
+        "drover-system",
+        &cfg.status_name,
+        "rolled as the ServiceAccount",
+        |s| {
+            s.last_applied_commit.as_deref() == Some(bump.as_str())
+                && s.target.as_deref() == Some("1.13.0")
+                && s.state.as_deref() == Some("confirmed")
+                && s.at_version.as_deref() == Some("2/2")
+        },
+    )
     .await;
     for n in sim.node_names() {
         assert_eq!(sim.version(&n).as_deref(), Some("1.13.0"));

@@ -3,11 +3,11 @@
 //! across three environments, a change pushed past review, and two replicas
 //! of which the acting one is killed mid-rollout.
 
+mod agent_support;
 #[path = "support/git_servers.rs"]
 mod git_servers;
 mod k8s_backend;
 mod support;
-mod agent_support;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,7 +47,10 @@ async fn nodes_in(client: &Client, pool: &str) -> Vec<Node> {
 /// Every node of the pool untouched by drover: schedulable, no drover state.
 async fn untouched(client: &Client, pool: &str) -> bool {
     nodes_in(client, pool).await.iter().all(|n| {
-        !n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false)
+        !n.spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false)
             && !n.annotations().contains_key(ANN_STATE)
     })
 }
@@ -86,9 +89,21 @@ async fn a_bump_moves_through_test_stage_and_production_each_in_its_window() {
     let clock = VirtualClock::new(dec(1, 0, 0));
     let shared = || -> drover::agent::SharedClock { Arc::new(clock.clone()) };
     let agents = [
-        RunningAgent::start(agent_config(&repo, "test", "test-1", &names[0], "test-agent"), shared(), None),
-        RunningAgent::start(agent_config(&repo, "stage", "stage-1", &names[1], "stage-agent"), shared(), None),
-        RunningAgent::start(agent_config(&repo, "production", "prod-1", &names[2], "prod-agent"), shared(), None),
+        RunningAgent::start(
+            agent_config(&repo, "test", "test-1", &names[0], "test-agent"),
+            shared(),
+            None,
+        ),
+        RunningAgent::start(
+            agent_config(&repo, "stage", "stage-1", &names[1], "stage-agent"),
+            shared(),
+            None,
+        ),
+        RunningAgent::start(
+            agent_config(&repo, "production", "prod-1", &names[2], "prod-agent"),
+            shared(),
+            None,
+        ),
     ];
     let budgets = [
         BudgetWatch::start(&client, &names[0]).await,
@@ -98,14 +113,23 @@ async fn a_bump_moves_through_test_stage_and_production_each_in_its_window() {
     let status_name = |i: usize| ["test-test-1", "stage-stage-1", "production-prod-1"][i];
 
     // Fresh install: test confirms what its nodes already run.
-    await_status(&client, &names[0], status_name(0), "test confirmed 1.12.0", |s| {
-        s.state.as_deref() == Some("confirmed") && s.at_version.as_deref() == Some("3/3")
-    })
+    await_status(
+        &client,
+        &names[0],
+        status_name(0),
+        "test confirmed 1.12.0",
+        |s| s.state.as_deref() == Some("confirmed") && s.at_version.as_deref() == Some("3/3"),
+    )
     .await;
-    until_pass(&agents[0].handle, "test's confirmation pushed", STEP, || {
-        repo.report("test", "test-1")
-            .is_some_and(|r| r.version.to_string() == "1.12.0")
-    })
+    until_pass(
+        &agents[0].handle,
+        "test's confirmation pushed",
+        STEP,
+        || {
+            repo.report("test", "test-1")
+                .is_some_and(|r| r.version.to_string() == "1.12.0")
+        },
+    )
     .await;
 
     // A reviewed bump of test, and (too early) of stage.
@@ -115,19 +139,34 @@ async fn a_bump_moves_through_test_stage_and_production_each_in_its_window() {
         assert_eq!(a.webhook().await, 202);
     }
     // Test applies the head (which carries its bump) but its window is closed: no node moves.
-    await_status(&client, &names[0], status_name(0), "test applied the bump", |s| {
-        s.last_applied_commit.as_deref() == Some(stage_bump.as_str())
-            && s.target.as_deref() == Some("1.13.0")
-            && !s.window_open
-    })
+    await_status(
+        &client,
+        &names[0],
+        status_name(0),
+        "test applied the bump",
+        |s| {
+            s.last_applied_commit.as_deref() == Some(stage_bump.as_str())
+                && s.target.as_deref() == Some("1.13.0")
+                && !s.window_open
+        },
+    )
     .await;
-    assert!(untouched(&client, &names[0]).await, "test moved outside its window");
+    assert!(
+        untouched(&client, &names[0]).await,
+        "test moved outside its window"
+    );
     // Stage refuses: test has not confirmed 1.13.0.
-    await_status(&client, &names[1], status_name(1), "stage refuses the early bump", |s| {
-        s.refused.as_ref().is_some_and(|r| {
-            r.commit == stage_bump && r.stage == "gate" && r.reason == "not_confirmed"
-        })
-    })
+    await_status(
+        &client,
+        &names[1],
+        status_name(1),
+        "stage refuses the early bump",
+        |s| {
+            s.refused.as_ref().is_some_and(|r| {
+                r.commit == stage_bump && r.stage == "gate" && r.reason == "not_confirmed"
+            })
+        },
+    )
     .await;
     let m = agents[1].metrics().await;
     assert_eq!(
@@ -139,17 +178,29 @@ async fn a_bump_moves_through_test_stage_and_production_each_in_its_window() {
     // Test's window opens: it rolls, confirms, and the confirmation lands on the status branch.
     clock.set(dec(1, 2, 30));
     agents[0].handle.reconcile();
-    await_status(&client, &names[0], status_name(0), "test confirmed 1.13.0", |s| {
-        s.state.as_deref() == Some("confirmed")
-            && s.target.as_deref() == Some("1.13.0")
-            && s.at_version.as_deref() == Some("3/3")
-    })
+    await_status(
+        &client,
+        &names[0],
+        status_name(0),
+        "test confirmed 1.13.0",
+        |s| {
+            s.state.as_deref() == Some("confirmed")
+                && s.target.as_deref() == Some("1.13.0")
+                && s.at_version.as_deref() == Some("3/3")
+        },
+    )
     .await;
-    until_pass(&agents[0].handle, "test's 1.13.0 confirmation pushed", STEP, || {
-        repo.report("test", "test-1").is_some_and(|r| {
-            r.version.to_string() == "1.13.0" && r.state == drover::status::RolloutState::Confirmed
-        })
-    })
+    until_pass(
+        &agents[0].handle,
+        "test's 1.13.0 confirmation pushed",
+        STEP,
+        || {
+            repo.report("test", "test-1").is_some_and(|r| {
+                r.version.to_string() == "1.13.0"
+                    && r.state == drover::status::RolloutState::Confirmed
+            })
+        },
+    )
     .await;
     for n in sims[0].node_names() {
         assert_eq!(sims[0].version(&n).as_deref(), Some("1.13.0"));
@@ -165,17 +216,28 @@ async fn a_bump_moves_through_test_stage_and_production_each_in_its_window() {
     .await;
     clock.set(dec(8, 2, 30));
     agents[1].handle.fetch();
-    await_status(&client, &names[1], status_name(1), "stage confirmed 1.13.0", |s| {
-        s.last_applied_commit.as_deref() == Some(stage_bump.as_str())
-            && s.state.as_deref() == Some("confirmed")
-            && s.at_version.as_deref() == Some("3/3")
-            && s.refused.is_none()
-    })
+    await_status(
+        &client,
+        &names[1],
+        status_name(1),
+        "stage confirmed 1.13.0",
+        |s| {
+            s.last_applied_commit.as_deref() == Some(stage_bump.as_str())
+                && s.state.as_deref() == Some("confirmed")
+                && s.at_version.as_deref() == Some("3/3")
+                && s.refused.is_none()
+        },
+    )
     .await;
-    until_pass(&agents[1].handle, "stage's confirmation pushed", STEP, || {
-        repo.report("stage", "stage-1")
-            .is_some_and(|r| r.version.to_string() == "1.13.0")
-    })
+    until_pass(
+        &agents[1].handle,
+        "stage's confirmation pushed",
+        STEP,
+        || {
+            repo.report("stage", "stage-1")
+                .is_some_and(|r| r.version.to_string() == "1.13.0")
+        },
+    )
     .await;
     // Test's report is still on the branch: no report is lost to the other agent's push.
     assert!(repo.report("test", "test-1").is_some());
@@ -184,17 +246,29 @@ async fn a_bump_moves_through_test_stage_and_production_each_in_its_window() {
     let prod_bump = repo.bump("production", "1.13.0", true);
     clock.set(dec(20, 2, 30));
     agents[2].webhook().await;
-    await_status(&client, &names[2], status_name(2), "production confirmed 1.13.0", |s| {
-        s.last_applied_commit.as_deref() == Some(prod_bump.as_str())
-            && s.state.as_deref() == Some("confirmed")
-            && s.at_version.as_deref() == Some("3/3")
-    })
+    await_status(
+        &client,
+        &names[2],
+        status_name(2),
+        "production confirmed 1.13.0",
+        |s| {
+            s.last_applied_commit.as_deref() == Some(prod_bump.as_str())
+                && s.state.as_deref() == Some("confirmed")
+                && s.at_version.as_deref() == Some("3/3")
+        },
+    )
     .await;
 
     for (i, b) in budgets.iter().enumerate() {
         let (peak, which) = b.peak();
-        assert!(peak <= 1, "env {i}: {peak} nodes unavailable at once: {which:?}");
-        assert!(untouched(&client, &names[i]).await, "env {i} left nodes cordoned or annotated");
+        assert!(
+            peak <= 1,
+            "env {i}: {peak} nodes unavailable at once: {which:?}"
+        );
+        assert!(
+            untouched(&client, &names[i]).await,
+            "env {i} left nodes cordoned or annotated"
+        );
     }
     // Events on the status object tell the story.
     let ev = events_for(&client, &names[1], status_name(1)).await;
@@ -204,7 +278,9 @@ async fn a_bump_moves_through_test_stage_and_production_each_in_its_window() {
     // And on the nodes.
     let node_events = events_for(&client, "default", &sims[2].node_names()[0]).await;
     assert!(
-        node_events.iter().any(|e| e.reason.as_deref() == Some("Upgraded")),
+        node_events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("Upgraded")),
         "{node_events:?}"
     );
     for a in agents {
@@ -232,9 +308,13 @@ async fn a_change_pushed_without_review_is_not_applied() {
         clock.clone(),
         None,
     );
-    let applied = await_status(&client, ns.name(), "test-test-1", "initial config applied", |s| {
-        s.state.as_deref() == Some("confirmed")
-    })
+    let applied = await_status(
+        &client,
+        ns.name(),
+        "test-test-1",
+        "initial config applied",
+        |s| s.state.as_deref() == Some("confirmed"),
+    )
     .await;
     let first = applied.status.unwrap().last_applied_commit.unwrap();
 
@@ -255,14 +335,22 @@ async fn a_change_pushed_without_review_is_not_applied() {
         Some(1.0),
         "{m}"
     );
-    assert!(m.contains(&format!(r#"drover_applied_commit_info{{commit="{first}",version="1.12.0"}} 1"#)), "{m}");
+    assert!(
+        m.contains(&format!(
+            r#"drover_applied_commit_info{{commit="{first}",version="1.12.0"}} 1"#
+        )),
+        "{m}"
+    );
     let ev = events_for(&client, ns.name(), "test-test-1").await;
     let warn = ev
         .iter()
         .find(|e| e.reason.as_deref() == Some("Refused"))
         .unwrap_or_else(|| panic!("no Refused Event: {ev:?}"));
     assert_eq!(warn.type_.as_deref(), Some("Warning"));
-    assert!(warn.note.as_deref().unwrap_or("").contains("unsigned"), "{warn:?}");
+    assert!(
+        warn.note.as_deref().unwrap_or("").contains("unsigned"),
+        "{warn:?}"
+    );
     assert!(untouched(&client, ns.name()).await);
     for n in sim.node_names() {
         assert_eq!(sim.upgrades_started(&n), 0);
@@ -276,9 +364,13 @@ async fn a_change_pushed_without_review_is_not_applied() {
         clock,
         None,
     );
-    let st = await_status(&client, ns.name(), "test-test-1", "restarted agent reports", |s| {
-        s.reporter.as_deref() == Some("agent-b")
-    })
+    let st = await_status(
+        &client,
+        ns.name(),
+        "test-test-1",
+        "restarted agent reports",
+        |s| s.reporter.as_deref() == Some("agent-b"),
+    )
     .await
     .status
     .unwrap();
@@ -303,36 +395,71 @@ async fn two_replicas_one_acts_and_the_other_finishes_when_it_is_killed() {
     let repo = ConfigRepo::new(&[e]);
     let budget = BudgetWatch::start(&client, ns.name()).await;
     let clock: drover::agent::SharedClock = Arc::new(VirtualClock::new(dec(1, 3, 0)));
-    let a = RunningAgent::start(agent_config(&repo, "test", "test-1", ns.name(), "replica-a"), clock.clone(), None);
-    let b = RunningAgent::start(agent_config(&repo, "test", "test-1", ns.name(), "replica-b"), clock.clone(), None);
-    await_status(&client, ns.name(), "test-test-1", "initial confirmation", |s| {
-        s.state.as_deref() == Some("confirmed")
-    })
+    let a = RunningAgent::start(
+        agent_config(&repo, "test", "test-1", ns.name(), "replica-a"),
+        clock.clone(),
+        None,
+    );
+    let b = RunningAgent::start(
+        agent_config(&repo, "test", "test-1", ns.name(), "replica-b"),
+        clock.clone(),
+        None,
+    );
+    await_status(
+        &client,
+        ns.name(),
+        "test-test-1",
+        "initial confirmation",
+        |s| s.state.as_deref() == Some("confirmed"),
+    )
     .await;
     let bump = repo.bump("test", "1.13.0", true);
     a.webhook().await;
     b.webhook().await;
     // Mid-rollout: at least one node done, not all.
-    await_status(&client, ns.name(), "test-test-1", "rollout under way", |s| {
-        s.target.as_deref() == Some("1.13.0")
-            && s.nodes_at_version >= 1
-            && s.nodes_at_version < 4
-    })
+    await_status(
+        &client,
+        ns.name(),
+        "test-test-1",
+        "rollout under way",
+        |s| {
+            s.target.as_deref() == Some("1.13.0")
+                && s.nodes_at_version >= 1
+                && s.nodes_at_version < 4
+        },
+    )
     .await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), ns.name());
     let lease = leases.get("drover-test-test-1").await.unwrap();
     let holder = lease.spec.unwrap().holder_identity.unwrap();
     // Exactly one acts: the follower's metrics say so.
-    let (leader, follower) = if holder == "replica-a" { (a, b) } else { (b, a) };
+    let (leader, follower) = if holder == "replica-a" {
+        (a, b)
+    } else {
+        (b, a)
+    };
     assert_eq!(sample(&leader.metrics().await, "drover_leader"), Some(1.0));
-    assert_eq!(sample(&follower.metrics().await, "drover_leader"), Some(0.0));
+    assert_eq!(
+        sample(&follower.metrics().await, "drover_leader"),
+        Some(0.0)
+    );
     leader.kill();
-    let survivor = if holder == "replica-a" { "replica-b" } else { "replica-a" };
-    let done = await_status(&client, ns.name(), "test-test-1", "the other replica finishes", |s| {
-        s.state.as_deref() == Some("confirmed")
-            && s.at_version.as_deref() == Some("4/4")
-            && s.reporter.as_deref() == Some(survivor)
-    })
+    let survivor = if holder == "replica-a" {
+        "replica-b"
+    } else {
+        "replica-a"
+    };
+    let done = await_status(
+        &client,
+        ns.name(),
+        "test-test-1",
+        "the other replica finishes",
+        |s| {
+            s.state.as_deref() == Some("confirmed")
+                && s.at_version.as_deref() == Some("4/4")
+                && s.reporter.as_deref() == Some(survivor)
+        },
+    )
     .await;
     assert_eq!(
         done.status.unwrap().last_applied_commit.as_deref(),
@@ -340,16 +467,29 @@ async fn two_replicas_one_acts_and_the_other_finishes_when_it_is_killed() {
     );
     let (peak, which) = budget.peak();
     assert!(peak <= 1, "{peak} unavailable at once: {which:?}");
-    assert!(untouched(&client, ns.name()).await, "nodes left cordoned or annotated");
+    assert!(
+        untouched(&client, ns.name()).await,
+        "nodes left cordoned or annotated"
+    );
     for n in sim.node_names() {
         assert_eq!(sim.version(&n).as_deref(), Some("1.13.0"));
         assert_eq!(sim.upgrades_started(&n), 1, "{n} upgraded once");
     }
-    let l = leases.get("drover-test-test-1").await.unwrap().spec.unwrap();
+    let l = leases
+        .get("drover-test-test-1")
+        .await
+        .unwrap()
+        .spec
+        .unwrap();
     assert_eq!(l.holder_identity.as_deref(), Some(survivor));
     follower.stop();
     // A graceful stop releases the lease.
-    let l = leases.get("drover-test-test-1").await.unwrap().spec.unwrap();
+    let l = leases
+        .get("drover-test-test-1")
+        .await
+        .unwrap()
+        .spec
+        .unwrap();
     assert_eq!(l.holder_identity, None);
     sim.shutdown().await;
 }

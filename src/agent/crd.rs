@@ -20,13 +20,25 @@ pub const FIELD_MANAGER: &str = "drover-agent";
     shortname = "dst",
     status = "DroverStatusStatus",
     doc = "The drover agent's view of one cluster of one environment: target, rollout state, window, applied commit.",
-    printcolumn(name = "Environment", type_ = "string", json_path = ".spec.environment"),
+    printcolumn(
+        name = "Environment",
+        type_ = "string",
+        json_path = ".spec.environment"
+    ),
     printcolumn(name = "Target", type_ = "string", json_path = ".status.target"),
     printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
     printcolumn(name = "At Version", type_ = "string", json_path = ".status.atVersion"),
-    printcolumn(name = "Next Window", type_ = "string", json_path = ".status.nextWindow"),
+    printcolumn(
+        name = "Next Window",
+        type_ = "string",
+        json_path = ".status.nextWindow"
+    ),
     printcolumn(name = "Commit", type_ = "string", json_path = ".status.commit"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct DroverStatusSpec {
@@ -115,8 +127,8 @@ pub struct FetchRecord {
 }
 
 /// The CRD as the API server takes it.
-pub fn crd() -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition
-{
+pub fn crd(
+) -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
     DroverStatus::crd()
 }
 
@@ -190,7 +202,12 @@ impl StatusStore {
 
     /// Read the object, creating it (empty status) when absent.
     pub async fn load_or_create(&self) -> Result<DroverStatus, Error> {
-        if let Some(obj) = self.api.get_opt(&self.name).await.map_err(|e| self.err(e))? {
+        if let Some(obj) = self
+            .api
+            .get_opt(&self.name)
+            .await
+            .map_err(|e| self.err(e))?
+        {
             return Ok(obj);
         }
         let obj = DroverStatus::new(&self.name, self.spec.clone());
@@ -253,7 +270,11 @@ mod tests {
         assert_eq!(crd.spec.scope, "Namespaced");
         let v = &crd.spec.versions[0];
         assert_eq!(v.name, "v1alpha1");
-        assert!(v.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some());
+        assert!(v
+            .subresources
+            .as_ref()
+            .and_then(|s| s.status.as_ref())
+            .is_some());
         let cols: Vec<_> = v
             .additional_printer_columns
             .iter()
@@ -262,7 +283,15 @@ mod tests {
             .collect();
         assert_eq!(
             cols,
-            ["Environment", "Target", "State", "At Version", "Next Window", "Commit", "Age"]
+            [
+                "Environment",
+                "Target",
+                "State",
+                "At Version",
+                "Next Window",
+                "Commit",
+                "Age"
+            ]
         );
     }
 }

@@ -136,7 +136,10 @@ impl Events {
             Action::Block { progress, .. } => (
                 Severity::Warning,
                 "DrainBlocked",
-                format!("drain did not finish, node given back: {}", progress.message),
+                format!(
+                    "drain did not finish, node given back: {}",
+                    progress.message
+                ),
             ),
             Action::Fail { progress, .. } => (
                 Severity::Warning,

@@ -114,7 +114,11 @@ impl Server {
     }
 
     /// Serve `app` until `shutdown` becomes true, then finish in-flight requests.
-    pub async fn serve(self, app: Router, mut shutdown: watch::Receiver<bool>) -> Result<(), Error> {
+    pub async fn serve(
+        self,
+        app: Router,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> Result<(), Error> {
         axum::serve(self.listener, app)
             .with_graceful_shutdown(async move {
                 let _ = shutdown.wait_for(|s| *s).await;

@@ -71,7 +71,9 @@ impl LeaseConfig {
 
     fn validate(&self) -> Result<(), Error> {
         if self.duration.as_secs() < 1 {
-            return Err(Error::Timing("the lease duration must be at least 1s".into()));
+            return Err(Error::Timing(
+                "the lease duration must be at least 1s".into(),
+            ));
         }
         if !(self.renew_every < self.renew_deadline && self.renew_deadline < self.duration) {
             return Err(Error::Timing(format!(
@@ -236,11 +238,19 @@ impl Elector {
         // else wrote in between, and we read again to learn who.
         let current = match &self.last {
             Some(l) if holder(l) == Some(self.cfg.identity.as_str()) => Some(l.clone()),
-            _ => self.api.get_opt(&self.cfg.name).await.map_err(|e| self.err(e))?,
+            _ => self
+                .api
+                .get_opt(&self.cfg.name)
+                .await
+                .map_err(|e| self.err(e))?,
         };
         match self.write(current.clone()).await {
             Err(kube::Error::Api(s)) if s.code == 409 => {
-                let fresh = self.api.get_opt(&self.cfg.name).await.map_err(|e| self.err(e))?;
+                let fresh = self
+                    .api
+                    .get_opt(&self.cfg.name)
+                    .await
+                    .map_err(|e| self.err(e))?;
                 if current.is_some() && holder_of(fresh.as_ref()) == Some(&self.cfg.identity) {
                     // Our stale copy lost against our own earlier write that we
                     // never saw answered: retry once from the fresh read.
@@ -309,7 +319,11 @@ impl Elector {
     /// Give the lease up (clear `holderIdentity`) if we hold it, so another
     /// replica takes over at once instead of after the lease duration.
     pub async fn release(&mut self) -> Result<(), Error> {
-        let current = self.api.get_opt(&self.cfg.name).await.map_err(|e| self.err(e))?;
+        let current = self
+            .api
+            .get_opt(&self.cfg.name)
+            .await
+            .map_err(|e| self.err(e))?;
         let Some(mut lease) = current else {
             return Ok(());
         };
@@ -448,9 +462,15 @@ mod tests {
     #[test]
     fn own_lease_is_renewed_even_when_expired() {
         let l = lease(Some("a"), "2026-01-01T00:00:00Z", 15);
-        assert_eq!(decide(Some(&l), "a", t("2026-01-01T00:00:05Z")), Step::Renew);
+        assert_eq!(
+            decide(Some(&l), "a", t("2026-01-01T00:00:05Z")),
+            Step::Renew
+        );
         // Expired but still ours: renewing is safe, nobody else took it.
-        assert_eq!(decide(Some(&l), "a", t("2026-01-01T01:00:00Z")), Step::Renew);
+        assert_eq!(
+            decide(Some(&l), "a", t("2026-01-01T01:00:00Z")),
+            Step::Renew
+        );
     }
 
     #[test]
@@ -472,14 +492,23 @@ mod tests {
     #[test]
     fn free_or_incomplete_lease_is_acquired() {
         let released = lease(None, "2026-01-01T00:00:00Z", 15);
-        assert_eq!(decide(Some(&released), "a", t("2026-01-01T00:00:01Z")), Step::Acquire);
+        assert_eq!(
+            decide(Some(&released), "a", t("2026-01-01T00:00:01Z")),
+            Step::Acquire
+        );
         let empty = lease(Some(""), "2026-01-01T00:00:00Z", 15);
-        assert_eq!(decide(Some(&empty), "a", t("2026-01-01T00:00:01Z")), Step::Acquire);
+        assert_eq!(
+            decide(Some(&empty), "a", t("2026-01-01T00:00:01Z")),
+            Step::Acquire
+        );
         let no_time = LeaseSpec {
             holder_identity: Some("b".into()),
             ..Default::default()
         };
-        assert_eq!(decide(Some(&no_time), "a", t("2026-01-01T00:00:01Z")), Step::Acquire);
+        assert_eq!(
+            decide(Some(&no_time), "a", t("2026-01-01T00:00:01Z")),
+            Step::Acquire
+        );
     }
 
     #[test]
@@ -492,7 +521,13 @@ mod tests {
         assert_eq!(taken.renew_time, Some(to_micro(now)));
         assert_eq!(taken.acquire_time, Some(to_micro(now)));
         let later = t("2026-01-01T00:01:05Z");
-        let renewed = next_spec(Some(&taken), &Step::Renew, "a", Duration::from_secs(15), later);
+        let renewed = next_spec(
+            Some(&taken),
+            &Step::Renew,
+            "a",
+            Duration::from_secs(15),
+            later,
+        );
         assert_eq!(renewed.lease_transitions, Some(4));
         assert_eq!(renewed.acquire_time, Some(to_micro(now)));
         assert_eq!(renewed.renew_time, Some(to_micro(later)));

@@ -220,8 +220,14 @@ mod tests {
         counts.insert(("1.2.3".to_string(), "ready".to_string()), 4);
         m.set_nodes(&counts);
         let text = m.render();
-        assert!(text.contains(r#"drover_blocked{stage="trust",reason="unsigned"} 1"#), "{text}");
-        assert!(text.contains(r#"drover_rollout_state{state="confirmed"} 1"#), "{text}");
+        assert!(
+            text.contains(r#"drover_blocked{stage="trust",reason="unsigned"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"drover_rollout_state{state="confirmed"} 1"#),
+            "{text}"
+        );
         assert!(!text.contains(r#"state="rolling""#), "{text}");
         assert!(text.contains(r#"drover_applied_commit_info{commit="abc",version="1.2.3"} 1"#));
         assert!(text.contains(r#"drover_nodes{version="1.2.3",state="ready"} 4"#));

@@ -68,7 +68,11 @@ pub const NAMESPACE_PERMISSIONS: &[Permission] = &[
     // crate::kubernetes: the "job" driver's upgrade Jobs.
     ("batch", "jobs", &["create", "list", "watch", "delete"]),
     // leader::Elector: get, create once, conditional replace (update).
-    ("coordination.k8s.io", "leases", &["get", "create", "update"]),
+    (
+        "coordination.k8s.io",
+        "leases",
+        &["get", "create", "update"],
+    ),
     // crd::StatusStore: get, create once, merge-patch the status subresource.
     ("drover.dev", "droverstatuses", &["get", "create"]),
     ("drover.dev", "droverstatuses/status", &["patch"]),
@@ -667,7 +671,9 @@ impl<B: ClusterBackend> Acting<B> {
                 // Let a burst of changes settle, draining what piles up meanwhile.
                 let until = tokio::time::Instant::now() + self.cfg.debounce;
                 if let Some((_, c)) = self.connected.as_mut() {
-                    while let Ok(Some(())) = tokio::time::timeout_at(until, c.changes.next()).await {}
+                    while let Ok(Some(())) = tokio::time::timeout_at(until, c.changes.next()).await
+                    {
+                    }
                 }
             }
         }
@@ -721,11 +727,18 @@ impl<B: ClusterBackend> Acting<B> {
         let started = Instant::now();
         let head = { lock(&self.source).fetched() };
         self.status.head_commit = head.map(|h| h.to_string());
+        // `commit` is the applied commit, updated in the span if this pass applies a new one.
+        let applied = self
+            .status
+            .last_applied_commit
+            .as_deref()
+            .map(short)
+            .unwrap_or_else(|| "none".into());
         let span = tracing::info_span!(
             "reconcile",
             env = %self.cfg.env,
             cluster = %self.cfg.cluster,
-            commit = tracing::field::Empty,
+            commit = %applied,
             head = %head.map(|h| short(&h.to_string())).unwrap_or_default(),
         );
         let next = async {
@@ -821,7 +834,10 @@ impl<B: ClusterBackend> Acting<B> {
                         Severity::Normal,
                         "Applied",
                         "Apply",
-                        format!("applying commit {} (version {version})", short(&head.to_string())),
+                        format!(
+                            "applying commit {} (version {version})",
+                            short(&head.to_string())
+                        ),
                     )
                     .await;
             }
@@ -1041,12 +1057,8 @@ impl<B: ClusterBackend> Acting<B> {
             observed: Mutex::new(Vec::new()),
         };
         let result = engine.reconcile(&guarded, &inputs).await;
-        let observed = std::mem::take(
-            &mut *guarded
-                .observed
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()),
-        );
+        let observed =
+            std::mem::take(&mut *guarded.observed.lock().unwrap_or_else(|e| e.into_inner()));
         drop(guarded);
         if !observed.is_empty() || result.is_ok() {
             self.ready.set_synced();
@@ -1077,7 +1089,10 @@ impl<B: ClusterBackend> Acting<B> {
                     Severity::Warning,
                     "EvictionBlocked",
                     "Evict",
-                    format!("PodDisruptionBudget(s) {} refused an eviction; retrying", pdbs.join(", ")),
+                    format!(
+                        "PodDisruptionBudget(s) {} refused an eviction; retrying",
+                        pdbs.join(", ")
+                    ),
                 )
                 .await;
         }
@@ -1187,20 +1202,31 @@ impl<B: ClusterBackend> Acting<B> {
         self.metrics.set_nodes(&counts);
     }
 
-    fn durations(&self, action: &crate::rollout::Action, observed: &[NodeView], now: DateTime<Utc>) {
+    fn durations(
+        &self,
+        action: &crate::rollout::Action,
+        observed: &[NodeView],
+        now: DateTime<Utc>,
+    ) {
         use crate::rollout::Action;
         let secs = |since: DateTime<Utc>| (now - since).num_milliseconds().max(0) as f64 / 1000.0;
         match action {
             Action::StartUpgrade { progress, .. } => {
-                self.metrics.drain_duration.observe(secs(progress.started_at));
+                self.metrics
+                    .drain_duration
+                    .observe(secs(progress.started_at));
             }
             Action::Complete { node, .. } => {
-                let started = observed.iter().find(|n| n.name == *node).and_then(|n| {
-                    match &n.progress {
-                        Ok(Some(p)) if p.state == ProgressState::Upgrading => Some(p.started_at),
-                        _ => None,
-                    }
-                });
+                let started =
+                    observed
+                        .iter()
+                        .find(|n| n.name == *node)
+                        .and_then(|n| match &n.progress {
+                            Ok(Some(p)) if p.state == ProgressState::Upgrading => {
+                                Some(p.started_at)
+                            }
+                            _ => None,
+                        });
                 if let Some(s) = started {
                     self.metrics.upgrade_duration.observe(secs(s));
                 }
@@ -1251,8 +1277,7 @@ impl<B: ClusterBackend> Acting<B> {
                             "Report",
                             format!(
                                 "confirmed {} on {}; recorded on the status branch",
-                                report.version,
-                                self.cfg.source.status_branch
+                                report.version, self.cfg.source.status_branch
                             ),
                         )
                         .await;
@@ -1355,7 +1380,11 @@ impl<C: Cluster + Sync> Cluster for Guarded<'_, C> {
             .map_err(GuardError::Cluster)
     }
 
-    async fn uncordon(&self, node: &str, progress: Option<&NodeProgress>) -> Result<(), Self::Error> {
+    async fn uncordon(
+        &self,
+        node: &str,
+        progress: Option<&NodeProgress>,
+    ) -> Result<(), Self::Error> {
         self.check()?;
         self.inner
             .uncordon(node, progress)

@@ -167,9 +167,10 @@ impl Args {
             (None, Some(p)) => p.display().to_string(),
             (None, None) => bail!("--repo-url (DROVER_REPO) or --repo is required"),
         };
-        let cache = self.cache_dir.clone().unwrap_or_else(|| {
-            std::env::temp_dir().join(format!("drover-cache-{env}-{cluster}"))
-        });
+        let cache = self
+            .cache_dir
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join(format!("drover-cache-{env}-{cluster}")));
         let mut cfg = AgentConfig::new(&env, &cluster, &url, cache);
         if let Some(b) = &self.branch {
             cfg.source.branch = b.clone();
@@ -233,26 +234,28 @@ impl Args {
     }
 
     fn auth(&self) -> anyhow::Result<Auth> {
-        Ok(match (&self.ssh_key, &self.git_token_file, &self.git_password_file) {
-            (Some(key), None, None) => Auth::Ssh {
-                username: self.git_username.clone(),
-                private_key: key.clone(),
-                known_hosts: self
-                    .known_hosts
-                    .clone()
-                    .context("--ssh-key needs --known-hosts")?,
+        Ok(
+            match (&self.ssh_key, &self.git_token_file, &self.git_password_file) {
+                (Some(key), None, None) => Auth::Ssh {
+                    username: self.git_username.clone(),
+                    private_key: key.clone(),
+                    known_hosts: self
+                        .known_hosts
+                        .clone()
+                        .context("--ssh-key needs --known-hosts")?,
+                },
+                (None, Some(t), None) => Auth::Token(Secret::File(t.clone())),
+                (None, None, Some(p)) => Auth::Basic {
+                    username: self
+                        .git_username
+                        .clone()
+                        .context("--git-password-file needs --git-username")?,
+                    password: Secret::File(p.clone()),
+                },
+                (None, None, None) => Auth::None,
+                _ => bail!("give one of --ssh-key, --git-token-file or --git-password-file"),
             },
-            (None, Some(t), None) => Auth::Token(Secret::File(t.clone())),
-            (None, None, Some(p)) => Auth::Basic {
-                username: self
-                    .git_username
-                    .clone()
-                    .context("--git-password-file needs --git-username")?,
-                password: Secret::File(p.clone()),
-            },
-            (None, None, None) => Auth::None,
-            _ => bail!("give one of --ssh-key, --git-token-file or --git-password-file"),
-        })
+        )
     }
 
     /// The agent's clock: the wall clock, shifted by `--clock-offset`.
@@ -273,7 +276,8 @@ fn read_secret(p: &Path) -> anyhow::Result<Option<Vec<u8>>> {
 }
 
 fn duration(flag: &str, s: &str) -> anyhow::Result<Duration> {
-    humantime::parse_duration(s).with_context(|| format!("--{flag}: expected a duration such as 30s or 5m, got {s:?}"))
+    humantime::parse_duration(s)
+        .with_context(|| format!("--{flag}: expected a duration such as 30s or 5m, got {s:?}"))
 }
 
 /// Parse `+30d`, `-2h` or `90m` into a signed offset.
@@ -346,11 +350,13 @@ fn init_logging(format: &str) -> anyhow::Result<()> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     let result = match format {
-        // Span fields (env, cluster, commit of the reconcile span) go on every line.
+        // Every line inside a reconcile carries the whole span list, so the
+        // reconcile span's env, cluster and commit are on it even when a
+        // nested span (a node's cordon, say) is the current one.
         "json" => builder
             .json()
-            .with_current_span(true)
-            .with_span_list(false)
+            .with_current_span(false)
+            .with_span_list(true)
             .try_init(),
         "text" => builder.try_init(),
         other => bail!("--log-format: expected json or text, got {other:?}"),

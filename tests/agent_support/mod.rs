@@ -119,7 +119,17 @@ impl ConfigRepo {
         if signed {
             git(
                 &self.work,
-                &["-c", "gpg.format=ssh", "-c", &sk, "commit", "-q", "-S", "-m", message],
+                &[
+                    "-c",
+                    "gpg.format=ssh",
+                    "-c",
+                    &sk,
+                    "commit",
+                    "-q",
+                    "-S",
+                    "-m",
+                    message,
+                ],
             );
         } else {
             git(&self.work, &["commit", "-q", "-m", message]);
@@ -136,12 +146,7 @@ impl ConfigRepo {
 
     /// Pin `env` to `version` in a commit (signed: a reviewed merge; unsigned: pushed past review) and push it.
     pub fn bump(&self, env: &str, version: &str, signed: bool) -> String {
-        let mut e = self
-            .envs
-            .iter()
-            .find(|e| e.env == env)
-            .unwrap()
-            .clone();
+        let mut e = self.envs.iter().find(|e| e.env == env).unwrap().clone();
         e.version = version.into();
         self.write_env(&e);
         let c = self.commit(&format!("{env}: move to {version}"), signed);
@@ -159,7 +164,10 @@ impl ConfigRepo {
         let out = std::process::Command::new("git")
             .arg("--git-dir")
             .arg(&self.bare)
-            .args(["show", &format!("drover/status:status/{env}/{cluster}.toml")])
+            .args([
+                "show",
+                &format!("drover/status:status/{env}/{cluster}.toml"),
+            ])
             .output()
             .ok()?;
         if !out.status.success() {
@@ -206,8 +214,17 @@ pub async fn client_as(as_user: Option<&str>) -> Client {
 }
 
 /// Settings for one test agent.
-pub fn agent_config(repo: &ConfigRepo, env: &str, cluster: &str, ns: &str, id: &str) -> AgentConfig {
-    let cache = repo.dir.path().join(format!("cache-{id}-{}", rand::random::<u32>()));
+pub fn agent_config(
+    repo: &ConfigRepo,
+    env: &str,
+    cluster: &str,
+    ns: &str,
+    id: &str,
+) -> AgentConfig {
+    let cache = repo
+        .dir
+        .path()
+        .join(format!("cache-{id}-{}", rand::random::<u32>()));
     let mut cfg = AgentConfig::new(env, cluster, &repo.url(), cache);
     cfg.namespace = ns.into();
     cfg.identity = id.into();
@@ -261,9 +278,7 @@ impl RunningAgent {
             // A kill: every task of this agent dies at its next await, no lease release.
             rt.shutdown_background();
         });
-        let handle = handle_rx
-            .recv_timeout(WAIT)
-            .expect("agent did not start");
+        let handle = handle_rx.recv_timeout(WAIT).expect("agent did not start");
         RunningAgent {
             handle,
             shutdown,
@@ -348,12 +363,21 @@ pub async fn http(
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    let body = out.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("").to_string();
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|x| x.1)
+        .unwrap_or("")
+        .to_string();
     (code, body)
 }
 
 /// Wait until `cond` holds, checking after every pass of `agent` (and once at once).
-pub async fn until_pass(agent: &AgentHandle, what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
+pub async fn until_pass(
+    agent: &AgentHandle,
+    what: &str,
+    within: Duration,
+    mut cond: impl FnMut() -> bool,
+) {
     let mut rx = agent.subscribe();
     let run = async {
         loop {
@@ -362,7 +386,9 @@ pub async fn until_pass(agent: &AgentHandle, what: &str, within: Duration, mut c
             }
             match rx.recv().await {
                 Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => panic!("agent stopped while waiting for {what}"),
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                    panic!("agent stopped while waiting for {what}")
+                }
             }
         }
     };
@@ -388,7 +414,9 @@ pub async fn await_status(
 
 /// `hh:mm` UTC on a day of December 2026.
 pub fn dec(day: u32, hh: u32, mm: u32) -> DateTime<Utc> {
-    format!("2026-12-{day:02}T{hh:02}:{mm:02}:00Z").parse().unwrap()
+    format!("2026-12-{day:02}T{hh:02}:{mm:02}:00Z")
+        .parse()
+        .unwrap()
 }
 
 /// The value of a metric sample line `name{labels}` in `/metrics` text.
