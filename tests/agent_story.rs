@@ -395,16 +395,14 @@ async fn two_replicas_one_acts_and_the_other_finishes_when_it_is_killed() {
     let repo = ConfigRepo::new(&[e]);
     let budget = BudgetWatch::start(&client, ns.name()).await;
     let clock: drover::agent::SharedClock = Arc::new(VirtualClock::new(dec(1, 3, 0)));
-    let a = RunningAgent::start(
-        agent_config(&repo, "test", "test-1", ns.name(), "replica-a"),
-        clock.clone(),
-        None,
-    );
-    let b = RunningAgent::start(
-        agent_config(&repo, "test", "test-1", ns.name(), "replica-b"),
-        clock.clone(),
-        None,
-    );
+    // Polls too rare to matter: only a webhook can start the rollout.
+    let replica = |id: &str| {
+        let mut cfg = agent_config(&repo, "test", "test-1", ns.name(), id);
+        cfg.poll = Duration::from_secs(600);
+        RunningAgent::start(cfg, clock.clone(), None)
+    };
+    let a = replica("replica-a");
+    let b = replica("replica-b");
     await_status(
         &client,
         ns.name(),
@@ -413,9 +411,29 @@ async fn two_replicas_one_acts_and_the_other_finishes_when_it_is_killed() {
         |s| s.state.as_deref() == Some("confirmed"),
     )
     .await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns.name());
+    let holder = leases
+        .get("drover-test-test-1")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .holder_identity
+        .unwrap();
+    let (leader, follower) = if holder == "replica-a" {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    // Exactly one acts: the metrics say so.
+    assert_eq!(sample(&leader.metrics().await, "drover_leader"), Some(1.0));
+    assert_eq!(
+        sample(&follower.metrics().await, "drover_leader"),
+        Some(0.0)
+    );
     let bump = repo.bump("test", "1.13.0", true);
-    a.webhook().await;
-    b.webhook().await;
+    // The webhook reaches the follower, which relays it to the leader.
+    assert_eq!(follower.webhook().await, 202);
     // Mid-rollout: at least one node done, not all.
     await_status(
         &client,
@@ -429,20 +447,6 @@ async fn two_replicas_one_acts_and_the_other_finishes_when_it_is_killed() {
         },
     )
     .await;
-    let leases: Api<Lease> = Api::namespaced(client.clone(), ns.name());
-    let lease = leases.get("drover-test-test-1").await.unwrap();
-    let holder = lease.spec.unwrap().holder_identity.unwrap();
-    // Exactly one acts: the follower's metrics say so.
-    let (leader, follower) = if holder == "replica-a" {
-        (a, b)
-    } else {
-        (b, a)
-    };
-    assert_eq!(sample(&leader.metrics().await, "drover_leader"), Some(1.0));
-    assert_eq!(
-        sample(&follower.metrics().await, "drover_leader"),
-        Some(0.0)
-    );
     leader.kill();
     let survivor = if holder == "replica-a" {
         "replica-b"

@@ -10,6 +10,10 @@ use serde::{Deserialize, Serialize};
 /// Field manager of every write the agent makes to its status object.
 pub const FIELD_MANAGER: &str = "drover-agent";
 
+/// Annotation a follower sets on the status object when a webhook reached
+/// it, so that the leader (which watches the object) fetches at once.
+pub const ANN_FETCH_REQUESTED: &str = "drover.dev/fetch-requested";
+
 /// Desired identity of a status object: which environment and cluster it describes.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[kube(
@@ -219,6 +223,62 @@ impl StatusStore {
             }
             Err(e) => Err(self.err(e)),
         }
+    }
+
+    /// Ask the leader to fetch now (a follower received a webhook).
+    pub async fn request_fetch(&self) -> Result<(), Error> {
+        let stamp = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+        let patch =
+            serde_json::json!({ "metadata": { "annotations": { ANN_FETCH_REQUESTED: stamp } } });
+        self.api
+            .patch(
+                &self.name,
+                &PatchParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..Default::default()
+                },
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Yields whenever a follower asks for a fetch ([`Self::request_fetch`]);
+    /// the value present when the watch starts is not a new request.
+    pub fn fetch_requests(&self) -> futures::stream::BoxStream<'static, ()> {
+        use futures::StreamExt;
+        use kube::runtime::watcher;
+        let cfg = watcher::Config::default().fields(&format!("metadata.name={}", self.name));
+        let mut seen: Option<Option<String>> = None;
+        watcher::watcher(self.api.clone(), cfg)
+            .filter_map(move |ev| {
+                let stamp = |o: &DroverStatus| {
+                    o.metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(ANN_FETCH_REQUESTED).cloned())
+                };
+                let fire = match ev {
+                    Ok(watcher::Event::InitApply(o)) => {
+                        seen = Some(stamp(&o));
+                        false
+                    }
+                    Ok(watcher::Event::Apply(o)) => {
+                        let s = stamp(&o);
+                        let new = s.is_some() && seen.as_ref() != Some(&s);
+                        seen = Some(s);
+                        new
+                    }
+                    // A relist after an error also counts as seen, not as a request.
+                    Ok(
+                        watcher::Event::InitDone | watcher::Event::Init | watcher::Event::Delete(_),
+                    )
+                    | Err(_) => false,
+                };
+                futures::future::ready(fire.then_some(()))
+            })
+            .boxed()
     }
 
     /// Replace the status (merge patch of the whole status subresource).

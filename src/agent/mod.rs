@@ -73,8 +73,13 @@ pub const NAMESPACE_PERMISSIONS: &[Permission] = &[
         "leases",
         &["get", "create", "update"],
     ),
-    // crd::StatusStore: get, create once, merge-patch the status subresource.
-    ("drover.dev", "droverstatuses", &["get", "create"]),
+    // crd::StatusStore: get, create once, merge-patch the status subresource;
+    // a follower patches an annotation that the leader watches (webhook relay).
+    (
+        "drover.dev",
+        "droverstatuses",
+        &["get", "list", "watch", "create", "patch"],
+    ),
     ("drover.dev", "droverstatuses/status", &["patch"]),
 ];
 
@@ -476,6 +481,15 @@ impl<B: ClusterBackend> Agent<B> {
             tokio::select! {
                 r = leader_rx.wait_for(|l| *l) => if r.is_err() { break },
                 _ = shutdown_rx.wait_for(|s| *s) => break,
+                // A webhook that reached the follower: relay it to the leader.
+                r = trigger.next() => {
+                    if r == Reason::Webhook {
+                        if let Err(e) = state.store.request_fetch().await {
+                            tracing::warn!(error = %e, "could not relay the webhook to the leader");
+                        }
+                    }
+                    continue;
+                }
             }
             if *shutdown_rx.borrow() {
                 break;
@@ -638,6 +652,7 @@ impl<B: ClusterBackend> Acting<B> {
                 format!("{} holds the lease and acts", self.cfg.identity),
             )
             .await;
+        let mut relayed = self.store.fetch_requests();
         let mut wake = Wake::Start;
         loop {
             if *cancel.borrow() {
@@ -663,6 +678,7 @@ impl<B: ClusterBackend> Acting<B> {
             wake = tokio::select! {
                 _ = cancel.wait_for(|c| *c) => return,
                 r = trigger.next() => Wake::Source(r),
+                Some(()) = relayed.next() => Wake::Source(Reason::Webhook),
                 _ = changes => Wake::Cluster,
                 Some(()) = manual.recv() => Wake::Manual,
                 _ = &mut sleep => Wake::Timer,
