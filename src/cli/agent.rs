@@ -1,12 +1,416 @@
-//! `drover agent`.
+//! `drover agent`: run the in-cluster agent.
+//!
+//! Every flag is also an environment variable (`DROVER_*`) and a key of the
+//! optional `--config` TOML file (the flag's long name, e.g.
+//! `poll-interval = "30s"`). Precedence: flag, then environment, then file,
+//! then the default.
 
 use super::{Global, Outcome};
+use crate::agent::{self, AgentConfig, OffsetClock, SharedClock};
+use crate::source::trigger::WebhookConfig;
+use crate::source::{Auth, Secret};
+use crate::status::PublishOptions;
+use crate::trust;
+use anyhow::{bail, Context};
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Arguments of `drover agent`.
-#[derive(Debug, clap::Args)]
-pub struct Args {}
+#[derive(Debug, Default, Clone, clap::Args, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct Args {
+    /// TOML file with any of these settings (keys are the flags' long names).
+    #[arg(long, env = "DROVER_CONFIG")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// The environment this agent serves.
+    #[arg(long, env = "DROVER_ENV")]
+    pub env: Option<String>,
+    /// The cluster name it reports as (listed under [clusters] in drover.toml).
+    #[arg(long, env = "DROVER_CLUSTER")]
+    pub cluster: Option<String>,
+    /// Config repository URL (file, git, http(s), ssh); the global --repo also works.
+    #[arg(long, env = "DROVER_REPO")]
+    pub repo_url: Option<String>,
+    /// Tracked branch.
+    #[arg(long, env = "DROVER_BRANCH")]
+    pub branch: Option<String>,
+    /// Status branch.
+    #[arg(long, env = "DROVER_STATUS_BRANCH")]
+    pub status_branch: Option<String>,
+    /// Local git cache (an emptyDir in the cluster).
+    #[arg(long, env = "DROVER_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Signature check: off, head or all.
+    #[arg(long, env = "DROVER_VERIFY")]
+    pub verify: Option<String>,
+    /// Allowed-signers file (git's SSH format), mounted from a Secret.
+    #[arg(long, env = "DROVER_ALLOWED_SIGNERS")]
+    pub allowed_signers: Option<PathBuf>,
+    /// HTTPS token file (sent as user x-access-token).
+    #[arg(long, env = "DROVER_GIT_TOKEN_FILE")]
+    pub git_token_file: Option<PathBuf>,
+    /// HTTPS user name (with --git-password-file).
+    #[arg(long, env = "DROVER_GIT_USERNAME")]
+    pub git_username: Option<String>,
+    /// HTTPS password file.
+    #[arg(long, env = "DROVER_GIT_PASSWORD_FILE")]
+    pub git_password_file: Option<PathBuf>,
+    /// SSH private key file (with --known-hosts).
+    #[arg(long, env = "DROVER_SSH_KEY")]
+    pub ssh_key: Option<PathBuf>,
+    /// known_hosts file for SSH.
+    #[arg(long, env = "DROVER_KNOWN_HOSTS")]
+    pub known_hosts: Option<PathBuf>,
+    /// OpenSSH private key that signs status commits.
+    #[arg(long, env = "DROVER_STATUS_SIGNING_KEY")]
+    pub status_signing_key: Option<PathBuf>,
+    /// Poll interval (e.g. 1m).
+    #[arg(long, env = "DROVER_POLL_INTERVAL")]
+    pub poll_interval: Option<String>,
+    /// Longest time between reconcile passes.
+    #[arg(long, env = "DROVER_TICK")]
+    pub tick: Option<String>,
+    /// Namespace of the Lease and the DroverStatus object.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// This replica's identity (the pod name, from the downward API).
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
+    /// Lease name (default drover-ENV-CLUSTER).
+    #[arg(long, env = "DROVER_LEASE_NAME")]
+    pub lease_name: Option<String>,
+    /// Lease duration (e.g. 15s).
+    #[arg(long, env = "DROVER_LEASE_DURATION")]
+    pub lease_duration: Option<String>,
+    /// Act without leader election (a single replica only).
+    #[arg(long, env = "DROVER_NO_LEADER_ELECTION")]
+    pub no_leader_election: Option<bool>,
+    /// DroverStatus object name (default ENV-CLUSTER).
+    #[arg(long, env = "DROVER_STATUS_NAME")]
+    pub status_name: Option<String>,
+    /// HTTP listen address for /metrics, /healthz, /readyz and /webhook.
+    #[arg(long, env = "DROVER_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// File holding the webhook's HMAC secret (X-Hub-Signature-256).
+    #[arg(long, env = "DROVER_WEBHOOK_SECRET_FILE")]
+    pub webhook_secret_file: Option<PathBuf>,
+    /// File holding the webhook's plain token (X-Drover-Token).
+    #[arg(long, env = "DROVER_WEBHOOK_TOKEN_FILE")]
+    pub webhook_token_file: Option<PathBuf>,
+    /// Test hook: shift the agent's clock (windows, gate, timeouts), e.g. "+30d" or "-2h".
+    #[arg(long, env = "DROVER_CLOCK_OFFSET", allow_hyphen_values = true)]
+    pub clock_offset: Option<String>,
+    /// Log format: json or text.
+    #[arg(long, env = "DROVER_LOG_FORMAT")]
+    pub log_format: Option<String>,
+}
+
+impl Args {
+    /// Flags (and environment) over the `--config` file.
+    pub fn merged(self) -> anyhow::Result<Args> {
+        let Some(path) = self.config.clone() else {
+            return Ok(self);
+        };
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let file: Args =
+            toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        Ok(self.over(file))
+    }
+
+    fn over(self, f: Args) -> Args {
+        Args {
+            config: self.config,
+            env: self.env.or(f.env),
+            cluster: self.cluster.or(f.cluster),
+            repo_url: self.repo_url.or(f.repo_url),
+            branch: self.branch.or(f.branch),
+            status_branch: self.status_branch.or(f.status_branch),
+            cache_dir: self.cache_dir.or(f.cache_dir),
+            verify: self.verify.or(f.verify),
+            allowed_signers: self.allowed_signers.or(f.allowed_signers),
+            git_token_file: self.git_token_file.or(f.git_token_file),
+            git_username: self.git_username.or(f.git_username),
+            git_password_file: self.git_password_file.or(f.git_password_file),
+            ssh_key: self.ssh_key.or(f.ssh_key),
+            known_hosts: self.known_hosts.or(f.known_hosts),
+            status_signing_key: self.status_signing_key.or(f.status_signing_key),
+            poll_interval: self.poll_interval.or(f.poll_interval),
+            tick: self.tick.or(f.tick),
+            namespace: self.namespace.or(f.namespace),
+            pod_name: self.pod_name.or(f.pod_name),
+            lease_name: self.lease_name.or(f.lease_name),
+            lease_duration: self.lease_duration.or(f.lease_duration),
+            no_leader_election: self.no_leader_election.or(f.no_leader_election),
+            status_name: self.status_name.or(f.status_name),
+            listen: self.listen.or(f.listen),
+            webhook_secret_file: self.webhook_secret_file.or(f.webhook_secret_file),
+            webhook_token_file: self.webhook_token_file.or(f.webhook_token_file),
+            clock_offset: self.clock_offset.or(f.clock_offset),
+            log_format: self.log_format.or(f.log_format),
+        }
+    }
+
+    /// The library configuration; `global_repo` is the global `--repo` when not the default.
+    pub fn to_config(&self, global_repo: Option<&Path>) -> anyhow::Result<AgentConfig> {
+        let env = self.env.clone().context("--env (DROVER_ENV) is required")?;
+        let cluster = self
+            .cluster
+            .clone()
+            .context("--cluster (DROVER_CLUSTER) is required")?;
+        let url = match (&self.repo_url, global_repo) {
+            (Some(u), _) => u.clone(),
+            (None, Some(p)) => p.display().to_string(),
+            (None, None) => bail!("--repo-url (DROVER_REPO) or --repo is required"),
+        };
+        let cache = self
+            .cache_dir
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join(format!("drover-cache-{env}-{cluster}")));
+        let mut cfg = AgentConfig::new(&env, &cluster, &url, cache);
+        if let Some(b) = &self.branch {
+            cfg.source.branch = b.clone();
+        }
+        if let Some(b) = &self.status_branch {
+            cfg.source.status_branch = b.clone();
+        }
+        cfg.source.auth = self.auth()?;
+        if let Some(v) = &self.verify {
+            cfg.verify = v.parse::<trust::Mode>().map_err(anyhow::Error::msg)?;
+        }
+        cfg.allowed_signers = self.allowed_signers.clone();
+        if let Some(k) = &self.status_signing_key {
+            cfg.publish = PublishOptions::default().with_signing_key_file(k)?;
+        }
+        cfg.publish.name = format!("drover agent ({env}/{cluster})");
+        if let Some(d) = &self.poll_interval {
+            cfg.poll = duration("poll-interval", d)?;
+        }
+        if let Some(d) = &self.tick {
+            cfg.tick = duration("tick", d)?;
+        }
+        if let Some(ns) = &self.namespace {
+            cfg.namespace = ns.clone();
+        }
+        if let Some(p) = &self.pod_name {
+            cfg.identity = p.clone();
+        }
+        if let Some(l) = &self.lease_name {
+            cfg.lease_name = l.clone();
+        }
+        if let Some(d) = &self.lease_duration {
+            cfg.lease_duration = duration("lease-duration", d)?;
+        }
+        cfg.leader_election = !self.no_leader_election.unwrap_or(false);
+        if let Some(s) = &self.status_name {
+            cfg.status_name = s.clone();
+        }
+        if let Some(l) = self.listen {
+            cfg.listen = l;
+        }
+        let hmac = self
+            .webhook_secret_file
+            .as_ref()
+            .map(|p| read_secret(p))
+            .transpose()?
+            .flatten();
+        let token = self
+            .webhook_token_file
+            .as_ref()
+            .map(|p| read_secret(p))
+            .transpose()?
+            .flatten();
+        if hmac.is_some() || token.is_some() {
+            cfg.webhook = Some(WebhookConfig {
+                hmac_secret: hmac,
+                token,
+            });
+        }
+        Ok(cfg)
+    }
+
+    fn auth(&self) -> anyhow::Result<Auth> {
+        Ok(
+            match (&self.ssh_key, &self.git_token_file, &self.git_password_file) {
+                (Some(key), None, None) => Auth::Ssh {
+                    username: self.git_username.clone(),
+                    private_key: key.clone(),
+                    known_hosts: self
+                        .known_hosts
+                        .clone()
+                        .context("--ssh-key needs --known-hosts")?,
+                },
+                (None, Some(t), None) => Auth::Token(Secret::File(t.clone())),
+                (None, None, Some(p)) => Auth::Basic {
+                    username: self
+                        .git_username
+                        .clone()
+                        .context("--git-password-file needs --git-username")?,
+                    password: Secret::File(p.clone()),
+                },
+                (None, None, None) => Auth::None,
+                _ => bail!("give one of --ssh-key, --git-token-file or --git-password-file"),
+            },
+        )
+    }
+
+    /// The agent's clock: the wall clock, shifted by `--clock-offset`.
+    pub fn clock(&self) -> anyhow::Result<SharedClock> {
+        let offset = match &self.clock_offset {
+            Some(s) => parse_offset(s)?,
+            None => chrono::Duration::zero(),
+        };
+        Ok(Arc::new(OffsetClock(offset)))
+    }
+}
+
+/// A secret file's content; an empty file (the unfilled template) means "not configured".
+fn read_secret(p: &Path) -> anyhow::Result<Option<Vec<u8>>> {
+    let s = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+    let s = s.trim_end_matches(['\r', '\n']);
+    Ok((!s.is_empty()).then(|| s.as_bytes().to_vec()))
+}
+
+fn duration(flag: &str, s: &str) -> anyhow::Result<Duration> {
+    humantime::parse_duration(s)
+        .with_context(|| format!("--{flag}: expected a duration such as 30s or 5m, got {s:?}"))
+}
+
+/// Parse `+30d`, `-2h` or `90m` into a signed offset.
+pub fn parse_offset(s: &str) -> anyhow::Result<chrono::Duration> {
+    let (neg, rest) = match s.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    let d = humantime::parse_duration(rest.trim())
+        .with_context(|| format!("--clock-offset: expected e.g. +30d or -2h, got {s:?}"))?;
+    let d = chrono::Duration::from_std(d).context("--clock-offset is too large")?;
+    Ok(if neg { -d } else { d })
+}
 
 /// Run `drover agent`.
-pub fn run(_g: &Global, _args: Args) -> anyhow::Result<Outcome> {
-    anyhow::bail!("`drover agent` is not built yet")
+pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
+    let args = args.merged()?;
+    init_logging(args.log_format.as_deref().unwrap_or("json"))?;
+    let global_repo = (g.repo != Path::new(".")).then_some(g.repo.as_path());
+    let cfg = args.to_config(global_repo)?;
+    let clock = args.clock()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        // The agent is I/O bound; two workers keep the footprint small.
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let client = kube::Client::try_default()
+            .await
+            .context("connecting to the API server")?;
+        let backend = agent::KubeBackend::new(client.clone(), &cfg.namespace);
+        let agent = agent::Agent::new(cfg, client, backend, clock).await?;
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            tracing::info!("shutdown requested");
+            let _ = tx.send(true);
+        });
+        agent.run(rx).await?;
+        anyhow::Ok(())
+    })?;
+    Ok(Outcome::Ok)
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// JSON (or text) logs filtered by `RUST_LOG` (default `info`).
+fn init_logging(format: &str) -> anyhow::Result<()> {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let result = match format {
+        // Every line inside a reconcile carries the whole span list, so the
+        // reconcile span's env, cluster and commit are on it even when a
+        // nested span (a node's cordon, say) is the current one.
+        "json" => builder
+            .json()
+            .with_current_span(false)
+            .with_span_list(true)
+            .try_init(),
+        "text" => builder.try_init(),
+        other => bail!("--log-format: expected json or text, got {other:?}"),
+    };
+    result.map_err(|e| anyhow::anyhow!("initialising logging: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: Args,
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("agent.toml");
+        std::fs::write(
+            &file,
+            "env = \"stage\"\ncluster = \"stage-1\"\nrepo-url = \"git://127.0.0.1/r.git\"\npoll-interval = \"10s\"\n",
+        )
+        .unwrap();
+        let cli = Cli::parse_from([
+            "x",
+            "--config",
+            file.to_str().unwrap(),
+            "--poll-interval",
+            "3s",
+            "--clock-offset",
+            "-2h",
+        ]);
+        let args = cli.a.merged().unwrap();
+        let cfg = args.to_config(None).unwrap();
+        assert_eq!(cfg.env, "stage");
+        assert_eq!(cfg.cluster, "stage-1");
+        assert_eq!(cfg.poll, Duration::from_secs(3));
+        assert_eq!(cfg.source.url, "git://127.0.0.1/r.git");
+        assert_eq!(cfg.lease_name, "drover-stage-stage-1");
+        assert_eq!(parse_offset("-2h").unwrap(), chrono::Duration::hours(-2));
+        assert_eq!(parse_offset("+30d").unwrap(), chrono::Duration::days(30));
+    }
+
+    #[test]
+    fn unknown_file_keys_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("agent.toml");
+        std::fs::write(&file, "evn = \"stage\"\n").unwrap();
+        let cli = Cli::parse_from(["x", "--config", file.to_str().unwrap()]);
+        let err = cli.a.merged().unwrap_err();
+        assert!(format!("{err:#}").contains("evn"), "{err:#}");
+    }
 }

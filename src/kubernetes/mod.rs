@@ -1,1 +1,284 @@
 //! The Kubernetes implementation of the cluster interface: observe, cordon, drain, OS update drivers.
+//!
+//! - **Observation** ([`observe`]) reads only from watch-fed stores (kube-rs
+//!   reflectors): the selected nodes, drover's upgrade Jobs, the
+//!   PodDisruptionBudgets, and the pods of the nodes being drained (one
+//!   field-selected watch per draining node, so an idle cluster costs no pod
+//!   traffic at all). `observe()` makes no API request; our own writes are
+//!   overlaid on the stores until the watches catch up, so the engine always
+//!   reads its own writes and never decides twice from a stale view.
+//! - **Cordon / uncordon / progress** ([`cordon`]) are merge patches of
+//!   `spec.unschedulable` and drover's annotations in one request, each with a
+//!   `resourceVersion` precondition so the check that justifies the write
+//!   (e.g. "drover cordoned this node") holds for exactly the version written.
+//! - **Drain** ([`drain`]) goes through the Eviction API only; pods are never deleted.
+//! - **Drivers** ([`driver`]) are Jobs pinned to the node, named per node,
+//!   version and attempt so a repeated start is a 409 and never a second run.
+//!
+//! Job cleanup: when the engine clears a node's progress (`uncordon` or
+//! `set_progress` with `None`, i.e. the node completed or a blocked/failed
+//! record is forgotten) every drover Job for that node is deleted (propagation
+//! Background). When a node is given back blocked or failed, Jobs of that node
+//! that are still running are deleted, so a late driver can never reboot a
+//! node that is back in service; finished Jobs are kept for inspection until
+//! their `ttlSecondsAfterFinished`.
+
+pub mod cordon;
+pub mod drain;
+pub mod driver;
+pub mod observe;
+
+use crate::cluster::{Cluster, EvictionPass, NodeProgress, NodeView, ProgressState};
+use crate::config::{DriverSpec, EnvConfig, NodesSpec};
+use kube::Client;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tracing::Instrument;
+
+/// User-Agent of drover's API requests.
+pub const USER_AGENT: &str = concat!("drover/", env!("CARGO_PKG_VERSION"));
+
+/// Field manager recorded on every write drover makes.
+pub const FIELD_MANAGER: &str = "drover";
+
+/// An error of the Kubernetes backend; every variant names the node or object and the call.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The client could not be built from the config.
+    #[error("cannot build the Kubernetes client: {0}")]
+    Client(#[source] kube::Error),
+    /// An API call about a node failed.
+    #[error("{call} on node {node} failed: {source}")]
+    Node {
+        /// The node.
+        node: String,
+        /// The call (`cordon`, `evict pod ns/name`, ...).
+        call: String,
+        /// The API error, with its status.
+        #[source]
+        source: kube::Error,
+    },
+    /// An API call not tied to one node failed.
+    #[error("{call} failed: {source}")]
+    Api {
+        /// The call and its object.
+        call: String,
+        /// The API error, with its status.
+        #[source]
+        source: kube::Error,
+    },
+    /// The node does not exist (any more).
+    #[error("node {node} not found ({call})")]
+    NodeGone {
+        /// The node.
+        node: String,
+        /// The call that found it missing.
+        call: &'static str,
+    },
+    /// Defense in depth: the node is cordoned and drover's record does not say drover cordoned it.
+    #[error("refusing to uncordon node {node}: it is cordoned and its drover.dev/cordoned annotation does not say drover cordoned it")]
+    NotCordonedByDrover {
+        /// The node.
+        node: String,
+    },
+    /// Defense in depth: the write would erase the record that drover cordoned a still-cordoned node.
+    #[error("refusing to write progress on node {node}: drover cordoned it and the write would drop that record while it is still cordoned")]
+    WouldDropCordonRecord {
+        /// The node.
+        node: String,
+    },
+    /// Every conditional write lost against a concurrent writer.
+    #[error("{call} on node {node}: gave up after {attempts} conflicting writes")]
+    Conflict {
+        /// The node.
+        node: String,
+        /// The call.
+        call: &'static str,
+        /// Attempts made.
+        attempts: u32,
+    },
+    /// A watch did not deliver its initial list in time.
+    #[error("watch of {what} not ready within {timeout:?}")]
+    NotReady {
+        /// What is watched.
+        what: String,
+        /// How long we waited.
+        timeout: Duration,
+    },
+    /// An upgrade Job could not be built from the config.
+    #[error("building the upgrade Job for node {node}: {why}")]
+    BuildJob {
+        /// The node.
+        node: String,
+        /// What went wrong.
+        why: String,
+    },
+}
+
+/// How a [`KubeCluster`] talks to one cluster for one environment.
+#[derive(Debug, Clone)]
+pub struct KubeOptions {
+    /// The cluster's name, for logs and status reports.
+    pub cluster_name: String,
+    /// Namespace of the agent, where upgrade Jobs run.
+    pub namespace: String,
+    /// Label selector choosing the nodes (`[rollout] node_selector`); empty selects all.
+    pub node_selector: String,
+    /// How a node's version is read.
+    pub nodes: NodesSpec,
+    /// How the OS update is applied.
+    pub driver: DriverSpec,
+    /// `activeDeadlineSeconds` of upgrade Jobs (the environment's `node_timeout`).
+    pub job_deadline: Option<Duration>,
+    /// `ttlSecondsAfterFinished` of upgrade Jobs, for the ones drover keeps (failed runs).
+    pub job_ttl: Duration,
+    /// Longest wait for a watch's initial list.
+    pub ready_timeout: Duration,
+}
+
+impl KubeOptions {
+    /// Options for environment `env` of cluster `cluster_name`, with Jobs in `namespace`.
+    pub fn from_env(cluster_name: &str, namespace: &str, env: &EnvConfig) -> Self {
+        KubeOptions {
+            cluster_name: cluster_name.to_string(),
+            namespace: namespace.to_string(),
+            node_selector: env.rollout.node_selector.clone(),
+            nodes: env.nodes.clone(),
+            driver: env.driver.clone(),
+            job_deadline: Some(env.rollout.node_timeout),
+            job_ttl: Duration::from_secs(7 * 24 * 3600),
+            ready_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The Kubernetes backend of [`Cluster`]; clones share the same watches.
+#[derive(Clone)]
+pub struct KubeCluster {
+    inner: Arc<observe::Observer>,
+}
+
+impl std::fmt::Debug for KubeCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeCluster")
+            .field("cluster", &self.inner.opts.cluster_name)
+            .field("namespace", &self.inner.opts.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KubeCluster {
+    /// Start the watches (nodes, drover's Jobs, PodDisruptionBudgets) and
+    /// wait until each has delivered its initial list. The watches stop when
+    /// the last clone is dropped.
+    ///
+    /// It builds its own client from `config` with kube's default retry
+    /// layer turned off: that layer re-sends a 429 up to 15 times with
+    /// backoff growing to minutes, so an eviction refused by a
+    /// PodDisruptionBudget would hang the drain instead of being reported.
+    /// drover retries at the engine's step cadence instead.
+    pub async fn new(mut config: kube::Config, opts: KubeOptions) -> Result<KubeCluster, Error> {
+        config.default_retry = false;
+        // kube-rs sends no User-Agent: name drover in API server logs and audit events.
+        if !config
+            .headers
+            .iter()
+            .any(|(k, _)| k == http::header::USER_AGENT)
+        {
+            config.headers.push((
+                http::header::USER_AGENT,
+                http::HeaderValue::from_static(USER_AGENT),
+            ));
+        }
+        let client = Client::try_from(config).map_err(Error::Client)?;
+        let inner = observe::Observer::start(client, opts).await?;
+        Ok(KubeCluster { inner })
+    }
+
+    /// A receiver whose value changes whenever something the engine decides
+    /// on changes (a node's readiness, version, schedulability or drover
+    /// annotations; a drover Job; a PDB; a pod on a node being drained):
+    /// reconcile on `changed()` instead of polling.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.inner.changes.subscribe()
+    }
+
+    /// The namespace upgrade Jobs run in.
+    pub fn namespace(&self) -> &str {
+        &self.inner.opts.namespace
+    }
+}
+
+impl Cluster for KubeCluster {
+    type Error = Error;
+
+    fn name(&self) -> &str {
+        &self.inner.opts.cluster_name
+    }
+
+    async fn observe(&self) -> Result<Vec<NodeView>, Error> {
+        self.inner.observe().await
+    }
+
+    async fn cordon(&self, node: &str, progress: &NodeProgress) -> Result<(), Error> {
+        let span = tracing::info_span!("cordon", node = %node, target = %progress.target);
+        cordon::cordon(&self.inner, node, progress)
+            .instrument(span)
+            .await
+    }
+
+    async fn uncordon(&self, node: &str, progress: Option<&NodeProgress>) -> Result<(), Error> {
+        let span = tracing::info_span!("uncordon", node = %node, state = progress.map(|p| p.state.as_str()).unwrap_or("cleared"));
+        async {
+            cordon::uncordon(&self.inner, node, progress).await?;
+            self.after_give_back(node, progress).await
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn set_progress(&self, node: &str, progress: Option<&NodeProgress>) -> Result<(), Error> {
+        let span = tracing::info_span!("set_progress", node = %node, state = progress.map(|p| p.state.as_str()).unwrap_or("cleared"));
+        async {
+            cordon::set_progress(&self.inner, node, progress).await?;
+            self.after_give_back(node, progress).await
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn evict(&self, node: &str) -> Result<EvictionPass, Error> {
+        let span = tracing::info_span!("evict", node = %node);
+        drain::evict(&self.inner, node).instrument(span).await
+    }
+
+    async fn start_upgrade(&self, node: &str, progress: &NodeProgress) -> Result<(), Error> {
+        let span = tracing::info_span!("start_upgrade", node = %node, target = %progress.target);
+        driver::start(&self.inner, node, progress)
+            .instrument(span)
+            .await
+    }
+}
+
+impl KubeCluster {
+    // Job cleanup after a node leaves drover's hands (see the module docs).
+    async fn after_give_back(
+        &self,
+        node: &str,
+        progress: Option<&NodeProgress>,
+    ) -> Result<(), Error> {
+        match progress.map(|p| p.state) {
+            None => driver::cleanup(&self.inner, node, true).await,
+            Some(ProgressState::Blocked | ProgressState::Failed) => {
+                driver::cleanup(&self.inner, node, false).await
+            }
+            Some(ProgressState::Draining | ProgressState::Upgrading) => Ok(()),
+        }
+    }
+}
+
+/// Whether an API error has HTTP status `code`.
+pub(crate) fn is_status(err: &kube::Error, code: u16) -> bool {
+    matches!(err, kube::Error::Api(s) if s.code == code)
+}

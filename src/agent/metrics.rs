@@ -1,0 +1,239 @@
+//! Prometheus metrics served on `/metrics`.
+//!
+//! State-like metrics (nodes, rollout state, blocked reason, applied commit)
+//! are gauges whose label sets are cleared and re-set on every update, so a
+//! series that no longer applies disappears instead of lingering at 1.
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
+
+type Labels = Vec<(String, String)>;
+
+/// Every metric the agent exports.
+pub struct Metrics {
+    registry: Registry,
+    /// `drover_nodes{version,state}`: selected nodes by OS version and drover state.
+    pub nodes: Family<Labels, Gauge>,
+    /// `drover_rollout_state{state}`: 1 for the current rollout state.
+    pub rollout_state: Family<Labels, Gauge>,
+    /// `drover_blocked{stage,reason}`: 1 while the newest config head is not applied, and why.
+    pub blocked: Family<Labels, Gauge>,
+    /// `drover_window_open`: 1 while a maintenance window is open.
+    pub window_open: Gauge,
+    /// `drover_last_fetch_timestamp_seconds`: when the last fetch finished.
+    pub last_fetch_time: Gauge<f64, AtomicU64>,
+    /// `drover_last_fetch_success`: 1 when the last fetch succeeded.
+    pub last_fetch_success: Gauge,
+    /// `drover_fetches_total{result}`: fetches by result (`ok` or `error`).
+    pub fetches: Family<Labels, Counter>,
+    /// `drover_applied_commit_info{commit,version}`: 1 for the last applied commit.
+    pub applied_commit: Family<Labels, Gauge>,
+    /// `drover_leader`: 1 while this replica holds the lease.
+    pub leader: Gauge,
+    /// `drover_reconciles_total{result}`: reconcile passes by result.
+    pub reconciles: Family<Labels, Counter>,
+    /// `drover_drain_duration_seconds`: cordon to drained, per node.
+    pub drain_duration: Histogram,
+    /// `drover_node_upgrade_duration_seconds`: drain start to Ready at the target, per node.
+    pub upgrade_duration: Histogram,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+impl Metrics {
+    /// A fresh registry with every metric registered under the `drover_` prefix.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("drover");
+        let m = Metrics {
+            nodes: Family::default(),
+            rollout_state: Family::default(),
+            blocked: Family::default(),
+            window_open: Gauge::default(),
+            last_fetch_time: Gauge::default(),
+            last_fetch_success: Gauge::default(),
+            fetches: Family::default(),
+            applied_commit: Family::default(),
+            leader: Gauge::default(),
+            reconciles: Family::default(),
+            // 1 s .. ~9 h: drains take seconds to the drain timeout.
+            drain_duration: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
+            // 10 s .. ~45 h: an upgrade includes a reboot.
+            upgrade_duration: Histogram::new(exponential_buckets(10.0, 2.0, 15)),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "nodes",
+            "Selected nodes by OS version and drover state",
+            m.nodes.clone(),
+        );
+        registry.register(
+            "rollout_state",
+            "1 for the rollout's current state (rolling, confirmed, blocked, failed)",
+            m.rollout_state.clone(),
+        );
+        registry.register(
+            "blocked",
+            "1 while the newest config head is not applied; stage is trust, config or gate",
+            m.blocked.clone(),
+        );
+        registry.register(
+            "window_open",
+            "1 while a maintenance window is open",
+            m.window_open.clone(),
+        );
+        registry.register(
+            "last_fetch_timestamp_seconds",
+            "Unix time the last fetch of the config repository finished",
+            m.last_fetch_time.clone(),
+        );
+        registry.register(
+            "last_fetch_success",
+            "1 when the last fetch succeeded",
+            m.last_fetch_success.clone(),
+        );
+        registry.register("fetches", "Fetches by result", m.fetches.clone());
+        registry.register(
+            "applied_commit_info",
+            "1 for the last applied config commit",
+            m.applied_commit.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this replica holds the leader lease",
+            m.leader.clone(),
+        );
+        registry.register(
+            "reconciles",
+            "Reconcile passes by result",
+            m.reconciles.clone(),
+        );
+        registry.register(
+            "drain_duration_seconds",
+            "Time from cordon to a drained node",
+            m.drain_duration.clone(),
+        );
+        registry.register(
+            "node_upgrade_duration_seconds",
+            "Time from drain start to the node Ready at the target version",
+            m.upgrade_duration.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// The text exposition format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+
+    /// Record the nodes by (version, state).
+    pub fn set_nodes(&self, counts: &BTreeMap<(String, String), i64>) {
+        self.nodes.clear();
+        for ((version, state), n) in counts {
+            self.nodes
+                .get_or_create(&labels(&[("version", version), ("state", state)]))
+                .set(*n);
+        }
+    }
+
+    /// Record the rollout state.
+    pub fn set_rollout_state(&self, state: &str) {
+        self.rollout_state.clear();
+        self.rollout_state
+            .get_or_create(&labels(&[("state", state)]))
+            .set(1);
+    }
+
+    /// Record why the newest head is not applied (`None`: it is).
+    pub fn set_blocked(&self, why: Option<(&str, &str)>) {
+        self.blocked.clear();
+        if let Some((stage, reason)) = why {
+            self.blocked
+                .get_or_create(&labels(&[("stage", stage), ("reason", reason)]))
+                .set(1);
+        }
+    }
+
+    /// Record the applied commit and version.
+    pub fn set_applied(&self, commit: &str, version: &str) {
+        self.applied_commit.clear();
+        self.applied_commit
+            .get_or_create(&labels(&[("commit", commit), ("version", version)]))
+            .set(1);
+    }
+
+    /// Record a finished fetch.
+    pub fn fetched(&self, ok: bool, unix_time: f64) {
+        self.last_fetch_time.set(unix_time);
+        self.last_fetch_success.set(i64::from(ok));
+        self.fetches
+            .get_or_create(&labels(&[("result", if ok { "ok" } else { "error" })]))
+            .inc();
+    }
+
+    /// Count a reconcile pass.
+    pub fn reconciled(&self, result: &str) {
+        self.reconciles
+            .get_or_create(&labels(&[("result", result)]))
+            .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_series_are_replaced_not_accumulated() {
+        let m = Metrics::new();
+        m.set_blocked(Some(("trust", "unsigned")));
+        m.set_rollout_state("rolling");
+        m.set_rollout_state("confirmed");
+        m.set_applied("abc", "1.2.3");
+        m.fetched(true, 1.5);
+        let mut counts = BTreeMap::new();
+        counts.insert(("1.2.3".to_string(), "ready".to_string()), 4);
+        m.set_nodes(&counts);
+        let text = m.render();
+        assert!(
+            text.contains(r#"drover_blocked{stage="trust",reason="unsigned"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"drover_rollout_state{state="confirmed"} 1"#),
+            "{text}"
+        );
+        assert!(!text.contains(r#"state="rolling""#), "{text}");
+        assert!(text.contains(r#"drover_applied_commit_info{commit="abc",version="1.2.3"} 1"#));
+        assert!(text.contains(r#"drover_nodes{version="1.2.3",state="ready"} 4"#));
+        assert!(text.contains("drover_last_fetch_success 1"));
+        assert!(text.contains(r#"drover_fetches_total{result="ok"} 1"#));
+        m.set_blocked(None);
+        assert!(!m.render().contains("drover_blocked{"));
+    }
+}

@@ -1,0 +1,307 @@
+//! OS upgrade drivers, as Jobs pinned to the node being upgraded.
+//!
+//! Every upgrade Job carries `app.kubernetes.io/managed-by=drover`,
+//! `drover.dev/node=<node>`, `drover.dev/target-version=<version>` and
+//! `drover.dev/attempt=<unix seconds of started-at>`, and is named
+//! deterministically from node, version and attempt
+//! (`drover-<node>-<version>-<hash>`, at most 63 characters), so that a
+//! repeated start after a crash finds the existing Job (409 AlreadyExists is
+//! success) and a node is never upgraded twice for one attempt. See
+//! `docs/drivers.md` for what the two drivers run and need.
+
+use super::observe::{Observer, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use super::{is_status, Error, KubeOptions};
+use crate::cluster::{NodeProgress, UpgradeStatus};
+use crate::config::DriverSpec;
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::ResourceExt;
+use semver::Version;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+/// Label naming the node an upgrade Job is for.
+pub const NODE_LABEL: &str = "drover.dev/node";
+/// Label holding the version an upgrade Job moves its node to.
+pub const TARGET_VERSION_LABEL: &str = "drover.dev/target-version";
+/// Label identifying the attempt (unix seconds of the progress's started-at).
+pub const ATTEMPT_LABEL: &str = "drover.dev/attempt";
+/// Container name of the driver in the Job's pod.
+pub const CONTAINER: &str = "update";
+/// Where the Bottlerocket API socket is on the host, and in the driver's container.
+pub const API_SOCKET: &str = "/run/api.sock";
+/// Host directory where the Bottlerocket driver remembers the attempt it rebooted for.
+pub const STATE_DIR: &str = "/var/lib/drover";
+
+/// The Bottlerocket driver's script: idempotent, so the pod that the Job
+/// starts again after the reboot (see the Job's `podFailurePolicy`) finishes
+/// the attempt instead of updating a second time.
+pub const BOTTLEROCKET_SCRIPT: &str = r#"set -eu
+target="$DROVER_TARGET_VERSION"
+marker="/drover-state/attempt-$DROVER_ATTEMPT"
+current="$(apiclient get os.version_id | sed -n 's/.*"version_id"[^"]*"\([^"]*\)".*/\1/p')"
+if [ "$current" = "$target" ]; then
+  echo "node $DROVER_NODE_NAME runs $target"
+  exit 0
+fi
+if [ -e "$marker" ]; then
+  echo "node $DROVER_NODE_NAME rebooted for $target but runs ${current:-an unknown version}" >&2
+  exit 1
+fi
+apiclient set updates.version-lock="$target" updates.ignore-waves=true
+apiclient update check
+apiclient update apply
+touch "$marker"
+echo "rebooting $DROVER_NODE_NAME into $target"
+apiclient reboot
+# The reboot takes this pod down; exiting first would report success too early.
+sleep 3600
+echo "no reboot within an hour" >&2
+exit 1
+"#;
+
+/// A label value for a version (`+` is not allowed in label values).
+pub fn label_version(v: &Version) -> String {
+    v.to_string().replace('+', "_")
+}
+
+fn attempt_label(started_at: DateTime<Utc>) -> String {
+    started_at.timestamp().to_string()
+}
+
+fn dns_part(s: &str, max: usize) -> String {
+    let mut out: String = s
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    out.truncate(max);
+    out.trim_matches('-').to_string()
+}
+
+/// The Job name for `node`'s attempt `started_at` at `target`: DNS-safe, at most 63 characters.
+pub fn job_name(node: &str, target: &Version, started_at: DateTime<Utc>) -> String {
+    let mut h = Sha256::new();
+    h.update(node.as_bytes());
+    h.update([0]);
+    h.update(target.to_string().as_bytes());
+    h.update([0]);
+    h.update(started_at.timestamp().to_be_bytes());
+    h.update(started_at.timestamp_subsec_nanos().to_be_bytes());
+    let hash = &hex::encode(h.finalize())[..10];
+    let version = dns_part(&target.to_string(), 20);
+    // "drover-" + node + "-" + version + "-" + hash <= 63
+    let node_max = 63 - "drover-".len() - 1 - version.len() - 1 - hash.len();
+    format!("drover-{}-{version}-{hash}", dns_part(node, node_max))
+}
+
+/// Whether `job` is the run of `node`'s attempt `p`.
+pub fn is_attempt(job: &Job, node: &str, p: &NodeProgress) -> bool {
+    let l = job.labels();
+    l.get(NODE_LABEL).map(String::as_str) == Some(node)
+        && l.get(TARGET_VERSION_LABEL) == Some(&label_version(&p.target))
+        && l.get(ATTEMPT_LABEL) == Some(&attempt_label(p.started_at))
+}
+
+fn condition<'a>(
+    job: &'a Job,
+    type_: &str,
+) -> Option<&'a k8s_openapi::api::batch::v1::JobCondition> {
+    job.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == "True")
+}
+
+fn finished(job: &Job) -> bool {
+    condition(job, "Complete").is_some() || condition(job, "Failed").is_some()
+}
+
+/// The run's status from the Job's conditions.
+pub fn job_status(job: &Job) -> UpgradeStatus {
+    if condition(job, "Complete").is_some() {
+        UpgradeStatus::Succeeded
+    } else if let Some(c) = condition(job, "Failed") {
+        let reason = c.reason.as_deref().unwrap_or("Failed");
+        UpgradeStatus::Failed(match c.message.as_deref() {
+            Some(m) if !m.is_empty() => format!("Job {}: {reason}: {m}", job.name_any()),
+            _ => format!("Job {}: {reason}", job.name_any()),
+        })
+    } else {
+        UpgradeStatus::Running
+    }
+}
+
+/// The upgrade Job moving `node` to `p.target` for attempt `p.started_at`.
+pub fn upgrade_job(opts: &KubeOptions, node: &Node, p: &NodeProgress) -> Result<Job, Error> {
+    let name = node.name_any();
+    let job_name = job_name(&name, &p.target, p.started_at);
+    let target = p.target.to_string();
+    let labels = json!({
+        MANAGED_BY_LABEL: MANAGED_BY_VALUE,
+        NODE_LABEL: name,
+        TARGET_VERSION_LABEL: label_version(&p.target),
+        ATTEMPT_LABEL: attempt_label(p.started_at),
+    });
+    let env = json!([
+        { "name": "DROVER_TARGET_VERSION", "value": target },
+        { "name": "DROVER_NODE_NAME", "value": name },
+        { "name": "DROVER_ATTEMPT", "value": attempt_label(p.started_at) },
+    ]);
+    let (container, volumes) = match &opts.driver {
+        DriverSpec::Bottlerocket { image } => (
+            json!({
+                "name": CONTAINER,
+                "image": image,
+                "command": ["/bin/sh", "-c", BOTTLEROCKET_SCRIPT],
+                "env": env,
+                "volumeMounts": [
+                    { "name": "api-socket", "mountPath": API_SOCKET },
+                    { "name": "state", "mountPath": "/drover-state" },
+                ],
+                // The label Bottlerocket's policy lets talk to the API socket (as brupop's agent).
+                "securityContext": { "seLinuxOptions": { "type": "super_t" } },
+            }),
+            json!([
+                { "name": "api-socket", "hostPath": { "path": API_SOCKET, "type": "Socket" } },
+                { "name": "state", "hostPath": { "path": STATE_DIR, "type": "DirectoryOrCreate" } },
+            ]),
+        ),
+        DriverSpec::Job { image, command } => (
+            json!({ "name": CONTAINER, "image": image, "command": command, "env": env }),
+            json!([]),
+        ),
+    };
+    let owner = node.uid().map(|uid| {
+        // A Job for a deleted node is garbage-collected with it.
+        json!([{ "apiVersion": "v1", "kind": "Node", "name": name, "uid": uid }])
+    });
+    let mut spec = json!({
+        "backoffLimit": 0,
+        "ttlSecondsAfterFinished": opts.job_ttl.as_secs(),
+        // A pod killed by the reboot (the kubelet's graceful shutdown marks
+        // it DisruptionTarget, the container gets SIGTERM/SIGKILL) is not a
+        // failure: the Job starts it again and the idempotent driver finishes.
+        "podFailurePolicy": { "rules": [
+            { "action": "Ignore", "onPodConditions": [{ "type": "DisruptionTarget", "status": "True" }] },
+            { "action": "Ignore", "onExitCodes": { "containerName": CONTAINER, "operator": "In", "values": [137, 143] } },
+        ]},
+        "template": {
+            "metadata": { "labels": { MANAGED_BY_LABEL: MANAGED_BY_VALUE, NODE_LABEL: name } },
+            "spec": {
+                "nodeName": name,
+                "restartPolicy": "Never",
+                // Runs on the cordoned, possibly tainted node: tolerate every taint.
+                "tolerations": [{ "operator": "Exists" }],
+                "automountServiceAccountToken": false,
+                "containers": [container],
+                "volumes": volumes,
+            },
+        },
+    });
+    if let Some(d) = opts.job_deadline {
+        spec["activeDeadlineSeconds"] = json!(d.as_secs().max(1));
+    }
+    let mut metadata: Value = json!({
+        "name": job_name,
+        "namespace": opts.namespace,
+        "labels": labels,
+        "annotations": { "drover.dev/target": target, "drover.dev/started-at": p.started_at.to_rfc3339() },
+    });
+    if let Some(o) = owner {
+        metadata["ownerReferences"] = o;
+    }
+    serde_json::from_value(
+        json!({ "apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": spec }),
+    )
+    .map_err(|e| Error::BuildJob {
+        node: name,
+        why: e.to_string(),
+    })
+}
+
+/// Start the driver for `node`'s attempt, unless its Job exists.
+pub async fn start(obs: &Observer, node: &str, p: &NodeProgress) -> Result<(), Error> {
+    let name = job_name(node, &p.target, p.started_at);
+    if obs.job(&name).is_some() {
+        tracing::debug!(node, job = %name, "upgrade Job exists; nothing to start");
+        return Ok(());
+    }
+    let n = match obs.node(node) {
+        Some(n) => n,
+        None => obs.get_node(node, "start_upgrade").await?,
+    };
+    let job = upgrade_job(&obs.opts, &n, p)?;
+    let api: Api<Job> = Api::namespaced(obs.client.clone(), &obs.opts.namespace);
+    match api.create(&PostParams::default(), &job).await {
+        Ok(created) => {
+            tracing::info!(node, job = %name, "upgrade Job created");
+            obs.wrote_job(created);
+            Ok(())
+        }
+        Err(e) if is_status(&e, 409) => {
+            tracing::info!(node, job = %name, "upgrade Job already exists");
+            Ok(())
+        }
+        Err(source) => Err(Error::Node {
+            node: node.to_string(),
+            call: format!("create job {}/{name}", obs.opts.namespace),
+            source,
+        }),
+    }
+}
+
+/// Delete `node`'s upgrade Jobs: all of them, or (`all` false) those still running.
+pub async fn cleanup(obs: &Observer, node: &str, all: bool) -> Result<(), Error> {
+    let api: Api<Job> = Api::namespaced(obs.client.clone(), &obs.opts.namespace);
+    for job in obs.jobs_of(node) {
+        if !all && finished(&job) {
+            continue;
+        }
+        if job.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let name = job.name_any();
+        match api.delete(&name, &DeleteParams::background()).await {
+            Ok(_) => tracing::info!(node, job = %name, "upgrade Job deleted"),
+            Err(e) if is_status(&e, 404) => {}
+            Err(source) => {
+                return Err(Error::Node {
+                    node: node.to_string(),
+                    call: format!("delete job {}/{name}", obs.opts.namespace),
+                    source,
+                })
+            }
+        }
+        obs.deleted_job(&name);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_names_are_dns_labels_and_differ_per_attempt() {
+        let t0: DateTime<Utc> = "2026-12-08T02:00:00Z".parse().unwrap();
+        let long = "ip-10-0-0-1.eu-west-1.compute.internal.with-a-very-long-suffix-indeed";
+        let v = Version::parse("1.13.2-rc.1+build.7").unwrap();
+        let a = job_name(long, &v, t0);
+        assert!(a.len() <= 63, "{a} is {} long", a.len());
+        assert!(
+            a.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'),
+            "{a}"
+        );
+        assert!(a.starts_with("drover-ip-10-0-0-1"), "{a}");
+        assert_eq!(a, job_name(long, &v, t0), "deterministic");
+        assert_ne!(a, job_name(long, &v, t0 + chrono::Duration::seconds(1)));
+        assert_ne!(a, job_name(long, &Version::new(1, 13, 3), t0));
+        assert_eq!(label_version(&v), "1.13.2-rc.1_build.7");
+    }
+}

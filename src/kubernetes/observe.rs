@@ -1,0 +1,512 @@
+//! Observation through watches: reflector stores for the selected nodes,
+//! drover's Jobs and the PodDisruptionBudgets, plus one field-selected pod
+//! watch per node being drained. Nothing here issues a request per observation.
+
+use super::{driver, Error, KubeOptions};
+use crate::cluster::{NodeProgress, NodeView, ProgressState, UpgradeStatus};
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, ListParams};
+use kube::runtime::reflector::{self, store::Writer, ObjectRef, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
+
+/// Label on every drover-managed object.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Value of [`MANAGED_BY_LABEL`].
+pub const MANAGED_BY_VALUE: &str = "drover";
+
+/// The watches and what drover wrote that they have not shown yet.
+pub struct Observer {
+    pub(crate) client: Client,
+    pub(crate) opts: KubeOptions,
+    pub(crate) nodes: Store<Node>,
+    pub(crate) jobs: Store<Job>,
+    pub(crate) pdbs: Store<PodDisruptionBudget>,
+    pub(crate) changes: Arc<watch::Sender<u64>>,
+    // Our own writes, newer than the stores until the watches deliver them:
+    // the engine must read its own writes, or a stale view would let it
+    // cordon a node twice or start more nodes than the budget allows.
+    node_overlay: Mutex<HashMap<String, Arc<Node>>>,
+    job_overlay: Mutex<HashMap<String, Arc<Job>>>,
+    /// Per draining node, UIDs of pods this process evicted, so a pass never
+    /// evicts a pod twice while the watch has not shown its deletionTimestamp yet.
+    pub(crate) evicted: Mutex<HashMap<String, HashSet<String>>>,
+    pod_watches: Mutex<HashMap<String, PodWatch>>,
+    tasks: Vec<AbortHandle>,
+}
+
+struct PodWatch {
+    store: Store<Pod>,
+    task: AbortHandle,
+}
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+        for w in lock(&self.pod_watches).values() {
+            w.task.abort();
+        }
+    }
+}
+
+/// Lock a mutex, recovering from a poisoned one (the data are caches, always valid).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn bump(changes: &watch::Sender<u64>) {
+    changes.send_modify(|v| *v = v.wrapping_add(1));
+}
+
+// Run a reflector for `api`, calling `on_event` on every event it applies.
+fn spawn_reflector<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+    writer: Writer<K>,
+    what: String,
+    mut on_event: impl FnMut(&watcher::Event<K>) + Send + 'static,
+) -> AbortHandle
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    tokio::spawn(async move {
+        let stream = watcher(api, cfg)
+            .default_backoff()
+            // managedFields are never read and are most of a node's size.
+            .modify(|o: &mut K| o.managed_fields_mut().clear())
+            .reflect(writer);
+        futures::pin_mut!(stream);
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(ev) => on_event(&ev),
+                Err(e) => {
+                    tracing::warn!(watch = %what, error = %e, "watch failed; retrying with backoff")
+                }
+            }
+        }
+    })
+    .abort_handle()
+}
+
+async fn ready<K>(store: &Store<K>, what: &str, timeout: Duration) -> Result<(), Error>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    match tokio::time::timeout(timeout, store.wait_until_ready()).await {
+        Ok(Ok(())) => Ok(()),
+        _ => Err(Error::NotReady {
+            what: what.to_string(),
+            timeout,
+        }),
+    }
+}
+
+// What the engine decides on, so that heartbeats alone do not wake it.
+fn node_fingerprint(n: &Node) -> u64 {
+    let mut h = DefaultHasher::new();
+    let ann: BTreeMap<&String, &String> = n
+        .annotations()
+        .iter()
+        .filter(|(k, _)| k.starts_with("drover.dev/"))
+        .collect();
+    ann.hash(&mut h);
+    n.spec.as_ref().and_then(|s| s.unschedulable).hash(&mut h);
+    node_ready(n).hash(&mut h);
+    os_image(n).hash(&mut h);
+    h.finish()
+}
+
+/// Whether the node's Ready condition is True.
+pub fn node_ready(n: &Node) -> bool {
+    n.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The node's `status.nodeInfo.osImage` ("" when unset).
+pub fn os_image(n: &Node) -> &str {
+    n.status
+        .as_ref()
+        .and_then(|s| s.node_info.as_ref())
+        .map_or("", |i| i.os_image.as_str())
+}
+
+/// `spec.unschedulable`.
+pub fn unschedulable(n: &Node) -> bool {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+}
+
+// resourceVersions are etcd revisions (integers) on every etcd-backed API
+// server; comparing them tells which of two copies of an object is newer.
+fn rv(o: &impl Resource) -> Option<u64> {
+    o.meta().resource_version.as_deref()?.parse().ok()
+}
+
+fn newer(a: &impl Resource, b: &impl Resource) -> bool {
+    match (rv(a), rv(b)) {
+        (Some(a), Some(b)) => a > b,
+        // Unknown format: trust our write until the watch shows any other version.
+        _ => a.meta().resource_version != b.meta().resource_version,
+    }
+}
+
+impl Observer {
+    /// Validate the selector and permissions with one small list each, start
+    /// the watches, and wait for their initial lists.
+    pub async fn start(client: Client, opts: KubeOptions) -> Result<Arc<Observer>, Error> {
+        let job_selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}");
+        let node_api: Api<Node> = Api::all(client.clone());
+        let job_api: Api<Job> = Api::namespaced(client.clone(), &opts.namespace);
+        let pdb_api: Api<PodDisruptionBudget> = Api::all(client.clone());
+        // One page of one object each: a bad selector or a missing RBAC grant
+        // is a clear error here instead of a watch retrying forever.
+        let probe = |labels: &str| ListParams::default().labels(labels).limit(1);
+        node_api
+            .list_metadata(&probe(&opts.node_selector))
+            .await
+            .map_err(|source| Error::Api {
+                call: format!("list nodes with selector {:?}", opts.node_selector),
+                source,
+            })?;
+        job_api
+            .list_metadata(&probe(&job_selector))
+            .await
+            .map_err(|source| Error::Api {
+                call: format!("list jobs in namespace {}", opts.namespace),
+                source,
+            })?;
+        pdb_api
+            .list_metadata(&probe(""))
+            .await
+            .map_err(|source| Error::Api {
+                call: "list poddisruptionbudgets".into(),
+                source,
+            })?;
+
+        let changes = Arc::new(watch::channel(0u64).0);
+        let (nodes, node_writer) = reflector::store::<Node>();
+        let (jobs, job_writer) = reflector::store::<Job>();
+        let (pdbs, pdb_writer) = reflector::store::<PodDisruptionBudget>();
+        let mut tasks = Vec::new();
+
+        let mut node_cfg = watcher::Config::default();
+        if !opts.node_selector.is_empty() {
+            node_cfg = node_cfg.labels(&opts.node_selector);
+        }
+        let tx = changes.clone();
+        let mut seen: HashMap<String, u64> = HashMap::new();
+        tasks.push(spawn_reflector(
+            node_api,
+            node_cfg,
+            node_writer,
+            "nodes".into(),
+            move |ev| match ev {
+                watcher::Event::Apply(n) | watcher::Event::InitApply(n) => {
+                    let fp = node_fingerprint(n);
+                    if seen.insert(n.name_any(), fp) != Some(fp) {
+                        bump(&tx);
+                    }
+                }
+                watcher::Event::Delete(n) => {
+                    seen.remove(&n.name_any());
+                    bump(&tx);
+                }
+                watcher::Event::InitDone => bump(&tx),
+                watcher::Event::Init => {}
+            },
+        ));
+        let tx = changes.clone();
+        tasks.push(spawn_reflector(
+            job_api,
+            watcher::Config::default().labels(&job_selector),
+            job_writer,
+            "jobs".into(),
+            move |_| bump(&tx),
+        ));
+        let tx = changes.clone();
+        tasks.push(spawn_reflector(
+            pdb_api,
+            watcher::Config::default(),
+            pdb_writer,
+            "poddisruptionbudgets".into(),
+            move |_| bump(&tx),
+        ));
+
+        let obs = Arc::new(Observer {
+            client,
+            opts,
+            nodes,
+            jobs,
+            pdbs,
+            changes,
+            node_overlay: Mutex::new(HashMap::new()),
+            job_overlay: Mutex::new(HashMap::new()),
+            evicted: Mutex::new(HashMap::new()),
+            pod_watches: Mutex::new(HashMap::new()),
+            tasks,
+        });
+        let t = obs.opts.ready_timeout;
+        ready(&obs.nodes, "nodes", t).await?;
+        ready(&obs.jobs, "jobs", t).await?;
+        ready(&obs.pdbs, "poddisruptionbudgets", t).await?;
+        Ok(obs)
+    }
+
+    /// Record a node as written by us (the response of our patch).
+    pub(crate) fn wrote_node(&self, node: Node) {
+        lock(&self.node_overlay).insert(node.name_any(), Arc::new(node));
+    }
+
+    /// Record a Job as created by us.
+    pub(crate) fn wrote_job(&self, job: Job) {
+        lock(&self.job_overlay).insert(job.name_any(), Arc::new(job));
+    }
+
+    /// Forget a Job we deleted.
+    pub(crate) fn deleted_job(&self, name: &str) {
+        lock(&self.job_overlay).remove(name);
+    }
+
+    /// The newest copy of node `name` we know of: the store's or our own write's.
+    pub(crate) fn node(&self, name: &str) -> Option<Arc<Node>> {
+        let stored = self.nodes.get(&ObjectRef::new(name));
+        let mut overlay = lock(&self.node_overlay);
+        match (stored, overlay.get(name)) {
+            (Some(s), Some(o)) if newer(o.as_ref(), s.as_ref()) => Some(o.clone()),
+            (Some(s), Some(_)) => {
+                overlay.remove(name);
+                Some(s)
+            }
+            (s, _) => s,
+        }
+    }
+
+    /// All selected nodes, each as its newest known copy.
+    fn current_nodes(&self) -> Vec<Arc<Node>> {
+        let stored = self.nodes.state();
+        let mut overlay = lock(&self.node_overlay);
+        let names: HashSet<String> = stored.iter().map(|n| n.name_any()).collect();
+        // A node that left the selection (or the cluster) is no longer ours to overlay.
+        overlay.retain(|k, _| names.contains(k));
+        stored
+            .into_iter()
+            .map(|s| {
+                let name = s.name_any();
+                match overlay.get(&name) {
+                    Some(o) if newer(o.as_ref(), s.as_ref()) => o.clone(),
+                    Some(_) => {
+                        overlay.remove(&name);
+                        s
+                    }
+                    None => s,
+                }
+            })
+            .collect()
+    }
+
+    /// The Job named `name` in the agent's namespace, including one we just created.
+    pub(crate) fn job(&self, name: &str) -> Option<Arc<Job>> {
+        let stored = self
+            .jobs
+            .get(&ObjectRef::new(name).within(&self.opts.namespace));
+        let mut overlay = lock(&self.job_overlay);
+        match stored {
+            Some(s) => {
+                overlay.remove(name);
+                Some(s)
+            }
+            None => overlay.get(name).cloned(),
+        }
+    }
+
+    /// drover's Jobs for `node` (store and our own creations).
+    pub(crate) fn jobs_of(&self, node: &str) -> Vec<Arc<Job>> {
+        let of_node =
+            |j: &Job| j.labels().get(driver::NODE_LABEL).map(String::as_str) == Some(node);
+        let mut jobs: Vec<Arc<Job>> = self
+            .jobs
+            .state()
+            .into_iter()
+            .filter(|j| of_node(j))
+            .collect();
+        let names: HashSet<String> = jobs.iter().map(|j| j.name_any()).collect();
+        jobs.extend(
+            lock(&self.job_overlay)
+                .values()
+                .filter(|j| of_node(j) && !names.contains(&j.name_any()))
+                .cloned(),
+        );
+        jobs
+    }
+
+    /// The pod store of `node`, starting its watch (and waiting for its
+    /// initial list) if there is none yet.
+    pub(crate) async fn pods_of(&self, node: &str) -> Result<Store<Pod>, Error> {
+        let store = {
+            let mut watches = lock(&self.pod_watches);
+            match watches.get(node) {
+                Some(w) => w.store.clone(),
+                None => {
+                    let (store, writer) = reflector::store::<Pod>();
+                    let tx = self.changes.clone();
+                    let task = spawn_reflector(
+                        Api::<Pod>::all(self.client.clone()),
+                        watcher::Config::default().fields(&format!("spec.nodeName={node}")),
+                        writer,
+                        format!("pods on node {node}"),
+                        move |ev| {
+                            if !matches!(ev, watcher::Event::Init | watcher::Event::InitApply(_)) {
+                                bump(&tx);
+                            }
+                        },
+                    );
+                    watches.insert(
+                        node.to_string(),
+                        PodWatch {
+                            store: store.clone(),
+                            task,
+                        },
+                    );
+                    store
+                }
+            }
+        };
+        ready(
+            &store,
+            &format!("pods on node {node}"),
+            self.opts.ready_timeout,
+        )
+        .await?;
+        Ok(store)
+    }
+
+    // Stop the pod watches of nodes that are no longer draining.
+    fn retain_pod_watches(&self, draining: &HashSet<String>) {
+        lock(&self.evicted).retain(|node, _| draining.contains(node));
+        lock(&self.pod_watches).retain(|node, w| {
+            let keep = draining.contains(node);
+            if !keep {
+                w.task.abort();
+            }
+            keep
+        });
+    }
+
+    /// The status of the driver's run for `node`'s current attempt.
+    pub(crate) fn upgrade_status(&self, node: &str, p: &NodeProgress) -> UpgradeStatus {
+        let name = driver::job_name(node, &p.target, p.started_at);
+        match self.job(&name) {
+            Some(job) if driver::is_attempt(&job, node, p) => driver::job_status(&job),
+            // Another attempt's Job under a colliding name is not this attempt's run.
+            _ => UpgradeStatus::NotStarted,
+        }
+    }
+
+    /// The selected nodes as they are now (see [`crate::cluster::Cluster::observe`]).
+    ///
+    /// `pods_to_evict` is counted for nodes drover is draining (the only
+    /// ones it is read for); it is 0 for the others, where no drain runs.
+    pub async fn observe(&self) -> Result<Vec<NodeView>, Error> {
+        let nodes = self.current_nodes();
+        let progress: Vec<_> = nodes
+            .iter()
+            .map(|n| NodeProgress::decode(n.annotations()))
+            .collect();
+        let draining: HashSet<String> = nodes
+            .iter()
+            .zip(&progress)
+            .filter(|(_, p)| matches!(p, Ok(Some(p)) if p.state == ProgressState::Draining))
+            .map(|(n, _)| n.name_any())
+            .collect();
+        self.retain_pod_watches(&draining);
+
+        let mut views = Vec::with_capacity(nodes.len());
+        for (mut node, progress) in nodes.into_iter().zip(progress) {
+            let name = node.name_any();
+            let mut upgrade = UpgradeStatus::NotStarted;
+            let mut pods_to_evict = 0;
+            if let Ok(Some(p)) = &progress {
+                if p.state == ProgressState::Draining {
+                    let store = self.pods_of(&name).await?;
+                    pods_to_evict = store
+                        .state()
+                        .iter()
+                        .filter(|p| super::drain::must_evict(p))
+                        .count();
+                }
+                if p.state.in_flight() {
+                    upgrade = self.upgrade_status(&name, p);
+                    let at_target =
+                        self.opts.nodes.version_of(os_image(&node)) == Some(p.target.clone());
+                    if p.state == ProgressState::Upgrading
+                        && upgrade == UpgradeStatus::Succeeded
+                        && !at_target
+                    {
+                        // The verdict would be "failed, wrong version": the
+                        // node and Job watches are independent, so confirm
+                        // with a fresh read before the engine acts on it.
+                        node = self.get_node(&name, "confirm version").await?;
+                    }
+                }
+            }
+            let version = self.opts.nodes.version_of(os_image(&node));
+            if version.is_none() {
+                tracing::debug!(node = %name, os_image = os_image(&node), "OS version cannot be read");
+            }
+            views.push(NodeView::from_annotations(
+                name,
+                version,
+                node_ready(&node),
+                unschedulable(&node),
+                node.annotations(),
+                pods_to_evict,
+                upgrade,
+            ));
+        }
+        Ok(views)
+    }
+
+    /// A fresh read of the node from the API server (recorded as our newest copy).
+    pub(crate) async fn get_node(
+        &self,
+        name: &str,
+        call: &'static str,
+    ) -> Result<Arc<Node>, Error> {
+        let api: Api<Node> = Api::all(self.client.clone());
+        match api.get_opt(name).await {
+            Ok(Some(mut n)) => {
+                n.managed_fields_mut().clear();
+                let n = Arc::new(n);
+                lock(&self.node_overlay).insert(name.to_string(), n.clone());
+                Ok(n)
+            }
+            Ok(None) => Err(Error::NodeGone {
+                node: name.to_string(),
+                call,
+            }),
+            Err(source) => Err(Error::Node {
+                node: name.to_string(),
+                call: format!("get ({call})"),
+                source,
+            }),
+        }
+    }
+}

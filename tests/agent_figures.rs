@@ -1,0 +1,203 @@
+//! The figures in BENCHMARKS.md (## Agent), measured against the real
+//! kube-apiserver and `git daemon` on loopback, with the goals asserted:
+//! - push (webhook) to the start of the reconcile that acts on it: p99 < 1 s over 50 pushes;
+//! - resident memory of a `drover agent` process with 1,000 nodes registered: < 32 MiB.
+//!
+//! Both run in one test so they do not compete with each other for the two cores.
+
+mod agent_support;
+#[path = "support/git_servers.rs"]
+mod git_servers;
+mod k8s_backend;
+mod support;
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agent_support::*;
+use drover::rollout::VirtualClock;
+use k8s_backend::{pool_options, start_sim, POOL_LABEL};
+use support::{ControlPlane, TestNamespace};
+
+fn env_spec(pool: &str) -> EnvSpec {
+    EnvSpec {
+        env: "test".into(),
+        cluster: "test-1".into(),
+        version: "1.12.0".into(),
+        schedule: "0 2 1 * *".into(),
+        selector: format!("{POOL_LABEL}={pool}"),
+        soak: "0s".into(),
+    }
+}
+
+fn kib(status: &str, key: &str) -> u64 {
+    status
+        .lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn agent_figures() {
+    let cp = ControlPlane::get();
+    let client = cp.admin_client().await;
+    install_crd(&client).await;
+
+    // --- Push to reconcile, 50 pushes.
+    let ns = TestNamespace::create(&client, "latency").await;
+    let sim = start_sim(&client, pool_options(ns.name(), 1)).await;
+    let repo = ConfigRepo::new(&[env_spec(ns.name())]);
+    // Outside the window: each pass judges and applies the commit, no node moves.
+    let clock: drover::agent::SharedClock = Arc::new(VirtualClock::new(dec(2, 12, 0)));
+    let mut cfg = agent_config(&repo, "test", "test-1", ns.name(), "latency-agent");
+    // Long poll and tick: only the webhook can explain a fast reaction.
+    cfg.poll = Duration::from_secs(600);
+    cfg.tick = Duration::from_secs(600);
+    let agent = RunningAgent::start(cfg, clock, None);
+    await_status(
+        &client,
+        ns.name(),
+        "test-test-1",
+        "first config applied",
+        |s| s.last_applied_commit.is_some() && s.state.is_some(),
+    )
+    .await;
+    let mut lat = Vec::new();
+    for i in 0..50 {
+        let commit = repo.bump("test", &format!("1.12.{}", i + 1), true);
+        let mut rx = agent.handle.subscribe();
+        let t0 = Instant::now();
+        assert_eq!(agent.webhook().await, 202);
+        let rec = tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                match rx.recv().await {
+                    Ok(p) if p.head.as_deref() == Some(commit.as_str()) => return p,
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        })
+        .await
+        .expect("no pass for the pushed commit");
+        assert_eq!(rec.applied.as_deref(), Some(commit.as_str()), "{rec:?}");
+        lat.push(rec.started.saturating_duration_since(t0));
+    }
+    agent.stop();
+    sim.shutdown().await;
+    lat.sort();
+    let pct = |p: f64| lat[((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1];
+    let (p50, p99, max) = (pct(0.50), pct(0.99), lat[lat.len() - 1]);
+    println!("FIGURE webhook_to_reconcile n=50 p50={p50:?} p99={p99:?} max={max:?}");
+
+    // --- Resident memory of a `drover agent` process with 1,000 nodes registered.
+    let ns = TestNamespace::create(&client, "memory").await;
+    let mut opts = pool_options(ns.name(), 1000);
+    // Registered and Ready; heartbeats rare so the simulator does not load the machine.
+    opts.lease_interval = Duration::from_secs(600);
+    opts.status_interval = Duration::from_secs(600);
+    let t0 = Instant::now();
+    let sim = start_sim(&client, opts).await;
+    println!("registered 1000 nodes in {:?}", t0.elapsed());
+    let repo = ConfigRepo::new(&[env_spec(ns.name())]);
+    let port = git_servers::free_port();
+    let logs = repo.dir.path().join("agent.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_drover"))
+        .arg("agent")
+        .env("KUBECONFIG", cp.kubeconfig_path())
+        .env("DROVER_ENV", "test")
+        .env("DROVER_CLUSTER", "test-1")
+        .env("DROVER_REPO", repo.url())
+        .env("POD_NAME", "memory-agent")
+        .env("POD_NAMESPACE", ns.name())
+        .env("DROVER_CACHE_DIR", repo.dir.path().join("cache"))
+        .env("DROVER_ALLOWED_SIGNERS", &repo.signers)
+        .env("DROVER_LISTEN", format!("127.0.0.1:{port}"))
+        .env("DROVER_CLOCK_OFFSET", "-30d")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&logs).unwrap())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let st = await_status(
+        &client,
+        ns.name(),
+        "test-test-1",
+        "1000 nodes observed",
+        |s| s.at_version.as_deref() == Some("1000/1000"),
+    )
+    .await;
+    assert_eq!(st.status.unwrap().state.as_deref(), Some("confirmed"));
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    assert_eq!(http(addr, "GET", "/readyz", &[], "").await.0, 200);
+    let (_, metrics) = http(addr, "GET", "/metrics", &[], "").await;
+    assert_eq!(
+        sample(&metrics, r#"drover_nodes{version="1.12.0",state="ready"}"#),
+        Some(1000.0),
+        "{metrics}"
+    );
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let (rss, hwm) = (kib(&status, "VmRSS:"), kib(&status, "VmHWM:"));
+    println!(
+        "FIGURE agent_memory nodes=1000 VmRSS={:.1}MiB VmHWM={:.1}MiB binary={}",
+        rss as f64 / 1024.0,
+        hwm as f64 / 1024.0,
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
+    );
+    // JSON logs: every line logged inside a reconcile carries its env, cluster and commit.
+    let text = std::fs::read_to_string(&logs).unwrap();
+    let mut inside = 0;
+    for line in text.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        let Some(spans) = v["spans"].as_array() else {
+            continue;
+        };
+        let Some(rec) = spans.iter().find(|s| s["name"] == "reconcile") else {
+            continue;
+        };
+        inside += 1;
+        assert_eq!(rec["env"].as_str(), Some("test"), "{line}");
+        assert_eq!(rec["cluster"].as_str(), Some("test-1"), "{line}");
+        assert!(
+            rec["commit"].as_str().is_some_and(|c| !c.is_empty()),
+            "{line}"
+        );
+    }
+    assert!(inside > 0, "no line logged inside a reconcile:\n{text}");
+    println!(
+        "memory detail: {}",
+        status
+            .lines()
+            .filter(|l| l.starts_with("Rss") || l.starts_with("Threads"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    // SIGTERM: graceful exit.
+    Command::new("kill")
+        .arg("-TERM")
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    let code = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(code.success(), "exit after SIGTERM: {code}");
+    sim.shutdown().await;
+
+    assert!(
+        p99 < Duration::from_secs(1),
+        "webhook to reconcile p99 {p99:?}"
+    );
+    assert!(
+        hwm < 32 * 1024,
+        "peak resident memory {hwm} KiB with 1000 nodes"
+    );
+}

@@ -1,0 +1,172 @@
+//! The kustomize base in deploy/ against the code: the CRD is generated from
+//! the Rust type, the RBAC grants exactly what the agent calls, and the
+//! Deployment carries the security settings the install guide promises.
+//!
+//! Regenerate `deploy/base/crd.yaml` with `DROVER_BLESS=1 cargo test --test agent_manifests`.
+
+use drover::agent::{crd, Permission, CLUSTER_PERMISSIONS, NAMESPACE_PERMISSIONS};
+use serde_yaml::Value;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn base() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/base")
+}
+
+fn docs(file: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(base().join(file)).unwrap();
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+#[test]
+fn crd_yaml_is_generated_from_the_rust_type() {
+    let path = base().join("crd.yaml");
+    let want = crd::crd_manifest();
+    if std::env::var("DROVER_BLESS").is_ok_and(|v| v == "1") {
+        std::fs::write(&path, &want).unwrap();
+    }
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        have == want,
+        "deploy/base/crd.yaml is stale; regenerate with DROVER_BLESS=1 cargo test --test agent_manifests"
+    );
+    // And it is what YAML tools read: one CRD for droverstatuses.drover.dev.
+    let d = docs("crd.yaml");
+    assert_eq!(d.len(), 1);
+    assert_eq!(
+        d[0]["metadata"]["name"].as_str(),
+        Some("droverstatuses.drover.dev")
+    );
+}
+
+type Rules = BTreeSet<(String, String, BTreeSet<String>)>;
+
+fn rules_of(doc: &Value) -> Rules {
+    let mut out = Rules::new();
+    for rule in doc["rules"].as_sequence().unwrap() {
+        let verbs: BTreeSet<String> = rule["verbs"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect();
+        for g in rule["apiGroups"].as_sequence().unwrap() {
+            for r in rule["resources"].as_sequence().unwrap() {
+                out.insert((
+                    g.as_str().unwrap().to_string(),
+                    r.as_str().unwrap().to_string(),
+                    verbs.clone(),
+                ));
+            }
+        }
+    }
+    out
+}
+
+fn rules_from(perms: &[Permission]) -> Rules {
+    perms
+        .iter()
+        .map(|(g, r, v)| {
+            (
+                g.to_string(),
+                r.to_string(),
+                v.iter().map(|s| s.to_string()).collect(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn rbac_grants_exactly_what_the_agent_calls() {
+    let d = docs("rbac.yaml");
+    let find = |kind: &str| {
+        d.iter()
+            .find(|x| x["kind"].as_str() == Some(kind))
+            .unwrap_or_else(|| panic!("rbac.yaml has no {kind}"))
+    };
+    assert_eq!(
+        rules_of(find("ClusterRole")),
+        rules_from(CLUSTER_PERMISSIONS)
+    );
+    assert_eq!(rules_of(find("Role")), rules_from(NAMESPACE_PERMISSIONS));
+    for binding in ["ClusterRoleBinding", "RoleBinding"] {
+        let b = find(binding);
+        assert_eq!(b["subjects"][0]["kind"].as_str(), Some("ServiceAccount"));
+        assert_eq!(b["subjects"][0]["name"].as_str(), Some("drover"));
+        assert_eq!(
+            b["subjects"][0]["namespace"].as_str(),
+            Some("drover-system")
+        );
+    }
+}
+
+#[test]
+fn deployment_is_locked_down_and_wired() {
+    let d = docs("deployment.yaml");
+    let dep = &d[0];
+    assert_eq!(dep["kind"].as_str(), Some("Deployment"));
+    assert_eq!(dep["spec"]["replicas"].as_i64(), Some(2));
+    let pod = &dep["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"].as_str(), Some("drover"));
+    assert_eq!(pod["securityContext"]["runAsNonRoot"].as_bool(), Some(true));
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"].as_str(),
+        Some("RuntimeDefault")
+    );
+    let c = &pod["containers"][0];
+    let sc = &c["securityContext"];
+    assert_eq!(sc["allowPrivilegeEscalation"].as_bool(), Some(false));
+    assert_eq!(sc["readOnlyRootFilesystem"].as_bool(), Some(true));
+    assert_eq!(sc["capabilities"]["drop"][0].as_str(), Some("ALL"));
+    assert_eq!(c["resources"]["requests"]["cpu"].as_str(), Some("10m"));
+    assert_eq!(c["resources"]["requests"]["memory"].as_str(), Some("32Mi"));
+    assert_eq!(c["ports"][0]["name"].as_str(), Some("http"));
+    assert_eq!(c["ports"][0]["containerPort"].as_i64(), Some(8080));
+    assert_eq!(
+        c["livenessProbe"]["httpGet"]["path"].as_str(),
+        Some("/healthz")
+    );
+    assert_eq!(
+        c["readinessProbe"]["httpGet"]["path"].as_str(),
+        Some("/readyz")
+    );
+    let env: BTreeSet<&str> = c["env"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    for want in ["DROVER_ENV", "DROVER_CLUSTER", "DROVER_REPO", "POD_NAME"] {
+        assert!(env.contains(want), "missing env {want}");
+    }
+    let pod_name = c["env"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"].as_str() == Some("POD_NAME"))
+        .unwrap();
+    assert_eq!(
+        pod_name["valueFrom"]["fieldRef"]["fieldPath"].as_str(),
+        Some("metadata.name")
+    );
+    let vols = pod["volumes"].as_sequence().unwrap();
+    assert!(vols.iter().any(|v| v["emptyDir"].is_mapping()));
+    let secrets: BTreeSet<&str> = vols
+        .iter()
+        .filter_map(|v| v["secret"]["secretName"].as_str())
+        .collect();
+    assert!(secrets.contains("drover-git-credentials"));
+    assert!(secrets.contains("drover-allowed-signers"));
+}
+
+#[test]
+fn kustomization_lists_files_that_exist() {
+    let k = &docs("kustomization.yaml")[0];
+    for r in k["resources"].as_sequence().unwrap() {
+        let f = r.as_str().unwrap();
+        assert!(base().join(f).is_file(), "{f} is listed but missing");
+    }
+}

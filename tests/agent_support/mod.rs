@@ -1,0 +1,427 @@
+//! Shared by the `agent_*` test binaries: a signed config repository served
+//! by `git daemon` on loopback, the CRD, agents run each on a runtime of
+//! their own (so that killing one kills all its tasks, as a crash would),
+//! and waits driven by the agents' passes or by watches.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use drover::agent::crd::{self, DroverStatus};
+use drover::agent::{Agent, AgentConfig, AgentHandle, KubeBackend, SharedClock};
+use drover::source::trigger::WebhookConfig;
+use drover::status::StatusReport;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
+
+use crate::git_servers::{allowed_signers, git, keygen, GitDaemon};
+use crate::support::{await_object, ControlPlane, WAIT};
+
+/// Token the test webhooks send.
+pub const WEBHOOK_TOKEN: &str = "test-token";
+
+/// One environment of the test config repository.
+#[derive(Clone, Debug)]
+pub struct EnvSpec {
+    /// Environment name.
+    pub env: String,
+    /// Its one cluster.
+    pub cluster: String,
+    /// Pinned version.
+    pub version: String,
+    /// Cron line of the window.
+    pub schedule: String,
+    /// Node selector (the test pool's label).
+    pub selector: String,
+    /// `[promotion] soak`.
+    pub soak: String,
+}
+
+/// A config repository: a work tree, and its bare copy served by `git daemon`.
+pub struct ConfigRepo {
+    pub dir: tempfile::TempDir,
+    pub work: PathBuf,
+    pub bare: PathBuf,
+    pub key: PathBuf,
+    pub signers: PathBuf,
+    pub daemon: GitDaemon,
+    envs: Vec<EnvSpec>,
+}
+
+impl ConfigRepo {
+    /// A repository with `envs` in this chain order, every commit signed by an allowed key.
+    pub fn new(envs: &[EnvSpec]) -> ConfigRepo {
+        let dir = tempfile::tempdir().unwrap();
+        let work = dir.path().join("work");
+        let served = dir.path().join("served");
+        std::fs::create_dir_all(work.join("environments")).unwrap();
+        std::fs::create_dir_all(&served).unwrap();
+        let key = keygen(dir.path(), "reviewer");
+        let signers = dir.path().join("allowed_signers");
+        allowed_signers(&signers, &[("reviewer@example.com", &key)]);
+        git(&work, &["init", "-q", "-b", "main"]);
+        let chain: Vec<String> = envs.iter().map(|e| format!("\"{}\"", e.env)).collect();
+        let clusters: String = envs
+            .iter()
+            .map(|e| format!("{} = [\"{}\"]\n", e.env, e.cluster))
+            .collect();
+        std::fs::write(
+            work.join("drover.toml"),
+            format!(
+                "[promotion]\nchain = [{}]\nevidence = \"status\"\n\n[clusters]\n{clusters}",
+                chain.join(", ")
+            ),
+        )
+        .unwrap();
+        let repo = ConfigRepo {
+            dir,
+            work,
+            bare: served.join("config.git"),
+            key,
+            signers,
+            daemon: GitDaemon::start(&served),
+            envs: envs.to_vec(),
+        };
+        for e in envs {
+            repo.write_env(e);
+        }
+        repo.commit("initial configuration", true);
+        git(
+            &served,
+            &["init", "-q", "--bare", "-b", "main", "config.git"],
+        );
+        repo.push();
+        repo
+    }
+
+    fn write_env(&self, e: &EnvSpec) {
+        std::fs::write(
+            self.work.join(format!("environments/{}.toml", e.env)),
+            format!(
+                "version = \"{}\"\n\n[window]\nschedule = \"{}\"\nduration = \"6h\"\ntimezone = \"UTC\"\n\n\
+                 [rollout]\nmax_unavailable = 1\ndrain_timeout = \"5m\"\nnode_timeout = \"10m\"\nnode_selector = \"{}\"\n\n\
+                 [promotion]\nsoak = \"{}\"\n",
+                e.version, e.schedule, e.selector, e.soak
+            ),
+        )
+        .unwrap();
+    }
+
+    fn commit(&self, message: &str, signed: bool) -> String {
+        git(&self.work, &["add", "-A"]);
+        let sk = format!("user.signingkey={}", self.key.display());
+        if signed {
+            git(
+                &self.work,
+                &[
+                    "-c",
+                    "gpg.format=ssh",
+                    "-c",
+                    &sk,
+                    "commit",
+                    "-q",
+                    "-S",
+                    "-m",
+                    message,
+                ],
+            );
+        } else {
+            git(&self.work, &["commit", "-q", "-m", message]);
+        }
+        git(&self.work, &["rev-parse", "HEAD"])
+    }
+
+    fn push(&self) {
+        git(
+            &self.work,
+            &["push", "-q", self.bare.to_str().unwrap(), "main:main"],
+        );
+    }
+
+    /// Pin `env` to `version` in a commit (signed: a reviewed merge; unsigned: pushed past review) and push it.
+    pub fn bump(&self, env: &str, version: &str, signed: bool) -> String {
+        let mut e = self.envs.iter().find(|e| e.env == env).unwrap().clone();
+        e.version = version.into();
+        self.write_env(&e);
+        let c = self.commit(&format!("{env}: move to {version}"), signed);
+        self.push();
+        c
+    }
+
+    /// Repository URL as the agents fetch it.
+    pub fn url(&self) -> String {
+        self.daemon.url("config")
+    }
+
+    /// The report for `env`/`cluster` on the served status branch, if any.
+    pub fn report(&self, env: &str, cluster: &str) -> Option<StatusReport> {
+        let out = std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(&self.bare)
+            .args([
+                "show",
+                &format!("drover/status:status/{env}/{cluster}.toml"),
+            ])
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        StatusReport::from_toml(&String::from_utf8_lossy(&out.stdout)).ok()
+    }
+}
+
+/// Install (server-side apply) the DroverStatus CRD and wait until it is established.
+pub async fn install_crd(client: &Client) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = crd::crd();
+    api.patch(
+        "droverstatuses.drover.dev",
+        &PatchParams::apply("drover-tests").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .expect("apply the CRD");
+    await_object(&api, "droverstatuses.drover.dev", "CRD established", |c| {
+        c.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            })
+    })
+    .await;
+}
+
+/// An admin client, or one impersonating `as_user`.
+pub async fn client_as(as_user: Option<&str>) -> Client {
+    let path = ControlPlane::get().kubeconfig_path();
+    let kc = Kubeconfig::read_from(&path).unwrap();
+    let mut config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    if let Some(u) = as_user {
+        config.auth_info.impersonate = Some(u.to_string());
+    }
+    Client::try_from(config).unwrap()
+}
+
+/// Settings for one test agent.
+pub fn agent_config(
+    repo: &ConfigRepo,
+    env: &str,
+    cluster: &str,
+    ns: &str,
+    id: &str,
+) -> AgentConfig {
+    let cache = repo
+        .dir
+        .path()
+        .join(format!("cache-{id}-{}", rand::random::<u32>()));
+    let mut cfg = AgentConfig::new(env, cluster, &repo.url(), cache);
+    cfg.namespace = ns.into();
+    cfg.identity = id.into();
+    cfg.allowed_signers = Some(repo.signers.clone());
+    cfg.poll = Duration::from_secs(1);
+    cfg.tick = Duration::from_secs(2);
+    cfg.evict_retry = Duration::from_millis(250);
+    cfg.debounce = Duration::from_millis(50);
+    cfg.lease_duration = Duration::from_secs(3);
+    cfg.listen = "127.0.0.1:0".parse().unwrap();
+    cfg.webhook = Some(WebhookConfig {
+        hmac_secret: None,
+        token: Some(WEBHOOK_TOKEN.as_bytes().to_vec()),
+    });
+    cfg
+}
+
+/// An agent on a runtime (and thread) of its own.
+pub struct RunningAgent {
+    pub handle: AgentHandle,
+    shutdown: watch::Sender<bool>,
+    kill: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RunningAgent {
+    /// Start an agent with `cfg` on `clock`, as `as_user` when given (impersonation).
+    pub fn start(cfg: AgentConfig, clock: SharedClock, as_user: Option<&str>) -> RunningAgent {
+        let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let (kill, kill_rx) = tokio::sync::oneshot::channel::<()>();
+        let as_user = as_user.map(String::from);
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let client = client_as(as_user.as_deref()).await;
+                let backend = KubeBackend::new(client.clone(), &cfg.namespace);
+                let agent = Agent::new(cfg, client, backend, clock)
+                    .await
+                    .expect("agent starts");
+                handle_tx.send(agent.handle()).unwrap();
+                tokio::select! {
+                    r = agent.run(shutdown_rx) => r.expect("agent runs"),
+                    _ = kill_rx => {}
+                }
+            });
+            // A kill: every task of this agent dies at its next await, no lease release.
+            rt.shutdown_background();
+        });
+        let handle = handle_rx.recv_timeout(WAIT).expect("agent did not start");
+        RunningAgent {
+            handle,
+            shutdown,
+            kill: Some(kill),
+            thread: Some(thread),
+        }
+    }
+
+    /// Kill the agent as a crash would (no release of the lease, no cleanup).
+    pub fn kill(mut self) {
+        if let Some(k) = self.kill.take() {
+            let _ = k.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+
+    /// Stop gracefully (as on SIGTERM) and wait until it exited.
+    pub fn stop(mut self) {
+        let _ = self.shutdown.send(true);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+
+    /// GET a path of its HTTP server.
+    pub async fn http_get(&self, path: &str) -> (u16, String) {
+        http(self.handle.http_addr().unwrap(), "GET", path, &[], "").await
+    }
+
+    /// The `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        self.http_get("/metrics").await.1
+    }
+
+    /// POST the webhook (with the token).
+    pub async fn webhook(&self) -> u16 {
+        http(
+            self.handle.http_addr().unwrap(),
+            "POST",
+            "/webhook",
+            &[("X-Drover-Token", WEBHOOK_TOKEN)],
+            "{}",
+        )
+        .await
+        .0
+    }
+}
+
+impl Drop for RunningAgent {
+    fn drop(&mut self) {
+        if let Some(k) = self.kill.take() {
+            let _ = k.send(());
+        }
+    }
+}
+
+/// A minimal HTTP/1.0 client over loopback.
+pub async fn http(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut req = format!(
+        "{method} {path} HTTP/1.0\r\nHost: localhost\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    let code = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|x| x.1)
+        .unwrap_or("")
+        .to_string();
+    (code, body)
+}
+
+/// Wait until `cond` holds, checking after every pass of `agent` (and once at once).
+pub async fn until_pass(
+    agent: &AgentHandle,
+    what: &str,
+    within: Duration,
+    mut cond: impl FnMut() -> bool,
+) {
+    let mut rx = agent.subscribe();
+    let run = async {
+        loop {
+            if cond() {
+                return;
+            }
+            match rx.recv().await {
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                    panic!("agent stopped while waiting for {what}")
+                }
+            }
+        }
+    };
+    tokio::time::timeout(within, run)
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
+}
+
+/// Wait (through a watch) until the status object satisfies `cond`.
+pub async fn await_status(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    cond: impl Fn(&crd::DroverStatusStatus) -> bool,
+) -> DroverStatus {
+    let api: Api<DroverStatus> = Api::namespaced(client.clone(), ns);
+    await_object(&api, name, what, |o: &DroverStatus| {
+        o.status.as_ref().is_some_and(&cond)
+    })
+    .await
+}
+
+/// `hh:mm` UTC on a day of December 2026.
+pub fn dec(day: u32, hh: u32, mm: u32) -> DateTime<Utc> {
+    format!("2026-12-{day:02}T{hh:02}:{mm:02}:00Z")
+        .parse()
+        .unwrap()
+}
+
+/// The value of a metric sample line `name{labels}` in `/metrics` text.
+pub fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l[series.len()..].trim().parse().ok())
+}

@@ -1,0 +1,1334 @@
+//! A simulated kubelet (and the controllers drover relies on) for tests against
+//! a real kube-apiserver that runs without kube-controller-manager, kube-scheduler
+//! or any kubelet.
+//!
+//! Everything goes through the API server, driven by watches; the only timers
+//! are for simulated time (reboot duration, termination grace periods, lease
+//! and status heartbeats, the disruption controller's 2-minute recheck).
+//!
+//! What it plays, for the nodes it registers:
+//!
+//! - **kubelet, node side**: creates each `Node`, then writes its `/status`
+//!   (Ready condition with heartbeat, `nodeInfo.osImage` from a template with
+//!   `{version}`, `kubeletVersion`, capacity/allocatable, addresses), and keeps
+//!   its `Lease` in `kube-node-lease` fresh. A node that is rebooting renews
+//!   neither, like a real one.
+//! - **kubelet, pod side**: a Pending pod bound to one of its nodes
+//!   (`spec.nodeName`) is made Running and Ready; a pod with
+//!   `metadata.deletionTimestamp` is deleted with grace 0 once its grace period
+//!   (scaled by [`KubeletOptions::grace_scale`], capped by
+//!   [`KubeletOptions::grace_cap`]) has passed. The annotation
+//!   [`SLOW_TERMINATION_ANNOTATION`] (`"<seconds>"`) overrides both.
+//! - **disruption controller**: keeps every PodDisruptionBudget's status
+//!   (`currentHealthy`, `desiredHealthy`, `expectedPods`, `disruptionsAllowed`,
+//!   `disruptedPods`, `observedGeneration`, the `DisruptionAllowed` condition)
+//!   as the real controller computes it, so the API server's eviction
+//!   subresource allows or refuses (429) for real. Terminating pods and pods in
+//!   `status.disruptedPods` younger than 2 minutes do not count as healthy, so
+//!   an evicted-but-not-yet-gone pod never re-opens the budget. Unlike the real
+//!   controller, `expectedPods` is always the number of matching pods (there are
+//!   no workload controllers whose scale could be read).
+//! - **OS update driver** (see the contract below): runs drover's upgrade Jobs
+//!   by rebooting the node into the target version.
+//!
+//! # Upgrade Job contract (drover Kubernetes backend ⇄ simulator)
+//!
+//! A Job is an upgrade request for node `N` to version `V` when it carries the
+//! labels [`MANAGED_BY_LABEL`]`=`[`MANAGED_BY_VALUE`] (`app.kubernetes.io/managed-by=drover`),
+//! [`NODE_LABEL`]`=N` (`drover.dev/node`) and [`TARGET_VERSION_LABEL`]`=V`
+//! (`drover.dev/target-version`, a semver), and its pod template has
+//! `spec.nodeName=N`. The version is read from the label only. No Pods are
+//! created for it (there is no scheduler); the Job's status is the whole answer:
+//!
+//! 1. `status.startTime` and `status.active=1` are set; the node's Ready
+//!    condition goes False (reason [`NOT_READY_REASON`], message
+//!    [`REBOOT_MESSAGE`]) for [`KubeletOptions::reboot`].
+//! 2. The node comes back Ready with `osImage` rendered for `V`, then the Job
+//!    completes: `active=0`, `succeeded=1`, `completionTime`, conditions
+//!    `SuccessCriteriaMet=True` and `Complete=True` (the 1.36 API server rejects
+//!    `Complete` without `SuccessCriteriaMet`, `startTime` or `completionTime`).
+//! 3. A Job for a node already at `V` completes at once without a reboot, so
+//!    retries are idempotent; [`Kubelet::upgrades_started`] counts reboots only.
+//! 4. A Job that breaks the contract (no version label, template `nodeName`
+//!    different from the node label) fails: conditions `FailureTarget=True` and
+//!    `Failed=True`, reason `InvalidUpgradeJob`, `failed=1`.
+//!
+//! Faults ([`Fault`], per node, via [`Kubelet::set_fault`] or the example's
+//! `--fault`): the node never comes back (stays NotReady, the Job stays
+//! active), comes back at its old or another version (the Job still
+//! succeeds, as an OS updater that believes it succeeded would), or the Job
+//! fails without a reboot (`reason: UpdateFailed`).
+//!
+//! Several simulators may share one API server (one per test): each handles
+//! only pods and Jobs bound to its own nodes, and [`KubeletOptions::pdb_namespace`]
+//! keeps their disruption controllers apart.
+
+// Each test binary and the example use a different subset of this module.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::core::{Selector, SelectorExt};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Client, ResourceExt};
+use serde_json::{json, Value};
+use tokio::sync::{broadcast, Notify};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+/// Label every drover-managed object carries (`app.kubernetes.io/managed-by`).
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Value of [`MANAGED_BY_LABEL`] on drover's upgrade Jobs.
+pub const MANAGED_BY_VALUE: &str = "drover";
+/// Label naming the node an upgrade Job is for.
+pub const NODE_LABEL: &str = "drover.dev/node";
+/// Label holding the version an upgrade Job moves its node to.
+pub const TARGET_VERSION_LABEL: &str = "drover.dev/target-version";
+/// Pod annotation (`"<seconds>"`): terminate after this long, ignoring grace scale and cap.
+pub const SLOW_TERMINATION_ANNOTATION: &str = "sim.drover.dev/slow-termination";
+/// Ready condition reason while a node reboots.
+pub const NOT_READY_REASON: &str = "KubeletNotReady";
+/// Ready condition message while a node reboots.
+pub const REBOOT_MESSAGE: &str = "rebooting for OS update";
+/// Namespace of node heartbeat Leases.
+pub const LEASE_NAMESPACE: &str = "kube-node-lease";
+/// How long the disruption controller honours a `status.disruptedPods` entry.
+pub const DISRUPTED_POD_TIMEOUT: Duration = Duration::from_secs(120);
+/// Field manager of every write the simulator makes.
+pub const FIELD_MANAGER: &str = "kubelet-sim";
+
+/// How the simulator behaves.
+#[derive(Clone, Debug)]
+pub struct KubeletOptions {
+    /// Node names are `{name_prefix}{index}`, index from 0.
+    pub name_prefix: String,
+    /// Nodes registered by [`Kubelet::start`].
+    pub nodes: usize,
+    /// `nodeInfo.osImage` template; `{version}` is replaced by the node's version.
+    pub os_image: String,
+    /// Version the nodes start at.
+    pub version: String,
+    /// `nodeInfo.kubeletVersion`.
+    pub kubelet_version: String,
+    /// Extra labels on every node.
+    pub labels: BTreeMap<String, String>,
+    /// How long an upgrade keeps the node NotReady.
+    pub reboot: Duration,
+    /// Factor applied to pod termination grace periods.
+    pub grace_scale: f64,
+    /// Upper bound on the (scaled) termination grace period.
+    pub grace_cap: Option<Duration>,
+    /// Lease renewal interval.
+    pub lease_interval: Duration,
+    /// Node status heartbeat interval.
+    pub status_interval: Duration,
+    /// Run the disruption controller at all.
+    pub pdb_controller: bool,
+    /// Only manage PDBs in this namespace (None: all namespaces).
+    pub pdb_namespace: Option<String>,
+    /// Delete the nodes and their Leases on [`Kubelet::shutdown`].
+    pub remove_nodes_on_shutdown: bool,
+}
+
+impl Default for KubeletOptions {
+    fn default() -> Self {
+        Self {
+            name_prefix: "sim-".into(),
+            nodes: 1,
+            os_image: "Bottlerocket OS {version} (aws-k8s-1.36)".into(),
+            version: "1.0.0".into(),
+            kubelet_version: "v1.36.3".into(),
+            labels: BTreeMap::new(),
+            reboot: Duration::from_secs(3),
+            grace_scale: 1.0,
+            grace_cap: None,
+            lease_interval: Duration::from_secs(10),
+            status_interval: Duration::from_secs(60),
+            pdb_controller: true,
+            pdb_namespace: None,
+            remove_nodes_on_shutdown: true,
+        }
+    }
+}
+
+impl KubeletOptions {
+    /// `osImage` of a node at `version`.
+    pub fn os_image_for(&self, version: &str) -> String {
+        self.os_image.replace("{version}", version)
+    }
+}
+
+/// A misbehaviour injected into one node's upgrades.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Fault {
+    /// Behave.
+    #[default]
+    None,
+    /// After the reboot the node stays NotReady; the Job stays active.
+    NeverReady,
+    /// The node comes back Ready at its old version; the Job succeeds.
+    OldVersion,
+    /// The node comes back Ready at this version; the Job succeeds.
+    WrongVersion(String),
+    /// The Job fails (`UpdateFailed`) without a reboot.
+    JobFails,
+}
+
+impl FromStr for Fault {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        Ok(match s {
+            "none" => Fault::None,
+            "never-ready" => Fault::NeverReady,
+            "old-version" => Fault::OldVersion,
+            "job-fails" => Fault::JobFails,
+            _ => match s.strip_prefix("version:") {
+                Some(v) if !v.is_empty() => Fault::WrongVersion(v.to_string()),
+                _ => bail!(
+                    "unknown fault {s:?}: expected none, never-ready, old-version, version:X.Y.Z or job-fails"
+                ),
+            },
+        })
+    }
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Fault::None => f.write_str("none"),
+            Fault::NeverReady => f.write_str("never-ready"),
+            Fault::OldVersion => f.write_str("old-version"),
+            Fault::WrongVersion(v) => write!(f, "version:{v}"),
+            Fault::JobFails => f.write_str("job-fails"),
+        }
+    }
+}
+
+/// Something the simulator did, for tests that need to know a simulated step happened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SimEvent {
+    /// A node went NotReady to reboot into `target`.
+    UpgradeStarted { node: String, target: String },
+    /// A node is Ready again, reporting `version`.
+    NodeReturned { node: String, version: String },
+    /// A node's reboot ended and it will stay NotReady ([`Fault::NeverReady`]).
+    NodeStaysDown { node: String },
+    /// An upgrade Job was marked complete.
+    JobCompleted { namespace: String, job: String },
+    /// An upgrade Job was marked failed.
+    JobFailed {
+        namespace: String,
+        job: String,
+        reason: String,
+    },
+    /// A terminating pod was deleted for good.
+    PodTerminated { namespace: String, pod: String },
+}
+
+/// Handle on a running simulator; its tasks stop on [`Kubelet::shutdown`] or drop.
+pub struct Kubelet {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: Client,
+    opts: KubeletOptions,
+    nodes: Mutex<BTreeMap<String, Arc<SimNode>>>,
+    next_index: AtomicUsize,
+    faults: Mutex<HashMap<String, Fault>>,
+    upgrades: Mutex<HashMap<String, usize>>,
+    pods: Store<Pod>,
+    jobs: Store<Job>,
+    pods_started: Mutex<HashSet<String>>,
+    pods_terminating: Mutex<HashSet<String>>,
+    jobs_seen: Mutex<HashSet<String>>,
+    pod_rescan: Notify,
+    job_rescan: Notify,
+    pdb_dirty: Notify,
+    events: broadcast::Sender<SimEvent>,
+    tasks: Mutex<JoinSet<()>>,
+}
+
+struct SimNode {
+    name: String,
+    index: usize,
+    state: Mutex<NodeState>,
+    // Held across each status write so writes reach the API server in order.
+    write_lock: tokio::sync::Mutex<()>,
+    // Serialises upgrades of one node, so a duplicate Job sees the finished one.
+    upgrade_lock: tokio::sync::Mutex<()>,
+}
+
+#[derive(Clone)]
+struct NodeState {
+    version: String,
+    ready: bool,
+    // Rebooting or stuck: no lease renewals, no heartbeats.
+    down: bool,
+    transition: String,
+    boot_id: String,
+}
+
+fn now_rfc3339() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+fn now_micro() -> String {
+    chrono::Utc::now()
+        .format("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .to_string()
+}
+
+fn random_hex(bytes: usize) -> String {
+    (0..bytes)
+        .map(|_| format!("{:02x}", rand::random::<u8>()))
+        .collect()
+}
+
+fn random_uuid() -> String {
+    let h = random_hex(16);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+// A stable private address per name; no traffic is ever sent to it.
+fn address_for(name: &str, base: [u8; 2]) -> String {
+    let h = name
+        .bytes()
+        .fold(2166136261u32, |h, b| (h ^ b as u32).wrapping_mul(16777619));
+    format!(
+        "{}.{}.{}.{}",
+        base[0],
+        base[1],
+        (h >> 8) as u8,
+        (h as u8).clamp(1, 254)
+    )
+}
+
+fn is_api_error(err: &kube::Error, code: u16) -> bool {
+    matches!(err, kube::Error::Api(s) if s.code == code)
+}
+
+fn job_finished(job: &Job) -> bool {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+        })
+}
+
+fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+impl Kubelet {
+    /// Starts the watches and controllers, then registers `opts.nodes` nodes.
+    pub async fn start(client: Client, opts: KubeletOptions) -> anyhow::Result<Kubelet> {
+        let (pods, pod_writer) = reflector::store::<Pod>();
+        let (jobs, job_writer) = reflector::store::<Job>();
+        let (events, _) = broadcast::channel(1024);
+        let inner = Arc::new(Inner {
+            client,
+            opts,
+            nodes: Mutex::new(BTreeMap::new()),
+            next_index: AtomicUsize::new(0),
+            faults: Mutex::new(HashMap::new()),
+            upgrades: Mutex::new(HashMap::new()),
+            pods,
+            jobs,
+            pods_started: Mutex::new(HashSet::new()),
+            pods_terminating: Mutex::new(HashSet::new()),
+            jobs_seen: Mutex::new(HashSet::new()),
+            pod_rescan: Notify::new(),
+            job_rescan: Notify::new(),
+            pdb_dirty: Notify::new(),
+            events,
+            tasks: Mutex::new(JoinSet::new()),
+        });
+        inner.spawn(Inner::run_pods(inner.clone(), pod_writer));
+        inner.spawn(Inner::run_jobs(inner.clone(), job_writer));
+        if inner.opts.pdb_controller {
+            inner.spawn(Inner::run_pdbs(inner.clone()));
+        }
+        let kubelet = Kubelet { inner };
+        let n = kubelet.inner.opts.nodes;
+        kubelet.add_nodes(n).await?;
+        Ok(kubelet)
+    }
+
+    /// Registers `n` more nodes (Ready, at the starting version) and returns their names.
+    pub async fn add_nodes(&self, n: usize) -> anyhow::Result<Vec<String>> {
+        let mut names = Vec::with_capacity(n);
+        for _ in 0..n {
+            let index = self.inner.next_index.fetch_add(1, Ordering::SeqCst);
+            let name = format!("{}{}", self.inner.opts.name_prefix, index);
+            let node = Arc::new(SimNode {
+                name: name.clone(),
+                index,
+                state: Mutex::new(NodeState {
+                    version: self.inner.opts.version.clone(),
+                    ready: true,
+                    down: false,
+                    transition: now_rfc3339(),
+                    boot_id: random_uuid(),
+                }),
+                write_lock: tokio::sync::Mutex::new(()),
+                upgrade_lock: tokio::sync::Mutex::new(()),
+            });
+            self.inner.register(&node).await?;
+            self.inner
+                .nodes
+                .lock()
+                .unwrap()
+                .insert(name.clone(), node.clone());
+            self.inner
+                .spawn(Inner::run_heartbeat(self.inner.clone(), node));
+            names.push(name);
+        }
+        // Pods or Jobs bound to these names may already have been seen and skipped.
+        self.inner.pod_rescan.notify_one();
+        self.inner.job_rescan.notify_one();
+        Ok(names)
+    }
+
+    /// Names of the simulated nodes, in order of registration.
+    pub fn node_names(&self) -> Vec<String> {
+        let nodes = self.inner.nodes.lock().unwrap();
+        let mut v: Vec<_> = nodes.values().map(|n| (n.index, n.name.clone())).collect();
+        v.sort();
+        v.into_iter().map(|(_, n)| n).collect()
+    }
+
+    /// The version a node currently reports, if it is one of ours.
+    pub fn version(&self, node: &str) -> Option<String> {
+        self.inner
+            .node(node)
+            .map(|n| n.state.lock().unwrap().version.clone())
+    }
+
+    /// Injects (or with [`Fault::None`] clears) a fault for a node's next upgrades.
+    pub fn set_fault(&self, node: &str, fault: Fault) {
+        let mut faults = self.inner.faults.lock().unwrap();
+        if fault == Fault::None {
+            faults.remove(node);
+        } else {
+            faults.insert(node.to_string(), fault);
+        }
+    }
+
+    /// How many reboots into a new version a node has started.
+    pub fn upgrades_started(&self, node: &str) -> usize {
+        self.inner
+            .upgrades
+            .lock()
+            .unwrap()
+            .get(node)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// A stream of what the simulator does from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<SimEvent> {
+        self.inner.events.subscribe()
+    }
+
+    /// The options it runs with.
+    pub fn options(&self) -> &KubeletOptions {
+        &self.inner.opts
+    }
+
+    /// Stops every task and, if configured, deletes the nodes and their Leases.
+    pub async fn shutdown(self) {
+        self.inner.tasks.lock().unwrap().abort_all();
+        if !self.inner.opts.remove_nodes_on_shutdown {
+            return;
+        }
+        let nodes: Api<Node> = Api::all(self.inner.client.clone());
+        let leases: Api<Lease> = Api::namespaced(self.inner.client.clone(), LEASE_NAMESPACE);
+        for name in self.node_names() {
+            if let Err(e) = nodes.delete(&name, &DeleteParams::default()).await {
+                tracing::warn!(node = %name, error = %e, "deleting node");
+            }
+            if let Err(e) = leases.delete(&name, &DeleteParams::default()).await {
+                tracing::debug!(node = %name, error = %e, "deleting lease");
+            }
+        }
+    }
+}
+
+impl Drop for Kubelet {
+    fn drop(&mut self) {
+        // Tasks hold the Inner; without this they would keep it, and themselves, alive.
+        if let Ok(mut tasks) = self.inner.tasks.lock() {
+            tasks.abort_all();
+        }
+    }
+}
+
+impl Inner {
+    fn spawn(&self, fut: impl std::future::Future<Output = ()> + Send + 'static) {
+        let mut tasks = self.tasks.lock().unwrap();
+        while tasks.try_join_next().is_some() {}
+        tasks.spawn(fut);
+    }
+
+    fn node(&self, name: &str) -> Option<Arc<SimNode>> {
+        self.nodes.lock().unwrap().get(name).cloned()
+    }
+
+    fn fault(&self, node: &str) -> Fault {
+        self.faults
+            .lock()
+            .unwrap()
+            .get(node)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn emit(&self, event: SimEvent) {
+        tracing::debug!(?event, "kubelet-sim");
+        // No subscriber is fine.
+        let _ = self.events.send(event);
+    }
+
+    // ---- nodes ----------------------------------------------------------
+
+    async fn register(&self, node: &SimNode) -> anyhow::Result<()> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let mut labels = BTreeMap::from([
+            ("kubernetes.io/hostname".to_string(), node.name.clone()),
+            ("kubernetes.io/os".to_string(), "linux".to_string()),
+            ("kubernetes.io/arch".to_string(), "amd64".to_string()),
+        ]);
+        labels.extend(self.opts.labels.clone());
+        let obj: Node = serde_json::from_value(json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": { "name": node.name, "labels": labels },
+            "spec": {},
+        }))?;
+        let created = match nodes.create(&PostParams::default(), &obj).await {
+            Ok(n) => n,
+            Err(e) if is_api_error(&e, 409) => {
+                // Left over from an earlier run under the same name: adopt it.
+                let patch =
+                    json!({ "metadata": { "labels": labels }, "spec": { "unschedulable": null } });
+                nodes
+                    .patch(&node.name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .with_context(|| format!("adopting node {}", node.name))?
+            }
+            Err(e) => return Err(e).with_context(|| format!("creating node {}", node.name)),
+        };
+        self.write_node_status(node)
+            .await
+            .with_context(|| format!("writing status of node {}", node.name))?;
+
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), LEASE_NAMESPACE);
+        let lease: Lease = serde_json::from_value(json!({
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": node.name,
+                "namespace": LEASE_NAMESPACE,
+                "ownerReferences": [{
+                    "apiVersion": "v1", "kind": "Node",
+                    "name": node.name, "uid": created.uid().unwrap_or_default(),
+                }],
+            },
+            "spec": {
+                "holderIdentity": node.name,
+                "leaseDurationSeconds": 40,
+                "renewTime": now_micro(),
+            },
+        }))?;
+        match leases.create(&PostParams::default(), &lease).await {
+            Ok(_) => {}
+            Err(e) if is_api_error(&e, 409) => self.renew_lease(&node.name).await?,
+            Err(e) => return Err(e).with_context(|| format!("creating lease {}", node.name)),
+        }
+        Ok(())
+    }
+
+    async fn renew_lease(&self, name: &str) -> anyhow::Result<()> {
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), LEASE_NAMESPACE);
+        let patch = json!({ "spec": { "holderIdentity": name, "renewTime": now_micro() } });
+        leases
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .with_context(|| format!("renewing lease {name}"))?;
+        Ok(())
+    }
+
+    fn node_status(&self, node: &SimNode, st: &NodeState) -> Value {
+        let now = now_rfc3339();
+        let ok = |type_: &str, reason: &str, message: &str| {
+            json!({
+                "type": type_, "status": "False", "reason": reason, "message": message,
+                "lastHeartbeatTime": now, "lastTransitionTime": st.transition,
+            })
+        };
+        let ready = if st.ready {
+            json!({
+                "type": "Ready", "status": "True", "reason": "KubeletReady",
+                "message": "kubelet is posting ready status",
+                "lastHeartbeatTime": now, "lastTransitionTime": st.transition,
+            })
+        } else {
+            json!({
+                "type": "Ready", "status": "False", "reason": NOT_READY_REASON,
+                "message": REBOOT_MESSAGE,
+                "lastHeartbeatTime": now, "lastTransitionTime": st.transition,
+            })
+        };
+        json!({
+            "status": {
+                "conditions": [
+                    ok("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                    ok("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                    ok("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+                    ready,
+                ],
+                "nodeInfo": {
+                    "architecture": "amd64",
+                    "bootID": st.boot_id,
+                    "containerRuntimeVersion": "containerd://2.1.4",
+                    "kernelVersion": "6.12.40",
+                    "kubeProxyVersion": "",
+                    "kubeletVersion": self.opts.kubelet_version,
+                    "machineID": format!("{:032x}", node.index + 1),
+                    "operatingSystem": "linux",
+                    "osImage": self.opts.os_image_for(&st.version),
+                    "systemUUID": format!("ec2{:029x}", node.index + 1),
+                },
+                "capacity": { "cpu": "2", "memory": "8035444Ki", "pods": "110", "ephemeral-storage": "20959212Ki" },
+                "allocatable": { "cpu": "1930m", "memory": "7271540Ki", "pods": "110", "ephemeral-storage": "18242267924" },
+                "addresses": [
+                    { "type": "InternalIP", "address": address_for(&node.name, [10, 0]) },
+                    { "type": "Hostname", "address": node.name },
+                ],
+                "daemonEndpoints": { "kubeletEndpoint": { "Port": 10250 } },
+            }
+        })
+    }
+
+    async fn write_node_status(&self, node: &SimNode) -> anyhow::Result<()> {
+        let _order = node.write_lock.lock().await;
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let mut last = None;
+        for attempt in 0..3u32 {
+            let status = {
+                let st = node.state.lock().unwrap().clone();
+                self.node_status(node, &st)
+            };
+            match nodes
+                .patch_status(&node.name, &PatchParams::default(), &Patch::Merge(&status))
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(e) if is_api_error(&e, 404) => return Err(e.into()),
+                Err(e) => {
+                    tracing::warn!(node = %node.name, error = %e, attempt, "node status write failed");
+                    last = Some(e);
+                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+                }
+            }
+        }
+        Err(last.expect("three failed attempts").into())
+    }
+
+    async fn set_node(&self, node: &SimNode, change: impl FnOnce(&mut NodeState)) {
+        {
+            let mut st = node.state.lock().unwrap();
+            let was_ready = st.ready;
+            change(&mut st);
+            if st.ready != was_ready {
+                st.transition = now_rfc3339();
+            }
+        }
+        if let Err(e) = self.write_node_status(node).await {
+            tracing::warn!(node = %node.name, error = %e, "node status not written");
+        }
+    }
+
+    async fn run_heartbeat(self: Arc<Self>, node: Arc<SimNode>) {
+        let start = Instant::now();
+        let mut lease =
+            tokio::time::interval_at(start + self.opts.lease_interval, self.opts.lease_interval);
+        let mut status =
+            tokio::time::interval_at(start + self.opts.status_interval, self.opts.status_interval);
+        loop {
+            tokio::select! {
+                _ = lease.tick() => {
+                    if !node.state.lock().unwrap().down {
+                        if let Err(e) = self.renew_lease(&node.name).await {
+                            tracing::warn!(node = %node.name, error = %e, "lease renewal failed");
+                        }
+                    }
+                }
+                _ = status.tick() => {
+                    if !node.state.lock().unwrap().down {
+                        if let Err(e) = self.write_node_status(&node).await {
+                            tracing::warn!(node = %node.name, error = %e, "heartbeat failed");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    // ---- pods -----------------------------------------------------------
+
+    async fn run_pods(self: Arc<Self>, writer: reflector::store::Writer<Pod>) {
+        let api: Api<Pod> = Api::all(self.client.clone());
+        let stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .reflect(writer);
+        let mut stream = std::pin::pin!(stream);
+        loop {
+            tokio::select! {
+                event = stream.next() => match event {
+                    Some(Ok(event)) => {
+                        self.pdb_dirty.notify_one();
+                        match event {
+                            watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
+                                self.handle_pod(&pod)
+                            }
+                            watcher::Event::Delete(pod) => {
+                                if let Some(uid) = pod.uid() {
+                                    self.pods_started.lock().unwrap().remove(&uid);
+                                    self.pods_terminating.lock().unwrap().remove(&uid);
+                                }
+                            }
+                            watcher::Event::Init | watcher::Event::InitDone => {}
+                        }
+                    }
+                    Some(Err(e)) => tracing::warn!(error = %e, "pod watch"),
+                    None => return,
+                },
+                _ = self.pod_rescan.notified() => {
+                    for pod in self.pods.state() {
+                        self.handle_pod(&pod);
+                    }
+                }
+            }
+        }
+    }
+
+    fn handle_pod(self: &Arc<Self>, pod: &Pod) {
+        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
+            return;
+        };
+        if self.node(node).is_none() {
+            return;
+        }
+        let Some(uid) = pod.uid() else { return };
+        if pod.metadata.deletion_timestamp.is_some() {
+            if self.pods_terminating.lock().unwrap().insert(uid) {
+                self.spawn(Inner::finish_deletion(self.clone(), pod.clone()));
+            }
+            return;
+        }
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        if matches!(phase, None | Some("Pending")) && self.pods_started.lock().unwrap().insert(uid)
+        {
+            self.spawn(Inner::make_running(self.clone(), pod.clone()));
+        }
+    }
+
+    async fn make_running(self: Arc<Self>, pod: Pod) {
+        let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
+        let spec = pod.spec.clone().unwrap_or_default();
+        let node = spec.node_name.clone().unwrap_or_default();
+        let now = now_rfc3339();
+        let running = |c: &k8s_openapi::api::core::v1::Container| {
+            json!({
+                "name": c.name, "image": c.image.clone().unwrap_or_default(), "imageID": "",
+                "containerID": format!("containerd://{}", random_hex(32)),
+                "ready": true, "started": true, "restartCount": 0,
+                "state": { "running": { "startedAt": now } },
+            })
+        };
+        let init: Vec<Value> = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .map(|c| {
+                json!({
+                    "name": c.name, "image": c.image.clone().unwrap_or_default(), "imageID": "",
+                    "containerID": format!("containerd://{}", random_hex(32)),
+                    "ready": true, "restartCount": 0,
+                    "state": { "terminated": { "exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now } },
+                })
+            })
+            .collect();
+        let cond = |t: &str| json!({ "type": t, "status": "True", "lastProbeTime": null, "lastTransitionTime": now });
+        let host_ip = address_for(&node, [10, 0]);
+        let pod_ip = address_for(
+            &format!("{ns}/{name}/{}", pod.uid().unwrap_or_default()),
+            [10, 244],
+        );
+        let status = json!({
+            "status": {
+                "phase": "Running",
+                "conditions": [cond("PodReadyToStartContainers"), cond("Initialized"), cond("Ready"), cond("ContainersReady"), cond("PodScheduled")],
+                "hostIP": host_ip, "hostIPs": [{ "ip": host_ip }],
+                "podIP": pod_ip, "podIPs": [{ "ip": pod_ip }],
+                "startTime": now,
+                "initContainerStatuses": init,
+                "containerStatuses": spec.containers.iter().map(running).collect::<Vec<_>>(),
+            }
+        });
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        match api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if is_api_error(&e, 404) => {}
+            Err(e) => {
+                tracing::warn!(pod = %format!("{ns}/{name}"), error = %e, "could not start pod");
+                // Let the next event on this pod try again.
+                if let Some(uid) = pod.uid() {
+                    self.pods_started.lock().unwrap().remove(&uid);
+                }
+            }
+        }
+    }
+
+    fn termination_delay(&self, pod: &Pod) -> Duration {
+        if let Some(secs) = pod
+            .annotations()
+            .get(SLOW_TERMINATION_ANNOTATION)
+            .and_then(|s| s.trim().parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s >= 0.0)
+        {
+            return Duration::from_secs_f64(secs);
+        }
+        let grace = pod
+            .metadata
+            .deletion_grace_period_seconds
+            .or_else(|| {
+                pod.spec
+                    .as_ref()
+                    .and_then(|s| s.termination_grace_period_seconds)
+            })
+            .unwrap_or(30)
+            .max(0) as f64;
+        let scaled = Duration::from_secs_f64(grace * self.opts.grace_scale.max(0.0));
+        match self.opts.grace_cap {
+            Some(cap) => scaled.min(cap),
+            None => scaled,
+        }
+    }
+
+    async fn finish_deletion(self: Arc<Self>, pod: Pod) {
+        let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
+        tokio::time::sleep(self.termination_delay(&pod)).await;
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        let dp = DeleteParams::default()
+            .grace_period(0)
+            .preconditions(Preconditions {
+                uid: pod.uid(),
+                resource_version: None,
+            });
+        match api.delete(&name, &dp).await {
+            Ok(_) => self.emit(SimEvent::PodTerminated {
+                namespace: ns,
+                pod: name,
+            }),
+            // Already gone, or replaced by a new pod of the same name.
+            Err(e) if is_api_error(&e, 404) || is_api_error(&e, 409) => {}
+            Err(e) => {
+                tracing::warn!(pod = %format!("{ns}/{name}"), error = %e, "could not finish deletion");
+                if let Some(uid) = pod.uid() {
+                    self.pods_terminating.lock().unwrap().remove(&uid);
+                }
+            }
+        }
+    }
+
+    // ---- upgrade jobs ---------------------------------------------------
+
+    async fn run_jobs(self: Arc<Self>, writer: reflector::store::Writer<Job>) {
+        let api: Api<Job> = Api::all(self.client.clone());
+        let config =
+            watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
+        let stream = watcher(api, config).default_backoff().reflect(writer);
+        let mut stream = std::pin::pin!(stream);
+        loop {
+            tokio::select! {
+                event = stream.next() => match event {
+                    Some(Ok(watcher::Event::Apply(job) | watcher::Event::InitApply(job))) => {
+                        self.handle_job(&job)
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => tracing::warn!(error = %e, "job watch"),
+                    None => return,
+                },
+                _ = self.job_rescan.notified() => {
+                    for job in self.jobs.state() {
+                        self.handle_job(&job);
+                    }
+                }
+            }
+        }
+    }
+
+    fn handle_job(self: &Arc<Self>, job: &Job) {
+        let Some(node) = job.labels().get(NODE_LABEL) else {
+            return;
+        };
+        if self.node(node).is_none() || job_finished(job) {
+            return;
+        }
+        let Some(uid) = job.uid() else { return };
+        if self.jobs_seen.lock().unwrap().insert(uid) {
+            self.spawn(Inner::run_job(self.clone(), job.clone()));
+        }
+    }
+
+    async fn run_job(self: Arc<Self>, job: Job) {
+        let node_name = job.labels()[NODE_LABEL].clone();
+        let Some(node) = self.node(&node_name) else {
+            return;
+        };
+        let target = job.labels().get(TARGET_VERSION_LABEL).cloned();
+        let pinned = job
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|s| s.node_name.clone());
+        let target = match (target, pinned) {
+            (Some(t), Some(p)) if !t.is_empty() && p == node_name => t,
+            (t, p) => {
+                let message = format!(
+                    "not a drover upgrade job: {TARGET_VERSION_LABEL}={t:?}, template nodeName={p:?}, {NODE_LABEL}={node_name:?}"
+                );
+                self.fail_job(&job, "InvalidUpgradeJob", &message).await;
+                return;
+            }
+        };
+
+        let _one_at_a_time = node.upgrade_lock.lock().await;
+        let current = node.state.lock().unwrap().version.clone();
+        if current == target {
+            self.complete_job(&job, &node_name).await;
+            return;
+        }
+        if self.fault(&node_name) == Fault::JobFails {
+            let message = format!("simulated failure updating {node_name} to {target}");
+            self.fail_job(&job, "UpdateFailed", &message).await;
+            return;
+        }
+
+        *self
+            .upgrades
+            .lock()
+            .unwrap()
+            .entry(node_name.clone())
+            .or_default() += 1;
+        self.patch_job_status(
+            &job,
+            json!({ "status": { "startTime": job_start_time(&job), "active": 1 } }),
+        )
+        .await;
+        self.set_node(&node, |st| {
+            st.ready = false;
+            st.down = true;
+        })
+        .await;
+        self.emit(SimEvent::UpgradeStarted {
+            node: node_name.clone(),
+            target: target.clone(),
+        });
+
+        tokio::time::sleep(self.opts.reboot).await;
+
+        // Read now, not at the start, so a test can break a node mid-reboot.
+        let version = match self.fault(&node_name) {
+            Fault::NeverReady => {
+                self.emit(SimEvent::NodeStaysDown { node: node_name });
+                return;
+            }
+            Fault::OldVersion => current,
+            Fault::WrongVersion(v) => v,
+            Fault::None | Fault::JobFails => target,
+        };
+        self.set_node(&node, |st| {
+            st.version = version.clone();
+            st.ready = true;
+            st.down = false;
+            st.boot_id = random_uuid();
+        })
+        .await;
+        if let Err(e) = self.renew_lease(&node_name).await {
+            tracing::warn!(node = %node_name, error = %e, "lease renewal after reboot failed");
+        }
+        self.emit(SimEvent::NodeReturned {
+            node: node_name.clone(),
+            version,
+        });
+        self.complete_job(&job, &node_name).await;
+    }
+
+    async fn complete_job(&self, job: &Job, node: &str) {
+        let now = now_rfc3339();
+        let cond = |t: &str| {
+            json!({
+                "type": t, "status": "True", "reason": "CompletionsReached",
+                "message": format!("node {node} reports the target version"),
+                "lastProbeTime": now, "lastTransitionTime": now,
+            })
+        };
+        let status = json!({ "status": {
+            "startTime": job_start_time(job),
+            "active": 0, "succeeded": 1, "completionTime": now,
+            "conditions": [cond("SuccessCriteriaMet"), cond("Complete")],
+        }});
+        if self.patch_job_status(job, status).await {
+            self.emit(SimEvent::JobCompleted {
+                namespace: job.namespace().unwrap_or_default(),
+                job: job.name_any(),
+            });
+        }
+    }
+
+    async fn fail_job(&self, job: &Job, reason: &str, message: &str) {
+        let now = now_rfc3339();
+        let cond = |t: &str| {
+            json!({
+                "type": t, "status": "True", "reason": reason, "message": message,
+                "lastProbeTime": now, "lastTransitionTime": now,
+            })
+        };
+        let status = json!({ "status": {
+            "startTime": job_start_time(job),
+            "active": 0, "failed": 1,
+            "conditions": [cond("FailureTarget"), cond("Failed")],
+        }});
+        if self.patch_job_status(job, status).await {
+            self.emit(SimEvent::JobFailed {
+                namespace: job.namespace().unwrap_or_default(),
+                job: job.name_any(),
+                reason: reason.to_string(),
+            });
+        }
+    }
+
+    async fn patch_job_status(&self, job: &Job, status: Value) -> bool {
+        let api: Api<Job> =
+            Api::namespaced(self.client.clone(), &job.namespace().unwrap_or_default());
+        match api
+            .patch_status(
+                &job.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&status),
+            )
+            .await
+        {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!(job = %job.name_any(), error = %e, "job status not written");
+                false
+            }
+        }
+    }
+
+    // ---- disruption controller -----------------------------------------
+
+    async fn run_pdbs(self: Arc<Self>) {
+        let api: Api<PodDisruptionBudget> = match &self.opts.pdb_namespace {
+            Some(ns) => Api::namespaced(self.client.clone(), ns),
+            None => Api::all(self.client.clone()),
+        };
+        let (pdbs, writer) = reflector::store::<PodDisruptionBudget>();
+        let stream = watcher(api.clone(), watcher::Config::default())
+            .default_backoff()
+            .reflect(writer);
+        let mut stream = std::pin::pin!(stream);
+        if self.pods.wait_until_ready().await.is_err() {
+            return;
+        }
+        let mut pdbs_ready = false;
+        let mut recheck: Option<Instant> = None;
+        // uid -> resourceVersion our last write was based on; its echo is still due.
+        let mut written: HashMap<String, String> = HashMap::new();
+        loop {
+            let wake = async {
+                match recheck {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                event = stream.next() => match event {
+                    Some(Ok(watcher::Event::InitDone)) => pdbs_ready = true,
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => tracing::warn!(error = %e, "pdb watch"),
+                    None => return,
+                },
+                _ = self.pdb_dirty.notified() => {}
+                _ = wake => {}
+            }
+            if !pdbs_ready {
+                continue;
+            }
+            recheck = None;
+            let pods = self.pods.state();
+            for pdb in pdbs.state() {
+                let (uid, rv) = (pdb.uid().unwrap_or_default(), pdb.resource_version());
+                if rv.is_some() && written.get(&uid) == rv.as_ref() {
+                    continue;
+                }
+                let now = chrono::Utc::now();
+                let (status, next) = disruption_status(&pdb, &pods, now);
+                if let Some(next) = next {
+                    let at = Instant::now() + (next - now).to_std().unwrap_or_default();
+                    recheck = Some(recheck.map_or(at, |r| r.min(at)));
+                }
+                if !status_differs(pdb.status.as_ref(), &status) {
+                    continue;
+                }
+                let mut updated = (*pdb).clone();
+                updated.status = Some(status);
+                match api
+                    .replace_status(&pdb.name_any(), &PostParams::default(), &updated)
+                    .await
+                {
+                    Ok(_) => {
+                        if let Some(rv) = rv {
+                            written.insert(uid, rv);
+                        }
+                    }
+                    // Someone (an eviction) wrote first; its watch event brings us back.
+                    Err(e) if is_api_error(&e, 409) => {}
+                    Err(e) if is_api_error(&e, 404) => {}
+                    Err(e) => {
+                        tracing::warn!(pdb = %pdb.name_any(), error = %e, "pdb status not written");
+                        let at = Instant::now() + Duration::from_secs(1);
+                        recheck = Some(recheck.map_or(at, |r| r.min(at)));
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn job_start_time(job: &Job) -> Value {
+    // startTime is immutable once set on an unsuspended Job.
+    match job.status.as_ref().and_then(|s| s.start_time.as_ref()) {
+        Some(t) => serde_json::to_value(t).unwrap_or(Value::Null),
+        // The copy in hand may predate the start patch: derive the same value every time.
+        None => match job.metadata.creation_timestamp.as_ref() {
+            Some(t) => serde_json::to_value(t).unwrap_or(Value::Null),
+            None => Value::String(now_rfc3339()),
+        },
+    }
+}
+
+fn scaled(value: &IntOrString, total: i32) -> i32 {
+    match value {
+        IntOrString::Int(i) => *i,
+        IntOrString::String(s) => {
+            let pct: i64 = s.trim_end_matches('%').trim().parse().unwrap_or(0);
+            ((pct * total as i64 + 99) / 100) as i32
+        }
+    }
+}
+
+fn time_to_chrono(t: &Time) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond().max(0) as u32)
+        .unwrap_or_default()
+}
+
+/// The status the disruption controller would write for `pdb` given all `pods`,
+/// and when it must be recomputed because a `disruptedPods` entry expires.
+pub fn disruption_status(
+    pdb: &PodDisruptionBudget,
+    pods: &[Arc<Pod>],
+    now: chrono::DateTime<chrono::Utc>,
+) -> (
+    PodDisruptionBudgetStatus,
+    Option<chrono::DateTime<chrono::Utc>>,
+) {
+    let ns = pdb.namespace();
+    let spec = pdb.spec.clone().unwrap_or_default();
+    // policy/v1: a missing selector selects nothing, an empty one everything.
+    let selector: Option<Selector> = spec.selector.clone().and_then(|s| s.try_into().ok());
+    let matching: Vec<&Arc<Pod>> = match &selector {
+        None => vec![],
+        Some(sel) => pods
+            .iter()
+            .filter(|p| p.namespace() == ns && sel.matches(p.labels()))
+            .collect(),
+    };
+    let expected = matching.len() as i32;
+    let desired = if let Some(max) = &spec.max_unavailable {
+        (expected - scaled(max, expected)).max(0)
+    } else if let Some(min) = &spec.min_available {
+        scaled(min, expected)
+    } else {
+        0
+    };
+
+    let old = pdb.status.clone().unwrap_or_default();
+    let old_disrupted = old.disrupted_pods.clone().unwrap_or_default();
+    let mut disrupted = BTreeMap::new();
+    let mut next: Option<chrono::DateTime<chrono::Utc>> = None;
+    let mut healthy = 0;
+    for pod in &matching {
+        if pod.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        if let Some(at) = old_disrupted.get(&pod.name_any()) {
+            let expires =
+                time_to_chrono(at) + chrono::Duration::from_std(DISRUPTED_POD_TIMEOUT).unwrap();
+            if expires > now {
+                disrupted.insert(pod.name_any(), at.clone());
+                next = Some(next.map_or(expires, |n| n.min(expires)));
+                continue;
+            }
+        }
+        if pod_ready(pod) {
+            healthy += 1;
+        }
+    }
+    let allowed = if expected <= 0 {
+        0
+    } else {
+        (healthy - desired).max(0)
+    };
+    let generation = pdb.metadata.generation.unwrap_or(0);
+
+    let (cond_status, reason) = if allowed > 0 {
+        ("True", "SufficientPods")
+    } else {
+        ("False", "InsufficientPods")
+    };
+    let previous = old
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "DisruptionAllowed");
+    let transition = match previous {
+        Some(c) if c.status == cond_status => c.last_transition_time.clone(),
+        _ => Time(k8s_openapi::jiff::Timestamp::now()),
+    };
+    let mut conditions: Vec<Condition> = old
+        .conditions
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| c.type_ != "DisruptionAllowed")
+        .collect();
+    conditions.push(Condition {
+        type_: "DisruptionAllowed".into(),
+        status: cond_status.into(),
+        reason: reason.into(),
+        message: String::new(),
+        observed_generation: Some(generation),
+        last_transition_time: transition,
+    });
+
+    let status = PodDisruptionBudgetStatus {
+        current_healthy: Some(healthy),
+        desired_healthy: Some(desired),
+        expected_pods: Some(expected),
+        disruptions_allowed: Some(allowed),
+        disrupted_pods: if disrupted.is_empty() {
+            None
+        } else {
+            Some(disrupted)
+        },
+        observed_generation: Some(generation),
+        conditions: Some(conditions),
+    };
+    (status, next)
+}
+
+fn status_differs(
+    old: Option<&PodDisruptionBudgetStatus>,
+    new: &PodDisruptionBudgetStatus,
+) -> bool {
+    let Some(old) = old else { return true };
+    let secs = |m: &Option<BTreeMap<String, Time>>| -> BTreeMap<String, i64> {
+        m.iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.0.as_second()))
+            .collect()
+    };
+    let cond = |s: &PodDisruptionBudgetStatus| {
+        s.conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "DisruptionAllowed")
+            .map(|c| (c.status.clone(), c.observed_generation))
+    };
+    old.current_healthy.unwrap_or(0) != new.current_healthy.unwrap_or(0)
+        || old.desired_healthy.unwrap_or(0) != new.desired_healthy.unwrap_or(0)
+        || old.expected_pods.unwrap_or(0) != new.expected_pods.unwrap_or(0)
+        || old.disruptions_allowed.unwrap_or(0) != new.disruptions_allowed.unwrap_or(0)
+        || old.observed_generation != new.observed_generation
+        || secs(&old.disrupted_pods) != secs(&new.disrupted_pods)
+        || cond(old) != cond(new)
+}
+
+/// An upgrade Job for `node` to `version` as the contract describes (module docs);
+/// what drover's Kubernetes backend creates, minus its real driver's image and command.
+pub fn upgrade_job(name: &str, node: &str, version: &str) -> Job {
+    serde_json::from_value(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {
+            "name": name,
+            "labels": {
+                MANAGED_BY_LABEL: MANAGED_BY_VALUE,
+                NODE_LABEL: node,
+                TARGET_VERSION_LABEL: version,
+            },
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": { "labels": { MANAGED_BY_LABEL: MANAGED_BY_VALUE, NODE_LABEL: node } },
+                "spec": {
+                    "nodeName": node,
+                    "restartPolicy": "Never",
+                    "containers": [{
+                        "name": "update",
+                        "image": "registry.example/drover-os-update:1",
+                        "env": [{ "name": "DROVER_TARGET_VERSION", "value": version }],
+                    }],
+                },
+            },
+        },
+    }))
+    .expect("a valid Job")
+}
