@@ -200,7 +200,9 @@ pub trait ClusterBackend: Send + 'static {
 /// per set of node settings, upgrade Jobs in the agent's namespace.
 #[derive(Clone)]
 pub struct KubeBackend {
-    client: kube::Client,
+    // A config, not a client: the backend builds its own client with kube's
+    // 429 retry layer off (see `KubeCluster::new`).
+    config: kube::Config,
     namespace: String,
 }
 
@@ -214,9 +216,9 @@ impl std::fmt::Debug for KubeBackend {
 
 impl KubeBackend {
     /// Jobs run in `namespace` (the agent's).
-    pub fn new(client: kube::Client, namespace: &str) -> Self {
+    pub fn new(config: kube::Config, namespace: &str) -> Self {
         KubeBackend {
-            client,
+            config,
             namespace: namespace.to_string(),
         }
     }
@@ -232,7 +234,7 @@ impl ClusterBackend for KubeBackend {
         env: &EnvConfig,
     ) -> Result<Connected<Self::Cluster>, Self::Error> {
         let opts = crate::kubernetes::KubeOptions::from_env(cluster_name, &self.namespace, env);
-        let cluster = crate::kubernetes::KubeCluster::new(self.client.clone(), opts).await?;
+        let cluster = crate::kubernetes::KubeCluster::new(self.config.clone(), opts).await?;
         let rx = cluster.changes();
         let changes = futures::stream::unfold(rx, |mut rx| async move {
             rx.changed().await.ok()?;

@@ -305,10 +305,12 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let client = kube::Client::try_default()
+        let config = kube::Config::infer()
             .await
-            .context("connecting to the API server")?;
-        let backend = agent::KubeBackend::new(client.clone(), &cfg.namespace);
+            .context("finding the API server (in-cluster or kubeconfig)")?;
+        let client =
+            kube::Client::try_from(config.clone()).context("connecting to the API server")?;
+        let backend = agent::KubeBackend::new(config, &cfg.namespace);
         let agent = agent::Agent::new(cfg, client, backend, clock).await?;
         let (tx, rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
