@@ -582,7 +582,10 @@ struct Active {
 
 /// What judging a new head found.
 enum Verdict {
-    Accept { env: EnvConfig, version: String },
+    Accept {
+        env: Box<EnvConfig>,
+        version: String,
+    },
     Refuse(Refused),
 }
 
@@ -842,7 +845,10 @@ impl<B: ClusterBackend> Acting<B> {
                 }
                 let src = self.source.clone();
                 let _ = blocking(move || lock(&src).accept(head)).await;
-                self.active = Some(Active { commit: head, env });
+                self.active = Some(Active {
+                    commit: head,
+                    env: *env,
+                });
                 self.metrics.set_blocked(None);
                 self.metrics.set_applied(&head.to_string(), &version);
                 self.events
@@ -976,7 +982,7 @@ impl<B: ClusterBackend> Acting<B> {
                 }
                 Ok(_) => Verdict::Accept {
                     version: env.version.to_string(),
-                    env,
+                    env: Box::new(env),
                 },
                 Err(e) => refuse("gate", "error", e.to_string()),
             }
