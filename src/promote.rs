@@ -110,38 +110,42 @@ pub fn choose(
         .and_then(|h| h.peel_to_commit())
         .map_err(|e| Error::Git(e.message().to_owned()))?;
 
-    let mut candidates: Vec<Version> = match to {
-        Some(v) => vec![v.clone()],
-        None => match cfg.root.evidence {
-            Evidence::Status => {
-                let conf = status::read_confirmations(repo, &cfg.root.status_branch)?;
-                conf.for_env(lower).into_iter().map(|(_, v, _)| v).collect()
-            }
-            Evidence::History => cfg
-                .envs
-                .get(lower)
-                .map(|l| l.version.clone())
-                .into_iter()
-                .collect(),
-        },
+    // Every version the lower environment shows, oldest first.
+    let mut proven: Vec<Version> = match cfg.root.evidence {
+        Evidence::Status => status::read_confirmations(repo, &cfg.root.status_branch)?
+            .for_env(lower)
+            .into_iter()
+            .map(|(_, v, _)| v)
+            .collect(),
+        Evidence::History => cfg
+            .envs
+            .get(lower)
+            .map(|l| l.version.clone())
+            .into_iter()
+            .collect(),
     };
-    candidates.sort();
-    candidates.dedup();
-    if to.is_none() {
-        candidates.retain(|v| *v > current);
-    }
+    proven.sort();
+    proven.dedup();
+    let candidates: Vec<Version> = match to {
+        Some(v) => vec![v.clone()],
+        None => proven.iter().filter(|v| **v > current).cloned().collect(),
+    };
     if candidates.is_empty() {
+        let shown: Vec<String> = proven.iter().map(ToString::to_string).collect();
+        let shown = if shown.is_empty() {
+            "none".to_owned()
+        } else {
+            shown.join(", ")
+        };
+        let what = match cfg.root.evidence {
+            Evidence::Status => format!(
+                "versions confirmed there on {}: {shown}",
+                cfg.root.status_branch
+            ),
+            Evidence::History => format!("{lower} is configured at {shown}"),
+        };
         return Ok(Choice::Nothing(vec![format!(
-            "{lower} has proven no version newer than {env}'s {current} ({})",
-            match cfg.root.evidence {
-                Evidence::Status => format!("no confirmation on {}", cfg.root.status_branch),
-                Evidence::History => format!(
-                    "{lower} is configured at {}",
-                    cfg.envs
-                        .get(lower)
-                        .map_or("nothing".into(), |l| l.version.to_string())
-                ),
-            }
+            "{lower} has proven no version newer than {env}'s {current} ({what})"
         )]));
     }
 
@@ -186,8 +190,12 @@ pub fn set_version(text: &str, to: &Version) -> Result<String, String> {
 }
 
 /// Create `proposal.branch` at HEAD of the work tree `dir`, switch to it and
-/// commit the new version; returns the new commit's id.
-pub fn write_branch(dir: &Path, proposal: &Proposal) -> Result<String, Error> {
+/// commit the new version (dated `date`, or now); returns the new commit's id.
+pub fn write_branch(
+    dir: &Path,
+    proposal: &Proposal,
+    date: Option<DateTime<Utc>>,
+) -> Result<String, Error> {
     let rel = format!("{ENV_DIR}/{}.toml", proposal.env);
     let path = dir.join(&rel);
     let text = std::fs::read_to_string(&path).map_err(|e| Error::File {
@@ -204,15 +212,33 @@ pub fn write_branch(dir: &Path, proposal: &Proposal) -> Result<String, Error> {
         why: e.to_string(),
     })?;
     git(dir, &["add", "--", &rel])?;
-    git(
-        dir,
-        &["commit", "--quiet", "-m", &proposal.message(), "--", &rel],
-    )?;
+    let message = proposal.message();
+    let commit = [
+        "commit",
+        "--quiet",
+        "-m",
+        message.as_str(),
+        "--",
+        rel.as_str(),
+    ];
+    git_at(dir, &commit, date)?;
     git(dir, &["rev-parse", "HEAD"]).map(|s| s.trim().to_owned())
 }
 
-fn git(dir: &Path, args: &[&str]) -> Result<String, Error> {
-    let out = Command::new("git")
+/// Run `git -C dir args…`; its stdout.
+pub fn git(dir: &Path, args: &[&str]) -> Result<String, Error> {
+    git_at(dir, args, None)
+}
+
+/// Run `git -C dir args…` with author and committer dates set to `date`
+/// (the demo's virtual time; history evidence reads commit times).
+pub fn git_at(dir: &Path, args: &[&str], date: Option<DateTime<Utc>>) -> Result<String, Error> {
+    let mut cmd = Command::new("git");
+    if let Some(d) = date {
+        let d = d.to_rfc3339();
+        cmd.env("GIT_AUTHOR_DATE", &d).env("GIT_COMMITTER_DATE", &d);
+    }
+    let out = cmd
         .arg("-C")
         .arg(dir)
         .args(args)

@@ -3,7 +3,7 @@
 //! status branch, each at a chosen time, judged at explicit times.
 
 use chrono::{DateTime, Utc};
-use drover::gate::{check_changes, check_changes_report, Decision, Error};
+use drover::gate::{self, check_changes, check_changes_report, Decision, Error};
 use git2::{IndexEntry, IndexTime, Oid, Repository, Signature, Time};
 use std::path::Path;
 
@@ -379,4 +379,104 @@ fn edits_that_keep_the_version_are_not_judged() {
     let report = check_changes_report(f.path(), "HEAD~1", t("2026-12-05T10:00:00Z")).unwrap();
     assert!(report.decisions.is_empty());
     assert!(report.diagnostics.is_empty());
+}
+
+fn repo_config(evidence: drover::config::Evidence, stage: &str) -> drover::config::RepoConfig {
+    use drover::config::*;
+    let env = |name: &str, version: &str| EnvConfig {
+        name: name.into(),
+        version: version.parse().expect("version"),
+        allow_downgrade: false,
+        window: WindowSpec {
+            schedule: "0 2 8 * *".into(),
+            duration: std::time::Duration::from_secs(6 * 3600),
+            timezone: chrono_tz::Tz::UTC,
+        },
+        rollout: RolloutSpec {
+            max_unavailable: MaxUnavailable::Count(1),
+            drain_timeout: std::time::Duration::from_secs(1200),
+            node_timeout: std::time::Duration::from_secs(2700),
+            node_selector: String::new(),
+            on_drain_timeout: OnDrainTimeout::Skip,
+        },
+        promotion: PromotionSpec {
+            soak: std::time::Duration::from_secs(24 * 3600),
+        },
+        driver: DriverSpec::Bottlerocket {
+            image: "helper".into(),
+        },
+        nodes: NodesSpec {
+            version_regex: regex::Regex::new(r"(\d+\.\d+\.\d+)").expect("regex"),
+        },
+    };
+    RepoConfig {
+        root: RootConfig {
+            chain: vec!["test".into(), "stage".into()],
+            evidence,
+            status_branch: "drover/status".into(),
+            clusters: [
+                ("test".to_string(), vec!["test-1".to_string()]),
+                ("stage".to_string(), vec!["stage-1".to_string()]),
+            ]
+            .into_iter()
+            .collect(),
+        },
+        envs: [
+            ("test".to_string(), env("test", "1.13.2")),
+            ("stage".to_string(), env("stage", stage)),
+        ]
+        .into_iter()
+        .collect(),
+    }
+}
+
+#[test]
+fn the_agent_judges_its_config_with_the_same_evidence() {
+    use drover::config::Evidence;
+    let f = Fixture::story("status", "\"stage-1\"");
+    f.confirm(STATUS, "test", "test-1", "1.13.2", "2026-12-01T04:12:00Z");
+    let repo = Repository::open(f.path()).unwrap();
+    let head = repo.head().unwrap().peel_to_commit().unwrap();
+    let prev: semver::Version = "1.12.0".parse().unwrap();
+
+    let cfg = repo_config(Evidence::Status, "1.13.2");
+    let early = gate::judge_config(
+        &repo,
+        &head,
+        &cfg,
+        "stage",
+        Some(&prev),
+        t("2026-12-01T05:00:00Z"),
+    );
+    assert!(matches!(early.unwrap(), Decision::Refused(_)));
+    let late = gate::judge_config(
+        &repo,
+        &head,
+        &cfg,
+        "stage",
+        Some(&prev),
+        t("2026-12-08T05:00:00Z"),
+    );
+    assert!(matches!(late.unwrap(), Decision::Allowed(_)));
+
+    let cfg = repo_config(Evidence::Status, "1.13.3");
+    let d = gate::judge_config(
+        &repo,
+        &head,
+        &cfg,
+        "stage",
+        Some(&prev),
+        t("2026-12-08T05:00:00Z"),
+    );
+    assert!(matches!(d.unwrap(), Decision::Refused(_)));
+
+    let err = gate::judge_config(
+        &repo,
+        &head,
+        &cfg,
+        "production",
+        None,
+        t("2026-12-08T05:00:00Z"),
+    );
+    assert!(matches!(err, Err(Error::UnknownEnv(_))));
 }

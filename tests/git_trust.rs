@@ -242,7 +242,8 @@ fn source_keeps_the_last_trusted_commit_when_a_change_is_refused() {
     assert_eq!(fetch_and_check(&src, &signers).unwrap().to_string(), first);
 
     let trusted = Some(Oid::from_str(&first).unwrap());
-    let cases: Vec<(Box<dyn Fn() -> String>, &str)> = vec![
+    type MakeBadCommit<'a> = Box<dyn Fn() -> String + 'a>;
+    let cases: Vec<(MakeBadCommit<'_>, &str)> = vec![
         (
             Box::new(|| f.work.bump("test", "1.2.0", "unsigned", None)),
             "unsigned",

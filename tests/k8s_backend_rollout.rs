@@ -71,7 +71,7 @@ async fn six_nodes_roll_two_at_a_time_and_end_clean() {
         pods.create(&PostParams::default(), &mirror).await.unwrap();
     }
     let watch = BudgetWatch::start(&client, ns.name()).await;
-    let cluster = cluster(&client, ns.name()).await;
+    let cluster = cluster(ns.name()).await;
     let engine = engine(policy("1.13.0", 2, MINUTE, MINUTE));
 
     let started = std::time::Instant::now();
@@ -160,7 +160,7 @@ async fn a_pdb_with_no_disruptions_blocks_the_drain_until_it_allows_one() {
     })
     .await;
 
-    let cluster = cluster(&client, ns.name()).await;
+    let cluster = cluster(ns.name()).await;
     let engine = engine(policy("1.13.0", 1, Duration::from_secs(4), MINUTE));
     let inputs = open_window();
     let mut blockers = Vec::new();
@@ -232,7 +232,7 @@ async fn a_node_cordoned_by_someone_else_stays_cordoned_and_is_not_upgraded() {
         .unwrap();
     await_node(&client, &theirs, "cordoned", is_unschedulable).await;
 
-    let cluster = cluster(&client, ns.name()).await;
+    let cluster = cluster(ns.name()).await;
     let engine = engine(policy("1.13.0", 3, MINUTE, MINUTE));
     let out = drive(&engine, &cluster, &open_window(), 2 * MINUTE, |o| {
         o.decision.nodes_at_version == 2
@@ -271,7 +271,7 @@ async fn a_failing_node_stops_the_rollout(
     let sim = start_sim(&client, pool_options(ns.name(), 3)).await;
     let names = sim.node_names();
     sim.set_fault(&names[0], fault);
-    let cluster = cluster(&client, ns.name()).await;
+    let cluster = cluster(ns.name()).await;
     let engine = engine(policy("1.13.0", 1, MINUTE, node_timeout));
     let inputs = open_window();
     let out = drive(&engine, &cluster, &inputs, 2 * MINUTE, |o| {

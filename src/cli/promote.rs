@@ -61,7 +61,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
     let commit = if args.dry_run {
         None
     } else {
-        Some(promote::write_branch(&g.repo, &proposal)?)
+        Some(promote::write_branch(&g.repo, &proposal, None)?)
     };
     match g.format {
         Format::Json => print_json(&json!({

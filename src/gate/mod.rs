@@ -329,8 +329,16 @@ fn ts(t: &DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
 }
 
+/// Soaks are written as "24h" in the config; echo them the same way rather
+/// than as humantime's "1day".
 fn soak_text(d: &Duration) -> String {
-    humantime::format_duration(*d).to_string()
+    let s = d.as_secs();
+    match s {
+        0 => humantime::format_duration(*d).to_string(),
+        s if d.subsec_nanos() == 0 && s % 3600 == 0 => format!("{}h", s / 3600),
+        s if d.subsec_nanos() == 0 && s % 60 == 0 => format!("{}m", s / 60),
+        _ => humantime::format_duration(*d).to_string(),
+    }
 }
 
 fn list_confirmed(confirmed: &[(String, DateTime<Utc>)]) -> String {

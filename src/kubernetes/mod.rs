@@ -36,12 +36,18 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::Instrument;
 
+/// User-Agent of drover's API requests.
+pub const USER_AGENT: &str = concat!("drover/", env!("CARGO_PKG_VERSION"));
+
 /// Field manager recorded on every write drover makes.
 pub const FIELD_MANAGER: &str = "drover";
 
 /// An error of the Kubernetes backend; every variant names the node or object and the call.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The client could not be built from the config.
+    #[error("cannot build the Kubernetes client: {0}")]
+    Client(#[source] kube::Error),
     /// An API call about a node failed.
     #[error("{call} on node {node} failed: {source}")]
     Node {
@@ -166,7 +172,26 @@ impl KubeCluster {
     /// Start the watches (nodes, drover's Jobs, PodDisruptionBudgets) and
     /// wait until each has delivered its initial list. The watches stop when
     /// the last clone is dropped.
-    pub async fn new(client: Client, opts: KubeOptions) -> Result<KubeCluster, Error> {
+    ///
+    /// It builds its own client from `config` with kube's default retry
+    /// layer turned off: that layer re-sends a 429 up to 15 times with
+    /// backoff growing to minutes, so an eviction refused by a
+    /// PodDisruptionBudget would hang the drain instead of being reported.
+    /// drover retries at the engine's step cadence instead.
+    pub async fn new(mut config: kube::Config, opts: KubeOptions) -> Result<KubeCluster, Error> {
+        config.default_retry = false;
+        // kube-rs sends no User-Agent: name drover in API server logs and audit events.
+        if !config
+            .headers
+            .iter()
+            .any(|(k, _)| k == http::header::USER_AGENT)
+        {
+            config.headers.push((
+                http::header::USER_AGENT,
+                http::HeaderValue::from_static(USER_AGENT),
+            ));
+        }
+        let client = Client::try_from(config).map_err(Error::Client)?;
         let inner = observe::Observer::start(client, opts).await?;
         Ok(KubeCluster { inner })
     }

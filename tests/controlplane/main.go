@@ -31,6 +31,7 @@ import (
 	"syscall"
 	"time"
 
+	"go.etcd.io/etcd/server/v3/embed"
 	"k8s.io/component-base/logs"
 )
 
@@ -247,7 +248,8 @@ func run(c config) int {
 	return code
 }
 
-func stopEtcd(e interface{ Close() }) {
+func stopEtcd(e *embed.Etcd) {
+	etcdStopping.Store(true)
 	done := make(chan struct{})
 	go func() { e.Close(); close(done) }()
 	select {

@@ -28,6 +28,13 @@ pub const POOL_LABEL: &str = "drover.dev/test-pool";
 
 /// Admin client and a namespace of the test's own.
 pub async fn setup(prefix: &str) -> (Client, TestNamespace) {
+    // DROVER_TEST_LOG=drover=debug shows what the backend does.
+    if let Ok(filter) = std::env::var("DROVER_TEST_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_test_writer()
+            .try_init();
+    }
     let client = ControlPlane::get().admin_client().await;
     let ns = TestNamespace::create(&client, prefix).await;
     (client, ns)
@@ -67,10 +74,23 @@ pub fn kube_options(ns: &str) -> KubeOptions {
 }
 
 /// The backend for the test's pool.
-pub async fn cluster(client: &Client, ns: &str) -> KubeCluster {
-    KubeCluster::new(client.clone(), kube_options(ns))
+pub async fn cluster(ns: &str) -> KubeCluster {
+    KubeCluster::new(admin_config().await, kube_options(ns))
         .await
         .expect("backend starts")
+}
+
+/// The admin kubeconfig as a client config.
+pub async fn admin_config() -> kube::Config {
+    config_from(&ControlPlane::get().kubeconfig_path()).await
+}
+
+/// A client config from a kubeconfig file.
+pub async fn config_from(path: &std::path::Path) -> kube::Config {
+    let kc = kube::config::Kubeconfig::read_from(path).expect("kubeconfig");
+    kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("client config")
 }
 
 /// Policy moving to `target` with a budget of `max` nodes.

@@ -1146,7 +1146,11 @@ fn job_start_time(job: &Job) -> Value {
     // startTime is immutable once set on an unsuspended Job.
     match job.status.as_ref().and_then(|s| s.start_time.as_ref()) {
         Some(t) => serde_json::to_value(t).unwrap_or(Value::Null),
-        None => Value::String(now_rfc3339()),
+        // The copy in hand may predate the start patch: derive the same value every time.
+        None => match job.metadata.creation_timestamp.as_ref() {
+            Some(t) => serde_json::to_value(t).unwrap_or(Value::Null),
+            None => Value::String(now_rfc3339()),
+        },
     }
 }
 

@@ -1,0 +1,223 @@
+//! Git source figures beside the git command line, on the shared history
+//! repository served by `git daemon`. Run: `cargo bench --bench git_source`.
+
+use drover::audit::{self, LogOptions};
+use drover::source::{Source, SourceConfig};
+use drover::trust::{self, AllowedSigners, Mode};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn shared_script() -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let shared = std::env::var_os("DROVER_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("../shared"));
+    shared.join("bench/make-history-repo")
+}
+
+/// Build (once, cached under target/bench-data) a history repository.
+fn history(name: &str, args: &[&str]) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("target/bench-data")
+        .join(name);
+    if !dir.join(".git/refs/heads/main").exists() && !dir.join(".git/packed-refs").exists() {
+        let _ = std::fs::remove_dir_all(&dir);
+        let st = Command::new(shared_script())
+            .arg(&dir)
+            .args(args)
+            .status()
+            .expect("run make-history-repo");
+        assert!(st.success(), "make-history-repo failed");
+    }
+    dir
+}
+
+fn run(cmd: &mut Command) -> Duration {
+    let t = Instant::now();
+    let st = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("spawn");
+    assert!(st.success(), "{cmd:?} failed");
+    t.elapsed()
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn time<T>(f: impl FnOnce() -> T) -> (Duration, T) {
+    let t = Instant::now();
+    let r = f();
+    (t.elapsed(), r)
+}
+
+struct Daemon(std::process::Child);
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn main() {
+    let big = history("history-100000", &["100000"]);
+    let signed = history("signed-2000-1000", &["2000", "1000"]);
+    let base = big.parent().unwrap().to_path_buf();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _daemon = Daemon(
+        Command::new("git")
+            .args([
+                "daemon",
+                "--reuseaddr",
+                "--export-all",
+                "--listen=127.0.0.1",
+            ])
+            .arg(format!("--port={port}"))
+            .arg(format!("--base-path={}", base.display()))
+            .arg(&base)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("git daemon"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "git daemon did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let url = format!("git://127.0.0.1:{port}/history-100000/.git");
+    let scratch = tempfile::tempdir().unwrap();
+    let rounds = 3;
+
+    // First clone.
+    let mut git_clone = Vec::new();
+    let mut drover_clone = Vec::new();
+    for i in 0..rounds {
+        let dest = scratch.path().join(format!("git-{i}"));
+        git_clone.push(run(Command::new("git")
+            .args(["clone", "-q", "--bare", &url])
+            .arg(&dest)));
+        let cache = scratch.path().join(format!("drover-{i}"));
+        let (d, r) = time(|| {
+            Source::open(SourceConfig::new(&url, &cache))
+                .unwrap()
+                .fetch()
+        });
+        r.expect("drover fetch");
+        drover_clone.push(d);
+    }
+    // Poll that finds nothing new.
+    let git_dir = scratch.path().join("git-0");
+    let mut git_poll = Vec::new();
+    let src = Source::open(SourceConfig::new(&url, scratch.path().join("drover-0"))).unwrap();
+    let mut drover_poll = Vec::new();
+    for _ in 0..5 {
+        git_poll.push(run(Command::new("git").arg("-C").arg(&git_dir).args([
+            "fetch",
+            "-q",
+            &url,
+            "+refs/heads/*:refs/heads/*",
+        ])));
+        let (d, r) = time(|| src.fetch());
+        assert_eq!(r.expect("poll").received_objects, 0);
+        drover_poll.push(d);
+    }
+    // drover log --env stage vs git log -p.
+    let mut git_log = Vec::new();
+    let mut drover_log_bin = Vec::new();
+    let mut drover_log_lib = Vec::new();
+    let repo = git2::Repository::open(&big).unwrap();
+    let head = repo.head().unwrap().peel_to_commit().unwrap().id();
+    let mut changes = 0;
+    for _ in 0..rounds {
+        git_log.push(run(Command::new("git").arg("-C").arg(&big).args([
+            "log",
+            "-p",
+            "--",
+            "environments/stage.toml",
+        ])));
+        drover_log_bin.push(run(Command::new(env!("CARGO_BIN_EXE_drover"))
+            .arg("--repo")
+            .arg(&big)
+            .args(["--format", "json", "log", "--env", "stage"])));
+        let opts = LogOptions {
+            env: Some("stage"),
+            ..Default::default()
+        };
+        let (d, r) = time(|| audit::version_history(&repo, head, &opts));
+        changes = r.unwrap().len();
+        drover_log_lib.push(d);
+    }
+    // verify --mode all over 1,000 signed commits.
+    let srepo = git2::Repository::open(&signed).unwrap();
+    let shead = srepo.head().unwrap().peel_to_commit().unwrap().id();
+    let since = srepo.revparse_single("HEAD~1000").unwrap().id();
+    let signers = AllowedSigners::load(&signed.join(".keys/allowed_signers")).unwrap();
+    let mut verify_lib = Vec::new();
+    let mut verify_bin = Vec::new();
+    for _ in 0..rounds {
+        let (d, r) = time(|| trust::check(&srepo, Mode::All, &signers, Some(since), shead));
+        assert_eq!(r.expect("all signed").checked, 1000);
+        verify_lib.push(d);
+        verify_bin.push(run(Command::new(env!("CARGO_BIN_EXE_drover"))
+            .arg("--repo")
+            .arg(&signed)
+            .args([
+                "verify",
+                "--allowed-signers",
+                signed.join(".keys/allowed_signers").to_str().unwrap(),
+                "--since",
+                &since.to_string(),
+            ])));
+    }
+    let git_verify = run(Command::new("git").arg("-C").arg(&signed).args([
+        "log",
+        "--show-signature",
+        "--format=%H",
+        &format!("{since}..HEAD"),
+    ]));
+
+    println!("## Git source\n");
+    println!("Medians of {rounds} runs (polls: 5), same machine and run; repository from `make-history-repo DIR 100000` served by `git daemon` on loopback.");
+    println!("Reproduce: `cargo bench --bench git_source` (data cached in target/bench-data).\n");
+    println!("| operation | drover | git | ratio |\n|---|---|---|---|");
+    let row = |name: &str, d: Duration, g: Duration| {
+        println!(
+            "| {name} | {} | {} | {:.2}x |",
+            ms(d),
+            ms(g),
+            d.as_secs_f64() / g.as_secs_f64()
+        );
+    };
+    row(
+        "first clone (100,000 commits)",
+        median(drover_clone),
+        median(git_clone),
+    );
+    row("poll, nothing new", median(drover_poll), median(git_poll));
+    let gl = median(git_log);
+    row(
+        &format!("`drover log --env stage` ({changes} changes), binary"),
+        median(drover_log_bin),
+        gl,
+    );
+    row("same, library call", median(drover_log_lib), gl);
+    row(
+        "`verify --mode all`, 1,000 signed commits, library",
+        median(verify_lib),
+        git_verify,
+    );
+    row("same, binary", median(verify_bin), git_verify);
+    println!("\ngit column for verify: `git log --show-signature` over the same range (runs ssh-keygen per commit).");
+}

@@ -1,0 +1,81 @@
+//! `drover demo` tells the seed's story and every invariant holds.
+
+use serde_json::Value;
+use std::process::Command;
+
+#[test]
+fn demo_tells_the_whole_story() {
+    let out = Command::new(env!("CARGO_BIN_EXE_drover"))
+        .args(["demo", "--format", "json"])
+        .current_dir(std::env::temp_dir())
+        .output()
+        .expect("drover runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    assert_eq!(report["violations"], Value::Array(vec![]));
+    assert_eq!(report["peak_unavailable"], 1);
+
+    let events: Vec<(String, String, String)> = report["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["at"].as_str().unwrap().to_owned(),
+                l["env"].as_str().unwrap().to_owned(),
+                l["event"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let find = |env: &str, needle: &str| {
+        events
+            .iter()
+            .find(|(_, e, ev)| e == env && ev.contains(needle))
+            .unwrap_or_else(|| panic!("no {env} event with {needle:?} in {events:#?}"))
+            .0
+            .clone()
+    };
+    // test upgrades on the 1st and confirms; stage's 1.13.3 is refused, 1.13.2 promoted.
+    assert!(find("test", "Ready at 1.13.2").starts_with("2026-12-01"));
+    find(
+        "stage",
+        "\"Bump stage to 1.13.3\": `drover check --base main` refuses it",
+    );
+    find(
+        "stage",
+        "\"Promote stage to 1.13.2\": `drover check --base main` passes",
+    );
+    assert!(find("stage", "Ready at 1.13.2").starts_with("2026-12-08"));
+    // production waits for stage's confirmation, then both clusters on the 20th.
+    find("production", "nothing to promote");
+    assert!(find("production", "prod-eu-1: all 5 nodes Ready at 1.13.2").starts_with("2026-12-20"));
+    assert!(find("production", "prod-us-1: all 5 nodes Ready at 1.13.2").starts_with("2026-12-20"));
+    // and on the 1st of the next month test moves to 1.13.3.
+    assert!(find("test", "Ready at 1.13.3").starts_with("2027-01-01"));
+
+    let versions: Vec<(String, Value)> = report["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["cluster"].as_str().unwrap().to_owned(),
+                c["versions"].clone(),
+            )
+        })
+        .collect();
+    let expect = [
+        ("test-1", "1.13.3"),
+        ("stage-1", "1.13.2"),
+        ("prod-eu-1", "1.13.2"),
+        ("prod-us-1", "1.13.2"),
+    ];
+    for (cluster, v) in expect {
+        let got = &versions.iter().find(|(c, _)| c == cluster).unwrap().1;
+        assert_eq!(got, &serde_json::json!({ v: 5 }), "{cluster}");
+    }
+}
