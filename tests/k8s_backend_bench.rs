@@ -1,0 +1,230 @@
+//! Figures for BENCHMARKS.md (`## Kubernetes backend`), counted server-side
+//! from the API server's audit log (one event per completed request, with
+//! its User-Agent): drover's requests per node upgraded, and its requests per
+//! minute while idle with 1,000 nodes, against a naive list-based poll.
+//! Each prints a `BENCH` line; run with `--nocapture` to see them.
+
+mod k8s_backend;
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use drover::rollout::RolloutState;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ListParams, PostParams};
+
+use k8s_backend::*;
+use support::*;
+
+fn with_audit() -> &'static ControlPlane {
+    // Must be set before the binary's control plane starts; every test here sets it.
+    std::env::set_var("CONTROLPLANE_AUDIT", "1");
+    ControlPlane::get()
+}
+
+/// Requests by `user_agent_prefix` received in `[from, to)`, by verb.
+fn audited(
+    cp: &ControlPlane,
+    user_agent_prefix: &str,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> BTreeMap<String, usize> {
+    let log = std::fs::read_to_string(cp.dir().join("audit.log"))
+        .expect("audit log (CONTROLPLANE_AUDIT=1)");
+    let mut by_verb = BTreeMap::new();
+    for line in log.lines() {
+        let Ok(ev) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if !ev["userAgent"]
+            .as_str()
+            .is_some_and(|ua| ua.starts_with(user_agent_prefix))
+        {
+            continue;
+        }
+        let Some(at) = ev["requestReceivedTimestamp"]
+            .as_str()
+            .and_then(|t| t.parse::<DateTime<Utc>>().ok())
+        else {
+            continue;
+        };
+        if at < from || at >= to {
+            continue;
+        }
+        let verb = ev["verb"].as_str().unwrap_or("?");
+        let resource = ev["objectRef"]["resource"].as_str().unwrap_or("?");
+        let sub = ev["objectRef"]["subresource"]
+            .as_str()
+            .map(|s| format!("/{s}"))
+            .unwrap_or_default();
+        *by_verb
+            .entry(format!("{verb} {resource}{sub}"))
+            .or_default() += 1;
+    }
+    by_verb
+}
+
+// The audit log is written when a request completes; a watch completes when
+// the client drops it. Wait until a marker request made after the drop shows up.
+async fn flush(cp: &ControlPlane, client: &kube::Client) {
+    let marker = format!("flush-{}", rand::random::<u32>());
+    let _ = Api::<Node>::all(client.clone()).get_opt(&marker).await;
+    retry_until("the audit log catches up", || async {
+        let log = std::fs::read_to_string(cp.dir().join("audit.log")).unwrap_or_default();
+        if log.contains(&marker) {
+            Ok(())
+        } else {
+            Err("not yet")
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn requests_per_node_upgraded() {
+    let cp = with_audit();
+    let (client, ns) = setup("bench-rollout").await;
+    let nodes = 6;
+    let sim = start_sim(&client, pool_options(ns.name(), nodes)).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    for (i, n) in sim.node_names().iter().enumerate() {
+        for j in 0..3 {
+            pods.create(
+                &PostParams::default(),
+                &pod_on(&format!("app-{i}-{j}"), n, &[("app", "app")], 1),
+            )
+            .await
+            .unwrap();
+        }
+    }
+    let from = Utc::now();
+    let t0 = Instant::now();
+    let cluster = cluster(ns.name()).await;
+    let engine = engine(policy(
+        "1.13.0",
+        2,
+        Duration::from_secs(60),
+        Duration::from_secs(60),
+    ));
+    let mut steps = 0;
+    drive(
+        &engine,
+        &cluster,
+        &open_window(),
+        Duration::from_secs(180),
+        |o| {
+            steps += 1;
+            o.decision.state == RolloutState::Confirmed
+        },
+    )
+    .await;
+    let took = t0.elapsed();
+    drop(cluster);
+    flush(cp, &client).await;
+    let counts = audited(cp, drover::kubernetes::USER_AGENT, from, Utc::now());
+    let total: usize = counts.values().sum();
+    println!(
+        "BENCH k8s rollout: {nodes} nodes (3 pods each), max_unavailable 2, {took:.1?}, {steps} reconciles, {total} API requests = {:.1} per node; {counts:?}",
+        total as f64 / nodes as f64
+    );
+    assert!(Api::<Job>::namespaced(client.clone(), ns.name())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .is_empty());
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn idle_requests_per_minute_with_a_thousand_nodes() {
+    let cp = with_audit();
+    let (client, ns) = setup("bench-idle").await;
+    let mut opts = pool_options(ns.name(), 1000);
+    opts.version = "1.13.0".into();
+    // Real kubelets: a Lease every 10 s, a status write when something changes or every 5 min.
+    opts.lease_interval = Duration::from_secs(10);
+    opts.status_interval = Duration::from_secs(60);
+    let t0 = Instant::now();
+    let sim = start_sim(&client, opts).await;
+    println!(
+        "BENCH registered 1000 simulated nodes in {:.1?}",
+        t0.elapsed()
+    );
+    let window = Duration::from_secs(60);
+
+    // drover: reconciles on every change notification (node heartbeats included) or the 1 s tick.
+    let cluster = cluster(ns.name()).await;
+    let engine = engine(policy(
+        "1.13.0",
+        2,
+        Duration::from_secs(60),
+        Duration::from_secs(60),
+    ));
+    let from = Utc::now();
+    let mut steps = 0usize;
+    let deadline = Instant::now() + window;
+    let out = drive(
+        &engine,
+        &cluster,
+        &open_window(),
+        window + Duration::from_secs(30),
+        |o| {
+            steps += 1;
+            Instant::now() >= deadline && o.decision.state == RolloutState::Confirmed
+        },
+    )
+    .await;
+    let to = Utc::now();
+    assert_eq!(out.decision.nodes, 1000);
+    // Baseline: the same cadence, each step a list of the nodes, drover's Jobs and the pods.
+    let mut config = admin_config().await;
+    config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static("naive-poll/1"),
+    ));
+    let naive = kube::Client::try_from(config).unwrap();
+    let selector = format!("{POOL_LABEL}={}", ns.name());
+    let base_from = Utc::now();
+    let base_deadline = Instant::now() + window;
+    let mut polls = 0usize;
+    let mut bytes = 0usize;
+    while Instant::now() < base_deadline {
+        let n = Api::<Node>::all(naive.clone())
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .unwrap();
+        let j = Api::<Job>::namespaced(naive.clone(), ns.name())
+            .list(&ListParams::default())
+            .await
+            .unwrap();
+        let p = Api::<Pod>::all(naive.clone())
+            .list(&ListParams::default())
+            .await
+            .unwrap();
+        bytes += serde_json::to_vec(&n).unwrap().len()
+            + serde_json::to_vec(&j).unwrap().len()
+            + serde_json::to_vec(&p).unwrap().len();
+        polls += 1;
+        tokio::time::sleep(TICK).await;
+    }
+    let base_to = Utc::now();
+    drop(cluster);
+    flush(cp, &client).await;
+    let ours = audited(cp, drover::kubernetes::USER_AGENT, from, to);
+    let theirs = audited(cp, "naive-poll/", base_from, base_to);
+    let per_min = |c: &BTreeMap<String, usize>, a: DateTime<Utc>, b: DateTime<Utc>| {
+        c.values().sum::<usize>() as f64 * 60.0 / (b - a).num_milliseconds() as f64 * 1000.0
+    };
+    println!(
+        "BENCH k8s idle, 1000 nodes: drover {:.1} requests/min over {:.0} s ({steps} reconciles, 0 requests each) {ours:?}; naive list poll at 1/s {:.1} requests/min ({polls} polls, {:.1} MB/min decoded) {theirs:?}",
+        per_min(&ours, from, to),
+        (to - from).num_milliseconds() as f64 / 1000.0,
+        per_min(&theirs, base_from, base_to),
+        bytes as f64 / 1e6 * 60.0 / (base_to - base_from).num_milliseconds() as f64 * 1000.0,
+    );
+    sim.shutdown().await;
+}
