@@ -489,12 +489,7 @@ impl Story {
     }
 
     /// Turn new sim events into story lines: window use and node counts.
-    fn tell_sim_events(
-        &mut self,
-        i: usize,
-        target: &Version,
-        windows: &[Interval],
-    ) {
+    fn tell_sim_events(&mut self, i: usize, target: &Version, windows: &[Interval]) {
         let log = self.agents[i].sim.log();
         let (env, cluster) = (self.agents[i].env.clone(), self.agents[i].cluster.clone());
         let new = log.get(self.agents[i].told..).unwrap_or_default().to_vec();

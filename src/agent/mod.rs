@@ -200,7 +200,7 @@ pub trait ClusterBackend: Send + 'static {
 /// per set of node settings, upgrade Jobs in the agent's namespace.
 #[derive(Clone)]
 pub struct KubeBackend {
-    client: kube::Client,
+    config: kube::Config,
     namespace: String,
 }
 
@@ -213,10 +213,10 @@ impl std::fmt::Debug for KubeBackend {
 }
 
 impl KubeBackend {
-    /// Jobs run in `namespace` (the agent's).
-    pub fn new(client: kube::Client, namespace: &str) -> Self {
+    /// Clusters built from `config` (the backend makes its own client); Jobs run in `namespace`.
+    pub fn new(config: kube::Config, namespace: &str) -> Self {
         KubeBackend {
-            client,
+            config,
             namespace: namespace.to_string(),
         }
     }
@@ -232,7 +232,7 @@ impl ClusterBackend for KubeBackend {
         env: &EnvConfig,
     ) -> Result<Connected<Self::Cluster>, Self::Error> {
         let opts = crate::kubernetes::KubeOptions::from_env(cluster_name, &self.namespace, env);
-        let cluster = crate::kubernetes::KubeCluster::new(self.client.clone(), opts).await?;
+        let cluster = crate::kubernetes::KubeCluster::new(self.config.clone(), opts).await?;
         let rx = cluster.changes();
         let changes = futures::stream::unfold(rx, |mut rx| async move {
             rx.changed().await.ok()?;

@@ -200,8 +200,8 @@ pub async fn install_crd(client: &Client) {
     .await;
 }
 
-/// An admin client, or one impersonating `as_user`.
-pub async fn client_as(as_user: Option<&str>) -> Client {
+/// The admin kubeconfig, or one impersonating `as_user`.
+pub async fn config_as(as_user: Option<&str>) -> Config {
     let path = ControlPlane::get().kubeconfig_path();
     let kc = Kubeconfig::read_from(&path).unwrap();
     let mut config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
@@ -210,7 +210,12 @@ pub async fn client_as(as_user: Option<&str>) -> Client {
     if let Some(u) = as_user {
         config.auth_info.impersonate = Some(u.to_string());
     }
-    Client::try_from(config).unwrap()
+    config
+}
+
+/// An admin client, or one impersonating `as_user`.
+pub async fn client_as(as_user: Option<&str>) -> Client {
+    Client::try_from(config_as(as_user).await).unwrap()
 }
 
 /// Settings for one test agent.
@@ -264,8 +269,9 @@ impl RunningAgent {
                 .build()
                 .unwrap();
             rt.block_on(async move {
-                let client = client_as(as_user.as_deref()).await;
-                let backend = KubeBackend::new(client.clone(), &cfg.namespace);
+                let config = config_as(as_user.as_deref()).await;
+                let client = Client::try_from(config.clone()).unwrap();
+                let backend = KubeBackend::new(config, &cfg.namespace);
                 let agent = Agent::new(cfg, client, backend, clock)
                     .await
                     .expect("agent starts");
