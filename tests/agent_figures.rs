@@ -1,7 +1,9 @@
 //! The figures in BENCHMARKS.md (## Agent), measured against the real
 //! kube-apiserver and `git daemon` on loopback, with the goals asserted:
 //! - push (webhook) to the start of the reconcile that acts on it: p99 < 1 s over 50 pushes;
-//! - resident memory of a `drover agent` process with 1,000 nodes registered: < 32 MiB.
+//! - resident memory of a `drover agent` process with 1,000 nodes registered: < 32 MiB
+//!   (VmHWM of a release binary, `DROVER_AGENT_BIN=target/release/drover`; of a
+//!   debug binary only the anonymous part is bounded, its code mapping is ~40 MiB).
 //!
 //! Both run in one test so they do not compete with each other for the two cores.
 
@@ -104,7 +106,11 @@ async fn agent_figures() {
     let repo = ConfigRepo::new(&[env_spec(ns.name())]);
     let port = git_servers::free_port();
     let logs = repo.dir.path().join("agent.log");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_drover"))
+    // DROVER_AGENT_BIN measures another build (the release binary the image ships).
+    let bin =
+        std::env::var("DROVER_AGENT_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_drover").into());
+    let release = std::env::var("DROVER_AGENT_BIN").is_ok() || !cfg!(debug_assertions);
+    let mut child = Command::new(&bin)
         .arg("agent")
         .env("KUBECONFIG", cp.kubeconfig_path())
         .env("DROVER_ENV", "test")
@@ -140,16 +146,17 @@ async fn agent_figures() {
         "{metrics}"
     );
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let (rss, hwm) = (kib(&status, "VmRSS:"), kib(&status, "VmHWM:"));
+    let (rss, hwm, anon) = (
+        kib(&status, "VmRSS:"),
+        kib(&status, "VmHWM:"),
+        kib(&status, "RssAnon:"),
+    );
     println!(
-        "FIGURE agent_memory nodes=1000 VmRSS={:.1}MiB VmHWM={:.1}MiB binary={}",
+        "FIGURE agent_memory nodes=1000 VmRSS={:.1}MiB VmHWM={:.1}MiB RssAnon={:.1}MiB binary={}",
         rss as f64 / 1024.0,
         hwm as f64 / 1024.0,
-        if cfg!(debug_assertions) {
-            "debug"
-        } else {
-            "release"
-        }
+        anon as f64 / 1024.0,
+        if release { "release" } else { "debug" }
     );
     // JSON logs: every line logged inside a reconcile carries its env, cluster and commit.
     let text = std::fs::read_to_string(&logs).unwrap();
@@ -196,8 +203,17 @@ async fn agent_figures() {
         p99 < Duration::from_secs(1),
         "webhook to reconcile p99 {p99:?}"
     );
-    assert!(
-        hwm < 32 * 1024,
-        "peak resident memory {hwm} KiB with 1000 nodes"
-    );
+    if release {
+        assert!(
+            hwm < 32 * 1024,
+            "peak resident memory {hwm} KiB with 1000 nodes"
+        );
+    } else {
+        // A debug binary maps ~40 MiB of unoptimised code and debug info; its
+        // own memory (heap and stacks) is what the goal bounds.
+        assert!(
+            anon < 32 * 1024,
+            "anonymous resident memory {anon} KiB with 1000 nodes"
+        );
+    }
 }

@@ -14,6 +14,8 @@ pub const FIELD_MANAGER: &str = "drover-agent";
 /// it, so that the leader (which watches the object) fetches at once.
 pub const ANN_FETCH_REQUESTED: &str = "drover.dev/fetch-requested";
 
+// Printer columns are raw JSON: the list form trips clippy::duplicated_attributes
+// on the repeated `type_ = "string"`.
 /// Desired identity of a status object: which environment and cluster it describes.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[kube(
@@ -24,25 +26,13 @@ pub const ANN_FETCH_REQUESTED: &str = "drover.dev/fetch-requested";
     shortname = "dst",
     status = "DroverStatusStatus",
     doc = "The drover agent's view of one cluster of one environment: target, rollout state, window, applied commit.",
-    printcolumn(
-        name = "Environment",
-        type_ = "string",
-        json_path = ".spec.environment"
-    ),
-    printcolumn(name = "Target", type_ = "string", json_path = ".status.target"),
-    printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
-    printcolumn(name = "At Version", type_ = "string", json_path = ".status.atVersion"),
-    printcolumn(
-        name = "Next Window",
-        type_ = "string",
-        json_path = ".status.nextWindow"
-    ),
-    printcolumn(name = "Commit", type_ = "string", json_path = ".status.commit"),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
+    printcolumn = r#"{"name":"Environment","type":"string","jsonPath":".spec.environment"}"#,
+    printcolumn = r#"{"name":"Target","type":"string","jsonPath":".status.target"}"#,
+    printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state"}"#,
+    printcolumn = r#"{"name":"At Version","type":"string","jsonPath":".status.atVersion"}"#,
+    printcolumn = r#"{"name":"Next Window","type":"string","jsonPath":".status.nextWindow"}"#,
+    printcolumn = r#"{"name":"Commit","type":"string","jsonPath":".status.commit"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct DroverStatusSpec {

@@ -200,8 +200,6 @@ pub trait ClusterBackend: Send + 'static {
 /// per set of node settings, upgrade Jobs in the agent's namespace.
 #[derive(Clone)]
 pub struct KubeBackend {
-    // A config, not a client: the backend builds its own client with kube's
-    // 429 retry layer off (see `KubeCluster::new`).
     config: kube::Config,
     namespace: String,
 }
@@ -215,7 +213,7 @@ impl std::fmt::Debug for KubeBackend {
 }
 
 impl KubeBackend {
-    /// Jobs run in `namespace` (the agent's).
+    /// Clusters built from `config` (the backend makes its own client); Jobs run in `namespace`.
     pub fn new(config: kube::Config, namespace: &str) -> Self {
         KubeBackend {
             config,
@@ -584,7 +582,10 @@ struct Active {
 
 /// What judging a new head found.
 enum Verdict {
-    Accept { env: EnvConfig, version: String },
+    Accept {
+        env: Box<EnvConfig>,
+        version: String,
+    },
     Refuse(Refused),
 }
 
@@ -844,7 +845,10 @@ impl<B: ClusterBackend> Acting<B> {
                 }
                 let src = self.source.clone();
                 let _ = blocking(move || lock(&src).accept(head)).await;
-                self.active = Some(Active { commit: head, env });
+                self.active = Some(Active {
+                    commit: head,
+                    env: *env,
+                });
                 self.metrics.set_blocked(None);
                 self.metrics.set_applied(&head.to_string(), &version);
                 self.events
@@ -978,7 +982,7 @@ impl<B: ClusterBackend> Acting<B> {
                 }
                 Ok(_) => Verdict::Accept {
                     version: env.version.to_string(),
-                    env,
+                    env: Box::new(env),
                 },
                 Err(e) => refuse("gate", "error", e.to_string()),
             }

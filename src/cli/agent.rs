@@ -300,17 +300,19 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
     let cfg = args.to_config(global_repo)?;
     let clock = args.clock()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
-        // The agent is I/O bound; two workers keep the footprint small.
+        // The agent is I/O bound; two workers and a small blocking pool (git
+        // work runs there, one call at a time) keep the footprint small.
         .worker_threads(2)
+        .max_blocking_threads(4)
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let config = kube::Config::infer()
+        let kube_config = kube::Config::infer()
             .await
-            .context("finding the API server (in-cluster or kubeconfig)")?;
+            .context("finding the API server (in-cluster or KUBECONFIG)")?;
         let client =
-            kube::Client::try_from(config.clone()).context("connecting to the API server")?;
-        let backend = agent::KubeBackend::new(config, &cfg.namespace);
+            kube::Client::try_from(kube_config.clone()).context("connecting to the API server")?;
+        let backend = agent::KubeBackend::new(kube_config, &cfg.namespace);
         let agent = agent::Agent::new(cfg, client, backend, clock).await?;
         let (tx, rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {

@@ -200,12 +200,7 @@ pub async fn install_crd(client: &Client) {
     .await;
 }
 
-/// An admin client, or one impersonating `as_user`.
-pub async fn client_as(as_user: Option<&str>) -> Client {
-    Client::try_from(config_as(as_user).await).unwrap()
-}
-
-/// The admin kubeconfig's settings, impersonating `as_user` when given.
+/// The admin kubeconfig, or one impersonating `as_user`.
 pub async fn config_as(as_user: Option<&str>) -> Config {
     let path = ControlPlane::get().kubeconfig_path();
     let kc = Kubeconfig::read_from(&path).unwrap();
@@ -216,6 +211,11 @@ pub async fn config_as(as_user: Option<&str>) -> Config {
         config.auth_info.impersonate = Some(u.to_string());
     }
     config
+}
+
+/// An admin client, or one impersonating `as_user`.
+pub async fn client_as(as_user: Option<&str>) -> Client {
+    Client::try_from(config_as(as_user).await).unwrap()
 }
 
 /// Settings for one test agent.
