@@ -147,6 +147,7 @@ impl ControlPlane {
 
     /// A new admin client, bound to the calling test's runtime.
     pub async fn admin_client(&self) -> Client {
+        init_tracing();
         client_from(&self.kubeconfig_path())
             .await
             .expect("admin client")
@@ -158,6 +159,17 @@ impl ControlPlane {
             .await
             .expect("restricted client")
     }
+}
+
+/// Shows the simulator's warnings in test output (`RUST_LOG` overrides the level).
+pub fn init_tracing() {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+    // Every test calls this; only the first one installs it.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
 }
 
 /// The user name in `restricted.kubeconfig`.
