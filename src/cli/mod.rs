@@ -104,10 +104,15 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
     }
 }
 
-/// Print `value` as pretty JSON on stdout.
+/// Print `value` as pretty JSON on stdout. A reader that went away
+/// (`drover log --format json | head`) is not an error.
 pub fn print_json<T: Serialize>(value: &T) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
-    Ok(())
+    use std::io::Write;
+    let text = serde_json::to_string_pretty(value)?;
+    match writeln!(std::io::stdout().lock(), "{text}") {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
 }
 
 /// Parse an RFC 3339 timestamp given on the command line.
