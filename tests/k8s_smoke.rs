@@ -117,7 +117,9 @@ async fn eviction_is_refused_until_the_pdb_allows_a_disruption() {
         .await
         .unwrap();
     let node = sim.node_names()[0].clone();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    // Evictions must show the API server's 429, not kube's retries of it.
+    let evicting = ControlPlane::get().admin_client_without_retry().await;
+    let pods: Api<Pod> = Api::namespaced(evicting, ns.name());
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns.name());
 
     pods.create(

@@ -153,6 +153,18 @@ impl ControlPlane {
             .expect("admin client")
     }
 
+    /// An admin client without kube's 429 retry layer, which otherwise hides a
+    /// refused eviction for minutes (drover's own client turns it off too).
+    /// Other clients keep it: a new CRD's storage answers 429 while it starts.
+    pub async fn admin_client_without_retry(&self) -> Client {
+        let kc = Kubeconfig::read_from(self.kubeconfig_path()).expect("admin kubeconfig");
+        let mut config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .expect("admin config");
+        config.default_retry = false;
+        Client::try_from(config).expect("admin client")
+    }
+
     /// A new client for `drover-restricted`, bound to the calling test's runtime.
     pub async fn restricted_client(&self) -> Client {
         client_from(&self.restricted_kubeconfig_path())
@@ -178,10 +190,7 @@ pub const RESTRICTED_USER: &str = "drover-restricted";
 /// A client from a kubeconfig file.
 pub async fn client_from(path: &Path) -> anyhow::Result<Client> {
     let kc = Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
-    // kube's default client retries 429 for minutes; tests assert on the
-    // refused eviction itself, as drover's own client does (see KubeCluster::new).
-    config.default_retry = false;
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
     Ok(Client::try_from(config)?)
 }
 
