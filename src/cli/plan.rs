@@ -1,8 +1,8 @@
 //! `drover plan`: what the agent would do now, and how the rollout would go
-//! window by window. The nodes come from any [`Cluster`] (today a simulated
-//! one built from `--nodes`/`--version-now`; a real one once `--kubeconfig`
-//! exists); the forecast always runs on a sim seeded from those nodes.
-//! It assumes the promotion gate and trust check pass.
+//! window by window. The nodes come from any [`Cluster`]: a real one read
+//! through `--kubeconfig` (observed only, never changed), or a simulated one
+//! built from `--nodes`/`--version-now`; the forecast always runs on a sim
+//! seeded from those nodes. It assumes the promotion gate and trust check pass.
 
 use super::{parse_time, print_json, Global, Outcome};
 use crate::cluster::{Cluster, NodeView};
@@ -37,6 +37,12 @@ pub struct Args {
     /// Give up the forecast after this many windows.
     #[arg(long, default_value_t = 120)]
     pub max_windows: usize,
+    /// Read the nodes from this cluster instead of simulating them (read-only).
+    #[arg(long)]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// The cluster's name, with --kubeconfig.
+    #[arg(long, default_value = "cluster")]
+    pub cluster: String,
 }
 
 /// One window of the forecast.
@@ -112,16 +118,38 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
     };
     let now = args.now.unwrap_or_else(Utc::now);
     let windows = windows_ahead(env, now, args.max_windows)?;
-    let version_now = args.version_now.clone().unwrap_or(Version::new(0, 0, 0));
-    let cluster = Sim::uniform(
-        "simulated",
-        VirtualClock::new(now),
-        args.nodes,
-        &version_now,
-        args.node_time,
-    );
-    let plan = block_on(plan(&cluster, env, &windows, args.node_time, now))
-        .context("observing the cluster")?;
+    let plan = match &args.kubeconfig {
+        Some(path) => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(async {
+                let kc = kube::config::Kubeconfig::read_from(path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                    .await
+                    .with_context(|| format!("using {}", path.display()))?;
+                // Jobs are never created: plan only observes.
+                let opts = crate::kubernetes::KubeOptions::from_env(&args.cluster, "default", env);
+                let cluster = crate::kubernetes::KubeCluster::new(config, opts).await?;
+                plan(&cluster, env, &windows, args.node_time, now)
+                    .await
+                    .context("observing the cluster")
+            })?
+        }
+        None => {
+            let version_now = args.version_now.clone().unwrap_or(Version::new(0, 0, 0));
+            let cluster = Sim::uniform(
+                "simulated",
+                VirtualClock::new(now),
+                args.nodes,
+                &version_now,
+                args.node_time,
+            );
+            block_on(plan(&cluster, env, &windows, args.node_time, now))
+                .context("observing the cluster")?
+        }
+    };
     match g.format {
         super::Format::Json => print_json(&plan)?,
         super::Format::Text => print!("{}", render(&plan, args.node_time)),

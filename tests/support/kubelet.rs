@@ -932,20 +932,23 @@ impl Inner {
                 let message = format!(
                     "not a drover upgrade job: {TARGET_VERSION_LABEL}={t:?}, template nodeName={p:?}, {NODE_LABEL}={node_name:?}"
                 );
-                self.fail_job(&job, "InvalidUpgradeJob", &message).await;
+                self.fail_job(&job, &job_start_time(&job), "InvalidUpgradeJob", &message)
+                    .await;
                 return;
             }
         };
 
         let _one_at_a_time = node.upgrade_lock.lock().await;
+        // Computed once: startTime is immutable once set on an unsuspended Job.
+        let start = job_start_time(&job);
         let current = node.state.lock().unwrap().version.clone();
         if current == target {
-            self.complete_job(&job, &node_name).await;
+            self.complete_job(&job, &start, &node_name).await;
             return;
         }
         if self.fault(&node_name) == Fault::JobFails {
             let message = format!("simulated failure updating {node_name} to {target}");
-            self.fail_job(&job, "UpdateFailed", &message).await;
+            self.fail_job(&job, &start, "UpdateFailed", &message).await;
             return;
         }
 
@@ -957,7 +960,7 @@ impl Inner {
             .or_default() += 1;
         self.patch_job_status(
             &job,
-            json!({ "status": { "startTime": job_start_time(&job), "active": 1 } }),
+            json!({ "status": { "startTime": start, "active": 1 } }),
         )
         .await;
         self.set_node(&node, |st| {
@@ -996,10 +999,10 @@ impl Inner {
             node: node_name.clone(),
             version,
         });
-        self.complete_job(&job, &node_name).await;
+        self.complete_job(&job, &start, &node_name).await;
     }
 
-    async fn complete_job(&self, job: &Job, node: &str) {
+    async fn complete_job(&self, job: &Job, start: &Value, node: &str) {
         let now = now_rfc3339();
         let cond = |t: &str| {
             json!({
@@ -1009,7 +1012,7 @@ impl Inner {
             })
         };
         let status = json!({ "status": {
-            "startTime": job_start_time(job),
+            "startTime": start,
             "active": 0, "succeeded": 1, "completionTime": now,
             "conditions": [cond("SuccessCriteriaMet"), cond("Complete")],
         }});
@@ -1021,7 +1024,7 @@ impl Inner {
         }
     }
 
-    async fn fail_job(&self, job: &Job, reason: &str, message: &str) {
+    async fn fail_job(&self, job: &Job, start: &Value, reason: &str, message: &str) {
         let now = now_rfc3339();
         let cond = |t: &str| {
             json!({
@@ -1030,7 +1033,7 @@ impl Inner {
             })
         };
         let status = json!({ "status": {
-            "startTime": job_start_time(job),
+            "startTime": start,
             "active": 0, "failed": 1,
             "conditions": [cond("FailureTarget"), cond("Failed")],
         }});
@@ -1143,7 +1146,6 @@ impl Inner {
 }
 
 fn job_start_time(job: &Job) -> Value {
-    // startTime is immutable once set on an unsuspended Job.
     match job.status.as_ref().and_then(|s| s.start_time.as_ref()) {
         Some(t) => serde_json::to_value(t).unwrap_or(Value::Null),
         // The copy in hand may predate the start patch: derive the same value every time.

@@ -147,6 +147,7 @@ impl ControlPlane {
 
     /// A new admin client, bound to the calling test's runtime.
     pub async fn admin_client(&self) -> Client {
+        init_tracing();
         client_from(&self.kubeconfig_path())
             .await
             .expect("admin client")
@@ -160,13 +161,27 @@ impl ControlPlane {
     }
 }
 
+/// Shows the simulator's warnings in test output (`RUST_LOG` overrides the level).
+pub fn init_tracing() {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+    // Every test calls this; only the first one installs it.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
+}
+
 /// The user name in `restricted.kubeconfig`.
 pub const RESTRICTED_USER: &str = "drover-restricted";
 
 /// A client from a kubeconfig file.
 pub async fn client_from(path: &Path) -> anyhow::Result<Client> {
     let kc = Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
-    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+    let mut config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+    // kube's default client retries 429 for minutes; tests assert on the
+    // refused eviction itself, as drover's own client does (see KubeCluster::new).
+    config.default_retry = false;
     Ok(Client::try_from(config)?)
 }
 

@@ -4,7 +4,9 @@
 //! minute while idle with 1,000 nodes, against a naive list-based poll.
 //! Each prints a `BENCH` line; run with `--nocapture` to see them.
 
+#[path = "../tests/k8s_backend/mod.rs"]
 mod k8s_backend;
+#[path = "../tests/support/mod.rs"]
 mod support;
 
 use std::collections::BTreeMap;
@@ -83,7 +85,6 @@ async fn flush(cp: &ControlPlane, client: &kube::Client) {
     .await;
 }
 
-#[tokio::test]
 async fn requests_per_node_upgraded() {
     let cp = with_audit();
     let (client, ns) = setup("bench-rollout").await;
@@ -139,7 +140,6 @@ async fn requests_per_node_upgraded() {
     sim.shutdown().await;
 }
 
-#[tokio::test]
 async fn idle_requests_per_minute_with_a_thousand_nodes() {
     let cp = with_audit();
     let (client, ns) = setup("bench-idle").await;
@@ -227,4 +227,15 @@ async fn idle_requests_per_minute_with_a_thousand_nodes() {
         bytes as f64 / 1e6 * 60.0 / (base_to - base_from).num_milliseconds() as f64 * 1000.0,
     );
     sim.shutdown().await;
+}
+
+/// A benchmark binary (`harness = false`): each figure runs once, in order,
+/// and panics (non-zero exit) when its goal is missed.
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    rt.block_on(requests_per_node_upgraded());
+    rt.block_on(idle_requests_per_minute_with_a_thousand_nodes());
 }

@@ -8,10 +8,13 @@
 //!
 //! Both run in one test so they do not compete with each other for the two cores.
 
+#[path = "../tests/agent_support/mod.rs"]
 mod agent_support;
-#[path = "support/git_servers.rs"]
+#[path = "../tests/support/git_servers.rs"]
 mod git_servers;
+#[path = "../tests/k8s_backend/mod.rs"]
 mod k8s_backend;
+#[path = "../tests/support/mod.rs"]
 mod support;
 
 use std::process::{Command, Stdio};
@@ -43,7 +46,6 @@ fn kib(status: &str, key: &str) -> u64 {
         .unwrap_or(0)
 }
 
-#[tokio::test]
 async fn agent_figures() {
     let cp = ControlPlane::get();
     let client = cp.admin_client().await;
@@ -226,4 +228,14 @@ async fn agent_figures() {
             "anonymous resident memory {anon} KiB with 1000 nodes"
         );
     }
+}
+
+/// A benchmark binary (`harness = false`): each figure runs once, in order,
+/// and panics (non-zero exit) when its goal is missed.
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    rt.block_on(agent_figures());
 }
