@@ -153,34 +153,59 @@ pub fn version_history(
         Ok(subtree_id(&c.tree()?, "environments"))
     };
     let mut out = Vec::new();
+    // Each commit's entries serve as the parent side of one comparison and the
+    // child side of the next, so every environments/ tree is read once.
+    let entries = |dir: Option<Oid>| -> Result<Vec<(String, Oid)>, git2::Error> {
+        match (dir, opts.env) {
+            (None, _) => Ok(Vec::new()),
+            (Some(d), Some(env)) => Ok(repo
+                .find_tree(d)?
+                .get_name(&format!("{env}.toml"))
+                .map(|e| vec![(env.to_string(), e.id())])
+                .unwrap_or_default()),
+            (Some(_), None) => toml_entries(repo, dir),
+        }
+    };
     let mut commit = repo.find_commit(head)?;
     let mut dir = env_dir(&commit)?;
+    let mut now = entries(dir)?;
     loop {
         let parent = commit.parent(0).ok();
         let parent_dir = match &parent {
             Some(p) => env_dir(p)?,
             None => None,
         };
+        let before = if parent_dir == dir {
+            now.clone()
+        } else {
+            entries(parent_dir)?
+        };
         if dir != parent_dir {
-            let now = toml_entries(repo, dir)?;
-            let before: HashMap<String, Oid> =
-                toml_entries(repo, parent_dir)?.into_iter().collect();
-            for (env, blob) in now {
-                if opts.env.is_some_and(|e| e != env) || before.get(&env) == Some(&blob) {
+            for (env, blob) in &now {
+                let old = before.iter().find(|(e, _)| e == env).map(|(_, b)| *b);
+                if old == Some(*blob) {
                     continue;
                 }
-                let version = version_of(blob)?;
-                let previous = before.get(&env).map(|b| version_of(*b)).transpose()?;
+                let version = version_of(*blob)?;
+                let previous = old.map(&mut version_of).transpose()?;
                 if previous.as_deref() == Some(version.as_str()) {
                     continue;
                 }
-                out.push(change(repo, &commit, env, version, previous, opts.signers)?);
+                out.push(change(
+                    repo,
+                    &commit,
+                    env.clone(),
+                    version,
+                    previous,
+                    opts.signers,
+                )?);
             }
         }
         match parent {
             Some(p) => {
                 commit = p;
                 dir = parent_dir;
+                now = before;
             }
             None => break,
         }

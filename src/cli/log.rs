@@ -22,6 +22,12 @@ pub struct Args {
 
 /// Run `drover log`.
 pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
+    // Like git itself, trust the local object store instead of re-hashing every
+    // object read: hashing was a third of the time on a 100,000-commit history.
+    git2::opts::strict_hash_verification(false);
+    // The walk reads each object once; libgit2's object cache only costs
+    // inserts and a large free at exit.
+    git2::opts::enable_caching(false);
     let repo = git2::Repository::open(&g.repo)
         .with_context(|| format!("cannot open the repository at {}", g.repo.display()))?;
     let head = repo
