@@ -3,8 +3,8 @@
 //! - push (webhook) to the start of the reconcile that acts on it: p99 < 1 s over 50 pushes;
 //! - resident memory of a `drover agent` process with 1,000 nodes registered
 //!   (goal < 32 MiB; measured 47.5 MiB for the release binary, so only a
-//!   regression bound is asserted: see BENCHMARKS.md). `DROVER_AGENT_BIN=target/release/drover`
-//!   measures the release binary; `DROVER_FIGURE_NODES=N` another cluster size.
+//!   regression bound is asserted: see BENCHMARKS.md). `cargo bench` measures
+//!   the release binary; `DROVER_AGENT_BIN` another one; `DROVER_FIGURE_NODES=N` another cluster size.
 //!
 //! Both run in one test so they do not compete with each other for the two cores.
 
