@@ -275,6 +275,14 @@ async fn a_bump_moves_through_test_stage_and_production_each_in_its_window() {
     let reasons: Vec<&str> = ev.iter().filter_map(|e| e.reason.as_deref()).collect();
     assert!(reasons.contains(&"Refused"), "{reasons:?}");
     assert!(reasons.contains(&"Applied"), "{reasons:?}");
+    assert!(reasons.contains(&"RolloutConfirmed"), "{reasons:?}");
+    // Test saw its window open (it was running before).
+    let ev = events_for(&client, &names[0], status_name(0)).await;
+    assert!(
+        ev.iter()
+            .any(|e| e.reason.as_deref() == Some("WindowOpened")),
+        "{ev:?}"
+    );
     // And on the nodes.
     let node_events = events_for(&client, "default", &sims[2].node_names()[0]).await;
     assert!(

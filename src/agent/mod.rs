@@ -436,6 +436,7 @@ impl<B: ClusterBackend> Agent<B> {
             publish_pending: false,
             passes,
             fetched_once: false,
+            window_seen: None,
         };
         Ok(Agent {
             state,
@@ -571,6 +572,8 @@ struct Acting<B: ClusterBackend> {
     publish_pending: bool,
     passes: broadcast::Sender<PassRecord>,
     fetched_once: bool,
+    /// Whether the window was open at the last reconcile of this term.
+    window_seen: Option<bool>,
 }
 
 /// The config being applied.
@@ -647,6 +650,7 @@ impl<B: ClusterBackend> Acting<B> {
     ) {
         // A takeover: another replica may have applied newer commits meanwhile.
         self.reload_status().await;
+        self.window_seen = None;
         self.events
             .on_status(
                 Severity::Normal,
@@ -1144,6 +1148,25 @@ impl<B: ClusterBackend> Acting<B> {
                 )
                 .await;
             self.status.since = Some(rfc3339(now));
+        }
+        // The first observation of a term is no transition (a restart would repeat it).
+        let was_open = self.window_seen.replace(window.is_open());
+        if was_open.is_some_and(|w| w != window.is_open()) {
+            let note = match (window.closes_at, window.next_opens_at) {
+                (Some(end), _) => format!("maintenance window open until {}", rfc3339(end)),
+                (None, Some(next)) => {
+                    format!("maintenance window closed; next opens {}", rfc3339(next))
+                }
+                (None, None) => "maintenance window closed".to_string(),
+            };
+            let reason = if window.is_open() {
+                "WindowOpened"
+            } else {
+                "WindowClosed"
+            };
+            self.events
+                .on_status(Severity::Normal, reason, "Window", note)
+                .await;
         }
         self.metrics.set_rollout_state(state);
         self.status.state = Some(state.into());

@@ -87,7 +87,12 @@ pub struct Args {
     #[arg(long, env = "DROVER_LEASE_DURATION")]
     pub lease_duration: Option<String>,
     /// Act without leader election (a single replica only).
-    #[arg(long, env = "DROVER_NO_LEADER_ELECTION")]
+    #[arg(
+        long,
+        env = "DROVER_NO_LEADER_ELECTION",
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
     pub no_leader_election: Option<bool>,
     /// DroverStatus object name (default ENV-CLUSTER).
     #[arg(long, env = "DROVER_STATUS_NAME")]
@@ -396,6 +401,7 @@ mod tests {
             "3s",
             "--clock-offset",
             "-2h",
+            "--no-leader-election",
         ]);
         let args = cli.a.merged().unwrap();
         let cfg = args.to_config(None).unwrap();
@@ -404,6 +410,7 @@ mod tests {
         assert_eq!(cfg.poll, Duration::from_secs(3));
         assert_eq!(cfg.source.url, "git://127.0.0.1/r.git");
         assert_eq!(cfg.lease_name, "drover-stage-stage-1");
+        assert!(!cfg.leader_election);
         assert_eq!(parse_offset("-2h").unwrap(), chrono::Duration::hours(-2));
         assert_eq!(parse_offset("+30d").unwrap(), chrono::Duration::days(30));
     }

@@ -21,7 +21,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
 use crate::git_servers::{allowed_signers, git, keygen, GitDaemon};
-use crate::support::{await_object, ControlPlane, WAIT};
+use crate::support::{await_object, retry_until, ControlPlane, WAIT};
 
 /// Token the test webhooks send.
 pub const WEBHOOK_TOKEN: &str = "test-token";
@@ -198,6 +198,11 @@ pub async fn install_crd(client: &Client) {
             })
     })
     .await;
+    // Established is not yet servable: the resource's storage answers 429
+    // ("storage is (re)initializing") for a moment, and clients here do not retry 429.
+    let dst: Api<DroverStatus> = Api::all(client.clone());
+    let lp = kube::api::ListParams::default().limit(1);
+    retry_until("droverstatuses servable", || dst.list(&lp)).await;
 }
 
 /// The admin kubeconfig, or one impersonating `as_user`.
