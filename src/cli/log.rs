@@ -43,7 +43,10 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
     let opts = LogOptions {
         env: args.env.as_deref(),
         signers: signers.as_ref(),
-        status_tip: crate::status::status_tip(&repo, &args.status_branch),
+        status_tip: crate::status::find_status_branch(&repo, &args.status_branch)
+            .ok()
+            .flatten()
+            .map(|b| b.tip),
     };
     let changes = audit::version_history(&repo, head, &opts)?;
     match g.format {

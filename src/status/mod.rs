@@ -8,8 +8,8 @@ mod read;
 pub use read::{find_status_branch, read_confirmations, BranchRef, Confirmations, Error};
 mod push;
 pub use push::{
-    build_commit, introducing_commit, publish, status_tip, verify_report_signer, PublishOptions,
-    Published, PushError,
+    build_commit, introducing_commit, publish, verify_report_signer, PublishOptions, Published,
+    PushError,
 };
 
 use chrono::{DateTime, Utc};

@@ -268,14 +268,6 @@ fn try_once(
     Ok(attempt)
 }
 
-/// The status branch tip a reader should use: local `refs/heads/<branch>`,
-/// else `refs/remotes/origin/<branch>` (DESIGN §5).
-pub fn status_tip(repo: &Repository, branch: &str) -> Option<Oid> {
-    repo.refname_to_id(&format!("refs/heads/{branch}"))
-        .or_else(|_| repo.refname_to_id(&format!("refs/remotes/origin/{branch}")))
-        .ok()
-}
-
 /// The commit on the first-parent history of `tip` that gave `path` its current content.
 pub fn introducing_commit(
     repo: &Repository,
