@@ -470,7 +470,7 @@ impl Story {
                     ),
                     other => format!(
                         "{} {} ({}/{} nodes at version) reported to drover/status {}",
-                        state_name(other),
+                        other.as_str(),
                         line.version,
                         line.nodes_at_version,
                         line.nodes,
@@ -575,7 +575,7 @@ impl Story {
                 state: a
                     .last_report
                     .as_ref()
-                    .map_or("none".into(), |(s, v)| format!("{} {v}", state_name(*s))),
+                    .map_or("none".into(), |(s, v)| format!("{} {v}", s.as_str())),
                 confirmed,
             });
         }
@@ -722,15 +722,6 @@ fn copy_dir(from: &Path, to: &Path) -> Result<(), Error> {
 fn path_str(p: &Path) -> Result<&str, Error> {
     p.to_str()
         .ok_or_else(|| Error::Config(format!("{} is not valid UTF-8", p.display())))
-}
-
-fn state_name(s: RolloutState) -> &'static str {
-    match s {
-        RolloutState::Rolling => "rolling",
-        RolloutState::Confirmed => "confirmed",
-        RolloutState::Blocked => "blocked",
-        RolloutState::Failed => "failed",
-    }
 }
 
 fn short(oid: git2::Oid) -> String {

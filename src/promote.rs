@@ -9,7 +9,7 @@
 use crate::config::{Evidence, RepoConfig, ENV_DIR};
 use crate::gate::{self, Allowed, Decision};
 use crate::status;
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use git2::Repository;
 use semver::Version;
 use std::path::Path;
@@ -252,11 +252,6 @@ pub fn git_at(dir: &Path, args: &[&str], date: Option<DateTime<Utc>>) -> Result<
         )));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// RFC 3339 in UTC, seconds precision, as every drover output writes times.
-pub fn ts(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
 #[cfg(test)]

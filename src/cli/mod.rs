@@ -115,6 +115,20 @@ pub fn print_json<T: Serialize>(value: &T) -> anyhow::Result<()> {
     }
 }
 
+/// Load and validate the config repository at `--repo`. When it is invalid,
+/// its diagnostics go to stderr and `None` comes back: the command exits 1.
+pub fn load_repo(g: &Global) -> Option<crate::config::RepoConfig> {
+    match crate::config::load(&crate::config::DirFiles::new(&g.repo)) {
+        Ok(cfg) => Some(cfg),
+        Err(diags) => {
+            for d in &diags {
+                eprintln!("{d}");
+            }
+            None
+        }
+    }
+}
+
 /// Parse an RFC 3339 timestamp given on the command line.
 pub fn parse_time(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
     chrono::DateTime::parse_from_rfc3339(s)

@@ -6,7 +6,7 @@
 
 use super::{parse_time, print_json, Global, Outcome};
 use crate::cluster::{Cluster, NodeView};
-use crate::config::{self, EnvConfig};
+use crate::config::EnvConfig;
 use crate::rollout::{decide, Decision, Engine, Labels, Policy, RolloutState, VirtualClock};
 use crate::sim::{drive, EventKind, Schedule, Sim};
 use anyhow::Context as _;
@@ -98,14 +98,8 @@ pub struct Plan {
 
 /// Run `drover plan`.
 pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
-    let repo = match config::load(&config::DirFiles::new(&g.repo)) {
-        Ok(r) => r,
-        Err(diags) => {
-            for d in &diags {
-                eprintln!("{d}");
-            }
-            return Ok(Outcome::Rejected);
-        }
+    let Some(repo) = super::load_repo(g) else {
+        return Ok(Outcome::Rejected);
     };
     let Some(env) = repo.envs.get(&args.env) else {
         let known: Vec<&str> = repo.envs.keys().map(String::as_str).collect();

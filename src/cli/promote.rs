@@ -2,7 +2,6 @@
 //! would otherwise write by hand.
 
 use super::{parse_time, print_json, Format, Global, Outcome};
-use crate::config::{self, DirFiles};
 use crate::promote::{self, Choice};
 use anyhow::Context;
 use chrono::{DateTime, Utc};
@@ -30,15 +29,9 @@ fn parse_version(s: &str) -> Result<semver::Version, String> {
 
 /// Run `drover promote`.
 pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
-    let cfg = match config::load(&DirFiles::new(&g.repo)) {
-        Ok(cfg) => cfg,
-        Err(diags) => {
-            for d in &diags {
-                eprintln!("{d}");
-            }
-            eprintln!("drover promote: the repository does not pass `drover check`; fix it first");
-            return Ok(Outcome::Rejected);
-        }
+    let Some(cfg) = super::load_repo(g) else {
+        eprintln!("drover promote: the repository does not pass `drover check`; fix it first");
+        return Ok(Outcome::Rejected);
     };
     let repo = git2::Repository::open(&g.repo)
         .with_context(|| format!("{} is not a git repository", g.repo.display()))?;

@@ -40,14 +40,8 @@ fn utc(t: DateTime<Utc>) -> String {
 
 /// Run `drover windows`.
 pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
-    let cfg = match config::load(&config::DirFiles::new(&g.repo)) {
-        Ok(c) => c,
-        Err(diags) => {
-            for d in &diags {
-                eprintln!("{d}");
-            }
-            return Ok(Outcome::Rejected);
-        }
+    let Some(cfg) = super::load_repo(g) else {
+        return Ok(Outcome::Rejected);
     };
     let Some(env) = cfg.envs.get(&args.env) else {
         let valid: Vec<&str> = cfg.envs.keys().map(String::as_str).collect();

@@ -29,6 +29,18 @@ pub enum RolloutState {
     Failed,
 }
 
+impl RolloutState {
+    /// The name written in reports (`rolling`, `confirmed`, `blocked`, `failed`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RolloutState::Rolling => "rolling",
+            RolloutState::Confirmed => "confirmed",
+            RolloutState::Blocked => "blocked",
+            RolloutState::Failed => "failed",
+        }
+    }
+}
+
 /// One `status/<env>/<cluster>.toml` file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

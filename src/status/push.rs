@@ -169,10 +169,7 @@ pub fn build_commit(
         "status: {}/{} {} {}\n\nconfig_commit: {}\nnodes: {}/{}\n",
         report.env,
         report.cluster,
-        serde_json::to_value(report.state)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default(),
+        report.state.as_str(),
         report.version,
         report.config_commit,
         report.nodes_at_version,
