@@ -505,3 +505,68 @@ async fn two_replicas_one_acts_and_the_other_finishes_when_it_is_killed() {
     assert_eq!(l.holder_identity, None);
     sim.shutdown().await;
 }
+
+/// SIGTERM while the git server stalls in the middle of a fetch: the agent
+/// process exits cleanly at once instead of waiting out the 60 s fetch
+/// timeout, which is longer than a pod's default 30 s grace period.
+#[tokio::test]
+async fn sigterm_during_a_stalled_fetch_exits_at_once() {
+    let cp = ControlPlane::get();
+    let client = cp.admin_client().await;
+    install_crd(&client).await;
+    let ns = TestNamespace::create(&client, "sigterm").await;
+    let repo = ConfigRepo::new(&[env("test", "test-1", "0 2 1 * *", ns.name())]);
+    // A "git server" that accepts and then never says a word.
+    let stalled = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = stalled.local_addr().unwrap().port();
+    let (accepted_tx, accepted) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut open = Vec::new();
+        for conn in stalled.incoming().flatten() {
+            open.push(conn);
+            let _ = accepted_tx.send(());
+        }
+    });
+    let logs = repo.dir.path().join("agent.log");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_drover"))
+        .arg("agent")
+        .env("KUBECONFIG", cp.kubeconfig_path())
+        .env("DROVER_ENV", "test")
+        .env("DROVER_CLUSTER", "test-1")
+        .env("DROVER_REPO", format!("git://127.0.0.1:{port}/config"))
+        .env("POD_NAME", "sigterm-agent")
+        .env("POD_NAMESPACE", ns.name())
+        .env("DROVER_CACHE_DIR", repo.dir.path().join("cache"))
+        .env("DROVER_ALLOWED_SIGNERS", &repo.signers)
+        .env("DROVER_LISTEN", "127.0.0.1:0")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&logs).unwrap())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = child.id().unwrap();
+    let connected =
+        tokio::task::spawn_blocking(move || accepted.recv_timeout(Duration::from_secs(60)).is_ok())
+            .await
+            .unwrap();
+    assert!(connected, "the agent never connected to the git server");
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let sent = std::time::Instant::now();
+    let exited = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+    let text = std::fs::read_to_string(&logs).unwrap();
+    let code = exited
+        .unwrap_or_else(|_| panic!("still running 10 s after SIGTERM:\n{text}"))
+        .unwrap();
+    assert!(code.success(), "exit after SIGTERM: {code}\n{text}");
+    assert!(
+        sent.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        sent.elapsed()
+    );
+    assert!(text.contains("shutdown requested"), "{text}");
+}

@@ -420,6 +420,7 @@ impl<B: ClusterBackend> Agent<B> {
         );
         let state = Acting {
             cfg,
+            source_abort: source.abort_flag(),
             source: Arc::new(Mutex::new(source)),
             store,
             events,
@@ -476,7 +477,7 @@ impl<B: ClusterBackend> Agent<B> {
         loop {
             // Follower: keep the cache warm and become ready, but touch nothing.
             if !*leader_rx.borrow() && !state.ready.is_ready() {
-                state.warm_up().await;
+                state.warm_up(&shutdown_rx).await;
             }
             state.metrics.leader.set(0);
             tokio::select! {
@@ -554,6 +555,8 @@ impl<B: ClusterBackend> Agent<B> {
 struct Acting<B: ClusterBackend> {
     cfg: AgentConfig,
     source: Arc<Mutex<Source>>,
+    /// Stops the fetch in progress; set when a term or the process ends.
+    source_abort: Arc<std::sync::atomic::AtomicBool>,
     store: StatusStore,
     events: Events,
     metrics: Arc<Metrics>,
@@ -617,8 +620,10 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 impl<B: ClusterBackend> Acting<B> {
     /// A follower's preparation: fetch once and observe the cluster once, so
     /// that `/readyz` turns ready and a takeover starts from a warm cache.
-    async fn warm_up(&mut self) {
-        self.fetch().await;
+    async fn warm_up(&mut self, shutdown: &watch::Receiver<bool>) {
+        if !self.fetch(shutdown).await {
+            return;
+        }
         let head = { lock(&self.source).fetched() };
         let Some(head) = head else { return };
         let env_name = self.cfg.env.clone();
@@ -718,10 +723,26 @@ impl<B: ClusterBackend> Acting<B> {
         }
     }
 
-    /// Fetch and record the outcome.
-    async fn fetch(&mut self) {
+    /// Fetch and record the outcome; false when `cancel` stopped it first.
+    ///
+    /// A cancelled fetch is abandoned, not awaited: a slow or stalled server
+    /// must not hold a SIGTERM past the pod's grace period or keep a replica
+    /// that lost its lease busy. The abort flag ends the transfer at its next
+    /// progress callback; a server that sends nothing is bounded by the
+    /// source's socket timeout, on a blocking thread nobody waits for.
+    async fn fetch(&mut self, cancel: &watch::Receiver<bool>) -> bool {
+        use std::sync::atomic::Ordering;
         let src = self.source.clone();
-        let result = blocking(move || lock(&src).fetch()).await;
+        self.source_abort.store(false, Ordering::Relaxed);
+        let mut cancel = cancel.clone();
+        let result = tokio::select! {
+            r = blocking(move || lock(&src).fetch()) => r,
+            Ok(_) = cancel.wait_for(|c| *c) => {
+                self.source_abort.store(true, Ordering::Relaxed);
+                tracing::info!("fetch abandoned: the agent stops acting");
+                return false;
+            }
+        };
         let now = Utc::now();
         let ok = matches!(result, Some(Ok(_)));
         let result_text = match &result {
@@ -740,12 +761,19 @@ impl<B: ClusterBackend> Acting<B> {
         });
         self.fetched_once = true;
         self.ready.set_fetched();
+        true
     }
 
     /// One pass: fetch if asked, judge a new head, reconcile, report.
     async fn pass(&mut self, wake: Wake, cancel: &watch::Receiver<bool>) -> Next {
-        if matches!(wake, Wake::Start | Wake::Source(_)) || !self.fetched_once {
-            self.fetch().await;
+        if (matches!(wake, Wake::Start | Wake::Source(_)) || !self.fetched_once)
+            && !self.fetch(cancel).await
+        {
+            // Cancelled: the term ends without touching the source, which
+            // the abandoned fetch still holds.
+            return Next {
+                after: Duration::ZERO,
+            };
         }
         let started = Instant::now();
         let head = { lock(&self.source).fetched() };

@@ -311,7 +311,14 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         .max_blocking_threads(4)
         .enable_all()
         .build()?;
-    rt.block_on(async move {
+    let result = rt.block_on(async move {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let signal = shutdown_signal();
+        tokio::spawn(async move {
+            signal.await;
+            tracing::info!("shutdown requested");
+            let _ = tx.send(true);
+        });
         let kube_config = kube::Config::infer()
             .await
             .context("finding the API server (in-cluster or KUBECONFIG)")?;
@@ -319,36 +326,31 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
             kube::Client::try_from(kube_config.clone()).context("connecting to the API server")?;
         let backend = agent::KubeBackend::new(kube_config, &cfg.namespace);
         let agent = agent::Agent::new(cfg, client, backend, clock).await?;
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        tokio::spawn(async move {
-            shutdown_signal().await;
-            tracing::info!("shutdown requested");
-            let _ = tx.send(true);
-        });
         agent.run(rx).await?;
         anyhow::Ok(())
-    })?;
+    });
+    // A fetch abandoned at shutdown may still sit on a blocking thread
+    // waiting for a stalled server; exit without waiting for it.
+    rt.shutdown_timeout(std::time::Duration::from_millis(500));
+    result?;
     Ok(Outcome::Ok)
 }
 
-async fn shutdown_signal() {
+/// A future that completes on SIGTERM or Ctrl-C. The SIGTERM handler is
+/// installed by this call, not on the future's first poll, so a SIGTERM that
+/// arrives while the agent starts is not the default (fatal) action.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    async move {
+        #[cfg(unix)]
+        if let Some(mut term) = term {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
             }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+            return;
         }
-    }
-    #[cfg(not(unix))]
-    {
         let _ = tokio::signal::ctrl_c().await;
     }
 }

@@ -15,6 +15,8 @@ use git2::{
 };
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Ref holding the tracked branch as last fetched (not yet trusted).
@@ -230,6 +232,7 @@ impl CallbackState {
 pub struct Source {
     cfg: SourceConfig,
     repo: Repository,
+    abort: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Source {
@@ -265,7 +268,18 @@ impl Source {
             }
         };
         set_socket_timeouts(cfg.timeout);
-        Ok(Self { cfg, repo })
+        Ok(Self {
+            cfg,
+            repo,
+            abort: Arc::default(),
+        })
+    }
+
+    /// A flag that, once set, stops a fetch in progress at its next progress
+    /// callback (the caller clears it before the next fetch). Taken before
+    /// the source is locked for the fetch, so another task can set it.
+    pub fn abort_flag(&self) -> Arc<AtomicBool> {
+        self.abort.clone()
     }
 
     /// The configuration.
@@ -351,17 +365,16 @@ impl Source {
         let result = (|| {
             let mut remote = self.repo.remote_anonymous(&self.cfg.url)?;
             let mut cbs = self.callbacks(&state);
+            let go_on = || {
+                let ok = Instant::now() < deadline;
+                timed_out.set(!ok);
+                ok && !self.abort.load(Ordering::Relaxed)
+            };
             cbs.transfer_progress(|p| {
                 received.set(p.received_objects());
-                let ok = Instant::now() < deadline;
-                timed_out.set(!ok);
-                ok
+                go_on()
             });
-            cbs.sideband_progress(|_| {
-                let ok = Instant::now() < deadline;
-                timed_out.set(!ok);
-                ok
-            });
+            cbs.sideband_progress(|_| go_on());
             let mut fo = FetchOptions::new();
             fo.remote_callbacks(cbs);
             fo.download_tags(git2::AutotagOption::None);
