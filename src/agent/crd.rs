@@ -14,6 +14,14 @@ pub const FIELD_MANAGER: &str = "drover-agent";
 /// it, so that the leader (which watches the object) fetches at once.
 pub const ANN_FETCH_REQUESTED: &str = "drover.dev/fetch-requested";
 
+/// The last fetch request a follower stamped on the status object, if any.
+pub fn fetch_request_stamp(o: &DroverStatus) -> Option<String> {
+    o.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANN_FETCH_REQUESTED).cloned())
+}
+
 // Printer columns are raw JSON: the list form trips clippy::duplicated_attributes
 // on the repeated `type_ = "string"`.
 /// Desired identity of a status object: which environment and cluster it describes.
@@ -234,33 +242,29 @@ impl StatusStore {
         Ok(())
     }
 
-    /// Yields whenever a follower asks for a fetch ([`Self::request_fetch`]);
-    /// the value present when the watch starts is not a new request.
-    pub fn fetch_requests(&self) -> futures::stream::BoxStream<'static, ()> {
+    /// Yields whenever a follower asks for a fetch ([`Self::request_fetch`]):
+    /// whenever the request stamp differs from the last one seen, starting
+    /// from `seen`, the stamp on the object when the caller last read it.
+    ///
+    /// The watch starts when the stream is first polled, after the leader's
+    /// first pass; a request made in between shows up in the initial list,
+    /// which is why the initial list is compared too, not taken as the base.
+    /// A relist after a watch error is compared the same way. An extra fetch
+    /// is harmless; a lost request would wait for the next poll.
+    pub fn fetch_requests(&self, seen: Option<String>) -> futures::stream::BoxStream<'static, ()> {
         use futures::StreamExt;
         use kube::runtime::watcher;
         let cfg = watcher::Config::default().fields(&format!("metadata.name={}", self.name));
-        let mut seen: Option<Option<String>> = None;
+        let mut seen = seen;
         watcher::watcher(self.api.clone(), cfg)
             .filter_map(move |ev| {
-                let stamp = |o: &DroverStatus| {
-                    o.metadata
-                        .annotations
-                        .as_ref()
-                        .and_then(|a| a.get(ANN_FETCH_REQUESTED).cloned())
-                };
                 let fire = match ev {
-                    Ok(watcher::Event::InitApply(o)) => {
-                        seen = Some(stamp(&o));
-                        false
-                    }
-                    Ok(watcher::Event::Apply(o)) => {
-                        let s = stamp(&o);
-                        let new = s.is_some() && seen.as_ref() != Some(&s);
-                        seen = Some(s);
+                    Ok(watcher::Event::InitApply(o) | watcher::Event::Apply(o)) => {
+                        let stamp = fetch_request_stamp(&o);
+                        let new = stamp.is_some() && stamp != seen;
+                        seen = stamp;
                         new
                     }
-                    // A relist after an error also counts as seen, not as a request.
                     Ok(
                         watcher::Event::InitDone | watcher::Event::Init | watcher::Event::Delete(_),
                     )

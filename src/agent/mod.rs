@@ -654,7 +654,7 @@ impl<B: ClusterBackend> Acting<B> {
         mut cancel: watch::Receiver<bool>,
     ) {
         // A takeover: another replica may have applied newer commits meanwhile.
-        self.reload_status().await;
+        let seen = self.reload_status().await;
         self.window_seen = None;
         self.events
             .on_status(
@@ -664,7 +664,7 @@ impl<B: ClusterBackend> Acting<B> {
                 format!("{} holds the lease and acts", self.cfg.identity),
             )
             .await;
-        let mut relayed = self.store.fetch_requests();
+        let mut relayed = self.store.fetch_requests(seen);
         let mut wake = Wake::Start;
         loop {
             if *cancel.borrow() {
@@ -707,9 +707,12 @@ impl<B: ClusterBackend> Acting<B> {
         }
     }
 
-    async fn reload_status(&mut self) {
+    /// Read the status object back; returns the fetch request stamped on it,
+    /// which the term's first fetch (always made) answers.
+    async fn reload_status(&mut self) -> Option<String> {
         match self.store.load_or_create().await {
             Ok(obj) => {
+                let stamp = crd::fetch_request_stamp(&obj);
                 self.events.set_status_uid(obj.metadata.uid.clone());
                 let st = obj.status.unwrap_or_default();
                 let changed = st.last_applied_commit != self.status.last_applied_commit;
@@ -718,8 +721,12 @@ impl<B: ClusterBackend> Acting<B> {
                 if changed {
                     self.active = None;
                 }
+                stamp
             }
-            Err(e) => tracing::warn!(error = %e, "cannot read the status object"),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the status object");
+                None
+            }
         }
     }
 
