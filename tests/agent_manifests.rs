@@ -170,3 +170,59 @@ fn kustomization_lists_files_that_exist() {
         assert!(base().join(f).is_file(), "{f} is listed but missing");
     }
 }
+
+/// The image's runtime stage must carry every shared library the binary
+/// links: distroless/cc has glibc and libgcc only, the Dockerfile copies the
+/// rest. A new native dependency fails here instead of at the pod's start.
+#[test]
+fn dockerfile_ships_the_dist_binary_with_every_library_it_links() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dockerfile = std::fs::read_to_string(root.join("deploy/Dockerfile")).unwrap();
+    assert!(
+        dockerfile.contains("cargo build --profile dist --locked --bin drover")
+            && dockerfile.contains("/src/target/dist/drover /usr/local/bin/drover"),
+        "the image must ship the dist build BENCHMARKS.md measures:\n{dockerfile}"
+    );
+    // The build stage copies what the manifest refers to.
+    for dir in ["src", "benches", "examples", "example-repo"] {
+        assert!(root.join(dir).is_dir());
+        assert!(
+            dockerfile.contains(&format!("COPY {dir} ./{dir}")),
+            "{dir}/ not copied into the build stage"
+        );
+    }
+    let out = std::process::Command::new("readelf")
+        .args(["-d", env!("CARGO_BIN_EXE_drover")])
+        .output()
+        .expect("readelf (binutils) reads the binary's dynamic section");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let needed: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("(NEEDED)"))
+        .filter_map(|l| l.split('[').nth(1)?.split(']').next())
+        .collect();
+    assert!(needed.contains(&"libc.so.6"), "{text}");
+    // What gcr.io/distroless/cc-debian12 provides.
+    let in_base = [
+        "libc.so.6",
+        "libm.so.6",
+        "libgcc_s.so.1",
+        "libpthread.so.0",
+        "libdl.so.2",
+        "librt.so.1",
+        "libstdc++.so.6",
+        "ld-linux-x86-64.so.2",
+        "ld-linux-aarch64.so.1",
+    ];
+    let runtime_copy = dockerfile
+        .lines()
+        .find(|l| l.starts_with("COPY --from=build /usr/lib/"))
+        .unwrap_or("");
+    for lib in needed {
+        assert!(
+            in_base.contains(&lib) || runtime_copy.contains(&format!("/{lib} ")),
+            "the binary links {lib}, which neither distroless/cc nor the Dockerfile provides"
+        );
+    }
+}

@@ -528,34 +528,24 @@ async fn sigterm_during_a_stalled_fetch_exits_at_once() {
         }
     });
     let logs = repo.dir.path().join("agent.log");
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_drover"))
-        .arg("agent")
-        .env("KUBECONFIG", cp.kubeconfig_path())
-        .env("DROVER_ENV", "test")
-        .env("DROVER_CLUSTER", "test-1")
-        .env("DROVER_REPO", format!("git://127.0.0.1:{port}/config"))
-        .env("POD_NAME", "sigterm-agent")
-        .env("POD_NAMESPACE", ns.name())
-        .env("DROVER_CACHE_DIR", repo.dir.path().join("cache"))
-        .env("DROVER_ALLOWED_SIGNERS", &repo.signers)
-        .env("DROVER_LISTEN", "127.0.0.1:0")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::fs::File::create(&logs).unwrap())
-        .stderr(std::process::Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let url = format!("git://127.0.0.1:{port}/config");
+    let mut child = agent_process(
+        env!("CARGO_BIN_EXE_drover"),
+        &repo,
+        &url,
+        ns.name(),
+        "127.0.0.1:0",
+        &logs,
+    )
+    .spawn()
+    .unwrap();
     let pid = child.id().unwrap();
     let connected =
         tokio::task::spawn_blocking(move || accepted.recv_timeout(Duration::from_secs(60)).is_ok())
             .await
             .unwrap();
     assert!(connected, "the agent never connected to the git server");
-    let term = std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(term.success());
+    sigterm(pid);
     let sent = std::time::Instant::now();
     let exited = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
     let text = std::fs::read_to_string(&logs).unwrap();

@@ -202,7 +202,7 @@ async fn a_rollout_survives_twenty_abrupt_restarts() {
             "{n} upgraded {} times",
             sim.upgrades_started(n)
         );
-        assert!(drover::kubernetes::observe::os_image(&node).contains("1.13.0"));
+        assert!(support::os_image(&node).contains("1.13.0"));
         assert!(
             !node
                 .spec

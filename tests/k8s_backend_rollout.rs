@@ -8,7 +8,6 @@ mod support;
 use std::time::Duration;
 
 use drover::cluster::{ProgressState, ANN_STATE};
-use drover::kubernetes::observe::os_image;
 use drover::rollout::{Action, RolloutState};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};

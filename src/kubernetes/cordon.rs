@@ -9,10 +9,10 @@
 //! cordon`, the kubelet's status heartbeat) makes the patch fail with 409;
 //! drover then reads the node again and re-checks.
 
-use super::observe::{unschedulable, Observer};
+use super::node::ObservedNode;
+use super::observe::Observer;
 use super::{is_status, Error, FIELD_MANAGER};
 use crate::cluster::{encode_progress, NodeProgress, ANN_CORDONED};
-use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use kube::ResourceExt;
 use serde_json::{json, Value};
@@ -21,7 +21,7 @@ use std::sync::Arc;
 /// Conditional writes tried before giving up on a node that keeps changing.
 const MAX_ATTEMPTS: u32 = 5;
 
-fn says_drover_cordoned(n: &Node) -> bool {
+fn says_drover_cordoned(n: &ObservedNode) -> bool {
     n.annotations().get(ANN_CORDONED).map(String::as_str) == Some("true")
 }
 
@@ -31,14 +31,14 @@ async fn guarded_patch(
     obs: &Observer,
     node: &str,
     call: &'static str,
-    build: impl Fn(&Node) -> Result<Value, Error>,
+    build: impl Fn(&ObservedNode) -> Result<Value, Error>,
 ) -> Result<(), Error> {
-    let api: Api<Node> = Api::all(obs.client.clone());
+    let api: Api<ObservedNode> = Api::all(obs.client.clone());
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..PatchParams::default()
     };
-    let mut current: Arc<Node> = match obs.node(node) {
+    let mut current: Arc<ObservedNode> = match obs.node(node) {
         Some(n) => n,
         None => obs.get_node(node, call).await?,
     };
@@ -90,7 +90,7 @@ pub async fn cordon(obs: &Observer, node: &str, progress: &NodeProgress) -> Resu
     guarded_patch(obs, node, "cordon", |cur| {
         let mut p = progress.clone();
         let ours = says_drover_cordoned(cur);
-        if unschedulable(cur) {
+        if cur.unschedulable {
             // Already cordoned: by drover (a repeated call) or by someone else.
             if p.cordoned_by_drover != ours {
                 tracing::warn!(
@@ -117,7 +117,7 @@ pub async fn uncordon(
     progress: Option<&NodeProgress>,
 ) -> Result<(), Error> {
     guarded_patch(obs, node, "uncordon", |cur| {
-        if unschedulable(cur) && !says_drover_cordoned(cur) {
+        if cur.unschedulable && !says_drover_cordoned(cur) {
             return Err(Error::NotCordonedByDrover {
                 node: node.to_string(),
             });
@@ -140,7 +140,7 @@ pub async fn set_progress(
 ) -> Result<(), Error> {
     guarded_patch(obs, node, "set_progress", |cur| {
         let keeps_record = progress.is_some_and(|p| p.cordoned_by_drover);
-        if unschedulable(cur) && says_drover_cordoned(cur) && !keeps_record {
+        if cur.unschedulable && says_drover_cordoned(cur) && !keeps_record {
             return Err(Error::WouldDropCordonRecord {
                 node: node.to_string(),
             });

@@ -9,13 +9,13 @@
 //! success) and a node is never upgraded twice for one attempt. See
 //! `docs/drivers.md` for what the two drivers run and need.
 
+use super::node::ObservedNode;
 use super::observe::{Observer, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use super::{is_status, Error, KubeOptions};
 use crate::cluster::{NodeProgress, UpgradeStatus};
 use crate::config::DriverSpec;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::ResourceExt;
 use semver::Version;
@@ -137,7 +137,11 @@ pub fn job_status(job: &Job) -> UpgradeStatus {
 }
 
 /// The upgrade Job moving `node` to `p.target` for attempt `p.started_at`.
-pub fn upgrade_job(opts: &KubeOptions, node: &Node, p: &NodeProgress) -> Result<Job, Error> {
+pub fn upgrade_job(
+    opts: &KubeOptions,
+    node: &ObservedNode,
+    p: &NodeProgress,
+) -> Result<Job, Error> {
     let name = node.name_any();
     let job_name = job_name(&name, &p.target, p.started_at);
     let target = p.target.to_string();

@@ -2,18 +2,19 @@
 //! drover's Jobs and the PodDisruptionBudgets, plus one field-selected pod
 //! watch per node being drained. Nothing here issues a request per observation.
 
+use super::node::ObservedNode;
 use super::{driver, Error, KubeOptions};
 use crate::cluster::{NodeProgress, NodeView, ProgressState, UpgradeStatus};
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use kube::runtime::reflector::{self, store::Writer, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -29,14 +30,14 @@ pub const MANAGED_BY_VALUE: &str = "drover";
 pub struct Observer {
     pub(crate) client: Client,
     pub(crate) opts: KubeOptions,
-    pub(crate) nodes: Store<Node>,
+    pub(crate) nodes: Store<ObservedNode>,
     pub(crate) jobs: Store<Job>,
     pub(crate) pdbs: Store<PodDisruptionBudget>,
     pub(crate) changes: Arc<watch::Sender<u64>>,
     // Our own writes, newer than the stores until the watches deliver them:
     // the engine must read its own writes, or a stale view would let it
     // cordon a node twice or start more nodes than the budget allows.
-    node_overlay: Mutex<HashMap<String, Arc<Node>>>,
+    node_overlay: Mutex<HashMap<String, Arc<ObservedNode>>>,
     job_overlay: Mutex<HashMap<String, Arc<Job>>>,
     /// Per draining node, UIDs of pods this process evicted, so a pass never
     /// evicts a pod twice while the watch has not shown its deletionTimestamp yet.
@@ -61,6 +62,11 @@ impl Drop for Observer {
     }
 }
 
+// managedFields are never read and are often most of an object's size.
+fn clear_managed_fields<K: Resource>(o: &mut K) {
+    o.managed_fields_mut().clear();
+}
+
 /// Lock a mutex, recovering from a poisoned one (the data are caches, always valid).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -70,23 +76,31 @@ fn bump(changes: &watch::Sender<u64>) {
     changes.send_modify(|v| *v = v.wrapping_add(1));
 }
 
-// Run a reflector for `api`, calling `on_event` on every event it applies.
+/// Objects listed per page by the watches' initial lists and relists.
+///
+/// Each page's JSON body is held whole while it is decoded: 100 nodes are a
+/// few hundred KiB, where kube's default of 500 held megabytes at once.
+const LIST_PAGE_SIZE: u32 = 100;
+
+// Run a reflector for `api`, calling `on_event` on every event it applies;
+// `slim` drops what drover never reads before the object is stored.
 fn spawn_reflector<K>(
     api: Api<K>,
     cfg: watcher::Config,
     writer: Writer<K>,
     what: String,
+    slim: fn(&mut K),
     mut on_event: impl FnMut(&watcher::Event<K>) + Send + 'static,
 ) -> AbortHandle
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
+    let cfg = cfg.page_size(LIST_PAGE_SIZE);
     tokio::spawn(async move {
         let stream = watcher(api, cfg)
             .default_backoff()
-            // managedFields are never read and are most of a node's size.
-            .modify(|o: &mut K| o.managed_fields_mut().clear())
+            .modify(slim)
             .reflect(writer);
         futures::pin_mut!(stream);
         while let Some(ev) = stream.next().await {
@@ -116,42 +130,13 @@ where
 }
 
 // What the engine decides on, so that heartbeats alone do not wake it.
-fn node_fingerprint(n: &Node) -> u64 {
+fn node_fingerprint(n: &ObservedNode) -> u64 {
     let mut h = DefaultHasher::new();
-    let ann: BTreeMap<&String, &String> = n
-        .annotations()
-        .iter()
-        .filter(|(k, _)| k.starts_with("drover.dev/"))
-        .collect();
-    ann.hash(&mut h);
-    n.spec.as_ref().and_then(|s| s.unschedulable).hash(&mut h);
-    node_ready(n).hash(&mut h);
-    os_image(n).hash(&mut h);
+    n.annotations().hash(&mut h);
+    n.unschedulable.hash(&mut h);
+    n.ready.hash(&mut h);
+    n.os_image.hash(&mut h);
     h.finish()
-}
-
-/// Whether the node's Ready condition is True.
-pub fn node_ready(n: &Node) -> bool {
-    n.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-/// The node's `status.nodeInfo.osImage` ("" when unset).
-pub fn os_image(n: &Node) -> &str {
-    n.status
-        .as_ref()
-        .and_then(|s| s.node_info.as_ref())
-        .map_or("", |i| i.os_image.as_str())
-}
-
-/// `spec.unschedulable`.
-pub fn unschedulable(n: &Node) -> bool {
-    n.spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false)
 }
 
 // resourceVersions are etcd revisions (integers) on every etcd-backed API
@@ -173,7 +158,7 @@ impl Observer {
     /// the watches, and wait for their initial lists.
     pub async fn start(client: Client, opts: KubeOptions) -> Result<Arc<Observer>, Error> {
         let job_selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}");
-        let node_api: Api<Node> = Api::all(client.clone());
+        let node_api: Api<ObservedNode> = Api::all(client.clone());
         let job_api: Api<Job> = Api::namespaced(client.clone(), &opts.namespace);
         let pdb_api: Api<PodDisruptionBudget> = Api::all(client.clone());
         // One page of one object each: a bad selector or a missing RBAC grant
@@ -202,7 +187,7 @@ impl Observer {
             })?;
 
         let changes = Arc::new(watch::channel(0u64).0);
-        let (nodes, node_writer) = reflector::store::<Node>();
+        let (nodes, node_writer) = reflector::store::<ObservedNode>();
         let (jobs, job_writer) = reflector::store::<Job>();
         let (pdbs, pdb_writer) = reflector::store::<PodDisruptionBudget>();
         let mut tasks = Vec::new();
@@ -218,6 +203,8 @@ impl Observer {
             node_cfg,
             node_writer,
             "nodes".into(),
+            // Decoded with only what drover reads already (super::node).
+            |_| {},
             move |ev| match ev {
                 watcher::Event::Apply(n) | watcher::Event::InitApply(n) => {
                     let fp = node_fingerprint(n);
@@ -239,6 +226,7 @@ impl Observer {
             watcher::Config::default().labels(&job_selector),
             job_writer,
             "jobs".into(),
+            clear_managed_fields,
             move |_| bump(&tx),
         ));
         let tx = changes.clone();
@@ -247,6 +235,7 @@ impl Observer {
             watcher::Config::default(),
             pdb_writer,
             "poddisruptionbudgets".into(),
+            clear_managed_fields,
             move |_| bump(&tx),
         ));
 
@@ -271,7 +260,7 @@ impl Observer {
     }
 
     /// Record a node as written by us (the response of our patch).
-    pub(crate) fn wrote_node(&self, node: Node) {
+    pub(crate) fn wrote_node(&self, node: ObservedNode) {
         lock(&self.node_overlay).insert(node.name_any(), Arc::new(node));
     }
 
@@ -286,7 +275,7 @@ impl Observer {
     }
 
     /// The newest copy of node `name` we know of: the store's or our own write's.
-    pub(crate) fn node(&self, name: &str) -> Option<Arc<Node>> {
+    pub(crate) fn node(&self, name: &str) -> Option<Arc<ObservedNode>> {
         let stored = self.nodes.get(&ObjectRef::new(name));
         let mut overlay = lock(&self.node_overlay);
         match (stored, overlay.get(name)) {
@@ -300,7 +289,7 @@ impl Observer {
     }
 
     /// All selected nodes, each as its newest known copy.
-    fn current_nodes(&self) -> Vec<Arc<Node>> {
+    fn current_nodes(&self) -> Vec<Arc<ObservedNode>> {
         let stored = self.nodes.state();
         let mut overlay = lock(&self.node_overlay);
         let names: HashSet<String> = stored.iter().map(|n| n.name_any()).collect();
@@ -372,6 +361,7 @@ impl Observer {
                         watcher::Config::default().fields(&format!("spec.nodeName={node}")),
                         writer,
                         format!("pods on node {node}"),
+                        clear_managed_fields,
                         move |ev| {
                             if !matches!(ev, watcher::Event::Init | watcher::Event::InitApply(_)) {
                                 bump(&tx);
@@ -455,7 +445,7 @@ impl Observer {
                 if p.state.in_flight() {
                     upgrade = self.upgrade_status(&name, p);
                     let at_target =
-                        self.opts.nodes.version_of(os_image(&node)) == Some(p.target.clone());
+                        self.opts.nodes.version_of(&node.os_image) == Some(p.target.clone());
                     if p.state == ProgressState::Upgrading
                         && upgrade == UpgradeStatus::Succeeded
                         && !at_target
@@ -467,15 +457,15 @@ impl Observer {
                     }
                 }
             }
-            let version = self.opts.nodes.version_of(os_image(&node));
+            let version = self.opts.nodes.version_of(&node.os_image);
             if version.is_none() {
-                tracing::debug!(node = %name, os_image = os_image(&node), "OS version cannot be read");
+                tracing::debug!(node = %name, os_image = %node.os_image, "OS version cannot be read");
             }
             views.push(NodeView::from_annotations(
                 name,
                 version,
-                node_ready(&node),
-                unschedulable(&node),
+                node.ready,
+                node.unschedulable,
                 node.annotations(),
                 pods_to_evict,
                 upgrade,
@@ -489,11 +479,10 @@ impl Observer {
         &self,
         name: &str,
         call: &'static str,
-    ) -> Result<Arc<Node>, Error> {
-        let api: Api<Node> = Api::all(self.client.clone());
+    ) -> Result<Arc<ObservedNode>, Error> {
+        let api: Api<ObservedNode> = Api::all(self.client.clone());
         match api.get_opt(name).await {
-            Ok(Some(mut n)) => {
-                n.managed_fields_mut().clear();
+            Ok(Some(n)) => {
                 let n = Arc::new(n);
                 lock(&self.node_overlay).insert(name.to_string(), n.clone());
                 Ok(n)

@@ -223,6 +223,45 @@ pub async fn client_as(as_user: Option<&str>) -> Client {
     Client::try_from(config_as(as_user).await).unwrap()
 }
 
+/// A `drover agent` process for env `test`, cluster `test-1` in namespace
+/// `ns`, configured through environment variables as the Deployment does:
+/// git at `repo_url`, the signers of `repo`, HTTP on `listen`, JSON logs
+/// (stdout) into `logs`. Killed if dropped before it exits.
+pub fn agent_process(
+    bin: &str,
+    repo: &ConfigRepo,
+    repo_url: &str,
+    ns: &str,
+    listen: &str,
+    logs: &std::path::Path,
+) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(bin);
+    cmd.arg("agent")
+        .env("KUBECONFIG", ControlPlane::get().kubeconfig_path())
+        .env("DROVER_ENV", "test")
+        .env("DROVER_CLUSTER", "test-1")
+        .env("DROVER_REPO", repo_url)
+        .env("POD_NAME", format!("{ns}-agent"))
+        .env("POD_NAMESPACE", ns)
+        .env("DROVER_CACHE_DIR", repo.dir.path().join("cache"))
+        .env("DROVER_ALLOWED_SIGNERS", &repo.signers)
+        .env("DROVER_LISTEN", listen)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(logs).unwrap())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true);
+    cmd
+}
+
+/// Send SIGTERM to `pid`.
+pub fn sigterm(pid: u32) {
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success(), "kill -TERM {pid}");
+}
+
 /// Settings for one test agent.
 pub fn agent_config(
     repo: &ConfigRepo,

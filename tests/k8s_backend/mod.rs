@@ -186,7 +186,7 @@ pub fn unavailable(n: &Node) -> bool {
         .unwrap_or(false);
     let state = n.annotations().get(ANN_STATE).map(String::as_str);
     cordoned
-        || !drover::kubernetes::observe::node_ready(n)
+        || crate::support::node_ready(n) != Some("True")
         || matches!(state, Some("draining" | "upgrading"))
 }
 
