@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 use drover::rollout::RolloutState;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams};
 
 use k8s_backend::*;
 use support::*;
@@ -93,12 +93,11 @@ async fn requests_per_node_upgraded() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
     for (i, n) in sim.node_names().iter().enumerate() {
         for j in 0..3 {
-            pods.create(
-                &PostParams::default(),
+            create(
+                &pods,
                 &pod_on(&format!("app-{i}-{j}"), n, &[("app", "app")], 1),
             )
-            .await
-            .unwrap();
+            .await;
         }
     }
     let from = Utc::now();

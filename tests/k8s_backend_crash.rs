@@ -20,7 +20,7 @@ use drover::kubernetes::{Error, KubeCluster};
 use drover::rollout::RolloutState;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams};
 use rand::{Rng, SeedableRng};
 use tokio::sync::Notify;
 
@@ -136,12 +136,7 @@ async fn a_rollout_survives_twenty_abrupt_restarts() {
     let names = sim.node_names();
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
     for (i, n) in names.iter().enumerate() {
-        pods.create(
-            &PostParams::default(),
-            &pod_on(&format!("app-{i}"), n, &[("app", "app")], 1),
-        )
-        .await
-        .unwrap();
+        create(&pods, &pod_on(&format!("app-{i}"), n, &[("app", "app")], 1)).await;
     }
     let watch = BudgetWatch::start(&client, ns.name()).await;
     let mut rng = rand::rngs::StdRng::seed_from_u64(6);

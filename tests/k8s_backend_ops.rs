@@ -12,7 +12,7 @@ use drover::kubernetes::{driver, Error};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use semver::Version;
 use serde_json::json;
 
@@ -99,12 +99,7 @@ async fn a_drain_evicts_what_it_must_and_names_the_blocking_pdb() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns.name());
     for (name, app) in [("web-0", "web"), ("free", "free"), ("done", "job")] {
-        pods.create(
-            &PostParams::default(),
-            &pod_on(name, &node, &[("app", app)], 1),
-        )
-        .await
-        .unwrap();
+        create(&pods, &pod_on(name, &node, &[("app", app)], 1)).await;
         await_pod(&client, ns.name(), name, "Running", pod_running_ready).await;
     }
     pods.patch_status(
@@ -114,12 +109,7 @@ async fn a_drain_evicts_what_it_must_and_names_the_blocking_pdb() {
     )
     .await
     .unwrap();
-    pdbs.create(
-        &PostParams::default(),
-        &pdb_min_available("web", "web", json!(1)),
-    )
-    .await
-    .unwrap();
+    create(&pdbs, &pdb_min_available("web", "web", json!(1))).await;
     await_pdb(&client, ns.name(), "web", "0 allowed", |p| {
         pdb_settled(p, |s| s.disruptions_allowed == Some(0))
     })

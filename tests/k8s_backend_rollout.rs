@@ -12,7 +12,7 @@ use drover::rollout::{Action, RolloutState};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::ResourceExt;
 use serde_json::json;
 
@@ -52,22 +52,17 @@ async fn six_nodes_roll_two_at_a_time_and_end_clean() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
     // On every node: an app pod to evict, a DaemonSet pod and a mirror pod to leave alone.
     for (i, n) in names.iter().enumerate() {
-        pods.create(
-            &PostParams::default(),
-            &pod_on(&format!("app-{i}"), n, &[("app", "app")], 1),
-        )
-        .await
-        .unwrap();
+        create(&pods, &pod_on(&format!("app-{i}"), n, &[("app", "app")], 1)).await;
         let mut ds = pod_on(&format!("ds-{i}"), n, &[("app", "ds")], 1);
         ds.metadata.owner_references = Some(vec![serde_json::from_value(json!({
             "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "00000000-0000-0000-0000-000000000001",
         }))
         .unwrap()]);
-        pods.create(&PostParams::default(), &ds).await.unwrap();
+        create(&pods, &ds).await;
         let mut mirror = pod_on(&format!("static-{i}"), n, &[("app", "static")], 1);
         mirror.metadata.annotations =
             Some([("kubernetes.io/config.mirror".to_string(), "x".to_string())].into());
-        pods.create(&PostParams::default(), &mirror).await.unwrap();
+        create(&pods, &mirror).await;
     }
     let watch = BudgetWatch::start(&client, ns.name()).await;
     let cluster = cluster(ns.name()).await;
@@ -132,12 +127,7 @@ async fn a_pdb_with_no_disruptions_blocks_the_drain_until_it_allows_one() {
     let n = sim.node_names()[0].clone();
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns.name());
-    pods.create(
-        &PostParams::default(),
-        &pod_on("web-0", &n, &[("app", "web")], 1),
-    )
-    .await
-    .unwrap();
+    create(&pods, &pod_on("web-0", &n, &[("app", "web")], 1)).await;
     await_pod(
         &client,
         ns.name(),
@@ -146,12 +136,7 @@ async fn a_pdb_with_no_disruptions_blocks_the_drain_until_it_allows_one() {
         pod_running_ready,
     )
     .await;
-    pdbs.create(
-        &PostParams::default(),
-        &pdb_min_available("web", "web", json!(1)),
-    )
-    .await
-    .unwrap();
+    create(&pdbs, &pdb_min_available("web", "web", json!(1))).await;
     await_pdb(&client, ns.name(), "web", "0 allowed", |p| {
         pdb_settled(p, |s| {
             s.current_healthy == Some(1) && s.disruptions_allowed == Some(0)

@@ -10,7 +10,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{Api, EvictParams, ListParams, PostParams};
+use kube::api::{Api, EvictParams, ListParams};
 use kube::Client;
 use serde_json::json;
 use tokio::sync::broadcast;
@@ -122,12 +122,7 @@ async fn eviction_is_refused_until_the_pdb_allows_a_disruption() {
     let pods: Api<Pod> = Api::namespaced(evicting, ns.name());
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns.name());
 
-    pods.create(
-        &PostParams::default(),
-        &pod_on("web-0", &node, &[("app", "web")], 2),
-    )
-    .await
-    .unwrap();
+    create(&pods, &pod_on("web-0", &node, &[("app", "web")], 2)).await;
     await_pod(
         &client,
         ns.name(),
@@ -136,12 +131,7 @@ async fn eviction_is_refused_until_the_pdb_allows_a_disruption() {
         pod_running_ready,
     )
     .await;
-    pdbs.create(
-        &PostParams::default(),
-        &pdb_min_available("web", "web", json!(1)),
-    )
-    .await
-    .unwrap();
+    create(&pdbs, &pdb_min_available("web", "web", json!(1))).await;
     await_pdb(&client, ns.name(), "web", "1 healthy, 0 allowed", |p| {
         pdb_settled(p, |s| {
             s.expected_pods == Some(1)
@@ -156,12 +146,7 @@ async fn eviction_is_refused_until_the_pdb_allows_a_disruption() {
     assert_eq!(api_code(&refused), Some(429), "{refused:?}");
 
     // A second replica leaves one disruption to spend.
-    pods.create(
-        &PostParams::default(),
-        &pod_on("web-1", &node, &[("app", "web")], 2),
-    )
-    .await
-    .unwrap();
+    create(&pods, &pod_on("web-1", &node, &[("app", "web")], 2)).await;
     await_pdb(&client, ns.name(), "web", "1 disruption allowed", |p| {
         pdb_settled(p, |s| {
             s.current_healthy == Some(2) && s.disruptions_allowed == Some(1)
@@ -214,27 +199,21 @@ async fn pdb_percentages_and_max_unavailable_follow_the_disruption_controller() 
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns.name());
     for i in 0..3 {
-        pods.create(
-            &PostParams::default(),
+        create(
+            &pods,
             &pod_on(&format!("db-{i}"), &node, &[("app", "db")], 1),
         )
-        .await
-        .unwrap();
+        .await;
     }
     // 50% of 3 rounds up to 2.
-    pdbs.create(
-        &PostParams::default(),
-        &pdb_min_available("db-min", "db", json!("50%")),
-    )
-    .await
-    .unwrap();
+    create(&pdbs, &pdb_min_available("db-min", "db", json!("50%"))).await;
     let max: PodDisruptionBudget = serde_json::from_value(json!({
         "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
         "metadata": { "name": "db-max" },
         "spec": { "maxUnavailable": 2, "selector": { "matchLabels": { "app": "db" } } },
     }))
     .unwrap();
-    pdbs.create(&PostParams::default(), &max).await.unwrap();
+    create(&pdbs, &max).await;
     await_pdb(&client, ns.name(), "db-min", "2 desired, 1 allowed", |p| {
         pdb_settled(p, |s| {
             s.desired_healthy == Some(2)
@@ -282,12 +261,7 @@ async fn an_evicted_pod_disappears_after_its_grace_period() {
     let node = sim.node_names()[0].clone();
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
 
-    pods.create(
-        &PostParams::default(),
-        &pod_on("worker", &node, &[("app", "worker")], 2),
-    )
-    .await
-    .unwrap();
+    create(&pods, &pod_on("worker", &node, &[("app", "worker")], 2)).await;
     let mut slow = pod_on("slow", &node, &[("app", "slow")], 1);
     slow.metadata.annotations = Some(
         [(
@@ -296,7 +270,7 @@ async fn an_evicted_pod_disappears_after_its_grace_period() {
         )]
         .into(),
     );
-    pods.create(&PostParams::default(), &slow).await.unwrap();
+    create(&pods, &slow).await;
     for name in ["worker", "slow"] {
         await_pod(
             &client,
@@ -352,7 +326,7 @@ async fn an_upgrade_job_reboots_the_node_into_the_target_version() {
     .await;
 
     let job = kubelet::upgrade_job("upgrade-1", &node, "1.13.0");
-    jobs.create(&PostParams::default(), &job).await.unwrap();
+    create(&jobs, &job).await;
     let down = await_node(&client, &node, "NotReady, rebooting", |n| {
         node_ready(n) == Some("False")
     })
@@ -388,12 +362,7 @@ async fn an_upgrade_job_reboots_the_node_into_the_target_version() {
     assert_eq!(sim.upgrades_started(&node), 1);
 
     // A retried Job for the version the node already runs completes without a reboot.
-    jobs.create(
-        &PostParams::default(),
-        &kubelet::upgrade_job("upgrade-2", &node, "1.13.0"),
-    )
-    .await
-    .unwrap();
+    create(&jobs, &kubelet::upgrade_job("upgrade-2", &node, "1.13.0")).await;
     await_job(&client, ns.name(), "upgrade-2", "Complete", |j| {
         job_condition(j, "Complete")
     })
@@ -418,12 +387,11 @@ async fn injected_faults_break_upgrades_as_asked() {
     let jobs: Api<Job> = Api::namespaced(client.clone(), ns.name());
     let mut events = sim.subscribe();
     for (i, node) in [&old, &stuck, &failing].into_iter().enumerate() {
-        jobs.create(
-            &PostParams::default(),
+        create(
+            &jobs,
             &kubelet::upgrade_job(&format!("up-{i}"), node, "1.13.0"),
         )
-        .await
-        .unwrap();
+        .await;
     }
 
     // Back at the old version, and the Job still claims success: drover must check osImage.
@@ -456,12 +424,7 @@ async fn injected_faults_break_upgrades_as_asked() {
 
     // Cleared at runtime, the next attempt works.
     sim.set_fault(&stuck, Fault::WrongVersion("1.12.9".into()));
-    jobs.create(
-        &PostParams::default(),
-        &kubelet::upgrade_job("up-3", &stuck, "1.13.0"),
-    )
-    .await
-    .unwrap();
+    create(&jobs, &kubelet::upgrade_job("up-3", &stuck, "1.13.0")).await;
     await_job(&client, ns.name(), "up-3", "Complete", |j| {
         job_condition(j, "Complete")
     })
@@ -480,7 +443,7 @@ async fn injected_faults_break_upgrades_as_asked() {
         .as_mut()
         .unwrap()
         .node_name = Some(stuck.clone());
-    jobs.create(&PostParams::default(), &bad).await.unwrap();
+    create(&jobs, &bad).await;
     await_job(&client, ns.name(), "bad", "Failed", |j| {
         job_condition(j, "Failed")
     })
@@ -497,13 +460,11 @@ async fn the_restricted_identity_gets_only_what_its_role_grants() {
         .await
         .unwrap();
     let node = sim.node_names()[0].clone();
-    Api::<Pod>::namespaced(client.clone(), ns.name())
-        .create(
-            &PostParams::default(),
-            &pod_on("app", &node, &[("app", "x")], 1),
-        )
-        .await
-        .unwrap();
+    create(
+        &Api::<Pod>::namespaced(client.clone(), ns.name()),
+        &pod_on("app", &node, &[("app", "x")], 1),
+    )
+    .await;
 
     let nodes = Api::<Node>::all(restricted.clone())
         .list(&ListParams::default())
@@ -526,14 +487,8 @@ async fn the_restricted_identity_gets_only_what_its_role_grants() {
         "subjects": [{ "apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": RESTRICTED_USER }],
     }))
     .unwrap();
-    Api::<Role>::namespaced(client.clone(), ns.name())
-        .create(&PostParams::default(), &role)
-        .await
-        .unwrap();
-    Api::<RoleBinding>::namespaced(client.clone(), ns.name())
-        .create(&PostParams::default(), &binding)
-        .await
-        .unwrap();
+    create(&Api::namespaced(client.clone(), ns.name()), &role).await;
+    create(&Api::namespaced(client.clone(), ns.name()), &binding).await;
 
     let pod = retry_until("the Role's grant reaches the authorizer", || {
         r_pods.get("app")

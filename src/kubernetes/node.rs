@@ -61,9 +61,7 @@ impl kube::Resource for ObservedNode {
 struct Wire {
     #[serde(default)]
     metadata: MetaWire,
-    #[serde(default)]
     spec: Option<SpecWire>,
-    #[serde(default)]
     status: Option<StatusWire>,
 }
 
@@ -85,7 +83,6 @@ struct SpecWire {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct StatusWire {
-    #[serde(default)]
     conditions: Option<Vec<ConditionWire>>,
     node_info: Option<NodeInfoWire>,
 }

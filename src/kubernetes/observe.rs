@@ -62,11 +62,6 @@ impl Drop for Observer {
     }
 }
 
-// managedFields are never read and are often most of an object's size.
-fn clear_managed_fields<K: Resource>(o: &mut K) {
-    o.managed_fields_mut().clear();
-}
-
 /// Lock a mutex, recovering from a poisoned one (the data are caches, always valid).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -82,14 +77,12 @@ fn bump(changes: &watch::Sender<u64>) {
 /// few hundred KiB, where kube's default of 500 held megabytes at once.
 const LIST_PAGE_SIZE: u32 = 100;
 
-// Run a reflector for `api`, calling `on_event` on every event it applies;
-// `slim` drops what drover never reads before the object is stored.
+// Run a reflector for `api`, calling `on_event` on every event it applies.
 fn spawn_reflector<K>(
     api: Api<K>,
     cfg: watcher::Config,
     writer: Writer<K>,
     what: String,
-    slim: fn(&mut K),
     mut on_event: impl FnMut(&watcher::Event<K>) + Send + 'static,
 ) -> AbortHandle
 where
@@ -100,7 +93,9 @@ where
     tokio::spawn(async move {
         let stream = watcher(api, cfg)
             .default_backoff()
-            .modify(slim)
+            // managedFields are never read and are often most of an object's
+            // size (nodes have none: super::node decodes only what is read).
+            .modify(|o: &mut K| o.managed_fields_mut().clear())
             .reflect(writer);
         futures::pin_mut!(stream);
         while let Some(ev) = stream.next().await {
@@ -203,8 +198,6 @@ impl Observer {
             node_cfg,
             node_writer,
             "nodes".into(),
-            // Decoded with only what drover reads already (super::node).
-            |_| {},
             move |ev| match ev {
                 watcher::Event::Apply(n) | watcher::Event::InitApply(n) => {
                     let fp = node_fingerprint(n);
@@ -226,7 +219,6 @@ impl Observer {
             watcher::Config::default().labels(&job_selector),
             job_writer,
             "jobs".into(),
-            clear_managed_fields,
             move |_| bump(&tx),
         ));
         let tx = changes.clone();
@@ -235,7 +227,6 @@ impl Observer {
             watcher::Config::default(),
             pdb_writer,
             "poddisruptionbudgets".into(),
-            clear_managed_fields,
             move |_| bump(&tx),
         ));
 
@@ -361,7 +352,6 @@ impl Observer {
                         watcher::Config::default().fields(&format!("spec.nodeName={node}")),
                         writer,
                         format!("pods on node {node}"),
-                        clear_managed_fields,
                         move |ev| {
                             if !matches!(ev, watcher::Event::Init | watcher::Event::InitApply(_)) {
                                 bump(&tx);

@@ -350,6 +350,16 @@ pub async fn await_job(
     await_object(&Api::namespaced(client.clone(), ns), name, what, cond).await
 }
 
+/// Creates `obj` through `api`; a refusal fails the test with the API's answer.
+pub async fn create<K>(api: &Api<K>, obj: &K) -> K
+where
+    K: Resource + Clone + Serialize + DeserializeOwned + Debug,
+{
+    api.create(&PostParams::default(), obj)
+        .await
+        .unwrap_or_else(|e| panic!("create {:?}: {e}", obj.meta().name))
+}
+
 /// Waits until PDB `ns/name` satisfies `cond`.
 pub async fn await_pdb(
     client: &Client,
