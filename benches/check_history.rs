@@ -3,8 +3,7 @@
 //! same repository in the same run.
 //!
 //! Run: `cargo bench --bench check_history`. The repository is built once by
-//! `$DROVER_SHARED/bench/make-history-repo` (default `../shared` from the
-//! crate root) and cached in `target/bench-data/history-100000`.
+//! `scripts/make-history-repo` and cached in `target/bench-data/history-100000`.
 
 use chrono::{DateTime, TimeZone, Utc};
 use std::path::{Path, PathBuf};
@@ -26,10 +25,7 @@ fn bench_repo() -> Res<PathBuf> {
     if dir.join(".git").is_dir() {
         return Ok(dir);
     }
-    let shared = std::env::var_os("DROVER_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| crate_root().join("../shared"));
-    let script = shared.join("bench/make-history-repo");
+    let script = crate_root().join("scripts/make-history-repo");
     let tmp = data.join(format!("history-{COMMITS}.tmp"));
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp)?;

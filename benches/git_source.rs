@@ -1,5 +1,5 @@
-//! Git source figures beside the git command line, on the shared history
-//! repository served by `git daemon`. Run: `cargo bench --bench git_source`.
+//! Git source figures beside the git command line, on the history repository
+//! of `scripts/make-history-repo` served by `git daemon`. Run: `cargo bench --bench git_source`.
 
 use drover::audit::{self, LogOptions};
 use drover::source::{Source, SourceConfig};
@@ -8,12 +8,9 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn shared_script() -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let shared = std::env::var_os("DROVER_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("../shared"));
-    shared.join("bench/make-history-repo")
+/// drover's own generator of the benchmark histories (same data on every machine).
+fn history_script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/make-history-repo")
 }
 
 /// Build (once, cached under target/bench-data) a history repository.
@@ -23,7 +20,7 @@ fn history(name: &str, args: &[&str]) -> PathBuf {
         .join(name);
     if !dir.join(".git/refs/heads/main").exists() && !dir.join(".git/packed-refs").exists() {
         let _ = std::fs::remove_dir_all(&dir);
-        let st = Command::new(shared_script())
+        let st = Command::new(history_script())
             .arg(&dir)
             .args(args)
             .status()
