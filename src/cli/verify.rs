@@ -76,6 +76,12 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
                 "reason": r.reason.code(),
                 "message": r.to_string(),
             })),
+            // The rejection document every command gives (`ok`, `errors`).
+            "errors": error.iter().map(|r| json!({
+                "commit": r.commit,
+                "reason": r.reason.code(),
+                "message": r.to_string(),
+            })).collect::<Vec<_>>(),
         }))?,
         Format::Text => match (&error, &signer) {
             (Some(r), _) => println!("refused: {r}"),
