@@ -45,11 +45,14 @@ struct Run {
 /// `drover check --format json` on `repo`, its address space capped at
 /// `limit_mib` when given; killed (and the test failed) if it outlives [`BOUND`].
 fn check(repo: &Path, limit_mib: Option<u64>) -> Run {
+    let repo = repo.to_str().unwrap();
+    run(&["check", "--format", "json", "--repo", repo], limit_mib)
+}
+
+/// drover with `args`, bounded like [`check`].
+fn run(args: &[&str], limit_mib: Option<u64>) -> Run {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_drover"));
-    cmd.args(["check", "--format", "json", "--repo"])
-        .arg(repo)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
     if let Some(mib) = limit_mib {
         let bytes = mib * 1024 * 1024;
         // SAFETY: setrlimit is async-signal-safe; nothing else runs in the child.
@@ -78,7 +81,7 @@ fn check(repo: &Path, limit_mib: Option<u64>) -> Run {
         Err(_) => {
             // SAFETY: the child we started and have not reaped.
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            panic!("drover check did not finish within {BOUND:?}");
+            panic!("drover {args:?} did not finish within {BOUND:?}");
         }
     };
     Run {
@@ -297,4 +300,20 @@ fn a_commit_s_files_obey_the_same_rules() {
                 && (d.message.contains("symlink") || d.message.contains("regular"))),
         "{diags:?}"
     );
+}
+
+#[test]
+fn an_allowed_signers_fifo_or_device_is_refused_without_blocking() {
+    let (tmp, repo) = example_copy();
+    let repo = repo.to_str().unwrap();
+    let fifo = tmp.path().join("allowed_signers");
+    mkfifo(&fifo);
+    for file in [fifo.to_str().unwrap(), "/dev/zero"] {
+        let r = run(
+            &["--repo", repo, "verify", "--allowed-signers", file],
+            Some(512),
+        );
+        assert_eq!(r.code, 2, "{}", r.stderr);
+        assert!(r.stderr.contains("must be regular files"), "{}", r.stderr);
+    }
 }

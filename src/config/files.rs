@@ -76,15 +76,15 @@ pub trait Files {
     fn list(&self, dir: &str) -> Vec<DirEntry>;
 }
 
-fn too_large(size: u64) -> String {
-    format!("the file is {size} bytes; config files must be at most {MAX_FILE_BYTES} bytes (1 MiB)")
+/// What the files of a config repository are called in messages.
+const CONFIG_FILES: &str = "config files";
+
+fn too_large(size: u64, what: &str) -> String {
+    format!("the file is {size} bytes; {what} must be at most {MAX_FILE_BYTES} bytes (1 MiB)")
 }
 
-fn not_regular(kind: EntryKind) -> String {
-    format!(
-        "this is {}; config files must be regular files inside the repository",
-        kind.describe()
-    )
+fn not_regular(kind: EntryKind, what: &str) -> String {
+    format!("this is {}; {what} must be regular files", kind.describe())
 }
 
 /// The diagnostic for an entry of `environments/` that is not an
@@ -102,6 +102,43 @@ pub fn stray_entry(name: &str, kind: EntryKind) -> crate::diag::Diagnostic {
         ),
     };
     crate::diag::Diagnostic::file(format!("{dir}/{name}"), why)
+}
+
+/// The bytes of the regular file at `path` (symlinks followed), at most
+/// [`MAX_FILE_BYTES`]. The type and size are checked before reading, and
+/// the open does not block, so a FIFO, a device or a 50 MB file costs an
+/// error saying what would be valid. For any file drover reads that a
+/// repository or a person supplies (config files, allowed signers).
+/// `what` names such files in the messages ("config files").
+pub fn read_regular(path: &Path, what: &str) -> Result<Vec<u8>, String> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read: {e}"))?;
+    let kind = kind_of(meta.file_type());
+    if kind != EntryKind::File {
+        return Err(not_regular(kind, what));
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(too_large(meta.len(), what));
+    }
+    // O_NONBLOCK: if the file was swapped for a FIFO since the check,
+    // opening it still returns at once, and the checks below refuse it.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| format!("cannot read: {e}"))?;
+    let meta = file.metadata().map_err(|e| format!("cannot read: {e}"))?;
+    if !meta.is_file() {
+        return Err(not_regular(kind_of(meta.file_type()), what));
+    }
+    let mut bytes = Vec::with_capacity(meta.len().min(MAX_FILE_BYTES) as usize);
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read: {e}"))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(too_large(bytes.len() as u64, what));
+    }
+    Ok(bytes)
 }
 
 /// A config repository checked out on disk.
@@ -156,7 +193,6 @@ fn kind_of(t: std::fs::FileType) -> EntryKind {
 
 impl Files for DirFiles {
     fn read(&self, path: &str) -> Result<Option<Vec<u8>>, String> {
-        use std::os::unix::fs::OpenOptionsExt as _;
         let full = self.root.join(path);
         // symlink_metadata never opens the file, so a FIFO cannot block here.
         match std::fs::symlink_metadata(&full) {
@@ -167,33 +203,7 @@ impl Files for DirFiles {
         // Every component resolved, so neither the file nor a directory on
         // its way may lead out of the repository.
         let resolved = self.inside(&full)?;
-        let meta = std::fs::metadata(&resolved).map_err(|e| format!("cannot read: {e}"))?;
-        let kind = kind_of(meta.file_type());
-        if kind != EntryKind::File {
-            return Err(not_regular(kind));
-        }
-        if meta.len() > MAX_FILE_BYTES {
-            return Err(too_large(meta.len()));
-        }
-        // O_NONBLOCK: if the file was swapped for a FIFO since the check,
-        // opening it still returns at once, and the checks below refuse it.
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
-            .open(&resolved)
-            .map_err(|e| format!("cannot read: {e}"))?;
-        let meta = file.metadata().map_err(|e| format!("cannot read: {e}"))?;
-        if !meta.is_file() {
-            return Err(not_regular(kind_of(meta.file_type())));
-        }
-        let mut bytes = Vec::with_capacity(meta.len().min(MAX_FILE_BYTES) as usize);
-        file.take(MAX_FILE_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| format!("cannot read: {e}"))?;
-        if bytes.len() as u64 > MAX_FILE_BYTES {
-            return Err(too_large(bytes.len() as u64));
-        }
-        Ok(Some(bytes))
+        read_regular(&resolved, CONFIG_FILES).map(Some)
     }
 
     fn list(&self, dir: &str) -> Vec<DirEntry> {
@@ -273,8 +283,10 @@ impl<'r> GitTreeFiles<'r> {
                     };
                 }
                 (Some(ObjectType::Blob), _) => return Ok(Some(entry.id())),
-                (Some(ObjectType::Tree), _) => return Err(not_regular(EntryKind::Directory)),
-                _ => return Err(not_regular(EntryKind::Submodule)),
+                (Some(ObjectType::Tree), _) => {
+                    return Err(not_regular(EntryKind::Directory, CONFIG_FILES))
+                }
+                _ => return Err(not_regular(EntryKind::Submodule, CONFIG_FILES)),
             }
         }
         Err(format!(
@@ -312,10 +324,10 @@ pub fn bounded_blob(repo: &Repository, id: Oid) -> Result<Blob<'_>, String> {
         .read_header(id)
         .map_err(|e| format!("cannot read: {}", e.message()))?;
     if kind != ObjectType::Blob {
-        return Err(not_regular(EntryKind::Directory));
+        return Err(not_regular(EntryKind::Directory, CONFIG_FILES));
     }
     if size as u64 > MAX_FILE_BYTES {
-        return Err(too_large(size as u64));
+        return Err(too_large(size as u64, CONFIG_FILES));
     }
     repo.find_blob(id)
         .map_err(|e| format!("cannot read: {}", e.message()))
