@@ -79,22 +79,34 @@ fn windows_count_is_bounded_with_a_clear_error() {
 }
 
 #[test]
-fn plan_max_windows_is_bounded() {
+fn plan_and_demo_sizes_are_bounded() {
     let repo = example();
-    assert_json_rejection(
-        &[
-            "--repo",
-            &repo,
-            "--format",
-            "json",
-            "plan",
-            "--env",
-            "test",
-            "--max-windows",
-            "18446744073709551615",
-        ],
-        "more than 10000",
-    );
+    for (args, needle) in [
+        (
+            vec![
+                "plan",
+                "--env",
+                "test",
+                "--max-windows",
+                "18446744073709551615",
+            ],
+            "more than 10000",
+        ),
+        (
+            vec!["plan", "--env", "test", "--nodes", "1000000000000"],
+            "more than 100000",
+        ),
+        (vec!["demo", "--nodes", "1000000000000"], "more than 10000"),
+        // A schedule that stops firing is a rejection naming the file.
+        (
+            vec!["plan", "--env", "test", "--now", "9999-12-30T00:00:00Z"],
+            "never fires",
+        ),
+    ] {
+        let mut all = vec!["--repo", repo.as_str(), "--format", "json"];
+        all.extend(&args);
+        assert_json_rejection(&all, needle);
+    }
 }
 
 #[test]

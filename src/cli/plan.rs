@@ -22,9 +22,9 @@ pub struct Args {
     /// The environment to plan for.
     #[arg(long)]
     pub env: String,
-    /// Nodes in the simulated cluster.
+    /// Nodes in the simulated cluster (at most 100000).
     #[arg(long, default_value_t = 10)]
-    pub nodes: usize,
+    pub nodes: u64,
     /// Time one node takes from drain start to Ready at the new version.
     #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
     pub node_time: Duration,
@@ -98,6 +98,8 @@ pub struct CutShort {
 
 /// The largest `--max-windows`: the windows are listed in memory.
 pub const MAX_WINDOWS: u64 = 10_000;
+/// The largest `--nodes`: the simulated cluster is held in memory.
+pub const MAX_NODES: u64 = 100_000;
 
 /// The plan for one environment.
 #[derive(Debug, Clone, Serialize)]
@@ -128,6 +130,16 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
             .into()],
         );
     }
+    if args.nodes > MAX_NODES {
+        return super::reject(
+            g,
+            vec![format!(
+                "--nodes {} is more than {MAX_NODES}; give a count from 0 to {MAX_NODES}",
+                args.nodes
+            )
+            .into()],
+        );
+    }
     let Some(repo) = super::load_repo(g) else {
         return Ok(Outcome::Rejected);
     };
@@ -136,7 +148,14 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         Err(rejected) => return rejected,
     };
     let now = args.now.unwrap_or_else(Utc::now);
-    let windows = windows_ahead(env, now, args.max_windows as usize)?;
+    let windows = match windows_ahead(env, now, args.max_windows as usize) {
+        Ok(w) => w,
+        Err(e) => {
+            let file = format!("{}/{}.toml", crate::config::ENV_DIR, args.env);
+            let d = crate::diag::Diagnostic::file(file, format!("[window]: {e}"));
+            return super::reject(g, vec![d.into()]);
+        }
+    };
     let plan = match &args.kubeconfig {
         Some(path) => {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -161,7 +180,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
             let cluster = Sim::uniform(
                 "simulated",
                 VirtualClock::new(now),
-                args.nodes,
+                args.nodes as usize,
                 &version_now,
                 args.node_time,
             );
@@ -181,9 +200,8 @@ fn windows_ahead(
     env: &EnvConfig,
     from: DateTime<Utc>,
     count: usize,
-) -> anyhow::Result<Vec<(DateTime<Utc>, DateTime<Utc>)>> {
-    let ws = crate::window::next_windows(&env.window, from, count)
-        .with_context(|| format!("computing the windows of {}", env.name))?;
+) -> Result<Vec<(DateTime<Utc>, DateTime<Utc>)>, crate::window::Error> {
+    let ws = crate::window::next_windows(&env.window, from, count)?;
     Ok(ws.into_iter().map(|w| (w.start, w.end)).collect())
 }
 
