@@ -195,12 +195,15 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
     Ok(Outcome::Ok)
 }
 
+/// A window's start and end.
+type Span = (DateTime<Utc>, DateTime<Utc>);
+
 /// The single place windows come from.
 fn windows_ahead(
     env: &EnvConfig,
     from: DateTime<Utc>,
     count: usize,
-) -> Result<Vec<(DateTime<Utc>, DateTime<Utc>)>, crate::window::Error> {
+) -> Result<Vec<Span>, crate::window::Error> {
     let ws = crate::window::next_windows(&env.window, from, count)?;
     Ok(ws.into_iter().map(|w| (w.start, w.end)).collect())
 }
