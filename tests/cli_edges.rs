@@ -280,6 +280,24 @@ fn a_closed_pipe_ends_every_command_quietly_with_exit_0() {
         "more than a pipe holds: {}",
         out.len()
     );
+    // A rejection cut off by its reader still exits 1: `drover check | head`
+    // must not turn an invalid repository into success.
+    let bad = tmp.path().join("bad");
+    std::fs::create_dir_all(bad.join("environments")).unwrap();
+    std::fs::write(bad.join("drover.toml"), "[promotion]\nchain = [\"test\"]\n").unwrap();
+    let mut env = String::new();
+    for i in 0..5000 {
+        env.push_str(&format!("unknown_key_{i} = 1\n"));
+    }
+    std::fs::write(bad.join("environments/test.toml"), env).unwrap();
+    let bad = bad.display().to_string();
+    for args in [
+        vec!["--repo", bad.as_str(), "check"],
+        vec!["--repo", bad.as_str(), "--format", "json", "check"],
+    ] {
+        let (code, err) = head_one(&args);
+        assert_eq!(code, 1, "{args:?}: {err}");
+    }
     for args in [
         vec!["--repo", repo.as_str(), "log"],
         vec!["--repo", repo.as_str(), "--format", "json", "log"],

@@ -45,6 +45,9 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         .enable_all()
         .build()?;
     let report = rt.block_on(demo::run(&opts))?;
+    if !report.violations.is_empty() {
+        super::mark_rejected();
+    }
     match g.format {
         Format::Json => print_json(&report)?,
         Format::Text => {

@@ -84,11 +84,31 @@ pub fn main() -> ExitCode {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,
         Ok(Outcome::Rejected) => ExitCode::from(1),
         // `drover log | head`: the reader had what it wanted.
-        Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
+        Err(err) if is_broken_pipe(&err) => exit_on_closed_pipe(),
         Err(err) => {
             eprintln!("drover: error: {}", render_error(&err));
             ExitCode::from(2)
         }
+    }
+}
+
+/// Set once a command has judged its input rejected, before it prints why.
+static REJECTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Note that the command is rejecting its input: if the reader of its output
+/// goes away while it prints why, it still exits 1, so `drover check | head`
+/// cannot turn a rejection into success.
+pub fn mark_rejected() {
+    REJECTING.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The exit code when stdout was closed under a command: 0, or 1 when it
+/// was printing a rejection.
+fn exit_on_closed_pipe() -> ExitCode {
+    if REJECTING.load(std::sync::atomic::Ordering::Relaxed) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
     }
 }
 
@@ -101,9 +121,10 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
 }
 
 /// A closed stdout (`drover windows --count 1000 | head`) ends the command
-/// quietly with exit 0, whatever command was printing: `println!` reports
-/// the failed write as a panic, which is caught here rather than at every
-/// print. Any other panic keeps the default report.
+/// quietly with exit 0 (1 for a rejection, see [`mark_rejected`]), whatever
+/// command was printing: `println!` reports the failed write as a panic,
+/// which is caught here rather than at every print. Any other panic keeps
+/// the default report.
 fn quiet_on_closed_pipe() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -114,7 +135,12 @@ fn quiet_on_closed_pipe() {
             .or_else(|| payload.downcast_ref::<&str>().copied())
             .unwrap_or("");
         if msg.starts_with("failed printing to std") && msg.contains("Broken pipe") {
-            std::process::exit(0);
+            let code = if REJECTING.load(std::sync::atomic::Ordering::Relaxed) {
+                1
+            } else {
+                0
+            };
+            std::process::exit(code);
         }
         default(info);
     }));
@@ -168,6 +194,7 @@ impl From<String> for Problem {
 /// each problem on stderr; in JSON, `{"ok": false, "errors": [...]}` on
 /// stdout, the same document every command gives for a rejection.
 pub fn reject(g: &Global, problems: Vec<Problem>) -> anyhow::Result<Outcome> {
+    mark_rejected();
     match g.format {
         Format::Json => print_json(&serde_json::json!({ "ok": false, "errors": problems }))?,
         Format::Text => {

@@ -82,6 +82,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
 }
 
 fn report_refusal(format: Format, env: &str, why: &[String]) -> anyhow::Result<()> {
+    super::mark_rejected();
     match format {
         Format::Json => print_json(&json!({
             "ok": false,

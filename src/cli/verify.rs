@@ -66,6 +66,9 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         Err(trust::Error::Refused(r)) => (false, 0, None, Some(r)),
         Err(e) => return Err(e.into()),
     };
+    if !ok {
+        super::mark_rejected();
+    }
     match g.format {
         Format::Json => print_json(&json!({
             "ok": ok,
