@@ -141,6 +141,37 @@ fn verify_refuses_a_backdated_commit_by_a_retired_key() {
     assert_eq!(doc["signer"], "release@example.com");
 }
 
+#[test]
+fn verify_refuses_a_forward_dated_commit_by_a_key_not_valid_yet() {
+    let f = fixture();
+    // The key becomes valid tomorrow; the commit claims to be from the day after.
+    let early = signed_bump_dated(&f.work, "test", "1.1.0", &f.key, -2);
+    let valid_after = |hours| {
+        std::fs::write(
+            &f.allowed,
+            format!(
+                "release@example.com valid-after=\"{}\" {}\n",
+                stamp(hours),
+                public_key(&f.key)
+            ),
+        )
+        .unwrap()
+    };
+    valid_after(24);
+    let (code, doc) = f.verify();
+    assert_eq!(code, 1, "{doc}");
+    assert_eq!(doc["error"]["commit"], early.as_str());
+    assert_eq!(doc["error"]["reason"], "key_not_yet_valid", "{doc}");
+    assert!(doc["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("first seen"));
+    // Control: a key valid since yesterday accepts it.
+    valid_after(-24);
+    let (code, doc) = f.verify();
+    assert_eq!(code, 0, "{doc}");
+}
+
 /// Open a cache for `bare` whose fetch record already says `commits` were
 /// first fetched at `at`: what a previous run of the agent left behind.
 fn cache_with_record(f: &Fixture, bare: &Path, commits: &[&str], at: i64) -> Source {
