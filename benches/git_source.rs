@@ -163,8 +163,10 @@ fn main() {
     let signers = AllowedSigners::load(&signed.join(".keys/allowed_signers")).unwrap();
     let mut verify_lib = Vec::new();
     let mut verify_bin = Vec::new();
+    let now = chrono::Utc::now().timestamp();
     for _ in 0..rounds {
-        let (d, r) = time(|| trust::check(&srepo, Mode::All, &signers, Some(since), shead));
+        let (d, r) =
+            time(|| trust::check(&srepo, Mode::All, &signers, Some(since), shead, &|_| now));
         assert_eq!(r.expect("all signed").checked, 1000);
         verify_lib.push(d);
         verify_bin.push(run(Command::new(env!("CARGO_BIN_EXE_drover"))

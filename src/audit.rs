@@ -145,7 +145,11 @@ pub fn version_history(
         if let Some(v) = versions.get(&id) {
             return Ok(v.clone());
         }
-        let v = parse_version(repo.find_blob(id)?.content());
+        // Bounded: an oversized (or non-blob) entry reads as unreadable, never loaded.
+        let v = match crate::config::bounded_blob(repo, id) {
+            Ok(blob) => parse_version(blob.content()),
+            Err(_) => "(unreadable)".to_string(),
+        };
         versions.insert(id, v.clone());
         Ok(v)
     };
@@ -290,9 +294,11 @@ pub fn confirmations(repo: &Repository, status_tip: Oid) -> Result<Vec<Confirmat
                     if old.get(&cluster) == Some(&blob) {
                         continue;
                     }
-                    let Ok(r) = StatusReport::from_toml(&String::from_utf8_lossy(
-                        repo.find_blob(blob)?.content(),
-                    )) else {
+                    let Ok(blob) = crate::config::bounded_blob(repo, blob) else {
+                        continue;
+                    };
+                    let Ok(r) = StatusReport::from_toml(&String::from_utf8_lossy(blob.content()))
+                    else {
                         continue;
                     };
                     if r.state != RolloutState::Confirmed {

@@ -1,7 +1,7 @@
 //! Property test: mutated example repositories never make the loader
 //! panic, and every diagnostic points inside the file it names.
 
-use drover::config::{self, Files};
+use drover::config::{self, DirEntry, EntryKind, Files};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -10,17 +10,20 @@ use std::path::Path;
 struct MemFiles(BTreeMap<String, Vec<u8>>);
 
 impl Files for MemFiles {
-    fn read(&self, path: &str) -> Option<Vec<u8>> {
-        self.0.get(path).cloned()
+    fn read(&self, path: &str) -> Result<Option<Vec<u8>>, String> {
+        Ok(self.0.get(path).cloned())
     }
 
-    fn list(&self, dir: &str) -> Vec<String> {
+    fn list(&self, dir: &str) -> Vec<DirEntry> {
         let prefix = format!("{dir}/");
         self.0
             .keys()
             .filter_map(|k| k.strip_prefix(&prefix))
             .filter(|rest| !rest.contains('/'))
-            .map(str::to_owned)
+            .map(|name| DirEntry {
+                name: name.to_owned(),
+                kind: EntryKind::File,
+            })
             .collect()
     }
 }

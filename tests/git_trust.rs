@@ -209,7 +209,17 @@ fn cannot_run_exits_2() {
 /// The agent's path: fetch, check against the last trusted commit, accept only on success.
 fn fetch_and_check(src: &Source, signers: &AllowedSigners) -> Result<Oid, trust::Error> {
     let fetched = src.fetch().expect("fetch");
-    trust::check(src.repo(), Mode::All, signers, src.current(), fetched.head)?;
+    let seen = src.seen();
+    let now = chrono::Utc::now().timestamp();
+    let first_seen = |oid| seen.first_seen(oid).unwrap_or(now);
+    trust::check(
+        src.repo(),
+        Mode::All,
+        signers,
+        src.current(),
+        fetched.head,
+        &first_seen,
+    )?;
     src.accept(fetched.head).unwrap();
     Ok(fetched.head)
 }

@@ -981,7 +981,10 @@ impl<B: ClusterBackend> Acting<B> {
                 },
                 (None, _) => return refuse("trust", "signers", "no allowed-signers file".into()),
             };
-            match trust::check(repo, mode, &signers, applied, head) {
+            // Keys are also judged at when this cache first fetched each commit.
+            let seen = s.seen();
+            let first_seen = |oid| seen.first_seen(oid).unwrap_or(now.timestamp());
+            match trust::check(repo, mode, &signers, applied, head, &first_seen) {
                 Ok(_) => {}
                 Err(trust::Error::Refused(r)) => {
                     return refuse("trust", r.reason.code(), r.to_string())

@@ -120,8 +120,11 @@ impl Args {
         let Some(path) = self.config.clone() else {
             return Ok(self);
         };
-        let text = std::fs::read_to_string(&path)
+        let bytes = crate::config::read_regular(&path, "agent config files")
+            .map_err(anyhow::Error::msg)
             .with_context(|| format!("reading {}", path.display()))?;
+        let text = String::from_utf8(bytes)
+            .with_context(|| format!("reading {}: not UTF-8", path.display()))?;
         let file: Args =
             toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
         Ok(self.over(file))
@@ -275,7 +278,12 @@ impl Args {
 
 /// A secret file's content; an empty file (the unfilled template) means "not configured".
 fn read_secret(p: &Path) -> anyhow::Result<Option<Vec<u8>>> {
-    let s = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+    // Bounded like every file drover reads (a secret is a few bytes).
+    let bytes = crate::config::read_regular(p, "secret files")
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("reading {}", p.display()))?;
+    let s =
+        String::from_utf8(bytes).with_context(|| format!("reading {}: not UTF-8", p.display()))?;
     let s = s.trim_end_matches(['\r', '\n']);
     Ok((!s.is_empty()).then(|| s.as_bytes().to_vec()))
 }

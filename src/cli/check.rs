@@ -51,6 +51,9 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
     }
 
     let ok = errors.is_empty();
+    if !ok {
+        super::mark_rejected();
+    }
     match g.format {
         Format::Json => print_json(&Report {
             ok,

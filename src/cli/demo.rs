@@ -8,9 +8,9 @@ use std::time::Duration;
 /// Arguments of `drover demo`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Nodes in each simulated cluster.
+    /// Nodes in each simulated cluster (at most 10000).
     #[arg(long, default_value_t = 5)]
-    pub nodes: usize,
+    pub nodes: u64,
     /// Time one node takes from drain to Ready at the new version.
     #[arg(long, default_value = "20m", value_parser = humantime::parse_duration)]
     pub node_time: Duration,
@@ -21,8 +21,20 @@ pub struct Args {
 
 /// Run `drover demo`.
 pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
+    // Five clusters of simulated nodes are held in memory.
+    const MAX_NODES: u64 = 10_000;
+    if args.nodes > MAX_NODES {
+        return super::reject(
+            g,
+            vec![format!(
+                "--nodes {} is more than {MAX_NODES}; give a count from 1 to {MAX_NODES}",
+                args.nodes
+            )
+            .into()],
+        );
+    }
     let opts = Options {
-        nodes: args.nodes.max(1),
+        nodes: (args.nodes as usize).max(1),
         node_time: args.node_time,
         example_repo: match args.example_repo {
             Some(p) => p,
@@ -33,6 +45,9 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         .enable_all()
         .build()?;
     let report = rt.block_on(demo::run(&opts))?;
+    if !report.violations.is_empty() {
+        super::mark_rejected();
+    }
     match g.format {
         Format::Json => print_json(&report)?,
         Format::Text => {

@@ -2,6 +2,7 @@
 
 use super::{print_json, Format, Global, Outcome};
 use crate::audit::{self, LogOptions};
+use crate::config::Files as _;
 use crate::trust::AllowedSigners;
 use anyhow::Context;
 use std::path::PathBuf;
@@ -35,6 +36,20 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         .peel_to_commit()
         .context("HEAD is not a commit")?
         .id();
+    // An unknown environment is a rejection, as in `windows` and `plan`; the
+    // environments are those with a file at HEAD.
+    if let Some(env) = &args.env {
+        let files = crate::config::GitTreeFiles::new(&repo, repo.find_commit(head)?.tree()?);
+        let known: Vec<String> = files
+            .list(crate::config::ENV_DIR)
+            .into_iter()
+            .filter(|e| e.kind == crate::config::EntryKind::File)
+            .filter_map(|e| e.name.strip_suffix(".toml").map(str::to_owned))
+            .collect();
+        if !known.contains(env) {
+            return super::reject(g, vec![super::unknown_env(env, &known)]);
+        }
+    }
     let signers = args
         .allowed_signers
         .as_deref()

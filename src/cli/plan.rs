@@ -22,9 +22,9 @@ pub struct Args {
     /// The environment to plan for.
     #[arg(long)]
     pub env: String,
-    /// Nodes in the simulated cluster.
+    /// Nodes in the simulated cluster (at most 100000).
     #[arg(long, default_value_t = 10)]
-    pub nodes: usize,
+    pub nodes: u64,
     /// Time one node takes from drain start to Ready at the new version.
     #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
     pub node_time: Duration,
@@ -34,9 +34,10 @@ pub struct Args {
     /// Version the simulated nodes run now (default: an older unnamed version, 0.0.0).
     #[arg(long)]
     pub version_now: Option<Version>,
-    /// Give up the forecast after this many windows.
+    /// Give up the forecast after this many windows (at most 10000); the
+    /// output says when the forecast was cut short by it.
     #[arg(long, default_value_t = 120)]
-    pub max_windows: usize,
+    pub max_windows: u64,
     /// Read the nodes from this cluster instead of simulating them (read-only).
     #[arg(long)]
     pub kubeconfig: Option<std::path::PathBuf>,
@@ -77,7 +78,28 @@ pub struct Forecast {
     pub last_window_end: Option<DateTime<Utc>>,
     /// The windows used, in order.
     pub windows: Vec<WindowForecast>,
+    /// Why the forecast stopped before the rollout ended, if it did
+    /// (`windows_needed` is then a lower bound).
+    pub cut_short: Option<CutShort>,
 }
+
+/// A forecast that ran out of windows before the rollout ended.
+#[derive(Debug, Clone, Serialize)]
+pub struct CutShort {
+    /// What stopped it: `max_windows` (the `--max-windows` limit).
+    pub by: &'static str,
+    /// The limit's value.
+    pub limit: usize,
+    /// Nodes not yet at the target when it stopped.
+    pub nodes_left: usize,
+    /// Windows still needed by arithmetic (nodes left / nodes a window fits).
+    pub more_windows_estimated: usize,
+}
+
+/// The largest `--max-windows`: the windows are listed in memory.
+pub const MAX_WINDOWS: u64 = 10_000;
+/// The largest `--nodes`: the simulated cluster is held in memory.
+pub const MAX_NODES: u64 = 100_000;
 
 /// The plan for one environment.
 #[derive(Debug, Clone, Serialize)]
@@ -98,20 +120,42 @@ pub struct Plan {
 
 /// Run `drover plan`.
 pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
+    if args.max_windows > MAX_WINDOWS {
+        return super::reject(
+            g,
+            vec![format!(
+                "--max-windows {} is more than {MAX_WINDOWS}; give a limit from 0 to {MAX_WINDOWS}",
+                args.max_windows
+            )
+            .into()],
+        );
+    }
+    if args.nodes > MAX_NODES {
+        return super::reject(
+            g,
+            vec![format!(
+                "--nodes {} is more than {MAX_NODES}; give a count from 0 to {MAX_NODES}",
+                args.nodes
+            )
+            .into()],
+        );
+    }
     let Some(repo) = super::load_repo(g) else {
         return Ok(Outcome::Rejected);
     };
-    let Some(env) = repo.envs.get(&args.env) else {
-        let known: Vec<&str> = repo.envs.keys().map(String::as_str).collect();
-        eprintln!(
-            "drover: no environment {:?}; the repository has: {}",
-            args.env,
-            known.join(", ")
-        );
-        return Ok(Outcome::Rejected);
+    let env = match super::known_env(g, &repo, &args.env) {
+        Ok(env) => env,
+        Err(rejected) => return rejected,
     };
     let now = args.now.unwrap_or_else(Utc::now);
-    let windows = windows_ahead(env, now, args.max_windows)?;
+    let windows = match windows_ahead(env, now, args.max_windows as usize) {
+        Ok(w) => w,
+        Err(e) => {
+            let file = format!("{}/{}.toml", crate::config::ENV_DIR, args.env);
+            let d = crate::diag::Diagnostic::file(file, format!("[window]: {e}"));
+            return super::reject(g, vec![d.into()]);
+        }
+    };
     let plan = match &args.kubeconfig {
         Some(path) => {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -136,7 +180,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
             let cluster = Sim::uniform(
                 "simulated",
                 VirtualClock::new(now),
-                args.nodes,
+                args.nodes as usize,
                 &version_now,
                 args.node_time,
             );
@@ -151,14 +195,16 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
     Ok(Outcome::Ok)
 }
 
+/// A window's start and end.
+type Span = (DateTime<Utc>, DateTime<Utc>);
+
 /// The single place windows come from.
 fn windows_ahead(
     env: &EnvConfig,
     from: DateTime<Utc>,
     count: usize,
-) -> anyhow::Result<Vec<(DateTime<Utc>, DateTime<Utc>)>> {
-    let ws = crate::window::next_windows(&env.window, from, count)
-        .with_context(|| format!("computing the windows of {}", env.name))?;
+) -> Result<Vec<Span>, crate::window::Error> {
+    let ws = crate::window::next_windows(&env.window, from, count)?;
     Ok(ws.into_iter().map(|w| (w.start, w.end)).collect())
 }
 
@@ -251,6 +297,21 @@ async fn forecast(
     let node_ns = node_time.as_nanos().max(1);
     let fit = env.window.duration.as_nanos().div_ceil(node_ns) as usize * budget;
     let waves = to_upgrade.div_ceil(budget) as u32;
+    // Nodes still to upgrade and the last window given was still in use
+    // (or none was given): the limit, not the rollout, ended the forecast.
+    let done: usize = out.iter().map(|w| w.completed).sum();
+    let nodes_left = to_upgrade.saturating_sub(done);
+    let last_used = schedule.windows.last().is_none_or(|last| {
+        out.last()
+            .is_some_and(|w| w.start == last.0 && w.started > 0)
+    });
+    let unfinished = !matches!(state, RolloutState::Confirmed | RolloutState::Failed);
+    let cut_short = (unfinished && nodes_left > 0 && last_used).then(|| CutShort {
+        by: "max_windows",
+        limit: schedule.windows.len(),
+        nodes_left,
+        more_windows_estimated: nodes_left.div_ceil(fit.max(1)),
+    });
     Forecast {
         state,
         nodes_to_upgrade: to_upgrade,
@@ -260,6 +321,7 @@ async fn forecast(
         finishes_at,
         last_window_end: out.iter().rev().find(|w| w.started > 0).map(|w| w.end),
         windows: out,
+        cut_short,
     }
 }
 
@@ -334,5 +396,13 @@ fn render(p: &Plan, node_time: Duration) -> String {
         f.windows_needed,
         format!("{:?}", f.state).to_lowercase()
     );
+    if let Some(c) = &f.cut_short {
+        let _ = writeln!(
+            s,
+            "forecast cut short by --max-windows {}: {} nodes still to upgrade, about {} more \
+             windows needed; raise --max-windows to see the whole rollout",
+            c.limit, c.nodes_left, c.more_windows_estimated
+        );
+    }
     s
 }

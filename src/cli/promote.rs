@@ -82,8 +82,14 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
 }
 
 fn report_refusal(format: Format, env: &str, why: &[String]) -> anyhow::Result<()> {
+    super::mark_rejected();
     match format {
-        Format::Json => print_json(&json!({ "ok": false, "env": env, "refusals": why })),
+        Format::Json => print_json(&json!({
+            "ok": false,
+            "env": env,
+            "refusals": why,
+            "errors": why.iter().map(|w| json!({ "message": w })).collect::<Vec<_>>(),
+        })),
         Format::Text => {
             println!("nothing to promote for {env}:");
             for w in why {

@@ -57,12 +57,18 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         VerifyMode::All => Mode::All,
     };
     let mode_name = if mode == Mode::Head { "head" } else { "all" };
-    let result = trust::check(&repo, mode, &signers, since, head);
+    // No fetch history here: every checked commit counts as first seen now,
+    // so a key past its valid-before refuses even a backdated commit.
+    let now = chrono::Utc::now().timestamp();
+    let result = trust::check(&repo, mode, &signers, since, head, &|_| now);
     let (ok, checked, signer, error) = match result {
         Ok(c) => (true, c.checked, c.head_signer, None),
         Err(trust::Error::Refused(r)) => (false, 0, None, Some(r)),
         Err(e) => return Err(e.into()),
     };
+    if !ok {
+        super::mark_rejected();
+    }
     match g.format {
         Format::Json => print_json(&json!({
             "ok": ok,
@@ -76,6 +82,12 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
                 "reason": r.reason.code(),
                 "message": r.to_string(),
             })),
+            // The rejection document every command gives (`ok`, `errors`).
+            "errors": error.iter().map(|r| json!({
+                "commit": r.commit,
+                "reason": r.reason.code(),
+                "message": r.to_string(),
+            })).collect::<Vec<_>>(),
         }))?,
         Format::Text => match (&error, &signer) {
             (Some(r), _) => println!("refused: {r}"),

@@ -16,10 +16,14 @@ pub struct Args {
     /// List windows that end after this time (RFC 3339); default now.
     #[arg(long, value_parser = parse_time)]
     pub from: Option<DateTime<Utc>>,
-    /// How many windows to list.
+    /// How many windows to list (at most 10000).
     #[arg(long, default_value_t = 5)]
-    pub count: usize,
+    pub count: u64,
 }
+
+/// The most windows one `drover windows` lists (27 years of daily windows):
+/// the list is built in memory, so the count needs a bound.
+pub const MAX_COUNT: u64 = 10_000;
 
 #[derive(Serialize)]
 struct Output<'a> {
@@ -40,28 +44,34 @@ fn utc(t: DateTime<Utc>) -> String {
 
 /// Run `drover windows`.
 pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
+    if args.count > MAX_COUNT {
+        return super::reject(
+            g,
+            vec![format!(
+                "--count {} is more than {MAX_COUNT}, the most windows listed at once; \
+                 give a count from 0 to {MAX_COUNT} (use --from to list later windows)",
+                args.count
+            )
+            .into()],
+        );
+    }
     let Some(cfg) = super::load_repo(g) else {
         return Ok(Outcome::Rejected);
     };
-    let Some(env) = cfg.envs.get(&args.env) else {
-        let valid: Vec<&str> = cfg.envs.keys().map(String::as_str).collect();
-        eprintln!(
-            "drover: unknown environment {:?}; valid environments: {}",
-            args.env,
-            valid.join(", ")
-        );
-        return Ok(Outcome::Rejected);
+    let env = match super::known_env(g, &cfg, &args.env) {
+        Ok(env) => env,
+        Err(rejected) => return rejected,
     };
     let from = args.from.unwrap_or_else(Utc::now);
     let tz = env.window.timezone;
-    let windows = match window::next_windows(&env.window, from, args.count) {
+    let windows = match window::next_windows(&env.window, from, args.count as usize) {
         Ok(w) => w,
         Err(e) => {
-            eprintln!(
-                "{}: error: [window]: {e}",
-                format_args!("{}/{}.toml", config::ENV_DIR, args.env)
+            let file = format!("{}/{}.toml", config::ENV_DIR, args.env);
+            return super::reject(
+                g,
+                vec![crate::diag::Diagnostic::file(file, format!("[window]: {e}")).into()],
             );
-            return Ok(Outcome::Rejected);
         }
     };
     match g.format {

@@ -8,7 +8,9 @@ mod model;
 mod parse;
 mod selector;
 
-pub use files::{DirFiles, Files, GitTreeFiles};
+pub use files::{
+    bounded_blob, read_regular, DirEntry, DirFiles, EntryKind, Files, GitTreeFiles, MAX_FILE_BYTES,
+};
 pub use model::*;
 pub use parse::{load, load_at, parse_env, parse_root};
 pub use selector::{LabelSelector, Requirement, SelectorError};

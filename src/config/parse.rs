@@ -4,6 +4,7 @@
 //! than deserialized: that way every problem of every file is collected (not
 //! just the first), and each one points at the key or value at fault.
 
+use super::files::EntryKind;
 use super::selector::LabelSelector;
 use super::{
     DriverSpec, EnvConfig, Evidence, Files, MaxUnavailable, NodesSpec, OnDrainTimeout,
@@ -90,11 +91,15 @@ pub fn load_at(files: &dyn Files, now: DateTime<Utc>) -> Result<RepoConfig, Vec<
         }
     };
 
-    let on_disk: Vec<String> = files
-        .list(ENV_DIR)
-        .into_iter()
-        .filter_map(|f| f.strip_suffix(".toml").map(str::to_owned))
-        .collect();
+    // Anything in environments/ but `<env>.toml` regular files is reported,
+    // never silently skipped (a stray entry is usually a mistake).
+    let mut on_disk: Vec<String> = Vec::new();
+    for entry in files.list(ENV_DIR) {
+        match (entry.kind, entry.name.strip_suffix(".toml")) {
+            (EntryKind::File, Some(name)) => on_disk.push(name.to_owned()),
+            (kind, _) => diags.push(super::files::stray_entry(&entry.name, kind)),
+        }
+    }
 
     // Environments to parse: the chain's (valid names only, so a name like
     // `../x` never becomes a path) and every file on disk.
@@ -192,14 +197,17 @@ fn env_path(name: &str) -> String {
 }
 
 fn read_text(files: &dyn Files, path: &str) -> Result<String, Diagnostic> {
-    let bytes = files.read(path).ok_or_else(|| {
-        let why = if path == ROOT_FILE {
-            format!("missing file `{path}`: a config repository needs {ROOT_FILE} at its root")
-        } else {
-            format!("cannot read `{path}`")
-        };
-        Diagnostic::file(path, why)
-    })?;
+    let bytes = files
+        .read(path)
+        .map_err(|why| Diagnostic::file(path, why))?
+        .ok_or_else(|| {
+            let why = if path == ROOT_FILE {
+                format!("missing file `{path}`: a config repository needs {ROOT_FILE} at its root")
+            } else {
+                format!("cannot read `{path}`")
+            };
+            Diagnostic::file(path, why)
+        })?;
     String::from_utf8(bytes).map_err(|e| {
         let (valid, _) = e.as_bytes().split_at(e.utf8_error().valid_up_to());
         let text = String::from_utf8_lossy(valid);

@@ -29,7 +29,7 @@ struct VersionOnly {
 }
 
 fn version_of(repo: &Repository, blob: Oid) -> Option<Version> {
-    let blob = repo.find_blob(blob).ok()?;
+    let blob = crate::config::bounded_blob(repo, blob).ok()?;
     let text = std::str::from_utf8(blob.content()).ok()?;
     let v: VersionOnly = toml::from_str(text).ok()?;
     Version::parse(v.version?.trim()).ok()

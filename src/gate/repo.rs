@@ -91,7 +91,7 @@ pub struct ChangeReport {
 
 fn read_text(repo: &Repository, tree: &Tree, path: &str) -> Option<String> {
     let entry = tree.get_path(Path::new(path)).ok()?;
-    let blob = repo.find_blob(entry.id()).ok()?;
+    let blob = crate::config::bounded_blob(repo, entry.id()).ok()?;
     String::from_utf8(blob.content().to_vec()).ok()
 }
 

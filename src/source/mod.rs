@@ -8,6 +8,7 @@
 //! never replaces the last good state.
 
 pub mod known_hosts;
+pub mod seen;
 pub mod trigger;
 
 use git2::{
@@ -331,11 +332,29 @@ impl Source {
             .iter()
             .find(|(n, _)| *n == status_ref)
             .map(|(_, o)| *o);
+        self.record_seen(head);
         Ok(FetchResult {
             head,
             status_tip,
             received_objects: received,
         })
+    }
+
+    /// Note when the commits up to `head` were first fetched (key validity,
+    /// see [`seen`]). A record that cannot be written only makes the trust
+    /// check stricter, so it does not fail the fetch.
+    fn record_seen(&self, head: Oid) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        if let Err(e) = self.seen().record(&self.repo, head, now) {
+            tracing::warn!(error = %e, "cannot record when the fetched commits were first seen");
+        }
+    }
+
+    /// When this cache first fetched each commit.
+    pub fn seen(&self) -> seen::Seen {
+        seen::Seen::load(self.repo.path())
     }
 
     /// Fetch only the status branch; returns its remote tip.

@@ -102,6 +102,22 @@ pub enum Reason {
         /// Principal of the key.
         principal: String,
     },
+    /// The key's `valid-before` had passed when the commit was first seen
+    /// (fetched by the agent; for `drover verify`, the time of the check),
+    /// whatever its commit time says: a backdated commit by a retired key.
+    ExpiredWhenSeen {
+        /// Principal of the key.
+        principal: String,
+        /// When the commit was first seen (RFC 3339).
+        seen: String,
+    },
+    /// The key's `valid-after` was still ahead when the commit was first seen.
+    NotYetValidWhenSeen {
+        /// Principal of the key.
+        principal: String,
+        /// When the commit was first seen (RFC 3339).
+        seen: String,
+    },
     /// The new head does not descend from the last applied commit (force-push or rollback).
     NotDescendant {
         /// The last applied commit.
@@ -118,8 +134,8 @@ impl Reason {
             Reason::UnknownKey { .. } => "unknown_key",
             Reason::BadSignature { .. } => "bad_signature",
             Reason::WrongNamespace { .. } => "wrong_namespace",
-            Reason::Expired { .. } => "expired_key",
-            Reason::NotYetValid { .. } => "key_not_yet_valid",
+            Reason::Expired { .. } | Reason::ExpiredWhenSeen { .. } => "expired_key",
+            Reason::NotYetValid { .. } | Reason::NotYetValidWhenSeen { .. } => "key_not_yet_valid",
             Reason::NotDescendant { .. } => "not_descendant",
         }
     }
@@ -147,6 +163,14 @@ impl fmt::Display for Reason {
             Reason::NotYetValid { principal } => {
                 write!(f, "key not yet valid: {principal}'s key was not valid yet at the commit time (valid-after)")
             }
+            Reason::ExpiredWhenSeen { principal, seen } => write!(
+                f,
+                "expired key: {principal}'s key was no longer valid when the commit was first seen at {seen} (valid-before), whatever its commit time says"
+            ),
+            Reason::NotYetValidWhenSeen { principal, seen } => write!(
+                f,
+                "key not yet valid: {principal}'s key was not valid yet when the commit was first seen at {seen} (valid-after)"
+            ),
             Reason::NotDescendant { last } => write!(
                 f,
                 "not descending: the new head does not descend from the last trusted commit {last} (force-push or rollback)"
@@ -189,11 +213,34 @@ pub struct Verified {
     pub fingerprint: String,
 }
 
-/// Verify one commit's SSH signature against `signers`, at the commit's committer time.
+/// Verify one commit's SSH signature against `signers`, at the commit's
+/// committer time only (for showing who signed; the trust check of
+/// [`check`] also uses when the commit was first seen, [`verify_commit_seen`]).
 pub fn verify_commit(
     repo: &Repository,
     oid: Oid,
     signers: &AllowedSigners,
+) -> Result<Verified, Error> {
+    verify_commit_inner(repo, oid, signers, None)
+}
+
+/// [`verify_commit`], with the key's validity also checked at `seen`
+/// (seconds since the epoch): when the commit was first seen, a time the
+/// signer cannot choose.
+pub fn verify_commit_seen(
+    repo: &Repository,
+    oid: Oid,
+    signers: &AllowedSigners,
+    seen: i64,
+) -> Result<Verified, Error> {
+    verify_commit_inner(repo, oid, signers, Some(seen))
+}
+
+fn verify_commit_inner(
+    repo: &Repository,
+    oid: Oid,
+    signers: &AllowedSigners,
+    seen: Option<i64>,
 ) -> Result<Verified, Error> {
     let (sig, data) = match repo.extract_signature(&oid, None) {
         Ok(pair) => pair,
@@ -205,15 +252,17 @@ pub fn verify_commit(
         Err(e) => return Err(e.into()),
     };
     let time = repo.find_commit(oid)?.committer().when().seconds();
-    verify_buffer(oid, &sig, &data, time, signers)
+    verify_buffer(oid, &sig, &data, time, seen, signers)
 }
 
-/// Verify an sshsig `armored` signature over `data` made at `time` (seconds since the epoch).
+/// Verify an sshsig `armored` signature over `data` made at `time`, first
+/// seen at `seen` when known (seconds since the epoch).
 fn verify_buffer(
     oid: Oid,
     armored: &[u8],
     data: &[u8],
     time: i64,
+    seen: Option<i64>,
     signers: &AllowedSigners,
 ) -> Result<Verified, Error> {
     let text = std::str::from_utf8(armored).unwrap_or("");
@@ -278,6 +327,16 @@ fn verify_buffer(
             Reason::Expired {
                 principal: e.principal(),
             }
+        } else if let Some(s) = seen.filter(|s| e.valid_after.is_some_and(|t| *s < t)) {
+            Reason::NotYetValidWhenSeen {
+                principal: e.principal(),
+                seen: rfc3339(s),
+            }
+        } else if let Some(s) = seen.filter(|s| e.valid_before.is_some_and(|t| *s >= t)) {
+            Reason::ExpiredWhenSeen {
+                principal: e.principal(),
+                seen: rfc3339(s),
+            }
         } else {
             return Ok(Verified {
                 commit: oid.to_string(),
@@ -293,6 +352,12 @@ fn verify_buffer(
             principal: first.principal(),
         }),
     ))
+}
+
+fn rfc3339(secs: i64) -> String {
+    chrono::DateTime::from_timestamp(secs, 0)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .unwrap_or_else(|| secs.to_string())
 }
 
 /// Outcome of an accepted [`check`].
@@ -314,12 +379,18 @@ pub struct Checked {
 /// parents, not only first parents) is verified, oldest first, so the refusal
 /// names the earliest bad commit. Without `last`, `all` checks every commit
 /// reachable from `head`.
+///
+/// A key must be valid both at a commit's committer time and at
+/// `seen(commit)`, when the checker first saw the commit (seconds since the
+/// epoch): the agent's fetch record, or the time of the check where there
+/// is no such record (`drover verify`).
 pub fn check(
     repo: &Repository,
     mode: Mode,
     signers: &AllowedSigners,
     last: Option<Oid>,
     head: Oid,
+    seen: &dyn Fn(Oid) -> i64,
 ) -> Result<Checked, Error> {
     let mut out = Checked {
         head: head.to_string(),
@@ -342,7 +413,7 @@ pub fn check(
     match mode {
         Mode::Off => {}
         Mode::Head => {
-            out.head_signer = Some(verify_commit(repo, head, signers)?);
+            out.head_signer = Some(verify_commit_seen(repo, head, signers, seen(head))?);
             out.checked = 1;
         }
         Mode::All => {
@@ -354,7 +425,7 @@ pub fn check(
             }
             for oid in walk {
                 let oid = oid?;
-                let v = verify_commit(repo, oid, signers)?;
+                let v = verify_commit_seen(repo, oid, signers, seen(oid))?;
                 out.checked += 1;
                 if oid == head {
                     out.head_signer = Some(v);

@@ -47,10 +47,20 @@ pub struct AllowedSigners {
 impl AllowedSigners {
     /// Read and parse an allowed-signers file.
     pub fn load(path: &Path) -> Result<Self, Error> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::Signers {
+        // Bounded like a config file: CI may point this at a file of the
+        // repository under review, which a pull request controls.
+        let bytes =
+            crate::config::read_regular(path, "allowed-signers files").map_err(|message| {
+                Error::Signers {
+                    path: path.display().to_string(),
+                    line: 0,
+                    message,
+                }
+            })?;
+        let text = String::from_utf8(bytes).map_err(|_| Error::Signers {
             path: path.display().to_string(),
             line: 0,
-            message: format!("cannot read: {e}"),
+            message: "the file is not UTF-8 text".into(),
         })?;
         Self::parse(&text).map_err(|e| match e {
             Error::Signers { line, message, .. } => Error::Signers {
