@@ -431,6 +431,34 @@ fn a_job_deleted_while_the_update_is_activated_leaves_it_cancelled() {
 // --- The restarted pod ---
 
 #[test]
+fn the_version_is_read_again_until_the_api_answers_after_the_reboot() {
+    // The pod starts again before the node's API server is up.
+    let mut scenario = Scenario::new("1.22.0", &["1.22.3"]);
+    scenario.reboot_downtime = Duration::from_secs(2);
+    let ((old, old_api, _d1), (new, new_api, _d2)) = both(scenario, "1.22.3");
+
+    // Without pipefail the failed read was an empty version: the node runs
+    // the target, and the old script failed it anyway.
+    assert_eq!(old_api.running(), v("1.22.3"));
+    assert_eq!(old.exit, 1, "{}", old.output);
+    assert!(
+        old.output.contains("runs an unknown version"),
+        "{}",
+        old.output
+    );
+
+    assert_upgraded(&new, &new_api, "1.22.3", 0);
+    assert!(
+        new_api
+            .requests()
+            .iter()
+            .any(|r| r == "GET /os -> no answer (rebooting)"),
+        "the restarted script met the API down: {:#?}",
+        new_api.requests()
+    );
+}
+
+#[test]
 fn a_node_back_at_another_version_fails_without_a_second_update() {
     let dir = tempfile::tempdir().unwrap();
     let api = BottlerocketApi::start(dir.path(), Scenario::new("1.22.0", &["1.22.3"]));
