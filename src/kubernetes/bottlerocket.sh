@@ -154,7 +154,7 @@ cancel_ready() {
     fi
     sleep 0.2
   done
-  log "could not cancel the activated update within 20 s"
+  log "could not see the update state settle within 20 s (an action still holds the lock); left as it is"
   return 1
 }
 
