@@ -35,7 +35,8 @@ pub const DEFAULT_ON_DRAIN_TIMEOUT: OnDrainTimeout = OnDrainTimeout::Skip;
 /// Default `[promotion] soak` of an environment file.
 pub const DEFAULT_SOAK: Duration = Duration::from_secs(24 * 3600);
 /// Default `[driver] image` (both for `kind = "bottlerocket"` and as the
-/// documented value; `kind = "job"` requires its own image).
+/// documented value; `kind = "job"` requires its own image): the updater
+/// image built from `deploy/updater/Dockerfile`.
 pub const DEFAULT_BOTTLEROCKET_IMAGE: &str = "public.ecr.aws/drover/bottlerocket-updater:v0.1.0";
 /// Default `[nodes] version_regex`.
 pub const DEFAULT_VERSION_REGEX: &str = r"(\d+\.\d+\.\d+)";

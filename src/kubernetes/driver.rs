@@ -35,32 +35,22 @@ pub const API_SOCKET: &str = "/run/api.sock";
 /// Host directory where the Bottlerocket driver remembers the attempt it rebooted for.
 pub const STATE_DIR: &str = "/var/lib/drover";
 
-/// The Bottlerocket driver's script: idempotent, so the pod that the Job
-/// starts again after the reboot (see the Job's `podFailurePolicy`) finishes
-/// the attempt instead of updating a second time.
-pub const BOTTLEROCKET_SCRIPT: &str = r#"set -eu
-target="$DROVER_TARGET_VERSION"
-marker="/drover-state/attempt-$DROVER_ATTEMPT"
-current="$(apiclient get os.version_id | sed -n 's/.*"version_id"[^"]*"\([^"]*\)".*/\1/p')"
-if [ "$current" = "$target" ]; then
-  echo "node $DROVER_NODE_NAME runs $target"
-  exit 0
-fi
-if [ -e "$marker" ]; then
-  echo "node $DROVER_NODE_NAME rebooted for $target but runs ${current:-an unknown version}" >&2
-  exit 1
-fi
-apiclient set updates.version-lock="$target" updates.ignore-waves=true
-apiclient update check
-apiclient update apply
-touch "$marker"
-echo "rebooting $DROVER_NODE_NAME into $target"
-apiclient reboot
-# The reboot takes this pod down; exiting first would report success too early.
-sleep 3600
-echo "no reboot within an hour" >&2
-exit 1
-"#;
+/// Where the host's own `apiclient` is (mounted into the driver's container).
+pub const HOST_APICLIENT: &str = "/bin/apiclient";
+/// Where the driver's container sees the host's `apiclient` (first on `PATH`).
+pub const APICLIENT: &str = "/usr/local/bin/apiclient";
+/// Where the driver's container sees [`STATE_DIR`].
+pub const STATE_MOUNT: &str = "/drover-state";
+/// How long the driver's pod has after SIGTERM: the script needs up to 20 s
+/// to cancel an activated update when its Job is deleted.
+pub const GRACE_SECONDS: i64 = 30;
+
+/// The Bottlerocket driver's script (`bash -c`), `src/kubernetes/bottlerocket.sh`:
+/// follows the update API's state machine with the host's own `apiclient`,
+/// and is idempotent, so the pod that the Job starts again after the reboot
+/// (see the Job's `podFailurePolicy`) finishes the attempt instead of
+/// updating a second time.
+pub const BOTTLEROCKET_SCRIPT: &str = include_str!("bottlerocket.sh");
 
 /// A label value for a version (`+` is not allowed in label values).
 pub fn label_version(v: &Version) -> String {
@@ -161,17 +151,24 @@ pub fn upgrade_job(
             json!({
                 "name": CONTAINER,
                 "image": image,
-                "command": ["/bin/sh", "-c", BOTTLEROCKET_SCRIPT],
+                "command": ["/bin/bash", "-c", BOTTLEROCKET_SCRIPT],
                 "env": env,
                 "volumeMounts": [
                     { "name": "api-socket", "mountPath": API_SOCKET },
-                    { "name": "state", "mountPath": "/drover-state" },
+                    // The node's own apiclient always speaks its API server's
+                    // version (as the Bottlerocket update operator's agent).
+                    { "name": "apiclient", "mountPath": APICLIENT, "readOnly": true },
+                    { "name": "state", "mountPath": STATE_MOUNT },
                 ],
-                // The label Bottlerocket's policy lets talk to the API socket (as brupop's agent).
-                "securityContext": { "seLinuxOptions": { "type": "super_t" } },
+                // The label Bottlerocket's SELinux policy lets talk to the API
+                // socket; the same options as the update operator's agent.
+                "securityContext": { "seLinuxOptions": {
+                    "user": "system_u", "role": "system_r", "type": "super_t", "level": "s0",
+                } },
             }),
             json!([
                 { "name": "api-socket", "hostPath": { "path": API_SOCKET, "type": "Socket" } },
+                { "name": "apiclient", "hostPath": { "path": HOST_APICLIENT, "type": "File" } },
                 { "name": "state", "hostPath": { "path": STATE_DIR, "type": "DirectoryOrCreate" } },
             ]),
         ),
@@ -199,6 +196,7 @@ pub fn upgrade_job(
             "spec": {
                 "nodeName": name,
                 "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": GRACE_SECONDS,
                 // Runs on the cordoned, possibly tainted node: tolerate every taint.
                 "tolerations": [{ "operator": "Exists" }],
                 "automountServiceAccountToken": false,

@@ -1,0 +1,259 @@
+# drover's Bottlerocket driver: moves this node to $DROVER_TARGET_VERSION
+# through the node's update API and reboots it (docs/drivers.md).
+#
+# It runs as `bash -c` in the upgrade Job's container, which holds bash, jq
+# and coreutils (deploy/updater/Dockerfile) and the host's own /bin/apiclient,
+# mounted in. Only `apiclient raw` is used, against endpoints every supported
+# Bottlerocket release serves: /os, /settings, /tx/commit_and_apply,
+# /updates/status and /actions/{refresh,prepare,activate,deactivate}-update
+# and /actions/reboot.
+#
+# The update API's state machine (thar-be-updates' drive_state_machine):
+# refresh is allowed in every state (Idle <-> Available), prepare in
+# Available/Staged (-> Staged), activate in Staged (-> Ready), deactivate in
+# Ready (-> Staged); anything else is 409. Each action runs in a forked
+# child that holds the update lock, so the API answers 423 until it ends and
+# its result shows in /updates/status' most_recent_command.
+#
+# Idempotent per attempt: the pod the Job starts again after the reboot reads
+# the version, finds the target and exits 0; a marker on the host says this
+# attempt already rebooted, so a node that came back at another version is
+# failed, never updated twice.
+set -euo pipefail
+
+target="$DROVER_TARGET_VERSION"
+node="$DROVER_NODE_NAME"
+marker="${DROVER_STATE_DIR:-/drover-state}/attempt-$DROVER_ATTEMPT"
+# Every wait is a multiple of this many seconds (tests shrink it).
+unit="${DROVER_TIME_UNIT:-1}"
+# Set once the reboot was accepted: a SIGTERM after that is the shutdown,
+# which must not cancel the update it is about to boot.
+rebooting=0
+errf="$(mktemp)"
+
+log() { printf '%s drover-driver %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$node" "$*" >&2; }
+fail() {
+  log "$*"
+  exit 1
+}
+
+# nap N: sleep N units in the background, so that a SIGTERM runs its trap at
+# once instead of after the sleep.
+nap() {
+  sleep "$(jq -n --argjson u "$unit" --argjson n "$1" '$u * $n')" &
+  wait "$!"
+}
+
+# seconds N: N units in whole seconds, at least 1.
+seconds() { jq -n --argjson u "$unit" --argjson n "$1" '[($u * $n) | ceil, 1] | max'; }
+
+# call METHOD URI [DATA]: one `apiclient raw` request. Prints the body; on
+# failure the error is in $errf (see set_code).
+call() {
+  code=""
+  local out
+  if out="$(apiclient raw -m "$1" -u "$2" ${3:+-d "$3"} 2>"$errf")"; then
+    printf '%s' "$out"
+    return 0
+  fi
+  set_code
+  return 1
+}
+
+# set_code: $code from the last failed call: the HTTP status apiclient
+# reports for an answered request ("... Status 423 when POSTing ...",
+# apiclient's lib.rs ResponseStatus), or "transport" when no answer came.
+# (Read from $errf because calls often run in a $(...) subshell.)
+code=""
+set_code() {
+  if [[ "$(cat "$errf")" =~ Status\ ([0-9]{3})\ when ]]; then
+    code="${BASH_REMATCH[1]}"
+  else
+    code="transport"
+  fi
+}
+
+# api METHOD URI [DATA]: call, retried with backoff (2, 4, 8, 16, 30, 30
+# units) while the update lock is held (423), the state is being moved by
+# another caller (409) or the API does not answer (it restarts with the node).
+api() {
+  local delay out
+  for delay in 2 4 8 16 30 30 0; do
+    if out="$(call "$@")"; then
+      printf '%s' "$out"
+      return 0
+    fi
+    set_code
+    case "$code" in
+      409 | 423 | transport) ;;
+      *) break ;;
+    esac
+    [ "$delay" -eq 0 ] && break
+    log "$1 $2: $code, retrying in $delay units"
+    nap "$delay"
+  done
+  # 404 on /updates/status is no failure: no action ran since boot.
+  [ "$code" = 404 ] || log "$1 $2 failed: $(cat "$errf")"
+  return 1
+}
+
+# status: the update status; "{}" before the first update command since boot
+# (the API answers 404 until thar-be-updates wrote its status file).
+status() {
+  local out
+  if out="$(api GET /updates/status)"; then
+    printf '%s' "$out"
+  elif set_code && [ "$code" = 404 ]; then
+    printf '{}'
+  else
+    return 1
+  fi
+}
+
+# update_command NAME URI LIMIT: start an update action, then poll the status
+# until most_recent_command is NAME with a new timestamp (as apiclient's
+# update.rs wait_request does), for at most LIMIT units; fail unless it
+# succeeded.
+update_command() {
+  local name="$1" uri="$2" before st deadline
+  before="$(status | jq -r '.most_recent_command.timestamp // "none"')" ||
+    fail "cannot read the update status"
+  api POST "$uri" >/dev/null || fail "could not start $name"
+  deadline=$(($(date +%s) + $(seconds "$3")))
+  while :; do
+    nap 0.5
+    # Polled without backoff: 423 only says the action still runs.
+    if st="$(call GET /updates/status)"; then
+      if [ "$(jq -r '.most_recent_command | "\(.cmd_type) \(.timestamp)"' <<<"$st")" != "$name $before" ] &&
+        [ "$(jq -r '.most_recent_command.cmd_type' <<<"$st")" = "$name" ]; then
+        [ "$(jq -r '.most_recent_command.cmd_status' <<<"$st")" = Success ] ||
+          fail "$name failed: $(jq -r '.most_recent_command.stderr // ""' <<<"$st")"
+        return 0
+      fi
+    fi
+    [ "$(date +%s)" -lt "$deadline" ] || fail "$name did not finish within $3 units"
+  done
+}
+
+# cancel_ready: if an update is activated (Ready), deactivate it, so that no
+# reboot boots it. Bounded to 20 s: the pod's grace period is 30 s.
+cancel_ready() {
+  local st deadline=$(($(date +%s) + 20)) asked=0
+  while [ "$(date +%s)" -lt "$deadline" ]; do
+    if st="$(call GET /updates/status)"; then
+      [ "$(jq -r '.update_state // "Idle"' <<<"$st")" = Ready ] || {
+        [ "$asked" -eq 0 ] || log "update cancelled"
+        return 0
+      }
+      if [ "$asked" -eq 0 ] && call POST /actions/deactivate-update >/dev/null; then
+        log "cancelling the activated update"
+        asked=1
+      fi
+    elif set_code && [ "$code" = 404 ]; then
+      return 0
+    fi
+    sleep 0.2
+  done
+  log "could not see the update state settle within 20 s (an action still holds the lock); left as it is"
+  return 1
+}
+
+on_exit() {
+  local rc=$?
+  set +e
+  trap - EXIT TERM INT
+  if [ "$rc" -ne 0 ] && [ "$rebooting" -eq 0 ]; then
+    cancel_ready
+  fi
+  rm -f "$errf"
+  exit "$rc"
+}
+trap on_exit EXIT
+trap 'log "stopped by SIGTERM"; exit 143' TERM
+trap 'exit 130' INT
+
+# The running version. Right after the reboot the API may not answer yet:
+# retried for about 5 minutes.
+current=""
+for _ in 1 2 3; do
+  if current="$(api GET /os | jq -er '.version_id')"; then
+    break
+  fi
+  current=""
+  nap 10
+done
+[ -n "$current" ] || fail "cannot read the running version from the Bottlerocket API"
+if [ "$current" = "$target" ]; then
+  log "runs $target"
+  exit 0
+fi
+if [ -e "$marker" ]; then
+  fail "rebooted for $target but runs $current"
+fi
+log "moving from $current to $target"
+
+# 1. An update left activated (Ready) by an earlier attempt: every action but
+#    refresh and deactivate is refused in Ready, and any reboot would boot it.
+st="$(status)" || fail "cannot read the update status"
+if [ "$(jq -r '.update_state // "Idle"' <<<"$st")" = Ready ]; then
+  log "cancelling the update left activated for $(jq -r '.staging_partition.image.version // "?"' <<<"$st")"
+  update_command deactivate /actions/deactivate-update 60
+fi
+
+# 2. Lock to exactly the target, ignoring waves: PATCH /settings in our own
+#    transaction, then commit and apply it. The API answers before the config
+#    updog reads is rendered again (thar-be-settings runs in the background),
+#    so the refresh below confirms the lock took effect.
+settings="$(jq -cn --arg v "$target" '{updates: {"version-lock": $v, "ignore-waves": true}}')"
+tx="drover-$DROVER_ATTEMPT"
+api PATCH "/settings?tx=$tx" "$settings" >/dev/null || fail "cannot set the version lock"
+api POST "/tx/commit_and_apply?tx=$tx" >/dev/null || fail "cannot commit the version lock"
+[ "$(api GET /settings | jq -r '.updates["version-lock"]')" = "$target" ] ||
+  fail "the version lock did not read back as $target"
+
+# 3. Refresh until the update chosen is exactly the target. A refresh that
+#    ran before the lock was applied chooses the newest release in this
+#    node's wave, which must never be staged.
+chosen=""
+for delay in 2 4 8 16 30 30 30 0; do
+  update_command refresh /actions/refresh-updates 300
+  st="$(status)" || fail "cannot read the update status"
+  chosen="$(jq -r '.chosen_update.version // "none"' <<<"$st")"
+  [ "$chosen" = "$target" ] && break
+  [ "$delay" -eq 0 ] && break
+  log "refresh chose $chosen (offered: $(jq -r '.available_updates // [] | join(", ")' <<<"$st")), waiting for the lock to $target to apply"
+  nap "$delay"
+done
+[ "$chosen" = "$target" ] ||
+  fail "$target is not offered to this node (offered: $(jq -r '.available_updates // [] | join(", ")' <<<"$st"))"
+
+# 4. Download and write the update to the staging partition, then check it.
+update_command prepare /actions/prepare-update 1800
+st="$(status)" || fail "cannot read the update status"
+[ "$(jq -r '"\(.update_state) \(.staging_partition.image.version)"' <<<"$st")" = "Staged $target" ] ||
+  fail "prepare left $(jq -c '{update_state, staging_partition}' <<<"$st"), not $target staged"
+
+# 5. Activate: the staging partition becomes the next to boot.
+update_command activate /actions/activate-update 60
+st="$(status)" || fail "cannot read the update status"
+[ "$(jq -r '"\(.update_state) \(.staging_partition.image.version) \(.staging_partition.next_to_boot)"' <<<"$st")" = "Ready $target true" ] ||
+  fail "activate left $(jq -c '{update_state, staging_partition}' <<<"$st"), not $target next to boot"
+
+# 6. Reboot. The shutdown stops this pod (SIGTERM): the Job starts it again
+#    after the reboot, and step 0 finds the target.
+touch "$marker"
+rebooting=1
+log "rebooting into $target"
+if ! call POST /actions/reboot >/dev/null; then
+  if [ "$code" != transport ]; then
+    # The API refused (e.g. a shutdown inhibitor): no reboot is coming.
+    rebooting=0
+    rm -f "$marker"
+    fail "reboot refused: $(cat "$errf")"
+  fi
+  log "no answer to the reboot request: the node may be going down"
+fi
+nap 600
+rebooting=0
+rm -f "$marker"
+fail "no reboot within 600 units"
