@@ -23,8 +23,7 @@ pub mod leader;
 pub mod metrics;
 
 use crate::cluster::{Cluster, EvictionPass, NodeProgress, NodeView, ProgressState};
-use crate::config::{self, EnvConfig, RepoConfig};
-use crate::gate;
+use crate::config::{self, EnvConfig};
 use crate::rollout::{Clock, Engine, Inputs, Labels, Policy, RolloutState, WindowState};
 use crate::source::trigger::{Nudger, Reason, Trigger, WebhookConfig};
 use crate::source::{Source, SourceConfig};
@@ -944,7 +943,8 @@ impl<B: ClusterBackend> Acting<B> {
         async move { work.await.flatten() }
     }
 
-    /// Trust, then config, then gate, for `head` over the applied commit.
+    /// Trust, then config, then gate, for `head` over the applied commit:
+    /// the one admission path (`crate::admit`), commit by commit.
     fn evaluate(
         &self,
         head: Oid,
@@ -954,11 +954,6 @@ impl<B: ClusterBackend> Acting<B> {
         let env_name = self.cfg.env.clone();
         let mode = self.cfg.verify;
         let signers_path = self.cfg.allowed_signers.clone();
-        let previous = self
-            .status
-            .applied_version
-            .as_deref()
-            .and_then(|v| semver::Version::parse(v).ok());
         let now = self.clock.now();
         let head_s = head.to_string();
         let refuse = move |stage: &str, reason: &str, message: String| {
@@ -981,49 +976,17 @@ impl<B: ClusterBackend> Acting<B> {
                 },
                 (None, _) => return refuse("trust", "signers", "no allowed-signers file".into()),
             };
-            match trust::check(repo, mode, &signers, applied, head) {
-                Ok(_) => {}
-                Err(trust::Error::Refused(r)) => {
-                    return refuse("trust", r.reason.code(), r.to_string())
+            match crate::admit::admit_head(repo, applied, head, &env_name, mode, &signers, now) {
+                Ok(a) => {
+                    let Some(env) = a.snapshot.config.envs.get(&env_name).cloned() else {
+                        return refuse("config", "unknown_env", format!("no environment {env_name}"));
+                    };
+                    Verdict::Accept {
+                        version: env.version.to_string(),
+                        env: Box::new(env),
+                    }
                 }
-                Err(e) => return refuse("trust", "error", e.to_string()),
-            }
-            let files = match config::GitTreeFiles::at_rev(repo, &head.to_string()) {
-                Ok(f) => f,
-                Err(e) => return refuse("config", "unreadable", e.to_string()),
-            };
-            let cfg: RepoConfig = match config::load(&files) {
-                Ok(c) => c,
-                Err(diags) => {
-                    let msg = diags
-                        .iter()
-                        .take(5)
-                        .map(|d| d.to_string())
-                        .collect::<Vec<_>>()
-                        .join("; ");
-                    return refuse("config", "invalid", msg);
-                }
-            };
-            let Some(env) = cfg.envs.get(&env_name).cloned() else {
-                return refuse(
-                    "config",
-                    "unknown_env",
-                    format!("environments/{env_name}.toml does not exist"),
-                );
-            };
-            let commit = match repo.find_commit(head) {
-                Ok(c) => c,
-                Err(e) => return refuse("gate", "error", e.to_string()),
-            };
-            match gate::judge_config(repo, &commit, &cfg, &env_name, previous.as_ref(), now) {
-                Ok(gate::Decision::Refused(r)) => {
-                    refuse("gate", gate_reason(&r.reason), r.to_string())
-                }
-                Ok(_) => Verdict::Accept {
-                    version: env.version.to_string(),
-                    env: Box::new(env),
-                },
-                Err(e) => refuse("gate", "error", e.to_string()),
+                Err(r) => refuse(r.stage.as_str(), &r.code, r.message),
             }
         });
         async move {
@@ -1375,6 +1338,7 @@ fn state_str(s: RolloutState) -> &'static str {
         RolloutState::Confirmed => "confirmed",
         RolloutState::Blocked => "blocked",
         RolloutState::Failed => "failed",
+        RolloutState::Refused => "refused",
     }
 }
 
@@ -1383,18 +1347,6 @@ fn capitalise(s: &str) -> String {
     match c.next() {
         Some(f) => f.to_uppercase().chain(c).collect(),
         None => String::new(),
-    }
-}
-
-/// Machine-readable name of a gate refusal, for the `reason` label.
-pub fn gate_reason(r: &gate::Reason) -> &'static str {
-    match r {
-        gate::Reason::Downgrade { .. } => "downgrade",
-        gate::Reason::NoLowerClusters { .. } => "no_lower_clusters",
-        gate::Reason::NotConfirmed { .. } => "not_confirmed",
-        gate::Reason::Soaking { .. } => "soaking",
-        gate::Reason::LowerNotAtVersion { .. } => "lower_not_at_version",
-        gate::Reason::HistorySoaking { .. } => "history_soaking",
     }
 }
 

@@ -76,6 +76,9 @@ pub struct RootConfig {
     pub evidence: Evidence,
     /// Branch holding the agents' status reports. Default `drover/status`.
     pub status_branch: String,
+    /// `report_signers`: allowed-signers file (in the config repository)
+    /// whose principals `<env>/<cluster>` may sign status reports.
+    pub report_signers: Option<String>,
     /// Cluster names per environment.
     pub clusters: BTreeMap<String, Vec<String>>,
 }

@@ -3,7 +3,9 @@
 //!
 //! Built for long histories: one tree-entry lookup per commit (no tree
 //! diffs), a blob read only where the file's oid changes, and the walk stops
-//! at the first commit where the version differs.
+//! at the first commit where the version differs; then the times of the
+//! older commits are read (headers only) so that commit times count as
+//! monotone.
 
 use super::LowerHistory;
 use chrono::{DateTime, TimeZone, Utc};
@@ -50,6 +52,24 @@ fn commit_time(c: &Commit) -> DateTime<Utc> {
         .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
+/// A commit's time taken as no earlier than its parent's (docs/design.md §4):
+/// the latest committer time on its first-parent ancestry, so a backdated
+/// commit cannot make a version look configured for longer than it was.
+fn monotone_time(commit: &Commit) -> Result<DateTime<Utc>, git2::Error> {
+    let mut latest = commit_time(commit);
+    let mut c = commit.clone();
+    loop {
+        match c.parent(0) {
+            Ok(p) => {
+                latest = latest.max(commit_time(&p));
+                c = p;
+            }
+            Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(latest),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Whether `path` (an environment file) is at `version` in `head`, and since
 /// which first-parent commit it has been continuously.
 pub fn lower_history(
@@ -90,7 +110,7 @@ pub fn lower_history(
         commit = parent;
     }
     Ok(LowerHistory::AtVersionSince {
-        since: commit_time(&commit),
+        since: monotone_time(&commit).map_err(err)?,
         commit: commit.id().to_string(),
     })
 }

@@ -5,7 +5,10 @@
 
 mod read;
 
-pub use read::{find_status_branch, read_confirmations, BranchRef, Confirmations, Error};
+pub use read::{
+    find_status_branch, read_confirmations, walk_reports, BranchRef, Confirmations, Error,
+    Ignored, ReportSigners, TrustedReport, MAX_REPORT_BYTES,
+};
 mod push;
 pub use push::{
     build_commit, introducing_commit, publish, verify_report_signer, PublishOptions, Published,
@@ -27,16 +30,20 @@ pub enum RolloutState {
     Blocked,
     /// A node failed to reach `version`; the rollout stopped.
     Failed,
+    /// A newer head was refused by trust or the gate; the agent stays on its
+    /// last trusted state and `version` is the refused one.
+    Refused,
 }
 
 impl RolloutState {
-    /// The name written in reports (`rolling`, `confirmed`, `blocked`, `failed`).
+    /// The name written in reports (`rolling`, `confirmed`, `blocked`, `failed`, `refused`).
     pub fn as_str(self) -> &'static str {
         match self {
             RolloutState::Rolling => "rolling",
             RolloutState::Confirmed => "confirmed",
             RolloutState::Blocked => "blocked",
             RolloutState::Failed => "failed",
+            RolloutState::Refused => "refused",
         }
     }
 }
