@@ -400,7 +400,7 @@ impl Story {
         let previous = self.agents[i].applied.as_ref().map(|(v, _)| v.clone());
         // The same admission as the agent's: trust (the demo's commits are
         // unsigned, so `off`), config, then the gate commit by commit.
-        let (env_cfg, decision) = {
+        let (env_cfg, decision, adopt) = {
             let repo = self.agents[i].source.repo();
             let last = self.agents[i].applied.as_ref().map(|(_, c)| *c);
             let head_cfg = admit::snapshot(repo, fetched.head, at)?.map_err(|d| {
@@ -431,7 +431,7 @@ impl Story {
                     },
                 }
             };
-            (env_cfg, decision)
+            (env_cfg, decision, adopt)
         };
         let gate_from = match &decision {
             Decision::Allowed(_) | Decision::Unchanged => Some(at),
@@ -450,6 +450,15 @@ impl Story {
                     self.say_at(at, &env, format!("{cluster}: agent refuses config {}: {r}", short(fetched.head)));
                     return self.idle_until(i, until);
                 }
+                (_, true) if adopt => self.say_at(
+                    at,
+                    &env,
+                    format!(
+                        "{cluster}: agent adopts the cluster at config {}: every node already runs the pinned {}, so nothing moves and no gate applies",
+                        short(fetched.head),
+                        env_cfg.version
+                    ),
+                ),
                 (_, true) => self.say_at(
                     at,
                     &env,
@@ -503,7 +512,7 @@ impl Story {
             if published.commit.is_some() {
                 let what = match state {
                     RolloutState::Confirmed => format!(
-                        "all {} nodes Ready at {}: confirmation pushed to drover/status",
+                        "all {} nodes Ready at {}: confirmation signed with {cluster}'s key, pushed to drover/status",
                         line.nodes, line.version
                     ),
                     other => format!(
@@ -597,9 +606,16 @@ impl Story {
                 }
             }
             peak = peak.max(a.sim.peak_unavailable());
-            let mut evidence = admit::GitEvidence::new(a.source.repo(), a.source.repo().head()?.peel_to_commit()?.id());
-            let head = admit::snapshot(a.source.repo(), a.applied.as_ref().map(|(_, c)| *c).ok_or_else(|| Error::Config(format!("{}: nothing applied", a.cluster)))?, self.now)?
-                .map_err(|d| Error::Config(d.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")))?;
+            // Read the way the gate reads it: with the report signers of
+            // the commit this agent applied.
+            let applied = a
+                .applied
+                .as_ref()
+                .map(|(_, c)| *c)
+                .ok_or_else(|| Error::Config(format!("{}: nothing applied", a.cluster)))?;
+            let mut evidence = admit::GitEvidence::new(a.source.repo(), applied);
+            let head = admit::snapshot(a.source.repo(), applied, self.now)?
+                .map_err(|d| Error::Config(join(&d)))?;
             let conf = evidence.confirmations(&head.policy)?;
             let mut confirmed: Vec<(String, DateTime<Utc>)> = conf
                 .for_env(&a.env)
@@ -753,6 +769,13 @@ fn windows_between(
         t = w.end + Span::seconds(1);
     }
     Ok(out)
+}
+
+fn join(d: &[crate::diag::Diagnostic]) -> String {
+    d.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 fn uniform_version(sim: &Sim) -> Option<Version> {
