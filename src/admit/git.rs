@@ -107,11 +107,6 @@ impl<'r> GitEvidence<'r> {
         }
     }
 
-    /// Count history up to `base` from now on.
-    pub fn set_base(&mut self, base: Oid) {
-        self.base = base;
-    }
-
     /// The reports the last status read ignored, each named with why.
     pub fn ignored(&self) -> &[Ignored] {
         self.cache.as_ref().map_or(&[], |(_, _, c)| &c.ignored)
@@ -353,7 +348,9 @@ fn reject(stage: Stage, code: &str, message: String) -> Rejection {
 /// The agent's admission of `head` for `env` over `last`, its last applied
 /// commit (`None`: nothing applied yet): trust, then the head's config, then
 /// the gate for every first-parent commit from `last` to `head`, each judged
-/// by the policy of the commit before it.
+/// by the policy of the commit before it. History evidence counts only over
+/// the commits up to `last`, the agent's base: never over commits this fetch
+/// brings.
 pub fn admit_head(
     repo: &Repository,
     last: Option<Oid>,
@@ -460,11 +457,52 @@ pub fn admit_head(
                 Err(e) => return Err(gate_err(e)),
             }
         }
-        ev.set_base(commit);
         before = Some(snap);
     }
     Ok(Admitted {
         snapshot: after,
         decision,
     })
+}
+
+/// Adoption (docs/design.md §4, "the gate governs movement"): a cluster
+/// whose selected nodes all already run the version `head` pins moves
+/// nothing, so `head` needs the trust check and a valid config, not the gate.
+/// The caller has checked the nodes.
+pub fn admit_adoption(
+    repo: &Repository,
+    head: Oid,
+    env: &str,
+    mode: trust::Mode,
+    signers: &AllowedSigners,
+    now: DateTime<Utc>,
+) -> Result<Admitted, Rejection> {
+    match trust::check(repo, mode, signers, None, head) {
+        Ok(_) => {}
+        Err(trust::Error::Refused(r)) => {
+            return Err(reject(Stage::Trust, r.reason.code(), r.to_string()))
+        }
+        Err(e) => return Err(reject(Stage::Trust, "error", e.to_string())),
+    }
+    match snapshot(repo, head, now) {
+        Ok(Ok(s)) if s.config.envs.contains_key(env) => Ok(Admitted {
+            snapshot: s,
+            decision: Decision::Unchanged,
+        }),
+        Ok(Ok(_)) => Err(reject(
+            Stage::Config,
+            "unknown_env",
+            format!("{ENV_DIR}/{env}.toml does not exist"),
+        )),
+        Ok(Err(d)) => Err(reject(
+            Stage::Config,
+            "invalid",
+            d.iter()
+                .take(5)
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; "),
+        )),
+        Err(e) => Err(reject(Stage::Gate, "error", e.to_string())),
+    }
 }

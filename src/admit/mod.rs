@@ -36,7 +36,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 pub use git::{
-    admit_head, check_base, snapshot, Admitted, ChangeReport, GitEvidence, Rejection, Snapshot,
+    admit_adoption, admit_head, check_base, snapshot, Admitted, ChangeReport, GitEvidence, Rejection, Snapshot,
     Stage,
 };
 
