@@ -864,6 +864,11 @@ impl<B: ClusterBackend> Acting<B> {
                         if let Some(a) = self.load_active(commit).await {
                             self.status.applied_version = Some(a.env.version.to_string());
                         }
+                        // Durable before acting on it, as for any applied commit.
+                        if !self.write_status().await {
+                            self.status.last_applied_commit = None;
+                            return;
+                        }
                     }
                     None => adopt = true,
                 }
@@ -981,6 +986,17 @@ impl<B: ClusterBackend> Acting<B> {
     /// Without a last applied commit: the one a person confirmed, else the
     /// one this agent's own signed reports name (see [`recover`]).
     async fn recover(&mut self, head: Oid) -> Option<Oid> {
+        if self.trust_annotation.is_none() {
+            // Read again: the person may have annotated since the term began.
+            if let Ok(obj) = self.store.load_or_create().await {
+                self.trust_annotation = obj
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(recover::TRUST_ANNOTATION))
+                    .cloned();
+            }
+        }
         let src = self.source.clone();
         let named = self.trust_annotation.clone();
         let own = self

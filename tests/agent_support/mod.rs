@@ -131,7 +131,8 @@ impl ConfigRepo {
         .unwrap();
     }
 
-    fn commit(&self, message: &str, signed: bool) -> String {
+    /// Commit every change of the work tree (signed: a reviewed merge).
+    pub fn commit(&self, message: &str, signed: bool) -> String {
         git(&self.work, &["add", "-A"]);
         let sk = format!("user.signingkey={}", self.key.display());
         if signed {
@@ -155,7 +156,8 @@ impl ConfigRepo {
         git(&self.work, &["rev-parse", "HEAD"])
     }
 
-    fn push(&self) {
+    /// Push main to the served repository.
+    pub fn push(&self) {
         git(
             &self.work,
             &["push", "-q", self.bare.to_str().unwrap(), "main:main"],
