@@ -6,14 +6,11 @@
 mod read;
 
 pub use read::{
-    find_status_branch, read_confirmations, walk_reports, BranchRef, Confirmations, Error,
-    Ignored, ReportSigners, TrustedReport, MAX_REPORT_BYTES,
+    confirmations_at, find_status_branch, read_confirmations, walk_reports, BranchRef,
+    Confirmations, Error, Ignored, ReportSigners, Standing, TrustedReport, MAX_REPORT_BYTES,
 };
 mod push;
-pub use push::{
-    build_commit, introducing_commit, publish, verify_report_signer, PublishOptions, Published,
-    PushError,
-};
+pub use push::{build_commit, publish, PublishOptions, Published, PushError};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

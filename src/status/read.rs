@@ -123,13 +123,24 @@ pub struct TrustedReport {
     pub at: DateTime<Utc>,
 }
 
+/// A standing confirmation: the first `confirmed` report of its run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Standing {
+    /// When it counts from.
+    pub at: DateTime<Utc>,
+    /// The signed status commit that wrote it.
+    pub status_commit: Oid,
+    /// The config commit the agent was applying.
+    pub config_commit: String,
+}
+
 /// What the status branch proves, per cluster and version.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Confirmations {
     /// Where the branch was read from; `None` when it does not exist.
     pub branch: Option<BranchRef>,
-    /// (env, cluster, version) -> when the standing confirmation counts from.
-    confirmed: BTreeMap<(String, String, Version), DateTime<Utc>>,
+    /// (env, cluster, version) -> the standing confirmation.
+    confirmed: BTreeMap<(String, String, Version), Standing>,
     /// (env, cluster, version) -> the `failed` report that withdrew it.
     withdrawn: BTreeMap<(String, String, Version), DateTime<Utc>>,
     /// Reports that do not count, each named with why.
@@ -146,7 +157,14 @@ impl Confirmations {
     ) -> Option<DateTime<Utc>> {
         self.confirmed
             .get(&(env.to_owned(), cluster.to_owned(), version.clone()))
-            .copied()
+            .map(|s| s.at)
+    }
+
+    /// Every standing confirmation: (env, cluster, version, confirmation).
+    pub fn standing(&self) -> impl Iterator<Item = (&str, &str, &Version, &Standing)> {
+        self.confirmed
+            .iter()
+            .map(|((e, c, v), s)| (e.as_str(), c.as_str(), v, s))
     }
 
     /// The clusters of `env` whose standing confirmation of `version` counts, with since when.
@@ -154,7 +172,7 @@ impl Confirmations {
         self.confirmed
             .iter()
             .filter(|((e, _, v), _)| e == env && v == version)
-            .map(|((_, c, _), t)| (c.clone(), *t))
+            .map(|((_, c, _), s)| (c.clone(), s.at))
             .collect()
     }
 
@@ -163,7 +181,7 @@ impl Confirmations {
         self.confirmed
             .iter()
             .filter(|((e, _, _), _)| e == env)
-            .map(|((_, c, v), t)| (c.clone(), v.clone(), *t))
+            .map(|((_, c, v), s)| (c.clone(), v.clone(), s.at))
             .collect()
     }
 
@@ -381,18 +399,26 @@ pub fn read_confirmations(
     branch: &str,
     signers: ReportSigners<'_>,
 ) -> Result<Confirmations, Error> {
-    let git = |source| Error::Git {
+    let Some(found) = find_status_branch(repo, branch)? else {
+        return Ok(Confirmations::default());
+    };
+    let mut out = confirmations_at(repo, found.tip, signers).map_err(|source| Error::Git {
         branch: branch.to_owned(),
         source,
-    };
-    let mut out = Confirmations::default();
-    let Some(found) = find_status_branch(repo, branch)? else {
-        return Ok(out);
-    };
-    let tip = found.tip;
+    })?;
     out.branch = Some(found);
-    // Per (env, cluster, version): decided (a `failed` seen, newest first),
-    // or the earliest confirmation of the run seen so far.
+    Ok(out)
+}
+
+/// What the status branch at `tip` proves, trusting reports signed by `signers`.
+pub fn confirmations_at(
+    repo: &Repository,
+    tip: Oid,
+    signers: ReportSigners<'_>,
+) -> Result<Confirmations, git2::Error> {
+    let mut out = Confirmations::default();
+    // Per (env, cluster, version): decided once a `failed` is seen (newest
+    // first); until then the earliest confirmation of the run wins.
     let mut decided: HashMap<(String, String, Version), bool> = HashMap::new();
     let mut confirmed = BTreeMap::new();
     let mut withdrawn = BTreeMap::new();
@@ -410,13 +436,18 @@ pub fn read_confirmations(
                 }
             }
             RolloutState::Confirmed => {
-                // Walking newest first: the earliest of the run wins.
-                confirmed.insert(key, t.at);
+                confirmed.insert(
+                    key,
+                    Standing {
+                        at: t.at,
+                        status_commit: t.commit,
+                        config_commit: r.config_commit,
+                    },
+                );
             }
             _ => {}
         }
-    })
-    .map_err(git)?;
+    })?;
     out.confirmed = confirmed;
     out.withdrawn = withdrawn;
     Ok(out)
