@@ -1,4 +1,4 @@
-//! The gate's pure core (DESIGN §4): values in, decision out, no I/O.
+//! The gate's pure core (docs/design.md §4): values in, decision out, no I/O.
 
 use chrono::{DateTime, Utc};
 use drover::gate::{

@@ -1,5 +1,5 @@
 //! `drover check`: validate the config repository's working tree and, with
-//! `--base`, judge version changes against the promotion gate (DESIGN §4).
+//! `--base`, judge version changes against the promotion gate (docs/design.md §4).
 
 use super::{parse_time, print_json, Format, Global, Outcome};
 use crate::config::{self, DirFiles, RepoConfig};

@@ -1,4 +1,4 @@
-//! `drover log`: version history from git, newest first (DESIGN §7).
+//! `drover log`: version history from git, newest first (docs/design.md §7).
 
 use super::{print_json, Format, Global, Outcome};
 use crate::audit::{self, LogOptions};

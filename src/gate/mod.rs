@@ -1,4 +1,4 @@
-//! The promotion gate (DESIGN §4): may an environment take a version, given
+//! The promotion gate (docs/design.md §4): may an environment take a version, given
 //! the evidence from the one below.
 //!
 //! [`judge`] is the pure core: values in, a [`Decision`] out that explains

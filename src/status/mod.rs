@@ -1,4 +1,4 @@
-//! Status reports (DESIGN §5): `status/<env>/<cluster>.toml` on the status
+//! Status reports (docs/design.md §5): `status/<env>/<cluster>.toml` on the status
 //! branch, one file per cluster, rewritten by that cluster's agent whenever
 //! its state changes. The branch's history is the record, and confirmations
 //! in it are the evidence the next environment's gate reads.
@@ -93,7 +93,7 @@ pub fn report_path(env: &str, cluster: &str) -> String {
     format!("status/{env}/{cluster}.toml")
 }
 
-/// Serde adapter writing a UTC time as a native TOML datetime, as DESIGN §5 shows.
+/// Serde adapter writing a UTC time as a native TOML datetime, as docs/design.md §5 shows.
 mod toml_time {
     use chrono::{DateTime, SecondsFormat, Utc};
     use serde::{
