@@ -33,11 +33,22 @@ fn git_dated(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
         .env("GIT_AUTHOR_DATE", OLD)
         .env("GIT_COMMITTER_DATE", OLD)
         .envs(env.iter().copied())
-        .args(["-c", "user.name=Agent", "-c", "user.email=a@example.com", "-c", "gpg.format=ssh"])
+        .args([
+            "-c",
+            "user.name=Agent",
+            "-c",
+            "user.email=a@example.com",
+            "-c",
+            "gpg.format=ssh",
+        ])
         .args(args)
         .output()
         .expect("git");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
@@ -58,12 +69,25 @@ fn status_commit(repo: &Path, path: &str, file: &Path, key: &Path) {
     let blob = git_dated(repo, &["hash-object", "-w", file.to_str().unwrap()], &[]);
     git_dated(
         repo,
-        &["update-index", "--add", "--cacheinfo", &format!("100644,{blob},{path}")],
+        &[
+            "update-index",
+            "--add",
+            "--cacheinfo",
+            &format!("100644,{blob},{path}"),
+        ],
         &idx,
     );
     let tree = git_dated(repo, &["write-tree"], &idx);
     let sk = format!("user.signingkey={}", key.display());
-    let mut args = vec!["-c", sk.as_str(), "commit-tree", tree.as_str(), "-m", "status", "-S"];
+    let mut args = vec![
+        "-c",
+        sk.as_str(),
+        "commit-tree",
+        tree.as_str(),
+        "-m",
+        "status",
+        "-S",
+    ];
     if !parent.is_empty() {
         args.extend(["-p", parent.as_str()]);
     }
@@ -99,7 +123,10 @@ fn build(dir: &Path, big: bool) -> Res<PathBuf> {
         ),
     )?;
     for e in ["test", "stage", "production"] {
-        std::fs::write(repo.join(format!("environments/{e}.toml")), "version = \"1.12.0\"\n")?;
+        std::fs::write(
+            repo.join(format!("environments/{e}.toml")),
+            "version = \"1.12.0\"\n",
+        )?;
     }
     git(&repo, &["add", "-A"]);
     git_dated(&repo, &["commit", "-q", "-m", "initial"], &[]);
@@ -117,7 +144,10 @@ fn build(dir: &Path, big: bool) -> Res<PathBuf> {
     status_commit(&repo, "status/test/test-1.toml", &tmp, &k_test);
     std::fs::remove_file(&tmp)?;
     git(&repo, &["switch", "-q", "-c", "pr"]);
-    std::fs::write(repo.join("environments/production.toml"), "version = \"1.13.0\"\n")?;
+    std::fs::write(
+        repo.join("environments/production.toml"),
+        "version = \"1.13.0\"\n",
+    )?;
     git(&repo, &["add", "-A"]);
     git_dated(&repo, &["commit", "-q", "-m", "production 1.13.0"], &[]);
     Ok(repo)
@@ -129,13 +159,17 @@ fn peak_kib(cmd: &mut Command) -> Res<(u64, String)> {
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     let kib = err
         .lines()
-        .filter_map(|l| l.strip_prefix("MAXRSS_KIB="))
-        .last()
+        .rev()
+        .find_map(|l| l.strip_prefix("MAXRSS_KIB="))
         .ok_or_else(|| format!("no MAXRSS in {err}"))?
         .trim()
         .parse()?;
     if !out.status.success() {
-        return Err(format!("{cmd:?} failed: {err}{}", String::from_utf8_lossy(&out.stdout)).into());
+        return Err(format!(
+            "{cmd:?} failed: {err}{}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+        .into());
     }
     Ok((kib, err))
 }
@@ -193,10 +227,26 @@ fn main() -> Res<()> {
     for big in [false, true] {
         let repo = build(dir.path(), big)?;
         let name = if big { "big" } else { "small" };
-        git(&served, &["clone", "-q", "--bare", "--no-local", repo.to_str().unwrap(), &format!("{name}.git")]);
+        git(
+            &served,
+            &[
+                "clone",
+                "-q",
+                "--bare",
+                "--no-local",
+                repo.to_str().unwrap(),
+                &format!("{name}.git"),
+            ],
+        );
         git(
             &served.join(format!("{name}.git")),
-            &["fetch", "-q", repo.to_str().unwrap(), "pr:main", "drover/status:drover/status"],
+            &[
+                "fetch",
+                "-q",
+                repo.to_str().unwrap(),
+                "pr:main",
+                "drover/status:drover/status",
+            ],
         );
         let (check, out) = peak_kib(
             timed(env!("CARGO_BIN_EXE_drover"))
@@ -205,7 +255,10 @@ fn main() -> Res<()> {
                 .args(["--base", "main", "--now", NOW]),
         )?;
         if big {
-            assert!(out.contains("larger than the 64 KiB"), "the big report is named: {out}");
+            assert!(
+                out.contains("larger than the 64 KiB"),
+                "the big report is named: {out}"
+            );
         }
         let cache = dir.path().join(format!("cache-{name}"));
         let (agent, err) = peak_kib(
@@ -216,7 +269,10 @@ fn main() -> Res<()> {
         )?;
         if big {
             assert!(
-                err.contains(&format!("REPORT_BYTES={}", report("test", "test-1", "1.13.0").len() + BIG + 2)),
+                err.contains(&format!(
+                    "REPORT_BYTES={}",
+                    report("test", "test-1", "1.13.0").len() + BIG + 2
+                )),
                 "the agent fetched the 100 MB report: {err}"
             );
         }

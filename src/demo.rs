@@ -146,8 +146,14 @@ pub async fn run(opts: &Options) -> Result<Report, Error> {
     let start: DateTime<Utc> = "2026-11-25T09:00:00Z".parse().unwrap_or_default();
     // Every cluster signs its reports with its own key, made here and never
     // written to disk; the public halves go into the report signers file.
-    let example_cfg = config::load(&DirFiles::new(&opts.example_repo))
-        .map_err(|d| Error::Config(d.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")))?;
+    let example_cfg = config::load(&DirFiles::new(&opts.example_repo)).map_err(|d| {
+        Error::Config(
+            d.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; "),
+        )
+    })?;
     let mut keys = BTreeMap::new();
     for env in &example_cfg.root.chain {
         for cluster in example_cfg.clusters(env) {
@@ -404,14 +410,20 @@ impl Story {
             let repo = self.agents[i].source.repo();
             let last = self.agents[i].applied.as_ref().map(|(_, c)| *c);
             let head_cfg = admit::snapshot(repo, fetched.head, at)?.map_err(|d| {
-                Error::Config(d.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
+                Error::Config(
+                    d.iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                )
             })?;
             let Some(env_cfg) = head_cfg.config.envs.get(&env).cloned() else {
                 return Err(Error::Config(format!("no environment {env}")));
             };
             // Adoption: before anything was applied, a fleet that already
             // runs the pinned version moves nothing and needs no gate.
-            let adopt = last.is_none() && uniform_version(&self.agents[i].sim).as_ref() == Some(&env_cfg.version);
+            let adopt = last.is_none()
+                && uniform_version(&self.agents[i].sim).as_ref() == Some(&env_cfg.version);
             let decision = if adopt {
                 Decision::Unchanged
             } else {
@@ -426,7 +438,7 @@ impl Story {
                 ) {
                     Ok(a) => a.decision,
                     Err(r) => match r.refusal {
-                        Some(g) => Decision::Refused(g),
+                        Some(g) => Decision::Refused(*g),
                         None => return Err(Error::Config(r.to_string())),
                     },
                 }

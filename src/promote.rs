@@ -116,9 +116,8 @@ pub fn choose(
 
     // The promotion is a change on top of HEAD: judged by HEAD's policy,
     // through the same admission as `drover check --base` and the agent.
-    let snap = admit::snapshot(repo, head.id(), now)?.map_err(|d| {
-        Error::Invalid(d.first().map(ToString::to_string).unwrap_or_default())
-    })?;
+    let snap = admit::snapshot(repo, head.id(), now)?
+        .map_err(|d| Error::Invalid(d.first().map(ToString::to_string).unwrap_or_default()))?;
     let mut evidence = GitEvidence::new(repo, head.id());
 
     // Every version the lower environment shows, oldest first.

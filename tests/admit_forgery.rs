@@ -63,7 +63,10 @@ fn keygen(dir: &Path, name: &str) -> PathBuf {
 
 fn public_key(key: &Path) -> String {
     let text = std::fs::read_to_string(format!("{}.pub", key.display())).unwrap();
-    text.split_whitespace().take(2).collect::<Vec<_>>().join(" ")
+    text.split_whitespace()
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn env_toml(version: &str, extra: &str) -> String {
@@ -101,7 +104,10 @@ impl Fixture {
             keys,
         };
         git(&f.repo, &["init", "-q", "-b", "main"]);
-        f.write("drover.toml", &Self::root(evidence, "[\"test\", \"stage\", \"production\"]", ""));
+        f.write(
+            "drover.toml",
+            &Self::root(evidence, "[\"test\", \"stage\", \"production\"]", ""),
+        );
         f.write(
             "agents.allowed_signers",
             &format!(
@@ -193,7 +199,12 @@ impl Fixture {
                 format!("user.signingkey={}", self.key(k).display()),
             ]);
         }
-        args.extend(["commit-tree".into(), tree, "-m".into(), format!("status: {path}")]);
+        args.extend([
+            "commit-tree".into(),
+            tree,
+            "-m".into(),
+            format!("status: {path}"),
+        ]);
         if !parent.is_empty() {
             args.extend(["-p".into(), parent]);
         }
@@ -202,11 +213,22 @@ impl Fixture {
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let commit = git_env(&self.repo, &args, Some(date), &[]);
-        git(&self.repo, &["update-ref", "refs/heads/drover/status", &commit]);
+        git(
+            &self.repo,
+            &["update-ref", "refs/heads/drover/status", &commit],
+        );
     }
 
     /// A report by `cluster` of `env`, signed with `key`.
-    fn report(&self, env: &str, cluster: &str, version: &str, state: &str, since: &str, key: Option<&str>) {
+    fn report(
+        &self,
+        env: &str,
+        cluster: &str,
+        version: &str,
+        state: &str,
+        since: &str,
+        key: Option<&str>,
+    ) {
         self.status_commit(
             &format!("status/{env}/{cluster}.toml"),
             Some(&report(env, cluster, version, state, since)),
@@ -234,7 +256,10 @@ impl Fixture {
     }
 
     fn bump(&self, env: &str, version: &str, extra: &str, date: &str) {
-        self.write(&format!("environments/{env}.toml"), &env_toml(version, extra));
+        self.write(
+            &format!("environments/{env}.toml"),
+            &env_toml(version, extra),
+        );
         self.commit_all(&format!("Bump {env} to {version}"), date);
     }
 }
@@ -263,21 +288,48 @@ fn unsigned_report_is_refused() {
     let f = Fixture::new("status");
     f.report("stage", "stage-1", "1.13.0", "confirmed", OLD, None);
     production_pr(&f);
-    refused(&f, &["not confirmed by: stage-1", "unsigned", "note: ignored status report status/stage/stage-1.toml"]);
+    refused(
+        &f,
+        &[
+            "not confirmed by: stage-1",
+            "unsigned",
+            "note: ignored status report status/stage/stage-1.toml",
+        ],
+    );
 }
 
 #[test]
 fn report_signed_by_another_clusters_key_is_refused() {
     let f = Fixture::new("status");
-    f.report("stage", "stage-1", "1.13.0", "confirmed", OLD, Some("test-1"));
+    f.report(
+        "stage",
+        "stage-1",
+        "1.13.0",
+        "confirmed",
+        OLD,
+        Some("test-1"),
+    );
     production_pr(&f);
-    refused(&f, &["stage-1", "signed by test/test-1's key, which is not listed for stage/stage-1"]);
+    refused(
+        &f,
+        &[
+            "stage-1",
+            "signed by test/test-1's key, which is not listed for stage/stage-1",
+        ],
+    );
 }
 
 #[test]
 fn report_signed_by_a_key_not_in_report_signers_is_refused() {
     let f = Fixture::new("status");
-    f.report("stage", "stage-1", "1.13.0", "confirmed", OLD, Some("rogue"));
+    f.report(
+        "stage",
+        "stage-1",
+        "1.13.0",
+        "confirmed",
+        OLD,
+        Some("rogue"),
+    );
     production_pr(&f);
     refused(&f, &["stage-1", "which is not listed for stage/stage-1"]);
 }
@@ -285,7 +337,14 @@ fn report_signed_by_a_key_not_in_report_signers_is_refused() {
 #[test]
 fn key_added_in_the_change_being_judged_does_not_count() {
     let f = Fixture::new("status");
-    f.report("stage", "stage-1", "1.13.0", "confirmed", OLD, Some("rogue"));
+    f.report(
+        "stage",
+        "stage-1",
+        "1.13.0",
+        "confirmed",
+        OLD,
+        Some("rogue"),
+    );
     f.branch("pr");
     let mut signers = std::fs::read_to_string(f.repo.join("agents.allowed_signers")).unwrap();
     signers.push_str(&format!(
@@ -303,16 +362,40 @@ fn key_added_in_the_change_being_judged_does_not_count() {
 #[test]
 fn confirmation_withdrawn_by_a_later_failed_report_is_refused() {
     let f = Fixture::new("status");
-    f.report("stage", "stage-1", "1.13.0", "confirmed", OLD, Some("stage-1"));
-    f.report("stage", "stage-1", "1.13.0", "failed", "2026-12-11T12:00:00Z", Some("stage-1"));
+    f.report(
+        "stage",
+        "stage-1",
+        "1.13.0",
+        "confirmed",
+        OLD,
+        Some("stage-1"),
+    );
+    f.report(
+        "stage",
+        "stage-1",
+        "1.13.0",
+        "failed",
+        "2026-12-11T12:00:00Z",
+        Some("stage-1"),
+    );
     production_pr(&f);
-    refused(&f, &["stage-1 (its confirmation was withdrawn by a later `failed` report"]);
+    refused(
+        &f,
+        &["stage-1 (its confirmation was withdrawn by a later `failed` report"],
+    );
 }
 
 #[test]
 fn confirmation_younger_than_the_soak_is_refused() {
     let f = Fixture::new("status");
-    f.report("stage", "stage-1", "1.13.0", "confirmed", RECENT, Some("stage-1"));
+    f.report(
+        "stage",
+        "stage-1",
+        "1.13.0",
+        "confirmed",
+        RECENT,
+        Some("stage-1"),
+    );
     production_pr(&f);
     refused(&f, &["production may not take 1.13.0 yet", "soak of 24h"]);
 }
@@ -350,7 +433,10 @@ fn status_branch_pointed_at_the_change_is_refused() {
     let root = Fixture::root("status", "[\"test\", \"stage\", \"production\"]", "")
         .replace("drover/status", "pr");
     f.write("drover.toml", &root);
-    f.write("status/stage/stage-1.toml", &report("stage", "stage-1", "1.13.0", "confirmed", OLD));
+    f.write(
+        "status/stage/stage-1.toml",
+        &report("stage", "stage-1", "1.13.0", "confirmed", OLD),
+    );
     f.bump("production", "1.13.0", "", "2026-12-20T11:00:00Z");
     refused(&f, &["also edits the promotion policy (status_branch)"]);
 }
@@ -363,16 +449,36 @@ fn backdated_history_inside_the_change_is_refused() {
     f.bump("test", "1.13.0", "", "2026-11-02T00:00:00Z");
     f.bump("stage", "1.13.0", "", "2026-11-03T00:00:00Z");
     f.bump("production", "1.13.0", "", "2026-12-20T11:00:00Z");
-    refused(&f, &["production may not take 1.13.0: stage is configured at 1.12.0"]);
+    refused(
+        &f,
+        &["production may not take 1.13.0: stage is configured at 1.12.0"],
+    );
 }
 
 #[test]
 fn stale_allow_downgrade_is_refused() {
     let f = Fixture::new("status");
-    f.bump("production", "1.12.0", "allow_downgrade = true", "2026-11-02T00:00:00Z");
-    f.report("stage", "stage-1", "1.0.0", "confirmed", OLD, Some("stage-1"));
+    f.bump(
+        "production",
+        "1.12.0",
+        "allow_downgrade = true",
+        "2026-11-02T00:00:00Z",
+    );
+    f.report(
+        "stage",
+        "stage-1",
+        "1.0.0",
+        "confirmed",
+        OLD,
+        Some("stage-1"),
+    );
     f.branch("pr");
-    f.bump("production", "1.0.0", "allow_downgrade = true", "2026-12-20T11:00:00Z");
+    f.bump(
+        "production",
+        "1.0.0",
+        "allow_downgrade = true",
+        "2026-12-20T11:00:00Z",
+    );
     refused(&f, &["production may not go down from 1.12.0 to 1.0.0"]);
 }
 
@@ -381,7 +487,12 @@ fn oversized_report_is_ignored_and_named() {
     let f = Fixture::new("status");
     let mut big = report("stage", "stage-1", "1.13.0", "confirmed", OLD);
     big.push_str(&format!("# {}\n", "x".repeat(70 * 1024)));
-    f.status_commit("status/stage/stage-1.toml", Some(&big), Some("stage-1"), OLD);
+    f.status_commit(
+        "status/stage/stage-1.toml",
+        Some(&big),
+        Some("stage-1"),
+        OLD,
+    );
     production_pr(&f);
     refused(&f, &["larger than the 64 KiB a report may have"]);
 }
@@ -389,8 +500,20 @@ fn oversized_report_is_ignored_and_named() {
 #[test]
 fn report_deleted_from_the_tip_no_longer_counts() {
     let f = Fixture::new("status");
-    f.report("stage", "stage-1", "1.13.0", "confirmed", OLD, Some("stage-1"));
-    f.status_commit("status/stage/stage-1.toml", None, Some("stage-1"), "2026-12-11T00:00:00Z");
+    f.report(
+        "stage",
+        "stage-1",
+        "1.13.0",
+        "confirmed",
+        OLD,
+        Some("stage-1"),
+    );
+    f.status_commit(
+        "status/stage/stage-1.toml",
+        None,
+        Some("stage-1"),
+        "2026-12-11T00:00:00Z",
+    );
     production_pr(&f);
     refused(&f, &["deleted at the branch tip"]);
 }
@@ -398,7 +521,14 @@ fn report_deleted_from_the_tip_no_longer_counts() {
 #[test]
 fn evidence_status_without_report_signers_trusts_no_report() {
     let f = Fixture::new("status");
-    f.report("stage", "stage-1", "1.13.0", "confirmed", OLD, Some("stage-1"));
+    f.report(
+        "stage",
+        "stage-1",
+        "1.13.0",
+        "confirmed",
+        OLD,
+        Some("stage-1"),
+    );
     f.write(
         "drover.toml",
         &Fixture::root("status", "[\"test\", \"stage\", \"production\"]", "")
@@ -415,7 +545,14 @@ fn evidence_status_without_report_signers_trusts_no_report() {
 fn control_properly_signed_confirmation_passes() {
     let f = Fixture::new("status");
     f.report("test", "test-1", "1.13.0", "confirmed", OLD, Some("test-1"));
-    f.report("stage", "stage-1", "1.13.0", "confirmed", OLD, Some("stage-1"));
+    f.report(
+        "stage",
+        "stage-1",
+        "1.13.0",
+        "confirmed",
+        OLD,
+        Some("stage-1"),
+    );
     production_pr(&f);
     passes(&f);
 }
@@ -423,9 +560,30 @@ fn control_properly_signed_confirmation_passes() {
 #[test]
 fn control_reconfirmation_after_failure_counts_from_the_new_confirmation() {
     let f = Fixture::new("status");
-    f.report("stage", "stage-1", "1.13.0", "confirmed", "2026-12-05T00:00:00Z", Some("stage-1"));
-    f.report("stage", "stage-1", "1.13.0", "failed", "2026-12-06T00:00:00Z", Some("stage-1"));
-    f.report("stage", "stage-1", "1.13.0", "confirmed", OLD, Some("stage-1"));
+    f.report(
+        "stage",
+        "stage-1",
+        "1.13.0",
+        "confirmed",
+        "2026-12-05T00:00:00Z",
+        Some("stage-1"),
+    );
+    f.report(
+        "stage",
+        "stage-1",
+        "1.13.0",
+        "failed",
+        "2026-12-06T00:00:00Z",
+        Some("stage-1"),
+    );
+    f.report(
+        "stage",
+        "stage-1",
+        "1.13.0",
+        "confirmed",
+        OLD,
+        Some("stage-1"),
+    );
     production_pr(&f);
     passes(&f);
 }
@@ -445,16 +603,31 @@ fn control_policy_change_alone_passes() {
         public_key(&f.key("rogue"))
     ));
     f.write("agents.allowed_signers", &signers);
-    f.commit_all("Report to fleet/status; add prod-1's key", "2026-12-20T11:00:00Z");
+    f.commit_all(
+        "Report to fleet/status; add prod-1's key",
+        "2026-12-20T11:00:00Z",
+    );
     passes(&f);
 }
 
 #[test]
 fn control_downgrade_setting_the_flag_in_its_change_passes() {
     let f = Fixture::new("status");
-    f.report("stage", "stage-1", "1.0.0", "confirmed", OLD, Some("stage-1"));
+    f.report(
+        "stage",
+        "stage-1",
+        "1.0.0",
+        "confirmed",
+        OLD,
+        Some("stage-1"),
+    );
     f.branch("pr");
-    f.bump("production", "1.0.0", "allow_downgrade = true", "2026-12-20T11:00:00Z");
+    f.bump(
+        "production",
+        "1.0.0",
+        "allow_downgrade = true",
+        "2026-12-20T11:00:00Z",
+    );
     passes(&f);
 }
 
@@ -475,5 +648,8 @@ fn control_backdated_commit_on_the_base_counts_from_its_parent() {
     // On the base, but dated before its parent: counts from its parent's time.
     f.bump("stage", "1.13.0", "", "2026-12-02T00:00:00Z");
     production_pr(&f);
-    refused(&f, &["stage has been configured at 1.13.0 only since 2026-12-20T09:00:00Z"]);
+    refused(
+        &f,
+        &["stage has been configured at 1.13.0 only since 2026-12-20T09:00:00Z"],
+    );
 }

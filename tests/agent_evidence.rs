@@ -85,9 +85,19 @@ fn git_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
 
 /// One commit on the served `drover/status` writing a report for
 /// `stage/<cluster>`, signed with `key` (unsigned with `None`), dated `since`.
-fn push_report(repo: &ConfigRepo, cluster: &str, version: &str, state: &str, since: &str, key: Option<&Path>) {
+fn push_report(
+    repo: &ConfigRepo,
+    cluster: &str,
+    version: &str,
+    state: &str,
+    since: &str,
+    key: Option<&Path>,
+) {
     let bare = &repo.bare;
-    let index = repo.dir.path().join(format!("index-{}", rand::random::<u32>()));
+    let index = repo
+        .dir
+        .path()
+        .join(format!("index-{}", rand::random::<u32>()));
     let idx = [("GIT_INDEX_FILE", index.to_str().unwrap())];
     let parent = Command::new("git")
         .current_dir(bare)
@@ -126,7 +136,11 @@ fn push_report(repo: &ConfigRepo, cluster: &str, version: &str, state: &str, sin
     }
     let dated = [("GIT_AUTHOR_DATE", since), ("GIT_COMMITTER_DATE", since)];
     let commit = git_in(bare, &args, &dated);
-    git_in(bare, &["update-ref", "refs/heads/drover/status", &commit], &[]);
+    git_in(
+        bare,
+        &["update-ref", "refs/heads/drover/status", &commit],
+        &[],
+    );
 }
 
 /// Rewrite a file of the work tree.
@@ -141,17 +155,28 @@ fn commit_dated(repo: &ConfigRepo, msg: &str, date: &str) -> String {
     git_in(&repo.work, &["add", "-A"], &[]);
     let sk = format!("user.signingkey={}", repo.key.display());
     let dated = [("GIT_AUTHOR_DATE", date), ("GIT_COMMITTER_DATE", date)];
-    git_in(&repo.work, &["-c", &sk, "commit", "-q", "-S", "-m", msg], &dated);
+    git_in(
+        &repo.work,
+        &["-c", &sk, "commit", "-q", "-S", "-m", msg],
+        &dated,
+    );
     git_in(&repo.work, &["rev-parse", "HEAD"], &[])
 }
 
 fn set_version(text: String, version: &str) -> String {
-    text.replacen("version = \"1.12.0\"", &format!("version = \"{version}\""), 1)
+    text.replacen(
+        "version = \"1.12.0\"",
+        &format!("version = \"{version}\""),
+        1,
+    )
 }
+
+/// Makes a case's change in the repository; returns the head to judge.
+type Setup = fn(&ConfigRepo) -> String;
 
 struct Case {
     name: &'static str,
-    setup: fn(&ConfigRepo) -> String,
+    setup: Setup,
     reason: &'static str,
     says: &'static str,
 }
@@ -174,7 +199,14 @@ fn cases() -> Vec<Case> {
         Case {
             name: "stage/stage-1 report signed by test/test-1's key",
             setup: |r| {
-                push_report(r, "stage-1", "1.13.0", "confirmed", OLD, Some(&r.report_keys["test-1"]));
+                push_report(
+                    r,
+                    "stage-1",
+                    "1.13.0",
+                    "confirmed",
+                    OLD,
+                    Some(&r.report_keys["test-1"]),
+                );
                 bump_production(r)
             },
             reason: "not_confirmed",
@@ -199,7 +231,9 @@ fn cases() -> Vec<Case> {
                 edit(r, "agents.allowed_signers", |t| {
                     format!("{t}stage/stage-1 namespaces=\"git\" {public}")
                 });
-                edit(r, "environments/production.toml", |t| set_version(t, "1.13.0"));
+                edit(r, "environments/production.toml", |t| {
+                    set_version(t, "1.13.0")
+                });
                 let c = r.commit("production: 1.13.0, with a new key for stage-1", true);
                 r.push();
                 c
@@ -212,7 +246,14 @@ fn cases() -> Vec<Case> {
             setup: |r| {
                 let k = r.report_keys["stage-1"].clone();
                 push_report(r, "stage-1", "1.13.0", "confirmed", OLD, Some(&k));
-                push_report(r, "stage-1", "1.13.0", "failed", "2026-12-11T12:00:00Z", Some(&k));
+                push_report(
+                    r,
+                    "stage-1",
+                    "1.13.0",
+                    "failed",
+                    "2026-12-11T12:00:00Z",
+                    Some(&k),
+                );
                 bump_production(r)
             },
             reason: "not_confirmed",
@@ -237,7 +278,9 @@ fn cases() -> Vec<Case> {
                         "chain = [\"production\", \"test\", \"stage\"]",
                     )
                 });
-                edit(r, "environments/production.toml", |t| set_version(t, "1.13.0"));
+                edit(r, "environments/production.toml", |t| {
+                    set_version(t, "1.13.0")
+                });
                 let c = r.commit("production first", true);
                 r.push();
                 c
@@ -249,7 +292,10 @@ fn cases() -> Vec<Case> {
             name: "status_branch pointed at the change",
             setup: |r| {
                 edit(r, "drover.toml", |t| {
-                    t.replace("evidence = \"status\"", "evidence = \"status\"\nstatus_branch = \"forged\"")
+                    t.replace(
+                        "evidence = \"status\"",
+                        "evidence = \"status\"\nstatus_branch = \"forged\"",
+                    )
                 });
                 std::fs::create_dir_all(r.work.join("status/stage")).unwrap();
                 std::fs::write(
@@ -257,10 +303,15 @@ fn cases() -> Vec<Case> {
                     report_text("stage", "stage-1", "1.13.0", "confirmed", OLD),
                 )
                 .unwrap();
-                edit(r, "environments/production.toml", |t| set_version(t, "1.13.0"));
+                edit(r, "environments/production.toml", |t| {
+                    set_version(t, "1.13.0")
+                });
                 let c = r.commit("status on the change's own branch", true);
                 r.push();
-                git_servers::git(&r.work, &["push", "-q", r.bare.to_str().unwrap(), "main:forged"]);
+                git_servers::git(
+                    &r.work,
+                    &["push", "-q", r.bare.to_str().unwrap(), "main:forged"],
+                );
                 c
             },
             reason: "policy_and_version",
@@ -277,7 +328,9 @@ fn cases() -> Vec<Case> {
                 commit_dated(r, "test 1.13.0", "2026-11-02T00:00:00Z");
                 edit(r, "environments/stage.toml", |t| set_version(t, "1.13.0"));
                 commit_dated(r, "stage 1.13.0", "2026-11-03T00:00:00Z");
-                edit(r, "environments/production.toml", |t| set_version(t, "1.13.0"));
+                edit(r, "environments/production.toml", |t| {
+                    set_version(t, "1.13.0")
+                });
                 let c = commit_dated(r, "production 1.13.0", "2026-12-19T01:00:00Z");
                 r.push();
                 c
@@ -291,7 +344,11 @@ fn cases() -> Vec<Case> {
                 let k = r.report_keys["stage-1"].clone();
                 push_report(r, "stage-1", "1.0.0", "confirmed", OLD, Some(&k));
                 edit(r, "environments/production.toml", |t| {
-                    t.replacen("version = \"1.12.0\"", "version = \"1.12.0\"\nallow_downgrade = true", 1)
+                    t.replacen(
+                        "version = \"1.12.0\"",
+                        "version = \"1.12.0\"\nallow_downgrade = true",
+                        1,
+                    )
                 });
                 r.commit("production may go down", true);
                 edit(r, "environments/production.toml", |t| {
@@ -340,10 +397,16 @@ async fn start_adopted(
     assert_eq!(st.nodes, nodes, "the true node count");
     assert!(st.window_open, "the true window state");
     assert!(st.refused.is_none(), "{:?}", st.refused);
-    until_pass(&agent.handle, "adoption reported", Duration::from_secs(60), || {
-        repo.report("production", "prod-1")
-            .is_some_and(|r| r.state == RolloutState::Confirmed && r.version.to_string() == "1.12.0")
-    })
+    until_pass(
+        &agent.handle,
+        "adoption reported",
+        Duration::from_secs(60),
+        || {
+            repo.report("production", "prod-1").is_some_and(|r| {
+                r.state == RolloutState::Confirmed && r.version.to_string() == "1.12.0"
+            })
+        },
+    )
     .await;
     (agent, st.last_applied_commit.unwrap())
 }
@@ -379,16 +442,31 @@ async fn forgeries_are_refused_by_the_agent_and_controls_are_applied() {
             case.name,
             r.message
         );
-        assert!(r.message.contains(case.says), "{}: {}", case.name, r.message);
-        assert_eq!(st.last_applied_commit.as_deref(), Some(adopted.as_str()), "{}", case.name);
+        assert!(
+            r.message.contains(case.says),
+            "{}: {}",
+            case.name,
+            r.message
+        );
+        assert_eq!(
+            st.last_applied_commit.as_deref(),
+            Some(adopted.as_str()),
+            "{}",
+            case.name
+        );
         assert_eq!(st.state.as_deref(), Some("refused"), "{}", case.name);
-        until_pass(&agent.handle, "refused reported", Duration::from_secs(60), || {
-            repo.report("production", "prod-1").is_some_and(|rep| {
-                rep.state == RolloutState::Refused
-                    && rep.config_commit == adopted
-                    && rep.message.contains(case.reason)
-            })
-        })
+        until_pass(
+            &agent.handle,
+            "refused reported",
+            Duration::from_secs(60),
+            || {
+                repo.report("production", "prod-1").is_some_and(|rep| {
+                    rep.state == RolloutState::Refused
+                        && rep.config_commit == adopted
+                        && rep.message.contains(case.reason)
+                })
+            },
+        )
         .await;
         for n in sim.node_names() {
             assert_eq!(sim.upgrades_started(&n), 0, "{}: {n} touched", case.name);
@@ -399,10 +477,13 @@ async fn forgeries_are_refused_by_the_agent_and_controls_are_applied() {
 
     // Controls, with the window closed so that an accepted change moves no node.
     let closed = VirtualClock::new(dec(21, 12, 0));
-    let controls: Vec<(&str, fn(&ConfigRepo) -> String)> = vec![
+    let controls: Vec<(&str, Setup)> = vec![
         ("a policy change alone", |r| {
             edit(r, "drover.toml", |t| {
-                t.replace("evidence = \"status\"", "evidence = \"status\"\nstatus_branch = \"fleet/status\"")
+                t.replace(
+                    "evidence = \"status\"",
+                    "evidence = \"status\"\nstatus_branch = \"fleet/status\"",
+                )
             });
             let c = r.commit("report to fleet/status", true);
             r.push();
@@ -412,7 +493,11 @@ async fn forgeries_are_refused_by_the_agent_and_controls_are_applied() {
             let k = r.report_keys["stage-1"].clone();
             push_report(r, "stage-1", "1.0.0", "confirmed", OLD, Some(&k));
             edit(r, "environments/production.toml", |t| {
-                t.replacen("version = \"1.12.0\"", "version = \"1.0.0\"\nallow_downgrade = true", 1)
+                t.replacen(
+                    "version = \"1.12.0\"",
+                    "version = \"1.0.0\"\nallow_downgrade = true",
+                    1,
+                )
             });
             let c = r.commit("production down to 1.0.0", true);
             r.push();
@@ -426,7 +511,10 @@ async fn forgeries_are_refused_by_the_agent_and_controls_are_applied() {
         cfg.status_name = name.clone();
         cfg.lease_name = name.clone();
         let agent = RunningAgent::start(cfg, Arc::new(closed.clone()), None);
-        await_status(&client, ns.name(), &name, "adopted", |s| s.last_applied_commit.is_some()).await;
+        await_status(&client, ns.name(), &name, "adopted", |s| {
+            s.last_applied_commit.is_some()
+        })
+        .await;
         let head = setup(&repo);
         assert_eq!(agent.webhook().await, 202);
         let st = await_status(&client, ns.name(), &name, what, |s| {
@@ -448,7 +536,8 @@ async fn forgeries_are_refused_by_the_agent_and_controls_are_applied() {
     let head = bump_production(&repo);
     assert_eq!(agent.webhook().await, 202);
     await_status(&client, ns.name(), "control-signed", "rolling", |s| {
-        s.last_applied_commit.as_deref() == Some(head.as_str()) && s.state.as_deref() == Some("rolling")
+        s.last_applied_commit.as_deref() == Some(head.as_str())
+            && s.state.as_deref() == Some("rolling")
     })
     .await;
     agent.kill();
@@ -457,9 +546,13 @@ async fn forgeries_are_refused_by_the_agent_and_controls_are_applied() {
     cfg.lease_name = "control-signed".into();
     cfg.lease_duration = Duration::from_secs(1);
     let again = RunningAgent::start(cfg, Arc::new(open.clone()), None);
-    let st = await_status(&client, ns.name(), "control-signed", "resumed and confirmed", |s| {
-        s.state.as_deref() == Some("confirmed") && s.target.as_deref() == Some("1.13.0")
-    })
+    let st = await_status(
+        &client,
+        ns.name(),
+        "control-signed",
+        "resumed and confirmed",
+        |s| s.state.as_deref() == Some("confirmed") && s.target.as_deref() == Some("1.13.0"),
+    )
     .await
     .status
     .unwrap();
@@ -488,41 +581,66 @@ async fn lost_status_object_then_a_force_push_to_an_older_commit_is_refused() {
     cfg.status_name = "recover".into();
     cfg.lease_name = "recover".into();
     let agent = RunningAgent::start(cfg.clone(), Arc::new(clock.clone()), None);
-    let first = await_status(&client, ns.name(), "recover", "adopted", |s| s.last_applied_commit.is_some())
-        .await
-        .status
-        .unwrap()
-        .last_applied_commit
-        .unwrap();
+    let first = await_status(&client, ns.name(), "recover", "adopted", |s| {
+        s.last_applied_commit.is_some()
+    })
+    .await
+    .status
+    .unwrap()
+    .last_applied_commit
+    .unwrap();
     // A newer reviewed commit is applied and reported.
-    edit(&repo, "environments/production.toml", |t| t.replace("soak = \"24h\"", "soak = \"48h\""));
+    edit(&repo, "environments/production.toml", |t| {
+        t.replace("soak = \"24h\"", "soak = \"48h\"")
+    });
     let newer = repo.commit("production: longer soak", true);
     repo.push();
     agent.webhook().await;
-    until_pass(&agent.handle, "newer commit reported", Duration::from_secs(60), || {
-        repo.report("production", "prod-1").is_some_and(|r| r.config_commit == newer)
-    })
+    until_pass(
+        &agent.handle,
+        "newer commit reported",
+        Duration::from_secs(60),
+        || {
+            repo.report("production", "prod-1")
+                .is_some_and(|r| r.config_commit == newer)
+        },
+    )
     .await;
     agent.stop();
 
     // The status object is lost and main is force-pushed back to the older commit.
     let api: Api<DroverStatus> = Api::namespaced(client.clone(), ns.name());
-    api.delete("recover", &DeleteParams::default()).await.unwrap();
+    api.delete("recover", &DeleteParams::default())
+        .await
+        .unwrap();
     await_gone(&api, "recover").await;
     git_servers::git(
         &repo.work,
-        &["push", "-q", "-f", repo.bare.to_str().unwrap(), &format!("{first}:main")],
+        &[
+            "push",
+            "-q",
+            "-f",
+            repo.bare.to_str().unwrap(),
+            &format!("{first}:main"),
+        ],
     );
     // A new pod, empty cache: it recovers `newer` from its own signed report.
     cfg.identity = "recover-b".into();
     cfg.source.cache_dir = repo.dir.path().join("cache-recover-b");
     let again = RunningAgent::start(cfg, Arc::new(clock), None);
-    let st = await_status(&client, ns.name(), "recover", "rollback refused", |s| s.refused.is_some())
-        .await
-        .status
-        .unwrap();
+    let st = await_status(&client, ns.name(), "recover", "rollback refused", |s| {
+        s.refused.is_some()
+    })
+    .await
+    .status
+    .unwrap();
     let r = st.refused.unwrap();
-    assert_eq!((r.stage.as_str(), r.reason.as_str()), ("trust", "not_descendant"), "{}", r.message);
+    assert_eq!(
+        (r.stage.as_str(), r.reason.as_str()),
+        ("trust", "not_descendant"),
+        "{}",
+        r.message
+    );
     assert_eq!(r.commit, first);
     assert_eq!(st.last_applied_commit.as_deref(), Some(newer.as_str()));
     for n in sim.node_names() {
@@ -549,14 +667,19 @@ async fn without_any_trusted_state_nothing_is_applied_until_a_person_confirms() 
     cfg.lease_name = "notrust".into();
     let agent = RunningAgent::start(cfg, Arc::new(clock), None);
     let st = await_status(&client, ns.name(), "notrust", "no trusted state", |s| {
-        s.refused.as_ref().is_some_and(|r| r.reason == "no_trusted_state")
+        s.refused
+            .as_ref()
+            .is_some_and(|r| r.reason == "no_trusted_state")
     })
     .await
     .status
     .unwrap();
     let msg = st.refused.unwrap().message;
     assert!(
-        msg.contains(&format!("kubectl -n {} annotate droverstatus notrust drover.dev/trust-commit=<commit>", ns.name())),
+        msg.contains(&format!(
+            "kubectl -n {} annotate droverstatus notrust drover.dev/trust-commit=<commit>",
+            ns.name()
+        )),
         "{msg}"
     );
     assert!(msg.contains(&head), "{msg}");
@@ -564,7 +687,10 @@ async fn without_any_trusted_state_nothing_is_applied_until_a_person_confirms() 
     for n in sim.node_names() {
         assert_eq!(sim.upgrades_started(&n), 0);
     }
-    assert!(status_of(&client, ns.name(), "notrust").await.last_applied_commit.is_none());
+    assert!(status_of(&client, ns.name(), "notrust")
+        .await
+        .last_applied_commit
+        .is_none());
 
     // A person confirms the head as the message says: it is applied and rolled.
     let api: Api<DroverStatus> = Api::namespaced(client.clone(), ns.name());
@@ -579,11 +705,17 @@ async fn without_any_trusted_state_nothing_is_applied_until_a_person_confirms() 
     .await
     .unwrap();
     agent.handle.reconcile();
-    let st = await_status(&client, ns.name(), "notrust", "confirmed by a person", |s| {
-        s.last_applied_commit.as_deref() == Some(head.as_str())
-            && s.state.as_deref() == Some("confirmed")
-            && s.target.as_deref() == Some("1.13.0")
-    })
+    let st = await_status(
+        &client,
+        ns.name(),
+        "notrust",
+        "confirmed by a person",
+        |s| {
+            s.last_applied_commit.as_deref() == Some(head.as_str())
+                && s.state.as_deref() == Some("confirmed")
+                && s.target.as_deref() == Some("1.13.0")
+        },
+    )
     .await
     .status
     .unwrap();

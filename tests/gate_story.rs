@@ -124,7 +124,9 @@ impl Fixture {
         // A report is committed as its cluster's agent would: signed with
         // that cluster's own key.
         let cluster = files.first().and_then(|(p, _)| {
-            p.strip_prefix("status/")?.strip_suffix(".toml").map(str::to_owned)
+            p.strip_prefix("status/")?
+                .strip_suffix(".toml")
+                .map(str::to_owned)
         });
         let Some(principal) = cluster else {
             return self

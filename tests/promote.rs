@@ -62,7 +62,10 @@ fn repo(test_version: &str) -> tempfile::TempDir {
     let mut text = std::fs::read_to_string(&signers).unwrap();
     text.push_str(&format!(
         "test/test-1 namespaces=\"git\" {}\n",
-        cluster_key("test/test-1").public_key().to_openssh().unwrap()
+        cluster_key("test/test-1")
+            .public_key()
+            .to_openssh()
+            .unwrap()
     ));
     std::fs::write(signers, text).unwrap();
     git(dir.path(), &["add", "-A"]);

@@ -193,7 +193,10 @@ pub struct ChangeReport {
 /// A diagnostic at the `version` value of `environments/<env>.toml` in `tree`.
 fn at_version(repo: &Repository, tree: &Tree<'_>, env: &str, msg: String) -> Diagnostic {
     let file = format!("{ENV_DIR}/{env}.toml");
-    let text = read_small(repo, tree, &file).ok().flatten().unwrap_or_default();
+    let text = read_small(repo, tree, &file)
+        .ok()
+        .flatten()
+        .unwrap_or_default();
     let span = toml::de::DeTable::parse(&text).ok().and_then(|doc| {
         doc.get_ref()
             .iter()
@@ -317,12 +320,18 @@ pub struct Rejection {
     /// The version the refused head pins for the environment, when readable.
     pub version: Option<Version>,
     /// The gate's refusal, when the gate refused.
-    pub refusal: Option<crate::gate::Refusal>,
+    pub refusal: Option<Box<crate::gate::Refusal>>,
 }
 
 impl fmt::Display for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} check ({}): {}", self.stage.as_str(), self.code, self.message)
+        write!(
+            f,
+            "{} check ({}): {}",
+            self.stage.as_str(),
+            self.code,
+            self.message
+        )
     }
 }
 
@@ -440,7 +449,7 @@ pub fn admit_head(
                         },
                     );
                     rej.version = Some(version);
-                    rej.refusal = Some(r);
+                    rej.refusal = Some(Box::new(r));
                     return Err(rej);
                 }
                 Ok(Decision::Unchanged) => {}

@@ -27,8 +27,7 @@ pub mod git;
 
 use crate::config::{Evidence, RepoConfig};
 use crate::gate::{
-    judge, Decision, GateRequest, HistoryError, Lower, LowerEvidence, LowerHistory, Reason,
-    Refusal,
+    judge, Decision, GateRequest, HistoryError, Lower, LowerEvidence, LowerHistory, Reason, Refusal,
 };
 use chrono::{DateTime, Utc};
 use semver::Version;
@@ -36,8 +35,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 pub use git::{
-    admit_adoption, admit_head, check_base, snapshot, Admitted, ChangeReport, GitEvidence, Rejection, Snapshot,
-    Stage,
+    admit_adoption, admit_head, check_base, snapshot, Admitted, ChangeReport, GitEvidence,
+    Rejection, Snapshot, Stage,
 };
 
 /// Errors that stop admission from judging at all (as opposed to a refusal).
@@ -245,11 +244,7 @@ pub fn judge_env(
         version: new.version.clone(),
         previous: old.map(|o| o.version.clone()),
         allow_downgrade: new.allow_downgrade && !old.is_some_and(|o| o.allow_downgrade),
-        soak: policy
-            .soaks
-            .get(env)
-            .copied()
-            .unwrap_or(new.promotion.soak),
+        soak: policy.soaks.get(env).copied().unwrap_or(new.promotion.soak),
         lower,
         now,
     }))

@@ -1010,7 +1010,10 @@ impl<B: ClusterBackend> Acting<B> {
             let s = lock(&src);
             let repo = s.repo();
             if let Some(c) = named.and_then(|n| repo.revparse_single(n.trim()).ok()) {
-                return c.peel_to_commit().ok().map(|c| (c.id(), "confirmed by a person"));
+                return c
+                    .peel_to_commit()
+                    .ok()
+                    .map(|c| (c.id(), "confirmed by a person"));
             }
             let branch = s.config().status_branch.clone();
             recover::from_own_reports(repo, &branch, &env, &cluster, own.as_ref()?)
@@ -1133,7 +1136,12 @@ impl<B: ClusterBackend> Acting<B> {
             match admitted {
                 Ok(a) => {
                     let Some(env) = a.snapshot.config.envs.get(&env_name).cloned() else {
-                        return refuse("config", "unknown_env", format!("no environment {env_name}"), None);
+                        return refuse(
+                            "config",
+                            "unknown_env",
+                            format!("no environment {env_name}"),
+                            None,
+                        );
                     };
                     let branch = a.snapshot.policy.status_branch.clone();
                     if let Some(flag) = flag.as_ref().filter(|f| **f != branch) {
@@ -1380,7 +1388,10 @@ impl<B: ClusterBackend> Acting<B> {
                     r.message
                 );
                 if message.len() > 1000 {
-                    let cut = (0..=1000).rev().find(|i| message.is_char_boundary(*i)).unwrap_or(0);
+                    let cut = (0..=1000)
+                        .rev()
+                        .find(|i| message.is_char_boundary(*i))
+                        .unwrap_or(0);
                     message.truncate(cut);
                 }
                 self.status.state = Some("refused".into());

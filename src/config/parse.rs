@@ -25,7 +25,10 @@ use toml::de::{DeTable, DeValue};
 /// Keys of `drover.toml`, per section (`""` is the top level).
 const ROOT_KEYS: &[(&str, &[&str])] = &[
     ("", &["promotion", "clusters"]),
-    ("promotion", &["chain", "evidence", "status_branch", "report_signers"]),
+    (
+        "promotion",
+        &["chain", "evidence", "status_branch", "report_signers"],
+    ),
 ];
 
 /// Keys of an environment file, per section (`""` is the top level).
@@ -321,20 +324,27 @@ fn root_inner(file: &str, text: &str) -> RootParsed {
 
     // Which file is checked is the admission's concern (src/admit/): here
     // only that it is a relative path inside the repository.
-    let report_signers = promotion.and_then(|p| p.get("report_signers")).and_then(|v| {
-        let s = cx.want_str("report_signers", v, "a path such as \"agents.allowed_signers\"")?;
-        if s.is_empty() || s.starts_with('/') || s.split('/').any(|c| c == ".." || c.is_empty()) {
-            cx.err(
-                &v.span(),
-                format!(
-                    "`report_signers` must be a relative path inside the repository such as \
+    let report_signers = promotion
+        .and_then(|p| p.get("report_signers"))
+        .and_then(|v| {
+            let s = cx.want_str(
+                "report_signers",
+                v,
+                "a path such as \"agents.allowed_signers\"",
+            )?;
+            if s.is_empty() || s.starts_with('/') || s.split('/').any(|c| c == ".." || c.is_empty())
+            {
+                cx.err(
+                    &v.span(),
+                    format!(
+                        "`report_signers` must be a relative path inside the repository such as \
                      \"agents.allowed_signers\"; found \"{s}\""
-                ),
-            );
-            return None;
-        }
-        Some(s.to_owned())
-    });
+                    ),
+                );
+                return None;
+            }
+            Some(s.to_owned())
+        });
 
     let mut clusters: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut owner: BTreeMap<String, String> = BTreeMap::new();

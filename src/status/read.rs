@@ -266,8 +266,7 @@ fn check_signer(
 ) -> Result<(), String> {
     let Some(all) = signers else {
         return Err(
-            "no `report_signers` in [promotion] of drover.toml, so no report can be trusted"
-                .into(),
+            "no `report_signers` in [promotion] of drover.toml, so no report can be trusted".into(),
         );
     };
     let principal = format!("{env}/{cluster}");
@@ -294,7 +293,12 @@ fn check_signer(
 }
 
 /// Read one report blob with the size bound; `Err` says why it is ignored.
-fn read_report(repo: &Repository, blob: Oid, env: &str, cluster: &str) -> Result<StatusReport, String> {
+fn read_report(
+    repo: &Repository,
+    blob: Oid,
+    env: &str,
+    cluster: &str,
+) -> Result<StatusReport, String> {
     let odb = repo.odb().map_err(|e| e.to_string())?;
     let (size, _) = odb.read_header(blob).map_err(|e| e.to_string())?;
     if size > MAX_REPORT_BYTES {

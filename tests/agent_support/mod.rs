@@ -91,7 +91,12 @@ impl ConfigRepo {
         }
         let principals: Vec<(String, &std::path::Path)> = envs
             .iter()
-            .map(|e| (format!("{}/{}", e.env, e.cluster), report_keys[&e.cluster].as_path()))
+            .map(|e| {
+                (
+                    format!("{}/{}", e.env, e.cluster),
+                    report_keys[&e.cluster].as_path(),
+                )
+            })
             .collect();
         let entries: Vec<(&str, &std::path::Path)> =
             principals.iter().map(|(p, k)| (p.as_str(), *k)).collect();
