@@ -653,3 +653,60 @@ fn control_backdated_commit_on_the_base_counts_from_its_parent() {
         &["stage has been configured at 1.13.0 only since 2026-12-20T09:00:00Z"],
     );
 }
+
+#[test]
+fn revoked_version_is_refused_even_in_the_first_environment() {
+    let f = Fixture::new("status");
+    f.write(
+        "drover.toml",
+        &Fixture::root(
+            "status",
+            "[\"test\", \"stage\", \"production\"]",
+            "revoked = [{ version = \"1.13.0\", reason = \"kernel panic on m7i\" }]",
+        ),
+    );
+    f.commit_all("Revoke 1.13.0", "2026-11-02T00:00:00Z");
+    f.branch("pr");
+    f.bump("test", "1.13.0", "", "2026-12-20T11:00:00Z");
+    refused(
+        &f,
+        &[
+            "test may not take 1.13.0: it is revoked",
+            "kernel panic on m7i",
+        ],
+    );
+}
+
+#[test]
+fn control_revoking_alone_passes_and_a_bad_entry_is_named() {
+    let f = Fixture::new("status");
+    f.branch("pr");
+    f.write(
+        "drover.toml",
+        &Fixture::root(
+            "status",
+            "[\"test\", \"stage\", \"production\"]",
+            "revoked = [{ version = \"1.13.0\", reason = \"kernel panic on m7i\" }]",
+        ),
+    );
+    f.commit_all("Revoke 1.13.0", "2026-12-20T11:00:00Z");
+    passes(&f);
+
+    f.write(
+        "drover.toml",
+        &Fixture::root(
+            "status",
+            "[\"test\", \"stage\", \"production\"]",
+            "revoked = [{ version = \"1.13\", why = \"x\" }]",
+        ),
+    );
+    f.commit_all("A bad entry", "2026-12-20T11:30:00Z");
+    refused(
+        &f,
+        &[
+            "drover.toml:",
+            "unknown key `why` in a `revoked` entry",
+            "revoked version \"1.13\" is not valid",
+        ],
+    );
+}

@@ -10,7 +10,8 @@
 //! Rules (docs/design.md §4):
 //! - a change is judged by the policy in force before it: `chain`,
 //!   `evidence`, `status_branch`, `report_signers` (the path and the file's
-//!   content) and every environment's `soak`;
+//!   content), `revoked` and every environment's `soak`; a revoked version
+//!   is refused in every environment, the first of the chain included;
 //! - a change that edits that policy and moves an existing environment's
 //!   version is refused: the two go in separate changes;
 //! - a new environment is judged by the policy of the change that adds it;
@@ -25,7 +26,7 @@
 
 pub mod git;
 
-use crate::config::{Evidence, RepoConfig};
+use crate::config::{Evidence, RepoConfig, Revoked};
 use crate::gate::{
     judge, Decision, GateRequest, HistoryError, Lower, LowerEvidence, LowerHistory, Reason, Refusal,
 };
@@ -88,6 +89,8 @@ pub struct Policy {
     pub signers_text: Option<String>,
     /// Each environment's `[promotion] soak`.
     pub soaks: BTreeMap<String, Duration>,
+    /// `[promotion] revoked`: versions never rolled out again, with why.
+    pub revoked: Vec<Revoked>,
     /// `[clusters]` (not an edit key; see the module doc).
     pub clusters: BTreeMap<String, Vec<String>>,
 }
@@ -106,6 +109,7 @@ impl Policy {
                 .iter()
                 .map(|(n, e)| (n.clone(), e.promotion.soak))
                 .collect(),
+            revoked: cfg.root.revoked.clone(),
             clusters: cfg.root.clusters.clone(),
         }
     }
@@ -129,6 +133,9 @@ impl Policy {
                 "the keys in {}",
                 after.report_signers.as_deref().unwrap_or("report_signers")
             ));
+        }
+        if self.revoked != after.revoked {
+            out.push("revoked".to_owned());
         }
         for (env, soak) in &self.soaks {
             if after.soaks.get(env).is_some_and(|s| s != soak) {
@@ -206,6 +213,11 @@ pub fn judge_env(
         }
         _ => after_policy,
     };
+    if let Some(r) = policy.revoked.iter().find(|r| r.version == new.version) {
+        return refuse(Reason::Revoked {
+            why: r.reason.clone(),
+        });
+    }
     let Some(lower) = policy.lower(env) else {
         return Err(Error::NotInChain(env.to_owned()));
     };
@@ -261,5 +273,6 @@ pub fn reason_code(r: &Reason) -> &'static str {
         Reason::HistorySoaking { .. } => "history_soaking",
         Reason::PolicyAndVersion { .. } => "policy_and_version",
         Reason::NoReportSigners => "no_report_signers",
+        Reason::Revoked { .. } => "revoked",
     }
 }

@@ -188,6 +188,11 @@ pub enum Reason {
     },
     /// `evidence = "status"` without `report_signers`: no report can be trusted.
     NoReportSigners,
+    /// The version is listed in `[promotion] revoked` of the policy in force.
+    Revoked {
+        /// Why, as the entry says.
+        why: String,
+    },
 
     /// Every cluster confirmed, but the latest confirmation is younger than the soak.
     Soaking {
@@ -397,6 +402,10 @@ impl fmt::Display for Refusal {
                 f,
                 "{env} may not take {v} in a change that also edits the promotion policy ({}): the policy is judged by the policy before it, so make the policy change and the version change separately",
                 edits.join(", ")
+            ),
+            Reason::Revoked { why } => write!(
+                f,
+                "{env} may not take {v}: it is revoked in [promotion] revoked of drover.toml ({why})"
             ),
             Reason::NoReportSigners => write!(
                 f,
