@@ -106,14 +106,14 @@ fn main() -> Res<()> {
         .single()
         .ok_or("bad HEAD time")?;
 
-    let diags = drover::gate::check_changes(&repo, "HEAD~1", now)?;
-    let deep = drover::gate::check_changes(&repo, "HEAD~3", now)?;
+    let diags = drover::admit::check_base(&repo, "HEAD~1", now)?.diagnostics;
+    let deep = drover::admit::check_base(&repo, "HEAD~3", now)?.diagnostics;
     let drover_t = time(|| {
-        drover::gate::check_changes(&repo, "HEAD~1", now)?;
+        drover::admit::check_base(&repo, "HEAD~1", now)?;
         Ok(())
     })?;
     let drover3_t = time(|| {
-        drover::gate::check_changes(&repo, "HEAD~3", now)?;
+        drover::admit::check_base(&repo, "HEAD~3", now)?;
         Ok(())
     })?;
     let git_t = time(|| {
@@ -132,12 +132,12 @@ fn main() -> Res<()> {
     println!("repository: {} ({COMMITS} commits)", repo.display());
     println!("HEAD changes {env_file}; now = {now}");
     println!(
-        "drover gate::check_changes(HEAD~1): median {:?} over {RUNS} runs ({} refusals)",
+        "drover admit::check_base(HEAD~1): median {:?} over {RUNS} runs ({} refusals)",
         drover_t,
         diags.len()
     );
     println!(
-        "drover gate::check_changes(HEAD~3): median {:?} over {RUNS} runs ({} refusals)",
+        "drover admit::check_base(HEAD~3): median {:?} over {RUNS} runs ({} refusals)",
         drover3_t,
         deep.len()
     );

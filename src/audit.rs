@@ -5,7 +5,6 @@
 //! `environments/<env>.toml` between a commit and its parent instead of
 //! diffing trees, and reads a blob only when its id changed.
 
-use crate::status::{RolloutState, StatusReport};
 use crate::trust::{self, AllowedSigners};
 use chrono::{SecondsFormat, TimeZone, Utc};
 use git2::{Commit, Oid, Repository, Tree};
@@ -75,6 +74,8 @@ pub struct LogOptions<'a> {
     pub signers: Option<&'a AllowedSigners>,
     /// Status branch tip whose confirmations to attach.
     pub status_tip: Option<Oid>,
+    /// Keys whose reports count (`report_signers` of the config); `None` trusts none.
+    pub report_signers: Option<&'a AllowedSigners>,
 }
 
 #[derive(Deserialize)]
@@ -215,7 +216,7 @@ pub fn version_history(
         }
     }
     if let Some(tip) = opts.status_tip {
-        attach(&mut out, confirmations(repo, tip)?);
+        attach(&mut out, confirmations(repo, tip, opts.report_signers)?);
     }
     Ok(out)
 }
@@ -255,77 +256,27 @@ fn change(
     })
 }
 
-/// Every confirmation recorded on the status branch (first parents), the
-/// earliest one per environment, cluster and version.
-pub fn confirmations(repo: &Repository, status_tip: Oid) -> Result<Vec<Confirmation>, Error> {
-    let mut found: HashMap<(String, String, String), Confirmation> = HashMap::new();
-    let status_dir = |c: &Commit<'_>| -> Result<Option<Oid>, git2::Error> {
-        Ok(subtree_id(&c.tree()?, "status"))
-    };
-    let mut commit = repo.find_commit(status_tip)?;
-    let mut dir = status_dir(&commit)?;
-    loop {
-        let parent = commit.parent(0).ok();
-        let parent_dir = match &parent {
-            Some(p) => status_dir(p)?,
-            None => None,
-        };
-        if dir != parent_dir {
-            let envs = |d: Option<Oid>| -> Result<HashMap<String, Oid>, git2::Error> {
-                let Some(d) = d else {
-                    return Ok(HashMap::new());
-                };
-                Ok(repo
-                    .find_tree(d)?
-                    .iter()
-                    .filter(|e| e.kind() == Some(git2::ObjectType::Tree))
-                    .filter_map(|e| Some((e.name().ok()?.to_string(), e.id())))
-                    .collect())
-            };
-            let before = envs(parent_dir)?;
-            for (env, tree) in envs(dir)? {
-                if before.get(&env) == Some(&tree) {
-                    continue;
-                }
-                let old: HashMap<String, Oid> = toml_entries(repo, before.get(&env).copied())?
-                    .into_iter()
-                    .collect();
-                for (cluster, blob) in toml_entries(repo, Some(tree))? {
-                    if old.get(&cluster) == Some(&blob) {
-                        continue;
-                    }
-                    let Ok(blob) = crate::config::bounded_blob(repo, blob) else {
-                        continue;
-                    };
-                    let Ok(r) = StatusReport::from_toml(&String::from_utf8_lossy(blob.content()))
-                    else {
-                        continue;
-                    };
-                    if r.state != RolloutState::Confirmed {
-                        continue;
-                    }
-                    let c = Confirmation {
-                        env: r.env.clone(),
-                        cluster: r.cluster.clone(),
-                        version: r.version.to_string(),
-                        since: r.since.to_rfc3339_opts(SecondsFormat::Secs, true),
-                        config_commit: r.config_commit.clone(),
-                        status_commit: commit.id().to_string(),
-                    };
-                    // Walking newest first: overwriting keeps the earliest.
-                    found.insert((c.env.clone(), c.cluster.clone(), c.version.clone()), c);
-                }
-            }
-        }
-        match parent {
-            Some(p) => {
-                commit = p;
-                dir = parent_dir;
-            }
-            None => break,
-        }
-    }
-    let mut out: Vec<Confirmation> = found.into_values().collect();
+/// Every standing confirmation on the status branch at `status_tip`, read by
+/// the one report reader (`status::confirmations_at`): only reports signed by
+/// their own cluster's key in `report_signers` count, and a later `failed`
+/// withdraws a confirmation.
+pub fn confirmations(
+    repo: &Repository,
+    status_tip: Oid,
+    report_signers: Option<&AllowedSigners>,
+) -> Result<Vec<Confirmation>, Error> {
+    let found = crate::status::confirmations_at(repo, status_tip, report_signers)?;
+    let mut out: Vec<Confirmation> = found
+        .standing()
+        .map(|(env, cluster, version, s)| Confirmation {
+            env: env.to_owned(),
+            cluster: cluster.to_owned(),
+            version: version.to_string(),
+            since: s.at.to_rfc3339_opts(SecondsFormat::Secs, true),
+            config_commit: s.config_commit.clone(),
+            status_commit: s.status_commit.to_string(),
+        })
+        .collect();
     out.sort_by(|a, b| (&a.since, &a.cluster).cmp(&(&b.since, &b.cluster)));
     Ok(out)
 }

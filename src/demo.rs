@@ -10,8 +10,9 @@
 //! cluster, and pushes its status reports to the status branch, where the
 //! next environment's gate reads them.
 
-use crate::config::{self, DirFiles, GitTreeFiles, RepoConfig};
-use crate::gate::{self, Decision, Reason};
+use crate::admit;
+use crate::config::{self, DirFiles, RepoConfig};
+use crate::gate::{Decision, Reason};
 use crate::promote::{self, git, git_at, Choice};
 use crate::rollout::{Engine, Labels, Policy, VirtualClock};
 use crate::sim::{self, EventKind, Pdb, Pod, Sim, SimNode};
@@ -40,9 +41,12 @@ pub enum Error {
     /// Reading the status branch failed.
     #[error(transparent)]
     Status(#[from] status::Error),
-    /// The gate could not read its evidence.
+    /// Admission could not read its evidence.
     #[error(transparent)]
-    Gate(#[from] gate::Error),
+    Admit(#[from] admit::Error),
+    /// A report signing key could not be made.
+    #[error("signing key: {0}")]
+    Key(String),
     /// The example repository or a commit of it does not load.
     #[error("config: {0}")]
     Config(String),
@@ -123,6 +127,8 @@ struct Agent {
     applied: Option<(Version, git2::Oid)>,
     /// Its last report, to publish only on change.
     last_report: Option<(RolloutState, Version)>,
+    /// How it signs its reports (its own key, generated at run time).
+    publish: PublishOptions,
     /// Sim log entries already told.
     told: usize,
 }
@@ -138,8 +144,26 @@ struct Forge {
 pub async fn run(opts: &Options) -> Result<Report, Error> {
     let tmp = tempfile::Builder::new().prefix("drover-demo-").tempdir()?;
     let start: DateTime<Utc> = "2026-11-25T09:00:00Z".parse().unwrap_or_default();
+    // Every cluster signs its reports with its own key, made here and never
+    // written to disk; the public halves go into the report signers file.
+    let example_cfg = config::load(&DirFiles::new(&opts.example_repo)).map_err(|d| {
+        Error::Config(
+            d.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; "),
+        )
+    })?;
+    let mut keys = BTreeMap::new();
+    for env in &example_cfg.root.chain {
+        for cluster in example_cfg.clusters(env) {
+            let seed: [u8; 32] = rand::random();
+            let key = ssh_key::PrivateKey::from(ssh_key::private::Ed25519Keypair::from_seed(&seed));
+            keys.insert((env.clone(), cluster.clone()), key);
+        }
+    }
     let mut story = Story {
-        forge: Forge::create(tmp.path(), &opts.example_repo, start)?,
+        forge: Forge::create(tmp.path(), &opts.example_repo, start, &example_cfg, &keys)?,
         agents: Vec::new(),
         lines: Vec::new(),
         violations: Vec::new(),
@@ -150,7 +174,8 @@ pub async fn run(opts: &Options) -> Result<Report, Error> {
     let from: Version = "1.12.0".parse().unwrap_or(Version::new(1, 12, 0));
     for env in &cfg.root.chain {
         for cluster in cfg.clusters(env) {
-            story.add_agent(tmp.path(), env, cluster, opts, &from)?;
+            let key = keys.get(&(env.clone(), cluster.clone())).cloned();
+            story.add_agent(tmp.path(), env, cluster, opts, &from, key)?;
         }
     }
     story.say(
@@ -213,6 +238,7 @@ impl Story {
         cluster: &str,
         opts: &Options,
         version: &Version,
+        key: Option<ssh_key::PrivateKey>,
     ) -> Result<(), Error> {
         let clock = VirtualClock::new(self.now);
         let sim = Sim::new(cluster, clock.clone());
@@ -258,6 +284,10 @@ impl Story {
             clock,
             applied: None,
             last_report: None,
+            publish: PublishOptions {
+                signing_key: key,
+                ..PublishOptions::default()
+            },
             told: 0,
         });
         Ok(())
@@ -311,7 +341,8 @@ impl Story {
             Err(d) => d.iter().map(ToString::to_string).collect(),
         };
         let refusals: Vec<String> = if invalid.is_empty() {
-            gate::check_changes(&work, "main", self.now)?
+            admit::check_base(&work, "main", self.now)?
+                .diagnostics
                 .iter()
                 .map(|d| d.message.clone())
                 .collect()
@@ -372,16 +403,13 @@ impl Story {
         let (env, cluster) = (self.agents[i].env.clone(), self.agents[i].cluster.clone());
         let at = self.agents[i].clock.now_utc();
         let fetched = self.agents[i].source.fetch()?;
-        // Before anything was applied, the version the nodes run is what
-        // this config changes from: a fleet already there needs no gate.
-        let previous = match &self.agents[i].applied {
-            Some((v, _)) => Some(v.clone()),
-            None => uniform_version(&self.agents[i].sim),
-        };
-        let (env_cfg, decision) = {
+        let previous = self.agents[i].applied.as_ref().map(|(v, _)| v.clone());
+        // The same admission as the agent's: trust (the demo's commits are
+        // unsigned, so `off`), config, then the gate commit by commit.
+        let (env_cfg, decision, adopt) = {
             let repo = self.agents[i].source.repo();
-            let head = repo.find_commit(fetched.head)?;
-            let cfg = config::load(&GitTreeFiles::new(repo, head.tree()?)).map_err(|d| {
+            let last = self.agents[i].applied.as_ref().map(|(_, c)| *c);
+            let head_cfg = admit::snapshot(repo, fetched.head, at)?.map_err(|d| {
                 Error::Config(
                     d.iter()
                         .map(ToString::to_string)
@@ -389,11 +417,34 @@ impl Story {
                         .join("; "),
                 )
             })?;
-            let Some(env_cfg) = cfg.envs.get(&env).cloned() else {
+            let Some(env_cfg) = head_cfg.config.envs.get(&env).cloned() else {
                 return Err(Error::Config(format!("no environment {env}")));
             };
-            let decision = gate::judge_config(repo, &head, &cfg, &env, previous.as_ref(), at)?;
-            (env_cfg, decision)
+            // Adoption: before anything was applied, a fleet that already
+            // runs the pinned version moves nothing and needs no gate.
+            let adopt = last.is_none()
+                && uniform_version(&self.agents[i].sim).as_ref() == Some(&env_cfg.version);
+            let decision = if adopt {
+                Decision::Unchanged
+            } else {
+                match admit::admit_head(
+                    repo,
+                    last,
+                    fetched.head,
+                    &env,
+                    crate::trust::Mode::Off,
+                    &crate::trust::AllowedSigners::default(),
+                    &|_| at.timestamp(),
+                    at,
+                ) {
+                    Ok(a) => a.decision,
+                    Err(r) => match r.refusal {
+                        Some(g) => Decision::Refused(*g),
+                        None => return Err(Error::Config(r.to_string())),
+                    },
+                }
+            };
+            (env_cfg, decision, adopt)
         };
         let gate_from = match &decision {
             Decision::Allowed(_) | Decision::Unchanged => Some(at),
@@ -412,6 +463,15 @@ impl Story {
                     self.say_at(at, &env, format!("{cluster}: agent refuses config {}: {r}", short(fetched.head)));
                     return self.idle_until(i, until);
                 }
+                (_, true) if adopt => self.say_at(
+                    at,
+                    &env,
+                    format!(
+                        "{cluster}: agent adopts the cluster at config {}: every node already runs the pinned {}, so nothing moves and no gate applies",
+                        short(fetched.head),
+                        env_cfg.version
+                    ),
+                ),
                 (_, true) => self.say_at(
                     at,
                     &env,
@@ -460,12 +520,12 @@ impl Story {
                 message: report.last.message.clone(),
             };
             let source = &self.agents[i].source;
-            let published = status::publish(source, &line, &PublishOptions::default())?;
+            let published = status::publish(source, &line, &self.agents[i].publish)?;
             self.agents[i].last_report = Some(key);
             if published.commit.is_some() {
                 let what = match state {
                     RolloutState::Confirmed => format!(
-                        "all {} nodes Ready at {}: confirmation pushed to drover/status",
+                        "all {} nodes Ready at {}: confirmation signed with {cluster}'s key, pushed to drover/status",
                         line.nodes, line.version
                     ),
                     other => format!(
@@ -559,7 +619,17 @@ impl Story {
                 }
             }
             peak = peak.max(a.sim.peak_unavailable());
-            let conf = status::read_confirmations(a.source.repo(), "drover/status")?;
+            // Read the way the gate reads it: with the report signers of
+            // the commit this agent applied.
+            let applied = a
+                .applied
+                .as_ref()
+                .map(|(_, c)| *c)
+                .ok_or_else(|| Error::Config(format!("{}: nothing applied", a.cluster)))?;
+            let mut evidence = admit::GitEvidence::new(a.source.repo(), applied);
+            let head = admit::snapshot(a.source.repo(), applied, self.now)?
+                .map_err(|d| Error::Config(join(&d)))?;
+            let conf = evidence.confirmations(&head.policy)?;
             let mut confirmed: Vec<(String, DateTime<Utc>)> = conf
                 .for_env(&a.env)
                 .into_iter()
@@ -595,7 +665,13 @@ impl Story {
 
 impl Forge {
     /// A bare origin holding example-repo's first commit, and a clone to work in.
-    fn create(tmp: &Path, example: &Path, at: DateTime<Utc>) -> Result<Self, Error> {
+    fn create(
+        tmp: &Path,
+        example: &Path,
+        at: DateTime<Utc>,
+        cfg: &RepoConfig,
+        keys: &BTreeMap<(String, String), ssh_key::PrivateKey>,
+    ) -> Result<Self, Error> {
         let origin = tmp.join("origin.git");
         let work = tmp.join("config");
         git(
@@ -610,6 +686,18 @@ impl Forge {
             ],
         )?;
         copy_dir(example, &work)?;
+        if let Some(file) = &cfg.root.report_signers {
+            let path = work.join(file);
+            let mut text = std::fs::read_to_string(&path).unwrap_or_default();
+            for ((env, cluster), key) in keys {
+                let public = key
+                    .public_key()
+                    .to_openssh()
+                    .map_err(|e| Error::Key(e.to_string()))?;
+                text.push_str(&format!("{env}/{cluster} namespaces=\"git\" {public}\n"));
+            }
+            std::fs::write(path, text)?;
+        }
         for args in [
             &["init", "--quiet", "-b", "main"][..],
             &["config", "user.name", "Platform Team"],
@@ -694,6 +782,13 @@ fn windows_between(
         t = w.end + Span::seconds(1);
     }
     Ok(out)
+}
+
+fn join(d: &[crate::diag::Diagnostic]) -> String {
+    d.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 fn uniform_version(sim: &Sim) -> Option<Version> {

@@ -7,6 +7,10 @@ use std::path::PathBuf;
 pub const FILES: &[(&str, &str)] = &[
     ("drover.toml", include_str!("../example-repo/drover.toml")),
     (
+        "agents.allowed_signers",
+        include_str!("../example-repo/agents.allowed_signers"),
+    ),
+    (
         "environments/test.toml",
         include_str!("../example-repo/environments/test.toml"),
     ),

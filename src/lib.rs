@@ -4,6 +4,7 @@
 //! rollout) and thin edges that act (source for git, kubernetes for the
 //! API server, agent for the in-cluster loop, cli for people and CI).
 
+pub mod admit;
 pub mod agent;
 pub mod audit;
 pub mod cli;

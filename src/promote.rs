@@ -6,8 +6,9 @@
 //! command line ([`write_branch`]) so that the commit is signed exactly when
 //! the user's git is configured to sign (`commit.gpgsign`, `gpg.format`).
 
+use crate::admit::{self, Change, GitEvidence};
 use crate::config::{Evidence, RepoConfig, ENV_DIR};
-use crate::gate::{self, Allowed, Decision};
+use crate::gate::{Allowed, Decision};
 use crate::status;
 use chrono::{DateTime, Utc};
 use git2::Repository;
@@ -31,7 +32,10 @@ pub enum Error {
     FirstInChain(String),
     /// The gate could not read its evidence.
     #[error(transparent)]
-    Gate(#[from] gate::Error),
+    Admit(#[from] admit::Error),
+    /// The config at HEAD, whose policy judges the promotion, is invalid.
+    #[error("the config at HEAD is invalid: {0}")]
+    Invalid(String),
     /// Reading the status branch failed.
     #[error(transparent)]
     Status(#[from] status::Error),
@@ -110,9 +114,16 @@ pub fn choose(
         .and_then(|h| h.peel_to_commit())
         .map_err(|e| Error::Git(e.message().to_owned()))?;
 
+    // The promotion is a change on top of HEAD: judged by HEAD's policy,
+    // through the same admission as `drover check --base` and the agent.
+    let snap = admit::snapshot(repo, head.id(), now)?
+        .map_err(|d| Error::Invalid(d.first().map(ToString::to_string).unwrap_or_default()))?;
+    let mut evidence = GitEvidence::new(repo, head.id());
+
     // Every version the lower environment shows, oldest first.
     let mut proven: Vec<Version> = match cfg.root.evidence {
-        Evidence::Status => status::read_confirmations(repo, &cfg.root.status_branch)?
+        Evidence::Status => evidence
+            .confirmations(&snap.policy)?
             .for_env(lower)
             .into_iter()
             .map(|(_, v, _)| v)
@@ -151,11 +162,17 @@ pub fn choose(
 
     let mut refusals = Vec::new();
     for v in candidates.into_iter().rev() {
-        let mut trial = cfg.clone();
+        let mut trial = snap.config.clone();
         if let Some(e) = trial.envs.get_mut(env) {
             e.version = v.clone();
+            // A promotion never sets allow_downgrade; one left over does not count.
+            e.allow_downgrade = false;
         }
-        match gate::judge_config(repo, &head, &trial, env, Some(&current), now)? {
+        let change = Change {
+            before: Some((&snap.config, &snap.policy)),
+            after: (&trial, &snap.policy),
+        };
+        match admit::judge_env(change, env, &mut evidence, now)? {
             Decision::Allowed(allowed) => {
                 return Ok(Choice::Promote(Box::new(Proposal {
                     env: env.to_owned(),

@@ -54,6 +54,13 @@ fn demo_tells_the_whole_story() {
     find("production", "nothing to promote");
     assert!(find("production", "prod-eu-1: all 5 nodes Ready at 1.13.2").starts_with("2026-12-20"));
     assert!(find("production", "prod-us-1: all 5 nodes Ready at 1.13.2").starts_with("2026-12-20"));
+    // Every confirmation is signed with its cluster's own key, generated
+    // for this run; a fleet already at its pinned version is adopted.
+    find(
+        "stage",
+        "stage-1: all 5 nodes Ready at 1.13.2: confirmation signed with stage-1's key",
+    );
+    find("production", "prod-eu-1: agent adopts the cluster");
     // and on the 1st of the next month test moves to 1.13.3.
     assert!(find("test", "Ready at 1.13.3").starts_with("2027-01-01"));
 

@@ -1,4 +1,4 @@
-//! The gate's pure core (DESIGN §4): values in, decision out, no I/O.
+//! The gate's pure core (docs/design.md §4): values in, decision out, no I/O.
 
 use chrono::{DateTime, Utc};
 use drover::gate::{
@@ -28,6 +28,7 @@ fn status_lower(env: &str, clusters: &[&str], confirmed: &[(&str, &str)]) -> Low
                 .iter()
                 .map(|(c, at)| (c.to_string(), t(at)))
                 .collect::<BTreeMap<_, _>>(),
+            notes: BTreeMap::new(),
         },
     }
 }
@@ -168,7 +169,7 @@ fn missing_confirmations_are_named() {
     else {
         panic!("expected not confirmed: {refusal}")
     };
-    assert_eq!(missing, &["stage-2".to_string()]);
+    assert_eq!(missing, &[("stage-2".to_string(), None)]);
     assert_eq!(
         confirmed,
         &[("stage-1".to_string(), t("2026-12-08T05:00:00Z"))]

@@ -3,9 +3,46 @@
 //! status branch, each at a chosen time, judged at explicit times.
 
 use chrono::{DateTime, Utc};
-use drover::gate::{self, check_changes, check_changes_report, Decision, Error};
+use drover::admit::{self, check_base, ChangeReport, Error};
+use drover::gate::Decision;
 use git2::{IndexEntry, IndexTime, Oid, Repository, Signature, Time};
 use std::path::Path;
+
+fn check_changes_report(
+    repo: &Path,
+    base: &str,
+    now: DateTime<Utc>,
+) -> Result<ChangeReport, Error> {
+    check_base(repo, base, now)
+}
+
+fn check_changes(
+    repo: &Path,
+    base: &str,
+    now: DateTime<Utc>,
+) -> Result<Vec<drover::diag::Diagnostic>, Error> {
+    Ok(check_base(repo, base, now)?.diagnostics)
+}
+
+/// The report signing key of `<env>/<cluster>` (made from its name, so each
+/// cluster has its own; never a key to use outside this test).
+fn cluster_key(principal: &str) -> ssh_key::PrivateKey {
+    use sha2::Digest;
+    let seed: [u8; 32] = sha2::Sha256::digest(principal.as_bytes()).into();
+    ssh_key::PrivateKey::from(ssh_key::private::Ed25519Keypair::from_seed(&seed))
+}
+
+fn report_signers() -> String {
+    ["test/test-1", "stage/stage-1", "stage/stage-2"]
+        .iter()
+        .map(|p| {
+            format!(
+                "{p} namespaces=\"git\" {}\n",
+                cluster_key(p).public_key().to_openssh().unwrap()
+            )
+        })
+        .collect()
+}
 
 fn t(s: &str) -> DateTime<Utc> {
     s.parse().expect("test time")
@@ -21,7 +58,7 @@ const STATUS: &str = "refs/heads/drover/status";
 
 fn root_toml(evidence: &str, stage_clusters: &str) -> String {
     format!(
-        "[promotion]\nchain = [\"test\", \"stage\", \"production\"]\nevidence = \"{evidence}\"\nstatus_branch = \"drover/status\"\n\n[clusters]\ntest = [\"test-1\"]\nstage = [{stage_clusters}]\nproduction = [\"prod-eu-1\", \"prod-us-1\"]\n"
+        "[promotion]\nchain = [\"test\", \"stage\", \"production\"]\nevidence = \"{evidence}\"\nstatus_branch = \"drover/status\"\nreport_signers = \"agents.allowed_signers\"\n\n[clusters]\ntest = [\"test-1\"]\nstage = [{stage_clusters}]\nproduction = [\"prod-eu-1\", \"prod-us-1\"]\n"
     )
 }
 
@@ -84,9 +121,36 @@ impl Fixture {
         let sig = Signature::new("Dev", "dev@example.com", &Time::new(t(when).timestamp(), 0))
             .expect("sig");
         let parents: Vec<_> = parent.iter().collect();
+        // A report is committed as its cluster's agent would: signed with
+        // that cluster's own key.
+        let cluster = files.first().and_then(|(p, _)| {
+            p.strip_prefix("status/")?
+                .strip_suffix(".toml")
+                .map(str::to_owned)
+        });
+        let Some(principal) = cluster else {
+            return self
+                .repo
+                .commit(Some(refname), &sig, &sig, "change", &tree, &parents)
+                .expect("commit");
+        };
+        let buf = self
+            .repo
+            .commit_create_buffer(&sig, &sig, "status", &tree, &parents)
+            .expect("buffer");
+        let signature = cluster_key(&principal)
+            .sign("git", ssh_key::HashAlg::Sha512, &buf)
+            .expect("sign")
+            .to_pem(ssh_key::LineEnding::LF)
+            .expect("pem");
+        let oid = self
+            .repo
+            .commit_signed(buf.as_str().unwrap(), signature.trim_end(), None)
+            .expect("signed commit");
         self.repo
-            .commit(Some(refname), &sig, &sig, "change", &tree, &parents)
-            .expect("commit")
+            .reference(refname, oid, true, "report")
+            .expect("ref");
+        oid
     }
 
     /// The story's starting point: everything at 1.12.0.
@@ -96,6 +160,7 @@ impl Fixture {
             MAIN,
             &[
                 ("drover.toml", &root_toml(evidence, stage_clusters)),
+                ("agents.allowed_signers", &report_signers()),
                 ("environments/test.toml", &env_toml("1.12.0", 1, "")),
                 ("environments/stage.toml", &env_toml("1.12.0", 8, "")),
                 ("environments/production.toml", &env_toml("1.12.0", 20, "")),
@@ -381,102 +446,32 @@ fn edits_that_keep_the_version_are_not_judged() {
     assert!(report.diagnostics.is_empty());
 }
 
-fn repo_config(evidence: drover::config::Evidence, stage: &str) -> drover::config::RepoConfig {
-    use drover::config::*;
-    let env = |name: &str, version: &str| EnvConfig {
-        name: name.into(),
-        version: version.parse().expect("version"),
-        allow_downgrade: false,
-        window: WindowSpec {
-            schedule: "0 2 8 * *".into(),
-            duration: std::time::Duration::from_secs(6 * 3600),
-            timezone: chrono_tz::Tz::UTC,
-        },
-        rollout: RolloutSpec {
-            max_unavailable: MaxUnavailable::Count(1),
-            drain_timeout: std::time::Duration::from_secs(1200),
-            node_timeout: std::time::Duration::from_secs(2700),
-            node_selector: String::new(),
-            on_drain_timeout: OnDrainTimeout::Skip,
-        },
-        promotion: PromotionSpec {
-            soak: std::time::Duration::from_secs(24 * 3600),
-        },
-        driver: DriverSpec::Bottlerocket {
-            image: "helper".into(),
-        },
-        nodes: NodesSpec {
-            version_regex: regex::Regex::new(r"(\d+\.\d+\.\d+)").expect("regex"),
-        },
-    };
-    RepoConfig {
-        root: RootConfig {
-            chain: vec!["test".into(), "stage".into()],
-            evidence,
-            status_branch: "drover/status".into(),
-            clusters: [
-                ("test".to_string(), vec!["test-1".to_string()]),
-                ("stage".to_string(), vec!["stage-1".to_string()]),
-            ]
-            .into_iter()
-            .collect(),
-        },
-        envs: [
-            ("test".to_string(), env("test", "1.13.2")),
-            ("stage".to_string(), env("stage", stage)),
-        ]
-        .into_iter()
-        .collect(),
-    }
-}
-
 #[test]
 fn the_agent_judges_its_config_with_the_same_evidence() {
-    use drover::config::Evidence;
     let f = Fixture::story("status", "\"stage-1\"");
+    f.set_env("test", "1.13.2", "", "2026-11-28T10:00:00Z");
     f.confirm(STATUS, "test", "test-1", "1.13.2", "2026-12-01T04:12:00Z");
+    let base = f.set_env("stage", "1.12.0", "# reviewed\n", "2026-11-29T10:00:00Z");
+    let head = f.set_env("stage", "1.13.2", "", "2026-12-01T09:00:00Z");
     let repo = Repository::open(f.path()).unwrap();
-    let head = repo.head().unwrap().peel_to_commit().unwrap();
-    let prev: semver::Version = "1.12.0".parse().unwrap();
-
-    let cfg = repo_config(Evidence::Status, "1.13.2");
-    let early = gate::judge_config(
-        &repo,
-        &head,
-        &cfg,
-        "stage",
-        Some(&prev),
-        t("2026-12-01T05:00:00Z"),
-    );
-    assert!(matches!(early.unwrap(), Decision::Refused(_)));
-    let late = gate::judge_config(
-        &repo,
-        &head,
-        &cfg,
-        "stage",
-        Some(&prev),
-        t("2026-12-08T05:00:00Z"),
-    );
-    assert!(matches!(late.unwrap(), Decision::Allowed(_)));
-
-    let cfg = repo_config(Evidence::Status, "1.13.3");
-    let d = gate::judge_config(
-        &repo,
-        &head,
-        &cfg,
-        "stage",
-        Some(&prev),
-        t("2026-12-08T05:00:00Z"),
-    );
-    assert!(matches!(d.unwrap(), Decision::Refused(_)));
-
-    let err = gate::judge_config(
-        &repo,
-        &head,
-        &cfg,
-        "production",
-        None,
-        t("2026-12-08T05:00:00Z"),
-    );
-    assert!(matches!(err, Err(Error::UnknownEnv(_))));
+    let admit = |now: &str| {
+        admit::admit_head(
+            &repo,
+            Some(base),
+            head,
+            "stage",
+            drover::trust::Mode::Off,
+            &drover::trust::AllowedSigners::default(),
+            &|_| t(now).timestamp(),
+            t(now),
+        )
+    };
+    let early = admit("2026-12-01T05:00:00Z").unwrap_err();
+    assert_eq!(early.code, "soaking", "{early}");
+    assert_eq!(early.version, Some("1.13.2".parse().unwrap()));
+    let late = admit("2026-12-08T05:00:00Z").unwrap();
+    assert!(matches!(late.decision, Decision::Allowed(_)));
+    // The same change through `drover check --base`.
+    assert_eq!(f.check("2026-12-08T05:00:00Z"), vec![]);
+    assert_eq!(f.check("2026-12-01T05:00:00Z").len(), 1);
 }

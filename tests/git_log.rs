@@ -12,6 +12,23 @@ fn log_lists_changes_newest_first_with_signers_and_confirmations() {
     let tmp = tempfile::tempdir().unwrap();
     let work = WorkRepo::init(&tmp.path().join("work"));
     let root = work.head();
+    // stage-1's agent signs its reports with its own key, listed as report signer.
+    let agent_key = keygen(tmp.path(), "stage-1");
+    let toml = std::fs::read_to_string(work.dir.join("drover.toml")).unwrap();
+    std::fs::write(
+        work.dir.join("drover.toml"),
+        toml.replace(
+            "[promotion]\n",
+            "[promotion]\nreport_signers = \"agents.allowed_signers\"\n",
+        ),
+    )
+    .unwrap();
+    allowed_signers(
+        &work.dir.join("agents.allowed_signers"),
+        &[("stage/stage-1", &agent_key)],
+    );
+    git(&work.dir, &["add", "-A"]);
+    git(&work.dir, &["commit", "-qm", "List stage-1's report key"]);
     let key = keygen(tmp.path(), "release");
     let allowed = tmp.path().join("allowed");
     allowed_signers(&allowed, &[("release@example.com", &key)]);
@@ -50,7 +67,17 @@ fn log_lists_changes_newest_first_with_signers_and_confirmations() {
         nodes_at_version: 3,
         message: String::new(),
     };
-    status::publish(&src, &report, &PublishOptions::default()).unwrap();
+    let signed = PublishOptions::default()
+        .with_signing_key_file(&agent_key)
+        .unwrap();
+    status::publish(&src, &report, &signed).unwrap();
+    // A hand-made, unsigned confirmation of test 1.1.0 is not shown.
+    let forged = StatusReport {
+        env: "test".into(),
+        cluster: "test-1".into(),
+        ..report.clone()
+    };
+    status::publish(&src, &forged, &PublishOptions::default()).unwrap();
     git(
         &work.dir,
         &[

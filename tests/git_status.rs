@@ -1,11 +1,11 @@
-//! Status reports (DESIGN §5) pushed to a real `git daemon`.
+//! Status reports (docs/design.md §5) pushed to a real `git daemon`.
 
 #[path = "support/git_servers.rs"]
 mod git_servers;
 
 use drover::source::{Source, SourceConfig};
 use drover::status::{self, PublishOptions, RolloutState, StatusReport};
-use drover::trust::{self, AllowedSigners};
+use drover::trust::AllowedSigners;
 use git_servers::*;
 use std::path::Path;
 
@@ -77,7 +77,7 @@ fn publish_creates_the_branch_skips_identical_reports_and_signs() {
 
     // git itself accepts the agent's signature.
     let allowed = tmp.path().join("agents");
-    allowed_signers(&allowed, &[("test-1", &agent_key)]);
+    allowed_signers(&allowed, &[("test/test-1", &agent_key)]);
     let asf = format!("gpg.ssh.allowedSignersFile={}", allowed.display());
     let out = std::process::Command::new("git")
         .current_dir(&bare)
@@ -104,21 +104,19 @@ fn publish_creates_the_branch_skips_identical_reports_and_signs() {
     let signers = AllowedSigners::load(&allowed).unwrap();
     let tip = src.fetch().unwrap().status_tip.unwrap();
     assert_eq!(tip, c3);
-    let v = status::verify_report_signer(src.repo(), tip, "test", "test-1", &signers)
-        .unwrap()
-        .unwrap();
-    assert_eq!((v.commit, v.principal.as_str()), (c2.to_string(), "test-1"));
-    let err =
-        status::verify_report_signer(src.repo(), tip, "stage", "stage-1", &signers).unwrap_err();
+    // The gate's reader: test-1's confirmation, written by its signed c2, counts;
+    // stage-1's unsigned report is ignored and named.
+    let conf = status::read_confirmations(src.repo(), "drover/status", Some(&signers)).unwrap();
+    let v: semver::Version = "1.13.2".parse().unwrap();
+    assert!(conf.confirmed_at("test", "test-1", &v).is_some());
+    let ignored: Vec<String> = conf.ignored.iter().map(ToString::to_string).collect();
+    assert_eq!(ignored.len(), 1, "{ignored:?}");
     assert!(
-        matches!(&err, trust::Error::Refused(r) if r.reason.code() == "unsigned" && r.commit == c3.to_string()),
-        "{err}"
+        ignored[0].starts_with("status/stage/stage-1.toml in ") && ignored[0].contains("unsigned"),
+        "{ignored:?}"
     );
-    assert!(
-        status::verify_report_signer(src.repo(), tip, "production", "p-1", &signers)
-            .unwrap()
-            .is_none()
-    );
+    assert!(conf.why_not("stage", "stage-1", &v).is_some());
+    assert_ne!(c2, c3);
 }
 
 #[test]

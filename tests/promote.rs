@@ -32,6 +32,13 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// The report signing key of `<env>/<cluster>`, made from its name.
+fn cluster_key(principal: &str) -> ssh_key::PrivateKey {
+    use sha2::Digest;
+    let seed: [u8; 32] = sha2::Sha256::digest(principal.as_bytes()).into();
+    ssh_key::PrivateKey::from(ssh_key::private::Ed25519Keypair::from_seed(&seed))
+}
+
 /// example-repo as a git repository with test at `test_version`.
 fn repo(test_version: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -50,6 +57,17 @@ fn repo(test_version: &str) -> tempfile::TempDir {
         1,
     );
     std::fs::write(f, text).unwrap();
+    // test-1's key may sign its reports.
+    let signers = dir.path().join("agents.allowed_signers");
+    let mut text = std::fs::read_to_string(&signers).unwrap();
+    text.push_str(&format!(
+        "test/test-1 namespaces=\"git\" {}\n",
+        cluster_key("test/test-1")
+            .public_key()
+            .to_openssh()
+            .unwrap()
+    ));
+    std::fs::write(signers, text).unwrap();
     git(dir.path(), &["add", "-A"]);
     git(dir.path(), &["commit", "-q", "-m", "initial"]);
     dir
@@ -94,17 +112,28 @@ fn confirm(dir: &Path, env: &str, cluster: &str, version: &str, since: &str) {
     };
     index.add(&entry).unwrap();
     let tree = repo.find_tree(index.write_tree_to(&repo).unwrap()).unwrap();
-    let sig = git2::Signature::now("agent", "agent@example.com").unwrap();
-    let parents: Vec<&git2::Commit> = parent.iter().collect();
-    repo.commit(
-        Some("refs/heads/drover/status"),
-        &sig,
-        &sig,
-        "status",
-        &tree,
-        &parents,
+    let at: chrono::DateTime<chrono::Utc> = since.parse().unwrap();
+    let sig = git2::Signature::new(
+        "agent",
+        "agent@example.com",
+        &git2::Time::new(at.timestamp(), 0),
     )
     .unwrap();
+    let parents: Vec<&git2::Commit> = parent.iter().collect();
+    // Signed by the cluster's own key, as its agent signs.
+    let buf = repo
+        .commit_create_buffer(&sig, &sig, "status", &tree, &parents)
+        .unwrap();
+    let pem = cluster_key(&format!("{env}/{cluster}"))
+        .sign("git", ssh_key::HashAlg::Sha512, &buf)
+        .unwrap()
+        .to_pem(ssh_key::LineEnding::LF)
+        .unwrap();
+    let oid = repo
+        .commit_signed(buf.as_str().unwrap(), pem.trim_end(), None)
+        .unwrap();
+    repo.reference("refs/heads/drover/status", oid, true, "report")
+        .unwrap();
 }
 
 fn promote(dir: &Path, args: &[&str]) -> (i32, String) {

@@ -21,10 +21,10 @@ pub mod events;
 pub mod http;
 pub mod leader;
 pub mod metrics;
+pub mod recover;
 
 use crate::cluster::{Cluster, EvictionPass, NodeProgress, NodeView, ProgressState};
-use crate::config::{self, EnvConfig, RepoConfig};
-use crate::gate;
+use crate::config::{self, EnvConfig};
 use crate::rollout::{Clock, Engine, Inputs, Labels, Policy, RolloutState, WindowState};
 use crate::source::trigger::{Nudger, Reason, Trigger, WebhookConfig};
 use crate::source::{Source, SourceConfig};
@@ -120,6 +120,9 @@ pub struct AgentConfig {
     pub verify: trust::Mode,
     /// Allowed-signers file (git's SSH format); re-read for every new head.
     pub allowed_signers: Option<PathBuf>,
+    /// `--status-branch`: the status branch comes from the policy in force;
+    /// when given, a head whose policy names another branch is refused.
+    pub status_branch: Option<String>,
     /// How status commits are made.
     pub publish: PublishOptions,
     /// Poll interval of the config repository.
@@ -157,6 +160,7 @@ impl AgentConfig {
             source: SourceConfig::new(url, cache_dir),
             verify: trust::Mode::All,
             allowed_signers: None,
+            status_branch: None,
             publish: PublishOptions::default(),
             poll: Duration::from_secs(60),
             tick: Duration::from_secs(30),
@@ -438,6 +442,8 @@ impl<B: ClusterBackend> Agent<B> {
             passes,
             fetched_once: false,
             window_seen: None,
+            trust_annotation: None,
+            refused_version: None,
         };
         Ok(Agent {
             state,
@@ -577,6 +583,10 @@ struct Acting<B: ClusterBackend> {
     fetched_once: bool,
     /// Whether the window was open at the last reconcile of this term.
     window_seen: Option<bool>,
+    /// The commit a person confirmed through `recover::TRUST_ANNOTATION`.
+    trust_annotation: Option<String>,
+    /// The version the refused head pins (reported as `refused`).
+    refused_version: Option<semver::Version>,
 }
 
 /// The config being applied.
@@ -584,6 +594,8 @@ struct Acting<B: ClusterBackend> {
 struct Active {
     commit: Oid,
     env: EnvConfig,
+    /// The status branch its policy names.
+    status_branch: String,
 }
 
 /// What judging a new head found.
@@ -591,8 +603,9 @@ enum Verdict {
     Accept {
         env: Box<EnvConfig>,
         version: String,
+        status_branch: String,
     },
-    Refuse(Refused),
+    Refuse(Refused, Option<semver::Version>),
 }
 
 /// When a pass asks to run again.
@@ -713,6 +726,12 @@ impl<B: ClusterBackend> Acting<B> {
         match self.store.load_or_create().await {
             Ok(obj) => {
                 let stamp = crd::fetch_request_stamp(&obj);
+                self.trust_annotation = obj
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(recover::TRUST_ANNOTATION))
+                    .cloned();
                 self.events.set_status_uid(obj.metadata.uid.clone());
                 let st = obj.status.unwrap_or_default();
                 let changed = st.last_applied_commit != self.status.last_applied_commit;
@@ -835,6 +854,26 @@ impl<B: ClusterBackend> Acting<B> {
 
     /// Decide whether `head` replaces the applied commit; load the applied config.
     async fn judge_head(&mut self, head: Option<Oid>) {
+        let mut adopt = false;
+        if self.status.last_applied_commit.is_none() {
+            if let Some(head) = head {
+                match self.recover(head).await {
+                    Some(commit) => {
+                        self.status.last_applied_commit = Some(commit.to_string());
+                        self.status.commit = Some(short(&commit.to_string()));
+                        if let Some(a) = self.load_active(commit).await {
+                            self.status.applied_version = Some(a.env.version.to_string());
+                        }
+                        // Durable before acting on it, as for any applied commit.
+                        if !self.write_status().await {
+                            self.status.last_applied_commit = None;
+                            return;
+                        }
+                    }
+                    None => adopt = true,
+                }
+            }
+        }
         let applied: Option<Oid> = self
             .status
             .last_applied_commit
@@ -853,17 +892,23 @@ impl<B: ClusterBackend> Acting<B> {
             return;
         }
         let verdict = match &self.refused_cache {
-            Some((c, r)) if *c == head => Verdict::Refuse(r.clone()),
-            _ => self.evaluate(head, applied).await,
+            Some((c, r)) if *c == head => Verdict::Refuse(r.clone(), self.refused_version.clone()),
+            _ if adopt => self.evaluate_adoption(head).await,
+            _ => self.evaluate(head, applied, false).await,
         };
         match verdict {
-            Verdict::Refuse(r) => {
-                if r.stage != "gate" {
+            Verdict::Refuse(r, version) => {
+                if r.stage != "gate" && r.reason != "no_trusted_state" {
                     self.refused_cache = Some((head, r.clone()));
                 }
+                self.refused_version = version;
                 self.set_refused(Some(r)).await;
             }
-            Verdict::Accept { env, version } => {
+            Verdict::Accept {
+                env,
+                version,
+                status_branch,
+            } => {
                 let previous = self.status.last_applied_commit.clone();
                 if self.status.applied_version.as_deref() != Some(version.as_str()) {
                     // A new target: the old counts and state say nothing about it.
@@ -883,10 +928,18 @@ impl<B: ClusterBackend> Acting<B> {
                     return;
                 }
                 let src = self.source.clone();
-                let _ = blocking(move || lock(&src).accept(head)).await;
+                let branch = status_branch.clone();
+                let _ = blocking(move || {
+                    let mut s = lock(&src);
+                    s.set_status_branch(&branch);
+                    s.accept(head)
+                })
+                .await;
+                self.refused_version = None;
                 self.active = Some(Active {
                     commit: head,
                     env: *env,
+                    status_branch,
                 });
                 self.metrics.set_blocked(None);
                 self.metrics.set_applied(&head.to_string(), &version);
@@ -930,44 +983,136 @@ impl<B: ClusterBackend> Acting<B> {
         self.status.refused = r;
     }
 
+    /// Without a last applied commit: the one a person confirmed, else the
+    /// one this agent's own signed reports name (see [`recover`]).
+    async fn recover(&mut self, head: Oid) -> Option<Oid> {
+        if self.trust_annotation.is_none() {
+            // Read again: the person may have annotated since the term began.
+            if let Ok(obj) = self.store.load_or_create().await {
+                self.trust_annotation = obj
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(recover::TRUST_ANNOTATION))
+                    .cloned();
+            }
+        }
+        let src = self.source.clone();
+        let named = self.trust_annotation.clone();
+        let own = self
+            .cfg
+            .publish
+            .signing_key
+            .as_ref()
+            .and_then(|k| recover::own_signers(k, &self.cfg.env, &self.cfg.cluster));
+        let (env, cluster) = (self.cfg.env.clone(), self.cfg.cluster.clone());
+        let found = blocking(move || {
+            let s = lock(&src);
+            let repo = s.repo();
+            if let Some(c) = named.and_then(|n| repo.revparse_single(n.trim()).ok()) {
+                return c
+                    .peel_to_commit()
+                    .ok()
+                    .map(|c| (c.id(), "confirmed by a person"));
+            }
+            let branch = s.config().status_branch.clone();
+            recover::from_own_reports(repo, &branch, &env, &cluster, own.as_ref()?)
+                .map(|c| (c, "recovered from this cluster's signed reports"))
+        })
+        .await
+        .flatten();
+        let (commit, how) = found?;
+        tracing::info!(commit = %commit, head = %head, "{how}");
+        self.events
+            .on_status(
+                Severity::Normal,
+                "Recovered",
+                "Recover",
+                format!("last applied commit {} {how}", short(&commit.to_string())),
+            )
+            .await;
+        Some(commit)
+    }
+
+    /// No trusted state: adopt the head when every selected node already
+    /// runs the version it pins, otherwise refuse and say how to confirm one.
+    async fn evaluate_adoption(&mut self, head: Oid) -> Verdict {
+        let pinned = self.load_active(head).await;
+        let mut adoptable = false;
+        if let Some(a) = &pinned {
+            if self.ensure_cluster(&a.env).await {
+                if let Some((_, c)) = &self.connected {
+                    if let Ok(nodes) = c.cluster.observe().await {
+                        adoptable = recover::adoptable(&nodes, &a.env.version);
+                    }
+                }
+            }
+        }
+        if adoptable {
+            return self.evaluate(head, None, true).await;
+        }
+        Verdict::Refuse(
+            Refused {
+                commit: head.to_string(),
+                stage: "trust".into(),
+                reason: "no_trusted_state".into(),
+                message: recover::no_trusted_state(
+                    &self.cfg.namespace,
+                    &self.cfg.status_name,
+                    &head.to_string(),
+                ),
+            },
+            pinned.map(|a| a.env.version),
+        )
+    }
+
     // Not `async fn`: the future must not borrow `self` (Acting is not Sync).
     fn load_active(&self, commit: Oid) -> impl Future<Output = Option<Active>> + Send + 'static {
         let src = self.source.clone();
         let env_name = self.cfg.env.clone();
         let work = blocking(move || {
-            let s = lock(&src);
-            let files = config::GitTreeFiles::at_rev(s.repo(), &commit.to_string()).ok()?;
-            let cfg = config::load(&files).ok()?;
+            let mut s = lock(&src);
+            let cfg = {
+                let files = config::GitTreeFiles::at_rev(s.repo(), &commit.to_string()).ok()?;
+                config::load(&files).ok()?
+            };
             let env = cfg.envs.get(&env_name)?.clone();
-            Some(Active { commit, env })
+            // The policy in force owns the status branch.
+            s.set_status_branch(&cfg.root.status_branch);
+            Some(Active {
+                commit,
+                env,
+                status_branch: cfg.root.status_branch,
+            })
         });
         async move { work.await.flatten() }
     }
 
-    /// Trust, then config, then gate, for `head` over the applied commit.
+    /// Trust, then config, then gate, for `head` over the applied commit:
+    /// the one admission path (`crate::admit`), commit by commit.
     fn evaluate(
         &self,
         head: Oid,
         applied: Option<Oid>,
+        adopt: bool,
     ) -> impl Future<Output = Verdict> + Send + 'static {
         let src = self.source.clone();
         let env_name = self.cfg.env.clone();
         let mode = self.cfg.verify;
         let signers_path = self.cfg.allowed_signers.clone();
-        let previous = self
-            .status
-            .applied_version
-            .as_deref()
-            .and_then(|v| semver::Version::parse(v).ok());
         let now = self.clock.now();
         let head_s = head.to_string();
-        let refuse = move |stage: &str, reason: &str, message: String| {
-            Verdict::Refuse(Refused {
-                commit: head_s.clone(),
-                stage: stage.into(),
-                reason: reason.into(),
-                message,
-            })
+        let flag = self.cfg.status_branch.clone();
+        let refuse = move |stage: &str, reason: &str, message: String, version| {
+            Verdict::Refuse(
+                Refused {
+                    commit: head_s.clone(),
+                    stage: stage.into(),
+                    reason: reason.into(),
+                    message,
+                },
+                version,
+            )
         };
         let refuse2 = refuse.clone();
         let work = blocking(move || {
@@ -977,61 +1122,62 @@ impl<B: ClusterBackend> Acting<B> {
                 (_, trust::Mode::Off) => AllowedSigners::default(),
                 (Some(p), _) => match AllowedSigners::load(p) {
                     Ok(x) => x,
-                    Err(e) => return refuse("trust", "signers", e.to_string()),
+                    Err(e) => return refuse("trust", "signers", e.to_string(), None),
                 },
-                (None, _) => return refuse("trust", "signers", "no allowed-signers file".into()),
+                (None, _) => {
+                    return refuse("trust", "signers", "no allowed-signers file".into(), None)
+                }
             };
             // Keys are also judged at when this cache first fetched each commit.
             let seen = s.seen();
             let first_seen = |oid| seen.first_seen(oid).unwrap_or(now.timestamp());
-            match trust::check(repo, mode, &signers, applied, head, &first_seen) {
-                Ok(_) => {}
-                Err(trust::Error::Refused(r)) => {
-                    return refuse("trust", r.reason.code(), r.to_string())
+            let admitted = if adopt {
+                crate::admit::admit_adoption(repo, head, &env_name, mode, &signers, &first_seen, now)
+            } else {
+                crate::admit::admit_head(
+                    repo,
+                    applied,
+                    head,
+                    &env_name,
+                    mode,
+                    &signers,
+                    &first_seen,
+                    now,
+                )
+            };
+            match admitted {
+                Ok(a) => {
+                    let Some(env) = a.snapshot.config.envs.get(&env_name).cloned() else {
+                        return refuse(
+                            "config",
+                            "unknown_env",
+                            format!("no environment {env_name}"),
+                            None,
+                        );
+                    };
+                    let branch = a.snapshot.policy.status_branch.clone();
+                    if let Some(flag) = flag.as_ref().filter(|f| **f != branch) {
+                        return refuse(
+                            "config",
+                            "status_branch_mismatch",
+                            format!(
+                                "--status-branch is {flag:?} but [promotion] status_branch of the config is {branch:?}; the config owns the status branch: drop the flag or make them agree"
+                            ),
+                            Some(env.version),
+                        );
+                    }
+                    Verdict::Accept {
+                        version: env.version.to_string(),
+                        env: Box::new(env),
+                        status_branch: branch,
+                    }
                 }
-                Err(e) => return refuse("trust", "error", e.to_string()),
-            }
-            let files = match config::GitTreeFiles::at_rev(repo, &head.to_string()) {
-                Ok(f) => f,
-                Err(e) => return refuse("config", "unreadable", e.to_string()),
-            };
-            let cfg: RepoConfig = match config::load(&files) {
-                Ok(c) => c,
-                Err(diags) => {
-                    let msg = diags
-                        .iter()
-                        .take(5)
-                        .map(|d| d.to_string())
-                        .collect::<Vec<_>>()
-                        .join("; ");
-                    return refuse("config", "invalid", msg);
-                }
-            };
-            let Some(env) = cfg.envs.get(&env_name).cloned() else {
-                return refuse(
-                    "config",
-                    "unknown_env",
-                    format!("environments/{env_name}.toml does not exist"),
-                );
-            };
-            let commit = match repo.find_commit(head) {
-                Ok(c) => c,
-                Err(e) => return refuse("gate", "error", e.to_string()),
-            };
-            match gate::judge_config(repo, &commit, &cfg, &env_name, previous.as_ref(), now) {
-                Ok(gate::Decision::Refused(r)) => {
-                    refuse("gate", gate_reason(&r.reason), r.to_string())
-                }
-                Ok(_) => Verdict::Accept {
-                    version: env.version.to_string(),
-                    env: Box::new(env),
-                },
-                Err(e) => refuse("gate", "error", e.to_string()),
+                Err(r) => refuse(r.stage.as_str(), &r.code, r.message, r.version),
             }
         });
         async move {
             work.await
-                .unwrap_or_else(|| refuse2("trust", "error", "the check task failed".into()))
+                .unwrap_or_else(|| refuse2("trust", "error", "the check task failed".into(), None))
         }
     }
 
@@ -1083,7 +1229,11 @@ impl<B: ClusterBackend> Acting<B> {
             after: self.cfg.tick,
         };
         let Some(active) = self.active.clone() else {
-            self.status.state = Some("blocked".into());
+            self.status.state = Some(if self.status.refused.is_some() {
+                "refused".into()
+            } else {
+                "blocked".into()
+            });
             self.status.message = match &self.status.refused {
                 Some(r) => format!("no applied config: {}", r.message),
                 None => "no trusted config fetched yet".into(),
@@ -1238,6 +1388,34 @@ impl<B: ClusterBackend> Acting<B> {
             nodes_at_version: d.nodes_at_version,
             message: d.message.clone(),
         };
+        // A refused newer head is what the cluster reports (docs/design.md §5):
+        // `version` is the refused one, `config_commit` the commit it stays on.
+        let report = match (&self.status.refused, &self.refused_version) {
+            (Some(r), Some(v)) => {
+                let mut message = format!(
+                    "commit {} refused ({} check, {}): {}",
+                    short(&r.commit),
+                    r.stage,
+                    r.reason,
+                    r.message
+                );
+                if message.len() > 1000 {
+                    let cut = (0..=1000)
+                        .rev()
+                        .find(|i| message.is_char_boundary(*i))
+                        .unwrap_or(0);
+                    message.truncate(cut);
+                }
+                self.status.state = Some("refused".into());
+                StatusReport {
+                    version: v.clone(),
+                    state: RolloutState::Refused,
+                    message,
+                    ..report
+                }
+            }
+            _ => report,
+        };
         let same = self.last_published.as_ref().is_some_and(|p| {
             StatusReport {
                 since: p.since,
@@ -1360,7 +1538,10 @@ impl<B: ClusterBackend> Acting<B> {
                             "Report",
                             format!(
                                 "confirmed {} on {}; recorded on the status branch",
-                                report.version, self.cfg.source.status_branch
+                                report.version,
+                                self.active
+                                    .as_ref()
+                                    .map_or(&self.cfg.source.status_branch, |a| &a.status_branch)
                             ),
                         )
                         .await;
@@ -1378,6 +1559,7 @@ fn state_str(s: RolloutState) -> &'static str {
         RolloutState::Confirmed => "confirmed",
         RolloutState::Blocked => "blocked",
         RolloutState::Failed => "failed",
+        RolloutState::Refused => "refused",
     }
 }
 
@@ -1386,18 +1568,6 @@ fn capitalise(s: &str) -> String {
     match c.next() {
         Some(f) => f.to_uppercase().chain(c).collect(),
         None => String::new(),
-    }
-}
-
-/// Machine-readable name of a gate refusal, for the `reason` label.
-pub fn gate_reason(r: &gate::Reason) -> &'static str {
-    match r {
-        gate::Reason::Downgrade { .. } => "downgrade",
-        gate::Reason::NoLowerClusters { .. } => "no_lower_clusters",
-        gate::Reason::NotConfirmed { .. } => "not_confirmed",
-        gate::Reason::Soaking { .. } => "soaking",
-        gate::Reason::LowerNotAtVersion { .. } => "lower_not_at_version",
-        gate::Reason::HistorySoaking { .. } => "history_soaking",
     }
 }
 

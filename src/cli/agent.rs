@@ -38,7 +38,8 @@ pub struct Args {
     /// Tracked branch.
     #[arg(long, env = "DROVER_BRANCH")]
     pub branch: Option<String>,
-    /// Status branch.
+    /// Status branch: `[promotion] status_branch` of the config owns it; when
+    /// given, a config naming another branch is refused.
     #[arg(long, env = "DROVER_STATUS_BRANCH")]
     pub status_branch: Option<String>,
     /// Local git cache (an emptyDir in the cluster).
@@ -184,7 +185,10 @@ impl Args {
             cfg.source.branch = b.clone();
         }
         if let Some(b) = &self.status_branch {
+            // Only until the first commit is admitted; then the policy in
+            // force owns the branch and the flag must agree with it.
             cfg.source.status_branch = b.clone();
+            cfg.status_branch = Some(b.clone());
         }
         cfg.source.auth = self.auth()?;
         if let Some(v) = &self.verify {

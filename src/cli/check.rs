@@ -1,5 +1,5 @@
 //! `drover check`: validate the config repository's working tree and, with
-//! `--base`, judge version changes against the promotion gate (DESIGN §4).
+//! `--base`, judge version changes against the promotion gate (docs/design.md §4).
 
 use super::{parse_time, print_json, Format, Global, Outcome};
 use crate::config::{self, DirFiles, RepoConfig};
@@ -21,11 +21,14 @@ pub struct Args {
     pub now: Option<DateTime<Utc>>,
 }
 
-/// The JSON document of DESIGN §7.
+/// The JSON document of docs/design.md §7, plus the status reports the
+/// gate ignored (each with its path, commit and why).
 #[derive(Debug, Serialize)]
 struct Report<'a> {
     ok: bool,
     errors: &'a [Diagnostic],
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    ignored_reports: &'a [String],
 }
 
 /// Run `drover check`.
@@ -44,20 +47,30 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
 
     // The gate judges versions of a config that is known to be valid; on
     // an invalid tree its verdicts would be noise on top of the real errors.
+    let mut ignored = Vec::new();
     if let (Some(base), Some(_)) = (&args.base, &config) {
-        let gate = crate::gate::check_changes(repo, base, now)
+        let gate = crate::admit::check_base(repo, base, now)
             .with_context(|| format!("cannot judge the changes since {base}"))?;
-        errors.extend(gate);
+        errors.extend(gate.diagnostics);
+        ignored = gate.warnings;
     }
 
     let ok = errors.is_empty();
     if !ok {
         super::mark_rejected();
     }
+    if g.format == Format::Text {
+        // Named whether or not the check passes: an ignored report is a
+        // forgery, a misconfigured agent, or a key that needs listing.
+        for i in &ignored {
+            eprintln!("note: ignored status report {i}");
+        }
+    }
     match g.format {
         Format::Json => print_json(&Report {
             ok,
             errors: &errors,
+            ignored_reports: &ignored,
         })?,
         Format::Text => match (&config, ok) {
             (Some(c), true) => println!("{}", summary(c)),

@@ -1,4 +1,4 @@
-//! `drover log`: version history from git, newest first (DESIGN §7).
+//! `drover log`: version history from git, newest first (docs/design.md §7).
 
 use super::{print_json, Format, Global, Outcome};
 use crate::audit::{self, LogOptions};
@@ -16,9 +16,10 @@ pub struct Args {
     /// Verify commit signatures against this allowed-signers file.
     #[arg(long, value_name = "FILE")]
     pub allowed_signers: Option<PathBuf>,
-    /// Branch holding the status reports whose confirmations are shown.
-    #[arg(long, default_value = "drover/status")]
-    pub status_branch: String,
+    /// Branch holding the status reports whose confirmations are shown
+    /// (default: `[promotion] status_branch` of the config at HEAD).
+    #[arg(long)]
+    pub status_branch: Option<String>,
 }
 
 /// Run `drover log`.
@@ -55,13 +56,29 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         .as_deref()
         .map(AllowedSigners::load)
         .transpose()?;
+    // Confirmations are read as the gate reads them: the status branch and
+    // the report signers of the policy at HEAD.
+    let policy = crate::admit::snapshot(&repo, head, chrono::Utc::now())
+        .ok()
+        .and_then(Result::ok)
+        .map(|s| s.policy);
+    let branch = args
+        .status_branch
+        .clone()
+        .or_else(|| policy.as_ref().map(|p| p.status_branch.clone()))
+        .unwrap_or_else(|| crate::config::DEFAULT_STATUS_BRANCH.to_owned());
+    let report_signers = policy
+        .as_ref()
+        .and_then(|p| p.signers_text.as_deref())
+        .and_then(|t| AllowedSigners::parse(t).ok());
     let opts = LogOptions {
         env: args.env.as_deref(),
         signers: signers.as_ref(),
-        status_tip: crate::status::find_status_branch(&repo, &args.status_branch)
+        status_tip: crate::status::find_status_branch(&repo, &branch)
             .ok()
             .flatten()
             .map(|b| b.tip),
+        report_signers: report_signers.as_ref(),
     };
     let changes = audit::version_history(&repo, head, &opts)?;
     match g.format {

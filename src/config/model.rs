@@ -77,8 +77,22 @@ pub struct RootConfig {
     pub evidence: Evidence,
     /// Branch holding the agents' status reports. Default `drover/status`.
     pub status_branch: String,
+    /// `report_signers`: allowed-signers file (in the config repository)
+    /// whose principals `<env>/<cluster>` may sign status reports.
+    pub report_signers: Option<String>,
+    /// `revoked`: versions never rolled out again, each with why.
+    pub revoked: Vec<Revoked>,
     /// Cluster names per environment.
     pub clusters: BTreeMap<String, Vec<String>>,
+}
+
+/// One `[promotion] revoked` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Revoked {
+    /// The version.
+    pub version: Version,
+    /// Why it must never be rolled out.
+    pub reason: String,
 }
 
 /// Kind of evidence the promotion gate requires (DESIGN §4).

@@ -26,7 +26,16 @@ use toml::de::{DeTable, DeValue};
 /// Keys of `drover.toml`, per section (`""` is the top level).
 const ROOT_KEYS: &[(&str, &[&str])] = &[
     ("", &["promotion", "clusters"]),
-    ("promotion", &["chain", "evidence", "status_branch"]),
+    (
+        "promotion",
+        &[
+            "chain",
+            "evidence",
+            "status_branch",
+            "report_signers",
+            "revoked",
+        ],
+    ),
 ];
 
 /// Keys of an environment file, per section (`""` is the top level).
@@ -327,6 +336,35 @@ fn root_inner(file: &str, text: &str) -> RootParsed {
         },
     };
 
+    // Which file is checked is the admission's concern (src/admit/): here
+    // only that it is a relative path inside the repository.
+    let report_signers = promotion
+        .and_then(|p| p.get("report_signers"))
+        .and_then(|v| {
+            let s = cx.want_str(
+                "report_signers",
+                v,
+                "a path such as \"agents.allowed_signers\"",
+            )?;
+            if s.is_empty() || s.starts_with('/') || s.split('/').any(|c| c == ".." || c.is_empty())
+            {
+                cx.err(
+                    &v.span(),
+                    format!(
+                        "`report_signers` must be a relative path inside the repository such as \
+                     \"agents.allowed_signers\"; found \"{s}\""
+                    ),
+                );
+                return None;
+            }
+            Some(s.to_owned())
+        });
+
+    let revoked = match promotion.and_then(|p| p.get("revoked")) {
+        None => Vec::new(),
+        Some(v) => parse_revoked(&mut cx, v),
+    };
+
     let mut clusters: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut owner: BTreeMap<String, String> = BTreeMap::new();
     match doc.get("clusters") {
@@ -425,6 +463,8 @@ fn root_inner(file: &str, text: &str) -> RootParsed {
         chain: chain.iter().map(|(n, _)| n.clone()).collect(),
         evidence,
         status_branch,
+        report_signers,
+        revoked,
         clusters,
     };
     RootParsed {
@@ -585,6 +625,71 @@ fn env_inner(
 }
 
 /// A version pin: an exact semver version, nothing that could float.
+/// `revoked = [{ version = "1.13.1", reason = "..." }]`: versions never rolled out again.
+fn parse_revoked<'a>(cx: &mut Ctx<'a>, v: &Value<'a>) -> Vec<super::Revoked> {
+    const EXPECTED: &str =
+        "an array of tables such as [{ version = \"1.13.1\", reason = \"kernel panic on m7i\" }]";
+    let DeValue::Array(items) = v.get_ref() else {
+        cx.type_err("revoked", &v.span(), EXPECTED, v.get_ref());
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for item in items.iter() {
+        let DeValue::Table(t) = item.get_ref() else {
+            cx.type_err("revoked", &item.span(), EXPECTED, item.get_ref());
+            continue;
+        };
+        for (k, _) in t.iter() {
+            if !matches!(k.get_ref().as_ref(), "version" | "reason") {
+                cx.err(
+                    &k.span(),
+                    format!(
+                        "unknown key `{}` in a `revoked` entry; valid keys: version, reason",
+                        k.get_ref()
+                    ),
+                );
+            }
+        }
+        let version = match t.get("version") {
+            None => {
+                cx.err(
+                    &item.span(),
+                    "a `revoked` entry needs `version`, such as \"1.13.1\"",
+                );
+                continue;
+            }
+            Some(v) => match cx.want_str("version", v, "an exact version such as \"1.13.1\"") {
+                None => continue,
+                Some(s) => match parse_version(s) {
+                    Ok(ver) => ver,
+                    Err(why) => {
+                        cx.err(
+                            &v.span(),
+                            format!("revoked version {s:?} is not valid: {why}"),
+                        );
+                        continue;
+                    }
+                },
+            },
+        };
+        let reason = match t.get("reason") {
+            None => {
+                cx.err(
+                    &item.span(),
+                    "a `revoked` entry needs `reason`: why the version must never be rolled out",
+                );
+                continue;
+            }
+            Some(r) => match cx.want_str("reason", r, "a string saying why") {
+                Some(r) => r.to_owned(),
+                None => continue,
+            },
+        };
+        out.push(super::Revoked { version, reason });
+    }
+    out
+}
+
 pub(crate) fn parse_version(s: &str) -> Result<semver::Version, String> {
     let err = |why: &str| {
         format!("version must be an exact version such as \"1.13.2\"; found \"{s}\" ({why})")

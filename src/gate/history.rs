@@ -3,7 +3,9 @@
 //!
 //! Built for long histories: one tree-entry lookup per commit (no tree
 //! diffs), a blob read only where the file's oid changes, and the walk stops
-//! at the first commit where the version differs.
+//! at the first commit where the version differs; then the times of up to
+//! [`MONOTONE_LOOKBACK`] older commits are read so that commit times count
+//! as monotone.
 
 use super::LowerHistory;
 use chrono::{DateTime, TimeZone, Utc};
@@ -50,6 +52,31 @@ fn commit_time(c: &Commit) -> DateTime<Utc> {
         .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
+/// How many first-parent ancestors [`monotone_time`] reads. A backdated
+/// commit is found by its recent parents, so a bounded look-back suffices in
+/// practice, and it keeps a 100,000-commit history cheap in time and memory.
+pub const MONOTONE_LOOKBACK: usize = 1_000;
+
+/// A commit's time taken as no earlier than its parent's (docs/design.md §4):
+/// the latest committer time among it and its first-parent ancestors (up to
+/// [`MONOTONE_LOOKBACK`] of them), so a backdated commit cannot make a version
+/// look configured for longer than it was.
+fn monotone_time(commit: &Commit) -> Result<DateTime<Utc>, git2::Error> {
+    let mut latest = commit_time(commit);
+    let mut c = commit.clone();
+    for _ in 0..MONOTONE_LOOKBACK {
+        match c.parent(0) {
+            Ok(p) => {
+                latest = latest.max(commit_time(&p));
+                c = p;
+            }
+            Err(e) if e.code() == git2::ErrorCode::NotFound => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(latest)
+}
+
 /// Whether `path` (an environment file) is at `version` in `head`, and since
 /// which first-parent commit it has been continuously.
 pub fn lower_history(
@@ -90,7 +117,7 @@ pub fn lower_history(
         commit = parent;
     }
     Ok(LowerHistory::AtVersionSince {
-        since: commit_time(&commit),
+        since: monotone_time(&commit).map_err(err)?,
         commit: commit.id().to_string(),
     })
 }

@@ -1,27 +1,25 @@
-//! The promotion gate (DESIGN §4): may an environment take a version, given
+//! The promotion gate (docs/design.md §4): may an environment take a version, given
 //! the evidence from the one below.
 //!
 //! [`judge`] is the pure core: values in, a [`Decision`] out that explains
-//! itself. [`check_changes`] (for `drover check --base`) and
-//! [`judge_config`] (for the agent) gather the evidence from git and call it.
+//! itself. The admission path (`crate::admit`) gathers the evidence by the
+//! policy in force and calls it; [`lower_history`] reads history evidence.
 //!
 //! Choices where DESIGN is silent:
-//! - A downgrade needs `allow_downgrade = true` in the environment file as
-//!   it is after the change; the change is the one that lowers the version.
+//! - A downgrade needs `allow_downgrade = true` set by the change that
+//!   lowers the version (the caller passes whether it did).
 //!   The gate still applies to a downgrade: the older version needs the same
 //!   evidence from the lower environment as an upgrade.
 //! - A lower environment that lists no clusters gives no status evidence, so
 //!   `evidence = "status"` refuses (rather than passing vacuously).
-//! - The soak is measured from the latest of the lower clusters' first
-//!   confirmations (status), or from the commit time of the commit that set
-//!   the lower environment's file to the version (history); it has passed
-//!   when `now >= that + soak`.
+//! - The soak is measured from the latest of the lower clusters' standing
+//!   confirmations (status), or from the (monotone) commit time of the
+//!   commit that set the lower environment's file to the version (history);
+//!   it has passed when `now >= that + soak`.
 
 mod history;
-mod repo;
 
 pub use history::{lower_history, HistoryError};
-pub use repo::{check_changes, check_changes_report, judge_config, ChangeReport, Error};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use semver::Version;
@@ -38,7 +36,7 @@ pub struct GateRequest {
     pub version: Version,
     /// The version it had before this change; `None` for a new environment.
     pub previous: Option<Version>,
-    /// `allow_downgrade` in the environment file after the change.
+    /// Whether the change itself sets `allow_downgrade = true` (it was not before).
     pub allow_downgrade: bool,
     /// The environment's `[promotion] soak`.
     pub soak: Duration,
@@ -66,9 +64,13 @@ pub enum LowerEvidence {
     Status {
         /// Status branch the confirmations were read from.
         branch: String,
-        /// Cluster -> when it first confirmed the version (any cluster; those
-        /// not listed for the lower environment are ignored).
+        /// Cluster -> since when its standing, trusted confirmation of the
+        /// version counts (any cluster; those not listed for the lower
+        /// environment are ignored).
         confirmations: BTreeMap<String, DateTime<Utc>>,
+        /// Cluster -> why the branch holds no standing confirmation from it
+        /// (withdrawn by `failed`, reports ignored), named in refusals.
+        notes: BTreeMap<String, String>,
     },
     /// `evidence = "history"`: the lower environment's configured version.
     History(LowerHistory),
@@ -176,9 +178,22 @@ pub enum Reason {
         branch: String,
         /// Clusters that confirmed, with when.
         confirmed: Vec<(String, DateTime<Utc>)>,
-        /// Clusters that did not.
-        missing: Vec<String>,
+        /// Clusters that did not, each with why when the branch says (withdrawn, ignored).
+        missing: Vec<(String, Option<String>)>,
     },
+    /// The change edits the promotion policy and moves a version together.
+    PolicyAndVersion {
+        /// The policy keys the change edits.
+        edits: Vec<String>,
+    },
+    /// `evidence = "status"` without `report_signers`: no report can be trusted.
+    NoReportSigners,
+    /// The version is listed in `[promotion] revoked` of the policy in force.
+    Revoked {
+        /// Why, as the entry says.
+        why: String,
+    },
+
     /// Every cluster confirmed, but the latest confirmation is younger than the soak.
     Soaking {
         /// Lower environment.
@@ -257,6 +272,7 @@ pub fn judge(req: &GateRequest) -> Decision {
         LowerEvidence::Status {
             branch,
             confirmations,
+            notes,
         } => {
             if lower.clusters.is_empty() {
                 return refuse(Reason::NoLowerClusters {
@@ -268,7 +284,7 @@ pub fn judge(req: &GateRequest) -> Decision {
             for c in &lower.clusters {
                 match confirmations.get(c) {
                     Some(t) => confirmed.push((c.clone(), *t)),
-                    None => missing.push(c.clone()),
+                    None => missing.push((c.clone(), notes.get(c).cloned())),
                 }
             }
             if !missing.is_empty() {
@@ -372,9 +388,30 @@ impl fmt::Display for Refusal {
             } => write!(
                 f,
                 "{env} may not take {v}: not every cluster of {lower} has confirmed it on {branch}; not confirmed by: {}; confirmed by: {}",
-                missing.join(", "),
+                missing
+                    .iter()
+                    .map(|(c, why)| match why {
+                        Some(w) => format!("{c} ({w})"),
+                        None => c.clone(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 list_confirmed(confirmed)
             ),
+            Reason::PolicyAndVersion { edits } => write!(
+                f,
+                "{env} may not take {v} in a change that also edits the promotion policy ({}): the policy is judged by the policy before it, so make the policy change and the version change separately",
+                edits.join(", ")
+            ),
+            Reason::Revoked { why } => write!(
+                f,
+                "{env} may not take {v}: it is revoked in [promotion] revoked of drover.toml ({why})"
+            ),
+            Reason::NoReportSigners => write!(
+                f,
+                "{env} may not take {v}: evidence = \"status\" needs `report_signers` in [promotion] of drover.toml (an allowed-signers file naming each cluster's key as <env>/<cluster>), so no status report can be trusted"
+            ),
+
             Reason::Soaking {
                 lower,
                 confirmed,

@@ -288,6 +288,13 @@ impl Source {
         &self.cfg
     }
 
+    /// Read and write reports on `branch` from now on: the status branch is
+    /// owned by the policy in force, which the agent learns only after
+    /// admitting a commit.
+    pub fn set_status_branch(&mut self, branch: &str) {
+        self.cfg.status_branch = branch.to_owned();
+    }
+
     /// The local cache repository (bare).
     pub fn repo(&self) -> &Repository {
         &self.repo

@@ -1,16 +1,16 @@
-//! Status reports (DESIGN §5): `status/<env>/<cluster>.toml` on the status
+//! Status reports (docs/design.md §5): `status/<env>/<cluster>.toml` on the status
 //! branch, one file per cluster, rewritten by that cluster's agent whenever
 //! its state changes. The branch's history is the record, and confirmations
 //! in it are the evidence the next environment's gate reads.
 
 mod read;
 
-pub use read::{find_status_branch, read_confirmations, BranchRef, Confirmations, Error};
-mod push;
-pub use push::{
-    build_commit, introducing_commit, publish, verify_report_signer, PublishOptions, Published,
-    PushError,
+pub use read::{
+    confirmations_at, find_status_branch, read_confirmations, walk_reports, BranchRef,
+    Confirmations, Error, Ignored, ReportSigners, Standing, TrustedReport, MAX_REPORT_BYTES,
 };
+mod push;
+pub use push::{build_commit, publish, PublishOptions, Published, PushError};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -27,16 +27,20 @@ pub enum RolloutState {
     Blocked,
     /// A node failed to reach `version`; the rollout stopped.
     Failed,
+    /// A newer head was refused by trust or the gate; the agent stays on its
+    /// last trusted state and `version` is the refused one.
+    Refused,
 }
 
 impl RolloutState {
-    /// The name written in reports (`rolling`, `confirmed`, `blocked`, `failed`).
+    /// The name written in reports (`rolling`, `confirmed`, `blocked`, `failed`, `refused`).
     pub fn as_str(self) -> &'static str {
         match self {
             RolloutState::Rolling => "rolling",
             RolloutState::Confirmed => "confirmed",
             RolloutState::Blocked => "blocked",
             RolloutState::Failed => "failed",
+            RolloutState::Refused => "refused",
         }
     }
 }
@@ -89,7 +93,7 @@ pub fn report_path(env: &str, cluster: &str) -> String {
     format!("status/{env}/{cluster}.toml")
 }
 
-/// Serde adapter writing a UTC time as a native TOML datetime, as DESIGN §5 shows.
+/// Serde adapter writing a UTC time as a native TOML datetime, as docs/design.md §5 shows.
 mod toml_time {
     use chrono::{DateTime, SecondsFormat, Utc};
     use serde::{

@@ -1,9 +1,9 @@
 //! Publishing status reports: one commit per change on the status branch,
 //! pushed fast-forward and rebuilt on the new tip when another agent won the race.
 
-use super::{report_path, StatusReport};
+use super::StatusReport;
 use crate::source::{self, CallbackState, Source};
-use crate::trust::{self, AllowedSigners, Verified};
+use crate::trust;
 use git2::{
     build::TreeUpdateBuilder, Commit, FileMode, ObjectType, Oid, PushOptions, Repository, Signature,
 };
@@ -263,49 +263,4 @@ fn try_once(
         Err(e) => return Err(PushError::Source(state.into_error(e))),
     };
     Ok(attempt)
-}
-
-/// The commit on the first-parent history of `tip` that gave `path` its current content.
-pub fn introducing_commit(
-    repo: &Repository,
-    tip: Oid,
-    path: &str,
-) -> Result<Option<Oid>, git2::Error> {
-    let blob_at = |c: &Commit<'_>| -> Result<Option<Oid>, git2::Error> {
-        match c.tree()?.get_path(Path::new(path)) {
-            Ok(e) => Ok(Some(e.id())),
-            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
-            Err(e) => Err(e),
-        }
-    };
-    let mut commit = repo.find_commit(tip)?;
-    let Some(want) = blob_at(&commit)? else {
-        return Ok(None);
-    };
-    loop {
-        let parent = match commit.parent(0) {
-            Ok(p) => p,
-            Err(_) => return Ok(Some(commit.id())),
-        };
-        if blob_at(&parent)? != Some(want) {
-            return Ok(Some(commit.id()));
-        }
-        commit = parent;
-    }
-}
-
-/// For the gate: is the status commit that introduced `env`/`cluster`'s
-/// current report signed by an allowed agent key? `Ok(None)` when there is no
-/// report; `Err(trust::Error::Refused)` names the commit and why it is not trusted.
-pub fn verify_report_signer(
-    repo: &Repository,
-    status_tip: Oid,
-    env: &str,
-    cluster: &str,
-    agent_signers: &AllowedSigners,
-) -> Result<Option<Verified>, trust::Error> {
-    let Some(commit) = introducing_commit(repo, status_tip, &report_path(env, cluster))? else {
-        return Ok(None);
-    };
-    trust::verify_commit(repo, commit, agent_signers).map(Some)
 }

@@ -1,13 +1,38 @@
-//! Reading the status branch (DESIGN §5): every confirmation any agent ever
-//! recorded, from the branch's whole history rather than its tip, because
-//! each report file is rewritten and a later report for another version does
-//! not undo that an earlier version was confirmed.
+//! Reading the status branch (docs/design.md §5): the one reader of status
+//! reports, shared by the gate, `drover promote`, `drover log` and the demo.
+//!
+//! The walk follows the branch's first parents from its tip. At each commit
+//! only the report files that commit changed are looked at, and a report is
+//! evidence only when:
+//! - its file still exists at the tip (a report deleted from the tip no
+//!   longer counts);
+//! - the blob is at most [`MAX_REPORT_BYTES`] (its size is read from the
+//!   object header, so an oversized report is never loaded);
+//! - the commit that wrote it is signed by a key listed for exactly its
+//!   `<env>/<cluster>` in the report signers of the policy in force;
+//! - it parses and names the env and cluster of its path.
+//!
+//! Everything else is ignored and named in [`Confirmations::ignored`]. Only
+//! one report is held in memory at a time.
+//!
+//! Per cluster and version, the newest decisive report wins: a `failed`
+//! report withdraws every earlier confirmation of that version. A
+//! confirmation counts from the first `confirmed` report after the last
+//! `failed` one (a re-published `confirmed`, say with a new node count, does
+//! not restart the soak), and its time is the signed commit's committer time,
+//! or the file's `since` when that is later: a report cannot claim to be
+//! older than the commit that published it.
 
 use super::{RolloutState, StatusReport};
-use chrono::{DateTime, Utc};
-use git2::{ObjectType, Oid, Repository, Tree};
+use crate::trust::{self, AllowedSigners};
+use chrono::{DateTime, TimeZone, Utc};
+use git2::{Commit, ObjectType, Oid, Repository};
 use semver::Version;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+
+/// Largest status report file that is read (docs/design.md §5).
+pub const MAX_REPORT_BYTES: usize = 64 * 1024;
 
 /// Errors reading the status branch (a missing branch is not one).
 #[derive(Debug, thiserror::Error)]
@@ -64,19 +89,66 @@ pub fn find_status_branch(repo: &Repository, branch: &str) -> Result<Option<Bran
     Ok(None)
 }
 
-/// Every confirmation recorded on the status branch.
+/// A report the reader did not count, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ignored {
+    /// Environment of the report's path.
+    pub env: String,
+    /// Cluster of the report's path.
+    pub cluster: String,
+    /// The status commit that wrote it.
+    pub commit: String,
+    /// Why it does not count.
+    pub why: String,
+}
+
+impl fmt::Display for Ignored {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "status/{}/{}.toml in {:.10}: {}",
+            self.env, self.cluster, self.commit, self.why
+        )
+    }
+}
+
+/// One trusted report, as the reader passed it on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrustedReport {
+    /// The report.
+    pub report: StatusReport,
+    /// The signed status commit that wrote it.
+    pub commit: Oid,
+    /// When it counts from: the later of the commit time and `since`.
+    pub at: DateTime<Utc>,
+}
+
+/// A standing confirmation: the first `confirmed` report of its run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Standing {
+    /// When it counts from.
+    pub at: DateTime<Utc>,
+    /// The signed status commit that wrote it.
+    pub status_commit: Oid,
+    /// The config commit the agent was applying.
+    pub config_commit: String,
+}
+
+/// What the status branch proves, per cluster and version.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Confirmations {
     /// Where the branch was read from; `None` when it does not exist.
     pub branch: Option<BranchRef>,
-    /// (env, cluster, version) -> earliest `since` of a confirmed report.
-    confirmed: BTreeMap<(String, String, Version), DateTime<Utc>>,
-    /// Reports that could not be used, one line each (path, commit, why).
-    pub warnings: Vec<String>,
+    /// (env, cluster, version) -> the standing confirmation.
+    confirmed: BTreeMap<(String, String, Version), Standing>,
+    /// (env, cluster, version) -> the `failed` report that withdrew it.
+    withdrawn: BTreeMap<(String, String, Version), DateTime<Utc>>,
+    /// Reports that do not count, each named with why.
+    pub ignored: Vec<Ignored>,
 }
 
 impl Confirmations {
-    /// When `cluster` of `env` first confirmed `version`, if it ever did.
+    /// When `cluster` of `env`'s standing confirmation of `version` counts from.
     pub fn confirmed_at(
         &self,
         env: &str,
@@ -85,106 +157,302 @@ impl Confirmations {
     ) -> Option<DateTime<Utc>> {
         self.confirmed
             .get(&(env.to_owned(), cluster.to_owned(), version.clone()))
-            .copied()
+            .map(|s| s.at)
     }
 
-    /// The clusters of `env` that confirmed `version`, with when each first did.
+    /// Every standing confirmation: (env, cluster, version, confirmation).
+    pub fn standing(&self) -> impl Iterator<Item = (&str, &str, &Version, &Standing)> {
+        self.confirmed
+            .iter()
+            .map(|((e, c, v), s)| (e.as_str(), c.as_str(), v, s))
+    }
+
+    /// The clusters of `env` whose standing confirmation of `version` counts, with since when.
     pub fn for_version(&self, env: &str, version: &Version) -> BTreeMap<String, DateTime<Utc>> {
         self.confirmed
             .iter()
             .filter(|((e, _, v), _)| e == env && v == version)
-            .map(|((_, c, _), t)| (c.clone(), *t))
+            .map(|((_, c, _), s)| (c.clone(), s.at))
             .collect()
     }
 
-    /// Every (cluster, version, first confirmation) recorded for `env`.
+    /// Every (cluster, version, confirmation time) standing for `env`.
     pub fn for_env(&self, env: &str) -> Vec<(String, Version, DateTime<Utc>)> {
         self.confirmed
             .iter()
             .filter(|((e, _, _), _)| e == env)
-            .map(|((_, c, v), t)| (c.clone(), v.clone(), *t))
+            .map(|((_, c, v), s)| (c.clone(), v.clone(), s.at))
             .collect()
     }
 
-    /// Record one report; the earliest confirmation of a version wins.
-    pub fn record(&mut self, report: &StatusReport) {
-        if report.state != RolloutState::Confirmed {
-            return;
+    /// Why `cluster` of `env` has no standing confirmation of `version`, if
+    /// the branch says anything about it (withdrawn, or reports ignored).
+    pub fn why_not(&self, env: &str, cluster: &str, version: &Version) -> Option<String> {
+        let key = (env.to_owned(), cluster.to_owned(), version.clone());
+        if let Some(t) = self.withdrawn.get(&key) {
+            return Some(format!(
+                "its confirmation was withdrawn by a later `failed` report at {}",
+                t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+            ));
         }
-        let key = (
-            report.env.clone(),
-            report.cluster.clone(),
-            report.version.clone(),
-        );
-        self.confirmed
-            .entry(key)
-            .and_modify(|t| *t = (*t).min(report.since))
-            .or_insert(report.since);
+        let ignored: Vec<String> = self
+            .ignored
+            .iter()
+            .filter(|i| i.env == env && i.cluster == cluster)
+            .map(|i| format!("{:.10}: {}", i.commit, i.why))
+            .collect();
+        (!ignored.is_empty()).then(|| format!("ignored reports: {}", ignored.join("; ")))
     }
 }
 
-/// Read every confirmation from the status branch named `branch` (local or `origin/`).
-pub fn read_confirmations(repo: &Repository, branch: &str) -> Result<Confirmations, Error> {
-    let git = |source| Error::Git {
-        branch: branch.to_owned(),
-        source,
-    };
-    let mut out = Confirmations::default();
-    let Some(found) = find_status_branch(repo, branch)? else {
+/// Who may sign reports: the parsed `report_signers` of the policy in force.
+/// `None` trusts no report.
+pub type ReportSigners<'a> = Option<&'a AllowedSigners>;
+
+fn commit_time(c: &Commit<'_>) -> DateTime<Utc> {
+    Utc.timestamp_opt(c.time().seconds(), 0)
+        .single()
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// `status/<env>/<cluster>.toml` blobs of a commit's tree.
+fn report_blobs(
+    repo: &Repository,
+    commit: &Commit<'_>,
+) -> Result<BTreeMap<(String, String), Oid>, git2::Error> {
+    let mut out = BTreeMap::new();
+    let tree = commit.tree()?;
+    let Some(status) = tree.get_name("status") else {
         return Ok(out);
     };
-    let mut walk = repo.revwalk().map_err(git)?;
-    walk.push(found.tip).map_err(git)?;
-    out.branch = Some(found);
-
-    // Objects are content-addressed: a tree seen once holds only blobs seen
-    // once, so each distinct report is parsed exactly once however many
-    // commits carry it.
-    let mut seen_trees: HashSet<Oid> = HashSet::new();
-    let mut seen_blobs: HashSet<Oid> = HashSet::new();
-    for oid in walk {
-        let commit = repo.find_commit(oid.map_err(git)?).map_err(git)?;
-        let root = commit.tree().map_err(git)?;
-        let Some(status) = root.get_name("status") else {
-            continue;
-        };
-        if status.kind() != Some(ObjectType::Tree) || !seen_trees.insert(status.id()) {
+    if status.kind() != Some(ObjectType::Tree) {
+        return Ok(out);
+    }
+    for env in repo.find_tree(status.id())?.iter() {
+        if env.kind() != Some(ObjectType::Tree) {
             continue;
         }
-        let status = repo.find_tree(status.id()).map_err(git)?;
-        for env_entry in status.iter() {
-            let Ok(env) = env_entry.name() else { continue };
-            if env_entry.kind() != Some(ObjectType::Tree) || !seen_trees.insert(env_entry.id()) {
+        let Ok(env_name) = env.name() else { continue };
+        for file in repo.find_tree(env.id())?.iter() {
+            if file.kind() != Some(ObjectType::Blob) {
                 continue;
             }
-            let env_tree: Tree = repo.find_tree(env_entry.id()).map_err(git)?;
-            for file in env_tree.iter() {
-                if file.kind() != Some(ObjectType::Blob) || !seen_blobs.insert(file.id()) {
-                    continue;
-                }
-                let Some(cluster) = file.name().ok().and_then(|n| n.strip_suffix(".toml")) else {
-                    continue;
-                };
-                let path = format!("status/{env}/{cluster}.toml");
-                let where_ = format!("{path} in {:.10}", commit.id());
-                let blob = repo.find_blob(file.id()).map_err(git)?;
-                let Ok(text) = std::str::from_utf8(blob.content()) else {
-                    out.warnings.push(format!("{where_}: not UTF-8; skipped"));
-                    continue;
-                };
-                match StatusReport::from_toml(text) {
-                    Ok(r) if r.env != env || r.cluster != cluster => out.warnings.push(format!(
-                        "{where_}: reports env {:?} cluster {:?}, which does not match its path; skipped",
-                        r.env, r.cluster
+            let Some(cluster) = file.name().ok().and_then(|n| n.strip_suffix(".toml")) else {
+                continue;
+            };
+            out.insert((env_name.to_owned(), cluster.to_owned()), file.id());
+        }
+    }
+    Ok(out)
+}
+
+/// Subtree id of `status/` in a commit (to skip commits that change nothing there).
+fn status_dir(commit: &Commit<'_>) -> Result<Option<Oid>, git2::Error> {
+    Ok(commit
+        .tree()?
+        .get_name("status")
+        .filter(|e| e.kind() == Some(ObjectType::Tree))
+        .map(|e| e.id()))
+}
+
+/// Check the commit that wrote `env`/`cluster`'s report: signed by a key
+/// listed for exactly `<env>/<cluster>`? `Err` says why not.
+fn check_signer(
+    repo: &Repository,
+    commit: Oid,
+    env: &str,
+    cluster: &str,
+    signers: ReportSigners<'_>,
+) -> Result<(), String> {
+    let Some(all) = signers else {
+        return Err(
+            "no `report_signers` in [promotion] of drover.toml, so no report can be trusted".into(),
+        );
+    };
+    let principal = format!("{env}/{cluster}");
+    let own = all.for_principal(&principal);
+    match trust::verify_commit(repo, commit, &own) {
+        Ok(_) => Ok(()),
+        Err(trust::Error::Refused(r)) => match r.reason {
+            trust::Reason::UnknownKey { fingerprint } => {
+                // Name whose key it is, when it is someone else's.
+                match trust::verify_commit(repo, commit, all) {
+                    Ok(v) => Err(format!(
+                        "signed by {}'s key, which is not listed for {principal} in the report signers",
+                        v.principal
                     )),
-                    Ok(r) => out.record(&r),
-                    Err(e) => out.warnings.push(format!(
-                        "{where_}: not a valid status report ({}); skipped",
-                        e.message().trim()
+                    Err(_) => Err(format!(
+                        "signed by key {fingerprint}, which is not listed for {principal} in the report signers"
                     )),
                 }
             }
+            other => Err(other.to_string()),
+        },
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Read one report blob with the size bound; `Err` says why it is ignored.
+fn read_report(
+    repo: &Repository,
+    blob: Oid,
+    env: &str,
+    cluster: &str,
+) -> Result<StatusReport, String> {
+    let odb = repo.odb().map_err(|e| e.to_string())?;
+    let (size, _) = odb.read_header(blob).map_err(|e| e.to_string())?;
+    if size > MAX_REPORT_BYTES {
+        return Err(format!(
+            "{size} bytes, larger than the {} KiB a report may have",
+            MAX_REPORT_BYTES / 1024
+        ));
+    }
+    let blob = repo.find_blob(blob).map_err(|e| e.to_string())?;
+    let text = std::str::from_utf8(blob.content()).map_err(|_| "not UTF-8".to_string())?;
+    let r = StatusReport::from_toml(text)
+        .map_err(|e| format!("not a valid status report ({})", e.message().trim()))?;
+    if r.env != env || r.cluster != cluster {
+        return Err(format!(
+            "reports env {:?} cluster {:?}, which does not match its path",
+            r.env, r.cluster
+        ));
+    }
+    Ok(r)
+}
+
+/// Walk the status branch from `tip`, newest first, calling `visit` with
+/// every trusted report and recording every ignored one in `ignored`.
+pub fn walk_reports(
+    repo: &Repository,
+    tip: Oid,
+    signers: ReportSigners<'_>,
+    ignored: &mut Vec<Ignored>,
+    mut visit: impl FnMut(TrustedReport),
+) -> Result<(), git2::Error> {
+    let mut commit = repo.find_commit(tip)?;
+    let at_tip = report_blobs(repo, &commit)?;
+    let mut deleted_noted: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut dir = status_dir(&commit)?;
+    let mut blobs = at_tip.clone();
+    loop {
+        let parent = commit.parent(0).ok();
+        let parent_dir = match &parent {
+            Some(p) => status_dir(p)?,
+            None => None,
+        };
+        let parent_blobs = match (&parent, parent_dir == dir) {
+            (_, true) => blobs.clone(),
+            (Some(p), false) => report_blobs(repo, p)?,
+            (None, false) => BTreeMap::new(),
+        };
+        if parent_dir != dir {
+            for ((env, cluster), blob) in &blobs {
+                if parent_blobs.get(&(env.clone(), cluster.clone())) == Some(blob) {
+                    continue;
+                }
+                let key = (env.clone(), cluster.clone());
+                if !at_tip.contains_key(&key) {
+                    if deleted_noted.insert(key) {
+                        ignored.push(Ignored {
+                            env: env.clone(),
+                            cluster: cluster.clone(),
+                            commit: commit.id().to_string(),
+                            why: "the file is deleted at the branch tip, so its reports no longer count"
+                                .into(),
+                        });
+                    }
+                    continue;
+                }
+                let outcome = read_report(repo, *blob, env, cluster).and_then(|r| {
+                    check_signer(repo, commit.id(), env, cluster, signers).map(|()| r)
+                });
+                match outcome {
+                    Ok(report) => {
+                        let at = commit_time(&commit).max(report.since);
+                        visit(TrustedReport {
+                            report,
+                            commit: commit.id(),
+                            at,
+                        });
+                    }
+                    Err(why) => ignored.push(Ignored {
+                        env: env.clone(),
+                        cluster: cluster.clone(),
+                        commit: commit.id().to_string(),
+                        why,
+                    }),
+                }
+            }
+        }
+        match parent {
+            Some(p) => {
+                commit = p;
+                dir = parent_dir;
+                blobs = parent_blobs;
+            }
+            None => break,
         }
     }
+    Ok(())
+}
+
+/// Read what the status branch named `branch` (local or `origin/`) proves,
+/// trusting reports signed by `signers` (docs/design.md §5).
+pub fn read_confirmations(
+    repo: &Repository,
+    branch: &str,
+    signers: ReportSigners<'_>,
+) -> Result<Confirmations, Error> {
+    let Some(found) = find_status_branch(repo, branch)? else {
+        return Ok(Confirmations::default());
+    };
+    let mut out = confirmations_at(repo, found.tip, signers).map_err(|source| Error::Git {
+        branch: branch.to_owned(),
+        source,
+    })?;
+    out.branch = Some(found);
+    Ok(out)
+}
+
+/// What the status branch at `tip` proves, trusting reports signed by `signers`.
+pub fn confirmations_at(
+    repo: &Repository,
+    tip: Oid,
+    signers: ReportSigners<'_>,
+) -> Result<Confirmations, git2::Error> {
+    let mut out = Confirmations::default();
+    // Per (env, cluster, version): decided once a `failed` is seen (newest
+    // first); until then the earliest confirmation of the run wins.
+    let mut decided: HashMap<(String, String, Version), bool> = HashMap::new();
+    let mut confirmed = BTreeMap::new();
+    let mut withdrawn = BTreeMap::new();
+    walk_reports(repo, tip, signers, &mut out.ignored, |t| {
+        let r = t.report;
+        let key = (r.env, r.cluster, r.version);
+        if decided.get(&key) == Some(&true) {
+            return;
+        }
+        match r.state {
+            RolloutState::Failed => {
+                decided.insert(key.clone(), true);
+                if !confirmed.contains_key(&key) {
+                    withdrawn.insert(key, t.at);
+                }
+            }
+            RolloutState::Confirmed => {
+                confirmed.insert(
+                    key,
+                    Standing {
+                        at: t.at,
+                        status_commit: t.commit,
+                        config_commit: r.config_commit,
+                    },
+                );
+            }
+            _ => {}
+        }
+    })?;
+    out.confirmed = confirmed;
+    out.withdrawn = withdrawn;
     Ok(out)
 }

@@ -401,7 +401,10 @@ pub fn check(
         return Ok(out);
     }
     if let Some(last) = last {
-        if last != head && !repo.graph_descendant_of(head, last)? {
+        // A last commit missing from the fetched history (it was force-pushed
+        // away) cannot be an ancestor of the head.
+        let known = repo.find_commit(last).is_ok();
+        if last != head && (!known || !repo.graph_descendant_of(head, last)?) {
             return Err(refused(
                 head,
                 Reason::NotDescendant {

@@ -99,6 +99,19 @@ impl AllowedSigners {
         self.entries.iter().filter(move |e| e.key.key_data() == key)
     }
 
+    /// Only the lines that list exactly `principal` (no patterns): a status
+    /// report counts only when signed by a key listed for its own cluster.
+    pub fn for_principal(&self, principal: &str) -> AllowedSigners {
+        AllowedSigners {
+            entries: self
+                .entries
+                .iter()
+                .filter(|e| e.principals.iter().any(|p| p == principal))
+                .cloned()
+                .collect(),
+        }
+    }
+
     /// True when the file lists no signer.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()

@@ -51,6 +51,8 @@ pub struct ConfigRepo {
     pub key: PathBuf,
     pub signers: PathBuf,
     pub daemon: GitDaemon,
+    /// Each cluster's report signing key (listed in agents.allowed_signers as `<env>/<cluster>`).
+    pub report_keys: std::collections::BTreeMap<String, PathBuf>,
     envs: Vec<EnvSpec>,
 }
 
@@ -74,11 +76,31 @@ impl ConfigRepo {
         std::fs::write(
             work.join("drover.toml"),
             format!(
-                "[promotion]\nchain = [{}]\nevidence = \"status\"\n\n[clusters]\n{clusters}",
+                "[promotion]\nchain = [{}]\nevidence = \"status\"\nreport_signers = \"agents.allowed_signers\"\n\n[clusters]\n{clusters}",
                 chain.join(", ")
             ),
         )
         .unwrap();
+        // Every cluster's agent signs its reports with a key of its own.
+        let mut report_keys = std::collections::BTreeMap::new();
+        for e in envs {
+            report_keys.insert(
+                e.cluster.clone(),
+                keygen(dir.path(), &format!("report-{}", e.cluster)),
+            );
+        }
+        let principals: Vec<(String, &std::path::Path)> = envs
+            .iter()
+            .map(|e| {
+                (
+                    format!("{}/{}", e.env, e.cluster),
+                    report_keys[&e.cluster].as_path(),
+                )
+            })
+            .collect();
+        let entries: Vec<(&str, &std::path::Path)> =
+            principals.iter().map(|(p, k)| (p.as_str(), *k)).collect();
+        allowed_signers(&work.join("agents.allowed_signers"), &entries);
         let repo = ConfigRepo {
             dir,
             work,
@@ -86,6 +108,7 @@ impl ConfigRepo {
             key,
             signers,
             daemon: GitDaemon::start(&served),
+            report_keys,
             envs: envs.to_vec(),
         };
         for e in envs {
@@ -113,7 +136,8 @@ impl ConfigRepo {
         .unwrap();
     }
 
-    fn commit(&self, message: &str, signed: bool) -> String {
+    /// Commit every change of the work tree (signed: a reviewed merge).
+    pub fn commit(&self, message: &str, signed: bool) -> String {
         git(&self.work, &["add", "-A"]);
         let sk = format!("user.signingkey={}", self.key.display());
         if signed {
@@ -137,7 +161,8 @@ impl ConfigRepo {
         git(&self.work, &["rev-parse", "HEAD"])
     }
 
-    fn push(&self) {
+    /// Push main to the served repository.
+    pub fn push(&self) {
         git(
             &self.work,
             &["push", "-q", self.bare.to_str().unwrap(), "main:main"],
@@ -245,6 +270,7 @@ pub fn agent_process(
         .env("POD_NAMESPACE", ns)
         .env("DROVER_CACHE_DIR", repo.dir.path().join("cache"))
         .env("DROVER_ALLOWED_SIGNERS", &repo.signers)
+        .env("DROVER_STATUS_SIGNING_KEY", &repo.report_keys["test-1"])
         .env("DROVER_LISTEN", listen)
         .stdin(std::process::Stdio::null())
         .stdout(std::fs::File::create(logs).unwrap())
@@ -278,6 +304,11 @@ pub fn agent_config(
     cfg.namespace = ns.into();
     cfg.identity = id.into();
     cfg.allowed_signers = Some(repo.signers.clone());
+    if let Some(key) = repo.report_keys.get(cluster) {
+        cfg.publish = drover::status::PublishOptions::default()
+            .with_signing_key_file(key)
+            .unwrap();
+    }
     cfg.poll = Duration::from_secs(1);
     cfg.tick = Duration::from_secs(2);
     cfg.evict_retry = Duration::from_millis(250);

@@ -1,0 +1,278 @@
+//! Admission (docs/design.md §4–§6): the one path by which a config change
+//! is judged, trust → config → gate, used by `drover check --base`, the
+//! agent, `drover promote` and `drover demo`.
+//!
+//! This module is the pure core: a change's configs and policies in,
+//! a [`Decision`] out. The evidence it needs comes through the narrow
+//! [`EvidenceSource`] trait; [`git`] holds the edges that read configs,
+//! policies and status reports from a repository.
+//!
+//! Rules (docs/design.md §4):
+//! - a change is judged by the policy in force before it: `chain`,
+//!   `evidence`, `status_branch`, `report_signers` (the path and the file's
+//!   content), `revoked` and every environment's `soak`; a revoked version
+//!   is refused in every environment, the first of the chain included;
+//! - a change that edits that policy and moves an existing environment's
+//!   version is refused: the two go in separate changes;
+//! - a new environment is judged by the policy of the change that adds it;
+//! - `allow_downgrade` is honoured only when the change sets it (it was not
+//!   true before);
+//! - the lower environment's clusters are those listed before or after the
+//!   change (a change cannot drop the cluster that has not confirmed).
+//!
+//! Chosen where the design is silent: `[clusters]` is not a policy key (a
+//! cluster may be added beside a version move), but removing one does not
+//! weaken the gate, as said above.
+
+pub mod git;
+
+use crate::config::{Evidence, RepoConfig, Revoked};
+use crate::gate::{
+    judge, Decision, GateRequest, HistoryError, Lower, LowerEvidence, LowerHistory, Reason, Refusal,
+};
+use chrono::{DateTime, Utc};
+use semver::Version;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+pub use git::{
+    admit_adoption, admit_head, check_base, snapshot, Admitted, ChangeReport, GitEvidence,
+    Rejection, Snapshot, Stage,
+};
+
+/// Errors that stop admission from judging at all (as opposed to a refusal).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A git operation failed.
+    #[error("git: {0}")]
+    Git(#[from] git2::Error),
+    /// A revision does not name a commit.
+    #[error("revision {rev:?} does not name a commit: {source}")]
+    Rev {
+        /// The revision as given.
+        rev: String,
+        /// The git error.
+        #[source]
+        source: git2::Error,
+    },
+    /// The status branch could not be read.
+    #[error(transparent)]
+    Status(#[from] crate::status::Error),
+    /// The config history could not be walked.
+    #[error(transparent)]
+    History(#[from] HistoryError),
+    /// The report signers file of the policy in force cannot be parsed.
+    #[error("{path} (report_signers of the policy in force): {message}")]
+    Signers {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The environment is not in the promotion chain.
+    #[error("environment {0:?} is not in the promotion chain of the policy in force")]
+    NotInChain(String),
+}
+
+/// The promotion policy of one commit: what judges the next change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// `[promotion] chain`.
+    pub chain: Vec<String>,
+    /// `[promotion] evidence`.
+    pub evidence: Evidence,
+    /// `[promotion] status_branch`.
+    pub status_branch: String,
+    /// `[promotion] report_signers` (a path in the config repository).
+    pub report_signers: Option<String>,
+    /// That file's content at the commit (`None`: unset or missing).
+    pub signers_text: Option<String>,
+    /// Each environment's `[promotion] soak`.
+    pub soaks: BTreeMap<String, Duration>,
+    /// `[promotion] revoked`: versions never rolled out again, with why.
+    pub revoked: Vec<Revoked>,
+    /// `[clusters]` (not an edit key; see the module doc).
+    pub clusters: BTreeMap<String, Vec<String>>,
+}
+
+impl Policy {
+    /// The policy of `cfg`, with the report signers file's content.
+    pub fn of(cfg: &RepoConfig, signers_text: Option<String>) -> Self {
+        Policy {
+            chain: cfg.root.chain.clone(),
+            evidence: cfg.root.evidence,
+            status_branch: cfg.root.status_branch.clone(),
+            report_signers: cfg.root.report_signers.clone(),
+            signers_text,
+            soaks: cfg
+                .envs
+                .iter()
+                .map(|(n, e)| (n.clone(), e.promotion.soak))
+                .collect(),
+            revoked: cfg.root.revoked.clone(),
+            clusters: cfg.root.clusters.clone(),
+        }
+    }
+
+    /// The policy keys `after` changes, in the order of the file.
+    pub fn edits(&self, after: &Policy) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.chain != after.chain {
+            out.push("chain".to_owned());
+        }
+        if self.evidence != after.evidence {
+            out.push("evidence".to_owned());
+        }
+        if self.status_branch != after.status_branch {
+            out.push("status_branch".to_owned());
+        }
+        if self.report_signers != after.report_signers {
+            out.push("report_signers".to_owned());
+        } else if self.signers_text != after.signers_text {
+            out.push(format!(
+                "the keys in {}",
+                after.report_signers.as_deref().unwrap_or("report_signers")
+            ));
+        }
+        if self.revoked != after.revoked {
+            out.push("revoked".to_owned());
+        }
+        for (env, soak) in &self.soaks {
+            if after.soaks.get(env).is_some_and(|s| s != soak) {
+                out.push(format!("soak of {env}"));
+            }
+        }
+        out
+    }
+
+    /// The environment below `env` in the chain; `None` for the first.
+    fn lower(&self, env: &str) -> Option<Option<&str>> {
+        let i = self.chain.iter().position(|e| e == env)?;
+        Some(i.checked_sub(1).map(|j| self.chain[j].as_str()))
+    }
+}
+
+/// Where the gate's evidence comes from (the git edge, or a test's values).
+pub trait EvidenceSource {
+    /// Status evidence read with `policy`'s branch and report signers: per
+    /// cluster of `lower`, its standing confirmation of `version`, and why
+    /// there is none for the clusters the branch says something about.
+    #[allow(clippy::type_complexity)]
+    fn status(
+        &mut self,
+        policy: &Policy,
+        lower: &str,
+        version: &Version,
+    ) -> Result<(BTreeMap<String, DateTime<Utc>>, BTreeMap<String, String>), Error>;
+
+    /// History evidence: how long `lower` has been configured at `version`,
+    /// over the commits already on the base only.
+    fn history(&mut self, lower: &str, version: &Version) -> Result<LowerHistory, Error>;
+}
+
+/// One change of the config: the config before it (`None` when there was
+/// none) and after it, with their policies.
+#[derive(Debug, Clone, Copy)]
+pub struct Change<'a> {
+    /// The config before the change.
+    pub before: Option<(&'a RepoConfig, &'a Policy)>,
+    /// The config after it.
+    pub after: (&'a RepoConfig, &'a Policy),
+}
+
+/// Judge `env`'s version move in `change` (the pure core of admission).
+pub fn judge_env(
+    change: Change<'_>,
+    env: &str,
+    evidence: &mut dyn EvidenceSource,
+    now: DateTime<Utc>,
+) -> Result<Decision, Error> {
+    let (after, after_policy) = change.after;
+    let Some(new) = after.envs.get(env) else {
+        return Err(Error::NotInChain(env.to_owned()));
+    };
+    let old = change.before.and_then(|(c, _)| c.envs.get(env));
+    let refuse = |reason| {
+        Ok(Decision::Refused(Refusal {
+            env: env.to_owned(),
+            version: new.version.clone(),
+            reason,
+        }))
+    };
+    if old.is_some_and(|o| o.version == new.version) {
+        return Ok(Decision::Unchanged);
+    }
+    // A new environment is judged by the policy of the change that adds it.
+    let policy = match (change.before, old) {
+        (Some((_, p)), Some(_)) => {
+            let edits = p.edits(after_policy);
+            if !edits.is_empty() {
+                return refuse(Reason::PolicyAndVersion { edits });
+            }
+            p
+        }
+        _ => after_policy,
+    };
+    if let Some(r) = policy.revoked.iter().find(|r| r.version == new.version) {
+        return refuse(Reason::Revoked {
+            why: r.reason.clone(),
+        });
+    }
+    let Some(lower) = policy.lower(env) else {
+        return Err(Error::NotInChain(env.to_owned()));
+    };
+    let lower = match lower {
+        None => None,
+        Some(l) => {
+            let mut clusters: Vec<String> = policy.clusters.get(l).cloned().unwrap_or_default();
+            for c in after_policy.clusters.get(l).into_iter().flatten() {
+                if !clusters.contains(c) {
+                    clusters.push(c.clone());
+                }
+            }
+            let evidence = match policy.evidence {
+                Evidence::Status => {
+                    if policy.report_signers.is_none() {
+                        return refuse(Reason::NoReportSigners);
+                    }
+                    let (confirmations, notes) = evidence.status(policy, l, &new.version)?;
+                    LowerEvidence::Status {
+                        branch: policy.status_branch.clone(),
+                        confirmations,
+                        notes,
+                    }
+                }
+                Evidence::History => LowerEvidence::History(evidence.history(l, &new.version)?),
+            };
+            Some(Lower {
+                env: l.to_owned(),
+                clusters,
+                evidence,
+            })
+        }
+    };
+    Ok(judge(&GateRequest {
+        env: env.to_owned(),
+        version: new.version.clone(),
+        previous: old.map(|o| o.version.clone()),
+        allow_downgrade: new.allow_downgrade && !old.is_some_and(|o| o.allow_downgrade),
+        soak: policy.soaks.get(env).copied().unwrap_or(new.promotion.soak),
+        lower,
+        now,
+    }))
+}
+
+/// Machine-readable name of a gate refusal, for metrics and reports.
+pub fn reason_code(r: &Reason) -> &'static str {
+    match r {
+        Reason::Downgrade { .. } => "downgrade",
+        Reason::NoLowerClusters { .. } => "no_lower_clusters",
+        Reason::NotConfirmed { .. } => "not_confirmed",
+        Reason::Soaking { .. } => "soaking",
+        Reason::LowerNotAtVersion { .. } => "lower_not_at_version",
+        Reason::HistorySoaking { .. } => "history_soaking",
+        Reason::PolicyAndVersion { .. } => "policy_and_version",
+        Reason::NoReportSigners => "no_report_signers",
+        Reason::Revoked { .. } => "revoked",
+    }
+}
