@@ -18,7 +18,7 @@ use crate::sim::{self, EventKind, Pdb, Pod, Sim, SimNode};
 use crate::source::{Source, SourceConfig};
 use crate::status::{self, PublishOptions, RolloutState, StatusReport};
 use crate::window;
-use chrono::{DateTime, Duration as Span, SecondsFormat, Utc};
+use chrono::{DateTime, SecondsFormat, Utc};
 use semver::Version;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -427,10 +427,11 @@ impl Story {
             self.agents[i].applied = Some((env_cfg.version.clone(), fetched.head));
         }
 
-        let schedule = window::Schedule::new(&env_cfg.window)?;
-        let horizon_windows = windows_between(&schedule, at, until)?;
+        let calendar = window::Calendar::of(&env_cfg)?;
+        let horizon_windows = windows_between(&calendar, at, until);
         let sim_schedule = sim::Schedule {
             windows: horizon_windows.clone(),
+            calendar: Some(calendar),
             gate_from,
         };
         let engine = Engine::new(
@@ -673,27 +674,22 @@ impl Forge {
 /// A window as `[start, end)`.
 type Interval = (DateTime<Utc>, DateTime<Utc>);
 
-/// The windows of `schedule` overlapping `[from, until]`, as intervals.
+/// The periods in which a node may start (what `drover windows` lists)
+/// overlapping `[from, until]`, plus one past it so a rollout waiting for it
+/// can say when.
 fn windows_between(
-    schedule: &window::Schedule,
+    calendar: &window::Calendar,
     from: DateTime<Utc>,
     until: DateTime<Utc>,
-) -> Result<Vec<Interval>, Error> {
+) -> Vec<Interval> {
     let mut out = Vec::new();
-    let mut t = from;
-    loop {
-        let next = schedule.next_windows(t, 1)?;
-        let Some(w) = next.into_iter().next() else {
-            break;
-        };
-        out.push((w.start, w.end));
-        // One window past the horizon, so a rollout waiting for it can say when.
-        if w.start > until {
+    for p in calendar.periods(from) {
+        out.push((p.start, p.end));
+        if p.start > until {
             break;
         }
-        t = w.end + Span::seconds(1);
     }
-    Ok(out)
+    out
 }
 
 fn uniform_version(sim: &Sim) -> Option<Version> {

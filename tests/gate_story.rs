@@ -387,17 +387,19 @@ fn repo_config(evidence: drover::config::Evidence, stage: &str) -> drover::confi
         name: name.into(),
         version: version.parse().expect("version"),
         allow_downgrade: false,
-        window: WindowSpec {
+        windows: vec![WindowSpec {
             schedule: "0 2 8 * *".into(),
             duration: std::time::Duration::from_secs(6 * 3600),
             timezone: chrono_tz::Tz::UTC,
-        },
+        }],
+        freezes: Vec::new(),
         rollout: RolloutSpec {
             max_unavailable: MaxUnavailable::Count(1),
             drain_timeout: std::time::Duration::from_secs(1200),
             node_timeout: std::time::Duration::from_secs(2700),
             node_selector: String::new(),
             on_drain_timeout: OnDrainTimeout::Skip,
+            paused: false,
         },
         promotion: PromotionSpec {
             soak: std::time::Duration::from_secs(24 * 3600),

@@ -123,6 +123,7 @@ fn schedule(c: &Case) -> Schedule {
     }
     Schedule {
         windows,
+        calendar: None,
         gate_from: Some(start() + D::hours(i64::from(c.gate_after_h))),
     }
 }

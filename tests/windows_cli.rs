@@ -68,6 +68,7 @@ fn json_lists_the_next_windows_in_utc() {
         serde_json::json!({
             "env": "stage",
             "timezone": "Europe/Madrid",
+            "paused": false,
             "windows": [
                 {"start": "2026-12-08T01:00:00Z", "end": "2026-12-08T07:00:00Z"},
                 {"start": "2027-01-08T01:00:00Z", "end": "2027-01-08T07:00:00Z"},

@@ -1055,23 +1055,17 @@ impl<B: ClusterBackend> Acting<B> {
         }
     }
 
-    /// The window at `now` for `env`.
-    fn window(env: &EnvConfig, now: DateTime<Utc>) -> WindowState {
-        let Ok(sched) = crate::window::Schedule::new(&env.window) else {
-            return WindowState::default();
+    /// The window at `now` for `env`, for any change and for a patch update
+    /// (they differ only under a `minor` freeze); asked of [`crate::window`].
+    fn window(env: &EnvConfig, now: DateTime<Utc>) -> (WindowState, Option<WindowState>) {
+        use crate::window::{Calendar, Change};
+        let Ok(cal) = Calendar::of(env) else {
+            return (WindowState::default(), None);
         };
-        let open = sched.is_open(now).ok().flatten();
-        let upcoming = sched.next_windows(now, 2).unwrap_or_default();
-        let next = if open.is_some() {
-            upcoming.get(1)
-        } else {
-            upcoming.first()
-        };
-        WindowState {
-            opened_at: open.map(|w| w.start),
-            closes_at: open.map(|w| w.end),
-            next_opens_at: next.map(|w| w.start),
-        }
+        let any = cal.state_at(now, Change::Other);
+        let patch = cal.state_at(now, Change::Patch);
+        let patch = (patch != any).then_some(patch);
+        (any, patch)
     }
 
     /// Run the engine for the applied config; update status, metrics and Events.
@@ -1094,12 +1088,13 @@ impl<B: ClusterBackend> Acting<B> {
             };
         }
         let now = self.clock.now();
-        let window = Self::window(&active.env, now);
+        let (window, patch_window) = Self::window(&active.env, now);
         self.metrics.window_open.set(i64::from(window.is_open()));
         let inputs = Inputs {
             may_start: true,
             hold_reason: String::new(),
-            window,
+            window: window.clone(),
+            patch_window,
         };
         let engine = Engine::new(
             Policy::from_env(&active.env),
@@ -1143,18 +1138,11 @@ impl<B: ClusterBackend> Acting<B> {
             self.durations(a, &observed, now);
             self.events.on_action(a).await;
         }
-        for (node, pdbs) in &outcome.evictions_blocked {
+        // A budget pacing a drain is normal; it becomes a Warning
+        // (DrainBlocked) only when the drain times out.
+        for (node, msg) in &outcome.evictions_blocked {
             self.events
-                .on_node(
-                    node,
-                    Severity::Warning,
-                    "EvictionBlocked",
-                    "Evict",
-                    format!(
-                        "PodDisruptionBudget(s) {} refused an eviction; retrying",
-                        pdbs.join(", ")
-                    ),
-                )
+                .on_node(node, Severity::Normal, "EvictionRefused", "Evict", msg.clone())
                 .await;
         }
         let state = state_str(d.state);
@@ -1370,12 +1358,7 @@ impl<B: ClusterBackend> Acting<B> {
 }
 
 fn state_str(s: RolloutState) -> &'static str {
-    match s {
-        RolloutState::Rolling => "rolling",
-        RolloutState::Confirmed => "confirmed",
-        RolloutState::Blocked => "blocked",
-        RolloutState::Failed => "failed",
-    }
+    s.as_str()
 }
 
 fn capitalise(s: &str) -> String {

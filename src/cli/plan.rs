@@ -157,9 +157,16 @@ fn windows_ahead(
     from: DateTime<Utc>,
     count: usize,
 ) -> anyhow::Result<Vec<(DateTime<Utc>, DateTime<Utc>)>> {
-    let ws = crate::window::next_windows(&env.window, from, count)
+    // The periods `drover windows` lists, without those where only a patch
+    // update may start: a forecast does not assume the change is a patch.
+    let cal = crate::window::Calendar::of(env)
         .with_context(|| format!("computing the windows of {}", env.name))?;
-    Ok(ws.into_iter().map(|w| (w.start, w.end)).collect())
+    Ok(cal
+        .periods(from)
+        .filter(|p| p.patch_only.is_none())
+        .take(count)
+        .map(|w| (w.start, w.end))
+        .collect())
 }
 
 /// Plan against any cluster: decide on its nodes as they are now (without
@@ -174,6 +181,7 @@ pub async fn plan<C: Cluster>(
     let policy = Policy::from_env(env);
     let schedule = Schedule {
         windows: windows.to_vec(),
+        calendar: None,
         gate_from: Some(now),
     };
     let views = cluster.observe().await?;
@@ -249,7 +257,7 @@ async fn forecast(
         .max()
         .filter(|_| state == RolloutState::Confirmed);
     let node_ns = node_time.as_nanos().max(1);
-    let fit = env.window.duration.as_nanos().div_ceil(node_ns) as usize * budget;
+    let fit = env.windows[0].duration.as_nanos().div_ceil(node_ns) as usize * budget;
     let waves = to_upgrade.div_ceil(budget) as u32;
     Forecast {
         state,

@@ -91,6 +91,7 @@ pub async fn evict(obs: &Observer, node: &str) -> Result<EvictionPass, Error> {
     let store = obs.pods_of(node).await?;
     let mut remaining = 0;
     let mut blocked_by = BTreeSet::new();
+    let mut refused_pods = BTreeSet::new();
     for pod in store.state() {
         if !must_evict(&pod) {
             continue;
@@ -142,6 +143,7 @@ pub async fn evict(obs: &Observer, node: &str) -> Result<EvictionPass, Error> {
                     continue;
                 }
                 blocked_by.extend(names.into_iter().map(|n| format!("{ns}/{n}")));
+                refused_pods.insert(format!("{ns}/{name}"));
             }
             // Gone already, or replaced by a namesake: nothing of ours to evict.
             Err(e) if is_status(&e, 404) || is_status(&e, 409) => remaining -= 1,
@@ -157,5 +159,6 @@ pub async fn evict(obs: &Observer, node: &str) -> Result<EvictionPass, Error> {
     Ok(EvictionPass {
         remaining,
         blocked_by: blocked_by.into_iter().collect(),
+        refused_pods: refused_pods.into_iter().collect(),
     })
 }

@@ -34,7 +34,9 @@ fn open() -> Inputs {
             opened_at: Some(t("02:00")),
             closes_at: Some(t("08:00")),
             next_opens_at: None,
+            ..WindowState::default()
         },
+        patch_window: None,
     }
 }
 
@@ -58,6 +60,7 @@ fn with(mut n: NodeView, state: ProgressState, started: &str, by_drover: bool) -
         started_at: t(started),
         cordoned_by_drover: by_drover,
         message: "why".into(),
+        attempts: 0,
     }));
     n.unschedulable = state.in_flight();
     n
@@ -112,6 +115,7 @@ fn nothing_starts_outside_the_window_or_without_the_gate() {
         opened_at: None,
         closes_at: None,
         next_opens_at: Some(t("22:00")),
+        ..WindowState::default()
     };
     let d = decide(
         &policy(1, OnDrainTimeout::Skip),
@@ -120,8 +124,8 @@ fn nothing_starts_outside_the_window_or_without_the_gate() {
         t("09:00"),
     );
     assert!(d.actions.is_empty());
-    assert_eq!(d.state, RolloutState::Blocked);
-    assert!(d.message.contains("outside the window"), "{}", d.message);
+    assert_eq!(d.state, RolloutState::Pending);
+    assert!(d.message.contains("waiting for the next window"), "{}", d.message);
     assert_eq!(d.wake_at, Some(t("22:00")));
 
     let mut refused = open();
@@ -345,6 +349,7 @@ fn in_flight_nodes_continue_when_the_window_closes() {
         may_start: true,
         hold_reason: String::new(),
         window: WindowState::default(),
+        patch_window: None,
     };
     let d = decide(&p, &closed, &[n, idle("b", "1.12.0")], t("08:05"));
     assert_eq!(kinds(&d), [("start_upgrade", "a".into())]);
