@@ -217,7 +217,7 @@ fn overlap_is_valid_for_any_now() {
         window::validate(&s).unwrap();
         assert!(!window::next_windows(&s, t(now), 3).unwrap().is_empty(), "{now}");
     }
-    let ws = window::next_windows(&s, t("2026-07-01T00:00:00Z"), 1).unwrap();
+    let ws = window::next_windows(&s, t("2026-07-03T00:00:00Z"), 1).unwrap();
     assert_eq!(ws[0].start, t("2026-07-31T02:00:00Z"));
     assert_eq!(ws[0].end, t("2026-10-02T02:00:00Z"), "Jul 31 + Aug 31 merged");
 }

@@ -28,9 +28,6 @@ use std::time::Duration;
 /// The most firings merged into one window before it is cut (see the module doc).
 pub const MAX_MERGED_FIRINGS: usize = 10_000;
 
-/// How many times the start of a merged window is looked for further back.
-const MAX_LOOKBACK_STEPS: usize = 64;
-
 /// Why a window specification cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
@@ -368,18 +365,20 @@ impl Calendar {
         let mut w = self
             .merged_after(back(t) - chrono::Duration::nanoseconds(1))
             .find(|w| w.end > t)?;
-        // An earlier window may run into this one: look further back, one
-        // longest duration at a time, over raw windows only.
-        for _ in 0..MAX_LOOKBACK_STEPS {
-            if w.start > t {
-                break;
-            }
-            let from = back(w.start) - chrono::Duration::nanoseconds(1);
+        // An earlier window may run into this one: look further back, a
+        // chunk at a time, over raw windows only, at most
+        // MAX_MERGED_FIRINGS of them.
+        let chunk = self.longest.max(chrono::Duration::days(1));
+        let mut budget = MAX_MERGED_FIRINGS;
+        while w.start <= t && budget > 0 {
+            let from = w.start.checked_sub_signed(chunk).unwrap_or(w.start)
+                - chrono::Duration::nanoseconds(1);
             let mut chain: Option<Window> = None;
             for r in self.raw_after(from) {
-                if r.start >= w.start {
+                if r.start >= w.start || budget == 0 {
                     break;
                 }
+                budget -= 1;
                 chain = match chain {
                     Some(c) if r.start <= c.end => Some(Window {
                         start: c.start,
@@ -389,7 +388,13 @@ impl Calendar {
                 };
             }
             match chain {
-                Some(c) if c.end >= w.start => w.start = c.start,
+                Some(c) if c.end >= w.start && c.start < w.start => {
+                    w.start = c.start;
+                    // Windows starting before `from` end by `from + longest`.
+                    if c.start > from + self.longest {
+                        break;
+                    }
+                }
                 _ => break,
             }
         }
@@ -412,9 +417,19 @@ impl Calendar {
     /// Ignores `paused` (a pause has no end time).
     pub fn periods(&self, from: DateTime<Utc>) -> impl Iterator<Item = Period> + '_ {
         let mut t = from;
+        // End of the last period listed: a window found again after a cut
+        // (a capped merge, a freeze jump) never lists a stretch twice.
+        let mut done: Option<DateTime<Utc>> = None;
         let mut queue: std::collections::VecDeque<Period> = Default::default();
         std::iter::from_fn(move || loop {
-            if let Some(p) = queue.pop_front() {
+            if let Some(mut p) = queue.pop_front() {
+                if let Some(d) = done {
+                    if p.end <= d {
+                        continue;
+                    }
+                    p.start = p.start.max(d);
+                }
+                done = Some(p.end);
                 return Some(p);
             }
             let w = self.window_at_or_after(t)?;
