@@ -229,3 +229,34 @@ fn invalid_cron_lines_are_errors() {
         assert!(matches!(err, Error::Schedule { .. }), "{bad:?}: {err}");
     }
 }
+
+/// The examples table of docs/config.md ("Windows, freezes and pause").
+#[test]
+fn the_documented_dst_examples_hold() {
+    let first = |sched: &str, tz: Tz, from: &str, n: usize| -> Vec<String> {
+        window::next_windows(&spec(sched, Duration::from_secs(60), tz), t(from), n)
+            .unwrap()
+            .iter()
+            .map(|w| w.start.format("%Y-%m-%dT%H:%MZ").to_string())
+            .collect()
+    };
+    assert_eq!(first("30 2 * * *", Tz::Europe__Madrid, "2026-03-28T12:00:00Z", 1), ["2026-03-29T01:00Z"]);
+    assert_eq!(
+        first("30 2 * * *", Tz::Europe__Madrid, "2026-10-24T12:00:00Z", 2),
+        ["2026-10-25T00:30Z", "2026-10-26T01:30Z"]
+    );
+    assert_eq!(
+        first("8 1,2 * * *", Tz::Australia__Sydney, "2027-10-02T13:00:00Z", 2),
+        ["2027-10-02T15:08Z", "2027-10-02T16:00Z"]
+    );
+    assert_eq!(
+        first("30 1,13 * * *", Tz::America__New_York, "2026-11-01T00:00:00Z", 2),
+        ["2026-11-01T05:30Z", "2026-11-01T18:30Z"]
+    );
+    assert_eq!(
+        first("30 * * * *", Tz::America__New_York, "2026-11-01T05:00:00Z", 2),
+        ["2026-11-01T05:30Z", "2026-11-01T06:30Z"]
+    );
+    // Lord Howe: +10:30 -> +11 at 02:00 local; 02:15 does not exist.
+    assert_eq!(first("15 2 * * *", Tz::Australia__Lord_Howe, "2026-10-03T12:00:00Z", 1), ["2026-10-03T15:30Z"]);
+}

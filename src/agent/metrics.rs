@@ -91,7 +91,7 @@ impl Metrics {
         );
         registry.register(
             "rollout_state",
-            "1 for the rollout's current state (rolling, confirmed, blocked, failed)",
+            "1 for the rollout's current state, 0 for the others (pending, paused, rolling, confirmed, blocked, failed)",
             m.rollout_state.clone(),
         );
         registry.register(
@@ -163,7 +163,14 @@ impl Metrics {
 
     /// Record the rollout state.
     pub fn set_rollout_state(&self, state: &str) {
+        // One series per state, 0 or 1, so an alert on `blocked` or
+        // `failed` sees a value rather than an absent series.
         self.rollout_state.clear();
+        for s in crate::status::RolloutState::ALL {
+            self.rollout_state
+                .get_or_create(&labels(&[("state", s.as_str())]))
+                .set(0);
+        }
         self.rollout_state
             .get_or_create(&labels(&[("state", state)]))
             .set(1);

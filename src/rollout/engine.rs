@@ -128,9 +128,14 @@ impl<K: Clock> Engine<K> {
             cluster = %cluster.name(),
             commit = %self.labels.commit,
         );
-        reconcile(cluster, &self.policy, inputs, self.clock.now())
-            .instrument(span)
-            .await
+        // One `reconcile` span per reconcile: inside the agent's own span
+        // (which names the head and applied commit) no second one is opened.
+        let work = reconcile(cluster, &self.policy, inputs, self.clock.now());
+        if tracing::Span::current().is_none() {
+            work.instrument(span).await
+        } else {
+            work.await
+        }
     }
 }
 
