@@ -62,6 +62,7 @@ fn nodes(n: usize) -> Vec<NodeView> {
                 progress: Ok(progress),
                 retry: false,
                 pods_to_evict: 0,
+                budgets_allow_drain: false,
             }
         })
         .collect()

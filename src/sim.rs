@@ -470,6 +470,15 @@ impl Cluster for Sim {
                     retry: crate::cluster::retry_requested(&n.annotations),
                     pods_to_evict: n.pods.len(),
                     upgrade,
+                    // The same test as an eviction's, for every pod left.
+                    budgets_allow_drain: n.pods.iter().all(|pod| {
+                        pod.pdb.as_ref().and_then(|name| s.pdbs.get(name).map(|b| (name, b))).is_none_or(
+                            |(name, b)| {
+                                b.blocked_until.is_none_or(|t| now >= t)
+                                    && s.healthy(name) > b.min_available
+                            },
+                        )
+                    }),
                 }
             })
             .collect())

@@ -273,6 +273,10 @@ pub struct NodeView {
     pub pods_to_evict: usize,
     /// The driver's run for the current attempt.
     pub upgrade: UpgradeStatus,
+    /// Read for blocked nodes only: every PodDisruptionBudget covering the
+    /// pods a drain would evict allows a disruption now, so a retry need not
+    /// wait out its backoff.
+    pub budgets_allow_drain: bool,
 }
 
 fn ser_progress<S: serde::Serializer>(
@@ -305,6 +309,7 @@ impl NodeView {
             retry: retry_requested(annotations),
             pods_to_evict,
             upgrade,
+            budgets_allow_drain: false,
         }
     }
 }

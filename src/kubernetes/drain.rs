@@ -86,6 +86,23 @@ fn pdbs_matching(obs: &Observer, pod: &Pod) -> Vec<String> {
         .collect()
 }
 
+/// Whether every PodDisruptionBudget covering a pod of `pods` that a drain
+/// must evict allows a disruption now (a blocked node's retry may then come
+/// before its backoff).
+pub(crate) fn budgets_allow(obs: &Observer, pods: &[std::sync::Arc<Pod>]) -> bool {
+    pods.iter().filter(|p| must_evict(p)).all(|pod| {
+        let ns = pod.namespace().unwrap_or_default();
+        pdbs_matching(obs, pod).iter().all(|name| {
+            obs.pdbs
+                .state()
+                .iter()
+                .find(|b| b.namespace().as_deref() == Some(ns.as_str()) && b.name_any() == *name)
+                .and_then(|b| b.status.as_ref())
+                .is_some_and(|s| s.disruptions_allowed.unwrap_or(0) > 0)
+        })
+    })
+}
+
 /// One eviction pass over `node`.
 pub async fn evict(obs: &Observer, node: &str) -> Result<EvictionPass, Error> {
     let store = obs.pods_of(node).await?;

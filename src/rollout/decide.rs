@@ -433,8 +433,9 @@ pub fn decide(
                         .is_none_or(|opened| p.started_at >= opened),
                 };
                 let retry_at = add(p.started_at, retry_backoff(p.attempts));
-                let backing_off =
-                    policy.on_drain_timeout == OnDrainTimeout::Skip && now < retry_at;
+                let backing_off = policy.on_drain_timeout == OnDrainTimeout::Skip
+                    && now < retry_at
+                    && !n.budgets_allow_drain;
                 blocked_msg.get_or_insert_with(|| {
                     let next = if backing_off {
                         format!("; next try after {}", rfc3339(retry_at))

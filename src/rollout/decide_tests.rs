@@ -50,6 +50,7 @@ fn idle(name: &str, ver: &str) -> NodeView {
         retry: false,
         pods_to_evict: 0,
         upgrade: UpgradeStatus::NotStarted,
+        budgets_allow_drain: false,
     }
 }
 
