@@ -1089,7 +1089,7 @@ impl<B: ClusterBackend> Acting<B> {
         }
         let now = self.clock.now();
         let (window, patch_window) = Self::window(&active.env, now);
-        self.metrics.window_open.set(i64::from(window.is_open()));
+        self.metrics.window_open.set(i64::from(window.opened_at.is_some()));
         let inputs = Inputs {
             may_start: true,
             hold_reason: String::new(),
@@ -1173,8 +1173,8 @@ impl<B: ClusterBackend> Acting<B> {
             self.status.since = Some(rfc3339(now));
         }
         // The first observation of a term is no transition (a restart would repeat it).
-        let was_open = self.window_seen.replace(window.is_open());
-        if was_open.is_some_and(|w| w != window.is_open()) {
+        let was_open = self.window_seen.replace(window.opened_at.is_some());
+        if was_open.is_some_and(|w| w != window.opened_at.is_some()) {
             let note = match (window.closes_at, window.next_opens_at) {
                 (Some(end), _) => format!("maintenance window open until {}", rfc3339(end)),
                 (None, Some(next)) => {
@@ -1182,7 +1182,7 @@ impl<B: ClusterBackend> Acting<B> {
                 }
                 (None, None) => "maintenance window closed".to_string(),
             };
-            let reason = if window.is_open() {
+            let reason = if window.opened_at.is_some() {
                 "WindowOpened"
             } else {
                 "WindowClosed"
@@ -1197,7 +1197,7 @@ impl<B: ClusterBackend> Acting<B> {
         self.status.nodes = d.nodes;
         self.status.nodes_at_version = d.nodes_at_version;
         self.status.at_version = Some(format!("{}/{}", d.nodes_at_version, d.nodes));
-        self.status.window_open = window.is_open();
+        self.status.window_open = window.opened_at.is_some();
         self.status.next_window = match (window.closes_at, window.next_opens_at) {
             (Some(end), _) => Some(format!("open until {}", rfc3339(end))),
             (None, Some(start)) => Some(rfc3339(start)),
