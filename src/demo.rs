@@ -179,6 +179,15 @@ pub async fn run(opts: &Options) -> Result<Report, Error> {
     story.advance_to("2026-12-12T09:00:00Z").await?;
     story.promote("production")?;
 
+    // A holiday freeze, merged like any reviewed change: test's 1 January
+    // window only opens when the freeze ends.
+    story.advance_to("2026-12-22T09:00:00Z").await?;
+    story.freeze(
+        "test",
+        "\n[[freeze]]\nstart = 2026-12-31T00:00:00\nend = 2027-01-01T06:00:00\nscope = \"all\"\nreason = \"New Year change freeze\"\n",
+        "Freeze test over New Year",
+    )?;
+
     story.advance_to("2027-01-02T12:00:00Z").await?;
     story.finish()
 }
@@ -271,6 +280,32 @@ impl Story {
             .map_err(|e| Error::Config(format!("{version}: {e}")))?;
         let pr = self.forge.open_pr(env, &to, title, self.now)?;
         self.review(env, pr, title)
+    }
+
+    /// A pull request adding a `[[freeze]]` to `env`; CI and merge as above,
+    /// then what `drover windows` lists next.
+    fn freeze(&mut self, env: &str, block: &str, title: &str) -> Result<(), Error> {
+        let pr = self.forge.open_edit_pr(env, block, title, self.now)?;
+        self.review(env, pr, title)?;
+        let cfg = self.forge.config()?;
+        let env_cfg = cfg
+            .envs
+            .get(env)
+            .ok_or_else(|| Error::Config(format!("no environment {env}")))?;
+        let calendar = window::Calendar::of(env_cfg)?;
+        let tz = calendar.timezone();
+        if let Some(p) = calendar.periods(self.now).next() {
+            let local = |t: DateTime<Utc>| t.with_timezone(&tz).format("%a %Y-%m-%d %H:%M %Z").to_string();
+            self.say(
+                env,
+                format!(
+                    "`drover windows --env {env}`: next window {} – {}; the freeze holds the rest of it",
+                    local(p.start),
+                    local(p.end)
+                ),
+            );
+        }
+        Ok(())
     }
 
     /// `drover promote env` prepares the pull request; CI and merge as above.
@@ -651,6 +686,25 @@ impl Forge {
     }
 
     /// A branch with `env` moved to `to`, as a person would write it; returns the PR number.
+    /// Open a pull request appending `block` to `env`'s file.
+    fn open_edit_pr(
+        &mut self,
+        env: &str,
+        block: &str,
+        title: &str,
+        at: DateTime<Utc>,
+    ) -> Result<u32, Error> {
+        self.pr += 1;
+        let branch = format!("edit-{env}-{}", self.pr);
+        git(&self.work, &["switch", "--quiet", "-c", &branch])?;
+        let path = self.work.join(format!("{}/{env}.toml", config::ENV_DIR));
+        let mut text = std::fs::read_to_string(&path)?;
+        text.push_str(block);
+        std::fs::write(&path, text)?;
+        git_at(&self.work, &["commit", "--quiet", "-am", title], Some(at))?;
+        Ok(self.pr)
+    }
+
     fn open_pr(
         &mut self,
         env: &str,
