@@ -295,7 +295,11 @@ impl Story {
         let calendar = window::Calendar::of(env_cfg)?;
         let tz = calendar.timezone();
         if let Some(p) = calendar.periods(self.now).next() {
-            let local = |t: DateTime<Utc>| t.with_timezone(&tz).format("%a %Y-%m-%d %H:%M %Z").to_string();
+            let local = |t: DateTime<Utc>| {
+                t.with_timezone(&tz)
+                    .format("%a %Y-%m-%d %H:%M %Z")
+                    .to_string()
+            };
             self.say(
                 env,
                 format!(

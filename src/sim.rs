@@ -472,12 +472,13 @@ impl Cluster for Sim {
                     upgrade,
                     // The same test as an eviction's, for every pod left.
                     budgets_allow_drain: n.pods.iter().all(|pod| {
-                        pod.pdb.as_ref().and_then(|name| s.pdbs.get(name).map(|b| (name, b))).is_none_or(
-                            |(name, b)| {
+                        pod.pdb
+                            .as_ref()
+                            .and_then(|name| s.pdbs.get(name).map(|b| (name, b)))
+                            .is_none_or(|(name, b)| {
                                 b.blocked_until.is_none_or(|t| now >= t)
                                     && s.healthy(name) > b.min_available
-                            },
-                        )
+                            })
                     }),
                 }
             })

@@ -74,7 +74,12 @@ async fn events_for(client: &Client, ns: &str, name: &str) -> Vec<Event> {
 
 /// The node's Events once one has `reason`, checked after each agent pass
 /// (Events are published within the pass that causes them).
-async fn await_event(agent: &RunningAgent, client: &Client, node: &str, reason: &str) -> Vec<Event> {
+async fn await_event(
+    agent: &RunningAgent,
+    client: &Client,
+    node: &str,
+    reason: &str,
+) -> Vec<Event> {
     let mut rx = agent.handle.subscribe();
     let run = async {
         loop {
@@ -110,7 +115,14 @@ async fn a_budget_that_never_allows_eviction_is_named_everywhere_and_the_node_wa
     let pods: Api<Pod> = Api::namespaced(client.clone(), &pool);
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &pool);
     create(&pods, &pod_on("web-0", &node, &[("app", "web")], 1)).await;
-    await_pod(&client, &pool, "web-0", "Running and Ready", pod_running_ready).await;
+    await_pod(
+        &client,
+        &pool,
+        "web-0",
+        "Running and Ready",
+        pod_running_ready,
+    )
+    .await;
     create(&pdbs, &pdb_min_available("web", "web", json!(1))).await;
     await_pdb(&client, &pool, "web", "0 allowed", |p| {
         pdb_settled(p, |s| s.disruptions_allowed == Some(0))
@@ -118,7 +130,11 @@ async fn a_budget_that_never_allows_eviction_is_named_everywhere_and_the_node_wa
     .await;
 
     let repo = ConfigRepo::new(&[spec(&pool)]);
-    repo.set_env_text("test", &env_text("1.13.0", &pool, ""), "test: move to 1.13.0");
+    repo.set_env_text(
+        "test",
+        &env_text("1.13.0", &pool, ""),
+        "test: move to 1.13.0",
+    );
     // An hour before the window: the agent reports pending, naming the window.
     let clock = VirtualClock::new(dec(1, 1, 0));
     let agent = RunningAgent::start(
@@ -137,7 +153,10 @@ async fn a_budget_that_never_allows_eviction_is_named_everywhere_and_the_node_wa
             .is_some_and(|r| r.state.as_str() == "pending" && r.message.contains("02:00:00Z"))
     })
     .await;
-    assert!(!cordoned(&sim_node(&client, &node).await), "nothing starts outside the window");
+    assert!(
+        !cordoned(&sim_node(&client, &node).await),
+        "nothing starts outside the window"
+    );
 
     // The window opens: the drain meets the budget. Pacing is a Normal fact.
     clock.set(dec(1, 2, 0));
@@ -145,14 +164,22 @@ async fn a_budget_that_never_allows_eviction_is_named_everywhere_and_the_node_wa
     let pod = format!("{pool}/web-0");
     await_node(&client, &node, "draining, refusal recorded", |n| {
         progress(n).is_some_and(|p| {
-            p.state == ProgressState::Draining && p.message.contains(&pdb) && p.message.contains(&pod)
+            p.state == ProgressState::Draining
+                && p.message.contains(&pdb)
+                && p.message.contains(&pod)
         })
     })
     .await;
     let evs = await_event(&agent, &client, &node, "EvictionRefused").await;
-    let refused: Vec<&Event> = evs.iter().filter(|e| e.reason.as_deref() == Some("EvictionRefused")).collect();
+    let refused: Vec<&Event> = evs
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("EvictionRefused"))
+        .collect();
     assert!(!refused.is_empty(), "{evs:?}");
-    assert!(refused.iter().all(|e| e.type_.as_deref() == Some("Normal")), "{refused:?}");
+    assert!(
+        refused.iter().all(|e| e.type_.as_deref() == Some("Normal")),
+        "{refused:?}"
+    );
     assert!(
         !evs.iter().any(|e| e.type_.as_deref() == Some("Warning")),
         "no Warning while a budget merely paces: {evs:?}"
@@ -165,7 +192,11 @@ async fn a_budget_that_never_allows_eviction_is_named_everywhere_and_the_node_wa
     })
     .await;
     let p = progress(&given_back).unwrap();
-    assert!(p.message.contains(&pdb) && p.message.contains(&pod), "{}", p.message);
+    assert!(
+        p.message.contains(&pdb) && p.message.contains(&pod),
+        "{}",
+        p.message
+    );
     assert!(p.message.contains("since"), "{}", p.message);
     let status = await_status(&client, &pool, "test-test-1", "blocked", |s| {
         s.state.as_deref() == Some("blocked")
@@ -173,9 +204,21 @@ async fn a_budget_that_never_allows_eviction_is_named_everywhere_and_the_node_wa
     .await
     .status
     .unwrap();
-    assert!(status.message.contains(&pdb) && status.message.contains(&pod), "{}", status.message);
-    assert!(status.message.contains("blocked since 2026-12-01T02:06"), "{}", status.message);
-    assert!(status.message.contains("next try after 2026-12-01T02:11"), "{}", status.message);
+    assert!(
+        status.message.contains(&pdb) && status.message.contains(&pod),
+        "{}",
+        status.message
+    );
+    assert!(
+        status.message.contains("blocked since 2026-12-01T02:06"),
+        "{}",
+        status.message
+    );
+    assert!(
+        status.message.contains("next try after 2026-12-01T02:11"),
+        "{}",
+        status.message
+    );
     until_pass(&agent.handle, "blocked report pushed", STEP, || {
         repo.report("test", "test-1")
             .is_some_and(|r| r.state.as_str() == "blocked" && r.message.contains(&pdb))
@@ -183,13 +226,20 @@ async fn a_budget_that_never_allows_eviction_is_named_everywhere_and_the_node_wa
     .await;
     let evs = await_event(&agent, &client, &node, "DrainBlocked").await;
     assert!(
-        evs.iter().any(|e| e.reason.as_deref() == Some("DrainBlocked")
-            && e.type_.as_deref() == Some("Warning")
-            && e.note.as_deref().is_some_and(|n| n.contains(&pdb) && n.contains(&pod))),
+        evs.iter()
+            .any(|e| e.reason.as_deref() == Some("DrainBlocked")
+                && e.type_.as_deref() == Some("Warning")
+                && e.note
+                    .as_deref()
+                    .is_some_and(|n| n.contains(&pdb) && n.contains(&pod))),
         "{evs:?}"
     );
     let metrics = agent.metrics().await;
-    assert_eq!(sample(&metrics, r#"drover_rollout_state{state="blocked"}"#), Some(1.0), "{metrics}");
+    assert_eq!(
+        sample(&metrics, r#"drover_rollout_state{state="blocked"}"#),
+        Some(1.0),
+        "{metrics}"
+    );
 
     // Nothing else to do, yet the node is not cordoned again before its backoff.
     let mut passes = 0;
@@ -247,12 +297,21 @@ async fn a_freeze_holds_a_started_rollout_minor_lets_patches_through_and_pause_i
     .await
     .status
     .unwrap();
-    assert!(held.message.contains("payments cutover"), "{}", held.message);
+    assert!(
+        held.message.contains("payments cutover"),
+        "{}",
+        held.message
+    );
     let now_nodes = nodes_in(&client, &pool).await;
     assert!(
-        now_nodes.iter().all(|n| !cordoned(n) && progress(n).is_none()),
+        now_nodes
+            .iter()
+            .all(|n| !cordoned(n) && progress(n).is_none()),
         "the node in flight finished and no other started: {:?}",
-        now_nodes.iter().map(|n| (n.name_any(), progress(n))).collect::<Vec<_>>()
+        now_nodes
+            .iter()
+            .map(|n| (n.name_any(), progress(n)))
+            .collect::<Vec<_>>()
     );
     // The freeze ends: the rollout resumes and completes.
     clock.set(dec(1, 4, 0));
@@ -278,7 +337,11 @@ async fn a_freeze_holds_a_started_rollout_minor_lets_patches_through_and_pause_i
     .await
     .status
     .unwrap();
-    assert!(minor.message.contains("holiday") && minor.message.contains("minor"), "{}", minor.message);
+    assert!(
+        minor.message.contains("holiday") && minor.message.contains("minor"),
+        "{}",
+        minor.message
+    );
     assert!(nodes_in(&client, &pool).await.iter().all(|n| !cordoned(n)));
 
     // After the minor freeze the minor update starts; pause it mid-rollout.
@@ -299,7 +362,10 @@ async fn a_freeze_holds_a_started_rollout_minor_lets_patches_through_and_pause_i
     .await;
     let took = hooked.elapsed();
     eprintln!("pause in force {took:?} after the webhook");
-    assert!(took < Duration::from_secs(1), "pause applied {took:?} after the webhook");
+    assert!(
+        took < Duration::from_secs(1),
+        "pause applied {took:?} after the webhook"
+    );
     let paused = await_status(&client, &pool, "test-test-1", "paused", |s| {
         s.state.as_deref() == Some("paused") && s.message.contains("paused = true")
     })
@@ -307,10 +373,15 @@ async fn a_freeze_holds_a_started_rollout_minor_lets_patches_through_and_pause_i
     let applied = paused.status.unwrap().last_applied_commit.unwrap();
     // The node in flight finishes; no other starts while paused.
     let mut passes = 0;
-    until_pass(&agent.handle, "node in flight done, several passes", STEP, || {
-        passes += 1;
-        passes > 8
-    })
+    until_pass(
+        &agent.handle,
+        "node in flight done, several passes",
+        STEP,
+        || {
+            passes += 1;
+            passes > 8
+        },
+    )
     .await;
     let after = nodes_in(&client, &pool).await;
     let started: Vec<String> = after
@@ -318,7 +389,10 @@ async fn a_freeze_holds_a_started_rollout_minor_lets_patches_through_and_pause_i
         .filter(|n| cordoned(n) || progress(n).is_some())
         .map(|n| n.name_any())
         .collect();
-    assert!(started.iter().all(|n| *n == nodes[0]), "started while paused: {started:?}");
+    assert!(
+        started.iter().all(|n| *n == nodes[0]),
+        "started while paused: {started:?}"
+    );
     assert_eq!(applied, pause);
     agent.stop();
     sim.shutdown().await;

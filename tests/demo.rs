@@ -56,7 +56,10 @@ fn demo_tells_the_whole_story() {
     assert!(find("production", "prod-us-1: all 5 nodes Ready at 1.13.2").starts_with("2026-12-20"));
     // A New Year freeze is merged; the 1 January window opens when it ends
     // (06:00 Madrid), and test moves to 1.13.3 then, not at 02:00.
-    find("test", "\"Freeze test over New Year\": `drover check --base main` passes");
+    find(
+        "test",
+        "\"Freeze test over New Year\": `drover check --base main` passes",
+    );
     find("test", "next window Fri 2027-01-01 06:00 CET");
     let ready = find("test", "Ready at 1.13.3");
     assert!(ready.as_str() >= "2027-01-01T05:00:00Z", "{ready}");

@@ -156,15 +156,39 @@ fn overlapping_windows_merge_and_freezes_cut_them_for_any_now() {
          [[freeze]]\nstart = 2026-12-05T14:00:00Z\nend = 2026-12-05T20:00:00Z\nscope = \"minor\"\nreason = \"sale\"\n",
     )
     .expect("write");
-    for now in ["2026-01-01T00:00:00Z", "2028-06-01T00:00:00Z", "2061-02-28T00:00:00Z"] {
+    for now in [
+        "2026-01-01T00:00:00Z",
+        "2028-06-01T00:00:00Z",
+        "2061-02-28T00:00:00Z",
+    ] {
         let out = drover(dir.path(), &["check", "--now", now]);
-        assert_eq!(out.status.code(), Some(0), "{now}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{now}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let out = drover(
         dir.path(),
-        &["--format", "json", "windows", "--env", "stage", "--from", "2026-12-04T00:00:00Z", "--count", "4"],
+        &[
+            "--format",
+            "json",
+            "windows",
+            "--env",
+            "stage",
+            "--from",
+            "2026-12-04T00:00:00Z",
+            "--count",
+            "4",
+        ],
     );
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     // Fri 22:00 + 10h and Sat 06:00 + 12h overlap: one window 22:00–18:00,
     // cut by the holiday (10:00–12:00), its end marked patch only (14:00–).
@@ -177,7 +201,18 @@ fn overlapping_windows_merge_and_freezes_cut_them_for_any_now() {
             {"start": "2026-12-11T22:00:00Z", "end": "2026-12-12T18:00:00Z"},
         ])
     );
-    let text = drover(dir.path(), &["windows", "--env", "stage", "--from", "2026-12-04T00:00:00Z", "--count", "3"]);
+    let text = drover(
+        dir.path(),
+        &[
+            "windows",
+            "--env",
+            "stage",
+            "--from",
+            "2026-12-04T00:00:00Z",
+            "--count",
+            "3",
+        ],
+    );
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("patch updates only: sale"), "{text}");
     assert!(text.contains("holiday"), "{text}");

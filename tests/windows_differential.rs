@@ -487,7 +487,10 @@ fn drover_windows_agrees_with_an_independent_reading_of_the_contract() {
     // The control: the comparison compared something, and the cases hit
     // firings in gaps and repeated hours.
     assert!(periods > cases, "only {periods} periods compared");
-    assert!(dst_firings > 50, "only {dst_firings} firings near a DST change");
+    assert!(
+        dst_firings > 50,
+        "only {dst_firings} firings near a DST change"
+    );
     assert!(seen_zones.contains("Australia/Lord_Howe") && seen_zones.contains("Pacific/Chatham"));
     eprintln!("{cases} cases, {periods} periods compared, {dst_firings} firings in gaps or repeated hours");
 }
@@ -529,7 +532,10 @@ fn the_oracle_catches_a_wrong_dst_reading() {
     );
     assert_eq!(
         syd.iter()
-            .map(|t| t.with_timezone(&Tz::Australia__Sydney).format("%H:%M").to_string())
+            .map(|t| t
+                .with_timezone(&Tz::Australia__Sydney)
+                .format("%H:%M")
+                .to_string())
             .collect::<Vec<_>>(),
         ["01:08", "03:00"]
     );
@@ -538,10 +544,11 @@ fn the_oracle_catches_a_wrong_dst_reading() {
 #[test]
 fn the_binary_prints_the_same_periods() {
     let mut rng = Rng(0xB1A5_0000_0000_0042);
-    let zone_transitions: Vec<(Tz, Vec<DateTime<Utc>>)> = [Tz::Australia__Lord_Howe, Tz::Pacific__Chatham]
-        .iter()
-        .map(|tz| (*tz, transitions(*tz)))
-        .collect();
+    let zone_transitions: Vec<(Tz, Vec<DateTime<Utc>>)> =
+        [Tz::Australia__Lord_Howe, Tz::Pacific__Chatham]
+            .iter()
+            .map(|tz| (*tz, transitions(*tz)))
+            .collect();
     for _ in 0..6 {
         let c = case(&mut rng, &zone_transitions);
         let dir = tempfile::tempdir().expect("tempdir");
@@ -555,11 +562,18 @@ fn the_binary_prints_the_same_periods() {
         let out = Command::new(env!("CARGO_BIN_EXE_drover"))
             .arg("--repo")
             .arg(dir.path())
-            .args(["--format", "json", "windows", "--env", "x", "--count", "8", "--from"])
+            .args([
+                "--format", "json", "windows", "--env", "x", "--count", "8", "--from",
+            ])
             .arg(c.from.to_rfc3339())
             .output()
             .expect("run drover");
-        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
         let printed: Vec<P> = v["windows"]
             .as_array()

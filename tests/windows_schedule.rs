@@ -193,7 +193,10 @@ fn a_window_longer_than_the_gap_merges_with_the_next() {
     let daily = spec("0 2 * * *", hours(25), Tz::UTC);
     window::validate(&daily).unwrap();
     let ws = window::next_windows(&daily, t("2026-01-01T00:00:00Z"), 2).unwrap();
-    assert!(ws[0].end - ws[0].start > chrono::Duration::days(300), "{ws:?}");
+    assert!(
+        ws[0].end - ws[0].start > chrono::Duration::days(300),
+        "{ws:?}"
+    );
 }
 
 #[test]
@@ -213,13 +216,24 @@ fn back_to_back_windows_merge() {
 fn overlap_is_valid_for_any_now() {
     // The 31st for 32 days: windows overlap from July to August only.
     let s = spec("0 2 31 * *", hours(32 * 24), Tz::UTC);
-    for now in ["2026-01-01T00:00:00Z", "2028-06-01T00:00:00Z", "2091-03-01T00:00:00Z"] {
+    for now in [
+        "2026-01-01T00:00:00Z",
+        "2028-06-01T00:00:00Z",
+        "2091-03-01T00:00:00Z",
+    ] {
         window::validate(&s).unwrap();
-        assert!(!window::next_windows(&s, t(now), 3).unwrap().is_empty(), "{now}");
+        assert!(
+            !window::next_windows(&s, t(now), 3).unwrap().is_empty(),
+            "{now}"
+        );
     }
     let ws = window::next_windows(&s, t("2026-07-03T00:00:00Z"), 1).unwrap();
     assert_eq!(ws[0].start, t("2026-07-31T02:00:00Z"));
-    assert_eq!(ws[0].end, t("2026-10-02T02:00:00Z"), "Jul 31 + Aug 31 merged");
+    assert_eq!(
+        ws[0].end,
+        t("2026-10-02T02:00:00Z"),
+        "Jul 31 + Aug 31 merged"
+    );
 }
 
 #[test]
@@ -240,23 +254,49 @@ fn the_documented_dst_examples_hold() {
             .map(|w| w.start.format("%Y-%m-%dT%H:%MZ").to_string())
             .collect()
     };
-    assert_eq!(first("30 2 * * *", Tz::Europe__Madrid, "2026-03-28T12:00:00Z", 1), ["2026-03-29T01:00Z"]);
+    assert_eq!(
+        first("30 2 * * *", Tz::Europe__Madrid, "2026-03-28T12:00:00Z", 1),
+        ["2026-03-29T01:00Z"]
+    );
     assert_eq!(
         first("30 2 * * *", Tz::Europe__Madrid, "2026-10-24T12:00:00Z", 2),
         ["2026-10-25T00:30Z", "2026-10-26T01:30Z"]
     );
     assert_eq!(
-        first("8 1,2 * * *", Tz::Australia__Sydney, "2027-10-02T13:00:00Z", 2),
+        first(
+            "8 1,2 * * *",
+            Tz::Australia__Sydney,
+            "2027-10-02T13:00:00Z",
+            2
+        ),
         ["2027-10-02T15:08Z", "2027-10-02T16:00Z"]
     );
     assert_eq!(
-        first("30 1,13 * * *", Tz::America__New_York, "2026-11-01T00:00:00Z", 2),
+        first(
+            "30 1,13 * * *",
+            Tz::America__New_York,
+            "2026-11-01T00:00:00Z",
+            2
+        ),
         ["2026-11-01T05:30Z", "2026-11-01T18:30Z"]
     );
     assert_eq!(
-        first("30 * * * *", Tz::America__New_York, "2026-11-01T05:00:00Z", 2),
+        first(
+            "30 * * * *",
+            Tz::America__New_York,
+            "2026-11-01T05:00:00Z",
+            2
+        ),
         ["2026-11-01T05:30Z", "2026-11-01T06:30Z"]
     );
     // Lord Howe: +10:30 -> +11 at 02:00 local; 02:15 does not exist.
-    assert_eq!(first("15 2 * * *", Tz::Australia__Lord_Howe, "2026-10-03T12:00:00Z", 1), ["2026-10-03T15:30Z"]);
+    assert_eq!(
+        first(
+            "15 2 * * *",
+            Tz::Australia__Lord_Howe,
+            "2026-10-03T12:00:00Z",
+            1
+        ),
+        ["2026-10-03T15:30Z"]
+    );
 }

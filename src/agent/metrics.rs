@@ -236,8 +236,14 @@ mod tests {
             "{text}"
         );
         // One series per state: the old one reads 0, not absent.
-        assert!(text.contains(r#"drover_rollout_state{state="rolling"} 0"#), "{text}");
-        assert!(text.contains(r#"drover_rollout_state{state="blocked"} 0"#), "{text}");
+        assert!(
+            text.contains(r#"drover_rollout_state{state="rolling"} 0"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"drover_rollout_state{state="blocked"} 0"#),
+            "{text}"
+        );
         assert!(text.contains(r#"drover_applied_commit_info{commit="abc",version="1.2.3"} 1"#));
         assert!(text.contains(r#"drover_nodes{version="1.2.3",state="ready"} 4"#));
         assert!(text.contains("drover_last_fetch_success 1"));

@@ -1089,7 +1089,9 @@ impl<B: ClusterBackend> Acting<B> {
         }
         let now = self.clock.now();
         let (window, patch_window) = Self::window(&active.env, now);
-        self.metrics.window_open.set(i64::from(window.opened_at.is_some()));
+        self.metrics
+            .window_open
+            .set(i64::from(window.opened_at.is_some()));
         let inputs = Inputs {
             may_start: true,
             hold_reason: String::new(),
@@ -1142,7 +1144,13 @@ impl<B: ClusterBackend> Acting<B> {
         // (DrainBlocked) only when the drain times out.
         for (node, msg) in &outcome.evictions_blocked {
             self.events
-                .on_node(node, Severity::Normal, "EvictionRefused", "Evict", msg.clone())
+                .on_node(
+                    node,
+                    Severity::Normal,
+                    "EvictionRefused",
+                    "Evict",
+                    msg.clone(),
+                )
                 .await;
         }
         let state = state_str(d.state);

@@ -1,8 +1,8 @@
 //! Validated config values. Everything here has passed validation: a
 //! `RepoConfig` in hand is a config the agent may act on.
 
-use chrono_tz::Tz;
 pub use crate::window::{Freeze, FreezeScope, WindowSpec};
+use chrono_tz::Tz;
 use semver::Version;
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -9,9 +9,8 @@ use super::{
     DriverSpec, EnvConfig, Evidence, Files, MaxUnavailable, NodesSpec, OnDrainTimeout,
     PromotionSpec, RepoConfig, RolloutSpec, RootConfig, DEFAULT_BOTTLEROCKET_IMAGE,
     DEFAULT_DRAIN_TIMEOUT, DEFAULT_EVIDENCE, DEFAULT_MAX_UNAVAILABLE, DEFAULT_NODE_SELECTOR,
-    DEFAULT_NODE_TIMEOUT, DEFAULT_ON_DRAIN_TIMEOUT, DEFAULT_SOAK,
-    DEFAULT_STATUS_BRANCH, DEFAULT_VERSION_REGEX,
-    ENV_DIR, ROOT_FILE,
+    DEFAULT_NODE_TIMEOUT, DEFAULT_ON_DRAIN_TIMEOUT, DEFAULT_SOAK, DEFAULT_STATUS_BRANCH,
+    DEFAULT_VERSION_REGEX, ENV_DIR, ROOT_FILE,
 };
 use crate::diag::Diagnostic;
 use chrono::{DateTime, Utc};
@@ -43,10 +42,7 @@ const ENV_KEYS: &[(&str, &[&str])] = &[
         ],
     ),
     ("window", &["schedule", "duration", "timezone"]),
-    (
-        "freeze",
-        &["start", "end", "timezone", "scope", "reason"],
-    ),
+    ("freeze", &["start", "end", "timezone", "scope", "reason"]),
     (
         "rollout",
         &[
@@ -427,11 +423,7 @@ fn root_inner(file: &str, text: &str) -> RootParsed {
     }
 }
 
-fn env_inner(
-    file: &str,
-    name: &str,
-    text: &str,
-) -> Result<EnvConfig, Vec<Diagnostic>> {
+fn env_inner(file: &str, name: &str, text: &str) -> Result<EnvConfig, Vec<Diagnostic>> {
     let mut cx = Ctx::new(file, text);
     let Some(doc) = cx.parse() else {
         return Err(cx.diags);
@@ -1133,7 +1125,10 @@ mod tests {
         assert!(env.rollout.paused);
         assert_eq!(env.freezes.len(), 2);
         // Local times read in the first window's zone (CET, +01:00).
-        assert_eq!(env.freezes[0].start.to_rfc3339(), "2026-12-17T23:00:00+00:00");
+        assert_eq!(
+            env.freezes[0].start.to_rfc3339(),
+            "2026-12-17T23:00:00+00:00"
+        );
         assert_eq!(env.freezes[0].end.to_rfc3339(), "2027-01-03T23:00:00+00:00");
         assert_eq!(env.freezes[0].scope, crate::config::FreezeScope::All);
         assert_eq!(env.freezes[1].scope, crate::config::FreezeScope::Minor);
@@ -1148,13 +1143,35 @@ mod tests {
             "version = \"2.0.0\"\n[[freeze]]\nstart = 2026-12-18\nend = 2026-12-01\nscope = \"patch\"\n",
         )
         .expect_err("invalid");
-        let text: Vec<String> = errs.iter().map(|d| format!("{}: {}", d.line, d.message)).collect();
-        assert!(text.iter().any(|m| m.starts_with("5: ") && m.contains("\"all\" or \"minor\"")), "{text:?}");
-        assert!(text.iter().any(|m| m.starts_with("4: ") && m.contains("must be after `start`")), "{text:?}");
-        let errs = parse_env("environments/x.toml", "x", "version = \"2.0.0\"\n[[freeze]]\nstart = \"tomorrow\"\n")
-            .expect_err("invalid");
-        assert!(errs.iter().any(|d| d.message.contains("requires `end`")), "{errs:?}");
-        assert!(errs.iter().any(|d| d.line == 3 && d.message.contains("TOML date-time")), "{errs:?}");
+        let text: Vec<String> = errs
+            .iter()
+            .map(|d| format!("{}: {}", d.line, d.message))
+            .collect();
+        assert!(
+            text.iter()
+                .any(|m| m.starts_with("5: ") && m.contains("\"all\" or \"minor\"")),
+            "{text:?}"
+        );
+        assert!(
+            text.iter()
+                .any(|m| m.starts_with("4: ") && m.contains("must be after `start`")),
+            "{text:?}"
+        );
+        let errs = parse_env(
+            "environments/x.toml",
+            "x",
+            "version = \"2.0.0\"\n[[freeze]]\nstart = \"tomorrow\"\n",
+        )
+        .expect_err("invalid");
+        assert!(
+            errs.iter().any(|d| d.message.contains("requires `end`")),
+            "{errs:?}"
+        );
+        assert!(
+            errs.iter()
+                .any(|d| d.line == 3 && d.message.contains("TOML date-time")),
+            "{errs:?}"
+        );
     }
 
     #[test]

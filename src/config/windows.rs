@@ -150,12 +150,7 @@ impl<'a> Ctx<'a> {
                 .filter_map(|item| match item.get_ref() {
                     DeValue::Table(t) => Some((t, item.span())),
                     other => {
-                        self.type_err(
-                            "freeze",
-                            &item.span(),
-                            "a table, written [[freeze]]",
-                            other,
-                        );
+                        self.type_err("freeze", &item.span(), "a table, written [[freeze]]", other);
                         None
                     }
                 })
@@ -216,10 +211,7 @@ impl<'a> Ctx<'a> {
         let tz = timezone.unwrap_or(default_tz);
         let mut when = |key: &str| -> Option<(DateTime<Utc>, Span)> {
             let Some(v) = t.get(key) else {
-                self.err(
-                    &at,
-                    format!("[[freeze]] requires `{key}`, {FREEZE_TIME}"),
-                );
+                self.err(&at, format!("[[freeze]] requires `{key}`, {FREEZE_TIME}"));
                 return None;
             };
             let DeValue::Datetime(d) = v.get_ref() else {
@@ -267,8 +259,7 @@ fn freeze_time(s: &str, tz: Tz) -> Result<DateTime<Utc>, String> {
         return Ok(t.with_timezone(&Utc));
     }
     let naive = if let Ok(d) = NaiveDate::parse_from_str(s, "%Y-%m-%d") {
-        d.and_hms_opt(0, 0, 0)
-            .ok_or_else(|| format!("found {s}"))?
+        d.and_hms_opt(0, 0, 0).ok_or_else(|| format!("found {s}"))?
     } else {
         NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f")
             .or_else(|_| NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M"))

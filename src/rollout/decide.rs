@@ -428,9 +428,9 @@ pub fn decide(
                 blocked_count += 1;
                 let held = match policy.on_drain_timeout {
                     OnDrainTimeout::Skip => false,
-                    OnDrainTimeout::Stop => win
-                        .opened_at
-                        .is_none_or(|opened| p.started_at >= opened),
+                    OnDrainTimeout::Stop => {
+                        win.opened_at.is_none_or(|opened| p.started_at >= opened)
+                    }
                 };
                 let retry_at = add(p.started_at, retry_backoff(p.attempts));
                 let backing_off = policy.on_drain_timeout == OnDrainTimeout::Skip
@@ -537,11 +537,7 @@ pub fn decide(
         (RolloutState::Failed, format!("node {node} failed: {msg}"))
     } else if confirmed {
         (RolloutState::Confirmed, String::new())
-    } else if in_flight > 0
-        || releases
-            .iter()
-            .any(|a| !matches!(a, Action::Block { .. }))
-    {
+    } else if in_flight > 0 || releases.iter().any(|a| !matches!(a, Action::Block { .. })) {
         (RolloutState::Rolling, String::new())
     } else if let Some(b) = blocked_msg {
         (RolloutState::Blocked, b)

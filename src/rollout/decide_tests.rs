@@ -126,7 +126,11 @@ fn nothing_starts_outside_the_window_or_without_the_gate() {
     );
     assert!(d.actions.is_empty());
     assert_eq!(d.state, RolloutState::Pending);
-    assert!(d.message.contains("waiting for the next window"), "{}", d.message);
+    assert!(
+        d.message.contains("waiting for the next window"),
+        "{}",
+        d.message
+    );
     assert_eq!(d.wake_at, Some(t("22:00")));
 
     let mut refused = open();

@@ -169,7 +169,10 @@ pub async fn reconcile<C: Cluster>(
                 if let (false, Some(p)) = (pass.blocked_by.is_empty(), progress) {
                     if let Some(msg) = refusal_message(&p.message, &pass, now) {
                         let node = action.node().to_string();
-                        let recorded = NodeProgress { message: msg.clone(), ..p };
+                        let recorded = NodeProgress {
+                            message: msg.clone(),
+                            ..p
+                        };
                         cluster
                             .set_progress(&node, Some(&recorded))
                             .await

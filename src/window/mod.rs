@@ -572,10 +572,11 @@ pub fn is_open(spec: &WindowSpec, now: DateTime<Utc>) -> Result<Option<Window>, 
 /// The window of `spec` open at `now`, or else the next one to open.
 pub fn next_open(spec: &WindowSpec, now: DateTime<Utc>) -> Result<Window, Error> {
     let cal = Calendar::new(std::slice::from_ref(spec), &[], false)?;
-    cal.window_at_or_after(now).ok_or_else(|| Error::NeverFires {
-        schedule: spec.schedule.clone(),
-        after: now.to_rfc3339_opts(SecondsFormat::AutoSi, true),
-    })
+    cal.window_at_or_after(now)
+        .ok_or_else(|| Error::NeverFires {
+            schedule: spec.schedule.clone(),
+            after: now.to_rfc3339_opts(SecondsFormat::AutoSi, true),
+        })
 }
 
 #[cfg(test)]
@@ -638,7 +639,10 @@ mod tests {
     fn patch_changes_are_told_apart() {
         let v = |s: &str| semver::Version::parse(s).unwrap();
         let (a, b) = (v("1.13.1"), v("1.13.0"));
-        assert_eq!(Change::of(&v("1.13.3"), [Some(&a), Some(&b)]), Change::Patch);
+        assert_eq!(
+            Change::of(&v("1.13.3"), [Some(&a), Some(&b)]),
+            Change::Patch
+        );
         assert_eq!(Change::of(&v("1.14.0"), [Some(&a)]), Change::Other);
         assert_eq!(Change::of(&v("1.13.3"), [Some(&a), None]), Change::Other);
         assert_eq!(Change::of(&v("1.13.3"), []), Change::Other);
