@@ -654,14 +654,8 @@ impl Schedule {
 
     /// The engine's inputs at `now`.
     pub fn inputs(&self, now: DateTime<Utc>) -> Inputs {
-        use crate::window::Change;
         let (window, patch_window) = match &self.calendar {
-            Some(c) => {
-                let any = c.state_at(now, Change::Other);
-                let patch = c.state_at(now, Change::Patch);
-                let patch = (patch != any).then_some(patch);
-                (any, patch)
-            }
+            Some(c) => c.inputs_at(now),
             None => (WindowState::from_intervals(&self.windows, now), None),
         };
         let may_start = self.gate_from.is_some_and(|g| now >= g);

@@ -1058,14 +1058,10 @@ impl<B: ClusterBackend> Acting<B> {
     /// The window at `now` for `env`, for any change and for a patch update
     /// (they differ only under a `minor` freeze); asked of [`crate::window`].
     fn window(env: &EnvConfig, now: DateTime<Utc>) -> (WindowState, Option<WindowState>) {
-        use crate::window::{Calendar, Change};
-        let Ok(cal) = Calendar::of(env) else {
-            return (WindowState::default(), None);
-        };
-        let any = cal.state_at(now, Change::Other);
-        let patch = cal.state_at(now, Change::Patch);
-        let patch = (patch != any).then_some(patch);
-        (any, patch)
+        match crate::window::Calendar::of(env) {
+            Ok(cal) => cal.inputs_at(now),
+            Err(_) => (WindowState::default(), None),
+        }
     }
 
     /// Run the engine for the applied config; update status, metrics and Events.

@@ -510,6 +510,18 @@ impl Calendar {
         })
     }
 
+    /// The engine's two window inputs at `now`: for any change, and for a
+    /// patch update when it differs (only a `minor` freeze makes it differ).
+    pub fn inputs_at(&self, now: DateTime<Utc>) -> (WindowState, Option<WindowState>) {
+        let any = self.state_at(now, Change::Other);
+        if !self.freezes.iter().any(|f| f.scope == FreezeScope::Minor) {
+            return (any, None);
+        }
+        let patch = self.state_at(now, Change::Patch);
+        let patch = (patch != any).then_some(patch);
+        (any, patch)
+    }
+
     /// The state at `now` for a node start making `change`.
     pub fn state_at(&self, now: DateTime<Utc>, change: Change) -> WindowState {
         let mut it = self.open_for(now, change);
