@@ -16,8 +16,9 @@
 //! - Blocked nodes: with `skip` they are tried again once no never-attempted
 //!   node is left to start, and not before their backoff ([`retry_backoff`]:
 //!   5 minutes after the first give-back, doubling per retry, at most 2
-//!   hours), so a budget that never relents cannot keep a node cordoned in
-//!   a loop; with `stop` no node starts while a node blocked
+//!   hours; the first retry comes earlier when every budget covering the
+//!   node's pods allows a disruption again), so a budget that never relents
+//!   cannot keep a node cordoned in a loop; with `stop` no node starts while a node blocked
 //!   in the current window (or since it opened) remains, and a node blocked
 //!   before the current window opened is eligible again, first. A retry
 //!   annotation or a new target clears blocked and failed records at once.
@@ -433,9 +434,12 @@ pub fn decide(
                     }
                 };
                 let retry_at = add(p.started_at, retry_backoff(p.attempts));
-                let backing_off = policy.on_drain_timeout == OnDrainTimeout::Skip
-                    && now < retry_at
-                    && !n.budgets_allow_drain;
+                // Budgets that allow a disruption again cut only the first
+                // wait short: a budget that relents only because the node
+                // was given back must not turn retries into a loop.
+                let relented = n.budgets_allow_drain && p.attempts == 0;
+                let backing_off =
+                    policy.on_drain_timeout == OnDrainTimeout::Skip && now < retry_at && !relented;
                 blocked_msg.get_or_insert_with(|| {
                     let next = if backing_off {
                         format!("; next try after {}", rfc3339(retry_at))
