@@ -1,4 +1,4 @@
-//! Maintenance windows (DESIGN §3) computed from `WindowSpec` values: no config parsing, no I/O.
+//! Maintenance windows (docs/design.md §3) computed from `WindowSpec` values: no config parsing, no I/O.
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
@@ -30,7 +30,7 @@ fn starts(ws: &[Window]) -> Vec<String> {
 
 #[test]
 fn stage_example_windows_in_madrid() {
-    // DESIGN §2: "0 2 8 * *", 6h, Europe/Madrid. 02:00 CET is 01:00Z in winter,
+    // docs/design.md §2: "0 2 8 * *", 6h, Europe/Madrid. 02:00 CET is 01:00Z in winter,
     // 02:00 CEST is 00:00Z in summer.
     let s = spec("0 2 8 * *", hours(6), Tz::Europe__Madrid);
     let ws = window::next_windows(&s, t("2026-02-01T00:00:00Z"), 4).unwrap();
