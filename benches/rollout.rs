@@ -44,6 +44,7 @@ fn nodes(n: usize) -> Vec<NodeView> {
                         started_at: start(),
                         cordoned_by_drover: true,
                         message: String::new(),
+                        attempts: 0,
                     }),
                 ),
                 _ => (Version::new(1, 12, 0), None),
@@ -61,6 +62,7 @@ fn nodes(n: usize) -> Vec<NodeView> {
                 progress: Ok(progress),
                 retry: false,
                 pods_to_evict: 0,
+                budgets_allow_drain: false,
             }
         })
         .collect()
@@ -76,7 +78,9 @@ fn bench_decide() -> bool {
             opened_at: Some(start()),
             closes_at: Some(start() + chrono::Duration::hours(6)),
             next_opens_at: None,
+            ..WindowState::default()
         },
+        patch_window: None,
     };
     let now = start() + chrono::Duration::minutes(10);
     let mut times: Vec<Duration> = (0..101)
@@ -112,6 +116,7 @@ fn bench_rollout(n: usize, max: u32) -> bool {
     let engine = Engine::new(policy(MaxUnavailable::Count(max)), Labels::default(), clock);
     let schedule = Schedule {
         windows: vec![(start(), start() + chrono::Duration::days(365))],
+        calendar: None,
         gate_from: Some(start()),
     };
     let t = Instant::now();

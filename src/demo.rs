@@ -19,7 +19,7 @@ use crate::sim::{self, EventKind, Pdb, Pod, Sim, SimNode};
 use crate::source::{Source, SourceConfig};
 use crate::status::{self, PublishOptions, RolloutState, StatusReport};
 use crate::window;
-use chrono::{DateTime, Duration as Span, SecondsFormat, Utc};
+use chrono::{DateTime, SecondsFormat, Utc};
 use semver::Version;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -204,6 +204,15 @@ pub async fn run(opts: &Options) -> Result<Report, Error> {
     story.advance_to("2026-12-12T09:00:00Z").await?;
     story.promote("production")?;
 
+    // A holiday freeze, merged like any reviewed change: test's 1 January
+    // window only opens when the freeze ends.
+    story.advance_to("2026-12-22T09:00:00Z").await?;
+    story.freeze(
+        "test",
+        "\n[[freeze]]\nstart = 2026-12-31T00:00:00\nend = 2027-01-01T06:00:00\nscope = \"all\"\nreason = \"New Year change freeze\"\n",
+        "Freeze test over New Year",
+    )?;
+
     story.advance_to("2027-01-02T12:00:00Z").await?;
     story.finish()
 }
@@ -301,6 +310,36 @@ impl Story {
             .map_err(|e| Error::Config(format!("{version}: {e}")))?;
         let pr = self.forge.open_pr(env, &to, title, self.now)?;
         self.review(env, pr, title)
+    }
+
+    /// A pull request adding a `[[freeze]]` to `env`; CI and merge as above,
+    /// then what `drover windows` lists next.
+    fn freeze(&mut self, env: &str, block: &str, title: &str) -> Result<(), Error> {
+        let pr = self.forge.open_edit_pr(env, block, title, self.now)?;
+        self.review(env, pr, title)?;
+        let cfg = self.forge.config()?;
+        let env_cfg = cfg
+            .envs
+            .get(env)
+            .ok_or_else(|| Error::Config(format!("no environment {env}")))?;
+        let calendar = window::Calendar::of(env_cfg)?;
+        let tz = calendar.timezone();
+        if let Some(p) = calendar.periods(self.now).next() {
+            let local = |t: DateTime<Utc>| {
+                t.with_timezone(&tz)
+                    .format("%a %Y-%m-%d %H:%M %Z")
+                    .to_string()
+            };
+            self.say(
+                env,
+                format!(
+                    "`drover windows --env {env}`: next window {} – {}; the freeze holds the rest of it",
+                    local(p.start),
+                    local(p.end)
+                ),
+            );
+        }
+        Ok(())
     }
 
     /// `drover promote env` prepares the pull request; CI and merge as above.
@@ -487,10 +526,11 @@ impl Story {
             self.agents[i].applied = Some((env_cfg.version.clone(), fetched.head));
         }
 
-        let schedule = window::Schedule::new(&env_cfg.window)?;
-        let horizon_windows = windows_between(&schedule, at, until)?;
+        let calendar = window::Calendar::of(&env_cfg)?;
+        let horizon_windows = windows_between(&calendar, at, until);
         let sim_schedule = sim::Schedule {
             windows: horizon_windows.clone(),
+            calendar: Some(calendar),
             gate_from,
         };
         let engine = Engine::new(
@@ -738,6 +778,25 @@ impl Forge {
     }
 
     /// A branch with `env` moved to `to`, as a person would write it; returns the PR number.
+    /// Open a pull request appending `block` to `env`'s file.
+    fn open_edit_pr(
+        &mut self,
+        env: &str,
+        block: &str,
+        title: &str,
+        at: DateTime<Utc>,
+    ) -> Result<u32, Error> {
+        self.pr += 1;
+        let branch = format!("edit-{env}-{}", self.pr);
+        git(&self.work, &["switch", "--quiet", "-c", &branch])?;
+        let path = self.work.join(format!("{}/{env}.toml", config::ENV_DIR));
+        let mut text = std::fs::read_to_string(&path)?;
+        text.push_str(block);
+        std::fs::write(&path, text)?;
+        git_at(&self.work, &["commit", "--quiet", "-am", title], Some(at))?;
+        Ok(self.pr)
+    }
+
     fn open_pr(
         &mut self,
         env: &str,
@@ -761,27 +820,22 @@ impl Forge {
 /// A window as `[start, end)`.
 type Interval = (DateTime<Utc>, DateTime<Utc>);
 
-/// The windows of `schedule` overlapping `[from, until]`, as intervals.
+/// The periods in which a node may start (what `drover windows` lists)
+/// overlapping `[from, until]`, plus one past it so a rollout waiting for it
+/// can say when.
 fn windows_between(
-    schedule: &window::Schedule,
+    calendar: &window::Calendar,
     from: DateTime<Utc>,
     until: DateTime<Utc>,
-) -> Result<Vec<Interval>, Error> {
+) -> Vec<Interval> {
     let mut out = Vec::new();
-    let mut t = from;
-    loop {
-        let next = schedule.next_windows(t, 1)?;
-        let Some(w) = next.into_iter().next() else {
-            break;
-        };
-        out.push((w.start, w.end));
-        // One window past the horizon, so a rollout waiting for it can say when.
-        if w.start > until {
+    for p in calendar.periods(from) {
+        out.push((p.start, p.end));
+        if p.start > until {
             break;
         }
-        t = w.end + Span::seconds(1);
     }
-    Ok(out)
+    out
 }
 
 fn join(d: &[crate::diag::Diagnostic]) -> String {

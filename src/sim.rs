@@ -470,6 +470,16 @@ impl Cluster for Sim {
                     retry: crate::cluster::retry_requested(&n.annotations),
                     pods_to_evict: n.pods.len(),
                     upgrade,
+                    // The same test as an eviction's, for every pod left.
+                    budgets_allow_drain: n.pods.iter().all(|pod| {
+                        pod.pdb
+                            .as_ref()
+                            .and_then(|name| s.pdbs.get(name).map(|b| (name, b)))
+                            .is_none_or(|(name, b)| {
+                                b.blocked_until.is_none_or(|t| now >= t)
+                                    && s.healthy(name) > b.min_available
+                            })
+                    }),
                 }
             })
             .collect())
@@ -539,6 +549,7 @@ impl Cluster for Sim {
         let mut s = self.lock();
         s.settle(now);
         let mut blocked_by = Vec::new();
+        let mut refused_pods = Vec::new();
         let mut i = 0;
         while i < s.node(node)?.pods.len() {
             let pod = s.nodes[node].pods[i].clone();
@@ -554,6 +565,7 @@ impl Cluster for Sim {
                 }
             };
             if !allowed {
+                refused_pods.push(pod.name.clone());
                 if let Some(p) = pod.pdb {
                     if !blocked_by.contains(&p) {
                         blocked_by.push(p);
@@ -574,6 +586,7 @@ impl Cluster for Sim {
         Ok(EvictionPass {
             remaining,
             blocked_by,
+            refused_pods,
         })
     }
 
@@ -620,8 +633,11 @@ impl Cluster for Sim {
 /// When nodes may start: windows and the gate, as functions of time.
 #[derive(Debug, Clone, Default)]
 pub struct Schedule {
-    /// Windows as `[start, end)`, sorted.
+    /// Windows as `[start, end)`, sorted; used when `calendar` is `None`.
     pub windows: Vec<(DateTime<Utc>, DateTime<Utc>)>,
+    /// The environment's windows, freezes and pause: when set, the windows
+    /// come from it exactly as the agent computes them.
+    pub calendar: Option<crate::window::Calendar>,
     /// The gate passes from this instant on; `None` = never.
     pub gate_from: Option<DateTime<Utc>>,
 }
@@ -631,12 +647,17 @@ impl Schedule {
     pub fn always() -> Self {
         Schedule {
             windows: vec![(DateTime::<Utc>::MIN_UTC, DateTime::<Utc>::MAX_UTC)],
+            calendar: None,
             gate_from: Some(DateTime::<Utc>::MIN_UTC),
         }
     }
 
     /// The engine's inputs at `now`.
     pub fn inputs(&self, now: DateTime<Utc>) -> Inputs {
+        let (window, patch_window) = match &self.calendar {
+            Some(c) => c.inputs_at(now),
+            None => (WindowState::from_intervals(&self.windows, now), None),
+        };
         let may_start = self.gate_from.is_some_and(|g| now >= g);
         Inputs {
             may_start,
@@ -645,7 +666,8 @@ impl Schedule {
             } else {
                 "promotion gate not passed".into()
             },
-            window: WindowState::from_intervals(&self.windows, now),
+            window,
+            patch_window,
         }
     }
 

@@ -500,6 +500,7 @@ fn bottlerocket_job() -> Value {
         started_at: started,
         cordoned_by_drover: true,
         message: String::new(),
+        attempts: 0,
     };
     serde_json::to_value(driver::upgrade_job(&opts, &node, &p).unwrap()).unwrap()
 }

@@ -61,8 +61,16 @@ fn demo_tells_the_whole_story() {
         "stage-1: all 5 nodes Ready at 1.13.2: confirmation signed with stage-1's key",
     );
     find("production", "prod-eu-1: agent adopts the cluster");
-    // and on the 1st of the next month test moves to 1.13.3.
-    assert!(find("test", "Ready at 1.13.3").starts_with("2027-01-01"));
+    // A New Year freeze is merged; the 1 January window opens when it ends
+    // (06:00 Madrid), and test moves to 1.13.3 then, not at 02:00.
+    find(
+        "test",
+        "\"Freeze test over New Year\": `drover check --base main` passes",
+    );
+    find("test", "next window Fri 2027-01-01 06:00 CET");
+    let ready = find("test", "Ready at 1.13.3");
+    assert!(ready.as_str() >= "2027-01-01T05:00:00Z", "{ready}");
+    assert!(ready.starts_with("2027-01-01"), "{ready}");
 
     let versions: Vec<(String, Value)> = report["clusters"]
         .as_array()

@@ -26,6 +26,7 @@ fn draining(cordoned_by_drover: bool) -> NodeProgress {
         started_at: Utc::now(),
         cordoned_by_drover,
         message: String::new(),
+        attempts: 0,
     }
 }
 

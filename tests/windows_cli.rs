@@ -68,6 +68,7 @@ fn json_lists_the_next_windows_in_utc() {
         serde_json::json!({
             "env": "stage",
             "timezone": "Europe/Madrid",
+            "paused": false,
             "windows": [
                 {"start": "2026-12-08T01:00:00Z", "end": "2026-12-08T07:00:00Z"},
                 {"start": "2027-01-08T01:00:00Z", "end": "2027-01-08T07:00:00Z"},
@@ -139,4 +140,80 @@ fn unknown_env_is_rejected_with_the_valid_ones() {
         err.contains("\"prod\"") && err.contains("stage, test"),
         "{err}"
     );
+}
+
+/// Overlapping windows are one window, valid whatever `--now` says, and an
+/// `all` freeze cuts them while a `minor` one marks them "patch only".
+#[test]
+fn overlapping_windows_merge_and_freezes_cut_them_for_any_now() {
+    let dir = repo();
+    std::fs::write(
+        dir.path().join("environments/stage.toml"),
+        "version = \"1.13.2\"\n\n\
+         [[window]]\nschedule = \"0 22 * * 5\"\nduration = \"10h\"\ntimezone = \"UTC\"\n\n\
+         [[window]]\nschedule = \"0 6 * * 6\"\nduration = \"12h\"\ntimezone = \"UTC\"\n\n\
+         [[freeze]]\nstart = 2026-12-05T10:00:00\nend = 2026-12-05T12:00:00\nreason = \"holiday\"\n\n\
+         [[freeze]]\nstart = 2026-12-05T14:00:00Z\nend = 2026-12-05T20:00:00Z\nscope = \"minor\"\nreason = \"sale\"\n",
+    )
+    .expect("write");
+    for now in [
+        "2026-01-01T00:00:00Z",
+        "2028-06-01T00:00:00Z",
+        "2061-02-28T00:00:00Z",
+    ] {
+        let out = drover(dir.path(), &["check", "--now", now]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{now}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = drover(
+        dir.path(),
+        &[
+            "--format",
+            "json",
+            "windows",
+            "--env",
+            "stage",
+            "--from",
+            "2026-12-04T00:00:00Z",
+            "--count",
+            "4",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    // Fri 22:00 + 10h and Sat 06:00 + 12h overlap: one window 22:00–18:00,
+    // cut by the holiday (10:00–12:00), its end marked patch only (14:00–).
+    assert_eq!(
+        v["windows"],
+        serde_json::json!([
+            {"start": "2026-12-04T22:00:00Z", "end": "2026-12-05T10:00:00Z"},
+            {"start": "2026-12-05T12:00:00Z", "end": "2026-12-05T14:00:00Z"},
+            {"start": "2026-12-05T14:00:00Z", "end": "2026-12-05T18:00:00Z", "patch_only": "sale"},
+            {"start": "2026-12-11T22:00:00Z", "end": "2026-12-12T18:00:00Z"},
+        ])
+    );
+    let text = drover(
+        dir.path(),
+        &[
+            "windows",
+            "--env",
+            "stage",
+            "--from",
+            "2026-12-04T00:00:00Z",
+            "--count",
+            "3",
+        ],
+    );
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("patch updates only: sale"), "{text}");
+    assert!(text.contains("holiday"), "{text}");
 }

@@ -1,4 +1,4 @@
-//! Maintenance windows (DESIGN §3) computed from `WindowSpec` values: no config parsing, no I/O.
+//! Maintenance windows (docs/design.md §3) computed from `WindowSpec` values: no config parsing, no I/O.
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
@@ -30,7 +30,7 @@ fn starts(ws: &[Window]) -> Vec<String> {
 
 #[test]
 fn stage_example_windows_in_madrid() {
-    // DESIGN §2: "0 2 8 * *", 6h, Europe/Madrid. 02:00 CET is 01:00Z in winter,
+    // docs/design.md §2: "0 2 8 * *", 6h, Europe/Madrid. 02:00 CET is 01:00Z in winter,
     // 02:00 CEST is 00:00Z in summer.
     let s = spec("0 2 8 * *", hours(6), Tz::Europe__Madrid);
     let ws = window::next_windows(&s, t("2026-02-01T00:00:00Z"), 4).unwrap();
@@ -188,31 +188,52 @@ fn the_31st_fires_only_in_months_that_have_one() {
 }
 
 #[test]
-fn a_window_longer_than_the_gap_is_an_error() {
+fn a_window_longer_than_the_gap_merges_with_the_next() {
+    // Daily for 25h: every window runs into the next, so they form one.
     let daily = spec("0 2 * * *", hours(25), Tz::UTC);
-    let err = window::validate(&daily).unwrap_err();
-    assert!(matches!(err, Error::Overlap { .. }), "{err}");
-    assert!(err.to_string().contains("longer than the gap"), "{err}");
-    let err = window::next_windows(&daily, t("2026-01-01T00:00:00Z"), 3).unwrap_err();
-    assert!(matches!(err, Error::Overlap { .. }), "{err}");
+    window::validate(&daily).unwrap();
+    let ws = window::next_windows(&daily, t("2026-01-01T00:00:00Z"), 2).unwrap();
+    assert!(
+        ws[0].end - ws[0].start > chrono::Duration::days(300),
+        "{ws:?}"
+    );
 }
 
 #[test]
-fn back_to_back_windows_are_fine() {
-    let s = spec("0 */6 * * *", hours(6), Tz::UTC);
+fn back_to_back_windows_merge() {
+    // 00:00-12:00 and 12:00-24:00 every day: one open stretch, never closed.
+    let s = spec("0 0,12 * * *", hours(12), Tz::UTC);
     window::validate(&s).unwrap();
-    let ws = window::next_windows(&s, t("2026-01-01T07:00:00Z"), 2).unwrap();
-    assert_eq!(ws[0].end, ws[1].start);
+    let w = window::next_open(&s, t("2026-01-01T07:00:00Z")).unwrap();
+    assert!(w.end - w.start > chrono::Duration::days(300), "{w:?}");
+    // Saturdays 02:00 for 22h and Sundays 00:00 for 4h touch at midnight.
+    let s = spec("0 2 * * 6", hours(22), Tz::UTC);
+    let ws = window::next_windows(&s, t("2026-01-01T00:00:00Z"), 1).unwrap();
+    assert_eq!(ws[0].end, t("2026-01-04T00:00:00Z"));
 }
 
 #[test]
-fn validation_finds_the_shortest_gap_of_an_irregular_schedule() {
-    // The 31st: Jul 31 -> Aug 31 and Dec 31 -> Jan 31 are 31 days apart.
-    let ok = spec("0 2 31 * *", hours(30 * 24), Tz::UTC);
-    window::validate(&ok).unwrap();
-    let too_long = spec("0 2 31 * *", hours(32 * 24), Tz::UTC);
-    let err = window::validate(&too_long).unwrap_err();
-    assert!(matches!(err, Error::Overlap { .. }), "{err}");
+fn overlap_is_valid_for_any_now() {
+    // The 31st for 32 days: windows overlap from July to August only.
+    let s = spec("0 2 31 * *", hours(32 * 24), Tz::UTC);
+    for now in [
+        "2026-01-01T00:00:00Z",
+        "2028-06-01T00:00:00Z",
+        "2091-03-01T00:00:00Z",
+    ] {
+        window::validate(&s).unwrap();
+        assert!(
+            !window::next_windows(&s, t(now), 3).unwrap().is_empty(),
+            "{now}"
+        );
+    }
+    let ws = window::next_windows(&s, t("2026-07-03T00:00:00Z"), 1).unwrap();
+    assert_eq!(ws[0].start, t("2026-07-31T02:00:00Z"));
+    assert_eq!(
+        ws[0].end,
+        t("2026-10-02T02:00:00Z"),
+        "Jul 31 + Aug 31 merged"
+    );
 }
 
 #[test]
@@ -221,4 +242,61 @@ fn invalid_cron_lines_are_errors() {
         let err = window::validate(&spec(bad, hours(1), Tz::UTC)).unwrap_err();
         assert!(matches!(err, Error::Schedule { .. }), "{bad:?}: {err}");
     }
+}
+
+/// The examples table of docs/config.md ("Windows, freezes and pause").
+#[test]
+fn the_documented_dst_examples_hold() {
+    let first = |sched: &str, tz: Tz, from: &str, n: usize| -> Vec<String> {
+        window::next_windows(&spec(sched, Duration::from_secs(60), tz), t(from), n)
+            .unwrap()
+            .iter()
+            .map(|w| w.start.format("%Y-%m-%dT%H:%MZ").to_string())
+            .collect()
+    };
+    assert_eq!(
+        first("30 2 * * *", Tz::Europe__Madrid, "2026-03-28T12:00:00Z", 1),
+        ["2026-03-29T01:00Z"]
+    );
+    assert_eq!(
+        first("30 2 * * *", Tz::Europe__Madrid, "2026-10-24T12:00:00Z", 2),
+        ["2026-10-25T00:30Z", "2026-10-26T01:30Z"]
+    );
+    assert_eq!(
+        first(
+            "8 1,2 * * *",
+            Tz::Australia__Sydney,
+            "2027-10-02T13:00:00Z",
+            2
+        ),
+        ["2027-10-02T15:08Z", "2027-10-02T16:00Z"]
+    );
+    assert_eq!(
+        first(
+            "30 1,13 * * *",
+            Tz::America__New_York,
+            "2026-11-01T00:00:00Z",
+            2
+        ),
+        ["2026-11-01T05:30Z", "2026-11-01T18:30Z"]
+    );
+    assert_eq!(
+        first(
+            "30 * * * *",
+            Tz::America__New_York,
+            "2026-11-01T05:00:00Z",
+            2
+        ),
+        ["2026-11-01T05:30Z", "2026-11-01T06:30Z"]
+    );
+    // Lord Howe: +10:30 -> +11 at 02:00 local; 02:15 does not exist.
+    assert_eq!(
+        first(
+            "15 2 * * *",
+            Tz::Australia__Lord_Howe,
+            "2026-10-03T12:00:00Z",
+            1
+        ),
+        ["2026-10-03T15:30Z"]
+    );
 }

@@ -40,6 +40,7 @@ pub fn fetch_request_stamp(o: &DroverStatus) -> Option<String> {
     printcolumn = r#"{"name":"At Version","type":"string","jsonPath":".status.atVersion"}"#,
     printcolumn = r#"{"name":"Next Window","type":"string","jsonPath":".status.nextWindow"}"#,
     printcolumn = r#"{"name":"Commit","type":"string","jsonPath":".status.commit"}"#,
+    printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.message"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -57,7 +58,7 @@ pub struct DroverStatusStatus {
     /// The pinned version being applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
-    /// Rollout state: rolling, confirmed, blocked or failed.
+    /// Rollout state: pending, paused, rolling, confirmed, blocked or failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
     /// When `state` last changed (RFC 3339).
@@ -344,6 +345,7 @@ mod tests {
                 "At Version",
                 "Next Window",
                 "Commit",
+                "Message",
                 "Age"
             ]
         );

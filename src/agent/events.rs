@@ -136,18 +136,12 @@ impl Events {
             Action::Block { progress, .. } => (
                 Severity::Warning,
                 "DrainBlocked",
-                format!(
-                    "drain did not finish, node given back: {}",
-                    progress.message
-                ),
+                format!("node given back: {}", progress.message),
             ),
             Action::Fail { progress, .. } => (
                 Severity::Warning,
                 "UpgradeFailed",
-                format!(
-                    "upgrade to {} failed, node given back: {}",
-                    progress.target, progress.message
-                ),
+                format!("node given back: {}", progress.message),
             ),
             Action::Complete { .. } => (
                 Severity::Normal,

@@ -91,7 +91,7 @@ impl Metrics {
         );
         registry.register(
             "rollout_state",
-            "1 for the rollout's current state (rolling, confirmed, blocked, failed)",
+            "1 for the rollout's current state, 0 for the others (pending, paused, rolling, confirmed, blocked, failed)",
             m.rollout_state.clone(),
         );
         registry.register(
@@ -163,7 +163,14 @@ impl Metrics {
 
     /// Record the rollout state.
     pub fn set_rollout_state(&self, state: &str) {
+        // One series per state, 0 or 1, so an alert on `blocked` or
+        // `failed` sees a value rather than an absent series.
         self.rollout_state.clear();
+        for s in crate::status::RolloutState::ALL {
+            self.rollout_state
+                .get_or_create(&labels(&[("state", s.as_str())]))
+                .set(0);
+        }
         self.rollout_state
             .get_or_create(&labels(&[("state", state)]))
             .set(1);
@@ -228,7 +235,15 @@ mod tests {
             text.contains(r#"drover_rollout_state{state="confirmed"} 1"#),
             "{text}"
         );
-        assert!(!text.contains(r#"state="rolling""#), "{text}");
+        // One series per state: the old one reads 0, not absent.
+        assert!(
+            text.contains(r#"drover_rollout_state{state="rolling"} 0"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"drover_rollout_state{state="blocked"} 0"#),
+            "{text}"
+        );
         assert!(text.contains(r#"drover_applied_commit_info{commit="abc",version="1.2.3"} 1"#));
         assert!(text.contains(r#"drover_nodes{version="1.2.3",state="ready"} 4"#));
         assert!(text.contains("drover_last_fetch_success 1"));

@@ -1204,22 +1204,12 @@ impl<B: ClusterBackend> Acting<B> {
         }
     }
 
-    /// The window at `now` for `env`.
-    fn window(env: &EnvConfig, now: DateTime<Utc>) -> WindowState {
-        let Ok(sched) = crate::window::Schedule::new(&env.window) else {
-            return WindowState::default();
-        };
-        let open = sched.is_open(now).ok().flatten();
-        let upcoming = sched.next_windows(now, 2).unwrap_or_default();
-        let next = if open.is_some() {
-            upcoming.get(1)
-        } else {
-            upcoming.first()
-        };
-        WindowState {
-            opened_at: open.map(|w| w.start),
-            closes_at: open.map(|w| w.end),
-            next_opens_at: next.map(|w| w.start),
+    /// The window at `now` for `env`, for any change and for a patch update
+    /// (they differ only under a `minor` freeze); asked of [`crate::window`].
+    fn window(env: &EnvConfig, now: DateTime<Utc>) -> (WindowState, Option<WindowState>) {
+        match crate::window::Calendar::of(env) {
+            Ok(cal) => cal.inputs_at(now),
+            Err(_) => (WindowState::default(), None),
         }
     }
 
@@ -1247,12 +1237,15 @@ impl<B: ClusterBackend> Acting<B> {
             };
         }
         let now = self.clock.now();
-        let window = Self::window(&active.env, now);
-        self.metrics.window_open.set(i64::from(window.is_open()));
+        let (window, patch_window) = Self::window(&active.env, now);
+        self.metrics
+            .window_open
+            .set(i64::from(window.opened_at.is_some()));
         let inputs = Inputs {
             may_start: true,
             hold_reason: String::new(),
-            window,
+            window: window.clone(),
+            patch_window,
         };
         let engine = Engine::new(
             Policy::from_env(&active.env),
@@ -1296,17 +1289,16 @@ impl<B: ClusterBackend> Acting<B> {
             self.durations(a, &observed, now);
             self.events.on_action(a).await;
         }
-        for (node, pdbs) in &outcome.evictions_blocked {
+        // A budget pacing a drain is normal; it becomes a Warning
+        // (DrainBlocked) only when the drain times out.
+        for (node, msg) in &outcome.evictions_blocked {
             self.events
                 .on_node(
                     node,
-                    Severity::Warning,
-                    "EvictionBlocked",
+                    Severity::Normal,
+                    "EvictionRefused",
                     "Evict",
-                    format!(
-                        "PodDisruptionBudget(s) {} refused an eviction; retrying",
-                        pdbs.join(", ")
-                    ),
+                    msg.clone(),
                 )
                 .await;
         }
@@ -1338,8 +1330,8 @@ impl<B: ClusterBackend> Acting<B> {
             self.status.since = Some(rfc3339(now));
         }
         // The first observation of a term is no transition (a restart would repeat it).
-        let was_open = self.window_seen.replace(window.is_open());
-        if was_open.is_some_and(|w| w != window.is_open()) {
+        let was_open = self.window_seen.replace(window.opened_at.is_some());
+        if was_open.is_some_and(|w| w != window.opened_at.is_some()) {
             let note = match (window.closes_at, window.next_opens_at) {
                 (Some(end), _) => format!("maintenance window open until {}", rfc3339(end)),
                 (None, Some(next)) => {
@@ -1347,7 +1339,7 @@ impl<B: ClusterBackend> Acting<B> {
                 }
                 (None, None) => "maintenance window closed".to_string(),
             };
-            let reason = if window.is_open() {
+            let reason = if window.opened_at.is_some() {
                 "WindowOpened"
             } else {
                 "WindowClosed"
@@ -1362,7 +1354,7 @@ impl<B: ClusterBackend> Acting<B> {
         self.status.nodes = d.nodes;
         self.status.nodes_at_version = d.nodes_at_version;
         self.status.at_version = Some(format!("{}/{}", d.nodes_at_version, d.nodes));
-        self.status.window_open = window.is_open();
+        self.status.window_open = window.opened_at.is_some();
         self.status.next_window = match (window.closes_at, window.next_opens_at) {
             (Some(end), _) => Some(format!("open until {}", rfc3339(end))),
             (None, Some(start)) => Some(rfc3339(start)),
@@ -1554,13 +1546,7 @@ impl<B: ClusterBackend> Acting<B> {
 }
 
 fn state_str(s: RolloutState) -> &'static str {
-    match s {
-        RolloutState::Rolling => "rolling",
-        RolloutState::Confirmed => "confirmed",
-        RolloutState::Blocked => "blocked",
-        RolloutState::Failed => "failed",
-        RolloutState::Refused => "refused",
-    }
+    s.as_str()
 }
 
 fn capitalise(s: &str) -> String {

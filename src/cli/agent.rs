@@ -370,7 +370,10 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
 /// JSON (or text) logs filtered by `RUST_LOG` (default `info`).
 fn init_logging(format: &str) -> anyhow::Result<()> {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // notify logs "unable to remove watch descriptor" at info for every
+    // file a config change replaces (the watch went with the file): noise.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,notify::inotify=warn"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     let result = match format {
         // Every line inside a reconcile carries the whole span list, so the

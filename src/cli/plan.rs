@@ -195,17 +195,22 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
     Ok(Outcome::Ok)
 }
 
-/// A window's start and end.
-type Span = (DateTime<Utc>, DateTime<Utc>);
-
 /// The single place windows come from.
 fn windows_ahead(
     env: &EnvConfig,
     from: DateTime<Utc>,
     count: usize,
-) -> Result<Vec<Span>, crate::window::Error> {
-    let ws = crate::window::next_windows(&env.window, from, count)?;
-    Ok(ws.into_iter().map(|w| (w.start, w.end)).collect())
+) -> anyhow::Result<Vec<(DateTime<Utc>, DateTime<Utc>)>> {
+    // The periods `drover windows` lists, without those where only a patch
+    // update may start: a forecast does not assume the change is a patch.
+    let cal = crate::window::Calendar::of(env)
+        .with_context(|| format!("computing the windows of {}", env.name))?;
+    Ok(cal
+        .periods(from)
+        .filter(|p| p.patch_only.is_none())
+        .take(count)
+        .map(|w| (w.start, w.end))
+        .collect())
 }
 
 /// Plan against any cluster: decide on its nodes as they are now (without
@@ -220,6 +225,7 @@ pub async fn plan<C: Cluster>(
     let policy = Policy::from_env(env);
     let schedule = Schedule {
         windows: windows.to_vec(),
+        calendar: None,
         gate_from: Some(now),
     };
     let views = cluster.observe().await?;
@@ -295,7 +301,7 @@ async fn forecast(
         .max()
         .filter(|_| state == RolloutState::Confirmed);
     let node_ns = node_time.as_nanos().max(1);
-    let fit = env.window.duration.as_nanos().div_ceil(node_ns) as usize * budget;
+    let fit = env.windows[0].duration.as_nanos().div_ceil(node_ns) as usize * budget;
     let waves = to_upgrade.div_ceil(budget) as u32;
     // Nodes still to upgrade and the last window given was still in use
     // (or none was given): the limit, not the rollout, ended the forecast.

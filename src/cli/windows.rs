@@ -1,8 +1,10 @@
-//! `drover windows`.
+//! `drover windows`: the periods in which a node may really start, asked of
+//! [`crate::window::Calendar`] — merged windows, clipped by `all` freezes,
+//! with the stretches under a `minor` freeze marked "patch only".
 
 use super::{parse_time, print_json, Format, Global, Outcome};
 use crate::config;
-use crate::window;
+use crate::window::{self, Calendar, Period};
 use anyhow::Context as _;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
@@ -25,21 +27,44 @@ pub struct Args {
 /// the list is built in memory, so the count needs a bound.
 pub const MAX_COUNT: u64 = 10_000;
 
-#[derive(Serialize)]
-struct Output<'a> {
-    env: &'a str,
-    timezone: &'a str,
-    windows: Vec<WindowOut>,
+/// The JSON document `drover --format json windows` prints.
+#[derive(Debug, Serialize)]
+pub struct Output {
+    /// Environment name.
+    pub env: String,
+    /// Zone of the first window.
+    pub timezone: String,
+    /// `[rollout] paused`: no period below lets a node start while true.
+    pub paused: bool,
+    /// The periods, in order.
+    pub windows: Vec<WindowOut>,
 }
 
-#[derive(Serialize)]
-struct WindowOut {
-    start: String,
-    end: String,
+/// One period in JSON.
+#[derive(Debug, Serialize)]
+pub struct WindowOut {
+    /// First open instant (RFC 3339, UTC).
+    pub start: String,
+    /// First closed instant (RFC 3339, UTC).
+    pub end: String,
+    /// The `minor` freeze's reason when only a patch update may start here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patch_only: Option<String>,
 }
 
 fn utc(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
+}
+
+/// The periods `drover windows` lists for `env` (the command's computation,
+/// without printing).
+pub fn periods(
+    env: &config::EnvConfig,
+    from: DateTime<Utc>,
+    count: usize,
+) -> Result<Vec<Period>, window::Error> {
+    let cal = Calendar::of(env)?;
+    Ok(cal.periods(from).take(count.min(MAX_COUNT as usize)).collect())
 }
 
 /// Run `drover windows`.
@@ -63,8 +88,8 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         Err(rejected) => return rejected,
     };
     let from = args.from.unwrap_or_else(Utc::now);
-    let tz = env.window.timezone;
-    let windows = match window::next_windows(&env.window, from, args.count as usize) {
+    let tz = env.windows[0].timezone;
+    let list = match periods(env, from, args.count as usize) {
         Ok(w) => w,
         Err(e) => {
             let file = format!("{}/{}.toml", config::ENV_DIR, args.env);
@@ -76,25 +101,43 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
     };
     match g.format {
         Format::Json => print_json(&Output {
-            env: &args.env,
-            timezone: tz.name(),
-            windows: windows
+            env: args.env.clone(),
+            timezone: tz.name().to_owned(),
+            paused: env.rollout.paused,
+            windows: list
                 .iter()
                 .map(|w| WindowOut {
                     start: utc(w.start),
                     end: utc(w.end),
+                    patch_only: w.patch_only.clone(),
                 })
                 .collect(),
         })
         .context("writing JSON")?,
         Format::Text => {
-            println!(
-                "Windows of {} ({:?}, {}, timezone {})",
-                args.env,
-                env.window.schedule,
-                humantime::format_duration(env.window.duration),
-                tz.name()
-            );
+            let specs: Vec<String> = env
+                .windows
+                .iter()
+                .map(|w| {
+                    format!(
+                        "{:?} for {} in {}",
+                        w.schedule,
+                        humantime::format_duration(w.duration),
+                        w.timezone.name()
+                    )
+                })
+                .collect();
+            println!("Windows of {}: {}", args.env, specs.join("; "));
+            for f in &env.freezes {
+                println!(
+                    "Freeze from {}: {}",
+                    window::local_and_utc(f.start, f.timezone),
+                    f.describe()
+                );
+            }
+            if env.rollout.paused {
+                println!("PAUSED ([rollout] paused = true): no node starts in any window below");
+            }
             let local = |t: DateTime<Utc>| {
                 t.with_timezone(&tz)
                     .format("%a %Y-%m-%d %H:%M %Z")
@@ -104,10 +147,19 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
                 "{:<26} {:<26} {:<21} {:<21}",
                 "START (local)", "END (local)", "START (UTC)", "END (UTC)"
             );
-            for w in &windows {
-                let open = if w.contains(from) { "  (open)" } else { "" };
+            for w in &list {
+                let open = if w.start <= from && from < w.end {
+                    "  (open)"
+                } else {
+                    ""
+                };
+                let patch = match &w.patch_only {
+                    Some(r) if r.is_empty() => "  patch updates only (minor freeze)".to_owned(),
+                    Some(r) => format!("  patch updates only: {r}"),
+                    None => String::new(),
+                };
                 println!(
-                    "{:<26} {:<26} {:<21} {:<21}{open}",
+                    "{:<26} {:<26} {:<21} {:<21}{open}{patch}",
                     local(w.start),
                     local(w.end),
                     utc(w.start),

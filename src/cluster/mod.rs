@@ -29,15 +29,19 @@ pub const ANN_CORDONED: &str = "drover.dev/cordoned";
 pub const ANN_MESSAGE: &str = "drover.dev/message";
 /// Annotation set by a person (any value) to clear a failed or blocked node so it is tried again.
 pub const ANN_RETRY: &str = "drover.dev/retry";
+/// Annotation: how many times a blocked node's drain was retried (absent = 0);
+/// its retry backoff grows with it.
+pub const ANN_ATTEMPTS: &str = "drover.dev/attempts";
 
 /// Every annotation key drover owns, in a stable order.
-pub const ALL_ANNOTATIONS: [&str; 6] = [
+pub const ALL_ANNOTATIONS: [&str; 7] = [
     ANN_STATE,
     ANN_TARGET,
     ANN_STARTED_AT,
     ANN_CORDONED,
     ANN_MESSAGE,
     ANN_RETRY,
+    ANN_ATTEMPTS,
 ];
 
 /// drover's per-node state, as recorded in `drover.dev/state`.
@@ -84,8 +88,11 @@ pub struct NodeProgress {
     pub started_at: DateTime<Utc>,
     /// drover cordoned the node, so drover (and only drover) uncordons it.
     pub cordoned_by_drover: bool,
-    /// Why the node is blocked or failed; empty otherwise.
+    /// Why the node is blocked or failed; while draining, which
+    /// PodDisruptionBudgets refuse which pods, and since when; else empty.
     pub message: String,
+    /// Drain retries after a drain timeout (0 for a first attempt).
+    pub attempts: u32,
 }
 
 /// Drover annotations that are present but cannot be read.
@@ -152,12 +159,21 @@ impl NodeProgress {
                 })
             }
         };
+        let attempts = match annotations.get(ANN_ATTEMPTS) {
+            None => 0,
+            Some(a) => a.parse::<u32>().map_err(|_| ProgressError::Invalid {
+                key: ANN_ATTEMPTS,
+                value: a.clone(),
+                why: "expected a whole number".into(),
+            })?,
+        };
         Ok(Some(NodeProgress {
             state,
             target,
             started_at,
             cordoned_by_drover,
             message: annotations.get(ANN_MESSAGE).cloned().unwrap_or_default(),
+            attempts,
         }))
     }
 }
@@ -196,6 +212,9 @@ pub fn encode_progress(progress: Option<&NodeProgress>) -> BTreeMap<String, Opti
         );
         if !p.message.is_empty() {
             patch.insert(ANN_MESSAGE.into(), Some(p.message.clone()));
+        }
+        if p.attempts > 0 {
+            patch.insert(ANN_ATTEMPTS.into(), Some(p.attempts.to_string()));
         }
     }
     patch
@@ -254,6 +273,10 @@ pub struct NodeView {
     pub pods_to_evict: usize,
     /// The driver's run for the current attempt.
     pub upgrade: UpgradeStatus,
+    /// Read for blocked nodes only: every PodDisruptionBudget covering the
+    /// pods a drain would evict allows a disruption now, so a retry need not
+    /// wait out its backoff.
+    pub budgets_allow_drain: bool,
 }
 
 fn ser_progress<S: serde::Serializer>(
@@ -286,6 +309,7 @@ impl NodeView {
             retry: retry_requested(annotations),
             pods_to_evict,
             upgrade,
+            budgets_allow_drain: false,
         }
     }
 }
@@ -297,6 +321,8 @@ pub struct EvictionPass {
     pub remaining: usize,
     /// PodDisruptionBudgets that refused an eviction (HTTP 429) in this pass.
     pub blocked_by: Vec<String>,
+    /// Pods (`namespace/name`) whose eviction they refused.
+    pub refused_pods: Vec<String>,
 }
 
 /// What the rollout engine needs from a cluster. Implemented with `async fn`;
@@ -367,6 +393,7 @@ mod tests {
             started_at: "2026-12-08T02:00:00Z".parse().unwrap(),
             cordoned_by_drover: true,
             message: String::new(),
+            attempts: 0,
         }
     }
 

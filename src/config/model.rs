@@ -1,6 +1,7 @@
 //! Validated config values. Everything here has passed validation: a
 //! `RepoConfig` in hand is a config the agent may act on.
 
+pub use crate::window::{Freeze, FreezeScope, WindowSpec};
 use chrono_tz::Tz;
 use semver::Version;
 use std::collections::BTreeMap;
@@ -113,8 +114,10 @@ pub struct EnvConfig {
     pub version: Version,
     /// Whether this change may lower the version. Default `false`.
     pub allow_downgrade: bool,
-    /// When nodes may start upgrading.
-    pub window: WindowSpec,
+    /// When nodes may start upgrading: `[window]` or `[[window]]`, at least one.
+    pub windows: Vec<WindowSpec>,
+    /// `[[freeze]]`: intervals in which no node (or only a patch update) starts.
+    pub freezes: Vec<Freeze>,
     /// How nodes are taken through the upgrade.
     pub rollout: RolloutSpec,
     /// Promotion requirements towards this environment.
@@ -123,26 +126,6 @@ pub struct EnvConfig {
     pub driver: DriverSpec,
     /// How a node's OS version is read.
     pub nodes: NodesSpec,
-}
-
-/// `[window]`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WindowSpec {
-    /// Five-field cron line, evaluated in `timezone`. Default `0 2 1 * *`.
-    pub schedule: String,
-    /// How long a window stays open after each firing. Default 6h; never
-    /// longer than the shortest gap between two firings.
-    pub duration: Duration,
-    /// IANA time zone. Default UTC.
-    pub timezone: Tz,
-}
-
-impl WindowSpec {
-    /// The schedule parsed exactly as validation parsed it (five fields, no
-    /// seconds, day-of-month OR day-of-week as in classic cron).
-    pub fn cron(&self) -> Result<croner::Cron, String> {
-        super::parse::parse_cron(&self.schedule)
-    }
 }
 
 /// `[rollout]`.
@@ -160,6 +143,8 @@ pub struct RolloutSpec {
     pub node_selector: String,
     /// What a drain timeout does to the rest of the rollout. Default `skip`.
     pub on_drain_timeout: OnDrainTimeout,
+    /// Finish the node in flight, start no new one. Default `false`.
+    pub paused: bool,
 }
 
 /// `max_unavailable`: a count or a percentage of the selected nodes.
@@ -257,6 +242,7 @@ impl Default for RolloutSpec {
             node_timeout: DEFAULT_NODE_TIMEOUT,
             node_selector: DEFAULT_NODE_SELECTOR.to_owned(),
             on_drain_timeout: DEFAULT_ON_DRAIN_TIMEOUT,
+            paused: false,
         }
     }
 }

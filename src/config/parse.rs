@@ -8,15 +8,13 @@ use super::files::EntryKind;
 use super::selector::LabelSelector;
 use super::{
     DriverSpec, EnvConfig, Evidence, Files, MaxUnavailable, NodesSpec, OnDrainTimeout,
-    PromotionSpec, RepoConfig, RolloutSpec, RootConfig, WindowSpec, DEFAULT_BOTTLEROCKET_IMAGE,
+    PromotionSpec, RepoConfig, RolloutSpec, RootConfig, DEFAULT_BOTTLEROCKET_IMAGE,
     DEFAULT_DRAIN_TIMEOUT, DEFAULT_EVIDENCE, DEFAULT_MAX_UNAVAILABLE, DEFAULT_NODE_SELECTOR,
-    DEFAULT_NODE_TIMEOUT, DEFAULT_ON_DRAIN_TIMEOUT, DEFAULT_SCHEDULE, DEFAULT_SOAK,
-    DEFAULT_STATUS_BRANCH, DEFAULT_TIMEZONE, DEFAULT_VERSION_REGEX, DEFAULT_WINDOW_DURATION,
-    ENV_DIR, ROOT_FILE,
+    DEFAULT_NODE_TIMEOUT, DEFAULT_ON_DRAIN_TIMEOUT, DEFAULT_SOAK, DEFAULT_STATUS_BRANCH,
+    DEFAULT_VERSION_REGEX, ENV_DIR, ROOT_FILE,
 };
 use crate::diag::Diagnostic;
 use chrono::{DateTime, Utc};
-use chrono_tz::Tz;
 use serde_spanned::Spanned;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
@@ -50,9 +48,11 @@ const ENV_KEYS: &[(&str, &[&str])] = &[
             "promotion",
             "driver",
             "nodes",
+            "freeze",
         ],
     ),
     ("window", &["schedule", "duration", "timezone"]),
+    ("freeze", &["start", "end", "timezone", "scope", "reason"]),
     (
         "rollout",
         &[
@@ -61,17 +61,13 @@ const ENV_KEYS: &[(&str, &[&str])] = &[
             "node_timeout",
             "node_selector",
             "on_drain_timeout",
+            "paused",
         ],
     ),
     ("promotion", &["soak"]),
     ("driver", &["kind", "image", "command"]),
     ("nodes", &["version_regex"]),
 ];
-
-/// How far ahead window overlaps are looked for, and the most firings
-/// examined (a guard for minutely schedules with minute-long windows).
-const OVERLAP_HORIZON_DAYS: i64 = 2 * 366;
-const OVERLAP_MAX_FIRINGS: usize = 20_000;
 
 const DURATION_SYNTAX: &str = "a duration string such as \"20m\", \"6h\" or \"1h30m\"";
 
@@ -83,9 +79,9 @@ pub fn load(files: &dyn Files) -> Result<RepoConfig, Vec<Diagnostic>> {
     load_at(files, Utc::now())
 }
 
-/// [`load`], looking for overlapping windows from `now` on (so a check
-/// given `--now` is reproducible).
-pub fn load_at(files: &dyn Files, now: DateTime<Utc>) -> Result<RepoConfig, Vec<Diagnostic>> {
+/// [`load`] as of `now`. Validation no longer depends on the time (windows
+/// may overlap, so nothing is measured from `now`); kept for `check --now`.
+pub fn load_at(files: &dyn Files, _now: DateTime<Utc>) -> Result<RepoConfig, Vec<Diagnostic>> {
     let mut diags = Vec::new();
 
     let root = match read_text(files, ROOT_FILE) {
@@ -124,7 +120,7 @@ pub fn load_at(files: &dyn Files, now: DateTime<Utc>) -> Result<RepoConfig, Vec<
         }
         let path = env_path(name);
         match read_text(files, &path) {
-            Ok(text) => match env_inner(&path, name, &text, now) {
+            Ok(text) => match env_inner(&path, name, &text) {
                 Ok(env) => {
                     envs.insert(name.clone(), env);
                 }
@@ -197,7 +193,7 @@ pub fn parse_root(file: &str, text: &str) -> Result<RootConfig, Vec<Diagnostic>>
 
 /// Parse and validate an environment file from its text.
 pub fn parse_env(file: &str, name: &str, text: &str) -> Result<EnvConfig, Vec<Diagnostic>> {
-    env_inner(file, name, text, Utc::now())
+    env_inner(file, name, text)
 }
 
 /// Path of the file of environment `name`.
@@ -475,12 +471,7 @@ fn root_inner(file: &str, text: &str) -> RootParsed {
     }
 }
 
-fn env_inner(
-    file: &str,
-    name: &str,
-    text: &str,
-    now: DateTime<Utc>,
-) -> Result<EnvConfig, Vec<Diagnostic>> {
+fn env_inner(file: &str, name: &str, text: &str) -> Result<EnvConfig, Vec<Diagnostic>> {
     let mut cx = Ctx::new(file, text);
     let Some(doc) = cx.parse() else {
         return Err(cx.diags);
@@ -514,8 +505,8 @@ fn env_inner(
         Some(v) => cx.want_bool("allow_downgrade", v).unwrap_or(false),
     };
 
-    let window = cx.section(doc, "window", ENV_KEYS);
-    let window_spec = cx.window(doc, window, now);
+    let windows = cx.windows(doc);
+    let freezes = cx.freezes(doc, windows[0].timezone);
 
     let rollout = cx.section(doc, "rollout", ENV_KEYS);
     let max_unavailable = match rollout.and_then(|t| t.get("max_unavailable")) {
@@ -559,6 +550,11 @@ fn env_inner(
             Some("stop") => OnDrainTimeout::Stop,
             _ => OnDrainTimeout::Skip,
         },
+    };
+
+    let paused = match rollout.and_then(|t| t.get("paused")) {
+        None => false,
+        Some(v) => cx.want_bool("paused", v).unwrap_or(false),
     };
 
     let promotion = cx.section(doc, "promotion", ENV_KEYS);
@@ -607,13 +603,15 @@ fn env_inner(
             name: name.to_owned(),
             version,
             allow_downgrade,
-            window: window_spec,
+            windows,
+            freezes,
             rollout: RolloutSpec {
                 max_unavailable,
                 drain_timeout: drain.0,
                 node_timeout: node.0,
                 node_selector,
                 on_drain_timeout,
+                paused,
             },
             promotion: PromotionSpec { soak },
             driver,
@@ -1048,92 +1046,6 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    fn window(
-        &mut self,
-        doc: &DeTable<'a>,
-        window: Option<&DeTable<'a>>,
-        now: DateTime<Utc>,
-    ) -> WindowSpec {
-        let get = |k: &str| window.and_then(|t| t.get(k));
-
-        let timezone = match get("timezone") {
-            None => Some(DEFAULT_TIMEZONE),
-            Some(v) => self
-                .want_str(
-                    "timezone",
-                    v,
-                    "an IANA time zone name such as \"Europe/Madrid\"",
-                )
-                .and_then(|s| match s.parse::<Tz>() {
-                    Ok(tz) => Some(tz),
-                    Err(_) => {
-                        let names = chrono_tz::TZ_VARIANTS.iter().map(|t| t.name());
-                        let hint = nearest(s, names)
-                            .map(|n| format!("; did you mean \"{n}\"?"))
-                            .unwrap_or_default();
-                        self.err(
-                            &v.span(),
-                            format!(
-                                "`timezone` must be an IANA time zone name such as \
-                                 \"Europe/Madrid\" or \"UTC\"; found \"{s}\"{hint}"
-                            ),
-                        );
-                        None
-                    }
-                }),
-        };
-
-        let schedule = match get("schedule") {
-            None => Some(DEFAULT_SCHEDULE.to_owned()),
-            Some(v) => self
-                .want_str("schedule", v, "a cron line such as \"0 2 8 * *\"")
-                .and_then(|s| match parse_cron(s) {
-                    Ok(_) => Some(s.trim().to_owned()),
-                    Err(e) => {
-                        self.err(&v.span(), e);
-                        None
-                    }
-                }),
-        };
-
-        let (duration, dur_span) =
-            self.duration(window, "duration", DEFAULT_WINDOW_DURATION, false);
-
-        if let (Some(tz), Some(sched)) = (timezone, &schedule) {
-            let at = dur_span
-                .or_else(|| get("schedule").map(|v| v.span()))
-                .or_else(|| self.key_span(doc, "window"))
-                .unwrap_or(0..0);
-            match shortest_gap(sched, tz, now, duration) {
-                Err(GapError::NeverFires) => self.err(
-                    &get("schedule").map(|v| v.span()).unwrap_or(at),
-                    format!(
-                        "`schedule` \"{sched}\" never fires in the next two years; use a date \
-                         that exists, such as \"0 2 8 * *\""
-                    ),
-                ),
-                Ok(Some(gap)) if gap < duration => self.err(
-                    &at,
-                    format!(
-                        "window `duration` {} is longer than the shortest gap between two \
-                         firings of \"{sched}\" ({}), so windows would overlap; use a duration \
-                         of at most {}",
-                        humantime::format_duration(duration),
-                        humantime::format_duration(gap),
-                        humantime::format_duration(gap)
-                    ),
-                ),
-                Ok(_) => {}
-            }
-        }
-
-        WindowSpec {
-            schedule: schedule.unwrap_or_else(|| DEFAULT_SCHEDULE.to_owned()),
-            duration,
-            timezone: timezone.unwrap_or(DEFAULT_TIMEZONE),
-        }
-    }
-
     fn driver(&mut self, doc: &DeTable<'a>, table: Option<&DeTable<'a>>) -> DriverSpec {
         let get = |k: &str| table.and_then(|t| t.get(k));
         let kind = match get("kind") {
@@ -1218,75 +1130,14 @@ impl<'a> Ctx<'a> {
     }
 }
 
-/// Parse a five-field cron line the way windows are computed.
-pub(crate) fn parse_cron(s: &str) -> Result<croner::Cron, String> {
-    let syntax = "a cron line of exactly 5 fields (minute hour day-of-month month \
-                  day-of-week), such as \"0 2 8 * *\" for 02:00 on the 8th";
-    let fields = s.split_whitespace().count();
-    if fields == 6 {
-        return Err(format!(
-            "`schedule` must be {syntax}; found 6 fields in \"{s}\": a seconds (or year) \
-             field is not supported"
-        ));
-    }
-    if fields != 5 {
-        return Err(format!(
-            "`schedule` must be {syntax}; found {fields} field{} in \"{s}\"",
-            if fields == 1 { "" } else { "s" }
-        ));
-    }
-    croner::parser::CronParser::builder()
-        .seconds(croner::parser::Seconds::Disallowed)
-        .year(croner::parser::Year::Disallowed)
-        .build()
-        .parse(s)
-        .map_err(|e| format!("`schedule` must be {syntax}; found \"{s}\": {e}"))
-}
-
-enum GapError {
-    NeverFires,
-}
-
-/// The shortest time between two consecutive firings of `schedule` in `tz`
-/// over the next two years; `None` when it fires at most once. Stops at the
-/// first gap shorter than `enough`: the window is then known to be too long.
-fn shortest_gap(
-    schedule: &str,
-    tz: Tz,
-    now: DateTime<Utc>,
-    enough: Duration,
-) -> Result<Option<Duration>, GapError> {
-    let Ok(cron) = parse_cron(schedule) else {
-        return Ok(None);
-    };
-    let start = now.with_timezone(&tz);
-    let end = now + chrono::Duration::days(OVERLAP_HORIZON_DAYS);
-    let mut prev: Option<DateTime<Tz>> = None;
-    let mut best: Option<Duration> = None;
-    for t in cron.iter_after(start).take(OVERLAP_MAX_FIRINGS) {
-        if t.with_timezone(&Utc) > end {
-            break;
-        }
-        if let Some(p) = prev {
-            let gap = (t.with_timezone(&Utc) - p.with_timezone(&Utc))
-                .to_std()
-                .unwrap_or_default();
-            best = Some(best.map_or(gap, |b| b.min(gap)));
-            if gap < enough {
-                break;
-            }
-        }
-        prev = Some(t);
-    }
-    if prev.is_none() {
-        return Err(GapError::NeverFires);
-    }
-    Ok(best)
-}
+#[path = "windows.rs"]
+mod windows;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::WindowSpec;
+    use chrono_tz::Tz;
 
     #[test]
     fn durations_parse_like_people_write_them() {
@@ -1336,10 +1187,12 @@ mod tests {
             .expect("minimal file is valid");
         assert_eq!(env.version, semver::Version::new(1, 12, 0));
         assert!(!env.allow_downgrade);
-        assert_eq!(env.window, WindowSpec::default());
-        assert_eq!(env.window.schedule, "0 2 1 * *");
-        assert_eq!(env.window.duration, Duration::from_secs(6 * 3600));
-        assert_eq!(env.window.timezone, Tz::UTC);
+        assert_eq!(env.windows, vec![WindowSpec::default()]);
+        assert_eq!(env.windows[0].schedule, "0 2 1 * *");
+        assert_eq!(env.windows[0].duration, Duration::from_secs(6 * 3600));
+        assert_eq!(env.windows[0].timezone, Tz::UTC);
+        assert!(env.freezes.is_empty());
+        assert!(!env.rollout.paused);
         assert_eq!(env.rollout, RolloutSpec::default());
         assert_eq!(env.rollout.max_unavailable, MaxUnavailable::Count(1));
         assert_eq!(env.rollout.drain_timeout, Duration::from_secs(20 * 60));
@@ -1367,25 +1220,71 @@ mod tests {
     }
 
     #[test]
-    fn overlap_is_measured_between_real_firings() {
-        let now = DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
-            .map(|t| t.with_timezone(&Utc))
-            .expect("time");
-        let daily = shortest_gap("0 2 * * *", chrono_tz::Europe::Madrid, now, Duration::ZERO)
-            .ok()
-            .flatten()
-            .expect("gap");
-        // The spring-forward day is 23 hours long.
-        assert_eq!(daily, Duration::from_secs(23 * 3600));
-        let monthly = shortest_gap("0 2 1 * *", Tz::UTC, now, Duration::ZERO)
-            .ok()
-            .flatten()
-            .expect("gap");
-        assert_eq!(monthly, Duration::from_secs(28 * 24 * 3600));
-        assert!(matches!(
-            shortest_gap("0 0 30 2 *", Tz::UTC, now, Duration::ZERO),
-            Err(GapError::NeverFires)
-        ));
+    fn several_windows_freezes_and_pause_parse() {
+        let env = parse_env(
+            "environments/x.toml",
+            "x",
+            "version = \"2.0.0\"\n\
+             [[window]]\nschedule = \"0 2 * * 6\"\nduration = \"30h\"\ntimezone = \"Europe/Madrid\"\n\
+             [[window]]\nschedule = \"0 1 * * 0\"\n\
+             [[freeze]]\nstart = 2026-12-18T00:00:00\nend = 2027-01-04\nreason = \"holidays\"\n\
+             [[freeze]]\nstart = 2026-11-01T00:00:00Z\nend = 2026-11-02T00:00:00+01:00\nscope = \"minor\"\n\
+             [rollout]\npaused = true\n",
+        )
+        .expect("valid");
+        assert_eq!(env.windows.len(), 2);
+        assert_eq!(env.windows[0].duration, Duration::from_secs(30 * 3600));
+        assert_eq!(env.windows[1].timezone, Tz::UTC);
+        assert!(env.rollout.paused);
+        assert_eq!(env.freezes.len(), 2);
+        // Local times read in the first window's zone (CET, +01:00).
+        assert_eq!(
+            env.freezes[0].start.to_rfc3339(),
+            "2026-12-17T23:00:00+00:00"
+        );
+        assert_eq!(env.freezes[0].end.to_rfc3339(), "2027-01-03T23:00:00+00:00");
+        assert_eq!(env.freezes[0].scope, crate::config::FreezeScope::All);
+        assert_eq!(env.freezes[1].scope, crate::config::FreezeScope::Minor);
+        assert_eq!(env.freezes[1].end.to_rfc3339(), "2026-11-01T23:00:00+00:00");
+    }
+
+    #[test]
+    fn bad_freezes_name_the_line_and_what_is_valid() {
+        let errs = parse_env(
+            "environments/x.toml",
+            "x",
+            "version = \"2.0.0\"\n[[freeze]]\nstart = 2026-12-18\nend = 2026-12-01\nscope = \"patch\"\n",
+        )
+        .expect_err("invalid");
+        let text: Vec<String> = errs
+            .iter()
+            .map(|d| format!("{}: {}", d.line, d.message))
+            .collect();
+        assert!(
+            text.iter()
+                .any(|m| m.starts_with("5: ") && m.contains("\"all\" or \"minor\"")),
+            "{text:?}"
+        );
+        assert!(
+            text.iter()
+                .any(|m| m.starts_with("4: ") && m.contains("must be after `start`")),
+            "{text:?}"
+        );
+        let errs = parse_env(
+            "environments/x.toml",
+            "x",
+            "version = \"2.0.0\"\n[[freeze]]\nstart = \"tomorrow\"\n",
+        )
+        .expect_err("invalid");
+        assert!(
+            errs.iter().any(|d| d.message.contains("requires `end`")),
+            "{errs:?}"
+        );
+        assert!(
+            errs.iter()
+                .any(|d| d.line == 3 && d.message.contains("TOML date-time")),
+            "{errs:?}"
+        );
     }
 
     #[test]
@@ -1421,24 +1320,6 @@ mod tests {
                 command: vec!["/up".into(), "--now".into()],
             }
         );
-    }
-
-    #[test]
-    fn the_window_cron_is_the_validated_one() {
-        let cron = WindowSpec::default()
-            .cron()
-            .expect("default schedule parses");
-        let from = DateTime::parse_from_rfc3339("2026-03-15T00:00:00Z")
-            .map(|t| t.with_timezone(&Utc))
-            .expect("time");
-        let next = cron.find_next_occurrence(&from, false).expect("fires");
-        assert_eq!(next.to_rfc3339(), "2026-04-01T02:00:00+00:00");
-        assert!(WindowSpec {
-            schedule: "0 0 2 1 * *".into(),
-            ..WindowSpec::default()
-        }
-        .cron()
-        .is_err());
     }
 
     #[test]

@@ -86,11 +86,29 @@ fn pdbs_matching(obs: &Observer, pod: &Pod) -> Vec<String> {
         .collect()
 }
 
+/// Whether every PodDisruptionBudget covering a pod of `pods` that a drain
+/// must evict allows a disruption now (a blocked node's retry may then come
+/// before its backoff).
+pub(crate) fn budgets_allow(obs: &Observer, pods: &[std::sync::Arc<Pod>]) -> bool {
+    pods.iter().filter(|p| must_evict(p)).all(|pod| {
+        let ns = pod.namespace().unwrap_or_default();
+        pdbs_matching(obs, pod).iter().all(|name| {
+            obs.pdbs
+                .state()
+                .iter()
+                .find(|b| b.namespace().as_deref() == Some(ns.as_str()) && b.name_any() == *name)
+                .and_then(|b| b.status.as_ref())
+                .is_some_and(|s| s.disruptions_allowed.unwrap_or(0) > 0)
+        })
+    })
+}
+
 /// One eviction pass over `node`.
 pub async fn evict(obs: &Observer, node: &str) -> Result<EvictionPass, Error> {
     let store = obs.pods_of(node).await?;
     let mut remaining = 0;
     let mut blocked_by = BTreeSet::new();
+    let mut refused_pods = BTreeSet::new();
     for pod in store.state() {
         if !must_evict(&pod) {
             continue;
@@ -142,6 +160,7 @@ pub async fn evict(obs: &Observer, node: &str) -> Result<EvictionPass, Error> {
                     continue;
                 }
                 blocked_by.extend(names.into_iter().map(|n| format!("{ns}/{n}")));
+                refused_pods.insert(format!("{ns}/{name}"));
             }
             // Gone already, or replaced by a namesake: nothing of ours to evict.
             Err(e) if is_status(&e, 404) || is_status(&e, 409) => remaining -= 1,
@@ -157,5 +176,6 @@ pub async fn evict(obs: &Observer, node: &str) -> Result<EvictionPass, Error> {
     Ok(EvictionPass {
         remaining,
         blocked_by: blocked_by.into_iter().collect(),
+        refused_pods: refused_pods.into_iter().collect(),
     })
 }

@@ -379,10 +379,10 @@ impl Observer {
     }
 
     // Stop the pod watches of nodes that are no longer draining.
-    fn retain_pod_watches(&self, draining: &HashSet<String>) {
+    fn retain_pod_watches(&self, draining: &HashSet<String>, blocked: &HashSet<String>) {
         lock(&self.evicted).retain(|node, _| draining.contains(node));
         lock(&self.pod_watches).retain(|node, w| {
-            let keep = draining.contains(node);
+            let keep = draining.contains(node) || blocked.contains(node);
             if !keep {
                 w.task.abort();
             }
@@ -416,14 +416,26 @@ impl Observer {
             .filter(|(_, p)| matches!(p, Ok(Some(p)) if p.state == ProgressState::Draining))
             .map(|(n, _)| n.name_any())
             .collect();
-        self.retain_pod_watches(&draining);
+        // Blocked nodes' pods are watched too, to see when their budgets relent.
+        let blocked: HashSet<String> = nodes
+            .iter()
+            .zip(&progress)
+            .filter(|(_, p)| matches!(p, Ok(Some(p)) if p.state == ProgressState::Blocked))
+            .map(|(n, _)| n.name_any())
+            .collect();
+        self.retain_pod_watches(&draining, &blocked);
 
         let mut views = Vec::with_capacity(nodes.len());
         for (mut node, progress) in nodes.into_iter().zip(progress) {
             let name = node.name_any();
             let mut upgrade = UpgradeStatus::NotStarted;
             let mut pods_to_evict = 0;
+            let mut budgets_allow_drain = false;
             if let Ok(Some(p)) = &progress {
+                if p.state == ProgressState::Blocked {
+                    let store = self.pods_of(&name).await?;
+                    budgets_allow_drain = super::drain::budgets_allow(self, &store.state());
+                }
                 if p.state == ProgressState::Draining {
                     let store = self.pods_of(&name).await?;
                     pods_to_evict = store
@@ -451,7 +463,7 @@ impl Observer {
             if version.is_none() {
                 tracing::debug!(node = %name, os_image = %node.os_image, "OS version cannot be read");
             }
-            views.push(NodeView::from_annotations(
+            let mut view = NodeView::from_annotations(
                 name,
                 version,
                 node.ready,
@@ -459,7 +471,9 @@ impl Observer {
                 node.annotations(),
                 pods_to_evict,
                 upgrade,
-            ));
+            );
+            view.budgets_allow_drain = budgets_allow_drain;
+            views.push(view);
         }
         Ok(views)
     }

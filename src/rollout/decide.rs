@@ -14,7 +14,11 @@
 //!   at is exact. In `draining` only `drain_timeout` applies (the node is
 //!   given back, blocked); in `upgrading` `node_timeout` (the node failed).
 //! - Blocked nodes: with `skip` they are tried again once no never-attempted
-//!   node is left to start; with `stop` no node starts while a node blocked
+//!   node is left to start, and not before their backoff ([`retry_backoff`]:
+//!   5 minutes after the first give-back, doubling per retry, at most 2
+//!   hours; the first retry comes earlier when every budget covering the
+//!   node's pods allows a disruption again), so a budget that never relents
+//!   cannot keep a node cordoned in a loop; with `stop` no node starts while a node blocked
 //!   in the current window (or since it opened) remains, and a node blocked
 //!   before the current window opened is eligible again, first. A retry
 //!   annotation or a new target clears blocked and failed records at once.
@@ -24,10 +28,16 @@
 //!   changed meanwhile, the node becomes idle and is moved again later.
 //! - Confirmed needs at least one selected node: zero nodes is reported
 //!   blocked, so an empty selector is never evidence for the next environment.
+//! - States (docs/design.md §5): `failed` and `blocked` mean someone should
+//!   look; a blocked node keeps the state `blocked` until another node is in
+//!   flight. Outside a window the state is `pending`, under `paused` or a
+//!   freeze `paused`. A patch update (same major.minor as every selected
+//!   node) uses [`Inputs::patch_window`], which a `minor` freeze leaves open.
 
 use crate::cluster::{NodeProgress, NodeView, ProgressState, UpgradeStatus};
 use crate::config::{EnvConfig, MaxUnavailable, OnDrainTimeout};
 use crate::status::RolloutState;
+use crate::window::Change;
 use chrono::{DateTime, Utc};
 use semver::Version;
 use serde::Serialize;
@@ -61,35 +71,9 @@ impl Policy {
     }
 }
 
-/// The maintenance window at the decision's `now`, computed by the caller.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-pub struct WindowState {
-    /// When the window open at `now` opened; `None` when no window is open.
-    pub opened_at: Option<DateTime<Utc>>,
-    /// When the window open at `now` closes.
-    pub closes_at: Option<DateTime<Utc>>,
-    /// When the next window (after the open one, if any) opens; `None` if unknown or never.
-    pub next_opens_at: Option<DateTime<Utc>>,
-}
-
-impl WindowState {
-    /// Whether a window is open.
-    pub fn is_open(&self) -> bool {
-        self.opened_at.is_some()
-    }
-
-    /// The window state at `now` from windows given as `[start, end)`
-    /// intervals sorted by start.
-    pub fn from_intervals(windows: &[(DateTime<Utc>, DateTime<Utc>)], now: DateTime<Utc>) -> Self {
-        let open = windows.iter().find(|(s, e)| *s <= now && now < *e);
-        let next = windows.iter().find(|(s, _)| *s > now).map(|(s, _)| *s);
-        WindowState {
-            opened_at: open.map(|w| w.0),
-            closes_at: open.map(|w| w.1),
-            next_opens_at: next,
-        }
-    }
-}
+/// The window at the decision's `now`, computed by the caller with
+/// [`crate::window::Calendar::state_at`].
+pub use crate::window::WindowState;
 
 /// Everything besides the nodes that decides whether a node may start.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -98,8 +82,11 @@ pub struct Inputs {
     pub may_start: bool,
     /// Why `may_start` is false, for the status message.
     pub hold_reason: String,
-    /// The window at `now`.
+    /// The window at `now` for a change that is not a patch update.
     pub window: WindowState,
+    /// The window at `now` for a patch update (same major.minor as every
+    /// selected node runs), when it differs (a `minor` freeze); `None` = `window`.
+    pub patch_window: Option<WindowState>,
 }
 
 /// One thing the engine must do to a node.
@@ -229,6 +216,18 @@ fn elapsed(now: DateTime<Utc>, since: DateTime<Utc>, limit: Duration) -> (bool, 
     (now >= deadline, deadline)
 }
 
+/// How long a node given back after a drain timeout waits before its
+/// retry number `attempts + 1`: 5 minutes, doubling, at most 2 hours.
+pub fn retry_backoff(attempts: u32) -> Duration {
+    let base = Duration::from_secs(5 * 60);
+    base.saturating_mul(1u32 << attempts.min(5))
+        .min(Duration::from_secs(2 * 3600))
+}
+
+fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+}
+
 fn fmt_duration(d: Duration) -> String {
     humantime::format_duration(d).to_string()
 }
@@ -247,7 +246,12 @@ pub fn decide(
     let total = order.len();
     let budget = policy.max_unavailable.resolve(total);
     let target = &policy.target;
-    let mut wake = Wake(inputs.window.closes_at.or(inputs.window.next_opens_at));
+    let change = Change::of(target, order.iter().map(|n| n.version.as_ref()));
+    let win = match change {
+        Change::Patch => inputs.patch_window.as_ref().unwrap_or(&inputs.window),
+        Change::Other => &inputs.window,
+    };
+    let mut wake = Wake(win.closes_at.or(win.next_opens_at));
 
     let mut releases = Vec::new();
     let mut advances = Vec::new();
@@ -259,6 +263,8 @@ pub fn decide(
     let mut failed: Option<(String, String)> = None;
     let mut stop_blocked: Option<(String, String)> = None;
     let mut blocked_count = 0usize;
+    // The first blocked node and why, for the state message.
+    let mut blocked_msg: Option<String> = None;
     let mut at_version = 0usize;
     let mut confirmed = total > 0;
 
@@ -302,11 +308,29 @@ pub fn decide(
             ProgressState::Draining => {
                 let (timed_out, deadline) = elapsed(now, p.started_at, policy.drain_timeout);
                 if timed_out {
+                    // The engine records which budgets refused which pods
+                    // in the draining node's message.
+                    let why = if p.message.is_empty() {
+                        format!("{} pods left", n.pods_to_evict)
+                    } else {
+                        format!("{} pods left; {}", n.pods_to_evict, p.message)
+                    };
                     let msg = format!(
-                        "drain did not finish within drain_timeout ({}): {} pods left",
+                        "drain did not finish within drain_timeout ({}): {why}",
                         fmt_duration(policy.drain_timeout),
-                        n.pods_to_evict
                     );
+                    let retry_at = add(now, retry_backoff(p.attempts));
+                    blocked_msg.get_or_insert_with(|| {
+                        format!(
+                            "node {} blocked since {}: {msg}; next try after {}",
+                            n.name,
+                            rfc3339(now),
+                            rfc3339(retry_at)
+                        )
+                    });
+                    if policy.on_drain_timeout == OnDrainTimeout::Skip {
+                        wake.at(retry_at);
+                    }
                     releases.push(Action::Block {
                         node: name,
                         progress: given_back(p, ProgressState::Blocked, now, msg),
@@ -405,12 +429,37 @@ pub fn decide(
                 blocked_count += 1;
                 let held = match policy.on_drain_timeout {
                     OnDrainTimeout::Skip => false,
-                    OnDrainTimeout::Stop => inputs
-                        .window
-                        .opened_at
-                        .is_none_or(|opened| p.started_at >= opened),
+                    OnDrainTimeout::Stop => {
+                        win.opened_at.is_none_or(|opened| p.started_at >= opened)
+                    }
                 };
-                if held {
+                let retry_at = add(p.started_at, retry_backoff(p.attempts));
+                // Budgets that allow a disruption again cut only the first
+                // wait short: a budget that relents only because the node
+                // was given back must not turn retries into a loop.
+                let relented = n.budgets_allow_drain && p.attempts == 0;
+                let backing_off =
+                    policy.on_drain_timeout == OnDrainTimeout::Skip && now < retry_at && !relented;
+                blocked_msg.get_or_insert_with(|| {
+                    let next = if backing_off {
+                        format!("; next try after {}", rfc3339(retry_at))
+                    } else {
+                        String::new()
+                    };
+                    format!(
+                        "node {} blocked since {}: {}{next}",
+                        n.name,
+                        rfc3339(p.started_at),
+                        p.message
+                    )
+                });
+                if backing_off {
+                    wake.at(retry_at);
+                    skipped.push(skip(
+                        n,
+                        format!("blocked, next try after {}", rfc3339(retry_at)),
+                    ));
+                } else if held {
                     stop_blocked.get_or_insert((n.name.clone(), p.message.clone()));
                     skipped.push(skip(n, format!("blocked: {}", p.message)));
                 } else if n.unschedulable {
@@ -425,29 +474,35 @@ pub fn decide(
     }
 
     // Which nodes may start now, in order.
-    let mut hold = None;
+    let mut hold: Option<(RolloutState, String)> = None;
     if let Some((node, msg)) = &failed {
-        hold = Some(format!(
-            "node {node} failed: {msg}; rollout stopped until retry or a new target"
+        hold = Some((
+            RolloutState::Failed,
+            format!("node {node} failed: {msg}; rollout stopped until retry or a new target"),
         ));
     } else if let Some((node, msg)) = &stop_blocked {
-        hold = Some(format!(
-            "node {node} blocked ({msg}); on_drain_timeout = \"stop\": no node starts before the next window"
+        hold = Some((
+            RolloutState::Blocked,
+            format!(
+                "node {node} blocked ({msg}); on_drain_timeout = \"stop\": no node starts before the next window"
+            ),
         ));
     } else if !inputs.may_start {
-        hold = Some(if inputs.hold_reason.is_empty() {
-            "may not start: gate or trust refused".into()
+        hold = Some((
+            RolloutState::Blocked,
+            if inputs.hold_reason.is_empty() {
+                "may not start: gate or trust refused".into()
+            } else {
+                inputs.hold_reason.clone()
+            },
+        ));
+    } else if !win.is_open() {
+        let state = if win.held.is_some() {
+            RolloutState::Paused
         } else {
-            inputs.hold_reason.clone()
-        });
-    } else if !inputs.window.is_open() {
-        hold = Some(match inputs.window.next_opens_at {
-            Some(t) => format!(
-                "outside the window; next opens at {}",
-                t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
-            ),
-            None => "outside the window; no window ahead".into(),
-        });
+            RolloutState::Pending
+        };
+        hold = Some((state, win.hold_message()));
     }
     let mut starts = Vec::new();
     if hold.is_none() && !confirmed {
@@ -470,6 +525,13 @@ pub fn decide(
                     started_at: now,
                     cordoned_by_drover: !n.unschedulable,
                     message: String::new(),
+                    // A blocked node's retry counts, so its next backoff grows.
+                    attempts: match &n.progress {
+                        Ok(Some(p)) if p.state == ProgressState::Blocked => {
+                            p.attempts.saturating_add(1)
+                        }
+                        _ => 0,
+                    },
                 },
             });
         }
@@ -479,10 +541,12 @@ pub fn decide(
         (RolloutState::Failed, format!("node {node} failed: {msg}"))
     } else if confirmed {
         (RolloutState::Confirmed, String::new())
-    } else if in_flight > 0 || !releases.is_empty() {
+    } else if in_flight > 0 || releases.iter().any(|a| !matches!(a, Action::Block { .. })) {
         (RolloutState::Rolling, String::new())
+    } else if let Some(b) = blocked_msg {
+        (RolloutState::Blocked, b)
     } else if let Some(h) = hold {
-        (RolloutState::Blocked, h)
+        h
     } else if total == 0 {
         (RolloutState::Blocked, "no selected nodes".into())
     } else if blocked_count > 0 || !skipped.is_empty() {
@@ -517,6 +581,10 @@ pub fn decide(
     }
 }
 
+fn add(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
+    elapsed(t, t, d).1
+}
+
 struct Wake(Option<DateTime<Utc>>);
 
 impl Wake {
@@ -544,5 +612,6 @@ fn given_back(
         started_at: now,
         cordoned_by_drover: false,
         message: msg,
+        attempts: p.attempts,
     }
 }

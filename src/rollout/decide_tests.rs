@@ -34,7 +34,9 @@ fn open() -> Inputs {
             opened_at: Some(t("02:00")),
             closes_at: Some(t("08:00")),
             next_opens_at: None,
+            ..WindowState::default()
         },
+        patch_window: None,
     }
 }
 
@@ -48,6 +50,7 @@ fn idle(name: &str, ver: &str) -> NodeView {
         retry: false,
         pods_to_evict: 0,
         upgrade: UpgradeStatus::NotStarted,
+        budgets_allow_drain: false,
     }
 }
 
@@ -58,6 +61,7 @@ fn with(mut n: NodeView, state: ProgressState, started: &str, by_drover: bool) -
         started_at: t(started),
         cordoned_by_drover: by_drover,
         message: "why".into(),
+        attempts: 0,
     }));
     n.unschedulable = state.in_flight();
     n
@@ -112,6 +116,7 @@ fn nothing_starts_outside_the_window_or_without_the_gate() {
         opened_at: None,
         closes_at: None,
         next_opens_at: Some(t("22:00")),
+        ..WindowState::default()
     };
     let d = decide(
         &policy(1, OnDrainTimeout::Skip),
@@ -120,8 +125,12 @@ fn nothing_starts_outside_the_window_or_without_the_gate() {
         t("09:00"),
     );
     assert!(d.actions.is_empty());
-    assert_eq!(d.state, RolloutState::Blocked);
-    assert!(d.message.contains("outside the window"), "{}", d.message);
+    assert_eq!(d.state, RolloutState::Pending);
+    assert!(
+        d.message.contains("waiting for the next window"),
+        "{}",
+        d.message
+    );
     assert_eq!(d.wake_at, Some(t("22:00")));
 
     let mut refused = open();
@@ -345,6 +354,7 @@ fn in_flight_nodes_continue_when_the_window_closes() {
         may_start: true,
         hold_reason: String::new(),
         window: WindowState::default(),
+        patch_window: None,
     };
     let d = decide(&p, &closed, &[n, idle("b", "1.12.0")], t("08:05"));
     assert_eq!(kinds(&d), [("start_upgrade", "a".into())]);
@@ -404,4 +414,80 @@ fn window_state_from_intervals() {
     let s = WindowState::from_intervals(&w, t("08:00"));
     assert!(!s.is_open());
     assert_eq!(s.next_opens_at, Some(t("20:00")));
+}
+
+#[test]
+fn a_pause_or_freeze_holds_as_paused_and_a_minor_freeze_lets_a_patch_through() {
+    let p = policy(1, OnDrainTimeout::Skip);
+    let mut held = open();
+    held.window.held = Some("held by freeze \"holiday\" (scope minor) until x".into());
+    held.window.opened_at = None;
+    held.window.closes_at = None;
+    // A minor change (1.12 -> 1.13.2) is held; the state says why.
+    let d = decide(&p, &held, &[idle("a", "1.12.0")], t("03:00"));
+    assert!(d.actions.is_empty());
+    assert_eq!(d.state, RolloutState::Paused);
+    assert!(d.message.contains("holiday"), "{}", d.message);
+    // A patch (1.13.0 -> 1.13.2) uses the patch window, which is open.
+    held.patch_window = Some(open().window);
+    let d = decide(&p, &held, &[idle("a", "1.13.0")], t("03:00"));
+    assert_eq!(kinds(&d), [("cordon", "a".into())]);
+    // Control: one node on another minor makes it a minor change again.
+    let d = decide(
+        &p,
+        &held,
+        &[idle("a", "1.13.0"), idle("b", "1.12.9")],
+        t("03:00"),
+    );
+    assert!(d.actions.is_empty());
+    assert_eq!(d.state, RolloutState::Paused);
+}
+
+#[test]
+fn a_blocked_node_waits_out_its_backoff_unless_its_budgets_relent() {
+    let p = policy(1, OnDrainTimeout::Skip);
+    let blocked = with(idle("a", "1.12.0"), ProgressState::Blocked, "02:00", false);
+    // 3 minutes after the give-back: not retried, and the wake-up is the retry time.
+    let d = decide(&p, &open(), std::slice::from_ref(&blocked), t("02:03"));
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+    assert_eq!(d.state, RolloutState::Blocked);
+    assert!(
+        d.message.contains("next try after 2026-12-08T02:05:00Z"),
+        "{}",
+        d.message
+    );
+    assert!(
+        d.message.contains("blocked since 2026-12-08T02:00:00Z"),
+        "{}",
+        d.message
+    );
+    assert_eq!(d.wake_at, Some(t("02:05")));
+    // At the backoff: retried, counting the attempt.
+    let d = decide(&p, &open(), std::slice::from_ref(&blocked), t("02:05"));
+    match &d.actions[..] {
+        [Action::Cordon { progress, .. }] => assert_eq!(progress.attempts, 1),
+        other => panic!("{other:?}"),
+    }
+    // The backoff grows: after a second give-back, 10 minutes.
+    let mut again = blocked.clone();
+    if let Ok(Some(pr)) = &mut again.progress {
+        pr.attempts = 1;
+    }
+    let d = decide(&p, &open(), std::slice::from_ref(&again), t("02:09"));
+    assert!(d.actions.is_empty());
+    assert_eq!(d.wake_at, Some(t("02:10")));
+    // Its budgets allow a disruption again: the first retry comes at once...
+    let mut relented = blocked;
+    relented.budgets_allow_drain = true;
+    let d = decide(&p, &open(), std::slice::from_ref(&relented), t("02:01"));
+    assert_eq!(kinds(&d), [("cordon", "a".into())]);
+    // ...later ones wait out their backoff (a budget that relents only
+    // because the node was given back must not make a loop).
+    if let Ok(Some(pr)) = &mut relented.progress {
+        pr.attempts = 1;
+    }
+    let d = decide(&p, &open(), &[relented], t("02:01"));
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+    assert_eq!(retry_backoff(0), Duration::from_secs(300));
+    assert_eq!(retry_backoff(30), Duration::from_secs(7200));
 }

@@ -74,8 +74,10 @@ pub enum EngineError<E: std::error::Error + 'static> {
 pub struct Outcome {
     /// The decision taken (state, counts, actions, next wake-up).
     pub decision: Decision,
-    /// Evictions refused by PodDisruptionBudgets: (node, PDB names).
-    pub evictions_blocked: Vec<(String, Vec<String>)>,
+    /// Drains that PodDisruptionBudgets newly hold back (or hold back
+    /// differently): (node, the message recorded on the node). A budget that
+    /// keeps refusing the same pods is reported once, not per pass.
+    pub evictions_blocked: Vec<(String, String)>,
     /// The step changed something that the next observation should see at
     /// once: call `reconcile` again now rather than waiting for `wake_at`.
     pub again: bool,
@@ -126,9 +128,14 @@ impl<K: Clock> Engine<K> {
             cluster = %cluster.name(),
             commit = %self.labels.commit,
         );
-        reconcile(cluster, &self.policy, inputs, self.clock.now())
-            .instrument(span)
-            .await
+        // One `reconcile` span per reconcile: inside the agent's own span
+        // (which names the head and applied commit) no second one is opened.
+        let work = reconcile(cluster, &self.policy, inputs, self.clock.now());
+        if tracing::Span::current().is_none() {
+            work.instrument(span).await
+        } else {
+            work.await
+        }
     }
 }
 
@@ -155,8 +162,27 @@ pub async fn reconcile<C: Cluster>(
         match apply(cluster, action).await? {
             Some(pass) if pass.remaining > 0 => {
                 retry_evictions = true;
-                if !pass.blocked_by.is_empty() {
-                    evictions_blocked.push((action.node().to_string(), pass.blocked_by));
+                let progress = nodes
+                    .iter()
+                    .find(|n| n.name == action.node())
+                    .and_then(|n| n.progress.as_ref().ok().cloned().flatten());
+                if let (false, Some(p)) = (pass.blocked_by.is_empty(), progress) {
+                    if let Some(msg) = refusal_message(&p.message, &pass, now) {
+                        let node = action.node().to_string();
+                        let recorded = NodeProgress {
+                            message: msg.clone(),
+                            ..p
+                        };
+                        cluster
+                            .set_progress(&node, Some(&recorded))
+                            .await
+                            .map_err(|source| EngineError::Apply {
+                                action: "record_refusal",
+                                node: node.clone(),
+                                source,
+                            })?;
+                        evictions_blocked.push((node, msg));
+                    }
                 }
             }
             // A drain that emptied the node: the upgrade can start now.
@@ -169,6 +195,47 @@ pub async fn reconcile<C: Cluster>(
         again,
         retry_evictions,
     })
+}
+
+/// The most pod names a refusal message lists (node annotations and Event
+/// notes stay small).
+const MAX_PODS_NAMED: usize = 10;
+
+/// The draining node's new message after a pass that PDBs refused, or
+/// `None` when `old` already says the same (its "since" is then kept).
+fn refusal_message(
+    old: &str,
+    pass: &crate::cluster::EvictionPass,
+    now: DateTime<Utc>,
+) -> Option<String> {
+    let mut pods: Vec<&str> = pass
+        .refused_pods
+        .iter()
+        .take(MAX_PODS_NAMED)
+        .map(String::as_str)
+        .collect();
+    let more = pass.refused_pods.len().saturating_sub(MAX_PODS_NAMED);
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    if pods.is_empty() {
+        pods.push("pods");
+    }
+    let what = format!(
+        "PodDisruptionBudget{} {} refused evicting {}{more}",
+        if pass.blocked_by.len() == 1 { "" } else { "s" },
+        pass.blocked_by.join(", "),
+        pods.join(", ")
+    );
+    if old.starts_with(&format!("{what} since ")) {
+        return None;
+    }
+    Some(format!(
+        "{what} since {}",
+        now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    ))
 }
 
 /// Apply one action; returns the eviction pass for `Evict`.

@@ -19,11 +19,16 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RolloutState {
+    /// Accepted, waiting for a window; the message names the next one.
+    Pending,
+    /// Held by `[rollout] paused` or a freeze; the message says which.
+    Paused,
     /// Nodes are being moved to `version`.
     Rolling,
     /// Every selected node is Ready at `version`.
     Confirmed,
-    /// Progress is held (drain blocked, gate or trust refused, outside window).
+    /// Someone should look: a drain timed out (the message names the
+    /// PodDisruptionBudgets and pods left), or no node can be moved.
     Blocked,
     /// A node failed to reach `version`; the rollout stopped.
     Failed,
@@ -33,9 +38,22 @@ pub enum RolloutState {
 }
 
 impl RolloutState {
-    /// The name written in reports (`rolling`, `confirmed`, `blocked`, `failed`, `refused`).
+    /// Every state, for metrics that keep one series per state.
+    pub const ALL: [RolloutState; 7] = [
+        RolloutState::Pending,
+        RolloutState::Paused,
+        RolloutState::Rolling,
+        RolloutState::Confirmed,
+        RolloutState::Blocked,
+        RolloutState::Failed,
+        RolloutState::Refused,
+    ];
+
+    /// The name written in reports (`pending`, `paused`, `rolling`, `confirmed`, `blocked`, `failed`, `refused`).
     pub fn as_str(self) -> &'static str {
         match self {
+            RolloutState::Pending => "pending",
+            RolloutState::Paused => "paused",
             RolloutState::Rolling => "rolling",
             RolloutState::Confirmed => "confirmed",
             RolloutState::Blocked => "blocked",

@@ -179,6 +179,14 @@ impl ConfigRepo {
         c
     }
 
+    /// Replace `env`'s file with `text` in a signed (reviewed) commit and push it.
+    pub fn set_env_text(&self, env: &str, text: &str, message: &str) -> String {
+        std::fs::write(self.work.join(format!("environments/{env}.toml")), text).unwrap();
+        let c = self.commit(message, true);
+        self.push();
+        c
+    }
+
     /// Repository URL as the agents fetch it.
     pub fn url(&self) -> String {
         self.daemon.url("config")

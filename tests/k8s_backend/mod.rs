@@ -119,7 +119,9 @@ pub fn open_window() -> Inputs {
             opened_at: Some(now - chrono::Duration::hours(1)),
             closes_at: Some(now + chrono::Duration::days(1)),
             next_opens_at: None,
+            ..WindowState::default()
         },
+        patch_window: None,
     }
 }
 
