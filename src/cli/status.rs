@@ -108,6 +108,15 @@ pub fn write_page(
         .with_context(|| format!("cannot write {}", path.display()))?;
     std::io::Write::write_all(&mut tmp, page.as_bytes())
         .with_context(|| format!("cannot write {}", path.display()))?;
+    // A page is for sharing: readable like any file the user writes (the
+    // temporary file starts private).
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        tmp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o644))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
     tmp.persist(path)
         .with_context(|| format!("cannot write {}", path.display()))?;
     eprintln!("drover: wrote the timeline page to {}", path.display());

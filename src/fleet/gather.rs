@@ -288,7 +288,7 @@ pub fn timeline(
         first = first.min(e.report.since);
     }
     for c in &changes {
-        if cfg.lower(&c.env).is_some() || c.previous.is_some() {
+        if cfg.lower(&c.env).is_some() && c.previous.is_some() {
             if let Some(t) = parse(&c.date) {
                 first = first.min(t);
             }
@@ -348,7 +348,9 @@ pub fn timeline(
 
     let mut promotions = Vec::new();
     for c in changes.iter().rev() {
-        let (Some(lower), Some(at)) = (cfg.lower(&c.env), parse(&c.date)) else {
+        // A file's first version is where the environment starts, not a promotion.
+        let (Some(lower), Some(at), Some(_)) = (cfg.lower(&c.env), parse(&c.date), &c.previous)
+        else {
             continue;
         };
         if only.is_some_and(|o| o != c.env && o != lower) || at < from {

@@ -241,6 +241,13 @@ pub fn svg(t: &Timeline) -> Document {
                         .set("stroke", "#333")
                         .set("stroke-width", 1.6)
                         .set("marker-end", "url(#arrow)"),
+                )
+                .add(
+                    Text::new(p.version.clone())
+                        .set("x", x2 + 4.0)
+                        .set("y", y2 - 6.0)
+                        .set("font-size", 11)
+                        .set("fill", "#333"),
                 ),
         );
     }
@@ -291,7 +298,7 @@ fn axis(t: &Timeline, scale: &Scale, h: f64) -> Group {
         day = next;
     }
     g.add(
-        Text::new(format!("{} – {} (UTC)", ts(&t.from), ts(&t.to)))
+        Text::new(format!("{} – {}", ts(&t.from), ts(&t.to)))
             .set("x", 8)
             .set("y", 16)
             .set("fill", "#333")
@@ -464,10 +471,10 @@ fn bar(x1: f64, x2: f64, y: f64, fill: &str, title: &str, label: &str, alarm: bo
                 .set("stroke-width", if alarm { 3 } else { 1 }),
         );
     // A label only where it fits (about 7 px per character).
-    if !label.is_empty() && w > label.chars().count() as f64 * 7.0 + 6.0 {
+    if !label.is_empty() && w > label.chars().count() as f64 * 7.0 + 10.0 {
         g = g.add(
             Text::new(label.to_owned())
-                .set("x", x1 + 4.0)
+                .set("x", x1 + 8.0)
                 .set("y", y + 19.0)
                 .set("fill", "#111")
                 .set("font-size", 11),
