@@ -680,13 +680,18 @@ impl Forge {
     /// The fleet as `drover status` shows it at `now`, from the work tree
     /// with the status branch fetched as a local branch (so the work tree
     /// stands alone once the temporary origin is gone).
-    fn fleet(&self, now: DateTime<Utc>) -> Result<(crate::fleet::Fleet, crate::fleet::Timeline), Error> {
-        git(&self.work, &["fetch", "--quiet", "origin", "+drover/status:drover/status"])?;
+    fn fleet(
+        &self,
+        now: DateTime<Utc>,
+    ) -> Result<(crate::fleet::Fleet, crate::fleet::Timeline), Error> {
+        git(
+            &self.work,
+            &["fetch", "--quiet", "origin", "+drover/status:drover/status"],
+        )?;
         let cfg = self.config()?;
         let repo = git2::Repository::open(&self.work)?;
         let mut fleet = crate::fleet::gather(&repo, &cfg, now, None)?;
-        let (timeline, warnings) =
-            crate::fleet::timeline(&repo, &cfg, now, None)?;
+        let (timeline, warnings) = crate::fleet::timeline(&repo, &cfg, now, None)?;
         fleet.warnings.extend(warnings);
         Ok((fleet, timeline))
     }

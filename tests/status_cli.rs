@@ -176,7 +176,10 @@ fn example_repository_text_and_json() {
     assert_eq!(stage["timezone"], "Europe/Madrid");
     assert_eq!(stage["next_window"]["start"], "2026-12-08T01:00:00Z");
     assert_eq!(stage["next_window"]["end"], "2026-12-08T07:00:00Z");
-    assert_eq!(stage["next_window"]["start_local"], "2026-12-08T02:00:00+01:00");
+    assert_eq!(
+        stage["next_window"]["start_local"],
+        "2026-12-08T02:00:00+01:00"
+    );
     assert_eq!(stage["next_window"]["zone"], "CET");
     assert_eq!(stage["next_window"]["open"], false);
     assert_eq!(stage["gate"]["lower"], "test");
@@ -216,14 +219,25 @@ fn gate_answers_follow_confirmations_and_soak() {
     assert_eq!(gate["answer"], "refused", "{gate}");
     assert_eq!(gate["version"], "1.13.2");
     assert!(
-        gate["message"].as_str().unwrap().contains("not confirmed by test-1"),
+        gate["message"]
+            .as_str()
+            .unwrap()
+            .contains("not confirmed by test-1"),
         "{gate}"
     );
     // Confirmed at 02:40: stage may take it once the 24h soak has passed.
     put(
         dir.path(),
         "status/test/test-1.toml",
-        report("test", "test-1", "1.13.2", "confirmed", "2026-12-01T02:40:00Z", "").as_bytes(),
+        report(
+            "test",
+            "test-1",
+            "1.13.2",
+            "confirmed",
+            "2026-12-01T02:40:00Z",
+            "",
+        )
+        .as_bytes(),
     );
     let v = json(dir.path(), &["status", "--now", "2026-12-01T12:00:00Z"]);
     let gate = &env(&v, "stage")["gate"];
@@ -237,10 +251,7 @@ fn gate_answers_follow_confirmations_and_soak() {
     assert_eq!(test1["report"]["state"], "confirmed");
     assert_eq!(test1["report"]["nodes_at_version"], 5);
     assert_eq!(test1["trust"], "unverified");
-    assert_eq!(
-        test1["report"]["status_commit"].as_str().unwrap().len(),
-        40
-    );
+    assert_eq!(test1["report"]["status_commit"].as_str().unwrap().len(), 40);
     let v = json(dir.path(), &["status", "--now", "2026-12-02T02:40:00Z"]);
     assert_eq!(env(&v, "stage")["gate"]["answer"], "allowed");
     // production's answer is about stage's pin, which stage already runs.
@@ -253,18 +264,45 @@ fn hostile_reports_are_named_and_skipped() {
     put(
         dir.path(),
         "status/test/test-1.toml",
-        report("test", "test-1", "1.12.0", "confirmed", "2026-11-25T09:00:00Z", "").as_bytes(),
+        report(
+            "test",
+            "test-1",
+            "1.12.0",
+            "confirmed",
+            "2026-11-25T09:00:00Z",
+            "",
+        )
+        .as_bytes(),
     );
     // A report claiming another cluster than its path: ignored.
     put(
         dir.path(),
         "status/stage/stage-1.toml",
-        report("production", "prod-eu-1", "9.9.9", "confirmed", "2026-11-25T09:00:00Z", "").as_bytes(),
+        report(
+            "production",
+            "prod-eu-1",
+            "9.9.9",
+            "confirmed",
+            "2026-11-25T09:00:00Z",
+            "",
+        )
+        .as_bytes(),
     );
     // An oversized report: ignored without being read.
-    let mut big = report("production", "prod-us-1", "1.12.0", "failed", "2026-11-25T09:00:00Z", "");
+    let mut big = report(
+        "production",
+        "prod-us-1",
+        "1.12.0",
+        "failed",
+        "2026-11-25T09:00:00Z",
+        "",
+    );
     big.push_str(&format!("# {}\n", "x".repeat(70 * 1024)));
-    put(dir.path(), "status/production/prod-us-1.toml", big.as_bytes());
+    put(
+        dir.path(),
+        "status/production/prod-us-1.toml",
+        big.as_bytes(),
+    );
     // Invalid TOML and non-UTF-8 bytes.
     put(dir.path(), "status/production/prod-eu-1.toml", b"state = [");
     put(dir.path(), "status/test/test-1.toml", &[0xff, 0xfe, 0x00]);
@@ -293,35 +331,53 @@ fn hostile_reports_are_named_and_skipped() {
         .collect();
     let has = |path: &str, what: &str| {
         assert!(
-            warnings.iter().any(|w| w.starts_with(path) && w.contains(what)),
+            warnings
+                .iter()
+                .any(|w| w.starts_with(path) && w.contains(what)),
             "no warning for {path} ({what}) in {warnings:#?}"
         )
     };
     has("status/stage/stage-1.toml", "does not match its path");
-    has("status/production/prod-us-1.toml", "larger than the 65536-byte limit");
-    has("status/production/prod-eu-1.toml", "not a valid status report");
+    has(
+        "status/production/prod-us-1.toml",
+        "larger than the 65536-byte limit",
+    );
+    has(
+        "status/production/prod-eu-1.toml",
+        "not a valid status report",
+    );
     has("status/test/test-1.toml", "not UTF-8");
     // Skipped reports are not shown; the last readable one of test-1 is.
     assert_eq!(env(&v, "stage")["clusters"][0]["report"], Value::Null);
     assert_eq!(env(&v, "production")["clusters"][1]["report"], Value::Null);
-    assert_eq!(env(&v, "test")["clusters"][0]["report"]["version"], "1.12.0");
+    assert_eq!(
+        env(&v, "test")["clusters"][0]["report"]["version"],
+        "1.12.0"
+    );
     // Control: a clean repository has no warnings at all.
     let clean = json(example_repo().path(), &["status"]);
     assert_eq!(clean["warnings"], Value::Array(vec![]));
 
     let page = dir2.path().join("page.html");
-    let (code, text, err) = drover(
-        dir2.path(),
-        &["status", "--html", page.to_str().unwrap()],
-    );
+    let (code, text, err) = drover(dir2.path(), &["status", "--html", page.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     assert_fits_80(&text);
-    assert!(text.contains("↳ <script>alert(1)</script> node n1"), "{text}");
+    assert!(
+        text.contains("↳ <script>alert(1)</script> node n1"),
+        "{text}"
+    );
     let html = std::fs::read_to_string(&page).unwrap();
-    assert!(!html.contains("<script"), "markup from a report reached the page");
+    assert!(
+        !html.contains("<script"),
+        "markup from a report reached the page"
+    );
     assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
     assert_eq!(html.matches("class=\"cluster-row\"").count(), 4);
-    assert_eq!(html.matches("class=\"segment alarm\"").count(), 1, "failed is highlighted");
+    assert_eq!(
+        html.matches("class=\"segment alarm\"").count(),
+        1,
+        "failed is highlighted"
+    );
 }
 
 #[test]
@@ -333,7 +389,11 @@ fn demo_repository_text_and_json() {
         .arg(&kept)
         .output()
         .expect("drover demo runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let demo: Value = serde_json::from_slice(&out.stdout).unwrap();
 
     // The day after test confirmed 1.13.3 (02:40 UTC on the 1st): stage waits for the soak.
@@ -350,12 +410,22 @@ fn demo_repository_text_and_json() {
                     c["name"].as_str().unwrap().to_owned(),
                     c["report"]["state"].as_str().unwrap().to_owned(),
                     c["report"]["version"].as_str().unwrap().to_owned(),
-                    format!("{}/{}", c["report"]["nodes_at_version"], c["report"]["nodes"]),
+                    format!(
+                        "{}/{}",
+                        c["report"]["nodes_at_version"], c["report"]["nodes"]
+                    ),
                 )
             })
         })
         .collect();
-    let want = |c: &str, v: &str| (c.to_owned(), "confirmed".to_owned(), v.to_owned(), "5/5".to_owned());
+    let want = |c: &str, v: &str| {
+        (
+            c.to_owned(),
+            "confirmed".to_owned(),
+            v.to_owned(),
+            "5/5".to_owned(),
+        )
+    };
     assert_eq!(
         rows,
         [
@@ -371,12 +441,18 @@ fn demo_repository_text_and_json() {
     assert_eq!(stage["next_window"]["start"], "2027-01-08T01:00:00Z");
     assert_eq!(env(&v, "production")["gate"]["answer"], "current");
     // The demo's own JSON carries the same view at its end.
-    assert_eq!(demo["fleet"]["environments"][1]["gate"]["answer"], "allowed");
+    assert_eq!(
+        demo["fleet"]["environments"][1]["gate"]["answer"],
+        "allowed"
+    );
 
     let (code, text, err) = drover(&kept, &["status", "--now", now]);
     assert_eq!(code, 0, "{err}");
     assert_fits_80(&text);
-    assert!(text.contains("gate         stage may take 1.13.3 after 2027-01-02T02:40Z"), "{text}");
+    assert!(
+        text.contains("gate         stage may take 1.13.3 after 2027-01-02T02:40Z"),
+        "{text}"
+    );
     assert!(
         text.lines().any(|l| l.starts_with("  test-1 ")
             && l.contains("1.13.3")

@@ -49,8 +49,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         .enable_all()
         .build()?;
     let report = rt.block_on(demo::run(&opts))?;
-    if let (Some(path), Some(fleet), Some(picture)) = (&args.html, &report.fleet, &report.picture)
-    {
+    if let (Some(path), Some(fleet), Some(picture)) = (&args.html, &report.fleet, &report.picture) {
         super::status::write_page(
             path,
             "drover demo: test → stage → production",
@@ -78,11 +77,7 @@ pub fn text(report: &demo::Report) -> String {
         out,
         "drover demo: the controlled upgrade path, test -> stage -> production\n"
     );
-    let _ = writeln!(
-        out,
-        "{:<17}  {:<20}  {:<10}  WHAT",
-        "UTC", "LOCAL", "ENV"
-    );
+    let _ = writeln!(out, "{:<17}  {:<20}  {:<10}  WHAT", "UTC", "LOCAL", "ENV");
     for l in &report.timeline {
         let _ = writeln!(
             out,

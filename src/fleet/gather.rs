@@ -395,7 +395,12 @@ pub fn timeline(
 
 /// One cluster's row from its reports (oldest first): a segment per report
 /// that reaches into `[from, to]`, and a mark per confirmation in it.
-pub fn row(cluster: &str, reports: &[&Entry], from: DateTime<Utc>, to: DateTime<Utc>) -> TimelineRow {
+pub fn row(
+    cluster: &str,
+    reports: &[&Entry],
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> TimelineRow {
     let mut segments = Vec::new();
     let mut confirmations = Vec::new();
     let mut initial_version = None;
@@ -438,5 +443,108 @@ pub fn row(cluster: &str, reports: &[&Entry], from: DateTime<Utc>, to: DateTime<
         initial_version,
         segments,
         confirmations,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::{Allowed, Basis, Refusal};
+    use semver::Version;
+
+    fn t(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    fn refused(reason: Reason) -> Option<Result<Decision, String>> {
+        Some(Ok(Decision::Refused(Refusal {
+            env: "production".into(),
+            version: Version::new(1, 13, 2),
+            reason,
+        })))
+    }
+
+    #[test]
+    fn gate_answers_in_one_word_and_one_line() {
+        let v = Some("1.13.2".to_owned());
+        let first = gate_view("test", None, None, None);
+        assert_eq!(first.answer, GateAnswer::NoGate);
+
+        let soaking = gate_view(
+            "production",
+            Some("stage"),
+            v.clone(),
+            refused(Reason::Soaking {
+                lower: "stage".into(),
+                confirmed: vec![("stage-1".into(), t("2026-12-20T02:40:00Z"))],
+                soak: std::time::Duration::from_secs(86400),
+                passes_at: t("2026-12-21T02:40:00Z"),
+            }),
+        );
+        assert_eq!(soaking.answer, GateAnswer::Waiting);
+        assert_eq!(soaking.after, Some(t("2026-12-21T02:40:00Z")));
+        assert_eq!(
+            soaking.message,
+            "production may take 1.13.2 after 2026-12-21T02:40Z"
+        );
+
+        let missing = gate_view(
+            "production",
+            Some("stage"),
+            v.clone(),
+            refused(Reason::NotConfirmed {
+                lower: "stage".into(),
+                branch: "drover/status".into(),
+                confirmed: vec![],
+                missing: vec!["stage-1".into()],
+            }),
+        );
+        assert_eq!(missing.answer, GateAnswer::Refused);
+        assert!(missing.message.contains("not confirmed by stage-1"));
+
+        let down = gate_view(
+            "production",
+            Some("stage"),
+            v.clone(),
+            refused(Reason::Downgrade {
+                previous: Version::new(1, 14, 0),
+            }),
+        );
+        assert_eq!(down.answer, GateAnswer::Refused);
+        assert!(down.message.contains("allow_downgrade"), "{}", down.message);
+
+        let allowed = gate_view(
+            "production",
+            Some("stage"),
+            v.clone(),
+            Some(Ok(Decision::Allowed(Allowed {
+                env: "production".into(),
+                version: Version::new(1, 13, 2),
+                basis: Basis::Confirmed {
+                    lower: "stage".into(),
+                    confirmed: vec![],
+                    soaked_at: t("2026-12-21T02:40:00Z"),
+                },
+                downgrade: false,
+            }))),
+        );
+        assert_eq!(allowed.answer, GateAnswer::Allowed);
+        assert_eq!(allowed.after, Some(t("2026-12-21T02:40:00Z")));
+
+        let same = gate_view(
+            "production",
+            Some("stage"),
+            v.clone(),
+            Some(Ok(Decision::Unchanged)),
+        );
+        assert_eq!(same.answer, GateAnswer::Current);
+        let broken = gate_view(
+            "production",
+            Some("stage"),
+            v,
+            Some(Err("git: boom".into())),
+        );
+        assert_eq!(broken.answer, GateAnswer::Unknown);
+        assert!(broken.message.contains("boom"));
     }
 }

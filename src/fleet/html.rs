@@ -141,7 +141,11 @@ pub fn svg(t: &Timeline) -> Document {
                     .set("markerWidth", 8)
                     .set("markerHeight", 8)
                     .set("orient", "auto-start-reverse")
-                    .add(Path::new().set("d", "M0,0 L10,5 L0,10 z").set("fill", "#333")),
+                    .add(
+                        Path::new()
+                            .set("d", "M0,0 L10,5 L0,10 z")
+                            .set("fill", "#333"),
+                    ),
             )
             .add(
                 Pattern::new()
@@ -534,7 +538,11 @@ fn legend(colours: &BTreeMap<semver::Version, &'static str>, h: f64) -> Group {
                     .set("height", 14)
                     .set("fill", *c),
             )
-            .add(Text::new(v.to_string()).set("x", x + 18.0).set("y", y + 11.0));
+            .add(
+                Text::new(v.to_string())
+                    .set("x", x + 18.0)
+                    .set("y", y + 11.0),
+            );
         x += 80.0;
     }
     let items: [(&str, &str); 4] = [
@@ -552,8 +560,18 @@ fn legend(colours: &BTreeMap<semver::Version, &'static str>, h: f64) -> Group {
                     .set("width", 14)
                     .set("height", 14)
                     .set("fill", fill)
-                    .set("stroke", if label.starts_with("failed") { "#c00" } else { "#999" })
-                    .set("stroke-width", if label.starts_with("failed") { 3 } else { 1 }),
+                    .set(
+                        "stroke",
+                        if label.starts_with("failed") {
+                            "#c00"
+                        } else {
+                            "#999"
+                        },
+                    )
+                    .set(
+                        "stroke-width",
+                        if label.starts_with("failed") { 3 } else { 1 },
+                    ),
             );
         }
         g = g.add(Text::new(label).set("x", x + 18.0).set("y", y + 11.0));
@@ -590,10 +608,12 @@ td.failed, td.blocked {{ color: #c00; font-weight: bold; }}
 <p class="sub">status branch {branch} · generated for {now}</p>
 "#,
         title = esc(title),
-        branch = esc(&match (&fleet.status_branch.refname, &fleet.status_branch.tip) {
-            (Some(r), Some(tip)) => format!("{r} at {}", short(tip)),
-            _ => format!("{} (not found)", fleet.status_branch.name),
-        }),
+        branch = esc(
+            &match (&fleet.status_branch.refname, &fleet.status_branch.tip) {
+                (Some(r), Some(tip)) => format!("{r} at {}", short(tip)),
+                _ => format!("{} (not found)", fleet.status_branch.name),
+            }
+        ),
         now = esc(&ts(&fleet.now)),
     );
     let _ = writeln!(out, "{}", svg(t));
@@ -648,4 +668,71 @@ td.failed, td.blocked {{ color: #c00; font-weight: bold; }}
     }
     out.push_str("</table>\n</body>\n</html>\n");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::model::*;
+
+    fn t(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn report_text_cannot_inject_markup() {
+        let evil = "\"><script>alert(1)</script><x a=\"";
+        let seg = Segment {
+            start: t("2026-12-01T00:00:00Z"),
+            end: t("2026-12-02T00:00:00Z"),
+            version: "1.13.2".into(),
+            state: "failed".into(),
+            nodes_at_version: 1,
+            nodes: 2,
+            message: evil.into(),
+            status_commit: "c".repeat(40),
+            trust: Trust::Unverified,
+            signer: None,
+        };
+        let timeline = Timeline {
+            from: t("2026-11-30T00:00:00Z"),
+            to: t("2026-12-03T00:00:00Z"),
+            now: t("2026-12-02T00:00:00Z"),
+            envs: vec![TimelineEnv {
+                name: "test".into(),
+                timezone: "UTC".into(),
+                windows: vec![],
+                freezes: vec![Band {
+                    start: t("2026-12-01T00:00:00Z"),
+                    end: t("2026-12-01T06:00:00Z"),
+                    label: evil.into(),
+                }],
+                rows: vec![TimelineRow {
+                    cluster: "test-1".into(),
+                    initial_version: None,
+                    segments: vec![seg],
+                    confirmations: vec![],
+                }],
+            }],
+            promotions: vec![],
+        };
+        let fleet = Fleet {
+            ok: true,
+            now: timeline.now,
+            status_branch: StatusBranch {
+                name: evil.into(),
+                refname: None,
+                tip: None,
+            },
+            environments: vec![],
+            warnings: vec![],
+        };
+        let page = page(evil, &fleet, &timeline);
+        assert!(!page.contains("<script"), "{page}");
+        assert!(!page.contains("<x "), "{page}");
+        // Control: the text is there, escaped.
+        assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+        assert_eq!(page.matches("class=\"cluster-row\"").count(), 1);
+        assert_eq!(page.matches("class=\"freeze\"").count(), 1);
+    }
 }

@@ -24,9 +24,9 @@ fn local_parts(rfc3339: &str) -> (String, String) {
     }
 }
 
-/// A window in the environment's zone beside UTC, e.g.
-/// `Tue 2026-12-08 02:00–08:00 CET (2026-12-08 01:00–07:00 UTC)`.
-pub fn window_line(w: &WindowView) -> String {
+/// A window in the environment's zone and in UTC, e.g.
+/// (`Tue 2026-12-08 02:00–08:00 CET`, `(2026-12-08 01:00–07:00 UTC)`).
+pub fn window_parts(w: &WindowView) -> (String, String) {
     let (sd, st) = local_parts(&w.start_local);
     let (ed, et) = local_parts(&w.end_local);
     let local_end = if ed == sd { et } else { format!("{ed} {et}") };
@@ -35,7 +35,16 @@ pub fn window_line(w: &WindowView) -> String {
     } else {
         format!("{} – {} UTC", utc_min(&w.start), utc_min(&w.end))
     };
-    format!("{sd} {st}–{local_end} {} ({utc})", w.zone)
+    (
+        format!("{sd} {st}–{local_end} {}", w.zone),
+        format!("({utc})"),
+    )
+}
+
+/// A window in the environment's zone beside UTC, on one line.
+pub fn window_line(w: &WindowView) -> String {
+    let (local, utc) = window_parts(w);
+    format!("{local} {utc}")
 }
 
 /// Wrap `text` to [`WIDTH`]: the first line starts with `first`, the
@@ -67,7 +76,14 @@ pub fn env_block(out: &mut String, e: &EnvView) {
     match &e.next_window {
         Some(w) => {
             let label = if w.open { "open window" } else { "next window" };
-            let _ = writeln!(out, "  {label}  {}", window_line(w));
+            let (local, utc) = window_parts(w);
+            let line = format!("  {label}  {local} {utc}");
+            if line.chars().count() <= WIDTH {
+                let _ = writeln!(out, "{line}");
+            } else {
+                // A window crossing midnight UTC names both dates: UTC goes below.
+                let _ = writeln!(out, "  {label}  {local}\n               {utc}");
+            }
         }
         None => {
             let _ = writeln!(out, "  next window  (none: see warnings)");
@@ -81,29 +97,40 @@ pub fn env_block(out: &mut String, e: &EnvView) {
         .max()
         .unwrap_or(0)
         .max("CLUSTER".len());
+    let n = e
+        .clusters
+        .iter()
+        .filter_map(|c| c.report.as_ref())
+        .map(|r| format!("{}/{}", r.nodes_at_version, r.nodes).len())
+        .max()
+        .unwrap_or(0)
+        .max("NODES".len());
     let _ = writeln!(
         out,
-        "  {:<w$}  {:<9} {:<10} {:<17} {:<6} REPORT",
+        "  {:<w$}  {:<9} {:<10} {:<17} {:<n$}  REPORT",
         "CLUSTER", "VERSION", "STATE", "SINCE (UTC)", "NODES"
     );
     if e.clusters.is_empty() {
-        let _ = writeln!(out, "  (no clusters listed under [clusters] in drover.toml)");
+        let _ = writeln!(
+            out,
+            "  (no clusters listed under [clusters] in drover.toml)"
+        );
     }
     for c in &e.clusters {
         match &c.report {
             Some(r) => {
                 let _ = writeln!(
                     out,
-                    "  {:<w$}  {:<9} {:<10} {:<17} {:<6} {}",
+                    "  {:<w$}  {:<9} {:<10} {:<17} {:<n$}  {}",
                     c.name,
                     r.version,
                     r.state,
                     utc_min(&r.since),
                     format!("{}/{}", r.nodes_at_version, r.nodes),
-                    match &c.signer {
-                        Some(s) => format!("{} ({s})", c.trust.as_str()),
-                        None => c.trust.as_str().to_owned(),
-                    }
+                    // The signer's principal is `<env>/<cluster>` by
+                    // definition, so the text shows only the verdict (JSON
+                    // carries the principal).
+                    c.trust.as_str()
                 );
                 if !r.message.is_empty() {
                     wrap(out, "      ↳ ", &r.message);
@@ -112,8 +139,8 @@ pub fn env_block(out: &mut String, e: &EnvView) {
             None => {
                 let _ = writeln!(
                     out,
-                    "  {:<w$}  {:<9} {:<10} {:<17} {:<6} {}",
-                    c.name, "-", "no report", "-", "-", "-"
+                    "  {:<w$}  {:<9} {:<10} {:<17} {:<n$}  -",
+                    c.name, "-", "no report", "-", "-"
                 );
             }
         }
@@ -131,7 +158,11 @@ pub fn render(f: &Fleet) -> String {
         ),
         _ => format!("{} (not found: no reports yet)", f.status_branch.name),
     };
-    let _ = writeln!(out, "drover status at {}Z", utc_min(&f.now).replace(' ', "T"));
+    let _ = writeln!(
+        out,
+        "drover status at {}Z",
+        utc_min(&f.now).replace(' ', "T")
+    );
     let _ = writeln!(out, "status branch {branch}");
     for e in &f.environments {
         let _ = writeln!(out);
@@ -144,4 +175,84 @@ pub fn render(f: &Fleet) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::model::*;
+
+    fn t(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    fn fleet(message: &str, open: bool) -> Fleet {
+        Fleet {
+            ok: true,
+            now: t("2026-12-08T03:00:00Z"),
+            status_branch: StatusBranch {
+                name: "drover/status".into(),
+                refname: Some("refs/heads/drover/status".into()),
+                tip: Some("a".repeat(40)),
+            },
+            environments: vec![EnvView {
+                name: "production".into(),
+                version: "1.13.2".into(),
+                timezone: "America/New_York".into(),
+                next_window: Some(WindowView {
+                    start: t("2026-12-20T07:00:00Z"),
+                    end: t("2026-12-21T01:00:00Z"),
+                    start_local: "2026-12-20T02:00:00-05:00".into(),
+                    end_local: "2026-12-20T20:00:00-05:00".into(),
+                    zone: "EST".into(),
+                    open,
+                }),
+                gate: GateView {
+                    lower: Some("stage".into()),
+                    version: Some("1.13.2".into()),
+                    answer: GateAnswer::Refused,
+                    after: None,
+                    message: "production may not take 1.13.2: stage lists no clusters under [clusters] in drover.toml, so nothing can confirm 1.13.2 there".into(),
+                },
+                clusters: vec![ClusterView {
+                    name: "prod-eu-1".into(),
+                    report: Some(ReportView {
+                        version: "1.13.2".into(),
+                        state: "blocked".into(),
+                        since: t("2026-12-20T08:00:00Z"),
+                        nodes: 120,
+                        nodes_at_version: 37,
+                        message: message.into(),
+                        config_commit: "b".repeat(40),
+                        status_commit: "c".repeat(40),
+                    }),
+                    trust: Trust::Trusted,
+                    signer: Some("production/prod-eu-1".into()),
+                }],
+            }],
+            warnings: vec![format!("status/production/prod-eu-1.toml in cccccccccc: {}", "long ".repeat(30))],
+        }
+    }
+
+    #[test]
+    fn fits_80_columns_with_long_messages() {
+        let msg = "drain of node ip-10-0-3-17.eu-west-1.compute.internal timed out after 20m: PodDisruptionBudget payments/payments-api allows 0 disruptions (3 of 3 pods required)";
+        let text = render(&fleet(msg, false));
+        for l in text.lines() {
+            assert!(l.chars().count() <= WIDTH, "{l:?}");
+        }
+        // Wrapped, not cut: every word of the message is there.
+        let joined: Vec<&str> = text.split_whitespace().collect();
+        for w in msg.split_whitespace() {
+            assert!(joined.contains(&w), "{w} missing from\n{text}");
+        }
+        assert!(
+            text.contains(
+                "  next window  Sun 2026-12-20 02:00–20:00 EST\n               (2026-12-20 07:00 – 2026-12-21 01:00 UTC)"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("37/120  trusted"), "{text}");
+        assert!(render(&fleet("", true)).contains("  open window  "));
+    }
 }
