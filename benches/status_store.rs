@@ -203,18 +203,16 @@ fn main() {
         tmp.path(),
         &["clone", "-q", bare.to_str().unwrap(), reader.to_str().unwrap()],
     );
-    git(&reader, &["fetch", "-q", "origin", "drover/status:drover/status"]);
+    if rounds > 0 {
+        git(&reader, &["fetch", "-q", "origin", "drover/status:drover/status"]);
+    }
     let repo = git2::Repository::open(&reader).unwrap();
-    let tip = repo
-        .find_reference("refs/heads/drover/status")
-        .unwrap()
-        .peel_to_commit()
-        .unwrap()
-        .id();
-    let mut walk = repo.revwalk().unwrap();
-    walk.push(tip).unwrap();
     let mut seen: HashSet<(String, u32)> = HashSet::new();
     let mut commits = 0;
+    let mut walk = repo.revwalk().unwrap();
+    if let Ok(r) = repo.find_reference("refs/heads/drover/status") {
+        walk.push(r.peel_to_commit().unwrap().id()).unwrap();
+    }
     for oid in walk {
         let c = repo.find_commit(oid.unwrap()).unwrap();
         commits += 1;
@@ -235,7 +233,55 @@ fn main() {
     let attempts_total: u64 = t.attempts.iter().map(|a| *a as u64).sum();
     let pushed = t.latencies.len() as u64;
 
-    // Reading the fleet back: drover status (tip reports) and --html (history).
+    // Reading the fleet back at the size of the goal: top the branch up
+    // locally (no push) to 10,000 report versions over every cluster, then
+    // time drover status (tip reports) and --html (the whole history).
+    let history_target = env_num("DROVER_BENCH_HISTORY", 10_000) as usize;
+    let added = history_target.saturating_sub(commits);
+    {
+        let sig = git2::Signature::now("bench", "bench@example.com").unwrap();
+        let mut parent = repo
+            .find_reference("refs/heads/drover/status")
+            .ok()
+            .map(|r| r.peel_to_commit().unwrap());
+        for k in 0..added {
+            let (env, cluster) = &clusters[k % clusters.len()];
+            let n = (k / clusters.len()) as u32 + 1;
+            let report = StatusReport {
+                env: env.clone(),
+                cluster: cluster.clone(),
+                config_commit: "0".repeat(40),
+                version: "1.13.2".parse().unwrap(),
+                state: if k + clusters.len() >= added {
+                    RolloutState::Confirmed
+                } else {
+                    RolloutState::Rolling
+                },
+                since: chrono::Utc::now(),
+                nodes: 10,
+                nodes_at_version: n,
+                message: String::new(),
+            };
+            let blob = repo.blob(report.to_toml().as_bytes()).unwrap();
+            let base = match &parent {
+                Some(p) => p.tree().unwrap(),
+                None => repo.find_tree(repo.treebuilder(None).unwrap().write().unwrap()).unwrap(),
+            };
+            let mut update = git2::build::TreeUpdateBuilder::new();
+            update.upsert(report.path(), blob, git2::FileMode::Blob);
+            let tree = repo.find_tree(update.create_updated(&repo, &base).unwrap()).unwrap();
+            let parents: Vec<&git2::Commit> = parent.iter().collect();
+            let id = repo
+                .commit(None, &sig, &sig, "status", &tree, &parents)
+                .unwrap();
+            parent = Some(repo.find_commit(id).unwrap());
+        }
+        if let Some(p) = &parent {
+            repo.reference("refs/heads/drover/status", p.id(), true, "bench")
+                .unwrap();
+        }
+    }
+    let history_total = commits + added;
     let bin = env!("CARGO_BIN_EXE_drover");
     let time_status = |extra: &[&str]| -> Duration {
         let mut v: Vec<Duration> = (0..5)
@@ -289,8 +335,8 @@ fn main() {
         t.attempts.iter().max().copied().unwrap_or(0)
     );
     println!("| failed publish calls (connection refused, exhausted), retried | {} |", t.errors);
-    println!("| `drover status --format json`, {} clusters, median of 5 | {} |", cfg.root.clusters.values().map(Vec::len).sum::<usize>(), secs(read));
-    println!("| same with `--html` (walks all {commits} commits) | {} |", secs(read_html));
+    println!("| `drover status --format json`, {} clusters, {history_total} report versions ({added} added locally after the push phase), median of 5 | {} |", cfg.root.clusters.values().map(Vec::len).sum::<usize>(), secs(read));
+    println!("| same with `--html` (walks all {history_total} report versions) | {} |", secs(read_html));
     println!(
         "| `status::read_confirmations` (the gate's read), {} confirmations | {} |",
         conf.for_env("production").len() + conf.for_env("stage").len() + conf.for_env("test").len(),
