@@ -95,7 +95,10 @@ fn log_only(big: &std::path::Path) {
     println!("## drover log on 100,000 commits\n");
     println!("Medians of {rounds} alternating runs, stdout to /dev/null.\n");
     println!("| command | median | ratio to git |\n|---|---|---|");
-    println!("| `git log -p --format=%H -- environments/stage.toml` | {} | 1.00x |", ms(g));
+    println!(
+        "| `git log -p --format=%H -- environments/stage.toml` | {} | 1.00x |",
+        ms(g)
+    );
     let mut worst: f64 = 0.0;
     for (name, d) in [
         ("`drover log --env stage --format json`", median(json)),

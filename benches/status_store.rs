@@ -14,7 +14,6 @@
 //! the whole report history) on the result.
 
 #[path = "../tests/support/git_servers.rs"]
-#[allow(dead_code)]
 mod git_servers;
 
 use drover::source::{Source, SourceConfig};
@@ -40,9 +39,8 @@ fn config_repo(dir: &Path, clusters: &[(String, String)]) {
     git(dir, &["config", "user.name", "Bench"]);
     git(dir, &["config", "user.email", "bench@example.com"]);
     git(dir, &["config", "commit.gpgsign", "false"]);
-    let mut root = String::from(
-        "[promotion]\nchain = [\"test\", \"stage\", \"production\"]\n\n[clusters]\n",
-    );
+    let mut root =
+        String::from("[promotion]\nchain = [\"test\", \"stage\", \"production\"]\n\n[clusters]\n");
     for env in ["test", "stage", "production"] {
         let names: Vec<String> = clusters
             .iter()
@@ -201,10 +199,18 @@ fn main() {
     let reader = tmp.path().join("reader");
     git(
         tmp.path(),
-        &["clone", "-q", bare.to_str().unwrap(), reader.to_str().unwrap()],
+        &[
+            "clone",
+            "-q",
+            bare.to_str().unwrap(),
+            reader.to_str().unwrap(),
+        ],
     );
     if rounds > 0 {
-        git(&reader, &["fetch", "-q", "origin", "drover/status:drover/status"]);
+        git(
+            &reader,
+            &["fetch", "-q", "origin", "drover/status:drover/status"],
+        );
     }
     let repo = git2::Repository::open(&reader).unwrap();
     let mut seen: HashSet<(String, u32)> = HashSet::new();
@@ -265,11 +271,15 @@ fn main() {
             let blob = repo.blob(report.to_toml().as_bytes()).unwrap();
             let base = match &parent {
                 Some(p) => p.tree().unwrap(),
-                None => repo.find_tree(repo.treebuilder(None).unwrap().write().unwrap()).unwrap(),
+                None => repo
+                    .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
+                    .unwrap(),
             };
             let mut update = git2::build::TreeUpdateBuilder::new();
             update.upsert(report.path(), blob, git2::FileMode::Blob);
-            let tree = repo.find_tree(update.create_updated(&repo, &base).unwrap()).unwrap();
+            let tree = repo
+                .find_tree(update.create_updated(&repo, &base).unwrap())
+                .unwrap();
             let parents: Vec<&git2::Commit> = parent.iter().collect();
             let id = repo
                 .commit(None, &sig, &sig, "status", &tree, &parents)
@@ -321,7 +331,10 @@ fn main() {
     println!("| reports due | {expected} |");
     println!("| reports pushed (publish returned Ok) | {pushed} |");
     println!("| distinct reports on the remote | {on_remote} |");
-    println!("| lost (never on the remote) | {} |", expected - on_remote.min(expected));
+    println!(
+        "| lost (never on the remote) | {} |",
+        expected - on_remote.min(expected)
+    );
     println!("| status-branch commits | {commits} |");
     println!(
         "| latency ready → on the remote, p50 / p99 / max | {} / {} / {} |",
@@ -334,15 +347,24 @@ fn main() {
         attempts_total as f64 / pushed.max(1) as f64,
         t.attempts.iter().max().copied().unwrap_or(0)
     );
-    println!("| failed publish calls (connection refused, exhausted), retried | {} |", t.errors);
+    println!(
+        "| failed publish calls (connection refused, exhausted), retried | {} |",
+        t.errors
+    );
     println!("| `drover status --format json`, {} clusters, {history_total} report versions ({added} added locally after the push phase), median of 5 | {} |", cfg.root.clusters.values().map(Vec::len).sum::<usize>(), secs(read));
-    println!("| same with `--html` (walks all {history_total} report versions) | {} |", secs(read_html));
+    println!(
+        "| same with `--html` (walks all {history_total} report versions) | {} |",
+        secs(read_html)
+    );
     println!(
         "| `status::read_confirmations` (the gate's read), {} confirmations | {} |",
         conf.for_env("production").len() + conf.for_env("stage").len() + conf.for_env("test").len(),
         secs(gate_read)
     );
     if !t.lost.is_empty() {
-        eprintln!("lost reports (first 10): {:?}", &t.lost[..t.lost.len().min(10)]);
+        eprintln!(
+            "lost reports (first 10): {:?}",
+            &t.lost[..t.lost.len().min(10)]
+        );
     }
 }
