@@ -1,4 +1,4 @@
-//! `drover demo`: the seed's story end to end on simulated clusters.
+//! `drover demo`: the controlled-upgrade story end to end on simulated clusters.
 
 use super::{print_json, Format, Global, Outcome};
 use crate::demo::{self, Options};
