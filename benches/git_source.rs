@@ -1,5 +1,6 @@
 //! Git source figures beside the git command line, on the history repository
-//! of `scripts/make-history-repo` served by `git daemon`. Run: `cargo bench --bench git_source`.
+//! of `scripts/make-history-repo` served by `git daemon`. Run: `cargo bench --bench git_source`;
+//! `cargo bench --bench git_source -- log` measures only `drover log`.
 
 use drover::audit::{self, LogOptions};
 use drover::source::{Source, SourceConfig};
@@ -64,8 +65,58 @@ impl Drop for Daemon {
     }
 }
 
+/// `drover log --env stage` (the binary, JSON and text) against
+/// `git log -p --format=%H -- environments/stage.toml`, alternating in the
+/// same run; exits non-zero when the JSON run is slower than git's.
+fn log_only(big: &std::path::Path) {
+    let rounds = 9;
+    let (mut git, mut json, mut text) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        git.push(run(Command::new("git").arg("-C").arg(big).args([
+            "log",
+            "-p",
+            "--format=%H",
+            "--",
+            "environments/stage.toml",
+        ])));
+        json.push(run(Command::new(env!("CARGO_BIN_EXE_drover"))
+            .arg("--repo")
+            .arg(big)
+            .args(["--format", "json", "log", "--env", "stage"])));
+        text.push(run(Command::new(env!("CARGO_BIN_EXE_drover"))
+            .arg("--repo")
+            .arg(big)
+            .args(["log", "--env", "stage"])));
+    }
+    let g = median(git);
+    println!("## drover log on 100,000 commits\n");
+    println!("Medians of {rounds} alternating runs, stdout to /dev/null.\n");
+    println!("| command | median | ratio to git |\n|---|---|---|");
+    println!(
+        "| `git log -p --format=%H -- environments/stage.toml` | {} | 1.00x |",
+        ms(g)
+    );
+    let mut worst: f64 = 0.0;
+    for (name, d) in [
+        ("`drover log --env stage --format json`", median(json)),
+        ("`drover log --env stage` (text)", median(text)),
+    ] {
+        let r = d.as_secs_f64() / g.as_secs_f64();
+        worst = worst.max(r);
+        println!("| {name} | {} | {r:.2}x |", ms(d));
+    }
+    if worst > 1.0 {
+        eprintln!("target missed: drover log is slower than git log -p");
+        std::process::exit(1);
+    }
+}
+
 fn main() {
     let big = history("history-100000", &["100000"]);
+    if std::env::args().skip(1).any(|a| a == "log") {
+        log_only(&big);
+        return;
+    }
     let signed = history("signed-2000-1000", &["2000", "1000"]);
     let base = big.parent().unwrap().to_path_buf();
     let port = std::net::TcpListener::bind("127.0.0.1:0")

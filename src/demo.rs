@@ -62,6 +62,9 @@ pub enum Error {
     /// A git2 operation failed.
     #[error("git: {0}")]
     Git(#[from] git2::Error),
+    /// The fleet view at the end could not be built.
+    #[error(transparent)]
+    Fleet(#[from] crate::fleet::Error),
 }
 
 /// How big the simulated fleet is.
@@ -73,6 +76,9 @@ pub struct Options {
     pub node_time: Duration,
     /// The example repository to copy.
     pub example_repo: PathBuf,
+    /// Keep the config repository (with its status branch) here after the
+    /// story, for `drover status --repo`; default a temporary directory.
+    pub keep_repo: Option<PathBuf>,
 }
 
 /// One line of the story.
@@ -82,6 +88,8 @@ pub struct Line {
     pub at: DateTime<Utc>,
     /// Environment it concerns (`-` for the whole fleet).
     pub env: String,
+    /// `at` in the environment's time zone (`Tue 12-08 02:00 CET`); empty for the whole fleet.
+    pub local: String,
     /// What happened.
     pub event: String,
 }
@@ -114,6 +122,11 @@ pub struct Report {
     pub violations: Vec<String>,
     /// Most nodes unavailable at once in any cluster, and the budget.
     pub peak_unavailable: usize,
+    /// The fleet at the end, as `drover status` shows it.
+    pub fleet: Option<crate::fleet::Fleet>,
+    /// What the timeline page draws (`drover demo --html`).
+    #[serde(skip)]
+    pub picture: Option<crate::fleet::Timeline>,
 }
 
 /// One cluster's agent: its git cache, its simulated nodes, and what it applied.
@@ -163,14 +176,27 @@ pub async fn run(opts: &Options) -> Result<Report, Error> {
         }
     }
     let mut story = Story {
-        forge: Forge::create(tmp.path(), &opts.example_repo, start, &example_cfg, &keys)?,
+        forge: Forge::create(
+            tmp.path(),
+            opts.keep_repo.as_deref(),
+            &opts.example_repo,
+            start,
+            &example_cfg,
+            &keys,
+        )?,
         agents: Vec::new(),
+        zones: BTreeMap::new(),
         lines: Vec::new(),
         violations: Vec::new(),
         now: start,
         starts: Vec::new(),
     };
     let cfg = story.forge.config()?;
+    story.zones = cfg
+        .envs
+        .iter()
+        .map(|(name, e)| (name.clone(), e.windows[0].timezone))
+        .collect();
     let from: Version = "1.12.0".parse().unwrap_or(Version::new(1, 12, 0));
     for env in &cfg.root.chain {
         for cluster in cfg.clusters(env) {
@@ -225,6 +251,8 @@ struct Story {
     now: DateTime<Utc>,
     /// Every node start: (env, cluster, time, target), checked against windows and pins.
     starts: Vec<(String, String, DateTime<Utc>, Version)>,
+    /// Each environment's time zone, for local times beside UTC.
+    zones: BTreeMap<String, chrono_tz::Tz>,
 }
 
 impl Story {
@@ -233,9 +261,13 @@ impl Story {
     }
 
     fn say_at(&mut self, at: DateTime<Utc>, env: &str, event: String) {
+        let local = self.zones.get(env).map_or_else(String::new, |tz| {
+            at.with_timezone(tz).format("%a %m-%d %H:%M %Z").to_string()
+        });
         self.lines.push(Line {
             at,
             env: env.to_owned(),
+            local,
             event,
         });
     }
@@ -694,26 +726,31 @@ impl Story {
                 "{peak} nodes were unavailable at once; max_unavailable is 1"
             ));
         }
+        let (fleet, timeline) = self.forge.fleet(self.now)?;
         Ok(Report {
             timeline: self.lines,
             clusters: rows,
             violations: self.violations,
             peak_unavailable: peak,
+            fleet: Some(fleet),
+            picture: Some(timeline),
         })
     }
 }
 
 impl Forge {
-    /// A bare origin holding example-repo's first commit, and a clone to work in.
+    /// A bare origin holding example-repo's first commit, and a clone to
+    /// work in (at `keep` when given, else in `tmp`).
     fn create(
         tmp: &Path,
+        keep: Option<&Path>,
         example: &Path,
         at: DateTime<Utc>,
         cfg: &RepoConfig,
         keys: &BTreeMap<(String, String), ssh_key::PrivateKey>,
     ) -> Result<Self, Error> {
         let origin = tmp.join("origin.git");
-        let work = tmp.join("config");
+        let work = keep.map_or_else(|| tmp.join("config"), Path::to_path_buf);
         git(
             tmp,
             &[
@@ -764,6 +801,25 @@ impl Forge {
             work,
             pr: 0,
         })
+    }
+
+    /// The fleet as `drover status` shows it at `now`, from the work tree
+    /// with the status branch fetched as a local branch (so the work tree
+    /// stands alone once the temporary origin is gone).
+    fn fleet(
+        &self,
+        now: DateTime<Utc>,
+    ) -> Result<(crate::fleet::Fleet, crate::fleet::Timeline), Error> {
+        git(
+            &self.work,
+            &["fetch", "--quiet", "origin", "+drover/status:drover/status"],
+        )?;
+        let cfg = self.config()?;
+        let repo = git2::Repository::open(&self.work)?;
+        let mut fleet = crate::fleet::gather(&repo, &cfg, now, None)?;
+        let (timeline, warnings) = crate::fleet::timeline(&repo, &cfg, now, None)?;
+        fleet.warnings.extend(warnings);
+        Ok((fleet, timeline))
     }
 
     fn config(&self) -> Result<RepoConfig, Error> {

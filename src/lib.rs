@@ -13,6 +13,7 @@ pub mod config;
 pub mod demo;
 pub mod diag;
 pub mod example;
+pub mod fleet;
 pub mod gate;
 pub mod kubernetes;
 pub mod promote;

@@ -103,6 +103,15 @@ async fn nodes_in(client: &Client, pool: &str) -> Vec<Node> {
         .items
 }
 
+/// Wait until the agent adopted its pool at the first config's 1.12.0 (its
+/// nodes already run it), the trusted state later bumps are judged from.
+async fn adopted(client: &Client, pool: &str) {
+    await_status(client, pool, "test-test-1", "adopted", |s| {
+        s.state.as_deref() == Some("confirmed") && s.last_applied_commit.is_some()
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_budget_that_never_allows_eviction_is_named_everywhere_and_the_node_waits() {
     let cp = ControlPlane::get();
@@ -130,18 +139,21 @@ async fn a_budget_that_never_allows_eviction_is_named_everywhere_and_the_node_wa
     .await;
 
     let repo = ConfigRepo::new(&[spec(&pool)]);
-    repo.set_env_text(
-        "test",
-        &env_text("1.13.0", &pool, ""),
-        "test: move to 1.13.0",
-    );
-    // An hour before the window: the agent reports pending, naming the window.
+    // An hour before the window: the agent adopts the pool at its pinned
+    // 1.12.0, then a bump makes it report pending, naming the window.
     let clock = VirtualClock::new(dec(1, 1, 0));
     let agent = RunningAgent::start(
         agent_config(&repo, "test", "test-1", &pool, "agent-pdb"),
         Arc::new(clock.clone()),
         None,
     );
+    adopted(&client, &pool).await;
+    repo.set_env_text(
+        "test",
+        &env_text("1.13.0", &pool, ""),
+        "test: move to 1.13.0",
+    );
+    agent.handle.fetch();
     let pending = await_status(&client, &pool, "test-test-1", "pending", |s| {
         s.state.as_deref() == Some("pending")
     })
@@ -281,12 +293,14 @@ async fn a_freeze_holds_a_started_rollout_minor_lets_patches_through_and_pause_i
     let freezes = "[[freeze]]\nstart = 2026-12-01T02:32:00\nend = 2026-12-01T04:00:00\nreason = \"payments cutover\"\n\n\
                    [[freeze]]\nstart = 2026-12-01T05:00:00\nend = 2026-12-01T06:00:00\nscope = \"minor\"\nreason = \"holiday\"\n";
     let clock = VirtualClock::new(dec(1, 2, 30));
-    repo.set_env_text("test", &env_text("1.13.0", &pool, freezes), "test: 1.13.0");
     let agent = RunningAgent::start(
         agent_config(&repo, "test", "test-1", &pool, "agent-freeze"),
         Arc::new(clock.clone()),
         None,
     );
+    adopted(&client, &pool).await;
+    repo.set_env_text("test", &env_text("1.13.0", &pool, freezes), "test: 1.13.0");
+    agent.handle.fetch();
     // The first node starts; the freeze begins while it is in flight.
     let nodes = sim.node_names();
     await_node(&client, &nodes[0], "first node started", cordoned).await;

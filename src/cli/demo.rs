@@ -1,7 +1,7 @@
-//! `drover demo`: the seed's story end to end on simulated clusters.
+//! `drover demo`: the controlled-upgrade story end to end on simulated clusters.
 
 use super::{print_json, Format, Global, Outcome};
-use crate::demo::{self, ts, Options};
+use crate::demo::{self, Options};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -17,6 +17,13 @@ pub struct Args {
     /// The config repository the story starts from (default: the embedded example-repo).
     #[arg(long)]
     pub example_repo: Option<PathBuf>,
+    /// Write the story's timeline page (one self-contained HTML file) here.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+    /// Keep the story's config repository, status branch included, in this
+    /// new directory (then `drover status --repo DIR` shows the fleet).
+    #[arg(long, value_name = "DIR")]
+    pub keep_repo: Option<PathBuf>,
 }
 
 /// Run `drover demo`.
@@ -33,6 +40,14 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
             .into()],
         );
     }
+    if let Some(dir) = &args.keep_repo {
+        if dir.exists() {
+            anyhow::bail!(
+                "--keep-repo {}: the directory exists; name a new one",
+                dir.display()
+            );
+        }
+    }
     let opts = Options {
         nodes: (args.nodes as usize).max(1),
         node_time: args.node_time,
@@ -40,6 +55,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
             Some(p) => p,
             None => crate::example::materialize()?,
         },
+        keep_repo: args.keep_repo,
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -48,51 +64,87 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
     if !report.violations.is_empty() {
         super::mark_rejected();
     }
+    if let (Some(path), Some(fleet), Some(picture)) = (&args.html, &report.fleet, &report.picture) {
+        super::status::write_page(
+            path,
+            "drover demo: test → stage → production",
+            fleet,
+            picture,
+        )?;
+    }
     match g.format {
         Format::Json => print_json(&report)?,
-        Format::Text => {
-            println!("drover demo: the controlled upgrade path, test -> stage -> production\n");
-            for l in &report.timeline {
-                println!("{}  {:<10}  {}", ts(l.at), l.env, l.event);
-            }
-            println!(
-                "\n{:<11} {:<10} {:>5}  {:<22} {:<16} confirmed",
-                "env", "cluster", "nodes", "versions", "state"
-            );
-            for c in &report.clusters {
-                let versions: Vec<String> =
-                    c.versions.iter().map(|(v, n)| format!("{n}×{v}")).collect();
-                let confirmed: Vec<String> = c
-                    .confirmed
-                    .iter()
-                    .map(|(v, t)| format!("{v} at {}", ts(*t)))
-                    .collect();
-                println!(
-                    "{:<11} {:<10} {:>5}  {:<22} {:<16} {}",
-                    c.env,
-                    c.cluster,
-                    c.nodes,
-                    versions.join(", "),
-                    c.state,
-                    confirmed.join("; ")
-                );
-            }
-            println!();
-            if report.violations.is_empty() {
-                println!(
-                    "invariants held: at most {} node unavailable at once per cluster, every upgrade inside its window, at its pinned version, nothing left cordoned",
-                    report.peak_unavailable
-                );
-            } else {
-                for v in &report.violations {
-                    println!("INVARIANT BROKEN: {v}");
-                }
-            }
-        }
+        Format::Text => print!("{}", text(&report)),
     }
     Ok(if report.violations.is_empty() {
         Outcome::Ok
     } else {
         Outcome::Rejected
     })
+}
+
+/// The story as text: each line in UTC and in its environment's zone, then
+/// the fleet at the end as `drover status` prints it.
+pub fn text(report: &demo::Report) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "drover demo: the controlled upgrade path, test -> stage -> production\n"
+    );
+    let _ = writeln!(out, "{:<17}  {:<20}  {:<10}  WHAT", "UTC", "LOCAL", "ENV");
+    for l in &report.timeline {
+        let _ = writeln!(
+            out,
+            "{:<17}  {:<20}  {:<10}  {}",
+            l.at.format("%Y-%m-%d %H:%M"),
+            if l.local.is_empty() { "-" } else { &l.local },
+            l.env,
+            l.event
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n{:<11} {:<10} {:>5}  {:<13} {:<18}  CONFIRMED",
+        "ENV", "CLUSTER", "NODES", "NODES RUN", "LAST REPORT"
+    );
+    for c in &report.clusters {
+        let versions: Vec<String> = c.versions.iter().map(|(v, n)| format!("{n}×{v}")).collect();
+        let confirmed: Vec<String> = c
+            .confirmed
+            .iter()
+            .map(|(v, t)| format!("{v} {}", t.format("%m-%d %H:%M")))
+            .collect();
+        let _ = writeln!(
+            out,
+            "{:<11} {:<10} {:>5}  {:<13} {:<18}  {}",
+            c.env,
+            c.cluster,
+            c.nodes,
+            versions.join(", "),
+            c.state,
+            if confirmed.is_empty() {
+                "-".to_owned()
+            } else {
+                confirmed.join(", ")
+            }
+        );
+    }
+    if let Some(f) = &report.fleet {
+        let _ = writeln!(out, "\nThe fleet at the end (`drover status`):\n");
+        out.push_str(&crate::fleet::text::render(f));
+    }
+    let _ = writeln!(out);
+    if report.violations.is_empty() {
+        let _ = writeln!(
+            out,
+            "invariants held: at most {} node unavailable at once per cluster, every upgrade inside its window, at its pinned version, nothing left cordoned",
+            report.peak_unavailable
+        );
+    } else {
+        for v in &report.violations {
+            let _ = writeln!(out, "INVARIANT BROKEN: {v}");
+        }
+    }
+    out
 }

@@ -13,6 +13,7 @@ pub mod demo;
 pub mod log;
 pub mod plan;
 pub mod promote;
+pub mod status;
 pub mod verify;
 pub mod windows;
 
@@ -61,6 +62,8 @@ pub enum Command {
     Promote(promote::Args),
     /// What the agent would do now, and how many windows the rollout needs.
     Plan(plan::Args),
+    /// The fleet at a glance: every environment and cluster, next windows, the gate's answers.
+    Status(status::Args),
     /// Run the in-cluster agent.
     Agent(Box<agent::Args>),
     /// The controlled-upgrade story end to end on simulated clusters.
@@ -241,6 +244,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Verify(a) => verify::run(g, a),
         Command::Promote(a) => promote::run(g, a),
         Command::Plan(a) => plan::run(g, a),
+        Command::Status(a) => status::run(g, a),
         Command::Agent(a) => agent::run(g, *a),
         Command::Demo(a) => demo::run(g, a),
     }

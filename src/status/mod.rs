@@ -6,8 +6,9 @@
 mod read;
 
 pub use read::{
-    confirmations_at, find_status_branch, read_confirmations, walk_reports, BranchRef,
-    Confirmations, Error, Ignored, ReportSigners, Standing, TrustedReport, MAX_REPORT_BYTES,
+    confirmations_at, find_status_branch, read_confirmations, walk_reports, walk_versions,
+    BranchRef, Confirmations, Error, Ignored, ReportSigners, ReportVersion, Standing,
+    TrustedReport, MAX_REPORT_BYTES,
 };
 mod push;
 pub use push::{build_commit, publish, PublishOptions, Published, PushError};

@@ -28,6 +28,7 @@ use crate::trust::{self, AllowedSigners};
 use chrono::{DateTime, TimeZone, Utc};
 use git2::{Commit, ObjectType, Oid, Repository};
 use semver::Version;
+use std::ops::ControlFlow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
@@ -320,18 +321,41 @@ fn read_report(
     Ok(r)
 }
 
-/// Walk the status branch from `tip`, newest first, calling `visit` with
-/// every trusted report and recording every ignored one in `ignored`.
-pub fn walk_reports(
+/// One version of one report file, as the walk of the status branch met it.
+#[derive(Debug, Clone)]
+pub struct ReportVersion {
+    /// Environment of the report's path.
+    pub env: String,
+    /// Cluster of the report's path.
+    pub cluster: String,
+    /// The status commit that wrote this version.
+    pub commit: Oid,
+    /// That commit's time.
+    pub committed: DateTime<Utc>,
+    /// The report, or why it cannot be read (too large, not UTF-8, invalid,
+    /// naming another cluster than its path).
+    pub report: Result<StatusReport, String>,
+    /// `Ok` when the commit is signed by a key listed for exactly this
+    /// `<env>/<cluster>`; otherwise why not. Checked only for readable
+    /// reports whose file still exists at the tip.
+    pub trust: Result<(), String>,
+    /// The file no longer exists at the branch tip, so it counts for nothing.
+    pub deleted_at_tip: bool,
+}
+
+/// Walk the status branch from `tip` along first parents, newest first,
+/// calling `visit` once per version of each report file (at the commit that
+/// wrote it), until `visit` says stop. The one reader of the status branch:
+/// the gate, `drover log` and `drover status` all read through it, and it
+/// holds one report in memory at a time.
+pub fn walk_versions(
     repo: &Repository,
     tip: Oid,
     signers: ReportSigners<'_>,
-    ignored: &mut Vec<Ignored>,
-    mut visit: impl FnMut(TrustedReport),
+    mut visit: impl FnMut(ReportVersion) -> ControlFlow<()>,
 ) -> Result<(), git2::Error> {
     let mut commit = repo.find_commit(tip)?;
     let at_tip = report_blobs(repo, &commit)?;
-    let mut deleted_noted: BTreeSet<(String, String)> = BTreeSet::new();
     let mut dir = status_dir(&commit)?;
     let mut blobs = at_tip.clone();
     loop {
@@ -350,37 +374,24 @@ pub fn walk_reports(
                 if parent_blobs.get(&(env.clone(), cluster.clone())) == Some(blob) {
                     continue;
                 }
-                let key = (env.clone(), cluster.clone());
-                if !at_tip.contains_key(&key) {
-                    if deleted_noted.insert(key) {
-                        ignored.push(Ignored {
-                            env: env.clone(),
-                            cluster: cluster.clone(),
-                            commit: commit.id().to_string(),
-                            why: "the file is deleted at the branch tip, so its reports no longer count"
-                                .into(),
-                        });
-                    }
-                    continue;
-                }
-                let outcome = read_report(repo, *blob, env, cluster).and_then(|r| {
-                    check_signer(repo, commit.id(), env, cluster, signers).map(|()| r)
+                let deleted_at_tip = !at_tip.contains_key(&(env.clone(), cluster.clone()));
+                let report = read_report(repo, *blob, env, cluster);
+                let trust = match (&report, deleted_at_tip) {
+                    (Ok(_), false) => check_signer(repo, commit.id(), env, cluster, signers),
+                    (Err(why), _) => Err(why.clone()),
+                    (Ok(_), true) => Err("the file is deleted at the branch tip".into()),
+                };
+                let flow = visit(ReportVersion {
+                    env: env.clone(),
+                    cluster: cluster.clone(),
+                    commit: commit.id(),
+                    committed: commit_time(&commit),
+                    report,
+                    trust,
+                    deleted_at_tip,
                 });
-                match outcome {
-                    Ok(report) => {
-                        let at = commit_time(&commit).max(report.since);
-                        visit(TrustedReport {
-                            report,
-                            commit: commit.id(),
-                            at,
-                        });
-                    }
-                    Err(why) => ignored.push(Ignored {
-                        env: env.clone(),
-                        cluster: cluster.clone(),
-                        commit: commit.id().to_string(),
-                        why,
-                    }),
+                if flow.is_break() {
+                    return Ok(());
                 }
             }
         }
@@ -394,6 +405,49 @@ pub fn walk_reports(
         }
     }
     Ok(())
+}
+
+/// Walk the status branch from `tip`, newest first, calling `visit` with
+/// every trusted report and recording every ignored one in `ignored`.
+pub fn walk_reports(
+    repo: &Repository,
+    tip: Oid,
+    signers: ReportSigners<'_>,
+    ignored: &mut Vec<Ignored>,
+    mut visit: impl FnMut(TrustedReport),
+) -> Result<(), git2::Error> {
+    let mut deleted_noted: BTreeSet<(String, String)> = BTreeSet::new();
+    walk_versions(repo, tip, signers, |v| {
+        if v.deleted_at_tip {
+            if deleted_noted.insert((v.env.clone(), v.cluster.clone())) {
+                ignored.push(Ignored {
+                    env: v.env,
+                    cluster: v.cluster,
+                    commit: v.commit.to_string(),
+                    why: "the file is deleted at the branch tip, so its reports no longer count"
+                        .into(),
+                });
+            }
+            return ControlFlow::Continue(());
+        }
+        match (v.report, v.trust) {
+            (Ok(report), Ok(())) => {
+                let at = v.committed.max(report.since);
+                visit(TrustedReport {
+                    report,
+                    commit: v.commit,
+                    at,
+                });
+            }
+            (Err(why), _) | (Ok(_), Err(why)) => ignored.push(Ignored {
+                env: v.env,
+                cluster: v.cluster,
+                commit: v.commit.to_string(),
+                why,
+            }),
+        }
+        ControlFlow::Continue(())
+    })
 }
 
 /// Read what the status branch named `branch` (local or `origin/`) proves,

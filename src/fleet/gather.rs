@@ -1,0 +1,609 @@
+//! The thin edge that fills the view model: config, windows, the gate and
+//! the status branch, each through its existing reader.
+
+use super::model::*;
+use super::reports::{self, Entry};
+use crate::audit::{self, LogOptions};
+use crate::config::{EnvConfig, RepoConfig};
+use crate::admit::{self, Change, GitEvidence};
+use crate::gate::{self, Decision, Reason};
+use crate::status;
+use crate::trust::AllowedSigners;
+use crate::window::Calendar;
+use chrono::{DateTime, Duration as Span, SecondsFormat, Utc};
+use git2::Repository;
+use std::collections::BTreeMap;
+
+/// Errors that stop the fleet view from being built.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The status branch could not be read.
+    #[error(transparent)]
+    Reports(#[from] reports::Error),
+    /// The status branch could not be found.
+    #[error(transparent)]
+    Status(#[from] status::Error),
+    /// The config history could not be read.
+    #[error("reading the config history: {0}")]
+    Audit(#[from] audit::Error),
+    /// A git operation failed.
+    #[error("git: {0}")]
+    Git(#[from] git2::Error),
+}
+
+/// How far back the timeline reaches at most, so one page stays small
+/// however old the fleet is.
+pub const MAX_TIMELINE_SPAN_DAYS: i64 = 400;
+
+/// Environments of `cfg` in chain order, only `only` when given.
+fn envs<'c>(cfg: &'c RepoConfig, only: Option<&str>) -> Vec<&'c EnvConfig> {
+    cfg.root
+        .chain
+        .iter()
+        .filter(|e| only.is_none_or(|o| o == e.as_str()))
+        .filter_map(|e| cfg.envs.get(e))
+        .collect()
+}
+
+/// The fleet at `now`: every environment (or only `only`) with its clusters'
+/// latest reports, next window and the gate's answer.
+pub fn gather(
+    repo: &Repository,
+    cfg: &RepoConfig,
+    now: DateTime<Utc>,
+    only: Option<&str>,
+) -> Result<Fleet, Error> {
+    let envs = envs(cfg, only);
+    let branch = status::find_status_branch(repo, &cfg.root.status_branch)?;
+    let mut warnings = Vec::new();
+    let head = repo.head().and_then(|h| h.peel_to_commit()).ok();
+    let snap = head.as_ref().and_then(|h| match admit::snapshot(repo, h.id(), now) {
+        Ok(Ok(s)) => Some(s),
+        Ok(Err(_)) | Err(_) => None,
+    });
+    let signers = report_signers(snap.as_ref(), &mut warnings);
+    let mut latest: BTreeMap<(String, String), Entry> = BTreeMap::new();
+    if let Some(b) = &branch {
+        let want: Vec<(String, String)> = envs
+            .iter()
+            .flat_map(|e| {
+                cfg.clusters(&e.name)
+                    .iter()
+                    .map(|c| (e.name.clone(), c.clone()))
+            })
+            .collect();
+        let found = reports::walk(repo, cfg, b, signers.as_ref(), Some(&want))?;
+        warnings.extend(found.warnings);
+        for e in found.entries {
+            let key = (e.report.env.clone(), e.report.cluster.clone());
+            latest.entry(key).or_insert(e);
+        }
+    }
+    let mut environments = Vec::new();
+    for env in envs {
+        let next_window = match Calendar::of(env) {
+            Ok(cal) => cal
+                .window_at_or_after(now)
+                .map(|w| window_view(env, w.start, w.end, now)),
+            Err(e) => {
+                warnings.push(format!("environments/{}.toml: [window]: {e}", env.name));
+                None
+            }
+        };
+        let gate = match (&snap, cfg.lower(&env.name)) {
+            (_, None) => gate_view(&env.name, None, None, None),
+            (Some(snap), Some(lower)) => {
+                let candidate = cfg.envs.get(lower).map(|l| l.version.clone());
+                let decision = candidate.as_ref().map(|v| {
+                    // The gate judges the environment as if its file pinned the
+                    // lower environment's version: the next promotion.
+                    let mut trial = snap.config.clone();
+                    if let Some(t) = trial.envs.get_mut(&env.name) {
+                        t.version = v.clone();
+                    }
+                    let change = Change {
+                        before: Some((&snap.config, &snap.policy)),
+                        after: (&trial, &snap.policy),
+                    };
+                    let mut evidence = GitEvidence::new(repo, snap.commit);
+                    admit::judge_env(change, &env.name, &mut evidence, now)
+                        .map_err(|e| e.to_string())
+                });
+                gate_view(
+                    &env.name,
+                    Some(lower),
+                    candidate.as_ref().map(ToString::to_string),
+                    decision,
+                )
+            }
+            (None, Some(lower)) => GateView {
+                lower: Some(lower.to_owned()),
+                version: None,
+                answer: GateAnswer::Unknown,
+                after: None,
+                message: "the repository has no HEAD commit to judge from".into(),
+            },
+        };
+        let clusters = cfg
+            .clusters(&env.name)
+            .iter()
+            .map(|c| {
+                let entry = latest.get(&(env.name.clone(), c.clone()));
+                ClusterView {
+                    name: c.clone(),
+                    report: entry.map(report_view),
+                    trust: entry.map_or(Trust::None, |e| e.trust),
+                    signer: entry.and_then(|e| e.signer.clone()),
+                }
+            })
+            .collect();
+        environments.push(EnvView {
+            name: env.name.clone(),
+            version: env.version.to_string(),
+            timezone: env.windows[0].timezone.name().to_owned(),
+            next_window,
+            gate,
+            clusters,
+        });
+    }
+    Ok(Fleet {
+        ok: true,
+        now,
+        status_branch: StatusBranch {
+            name: cfg.root.status_branch.clone(),
+            refname: branch.as_ref().map(|b| b.refname.clone()),
+            tip: branch.as_ref().map(|b| b.tip.to_string()),
+        },
+        environments,
+        warnings,
+    })
+}
+
+fn report_view(e: &Entry) -> ReportView {
+    ReportView {
+        version: e.report.version.to_string(),
+        state: e.report.state.as_str().to_owned(),
+        since: e.report.since,
+        nodes: e.report.nodes,
+        nodes_at_version: e.report.nodes_at_version,
+        message: e.report.message.clone(),
+        config_commit: e.report.config_commit.clone(),
+        status_commit: e.commit.to_string(),
+    }
+}
+
+/// The report signers of the config in force at HEAD (`None` when it names
+/// none, or they cannot be read: then nothing is verified, and a warning says
+/// why when it is the latter).
+fn report_signers(snap: Option<&admit::Snapshot>, warnings: &mut Vec<String>) -> Option<AllowedSigners> {
+    let text = snap?.policy.signers_text.as_ref()?;
+    match AllowedSigners::parse(text) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            warnings.push(format!("report signers: {e}; no report is verified"));
+            None
+        }
+    }
+}
+
+/// A window in UTC and in the environment's zone.
+pub fn window_view(
+    env: &EnvConfig,
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> WindowView {
+    let tz = env.windows[0].timezone;
+    let local = |t: DateTime<Utc>| {
+        t.with_timezone(&tz)
+            .to_rfc3339_opts(SecondsFormat::Secs, false)
+    };
+    WindowView {
+        start,
+        end,
+        start_local: local(start),
+        end_local: local(end),
+        zone: start.with_timezone(&tz).format("%Z").to_string(),
+        open: start <= now && now < end,
+    }
+}
+
+fn minutes(t: &DateTime<Utc>) -> String {
+    t.format("%Y-%m-%dT%H:%MZ").to_string()
+}
+
+/// The gate's verdict on promoting `version` from `lower` into `env`, in
+/// one word and one line. Pure: the decision is made by the caller.
+pub fn gate_view(
+    env: &str,
+    lower: Option<&str>,
+    version: Option<String>,
+    decision: Option<Result<Decision, String>>,
+) -> GateView {
+    let Some(lower) = lower else {
+        return GateView {
+            lower: None,
+            version: None,
+            answer: GateAnswer::NoGate,
+            after: None,
+            message: format!("{env} is the first environment of the chain: no gate"),
+        };
+    };
+    let v = version.clone().unwrap_or_else(|| "?".into());
+    let view = |answer, after, message| GateView {
+        lower: Some(lower.to_owned()),
+        version: version.clone(),
+        answer,
+        after,
+        message,
+    };
+    match decision {
+        None => view(
+            GateAnswer::Unknown,
+            None,
+            format!("{lower} has no readable version to promote"),
+        ),
+        Some(Err(e)) => view(GateAnswer::Unknown, None, format!("cannot judge: {e}")),
+        Some(Ok(Decision::Unchanged)) => view(
+            GateAnswer::Current,
+            None,
+            format!("{env} already pins {v}, {lower}'s version"),
+        ),
+        Some(Ok(Decision::Allowed(a))) => {
+            let soaked = match &a.basis {
+                gate::Basis::Confirmed { soaked_at, .. }
+                | gate::Basis::History { soaked_at, .. } => Some(*soaked_at),
+                gate::Basis::FirstInChain => None,
+            };
+            view(
+                GateAnswer::Allowed,
+                soaked,
+                format!("{env} may take {v} now (`drover promote {env}`)"),
+            )
+        }
+        Some(Ok(Decision::Refused(r))) => match &r.reason {
+            Reason::Soaking { passes_at, .. } | Reason::HistorySoaking { passes_at, .. } => view(
+                GateAnswer::Waiting,
+                Some(*passes_at),
+                format!("{env} may take {v} after {}", minutes(passes_at)),
+            ),
+            Reason::NotConfirmed { missing, .. } => view(
+                GateAnswer::Refused,
+                None,
+                format!(
+                    "{env} may not take {v} yet: not confirmed by {}",
+                    missing
+                        .iter()
+                        .map(|(c, _)| c.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ),
+            _ => view(GateAnswer::Refused, None, r.to_string()),
+        },
+    }
+}
+
+/// The timeline of the fleet: every report version, confirmation and
+/// promotion from the status branch and the config history, with the
+/// windows of each environment, over the span they cover (at most
+/// [`MAX_TIMELINE_SPAN_DAYS`] back from its end).
+pub fn timeline(
+    repo: &Repository,
+    cfg: &RepoConfig,
+    now: DateTime<Utc>,
+    only: Option<&str>,
+) -> Result<(Timeline, Vec<String>), Error> {
+    let envs = envs(cfg, only);
+    let mut warnings = Vec::new();
+    let mut entries = Vec::new();
+    let snap = match repo.head().and_then(|h| h.peel_to_commit()) {
+        Ok(h) => match admit::snapshot(repo, h.id(), now) {
+            Ok(Ok(s)) => Some(s),
+            Ok(Err(_)) | Err(_) => None,
+        },
+        Err(_) => None,
+    };
+    let signers = report_signers(snap.as_ref(), &mut warnings);
+    if let Some(b) = status::find_status_branch(repo, &cfg.root.status_branch)? {
+        let found = reports::walk(repo, cfg, &b, signers.as_ref(), None)?;
+        warnings.extend(found.warnings);
+        entries = found.entries;
+    }
+    entries.reverse(); // oldest first
+    let changes = match repo.head().and_then(|h| h.peel_to_commit()) {
+        Ok(head) => audit::version_history(repo, head.id(), &LogOptions::default())?,
+        Err(_) => Vec::new(),
+    };
+    let parse = |s: &str| {
+        DateTime::parse_from_rfc3339(s)
+            .map(|t| t.with_timezone(&Utc))
+            .ok()
+    };
+
+    // The span: from the first event shown to the end of the next window
+    // after now (so the page shows what comes next).
+    let mut first = now;
+    for e in &entries {
+        first = first.min(e.report.since);
+    }
+    for c in &changes {
+        if cfg.lower(&c.env).is_some() && c.previous.is_some() {
+            if let Some(t) = parse(&c.date) {
+                first = first.min(t);
+            }
+        }
+    }
+    let mut last = now;
+    for env in &envs {
+        if let Some(w) = Calendar::of(env)
+            .ok()
+            .and_then(|c| c.window_at_or_after(now))
+        {
+            last = last.max(w.end);
+        }
+    }
+    let to = last + Span::days(1);
+    let from = (first - Span::days(1)).max(to - Span::days(MAX_TIMELINE_SPAN_DAYS));
+
+    let mut out_envs = Vec::new();
+    for env in &envs {
+        let cal = Calendar::of(env);
+        let freezes = cal
+            .as_ref()
+            .map(|c| {
+                c.freezes()
+                    .iter()
+                    .filter(|f| f.end > from && f.start < to)
+                    .map(|f| Band {
+                        start: f.start,
+                        end: f.end,
+                        label: f.describe(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let windows = match &cal {
+            Ok(c) => c
+                .windows(from)
+                .take_while(|w| w.start < to)
+                .take(64)
+                .map(|w| {
+                    let v = window_view(env, w.start, w.end, now);
+                    Band {
+                        start: w.start,
+                        end: w.end,
+                        label: format!(
+                            "{} window {} – {} ({})",
+                            env.name, v.start_local, v.end_local, v.zone
+                        ),
+                    }
+                })
+                .collect(),
+            Err(e) => {
+                warnings.push(format!("environments/{}.toml: [window]: {e}", env.name));
+                Vec::new()
+            }
+        };
+        let rows = cfg
+            .clusters(&env.name)
+            .iter()
+            .map(|cluster| {
+                let mine: Vec<&Entry> = entries
+                    .iter()
+                    .filter(|e| e.report.env == env.name && e.report.cluster == *cluster)
+                    .collect();
+                row(cluster, &mine, from, to)
+            })
+            .collect();
+        out_envs.push(TimelineEnv {
+            name: env.name.clone(),
+            timezone: env.windows[0].timezone.name().to_owned(),
+            windows,
+            freezes,
+            rows,
+        });
+    }
+
+    let mut promotions = Vec::new();
+    for c in changes.iter().rev() {
+        // A file's first version is where the environment starts, not a promotion.
+        let (Some(lower), Some(at), Some(_)) = (cfg.lower(&c.env), parse(&c.date), &c.previous)
+        else {
+            continue;
+        };
+        if only.is_some_and(|o| o != c.env && o != lower) || at < from {
+            continue;
+        }
+        // The lower environment's latest confirmation of the version before
+        // the change: the evidence the gate read.
+        let from_at = entries
+            .iter()
+            .filter(|e| {
+                e.report.env == lower
+                    && e.report.state == status::RolloutState::Confirmed
+                    && e.report.version.to_string() == c.version
+                    && e.report.since <= at
+            })
+            .map(|e| e.report.since)
+            .max();
+        promotions.push(Promotion {
+            from_env: lower.to_owned(),
+            from_at,
+            to_env: c.env.clone(),
+            at,
+            version: c.version.clone(),
+            previous: c.previous.clone(),
+            commit: c.commit.clone(),
+            author: c.author.clone(),
+            signer: c.signer.clone(),
+            pr: c.pr,
+        });
+    }
+    Ok((
+        Timeline {
+            from,
+            to,
+            now,
+            envs: out_envs,
+            promotions,
+        },
+        warnings,
+    ))
+}
+
+/// One cluster's row from its reports (oldest first): a segment per report
+/// that reaches into `[from, to]`, and a mark per confirmation in it.
+pub fn row(
+    cluster: &str,
+    reports: &[&Entry],
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> TimelineRow {
+    let mut segments = Vec::new();
+    let mut confirmations = Vec::new();
+    let mut initial_version = None;
+    for (i, e) in reports.iter().enumerate() {
+        let start = e.report.since;
+        let end = reports
+            .get(i + 1)
+            .map_or(to, |n| n.report.since.max(start))
+            .min(to);
+        if end < from || start > to {
+            if start < from {
+                initial_version = Some(e.report.version.to_string());
+            }
+            continue;
+        }
+        segments.push(Segment {
+            start: start.max(from),
+            end,
+            version: e.report.version.to_string(),
+            state: e.report.state.as_str().to_owned(),
+            nodes_at_version: e.report.nodes_at_version,
+            nodes: e.report.nodes,
+            message: e.report.message.clone(),
+            status_commit: e.commit.to_string(),
+            trust: e.trust,
+            signer: e.signer.clone(),
+        });
+        if e.report.state == status::RolloutState::Confirmed {
+            confirmations.push(Mark {
+                at: start,
+                version: e.report.version.to_string(),
+                status_commit: e.commit.to_string(),
+                trust: e.trust,
+                signer: e.signer.clone(),
+            });
+        }
+    }
+    TimelineRow {
+        cluster: cluster.to_owned(),
+        initial_version,
+        segments,
+        confirmations,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::{Allowed, Basis, Refusal};
+    use semver::Version;
+
+    fn t(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    fn refused(reason: Reason) -> Option<Result<Decision, String>> {
+        Some(Ok(Decision::Refused(Refusal {
+            env: "production".into(),
+            version: Version::new(1, 13, 2),
+            reason,
+        })))
+    }
+
+    #[test]
+    fn gate_answers_in_one_word_and_one_line() {
+        let v = Some("1.13.2".to_owned());
+        let first = gate_view("test", None, None, None);
+        assert_eq!(first.answer, GateAnswer::NoGate);
+
+        let soaking = gate_view(
+            "production",
+            Some("stage"),
+            v.clone(),
+            refused(Reason::Soaking {
+                lower: "stage".into(),
+                confirmed: vec![("stage-1".into(), t("2026-12-20T02:40:00Z"))],
+                soak: std::time::Duration::from_secs(86400),
+                passes_at: t("2026-12-21T02:40:00Z"),
+            }),
+        );
+        assert_eq!(soaking.answer, GateAnswer::Waiting);
+        assert_eq!(soaking.after, Some(t("2026-12-21T02:40:00Z")));
+        assert_eq!(
+            soaking.message,
+            "production may take 1.13.2 after 2026-12-21T02:40Z"
+        );
+
+        let missing = gate_view(
+            "production",
+            Some("stage"),
+            v.clone(),
+            refused(Reason::NotConfirmed {
+                lower: "stage".into(),
+                branch: "drover/status".into(),
+                confirmed: vec![],
+                missing: vec![("stage-1".into(), None)],
+            }),
+        );
+        assert_eq!(missing.answer, GateAnswer::Refused);
+        assert!(missing.message.contains("not confirmed by stage-1"));
+
+        let down = gate_view(
+            "production",
+            Some("stage"),
+            v.clone(),
+            refused(Reason::Downgrade {
+                previous: Version::new(1, 14, 0),
+            }),
+        );
+        assert_eq!(down.answer, GateAnswer::Refused);
+        assert!(down.message.contains("allow_downgrade"), "{}", down.message);
+
+        let allowed = gate_view(
+            "production",
+            Some("stage"),
+            v.clone(),
+            Some(Ok(Decision::Allowed(Allowed {
+                env: "production".into(),
+                version: Version::new(1, 13, 2),
+                basis: Basis::Confirmed {
+                    lower: "stage".into(),
+                    confirmed: vec![],
+                    soaked_at: t("2026-12-21T02:40:00Z"),
+                },
+                downgrade: false,
+            }))),
+        );
+        assert_eq!(allowed.answer, GateAnswer::Allowed);
+        assert_eq!(allowed.after, Some(t("2026-12-21T02:40:00Z")));
+
+        let same = gate_view(
+            "production",
+            Some("stage"),
+            v.clone(),
+            Some(Ok(Decision::Unchanged)),
+        );
+        assert_eq!(same.answer, GateAnswer::Current);
+        let broken = gate_view(
+            "production",
+            Some("stage"),
+            v,
+            Some(Err("git: boom".into())),
+        );
+        assert_eq!(broken.answer, GateAnswer::Unknown);
+        assert!(broken.message.contains("boom"));
+    }
+}

@@ -1,0 +1,119 @@
+//! Status reports for the fleet view: the latest report of each cluster,
+//! and the history of every report for the timeline, read through the one
+//! status-branch reader with its signature check (docs/design.md §5).
+
+use crate::config::RepoConfig;
+use crate::status::{self, BranchRef, ReportSigners, StatusReport};
+use chrono::{DateTime, Utc};
+use git2::{Oid, Repository};
+use std::ops::ControlFlow;
+
+use super::model::Trust;
+
+/// Most report versions the timeline reads; older ones are left out and a warning says so.
+pub const MAX_HISTORY: usize = 100_000;
+
+/// Errors reading the status branch.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A git operation failed.
+    #[error("reading status branch {branch}: {source}")]
+    Git {
+        /// Branch being read.
+        branch: String,
+        /// The git error.
+        #[source]
+        source: git2::Error,
+    },
+    /// Finding the branch failed.
+    #[error(transparent)]
+    Status(#[from] status::Error),
+}
+
+/// One version of one cluster's report file.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// The report.
+    pub report: StatusReport,
+    /// The status commit that wrote this version of the file.
+    pub commit: Oid,
+    /// That commit's time.
+    pub committed: DateTime<Utc>,
+    /// Whether it counts as evidence.
+    pub trust: Trust,
+    /// Verified signer, if any.
+    pub signer: Option<String>,
+}
+
+/// What a walk of the status branch found.
+#[derive(Debug, Default)]
+pub struct Found {
+    /// Report versions, newest first.
+    pub entries: Vec<Entry>,
+    /// Reports skipped (oversized, not UTF-8, invalid, wrong path), one line each.
+    pub warnings: Vec<String>,
+}
+
+/// Walk the status branch's first parents from its tip, newest first, and
+/// collect each version of each report file once (at the commit that wrote
+/// it), through the one status-branch reader ([`status::walk_versions`]).
+/// `signers` are the report signers of the config in force (`None`: no
+/// `report_signers`, so nothing is verified). `want` limits the walk: it
+/// stops as soon as every cluster it names has been seen (`None`: the whole
+/// history, up to [`MAX_HISTORY`]).
+pub fn walk(
+    repo: &Repository,
+    cfg: &RepoConfig,
+    branch: &BranchRef,
+    signers: ReportSigners<'_>,
+    want: Option<&[(String, String)]>,
+) -> Result<Found, Error> {
+    let name = cfg.root.status_branch.clone();
+    let mut out = Found::default();
+    let mut missing: Option<Vec<(String, String)>> = want.map(<[_]>::to_vec);
+    status::walk_versions(repo, branch.tip, signers, |v| {
+        if v.deleted_at_tip {
+            return ControlFlow::Continue(());
+        }
+        if out.entries.len() >= MAX_HISTORY {
+            out.warnings.push(format!(
+                "status branch {name}: more than {MAX_HISTORY} report versions; older ones are not shown"
+            ));
+            return ControlFlow::Break(());
+        }
+        let path = status::report_path(&v.env, &v.cluster);
+        let report = match v.report {
+            Ok(r) => r,
+            Err(why) => {
+                out.warnings
+                    .push(format!("{path} in {:.10}: {why}; skipped", v.commit));
+                return ControlFlow::Continue(());
+            }
+        };
+        let (trust, signer) = match (signers, v.trust) {
+            (None, _) => (Trust::Unverified, None),
+            (Some(_), Ok(())) => (Trust::Trusted, Some(format!("{}/{}", v.env, v.cluster))),
+            (Some(_), Err(_)) => (Trust::Untrusted, None),
+        };
+        if let Some(m) = missing.as_mut() {
+            m.retain(|(e, c)| !(*e == v.env && *c == v.cluster));
+        }
+        out.entries.push(Entry {
+            report,
+            commit: v.commit,
+            committed: v.committed,
+            trust,
+            signer,
+        });
+        if missing.as_ref().is_some_and(Vec::is_empty) {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    })
+    .map_err(|source| Error::Git {
+        branch: name.clone(),
+        source,
+    })?;
+    Ok(out)
+}

@@ -1,0 +1,258 @@
+//! `drover status` as text: one block per environment, aligned columns,
+//! lines kept within 80 columns (long messages wrap; only a very long
+//! cluster name widens its table).
+
+use super::model::{EnvView, Fleet, WindowView};
+use chrono::{DateTime, Utc};
+use std::fmt::Write as _;
+
+/// Terminal width the text is laid out for.
+pub const WIDTH: usize = 80;
+
+fn utc_min(t: &DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M").to_string()
+}
+
+/// The local wall time of an RFC 3339 string with offset: (`Mon 2027-02-01`, `02:00`).
+fn local_parts(rfc3339: &str) -> (String, String) {
+    match DateTime::parse_from_rfc3339(rfc3339) {
+        Ok(t) => (
+            t.format("%a %Y-%m-%d").to_string(),
+            t.format("%H:%M").to_string(),
+        ),
+        Err(_) => (rfc3339.to_owned(), String::new()),
+    }
+}
+
+/// A window in the environment's zone and in UTC, e.g.
+/// (`Tue 2026-12-08 02:00–08:00 CET`, `(2026-12-08 01:00–07:00 UTC)`).
+pub fn window_parts(w: &WindowView) -> (String, String) {
+    let (sd, st) = local_parts(&w.start_local);
+    let (ed, et) = local_parts(&w.end_local);
+    let local_end = if ed == sd { et } else { format!("{ed} {et}") };
+    let utc = if w.start.date_naive() == w.end.date_naive() {
+        format!("{}–{} UTC", utc_min(&w.start), w.end.format("%H:%M"))
+    } else {
+        format!("{} – {} UTC", utc_min(&w.start), utc_min(&w.end))
+    };
+    (
+        format!("{sd} {st}–{local_end} {}", w.zone),
+        format!("({utc})"),
+    )
+}
+
+/// A window in the environment's zone beside UTC, on one line.
+pub fn window_line(w: &WindowView) -> String {
+    let (local, utc) = window_parts(w);
+    format!("{local} {utc}")
+}
+
+/// Wrap `text` to [`WIDTH`]: the first line starts with `first`, the
+/// others with as many spaces.
+fn wrap(out: &mut String, first: &str, text: &str) {
+    let indent = " ".repeat(first.chars().count());
+    let mut line = String::from(first);
+    let mut empty = true;
+    for word in text.split_whitespace() {
+        if !empty && line.chars().count() + 1 + word.chars().count() > WIDTH {
+            let _ = writeln!(out, "{line}");
+            line.clone_from(&indent);
+            empty = true;
+        }
+        if !empty {
+            line.push(' ');
+        }
+        line.push_str(word);
+        empty = false;
+    }
+    if !empty {
+        let _ = writeln!(out, "{line}");
+    }
+}
+
+/// One environment's block.
+pub fn env_block(out: &mut String, e: &EnvView) {
+    let _ = writeln!(out, "{} · pins {} · {}", e.name, e.version, e.timezone);
+    match &e.next_window {
+        Some(w) => {
+            let label = if w.open { "open window" } else { "next window" };
+            let (local, utc) = window_parts(w);
+            let line = format!("  {label}  {local} {utc}");
+            if line.chars().count() <= WIDTH {
+                let _ = writeln!(out, "{line}");
+            } else {
+                // A window crossing midnight UTC names both dates: UTC goes below.
+                let _ = writeln!(out, "  {label}  {local}\n               {utc}");
+            }
+        }
+        None => {
+            let _ = writeln!(out, "  next window  (none: see warnings)");
+        }
+    }
+    wrap(out, "  gate         ", &e.gate.message);
+    let w = e
+        .clusters
+        .iter()
+        .map(|c| c.name.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max("CLUSTER".len());
+    let n = e
+        .clusters
+        .iter()
+        .filter_map(|c| c.report.as_ref())
+        .map(|r| format!("{}/{}", r.nodes_at_version, r.nodes).len())
+        .max()
+        .unwrap_or(0)
+        .max("NODES".len());
+    let _ = writeln!(
+        out,
+        "  {:<w$}  {:<9} {:<10} {:<17} {:<n$}  REPORT",
+        "CLUSTER", "VERSION", "STATE", "SINCE (UTC)", "NODES"
+    );
+    if e.clusters.is_empty() {
+        let _ = writeln!(
+            out,
+            "  (no clusters listed under [clusters] in drover.toml)"
+        );
+    }
+    for c in &e.clusters {
+        match &c.report {
+            Some(r) => {
+                let _ = writeln!(
+                    out,
+                    "  {:<w$}  {:<9} {:<10} {:<17} {:<n$}  {}",
+                    c.name,
+                    r.version,
+                    r.state,
+                    utc_min(&r.since),
+                    format!("{}/{}", r.nodes_at_version, r.nodes),
+                    // The signer's principal is `<env>/<cluster>` by
+                    // definition, so the text shows only the verdict (JSON
+                    // carries the principal).
+                    c.trust.as_str()
+                );
+                if !r.message.is_empty() {
+                    wrap(out, "      ↳ ", &r.message);
+                }
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "  {:<w$}  {:<9} {:<10} {:<17} {:<n$}  -",
+                    c.name, "-", "no report", "-", "-"
+                );
+            }
+        }
+    }
+}
+
+/// The whole fleet as text.
+pub fn render(f: &Fleet) -> String {
+    let mut out = String::new();
+    let branch = match (&f.status_branch.refname, &f.status_branch.tip) {
+        (Some(r), Some(t)) => format!(
+            "{} at {:.10}",
+            r.strip_prefix("refs/heads/").unwrap_or(r),
+            t
+        ),
+        _ => format!("{} (not found: no reports yet)", f.status_branch.name),
+    };
+    let _ = writeln!(
+        out,
+        "drover status at {}Z",
+        utc_min(&f.now).replace(' ', "T")
+    );
+    let _ = writeln!(out, "status branch {branch}");
+    for e in &f.environments {
+        let _ = writeln!(out);
+        env_block(&mut out, e);
+    }
+    if !f.warnings.is_empty() {
+        let _ = writeln!(out, "\nwarnings:");
+        for w in &f.warnings {
+            wrap(&mut out, "  - ", w);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::model::*;
+
+    fn t(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    fn fleet(message: &str, open: bool) -> Fleet {
+        Fleet {
+            ok: true,
+            now: t("2026-12-08T03:00:00Z"),
+            status_branch: StatusBranch {
+                name: "drover/status".into(),
+                refname: Some("refs/heads/drover/status".into()),
+                tip: Some("a".repeat(40)),
+            },
+            environments: vec![EnvView {
+                name: "production".into(),
+                version: "1.13.2".into(),
+                timezone: "America/New_York".into(),
+                next_window: Some(WindowView {
+                    start: t("2026-12-20T07:00:00Z"),
+                    end: t("2026-12-21T01:00:00Z"),
+                    start_local: "2026-12-20T02:00:00-05:00".into(),
+                    end_local: "2026-12-20T20:00:00-05:00".into(),
+                    zone: "EST".into(),
+                    open,
+                }),
+                gate: GateView {
+                    lower: Some("stage".into()),
+                    version: Some("1.13.2".into()),
+                    answer: GateAnswer::Refused,
+                    after: None,
+                    message: "production may not take 1.13.2: stage lists no clusters under [clusters] in drover.toml, so nothing can confirm 1.13.2 there".into(),
+                },
+                clusters: vec![ClusterView {
+                    name: "prod-eu-1".into(),
+                    report: Some(ReportView {
+                        version: "1.13.2".into(),
+                        state: "blocked".into(),
+                        since: t("2026-12-20T08:00:00Z"),
+                        nodes: 120,
+                        nodes_at_version: 37,
+                        message: message.into(),
+                        config_commit: "b".repeat(40),
+                        status_commit: "c".repeat(40),
+                    }),
+                    trust: Trust::Trusted,
+                    signer: Some("production/prod-eu-1".into()),
+                }],
+            }],
+            warnings: vec![format!("status/production/prod-eu-1.toml in cccccccccc: {}", "long ".repeat(30))],
+        }
+    }
+
+    #[test]
+    fn fits_80_columns_with_long_messages() {
+        let msg = "drain of node ip-10-0-3-17.eu-west-1.compute.internal timed out after 20m: PodDisruptionBudget payments/payments-api allows 0 disruptions (3 of 3 pods required)";
+        let text = render(&fleet(msg, false));
+        for l in text.lines() {
+            assert!(l.chars().count() <= WIDTH, "{l:?}");
+        }
+        // Wrapped, not cut: every word of the message is there.
+        let joined: Vec<&str> = text.split_whitespace().collect();
+        for w in msg.split_whitespace() {
+            assert!(joined.contains(&w), "{w} missing from\n{text}");
+        }
+        assert!(
+            text.contains(
+                "  next window  Sun 2026-12-20 02:00–20:00 EST\n               (2026-12-20 07:00 – 2026-12-21 01:00 UTC)"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("37/120  trusted"), "{text}");
+        assert!(render(&fleet("", true)).contains("  open window  "));
+    }
+}
