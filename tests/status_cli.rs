@@ -50,8 +50,31 @@ fn example_repo() -> tempfile::TempDir {
     dir
 }
 
-/// Commit `content` at `path` on the status branch.
+/// Commit `content` at `path` on the status branch, unsigned.
 fn put(dir: &Path, path: &str, content: &[u8]) {
+    put_as(dir, path, content, None);
+}
+
+/// An SSH key made by `ssh-keygen` in `dir` for `principal`; its allowed-signers line.
+fn keygen(dir: &Path, principal: &str) -> (std::path::PathBuf, String) {
+    let key = dir.join(principal.replace('/', "-"));
+    let st = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", principal, "-f"])
+        .arg(&key)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+    let public: Vec<&str> = public.split_whitespace().take(2).collect();
+    (
+        key,
+        format!("{principal} namespaces=\"git\" {}\n", public.join(" ")),
+    )
+}
+
+/// Commit `content` at `path` on the status branch, signed with `key` when
+/// given (by `git commit-tree -S`, as an agent's signed report is).
+fn put_as(dir: &Path, path: &str, content: &[u8], key: Option<&Path>) {
     let repo = git2::Repository::open(dir).unwrap();
     let parent = repo
         .find_reference("refs/heads/drover/status")
@@ -79,6 +102,26 @@ fn put(dir: &Path, path: &str, content: &[u8]) {
         })
         .unwrap();
     let tree = repo.find_tree(index.write_tree_to(&repo).unwrap()).unwrap();
+    if let Some(key) = key {
+        let mut args = vec![
+            "-c".to_string(),
+            "gpg.format=ssh".into(),
+            "-c".into(),
+            format!("user.signingkey={}", key.display()),
+            "commit-tree".into(),
+            tree.id().to_string(),
+            "-S".into(),
+            "-m".into(),
+            "status".into(),
+        ];
+        if let Some(p) = &parent {
+            args.extend(["-p".into(), p.id().to_string()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let id = git(dir, &args);
+        git(dir, &["update-ref", "refs/heads/drover/status", id.trim()]);
+        return;
+    }
     let sig = git2::Signature::now("agent", "agent@example.com").unwrap();
     let parents: Vec<&git2::Commit> = parent.iter().collect();
     repo.commit(
@@ -207,6 +250,14 @@ fn example_repository_text_and_json() {
 #[test]
 fn gate_answers_follow_confirmations_and_soak() {
     let dir = example_repo();
+    // test-1's report key, listed in the report signers in a change of its own.
+    let keys = tempfile::tempdir().unwrap();
+    let (key, line) = keygen(keys.path(), "test/test-1");
+    let signers = dir.path().join("agents.allowed_signers");
+    let mut text = std::fs::read_to_string(&signers).unwrap();
+    text.push_str(&line);
+    std::fs::write(&signers, text).unwrap();
+    git(dir.path(), &["commit", "-qam", "List test-1's report key"]);
     let f = dir.path().join("environments/test.toml");
     let text = std::fs::read_to_string(&f)
         .unwrap()
@@ -225,8 +276,21 @@ fn gate_answers_follow_confirmations_and_soak() {
             .contains("not confirmed by test-1"),
         "{gate}"
     );
-    // Confirmed at 02:40: stage may take it once the 24h soak has passed.
-    put(
+    // An unsigned confirmation is named untrusted and moves nothing.
+    let confirmed = report(
+        "test",
+        "test-1",
+        "1.13.2",
+        "confirmed",
+        "2026-12-01T02:40:00Z",
+        "",
+    );
+    put(dir.path(), "status/test/test-1.toml", confirmed.as_bytes());
+    let v = json(dir.path(), &["status", "--now", "2026-12-01T12:00:00Z"]);
+    assert_eq!(env(&v, "stage")["gate"]["answer"], "refused");
+    assert_eq!(env(&v, "test")["clusters"][0]["trust"], "untrusted");
+    // Signed by test-1's own key at 02:40: stage may take it once the 24h soak has passed.
+    put_as(
         dir.path(),
         "status/test/test-1.toml",
         report(
@@ -234,25 +298,26 @@ fn gate_answers_follow_confirmations_and_soak() {
             "test-1",
             "1.13.2",
             "confirmed",
-            "2026-12-01T02:40:00Z",
+            "2026-12-01T02:41:00Z",
             "",
         )
         .as_bytes(),
+        Some(&key),
     );
     let v = json(dir.path(), &["status", "--now", "2026-12-01T12:00:00Z"]);
     let gate = &env(&v, "stage")["gate"];
     assert_eq!(gate["answer"], "waiting", "{gate}");
-    assert_eq!(gate["after"], "2026-12-02T02:40:00Z");
+    assert_eq!(gate["after"], "2026-12-02T02:41:00Z");
     assert_eq!(
         gate["message"],
-        "stage may take 1.13.2 after 2026-12-02T02:40Z"
+        "stage may take 1.13.2 after 2026-12-02T02:41Z"
     );
     let test1 = &env(&v, "test")["clusters"][0];
     assert_eq!(test1["report"]["state"], "confirmed");
     assert_eq!(test1["report"]["nodes_at_version"], 5);
-    assert_eq!(test1["trust"], "unverified");
+    assert_eq!(test1["trust"], "trusted");
     assert_eq!(test1["report"]["status_commit"].as_str().unwrap().len(), 40);
-    let v = json(dir.path(), &["status", "--now", "2026-12-02T02:40:00Z"]);
+    let v = json(dir.path(), &["status", "--now", "2026-12-02T02:41:00Z"]);
     assert_eq!(env(&v, "stage")["gate"]["answer"], "allowed");
     // production's answer is about stage's pin, which stage already runs.
     assert_eq!(env(&v, "production")["gate"]["answer"], "current");
@@ -340,7 +405,7 @@ fn hostile_reports_are_named_and_skipped() {
     has("status/stage/stage-1.toml", "does not match its path");
     has(
         "status/production/prod-us-1.toml",
-        "larger than the 65536-byte limit",
+        "larger than the 64 KiB a report may have",
     );
     has(
         "status/production/prod-eu-1.toml",
@@ -437,7 +502,8 @@ fn demo_repository_text_and_json() {
     );
     let stage = env(&v, "stage");
     assert_eq!(stage["gate"]["answer"], "waiting");
-    assert_eq!(stage["gate"]["after"], "2027-01-02T02:40:00Z");
+    // The New Year freeze holds test's 1 January window until 06:00.
+    assert_eq!(stage["gate"]["after"], "2027-01-02T06:40:00Z");
     assert_eq!(stage["next_window"]["start"], "2027-01-08T01:00:00Z");
     assert_eq!(env(&v, "production")["gate"]["answer"], "current");
     // The demo's own JSON carries the same view at its end.
@@ -450,16 +516,16 @@ fn demo_repository_text_and_json() {
     assert_eq!(code, 0, "{err}");
     assert_fits_80(&text);
     assert!(
-        text.contains("gate         stage may take 1.13.3 after 2027-01-02T02:40Z"),
+        text.contains("gate         stage may take 1.13.3 after 2027-01-02T06:40Z"),
         "{text}"
     );
     assert!(
         text.lines().any(|l| l.starts_with("  test-1 ")
             && l.contains("1.13.3")
             && l.contains("confirmed")
-            && l.contains("2027-01-01 02:40")
+            && l.contains("2027-01-01 06:40")
             && l.contains("5/5")
-            && l.contains("unverified")),
+            && l.contains("trusted")),
         "{text}"
     );
 }

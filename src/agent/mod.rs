@@ -1132,7 +1132,15 @@ impl<B: ClusterBackend> Acting<B> {
             let seen = s.seen();
             let first_seen = |oid| seen.first_seen(oid).unwrap_or(now.timestamp());
             let admitted = if adopt {
-                crate::admit::admit_adoption(repo, head, &env_name, mode, &signers, &first_seen, now)
+                crate::admit::admit_adoption(
+                    repo,
+                    head,
+                    &env_name,
+                    mode,
+                    &signers,
+                    &first_seen,
+                    now,
+                )
             } else {
                 crate::admit::admit_head(
                     repo,

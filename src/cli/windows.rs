@@ -64,7 +64,10 @@ pub fn periods(
     count: usize,
 ) -> Result<Vec<Period>, window::Error> {
     let cal = Calendar::of(env)?;
-    Ok(cal.periods(from).take(count.min(MAX_COUNT as usize)).collect())
+    Ok(cal
+        .periods(from)
+        .take(count.min(MAX_COUNT as usize))
+        .collect())
 }
 
 /// Run `drover windows`.

@@ -3,9 +3,9 @@
 
 use super::model::*;
 use super::reports::{self, Entry};
+use crate::admit::{self, Change, GitEvidence};
 use crate::audit::{self, LogOptions};
 use crate::config::{EnvConfig, RepoConfig};
-use crate::admit::{self, Change, GitEvidence};
 use crate::gate::{self, Decision, Reason};
 use crate::status;
 use crate::trust::AllowedSigners;
@@ -57,10 +57,12 @@ pub fn gather(
     let branch = status::find_status_branch(repo, &cfg.root.status_branch)?;
     let mut warnings = Vec::new();
     let head = repo.head().and_then(|h| h.peel_to_commit()).ok();
-    let snap = head.as_ref().and_then(|h| match admit::snapshot(repo, h.id(), now) {
-        Ok(Ok(s)) => Some(s),
-        Ok(Err(_)) | Err(_) => None,
-    });
+    let snap = head
+        .as_ref()
+        .and_then(|h| match admit::snapshot(repo, h.id(), now) {
+            Ok(Ok(s)) => Some(s),
+            Ok(Err(_)) | Err(_) => None,
+        });
     let signers = report_signers(snap.as_ref(), &mut warnings);
     let mut latest: BTreeMap<(String, String), Entry> = BTreeMap::new();
     if let Some(b) = &branch {
@@ -175,7 +177,10 @@ fn report_view(e: &Entry) -> ReportView {
 /// The report signers of the config in force at HEAD (`None` when it names
 /// none, or they cannot be read: then nothing is verified, and a warning says
 /// why when it is the latter).
-fn report_signers(snap: Option<&admit::Snapshot>, warnings: &mut Vec<String>) -> Option<AllowedSigners> {
+fn report_signers(
+    snap: Option<&admit::Snapshot>,
+    warnings: &mut Vec<String>,
+) -> Option<AllowedSigners> {
     let text = snap?.policy.signers_text.as_ref()?;
     match AllowedSigners::parse(text) {
         Ok(s) => Some(s),

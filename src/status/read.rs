@@ -28,9 +28,9 @@ use crate::trust::{self, AllowedSigners};
 use chrono::{DateTime, TimeZone, Utc};
 use git2::{Commit, ObjectType, Oid, Repository};
 use semver::Version;
-use std::ops::ControlFlow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
+use std::ops::ControlFlow;
 
 /// Largest status report file that is read (docs/design.md §5).
 pub const MAX_REPORT_BYTES: usize = 64 * 1024;
