@@ -1,4 +1,4 @@
-//! The seed's story end to end (`drover demo`): a company with test, stage
+//! The story of docs/design.md §0 end to end (`drover demo`): a company with test, stage
 //! and production, each upgrading in its own monthly window, and never to a
 //! version the environment below has not confirmed.
 //!

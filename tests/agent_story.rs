@@ -1,5 +1,5 @@
 //! The agent end to end against a real kube-apiserver, simulated kubelet
-//! nodes and a real git server (`git daemon` on loopback): the seed's story
+//! nodes and a real git server (`git daemon` on loopback): the story of docs/design.md §0
 //! across three environments, a change pushed past review, and two replicas
 //! of which the acting one is killed mid-rollout.
 

@@ -1,4 +1,4 @@
-//! The JSON document of `drover check --format json` (DESIGN §7).
+//! The JSON document of `drover check --format json` (docs/design.md §7).
 
 use std::path::Path;
 use std::process::Command;

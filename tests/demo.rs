@@ -1,4 +1,4 @@
-//! `drover demo` tells the seed's story and every invariant holds.
+//! `drover demo` tells the story of docs/design.md §0 and every invariant holds.
 
 use serde_json::Value;
 use std::process::Command;

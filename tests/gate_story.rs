@@ -1,4 +1,4 @@
-//! The seed's story (seed/controlled-upgrade-paths.txt) as gate tests against
+//! The story of docs/design.md §0 as gate tests against
 //! real git repositories: config commits on `main`, agent reports on the
 //! status branch, each at a chosen time, judged at explicit times.
 

@@ -1,4 +1,4 @@
-//! Trust (DESIGN §6) through `drover verify` and through the source/trust API.
+//! Trust (docs/design.md §6) through `drover verify` and through the source/trust API.
 
 #[path = "support/git_servers.rs"]
 mod git_servers;

@@ -1,4 +1,4 @@
-//! Property tests of DESIGN §8's invariants: random clusters, configs,
+//! Property tests of docs/design.md §8's invariants: random clusters, configs,
 //! failures, PDBs, and engine crashes at arbitrary points (the engine has no
 //! memory, so a restart is a new engine; a crash mid-step applies only a
 //! prefix of the step's actions, possibly half of the last one).

@@ -1,4 +1,4 @@
-//! The command line (DESIGN §7). Each command lives in its own file with its
+//! The command line (docs/design.md §7). Each command lives in its own file with its
 //! arguments and its `run`; this file owns the shared flags, output format
 //! and exit codes: 0 success, 1 input rejected, 2 could not run.
 

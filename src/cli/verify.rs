@@ -1,4 +1,4 @@
-//! `drover verify`: the trust check of DESIGN §6 on the repository as it stands.
+//! `drover verify`: the trust check of docs/design.md §6 on the repository as it stands.
 //!
 //! Without `--since`, `--mode all` checks every commit reachable from HEAD
 //! (the whole history must be signed); with it, the commits after `--since`,

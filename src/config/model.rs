@@ -96,7 +96,7 @@ pub struct Revoked {
     pub reason: String,
 }
 
-/// Kind of evidence the promotion gate requires (DESIGN §4).
+/// Kind of evidence the promotion gate requires (docs/design.md §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Evidence {
     /// Confirmations written by agents on the status branch.

@@ -5,7 +5,7 @@
 //! itself. The admission path (`crate::admit`) gathers the evidence by the
 //! policy in force and calls it; [`lower_history`] reads history evidence.
 //!
-//! Choices where DESIGN is silent:
+//! Choices where docs/design.md is silent:
 //! - A downgrade needs `allow_downgrade = true` set by the change that
 //!   lowers the version (the caller passes whether it did).
 //!   The gate still applies to a downgrade: the older version needs the same

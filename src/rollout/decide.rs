@@ -2,7 +2,7 @@
 //! in, the next actions and the environment's state out. No I/O, no clock:
 //! the same inputs always give the same decision.
 //!
-//! Choices where DESIGN.md is silent:
+//! Choices where docs/design.md is silent:
 //! - Budget: a node counts against `max_unavailable` when drover has it in
 //!   flight (draining/upgrading) *or* it is NotReady for any reason: drover
 //!   takes no more capacity down while the cluster is already degraded. A

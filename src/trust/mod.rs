@@ -1,4 +1,4 @@
-//! Trust (DESIGN §6): SSH commit signatures against an allowed-signers file, and ancestry checks.
+//! Trust (docs/design.md §6): SSH commit signatures against an allowed-signers file, and ancestry checks.
 //!
 //! Signatures are checked in pure Rust (sshsig format, namespace `git`), so
 //! the agent image needs no `ssh-keygen`. The signed data is the commit
@@ -371,7 +371,7 @@ pub struct Checked {
     pub head_signer: Option<Verified>,
 }
 
-/// The trust check of DESIGN §6 for moving from `last` (the last applied,
+/// The trust check of docs/design.md §6 for moving from `last` (the last applied,
 /// trusted commit; `None` on first start) to `head`.
 ///
 /// In `head` and `all` modes `head` must equal or descend from `last`. In
