@@ -13,6 +13,7 @@ pub mod demo;
 pub mod diag;
 pub mod example;
 pub mod gate;
+pub mod health;
 pub mod kubernetes;
 pub mod promote;
 pub mod rollout;

@@ -408,6 +408,7 @@ fn repo_config(evidence: drover::config::Evidence, stage: &str) -> drover::confi
         nodes: NodesSpec {
             version_regex: regex::Regex::new(r"(\d+\.\d+\.\d+)").expect("regex"),
         },
+        health: Default::default(),
     };
     RepoConfig {
         root: RootConfig {

@@ -4,11 +4,13 @@
 //! and column (see [`crate::diag`]).
 
 mod files;
+mod health;
 mod model;
 mod parse;
 mod selector;
 
 pub use files::{DirFiles, Files, GitTreeFiles};
+pub use health::{HealthSpec, OnUnreachable, PrometheusCheck};
 pub use model::*;
 pub use parse::{load, load_at, parse_env, parse_root};
 pub use selector::{LabelSelector, Requirement, SelectorError};

@@ -40,6 +40,7 @@ const ENV_KEYS: &[(&str, &[&str])] = &[
             "promotion",
             "driver",
             "nodes",
+            "health",
         ],
     ),
     ("window", &["schedule", "duration", "timezone"]),
@@ -554,6 +555,8 @@ fn env_inner(
             }),
     };
 
+    let health = super::health::parse_health(file, text, doc, &mut cx.diags);
+
     match (version, version_regex) {
         (Some(version), Some(version_regex)) if cx.diags.is_empty() => Ok(EnvConfig {
             name: name.to_owned(),
@@ -570,6 +573,7 @@ fn env_inner(
             promotion: PromotionSpec { soak },
             driver,
             nodes: NodesSpec { version_regex },
+            health,
         }),
         _ if cx.diags.is_empty() => Err(vec![Diagnostic::file(file, "invalid environment file")]),
         _ => Err(cx.diags),
@@ -681,7 +685,7 @@ fn quoted_list<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
         .join(", ")
 }
 
-fn a_type(v: &DeValue<'_>) -> &'static str {
+pub(crate) fn a_type(v: &DeValue<'_>) -> &'static str {
     match v {
         DeValue::String(_) => "a string",
         DeValue::Integer(_) => "an integer",
