@@ -446,3 +446,77 @@ fn is_condition_type(s: &str) -> bool {
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '/'))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_env;
+
+    fn env(body: &str) -> Result<HealthSpec, Vec<String>> {
+        let text = format!("version = \"1.0.0\"\n{body}");
+        parse_env("environments/stage.toml", "stage", &text)
+            .map(|e| e.health)
+            .map_err(|d| d.iter().map(|d| d.to_string().replacen(" error: ", " ", 1)).collect())
+    }
+
+    #[test]
+    fn defaults_when_absent() {
+        let h = env("").unwrap();
+        assert_eq!(h, HealthSpec::default());
+        assert_eq!(h.settle, Duration::from_secs(1800));
+        assert_eq!(h.pod_ready_timeout, Duration::from_secs(600));
+        assert_eq!(h.node_conditions.len(), 4);
+    }
+
+    #[test]
+    fn every_key_parses() {
+        let h = env(
+            "[health]\nsettle = \"0s\"\npod_ready_timeout = \"2m\"\nnode_conditions = [\"example.com/KernelDeadlock\"]\n\
+             [[health.prometheus]]\nurl = \"http://prom.monitoring:9090/\"\nquery = 'up == 0'\n\
+             [[health.prometheus]]\nurl = \"https://thanos:443/prefix\"\nquery = 'ALERTS'\ntimeout = \"30s\"\non_unreachable = \"ignore\"\n",
+        )
+        .unwrap();
+        assert_eq!(h.settle, Duration::ZERO);
+        assert_eq!(h.pod_ready_timeout, Duration::from_secs(120));
+        assert_eq!(h.node_conditions, vec!["example.com/KernelDeadlock".to_string()]);
+        assert_eq!(h.prometheus[0].url, "http://prom.monitoring:9090");
+        assert_eq!(h.prometheus[0].timeout, DEFAULT_QUERY_TIMEOUT);
+        assert_eq!(h.prometheus[0].on_unreachable, OnUnreachable::Hold);
+        assert_eq!(h.prometheus[1].url, "https://thanos:443/prefix");
+        assert_eq!(h.prometheus[1].on_unreachable, OnUnreachable::Ignore);
+    }
+
+    #[test]
+    fn errors_name_file_line_column_and_what_is_valid() {
+        let errs = env(
+            "[health]\nsetle = \"5m\"\npod_ready_timeout = \"0s\"\nnode_conditions = [\"Ready\", \"Mem Pressure\"]\n\
+             [[health.prometheus]]\nurl = \"ftp://x\"\n\
+             [[health.prometheus]]\nurl = \"http://p:9090?x=1\"\nquery = 'up'\ntimeout = \"10m\"\non_unreachable = \"hld\"\n",
+        )
+        .unwrap_err();
+        let want = [
+            "environments/stage.toml:3:1: unknown key `setle` in [health]; did you mean `settle`?",
+            "environments/stage.toml:4:21: `pod_ready_timeout` must be longer than zero",
+            "environments/stage.toml:5:20: `node_conditions` cannot list \"Ready\"",
+            "environments/stage.toml:5:29: `node_conditions` entry \"Mem Pressure\" is not a condition type",
+            "environments/stage.toml:7:7: `url` \"ftp://x\": must start with http:// or https://",
+            "environments/stage.toml:6:1: [[health.prometheus]] is missing `query`",
+            "environments/stage.toml:9:7: `url` \"http://p:9090?x=1\": must not carry a query string",
+            "environments/stage.toml:11:11: `timeout` 10m is longer than the 2m allowed",
+            "environments/stage.toml:12:18: `on_unreachable` must be \"hold\" or \"ignore\"; found \"hld\"; did you mean \"hold\"?",
+        ];
+        for w in want {
+            assert!(errs.iter().any(|e| e.starts_with(w)), "missing {w:?} in {errs:#?}");
+        }
+        assert_eq!(errs.len(), want.len(), "{errs:#?}");
+    }
+
+    #[test]
+    fn wrong_types_are_named() {
+        let errs = env("health = 3\n").unwrap_err();
+        assert!(errs[0].contains("`health` must be a table"), "{errs:?}");
+        let errs = env("[health]\nsettle = 30\nprometheus = \"x\"\n").unwrap_err();
+        assert!(errs.iter().any(|e| e.contains("`settle` must be a duration string")), "{errs:?}");
+        assert!(errs.iter().any(|e| e.contains("`prometheus` must be an array of tables")), "{errs:?}");
+    }
+}

@@ -290,3 +290,170 @@ pub fn judge(obs: &Observation<'_>) -> Verdict {
 fn to_chrono(d: Duration) -> chrono::Duration {
     chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn t(min: i64) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 12, 1, 4, 0, 0).unwrap() + chrono::Duration::minutes(min)
+    }
+
+    fn pod(name: &str, ready: bool) -> PodHealth {
+        PodHealth {
+            name: format!("apps/{name}"),
+            since: t(0),
+            ready,
+            restarts_at_start: 0,
+            restarts: 0,
+            waiting_reason: None,
+        }
+    }
+
+    fn node(name: &str, pods: Vec<PodHealth>) -> NodeHealth {
+        NodeHealth {
+            name: name.into(),
+            conditions: vec![
+                ("Ready".into(), "True".into()),
+                ("MemoryPressure".into(), "False".into()),
+            ],
+            pods,
+        }
+    }
+
+    fn judge_at(spec: &HealthSpec, nodes: &[NodeHealth], queries: &[QueryResult<'_>], now: i64) -> Verdict {
+        judge(&Observation {
+            spec,
+            watch_until: node_watch_until(spec, t(0)),
+            nodes,
+            queries,
+            now: t(now),
+        })
+    }
+
+    #[test]
+    fn all_healthy_watches_until_the_timeout_then_passes() {
+        let spec = HealthSpec::default(); // pod_ready_timeout 10m
+        let nodes = [node("n1", vec![pod("web", true), pod("db", true)])];
+        assert_eq!(judge_at(&spec, &nodes, &[], 3), Verdict::Watching { until: t(10) });
+        assert_eq!(judge_at(&spec, &nodes, &[], 10), Verdict::Healthy);
+    }
+
+    #[test]
+    fn a_crash_loop_fails_at_once_naming_node_pod_and_restarts() {
+        let spec = HealthSpec::default();
+        let mut p = pod("web", false);
+        p.restarts_at_start = 1;
+        p.restarts = 4;
+        p.waiting_reason = Some(CRASHLOOP_REASON.into());
+        let nodes = [node("n1", vec![pod("db", true), p])];
+        let v = judge_at(&spec, &nodes, &[], 1);
+        let Verdict::Unhealthy(f) = v else { panic!("{v:?}") };
+        assert_eq!(
+            f.to_string(),
+            "node n1: pod apps/web is crash-looping (3 restarts since the node returned, waiting: CrashLoopBackOff)"
+        );
+    }
+
+    #[test]
+    fn growing_restarts_alone_are_a_crash_loop_but_one_restart_is_tolerated() {
+        let spec = HealthSpec::default();
+        let mut p = pod("web", true);
+        p.restarts = 1;
+        let nodes = [node("n1", vec![p.clone()])];
+        assert_eq!(judge_at(&spec, &nodes, &[], 2), Verdict::Watching { until: t(10) });
+        p.restarts = 2;
+        let nodes = [node("n1", vec![p])];
+        assert!(matches!(
+            judge_at(&spec, &nodes, &[], 2),
+            Verdict::Unhealthy(Failure::CrashLoop { restarts: 2, .. })
+        ));
+    }
+
+    #[test]
+    fn a_listed_condition_fails_naming_it_and_an_unlisted_one_does_not() {
+        let mut spec = HealthSpec::default();
+        let mut n = node("n1", vec![pod("web", true)]);
+        n.conditions[1].1 = "True".into();
+        let v = judge_at(&spec, std::slice::from_ref(&n), &[], 1);
+        let Verdict::Unhealthy(f) = v else { panic!("{v:?}") };
+        assert_eq!(f.to_string(), "node n1: condition MemoryPressure is True");
+        spec.node_conditions = vec!["DiskPressure".into()];
+        assert_eq!(judge_at(&spec, &[n], &[], 11), Verdict::Healthy);
+    }
+
+    #[test]
+    fn a_pod_never_ready_fails_at_its_deadline_naming_its_reason() {
+        let spec = HealthSpec::default();
+        let mut p = pod("web", false);
+        p.waiting_reason = Some("ImagePullBackOff".into());
+        let nodes = [node("n1", vec![p])];
+        assert_eq!(judge_at(&spec, &nodes, &[], 9), Verdict::Watching { until: t(10) });
+        let v = judge_at(&spec, &nodes, &[], 10);
+        let Verdict::Unhealthy(f) = v else { panic!("{v:?}") };
+        assert_eq!(f.to_string(), "node n1: pod apps/web not Ready after 10m (waiting: ImagePullBackOff)");
+    }
+
+    #[test]
+    fn a_pod_landing_late_gets_its_own_deadline() {
+        let spec = HealthSpec::default();
+        let mut p = pod("late", false);
+        p.since = t(8);
+        let nodes = [node("n1", vec![p])];
+        assert_eq!(judge_at(&spec, &nodes, &[], 11), Verdict::Watching { until: t(18) });
+    }
+
+    #[test]
+    fn a_firing_query_fails_naming_query_and_value_and_unreachable_holds() {
+        let spec = HealthSpec::default();
+        let check = |on_unreachable| PrometheusCheck {
+            url: "http://prom:9090".into(),
+            query: "errors > 0".into(),
+            timeout: Duration::from_secs(10),
+            on_unreachable,
+        };
+        let (hold, ignore) = (check(OnUnreachable::Hold), check(OnUnreachable::Ignore));
+        let nodes = [node("n1", vec![pod("web", true)])];
+        let firing = [QueryResult {
+            check: &hold,
+            outcome: QueryOutcome::Firing {
+                series: "errors{job=\"app\"}".into(),
+                value: "3".into(),
+                samples: 1,
+            },
+        }];
+        let v = judge_at(&spec, &nodes, &firing, 11);
+        let Verdict::Unhealthy(f) = v else { panic!("{v:?}") };
+        assert_eq!(f.to_string(), "query `errors > 0` returned errors{job=\"app\"} = 3");
+
+        let down = |c| [QueryResult { check: c, outcome: QueryOutcome::Unreachable("connection refused".into()) }];
+        let v = judge_at(&spec, &nodes, &down(&hold), 11);
+        assert_eq!(
+            v,
+            Verdict::Held("Prometheus http://prom:9090 unreachable for `errors > 0`: connection refused".into())
+        );
+        assert_eq!(judge_at(&spec, &nodes, &down(&ignore), 11), Verdict::Healthy);
+        // A refused query is a config error: never skipped.
+        let rejected = [QueryResult { check: &ignore, outcome: QueryOutcome::Rejected("bad_data".into()) }];
+        assert!(matches!(judge_at(&spec, &nodes, &rejected, 11), Verdict::Held(_)));
+        let clear = [QueryResult { check: &hold, outcome: QueryOutcome::Clear }];
+        assert_eq!(judge_at(&spec, &nodes, &clear, 11), Verdict::Healthy);
+    }
+
+    #[test]
+    fn settle_watches_every_node_until_it_ends() {
+        let mut spec = HealthSpec::default();
+        spec.settle = Duration::from_secs(30 * 60);
+        let nodes = [node("n1", vec![pod("a", true)]), node("n2", vec![pod("b", true)])];
+        let obs = |now| Observation {
+            spec: &spec,
+            watch_until: settle_until(&spec, t(20)),
+            nodes: &nodes,
+            queries: &[],
+            now: t(now),
+        };
+        assert_eq!(judge(&obs(30)), Verdict::Watching { until: t(50) });
+        assert_eq!(judge(&obs(50)), Verdict::Healthy);
+    }
+}
