@@ -40,7 +40,10 @@ async fn await_outcome(
         if cond(&outcome) {
             return outcome;
         }
-        assert!(Instant::now() < deadline, "{what}: still {outcome:?} after {WAIT:?}");
+        assert!(
+            Instant::now() < deadline,
+            "{what}: still {outcome:?} after {WAIT:?}"
+        );
     }
 }
 
@@ -92,7 +95,8 @@ async fn a_query_that_starts_returning_a_sample_turns_unhealthy_and_a_stopped_pr
         Verdict::Unhealthy(f @ Failure::Query { .. }) => assert_eq!(
             f.to_string(),
             "query `drover_test_value > 0` returned \
-             drover_test_value{app=\"demo\", instance=\"".to_owned()
+             drover_test_value{app=\"demo\", instance=\""
+                .to_owned()
                 + &exporter.addr().to_string()
                 + "\", job=\"exporter\"} = 7"
         ),
@@ -143,7 +147,10 @@ async fn a_silent_server_times_out_and_an_oversized_answer_is_refused() {
     c.timeout = Duration::from_millis(500);
     let started = Instant::now();
     let outcome = client.evaluate(&c).await;
-    assert_eq!(outcome, QueryOutcome::Unreachable("no answer within 500ms".into()));
+    assert_eq!(
+        outcome,
+        QueryOutcome::Unreachable("no answer within 500ms".into())
+    );
     assert!(started.elapsed() < Duration::from_secs(3));
 
     // Answers 200 with an endless body: cut at the bound, not buffered.
@@ -168,5 +175,8 @@ async fn a_silent_server_times_out_and_an_oversized_answer_is_refused() {
     });
     let c = check(&big_url, "up", OnUnreachable::Ignore);
     let outcome = client.evaluate(&c).await;
-    assert_eq!(outcome, QueryOutcome::Rejected("response larger than 1024 KiB".into()));
+    assert_eq!(
+        outcome,
+        QueryOutcome::Rejected("response larger than 1024 KiB".into())
+    );
 }

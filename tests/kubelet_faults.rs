@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use drover::config::HealthSpec;
-use drover::health::{judge, observe, node_watch_until, Failure, Observation, Verdict};
+use drover::health::{judge, node_watch_until, observe, Failure, Observation, Verdict};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
@@ -31,7 +31,10 @@ async fn setup(prefix: &str, nodes: usize) -> (Client, TestNamespace, Kubelet) {
 async fn upgrade(client: &Client, ns: &str, job: &str, node: &str) {
     let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
     create(&jobs, &kubelet::upgrade_job(job, node, "1.13.0")).await;
-    await_job(client, ns, job, "Complete", |j| job_condition(j, "Complete")).await;
+    await_job(client, ns, job, "Complete", |j| {
+        job_condition(j, "Complete")
+    })
+    .await;
 }
 
 fn verdict_on(node: &k8s_openapi::api::core::v1::Node, pods: &[Pod], spec: &HealthSpec) -> Verdict {
@@ -59,7 +62,14 @@ async fn crashloop_after_upgrade_makes_the_pods_on_the_upgraded_node_crash_loop(
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
     for (pod, node) in [("web-bad", &bad), ("web-good", &good)] {
         create(&pods, &pod_on(pod, node, &[("app", "web")], 5)).await;
-        await_pod(&client, ns.name(), pod, "Running and Ready", pod_running_ready).await;
+        await_pod(
+            &client,
+            ns.name(),
+            pod,
+            "Running and Ready",
+            pod_running_ready,
+        )
+        .await;
     }
 
     // Before the upgrade the fault does nothing.
@@ -81,15 +91,31 @@ async fn crashloop_after_upgrade_makes_the_pods_on_the_upgraded_node_crash_loop(
     })
     .await;
     assert!(!observe::is_ready(&crashing));
-    assert_eq!(observe::waiting_reason(&crashing).as_deref(), Some("CrashLoopBackOff"));
+    assert_eq!(
+        observe::waiting_reason(&crashing).as_deref(),
+        Some("CrashLoopBackOff")
+    );
     let status = crashing.status.clone().unwrap();
     assert_eq!(status.phase.as_deref(), Some("Running"));
     let c = &status.container_statuses.unwrap()[0];
     assert!(!c.ready);
-    assert_eq!(c.last_state.as_ref().unwrap().terminated.as_ref().unwrap().exit_code, 1);
-    let later = await_pod(&client, ns.name(), "web-bad", "restarts keep growing", |p| {
-        observe::restarts(p) > observe::restarts(&crashing)
-    })
+    assert_eq!(
+        c.last_state
+            .as_ref()
+            .unwrap()
+            .terminated
+            .as_ref()
+            .unwrap()
+            .exit_code,
+        1
+    );
+    let later = await_pod(
+        &client,
+        ns.name(),
+        "web-bad",
+        "restarts keep growing",
+        |p| observe::restarts(p) > observe::restarts(&crashing),
+    )
     .await;
     assert!(observe::restarts(&later) > observe::restarts(&crashing));
 
@@ -107,8 +133,10 @@ async fn crashloop_after_upgrade_makes_the_pods_on_the_upgraded_node_crash_loop(
         .unwrap();
     match verdict_on(&node, &[later], &spec) {
         Verdict::Unhealthy(f @ Failure::CrashLoop { .. }) => assert!(
-            f.to_string()
-                .starts_with(&format!("node {bad}: pod {}/web-bad is crash-looping (", ns.name())),
+            f.to_string().starts_with(&format!(
+                "node {bad}: pod {}/web-bad is crash-looping (",
+                ns.name()
+            )),
             "{f}"
         ),
         other => panic!("expected a crash loop, got {other:?}"),
@@ -123,7 +151,10 @@ async fn crashloop_after_upgrade_makes_the_pods_on_the_upgraded_node_crash_loop(
         .await
         .unwrap();
     assert!(os_image(&node).contains("1.13.0"));
-    assert!(matches!(verdict_on(&node, &[fine], &spec), Verdict::Watching { .. }));
+    assert!(matches!(
+        verdict_on(&node, &[fine], &spec),
+        Verdict::Watching { .. }
+    ));
     sim.shutdown().await;
 }
 
@@ -136,8 +167,14 @@ async fn condition_fault_turns_the_condition_true_after_the_upgrade() {
     let spec = HealthSpec::default();
 
     // Before the upgrade: the condition is False, the node healthy.
-    let node = await_node(&client, &pressured, "Ready", |n| node_ready(n) == Some("True")).await;
-    assert_eq!(node_condition(&node, "MemoryPressure").unwrap().status, "False");
+    let node = await_node(&client, &pressured, "Ready", |n| {
+        node_ready(n) == Some("True")
+    })
+    .await;
+    assert_eq!(
+        node_condition(&node, "MemoryPressure").unwrap().status,
+        "False"
+    );
 
     for (i, n) in [&pressured, &custom, &good].into_iter().enumerate() {
         upgrade(&client, ns.name(), &format!("up-{i}"), n).await;
@@ -152,7 +189,10 @@ async fn condition_fault_turns_the_condition_true_after_the_upgrade() {
     assert_eq!(c.reason.as_deref(), Some(FAULT_CONDITION_REASON));
     match verdict_on(&node, &[], &spec) {
         Verdict::Unhealthy(f) => {
-            assert_eq!(f.to_string(), format!("node {pressured}: condition MemoryPressure is True"))
+            assert_eq!(
+                f.to_string(),
+                format!("node {pressured}: condition MemoryPressure is True")
+            )
         }
         other => panic!("expected a condition failure, got {other:?}"),
     }
@@ -168,9 +208,15 @@ async fn condition_fault_turns_the_condition_true_after_the_upgrade() {
     ));
 
     // Control: the node without the fault shows no pressure.
-    let node = await_node(&client, &good, "at 1.13.0", |n| os_image(n).contains("1.13.0")).await;
+    let node = await_node(&client, &good, "at 1.13.0", |n| {
+        os_image(n).contains("1.13.0")
+    })
+    .await;
     assert!(node_condition(&node, "MemoryPressure").is_some_and(|c| c.status == "False"));
-    assert!(matches!(verdict_on(&node, &[], &spec), Verdict::Watching { .. }));
+    assert!(matches!(
+        verdict_on(&node, &[], &spec),
+        Verdict::Watching { .. }
+    ));
     sim.shutdown().await;
 }
 

@@ -116,7 +116,10 @@ pub(crate) fn parse_health(
         other => {
             cx.err(
                 key.span().start,
-                format!("`health` must be a table, written [health]; found {}", kind(other)),
+                format!(
+                    "`health` must be a table, written [health]; found {}",
+                    kind(other)
+                ),
             );
             return spec;
         }
@@ -215,7 +218,10 @@ impl Cx<'_, '_> {
         let DeValue::Array(items) = v.get_ref() else {
             self.err(
                 v.span().start,
-                format!("`node_conditions` must be {EXPECTED}; found {}", kind(v.get_ref())),
+                format!(
+                    "`node_conditions` must be {EXPECTED}; found {}",
+                    kind(v.get_ref())
+                ),
             );
             return None;
         };
@@ -267,11 +273,15 @@ impl Cx<'_, '_> {
     }
 
     fn prometheus_checks(&mut self, key_at: usize, v: &Value<'_>) -> Vec<PrometheusCheck> {
-        const EXPECTED: &str = "an array of tables, written [[health.prometheus]] with `url` and `query`";
+        const EXPECTED: &str =
+            "an array of tables, written [[health.prometheus]] with `url` and `query`";
         let DeValue::Array(items) = v.get_ref() else {
             self.err(
                 key_at,
-                format!("`prometheus` must be {EXPECTED}; found {}", kind(v.get_ref())),
+                format!(
+                    "`prometheus` must be {EXPECTED}; found {}",
+                    kind(v.get_ref())
+                ),
             );
             return Vec::new();
         };
@@ -290,7 +300,10 @@ impl Cx<'_, '_> {
             let DeValue::Table(t) = item.get_ref() else {
                 self.err(
                     item.span().start,
-                    format!("`prometheus` must be {EXPECTED}; found {}", kind(item.get_ref())),
+                    format!(
+                        "`prometheus` must be {EXPECTED}; found {}",
+                        kind(item.get_ref())
+                    ),
                 );
                 continue;
             };
@@ -314,7 +327,11 @@ impl Cx<'_, '_> {
                 None
             }
             Some(v) => self
-                .string("url", v, "a URL string such as \"http://prometheus.monitoring:9090\"")
+                .string(
+                    "url",
+                    v,
+                    "a URL string such as \"http://prometheus.monitoring:9090\"",
+                )
                 .and_then(|s| match check_url(s) {
                     Ok(u) => Some(u),
                     Err(e) => {
@@ -416,12 +433,10 @@ fn check_url(s: &str) -> Result<String, String> {
         .map_err(|e| format!("not a URL ({e}); such as \"http://prometheus.monitoring:9090\""))?;
     match uri.scheme_str() {
         Some("http") | Some("https") => {}
-        _ => {
-            return Err(
-                "must start with http:// or https://, such as \"http://prometheus.monitoring:9090\""
-                    .to_owned(),
-            )
-        }
+        _ => return Err(
+            "must start with http:// or https://, such as \"http://prometheus.monitoring:9090\""
+                .to_owned(),
+        ),
     }
     if uri.host().is_none_or(str::is_empty) {
         return Err("has no host; such as \"http://prometheus.monitoring:9090\"".to_owned());
@@ -456,7 +471,11 @@ mod tests {
         let text = format!("version = \"1.0.0\"\n{body}");
         parse_env("environments/stage.toml", "stage", &text)
             .map(|e| e.health)
-            .map_err(|d| d.iter().map(|d| d.to_string().replacen(" error: ", " ", 1)).collect())
+            .map_err(|d| {
+                d.iter()
+                    .map(|d| d.to_string().replacen(" error: ", " ", 1))
+                    .collect()
+            })
     }
 
     #[test]
@@ -478,7 +497,10 @@ mod tests {
         .unwrap();
         assert_eq!(h.settle, Duration::ZERO);
         assert_eq!(h.pod_ready_timeout, Duration::from_secs(120));
-        assert_eq!(h.node_conditions, vec!["example.com/KernelDeadlock".to_string()]);
+        assert_eq!(
+            h.node_conditions,
+            vec!["example.com/KernelDeadlock".to_string()]
+        );
         assert_eq!(h.prometheus[0].url, "http://prom.monitoring:9090");
         assert_eq!(h.prometheus[0].timeout, DEFAULT_QUERY_TIMEOUT);
         assert_eq!(h.prometheus[0].on_unreachable, OnUnreachable::Hold);
@@ -506,7 +528,10 @@ mod tests {
             "environments/stage.toml:12:18: `on_unreachable` must be \"hold\" or \"ignore\"; found \"hld\"; did you mean \"hold\"?",
         ];
         for w in want {
-            assert!(errs.iter().any(|e| e.starts_with(w)), "missing {w:?} in {errs:#?}");
+            assert!(
+                errs.iter().any(|e| e.starts_with(w)),
+                "missing {w:?} in {errs:#?}"
+            );
         }
         assert_eq!(errs.len(), want.len(), "{errs:#?}");
     }
@@ -516,7 +541,15 @@ mod tests {
         let errs = env("health = 3\n").unwrap_err();
         assert!(errs[0].contains("`health` must be a table"), "{errs:?}");
         let errs = env("[health]\nsettle = 30\nprometheus = \"x\"\n").unwrap_err();
-        assert!(errs.iter().any(|e| e.contains("`settle` must be a duration string")), "{errs:?}");
-        assert!(errs.iter().any(|e| e.contains("`prometheus` must be an array of tables")), "{errs:?}");
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("`settle` must be a duration string")),
+            "{errs:?}"
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("`prometheus` must be an array of tables")),
+            "{errs:?}"
+        );
     }
 }

@@ -249,12 +249,23 @@ mod tests {
     #[test]
     fn errors_scalars_and_garbage_are_rejected_not_clear() {
         let bad = br#"{"status":"error","errorType":"bad_data","error":"parse error"}"#;
-        assert!(matches!(parse_response(400, bad), QueryOutcome::Rejected(m) if m.contains("bad_data")));
+        assert!(
+            matches!(parse_response(400, bad), QueryOutcome::Rejected(m) if m.contains("bad_data"))
+        );
         let scalar = br#"{"status":"success","data":{"resultType":"scalar","result":[1,"1"]}}"#;
-        assert!(matches!(parse_response(200, scalar), QueryOutcome::Rejected(m) if m.contains("scalar")));
-        assert!(matches!(parse_response(200, b"<html>"), QueryOutcome::Rejected(_)));
-        let no_value = br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{}}]}}"#;
-        assert!(matches!(parse_response(200, no_value), QueryOutcome::Rejected(_)));
+        assert!(
+            matches!(parse_response(200, scalar), QueryOutcome::Rejected(m) if m.contains("scalar"))
+        );
+        assert!(matches!(
+            parse_response(200, b"<html>"),
+            QueryOutcome::Rejected(_)
+        ));
+        let no_value =
+            br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{}}]}}"#;
+        assert!(matches!(
+            parse_response(200, no_value),
+            QueryOutcome::Rejected(_)
+        ));
     }
 
     #[test]

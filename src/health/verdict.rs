@@ -322,7 +322,12 @@ mod tests {
         }
     }
 
-    fn judge_at(spec: &HealthSpec, nodes: &[NodeHealth], queries: &[QueryResult<'_>], now: i64) -> Verdict {
+    fn judge_at(
+        spec: &HealthSpec,
+        nodes: &[NodeHealth],
+        queries: &[QueryResult<'_>],
+        now: i64,
+    ) -> Verdict {
         judge(&Observation {
             spec,
             watch_until: node_watch_until(spec, t(0)),
@@ -336,7 +341,10 @@ mod tests {
     fn all_healthy_watches_until_the_timeout_then_passes() {
         let spec = HealthSpec::default(); // pod_ready_timeout 10m
         let nodes = [node("n1", vec![pod("web", true), pod("db", true)])];
-        assert_eq!(judge_at(&spec, &nodes, &[], 3), Verdict::Watching { until: t(10) });
+        assert_eq!(
+            judge_at(&spec, &nodes, &[], 3),
+            Verdict::Watching { until: t(10) }
+        );
         assert_eq!(judge_at(&spec, &nodes, &[], 10), Verdict::Healthy);
     }
 
@@ -349,7 +357,9 @@ mod tests {
         p.waiting_reason = Some(CRASHLOOP_REASON.into());
         let nodes = [node("n1", vec![pod("db", true), p])];
         let v = judge_at(&spec, &nodes, &[], 1);
-        let Verdict::Unhealthy(f) = v else { panic!("{v:?}") };
+        let Verdict::Unhealthy(f) = v else {
+            panic!("{v:?}")
+        };
         assert_eq!(
             f.to_string(),
             "node n1: pod apps/web is crash-looping (3 restarts since the node returned, waiting: CrashLoopBackOff)"
@@ -362,7 +372,10 @@ mod tests {
         let mut p = pod("web", true);
         p.restarts = 1;
         let nodes = [node("n1", vec![p.clone()])];
-        assert_eq!(judge_at(&spec, &nodes, &[], 2), Verdict::Watching { until: t(10) });
+        assert_eq!(
+            judge_at(&spec, &nodes, &[], 2),
+            Verdict::Watching { until: t(10) }
+        );
         p.restarts = 2;
         let nodes = [node("n1", vec![p])];
         assert!(matches!(
@@ -377,7 +390,9 @@ mod tests {
         let mut n = node("n1", vec![pod("web", true)]);
         n.conditions[1].1 = "True".into();
         let v = judge_at(&spec, std::slice::from_ref(&n), &[], 1);
-        let Verdict::Unhealthy(f) = v else { panic!("{v:?}") };
+        let Verdict::Unhealthy(f) = v else {
+            panic!("{v:?}")
+        };
         assert_eq!(f.to_string(), "node n1: condition MemoryPressure is True");
         spec.node_conditions = vec!["DiskPressure".into()];
         assert_eq!(judge_at(&spec, &[n], &[], 11), Verdict::Healthy);
@@ -389,10 +404,18 @@ mod tests {
         let mut p = pod("web", false);
         p.waiting_reason = Some("ImagePullBackOff".into());
         let nodes = [node("n1", vec![p])];
-        assert_eq!(judge_at(&spec, &nodes, &[], 9), Verdict::Watching { until: t(10) });
+        assert_eq!(
+            judge_at(&spec, &nodes, &[], 9),
+            Verdict::Watching { until: t(10) }
+        );
         let v = judge_at(&spec, &nodes, &[], 10);
-        let Verdict::Unhealthy(f) = v else { panic!("{v:?}") };
-        assert_eq!(f.to_string(), "node n1: pod apps/web not Ready after 10m (waiting: ImagePullBackOff)");
+        let Verdict::Unhealthy(f) = v else {
+            panic!("{v:?}")
+        };
+        assert_eq!(
+            f.to_string(),
+            "node n1: pod apps/web not Ready after 10m (waiting: ImagePullBackOff)"
+        );
     }
 
     #[test]
@@ -401,7 +424,10 @@ mod tests {
         let mut p = pod("late", false);
         p.since = t(8);
         let nodes = [node("n1", vec![p])];
-        assert_eq!(judge_at(&spec, &nodes, &[], 11), Verdict::Watching { until: t(18) });
+        assert_eq!(
+            judge_at(&spec, &nodes, &[], 11),
+            Verdict::Watching { until: t(18) }
+        );
     }
 
     #[test]
@@ -424,28 +450,58 @@ mod tests {
             },
         }];
         let v = judge_at(&spec, &nodes, &firing, 11);
-        let Verdict::Unhealthy(f) = v else { panic!("{v:?}") };
-        assert_eq!(f.to_string(), "query `errors > 0` returned errors{job=\"app\"} = 3");
+        let Verdict::Unhealthy(f) = v else {
+            panic!("{v:?}")
+        };
+        assert_eq!(
+            f.to_string(),
+            "query `errors > 0` returned errors{job=\"app\"} = 3"
+        );
 
-        let down = |c| [QueryResult { check: c, outcome: QueryOutcome::Unreachable("connection refused".into()) }];
+        let down = |c| {
+            [QueryResult {
+                check: c,
+                outcome: QueryOutcome::Unreachable("connection refused".into()),
+            }]
+        };
         let v = judge_at(&spec, &nodes, &down(&hold), 11);
         assert_eq!(
             v,
-            Verdict::Held("Prometheus http://prom:9090 unreachable for `errors > 0`: connection refused".into())
+            Verdict::Held(
+                "Prometheus http://prom:9090 unreachable for `errors > 0`: connection refused"
+                    .into()
+            )
         );
-        assert_eq!(judge_at(&spec, &nodes, &down(&ignore), 11), Verdict::Healthy);
+        assert_eq!(
+            judge_at(&spec, &nodes, &down(&ignore), 11),
+            Verdict::Healthy
+        );
         // A refused query is a config error: never skipped.
-        let rejected = [QueryResult { check: &ignore, outcome: QueryOutcome::Rejected("bad_data".into()) }];
-        assert!(matches!(judge_at(&spec, &nodes, &rejected, 11), Verdict::Held(_)));
-        let clear = [QueryResult { check: &hold, outcome: QueryOutcome::Clear }];
+        let rejected = [QueryResult {
+            check: &ignore,
+            outcome: QueryOutcome::Rejected("bad_data".into()),
+        }];
+        assert!(matches!(
+            judge_at(&spec, &nodes, &rejected, 11),
+            Verdict::Held(_)
+        ));
+        let clear = [QueryResult {
+            check: &hold,
+            outcome: QueryOutcome::Clear,
+        }];
         assert_eq!(judge_at(&spec, &nodes, &clear, 11), Verdict::Healthy);
     }
 
     #[test]
     fn settle_watches_every_node_until_it_ends() {
-        let mut spec = HealthSpec::default();
-        spec.settle = Duration::from_secs(30 * 60);
-        let nodes = [node("n1", vec![pod("a", true)]), node("n2", vec![pod("b", true)])];
+        let spec = HealthSpec {
+            settle: Duration::from_secs(30 * 60),
+            ..HealthSpec::default()
+        };
+        let nodes = [
+            node("n1", vec![pod("a", true)]),
+            node("n2", vec![pod("b", true)]),
+        ];
         let obs = |now| Observation {
             spec: &spec,
             watch_until: settle_until(&spec, t(20)),

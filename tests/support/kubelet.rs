@@ -636,9 +636,21 @@ impl Inner {
             })
         };
         let mut conditions = vec![
-            ok("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-            ok("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-            ok("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+            ok(
+                "MemoryPressure",
+                "KubeletHasSufficientMemory",
+                "kubelet has sufficient memory available",
+            ),
+            ok(
+                "DiskPressure",
+                "KubeletHasNoDiskPressure",
+                "kubelet has no disk pressure",
+            ),
+            ok(
+                "PIDPressure",
+                "KubeletHasSufficientPID",
+                "kubelet has sufficient PID available",
+            ),
             ready,
         ];
         if let Some(bad) = &st.condition {
@@ -806,7 +818,10 @@ impl Inner {
         let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
         let spec = pod.spec.clone().unwrap_or_default();
         let node = spec.node_name.clone().unwrap_or_default();
-        if self.node(&node).is_some_and(|n| n.state.lock().unwrap().crashloop) {
+        if self
+            .node(&node)
+            .is_some_and(|n| n.state.lock().unwrap().crashloop)
+        {
             // The node's crash-loop task writes this pod's status from now on.
             self.crash_pod(&pod).await;
             return;
@@ -1142,7 +1157,9 @@ impl Inner {
         {
             Ok(_) => {}
             Err(e) if is_api_error(&e, 404) => {}
-            Err(e) => tracing::warn!(pod = %format!("{ns}/{name}"), error = %e, "could not crash pod"),
+            Err(e) => {
+                tracing::warn!(pod = %format!("{ns}/{name}"), error = %e, "could not crash pod")
+            }
         }
     }
 
