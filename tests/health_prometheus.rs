@@ -76,6 +76,14 @@ async fn a_query_that_starts_returning_a_sample_turns_unhealthy_and_a_stopped_pr
     .await;
     let clear = client.evaluate(&failing).await;
     assert_eq!(clear, QueryOutcome::Clear);
+    let both = client
+        .evaluate_all(&[failing.clone(), scraped.clone()])
+        .await;
+    assert_eq!(both[0], QueryOutcome::Clear);
+    assert!(
+        matches!(&both[1], QueryOutcome::Firing { value, .. } if value == "0"),
+        "{both:?}"
+    );
     assert_eq!(verdict(&spec, &failing, clear), Verdict::Healthy);
 
     // The exporter flips: within a scrape interval or two the query returns

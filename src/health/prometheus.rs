@@ -90,6 +90,12 @@ impl PrometheusClient {
         }
     }
 
+    /// Evaluates every check concurrently, now; outcomes in `checks` order.
+    /// Bounded by the longest `timeout` among them.
+    pub async fn evaluate_all(&self, checks: &[PrometheusCheck]) -> Vec<QueryOutcome> {
+        futures::future::join_all(checks.iter().map(|c| self.evaluate(c))).await
+    }
+
     async fn fetch(&self, url: &str) -> QueryOutcome {
         let uri: hyper::Uri = match url.parse() {
             Ok(u) => u,

@@ -512,4 +512,83 @@ mod tests {
         assert_eq!(judge(&obs(30)), Verdict::Watching { until: t(50) });
         assert_eq!(judge(&obs(50)), Verdict::Healthy);
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn arb_pod() -> impl Strategy<Value = PodHealth> {
+            (
+                0i64..30,
+                any::<bool>(),
+                0u32..3,
+                0u32..5,
+                prop::option::of(prop_oneof![
+                    Just("CrashLoopBackOff".to_string()),
+                    Just("ImagePullBackOff".to_string()),
+                ]),
+            )
+                .prop_map(|(since, ready, start, grew, reason)| PodHealth {
+                    name: "ns/p".into(),
+                    since: t(since),
+                    ready,
+                    restarts_at_start: start,
+                    restarts: start + grew,
+                    waiting_reason: reason,
+                })
+        }
+
+        fn arb_node() -> impl Strategy<Value = NodeHealth> {
+            (
+                prop::collection::vec(
+                    (
+                        prop_oneof![Just("MemoryPressure"), Just("DiskPressure"), Just("Other")],
+                        prop_oneof![Just("True"), Just("False"), Just("Unknown")],
+                    ),
+                    0..3,
+                ),
+                prop::collection::vec(arb_pod(), 0..4),
+            )
+                .prop_map(|(conds, pods)| NodeHealth {
+                    name: "n".into(),
+                    conditions: conds
+                        .into_iter()
+                        .map(|(t, s)| (t.to_string(), s.to_string()))
+                        .collect(),
+                    pods,
+                })
+        }
+
+        proptest! {
+            /// Healthy only when the watch is over and nothing is wrong
+            /// anywhere; any listed condition True or crash-looping pod is
+            /// always a failure, whatever the clock says.
+            #[test]
+            fn healthy_means_nothing_wrong_and_the_watch_over(
+                nodes in prop::collection::vec(arb_node(), 0..3),
+                until in 0i64..40,
+                now in 0i64..60,
+            ) {
+                let spec = HealthSpec::default();
+                let v = judge(&Observation { spec: &spec, watch_until: t(until), nodes: &nodes, queries: &[], now: t(now) });
+                let condition = nodes.iter().any(|n| n.conditions.iter().any(|(t, s)| {
+                    s == "True" && spec.node_conditions.contains(t)
+                }));
+                let crash = nodes.iter().flat_map(|n| &n.pods).any(|p| {
+                    p.waiting_reason.as_deref() == Some(CRASHLOOP_REASON)
+                        || p.restarts - p.restarts_at_start >= CRASHLOOP_RESTARTS
+                });
+                if condition || crash {
+                    prop_assert!(matches!(v, Verdict::Unhealthy(_)), "{v:?}");
+                }
+                if v == Verdict::Healthy {
+                    prop_assert!(t(now) >= t(until));
+                    prop_assert!(nodes.iter().flat_map(|n| &n.pods).all(|p| p.ready));
+                }
+                if let Verdict::Watching { until: u } = v {
+                    prop_assert!(t(now) < u);
+                }
+            }
+        }
+    }
 }
