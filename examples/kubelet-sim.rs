@@ -36,7 +36,9 @@ const EXAMPLES: &str = "Examples:
       --os-image 'Bottlerocket OS {version} (aws-k8s-1.36)' --version 1.12.0 --reboot 3s \\
       --labels node-role.kubernetes.io/worker=
   cargo run --example kubelet-sim -- --kubeconfig K --nodes 3 \\
-      --fault sim-1=never-ready --fault sim-2=version:1.11.0 --grace-cap 2s";
+      --fault sim-1=never-ready --fault sim-2=version:1.11.0 --grace-cap 2s
+  cargo run --example kubelet-sim -- --kubeconfig K --nodes 3 \\
+      --fault sim-1=crashloop-after-upgrade --fault sim-2=condition:MemoryPressure";
 
 #[derive(Parser, Debug)]
 #[command(name = "kubelet-sim", about = ABOUT, after_help = EXAMPLES)]
@@ -79,7 +81,9 @@ struct Args {
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     status_interval: Duration,
     /// Fault for one node, NODE=KIND with KIND one of never-ready, old-version,
-    /// version:X.Y.Z, job-fails; repeatable.
+    /// version:X.Y.Z, job-fails, crashloop-after-upgrade (its pods crash-loop
+    /// once it returns from an upgrade) or condition:TYPE (node condition TYPE,
+    /// such as MemoryPressure, turns True once it returns); repeatable.
     #[arg(long = "fault")]
     faults: Vec<String>,
     /// Do not play the disruption controller (leave PDB status alone).

@@ -15,6 +15,7 @@ pub mod diag;
 pub mod example;
 pub mod fleet;
 pub mod gate;
+pub mod health;
 pub mod kubernetes;
 pub mod promote;
 pub mod rollout;

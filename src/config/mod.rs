@@ -4,6 +4,7 @@
 //! and column (see [`crate::diag`]).
 
 mod files;
+mod health;
 mod model;
 mod parse;
 mod selector;
@@ -11,6 +12,7 @@ mod selector;
 pub use files::{
     bounded_blob, read_regular, DirEntry, DirFiles, EntryKind, Files, GitTreeFiles, MAX_FILE_BYTES,
 };
+pub use health::{HealthSpec, OnUnreachable, PrometheusCheck};
 pub use model::*;
 pub use parse::{load, load_at, parse_env, parse_root};
 pub use selector::{LabelSelector, Requirement, SelectorError};

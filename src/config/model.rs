@@ -126,6 +126,8 @@ pub struct EnvConfig {
     pub driver: DriverSpec,
     /// How a node's OS version is read.
     pub nodes: NodesSpec,
+    /// What "confirmed" means beyond "Ready at the version".
+    pub health: super::HealthSpec,
 }
 
 /// `[rollout]`.

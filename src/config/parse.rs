@@ -49,6 +49,7 @@ const ENV_KEYS: &[(&str, &[&str])] = &[
             "driver",
             "nodes",
             "freeze",
+            "health",
         ],
     ),
     ("window", &["schedule", "duration", "timezone"]),
@@ -598,6 +599,8 @@ fn env_inner(file: &str, name: &str, text: &str) -> Result<EnvConfig, Vec<Diagno
             }),
     };
 
+    let health = super::health::parse_health(file, text, doc, &mut cx.diags);
+
     match (version, version_regex) {
         (Some(version), Some(version_regex)) if cx.diags.is_empty() => Ok(EnvConfig {
             name: name.to_owned(),
@@ -616,6 +619,7 @@ fn env_inner(file: &str, name: &str, text: &str) -> Result<EnvConfig, Vec<Diagno
             promotion: PromotionSpec { soak },
             driver,
             nodes: NodesSpec { version_regex },
+            health,
         }),
         _ if cx.diags.is_empty() => Err(vec![Diagnostic::file(file, "invalid environment file")]),
         _ => Err(cx.diags),
@@ -792,7 +796,7 @@ fn quoted_list<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
         .join(", ")
 }
 
-fn a_type(v: &DeValue<'_>) -> &'static str {
+pub(crate) fn a_type(v: &DeValue<'_>) -> &'static str {
     match v {
         DeValue::String(_) => "a string",
         DeValue::Integer(_) => "an integer",

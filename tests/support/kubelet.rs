@@ -57,7 +57,13 @@
 //! `--fault`): the node never comes back (stays NotReady, the Job stays
 //! active), comes back at its old or another version (the Job still
 //! succeeds, as an OS updater that believes it succeeded would), or the Job
-//! fails without a reboot (`reason: UpdateFailed`).
+//! fails without a reboot (`reason: UpdateFailed`). Two faults break the
+//! node's health rather than its upgrade, both once it returns from an
+//! upgrade (a later upgrade heals them, like a fixed release):
+//! `crashloop-after-upgrade` makes every pod on it crash-loop (not Ready,
+//! containers waiting in `CrashLoopBackOff`, `restartCount` growing every
+//! [`CRASH_INTERVAL`]), and `condition:TYPE` turns node condition TYPE
+//! (`MemoryPressure`, or any other type) True.
 //!
 //! Several simulators may share one API server (one per test): each handles
 //! only pods and Jobs bound to its own nodes, and [`KubeletOptions::pdb_namespace`]
@@ -109,6 +115,10 @@ pub const REBOOT_MESSAGE: &str = "rebooting for OS update";
 pub const LEASE_NAMESPACE: &str = "kube-node-lease";
 /// How long the disruption controller honours a `status.disruptedPods` entry.
 pub const DISRUPTED_POD_TIMEOUT: Duration = Duration::from_secs(120);
+/// How often a crash-looping pod's containers restart (simulated time).
+pub const CRASH_INTERVAL: Duration = Duration::from_secs(1);
+/// Reason of a condition turned True by [`Fault::Condition`].
+pub const FAULT_CONDITION_REASON: &str = "SimulatedFault";
 /// Field manager of every write the simulator makes.
 pub const FIELD_MANAGER: &str = "kubelet-sim";
 
@@ -187,6 +197,10 @@ pub enum Fault {
     WrongVersion(String),
     /// The Job fails (`UpdateFailed`) without a reboot.
     JobFails,
+    /// Once the node returns from an upgrade, every pod on it crash-loops.
+    CrashLoopAfterUpgrade,
+    /// Once the node returns from an upgrade, this node condition is True.
+    Condition(String),
 }
 
 impl FromStr for Fault {
@@ -198,10 +212,13 @@ impl FromStr for Fault {
             "never-ready" => Fault::NeverReady,
             "old-version" => Fault::OldVersion,
             "job-fails" => Fault::JobFails,
-            _ => match s.strip_prefix("version:") {
-                Some(v) if !v.is_empty() => Fault::WrongVersion(v.to_string()),
+            "crashloop-after-upgrade" => Fault::CrashLoopAfterUpgrade,
+            _ => match (s.strip_prefix("version:"), s.strip_prefix("condition:")) {
+                (Some(v), _) if !v.is_empty() => Fault::WrongVersion(v.to_string()),
+                (_, Some(c)) if !c.is_empty() && c != "Ready" => Fault::Condition(c.to_string()),
                 _ => bail!(
-                    "unknown fault {s:?}: expected none, never-ready, old-version, version:X.Y.Z or job-fails"
+                    "unknown fault {s:?}: expected none, never-ready, old-version, version:X.Y.Z, \
+                     job-fails, crashloop-after-upgrade or condition:TYPE (TYPE not Ready)"
                 ),
             },
         })
@@ -216,6 +233,8 @@ impl fmt::Display for Fault {
             Fault::OldVersion => f.write_str("old-version"),
             Fault::WrongVersion(v) => write!(f, "version:{v}"),
             Fault::JobFails => f.write_str("job-fails"),
+            Fault::CrashLoopAfterUpgrade => f.write_str("crashloop-after-upgrade"),
+            Fault::Condition(c) => write!(f, "condition:{c}"),
         }
     }
 }
@@ -257,6 +276,8 @@ struct Inner {
     jobs: Store<Job>,
     pods_started: Mutex<HashSet<String>>,
     pods_terminating: Mutex<HashSet<String>>,
+    // Restart counts of crash-looping pods, by uid.
+    crash_restarts: Mutex<HashMap<String, i32>>,
     jobs_seen: Mutex<HashSet<String>>,
     pod_rescan: Notify,
     job_rescan: Notify,
@@ -283,6 +304,9 @@ struct NodeState {
     down: bool,
     transition: String,
     boot_id: String,
+    // Health faults in force since the last upgrade returned.
+    crashloop: bool,
+    condition: Option<String>,
 }
 
 fn now_rfc3339() -> String {
@@ -365,6 +389,7 @@ impl Kubelet {
             jobs,
             pods_started: Mutex::new(HashSet::new()),
             pods_terminating: Mutex::new(HashSet::new()),
+            crash_restarts: Mutex::new(HashMap::new()),
             jobs_seen: Mutex::new(HashSet::new()),
             pod_rescan: Notify::new(),
             job_rescan: Notify::new(),
@@ -398,6 +423,8 @@ impl Kubelet {
                     down: false,
                     transition: now_rfc3339(),
                     boot_id: random_uuid(),
+                    crashloop: false,
+                    condition: None,
                 }),
                 write_lock: tokio::sync::Mutex::new(()),
                 upgrade_lock: tokio::sync::Mutex::new(()),
@@ -608,14 +635,38 @@ impl Inner {
                 "lastHeartbeatTime": now, "lastTransitionTime": st.transition,
             })
         };
+        let mut conditions = vec![
+            ok(
+                "MemoryPressure",
+                "KubeletHasSufficientMemory",
+                "kubelet has sufficient memory available",
+            ),
+            ok(
+                "DiskPressure",
+                "KubeletHasNoDiskPressure",
+                "kubelet has no disk pressure",
+            ),
+            ok(
+                "PIDPressure",
+                "KubeletHasSufficientPID",
+                "kubelet has sufficient PID available",
+            ),
+            ready,
+        ];
+        if let Some(bad) = &st.condition {
+            let fault = json!({
+                "type": bad, "status": "True", "reason": FAULT_CONDITION_REASON,
+                "message": format!("simulated {bad} after the upgrade"),
+                "lastHeartbeatTime": now, "lastTransitionTime": st.transition,
+            });
+            match conditions.iter_mut().find(|c| c["type"] == json!(bad)) {
+                Some(c) => *c = fault,
+                None => conditions.push(fault),
+            }
+        }
         json!({
             "status": {
-                "conditions": [
-                    ok("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-                    ok("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-                    ok("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-                    ready,
-                ],
+                "conditions": conditions,
                 "nodeInfo": {
                     "architecture": "amd64",
                     "bootID": st.boot_id,
@@ -767,6 +818,14 @@ impl Inner {
         let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
         let spec = pod.spec.clone().unwrap_or_default();
         let node = spec.node_name.clone().unwrap_or_default();
+        if self
+            .node(&node)
+            .is_some_and(|n| n.state.lock().unwrap().crashloop)
+        {
+            // The node's crash-loop task writes this pod's status from now on.
+            self.crash_pod(&pod).await;
+            return;
+        }
         let now = now_rfc3339();
         let running = |c: &k8s_openapi::api::core::v1::Container| {
             json!({
@@ -966,6 +1025,8 @@ impl Inner {
         self.set_node(&node, |st| {
             st.ready = false;
             st.down = true;
+            st.crashloop = false;
+            st.condition = None;
         })
         .await;
         self.emit(SimEvent::UpgradeStarted {
@@ -976,22 +1037,34 @@ impl Inner {
         tokio::time::sleep(self.opts.reboot).await;
 
         // Read now, not at the start, so a test can break a node mid-reboot.
-        let version = match self.fault(&node_name) {
+        let fault = self.fault(&node_name);
+        let version = match fault.clone() {
             Fault::NeverReady => {
                 self.emit(SimEvent::NodeStaysDown { node: node_name });
                 return;
             }
             Fault::OldVersion => current,
             Fault::WrongVersion(v) => v,
-            Fault::None | Fault::JobFails => target,
+            Fault::None | Fault::JobFails | Fault::CrashLoopAfterUpgrade | Fault::Condition(_) => {
+                target
+            }
         };
+        let crashloop = fault == Fault::CrashLoopAfterUpgrade;
         self.set_node(&node, |st| {
             st.version = version.clone();
             st.ready = true;
             st.down = false;
             st.boot_id = random_uuid();
+            st.crashloop = crashloop;
+            st.condition = match &fault {
+                Fault::Condition(c) => Some(c.clone()),
+                _ => None,
+            };
         })
         .await;
+        if crashloop {
+            self.spawn(Inner::run_crashloop(self.clone(), node.clone()));
+        }
         if let Err(e) = self.renew_lease(&node_name).await {
             tracing::warn!(node = %node_name, error = %e, "lease renewal after reboot failed");
         }
@@ -1000,6 +1073,94 @@ impl Inner {
             version,
         });
         self.complete_job(&job, &start, &node_name).await;
+    }
+
+    /// While `node` has its crash-loop fault, restarts every pod on it each
+    /// [`CRASH_INTERVAL`]; ends when a new upgrade heals the node.
+    async fn run_crashloop(self: Arc<Self>, node: Arc<SimNode>) {
+        let mut tick = tokio::time::interval(CRASH_INTERVAL);
+        loop {
+            tick.tick().await;
+            if !node.state.lock().unwrap().crashloop {
+                return;
+            }
+            let pods: Vec<Arc<Pod>> = self
+                .pods
+                .state()
+                .into_iter()
+                .filter(|p| {
+                    p.metadata.deletion_timestamp.is_none()
+                        && p.spec.as_ref().and_then(|s| s.node_name.as_deref())
+                            == Some(node.name.as_str())
+                })
+                .collect();
+            for pod in pods {
+                if let Some(uid) = pod.uid() {
+                    *self.crash_restarts.lock().unwrap().entry(uid).or_default() += 1;
+                }
+                self.crash_pod(&pod).await;
+            }
+        }
+    }
+
+    /// Writes `pod`'s status as crash-looping: Running but not Ready, every
+    /// container waiting in `CrashLoopBackOff` after exiting 1.
+    async fn crash_pod(&self, pod: &Pod) {
+        let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
+        let restarts = pod
+            .uid()
+            .and_then(|uid| self.crash_restarts.lock().unwrap().get(&uid).copied())
+            .unwrap_or(0);
+        let now = now_rfc3339();
+        let spec = pod.spec.clone().unwrap_or_default();
+        let containers: Vec<Value> = spec
+            .containers
+            .iter()
+            .map(|c| {
+                json!({
+                    "name": c.name, "image": c.image.clone().unwrap_or_default(), "imageID": "",
+                    "ready": false, "started": false, "restartCount": restarts,
+                    "state": { "waiting": {
+                        "reason": "CrashLoopBackOff",
+                        "message": format!("back-off restarting failed container {} in pod {name}", c.name),
+                    } },
+                    "lastState": { "terminated": {
+                        "exitCode": 1, "reason": "Error", "startedAt": now, "finishedAt": now,
+                    } },
+                })
+            })
+            .collect();
+        let cond = |t: &str, ok: bool| {
+            let mut c = json!({ "type": t, "status": if ok { "True" } else { "False" },
+                "lastProbeTime": null, "lastTransitionTime": now });
+            if !ok {
+                c["reason"] = json!("ContainersNotReady");
+            }
+            c
+        };
+        let node = spec.node_name.clone().unwrap_or_default();
+        let host_ip = address_for(&node, [10, 0]);
+        let status = json!({
+            "status": {
+                "phase": "Running",
+                "conditions": [cond("PodReadyToStartContainers", true), cond("Initialized", true),
+                    cond("Ready", false), cond("ContainersReady", false), cond("PodScheduled", true)],
+                "hostIP": host_ip, "hostIPs": [{ "ip": host_ip }],
+                "startTime": pod.status.as_ref().and_then(|s| s.start_time.clone()).map_or(json!(now), |t| json!(t)),
+                "containerStatuses": containers,
+            }
+        });
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        match api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if is_api_error(&e, 404) => {}
+            Err(e) => {
+                tracing::warn!(pod = %format!("{ns}/{name}"), error = %e, "could not crash pod")
+            }
+        }
     }
 
     async fn complete_job(&self, job: &Job, start: &Value, node: &str) {

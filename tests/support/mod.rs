@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod kubelet;
+pub mod prometheus;
 
 use std::fmt::Debug;
 use std::fs::File;
