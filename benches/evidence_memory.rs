@@ -191,9 +191,11 @@ fn child_agent(url: &str, cache: &str) -> Res<()> {
         Some(base),
         fetched.head,
         "production",
-        drover::trust::Mode::Off,
-        &drover::trust::AllowedSigners::default(),
-        &|_| 0,
+        &drover::admit::TrustCheck {
+            mode: drover::trust::Mode::Off,
+            signers: &drover::trust::AllowedSigners::default(),
+            first_seen: &|_| 0,
+        },
         NOW.parse()?,
     );
     // Say how big the fetched report is (read from the object header only).

@@ -503,9 +503,11 @@ impl Story {
                     last,
                     fetched.head,
                     &env,
-                    crate::trust::Mode::Off,
-                    &crate::trust::AllowedSigners::default(),
-                    &|_| at.timestamp(),
+                    &crate::admit::TrustCheck {
+                        mode: crate::trust::Mode::Off,
+                        signers: &crate::trust::AllowedSigners::default(),
+                        first_seen: &|_| at.timestamp(),
+                    },
                     at,
                 ) {
                     Ok(a) => a.decision,

@@ -460,9 +460,11 @@ fn the_agent_judges_its_config_with_the_same_evidence() {
             Some(base),
             head,
             "stage",
-            drover::trust::Mode::Off,
-            &drover::trust::AllowedSigners::default(),
-            &|_| t(now).timestamp(),
+            &drover::admit::TrustCheck {
+                mode: drover::trust::Mode::Off,
+                signers: &drover::trust::AllowedSigners::default(),
+                first_seen: &|_| t(now).timestamp(),
+            },
             t(now),
         )
     };

@@ -354,24 +354,44 @@ fn reject(stage: Stage, code: &str, message: String) -> Rejection {
     }
 }
 
+/// What the trust check of an admission needs (docs/design.md §6).
+#[derive(Clone, Copy)]
+pub struct TrustCheck<'a> {
+    /// `off`, `head` or `all`.
+    pub mode: trust::Mode,
+    /// The allowed signers the agent was configured with.
+    pub signers: &'a AllowedSigners,
+    /// When this cache first fetched a commit (Unix seconds), so a key's
+    /// validity is judged at that time as well as at the commit's.
+    pub first_seen: &'a dyn Fn(Oid) -> i64,
+}
+
+impl TrustCheck<'_> {
+    fn check(
+        &self,
+        repo: &Repository,
+        last: Option<Oid>,
+        head: Oid,
+    ) -> Result<trust::Checked, trust::Error> {
+        trust::check(repo, self.mode, self.signers, last, head, self.first_seen)
+    }
+}
+
 /// The agent's admission of `head` for `env` over `last`, its last applied
 /// commit (`None`: nothing applied yet): trust, then the head's config, then
 /// the gate for every first-parent commit from `last` to `head`, each judged
 /// by the policy of the commit before it. History evidence counts only over
 /// the commits up to `last`, the agent's base: never over commits this fetch
-/// brings. `first_seen` tells when this cache first fetched a commit, so a
-/// key's validity is judged at that time as well as at the commit's (§6).
+/// brings.
 pub fn admit_head(
     repo: &Repository,
     last: Option<Oid>,
     head: Oid,
     env: &str,
-    mode: trust::Mode,
-    signers: &AllowedSigners,
-    first_seen: &dyn Fn(Oid) -> i64,
+    trusted: &TrustCheck<'_>,
     now: DateTime<Utc>,
 ) -> Result<Admitted, Rejection> {
-    match trust::check(repo, mode, signers, last, head, first_seen) {
+    match trusted.check(repo, last, head) {
         Ok(_) => {}
         Err(trust::Error::Refused(r)) => {
             return Err(reject(Stage::Trust, r.reason.code(), r.to_string()))
@@ -484,12 +504,10 @@ pub fn admit_adoption(
     repo: &Repository,
     head: Oid,
     env: &str,
-    mode: trust::Mode,
-    signers: &AllowedSigners,
-    first_seen: &dyn Fn(Oid) -> i64,
+    trusted: &TrustCheck<'_>,
     now: DateTime<Utc>,
 ) -> Result<Admitted, Rejection> {
-    match trust::check(repo, mode, signers, None, head, first_seen) {
+    match trusted.check(repo, None, head) {
         Ok(_) => {}
         Err(trust::Error::Refused(r)) => {
             return Err(reject(Stage::Trust, r.reason.code(), r.to_string()))

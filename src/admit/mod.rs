@@ -37,7 +37,7 @@ use std::time::Duration;
 
 pub use git::{
     admit_adoption, admit_head, check_base, snapshot, Admitted, ChangeReport, GitEvidence,
-    Rejection, Snapshot, Stage,
+    Rejection, Snapshot, Stage, TrustCheck,
 };
 
 /// Errors that stop admission from judging at all (as opposed to a refusal).

@@ -1131,27 +1131,15 @@ impl<B: ClusterBackend> Acting<B> {
             // Keys are also judged at when this cache first fetched each commit.
             let seen = s.seen();
             let first_seen = |oid| seen.first_seen(oid).unwrap_or(now.timestamp());
+            let trusted = crate::admit::TrustCheck {
+                mode,
+                signers: &signers,
+                first_seen: &first_seen,
+            };
             let admitted = if adopt {
-                crate::admit::admit_adoption(
-                    repo,
-                    head,
-                    &env_name,
-                    mode,
-                    &signers,
-                    &first_seen,
-                    now,
-                )
+                crate::admit::admit_adoption(repo, head, &env_name, &trusted, now)
             } else {
-                crate::admit::admit_head(
-                    repo,
-                    applied,
-                    head,
-                    &env_name,
-                    mode,
-                    &signers,
-                    &first_seen,
-                    now,
-                )
+                crate::admit::admit_head(repo, applied, head, &env_name, &trusted, now)
             };
             match admitted {
                 Ok(a) => {
