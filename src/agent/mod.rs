@@ -18,9 +18,11 @@
 
 pub mod crd;
 pub mod events;
+mod give_back;
 pub mod http;
 pub mod leader;
 pub mod metrics;
+pub mod retry;
 
 use crate::cluster::{Cluster, EvictionPass, NodeProgress, NodeView, ProgressState};
 use crate::config::{self, EnvConfig, RepoConfig};
@@ -142,6 +144,8 @@ pub struct AgentConfig {
     pub listen: SocketAddr,
     /// Webhook secrets; `None` disables `/webhook`.
     pub webhook: Option<WebhookConfig>,
+    /// Shortest time between two fetches that webhooks (or local changes) start.
+    pub webhook_min_interval: Duration,
     /// Also wake when the repository, a local path, changes on disk.
     pub watch_local: bool,
 }
@@ -168,6 +172,7 @@ impl AgentConfig {
             status_name: format!("{env}-{cluster}"),
             listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
             webhook: None,
+            webhook_min_interval: crate::source::trigger::DEFAULT_MIN_INTERVAL,
             watch_local: true,
         }
     }
@@ -367,6 +372,7 @@ impl<B: ClusterBackend> Agent<B> {
                 })??
         };
         let mut trigger = Trigger::new(cfg.poll);
+        trigger.set_min_interval(cfg.webhook_min_interval);
         if cfg.watch_local {
             if let Some(path) = source.local_path() {
                 trigger.watch(&path)?;
@@ -438,6 +444,8 @@ impl<B: ClusterBackend> Agent<B> {
             passes,
             fetched_once: false,
             window_seen: None,
+            pace: retry::Paced::default(),
+            reconcile_backoff: retry::Backoff::new(Duration::from_secs(2), Duration::from_secs(60)),
         };
         Ok(Agent {
             state,
@@ -487,7 +495,9 @@ impl<B: ClusterBackend> Agent<B> {
                 r = trigger.next() => {
                     if r == Reason::Webhook {
                         if let Err(e) = state.store.request_fetch().await {
-                            tracing::warn!(error = %e, "could not relay the webhook to the leader");
+                            if let Some(n) = state.pace.allow("relay") {
+                                tracing::warn!(error = %e, suppressed = n, "could not relay the webhook to the leader");
+                            }
                         }
                     }
                     continue;
@@ -529,6 +539,10 @@ impl<B: ClusterBackend> Agent<B> {
                 }
             }
             if *shutdown_rx.borrow() {
+                // Still the lease holder (released below): hand back nodes
+                // that are only cordoned, so that no node stays out of
+                // service if no replica takes over.
+                state.give_back_on_stop().await;
                 break;
             }
         }
@@ -577,6 +591,10 @@ struct Acting<B: ClusterBackend> {
     fetched_once: bool,
     /// Whether the window was open at the last reconcile of this term.
     window_seen: Option<bool>,
+    /// Repeated failures are logged once a minute per kind.
+    pace: retry::Paced,
+    /// Spaces reconcile attempts while the cluster keeps failing them.
+    reconcile_backoff: retry::Backoff,
 }
 
 /// The config being applied.
@@ -724,7 +742,9 @@ impl<B: ClusterBackend> Acting<B> {
                 stamp
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot read the status object");
+                if let Some(n) = self.pace.allow("status-read") {
+                    tracing::warn!(error = %e, suppressed = n, "cannot read the status object");
+                }
                 None
             }
         }
@@ -758,7 +778,9 @@ impl<B: ClusterBackend> Acting<B> {
             None => "the fetch task failed".to_string(),
         };
         if !ok {
-            tracing::warn!(error = %result_text, "fetch failed");
+            if let Some(n) = self.pace.allow("fetch") {
+                tracing::warn!(error = %result_text, suppressed = n, "fetch failed");
+            }
         }
         self.metrics
             .fetched(ok, now.timestamp_millis() as f64 / 1000.0);
@@ -1049,7 +1071,9 @@ impl<B: ClusterBackend> Acting<B> {
                 true
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot connect to the cluster");
+                if let Some(n) = self.pace.allow("connect") {
+                    tracing::warn!(error = %e, suppressed = n, "cannot connect to the cluster");
+                }
                 false
             }
         }
@@ -1080,6 +1104,8 @@ impl<B: ClusterBackend> Acting<B> {
             after: self.cfg.tick,
         };
         let Some(active) = self.active.clone() else {
+            // Nothing to act on: nodes drover cordoned are not left cordoned meanwhile.
+            self.give_back_unconfigured(cancel).await;
             self.status.state = Some("blocked".into());
             self.status.message = match &self.status.refused {
                 Some(r) => format!("no applied config: {}", r.message),
@@ -1130,13 +1156,16 @@ impl<B: ClusterBackend> Acting<B> {
             Err(e) => {
                 self.metrics.reconciled("error");
                 if !*cancel.borrow() {
-                    tracing::warn!(error = %e, "reconcile failed");
+                    if let Some(n) = self.pace.allow("reconcile") {
+                        tracing::warn!(error = %e, suppressed = n, "reconcile failed");
+                    }
                 }
                 return Next {
-                    after: Duration::from_secs(2),
+                    after: self.reconcile_backoff.next_delay(),
                 };
             }
         };
+        self.reconcile_backoff.reset();
         self.metrics.reconciled("ok");
         let d = &outcome.decision;
         for a in &d.actions {
@@ -1326,7 +1355,9 @@ impl<B: ClusterBackend> Acting<B> {
                 true
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot write the status object");
+                if let Some(n) = self.pace.allow("status-write") {
+                    tracing::warn!(error = %e, suppressed = n, "cannot write the status object");
+                }
                 false
             }
         }
@@ -1363,7 +1394,11 @@ impl<B: ClusterBackend> Acting<B> {
                         .await;
                 }
             }
-            Some(Err(e)) => tracing::warn!(error = %e, "status push failed; will retry"),
+            Some(Err(e)) => {
+                if let Some(n) = self.pace.allow("push") {
+                    tracing::warn!(error = %e, suppressed = n, "status push failed; will retry")
+                }
+            }
             None => tracing::warn!("status push task failed; will retry"),
         }
     }
