@@ -31,7 +31,10 @@ use support::{
 };
 
 fn unschedulable(n: &Node) -> bool {
-    n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false)
+    n.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
 }
 
 fn draining(n: &Node) -> bool {
@@ -62,11 +65,20 @@ async fn world(prefix: &str) -> World {
     let node = sim.node_names()[0].clone();
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
     create(&pods, &pod_on("web-0", &node, &[("app", "web")], 1)).await;
-    await_pod(&client, ns.name(), "web-0", "Running and Ready", pod_running_ready).await;
+    await_pod(
+        &client,
+        ns.name(),
+        "web-0",
+        "Running and Ready",
+        pod_running_ready,
+    )
+    .await;
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns.name());
     create(&pdbs, &pdb_min_available("web", "web", json!(1))).await;
     await_pdb(&client, ns.name(), "web", "0 allowed", |p| {
-        pdb_settled(p, |s| s.current_healthy == Some(1) && s.disruptions_allowed == Some(0))
+        pdb_settled(p, |s| {
+            s.current_healthy == Some(1) && s.disruptions_allowed == Some(0)
+        })
     })
     .await;
     let repo = ConfigRepo::new(&[EnvSpec {
@@ -81,9 +93,13 @@ async fn world(prefix: &str) -> World {
     cfg.poll = Duration::from_secs(600);
     let clock: drover::agent::SharedClock = Arc::new(VirtualClock::new(dec(1, 3, 0)));
     let agent = RunningAgent::start(cfg, clock, None);
-    await_status(&client, ns.name(), "test-test-1", "initial confirmation", |s| {
-        s.state.as_deref() == Some("confirmed")
-    })
+    await_status(
+        &client,
+        ns.name(),
+        "test-test-1",
+        "initial confirmation",
+        |s| s.state.as_deref() == Some("confirmed"),
+    )
     .await;
     World {
         client,
@@ -117,7 +133,11 @@ async fn sigterm_gives_back_a_node_still_draining() {
     assert_eq!(w.sim.upgrades_started(&w.node), 0);
     let leases: Api<Lease> = Api::namespaced(w.client.clone(), w.ns.name());
     let l = leases.get("drover-test-test-1").await.unwrap();
-    assert_eq!(l.spec.unwrap().holder_identity, None, "lease released after the give-back");
+    assert_eq!(
+        l.spec.unwrap().holder_identity,
+        None,
+        "lease released after the give-back"
+    );
     w.sim.shutdown().await;
 }
 
@@ -155,8 +175,14 @@ async fn a_node_draining_when_no_config_applies_any_more_is_given_back() {
     .unwrap();
     w.repo.bump("test", "1.14.0", false);
     // Control: still draining and cordoned while nobody acts.
-    let n = Api::<Node>::all(w.client.clone()).get(&w.node).await.unwrap();
-    assert!(draining(&n), "the node must still be draining before the agent leads again");
+    let n = Api::<Node>::all(w.client.clone())
+        .get(&w.node)
+        .await
+        .unwrap();
+    assert!(
+        draining(&n),
+        "the node must still be draining before the agent leads again"
+    );
     leases
         .patch(
             "drover-test-test-1",
@@ -165,10 +191,20 @@ async fn a_node_draining_when_no_config_applies_any_more_is_given_back() {
         )
         .await
         .unwrap();
-    await_node(&w.client, &w.node, "given back without a config", given_back).await;
-    let st = await_status(&w.client, w.ns.name(), "test-test-1", "blocked without config", |s| {
-        s.state.as_deref() == Some("blocked") && s.refused.is_some()
-    })
+    await_node(
+        &w.client,
+        &w.node,
+        "given back without a config",
+        given_back,
+    )
+    .await;
+    let st = await_status(
+        &w.client,
+        w.ns.name(),
+        "test-test-1",
+        "blocked without config",
+        |s| s.state.as_deref() == Some("blocked") && s.refused.is_some(),
+    )
     .await;
     assert_eq!(st.status.unwrap().refused.unwrap().stage, "trust");
     assert_eq!(w.sim.upgrades_started(&w.node), 0);

@@ -111,7 +111,9 @@ async fn a_bad_credential_is_refused_before_the_body_is_read() {
 
     // Control: the right token is accepted.
     let mut s = TcpStream::connect(addr).await.unwrap();
-    let req = format!("POST /webhook HTTP/1.0\r\nX-Drover-Token: {TOKEN}\r\nContent-Length: 2\r\n\r\n{{}}");
+    let req = format!(
+        "POST /webhook HTTP/1.0\r\nX-Drover-Token: {TOKEN}\r\nContent-Length: 2\r\n\r\n{{}}"
+    );
     s.write_all(req.as_bytes()).await.unwrap();
     let resp = answer(&mut s, Duration::from_secs(2)).await.unwrap();
     assert_eq!(status(&resp), 202, "{resp}");
@@ -133,7 +135,9 @@ async fn connections_over_the_limit_wait_until_a_slot_frees() {
     let early = tokio::time::timeout(HEADER_TIMEOUT / 2, s.peek(&mut buf)).await;
     assert!(early.is_err(), "served past the connection limit");
     // ...and served once the stalled ones are cut off by the header timeout.
-    let resp = answer(&mut s, HEADER_TIMEOUT * 2).await.expect("served after the flood");
+    let resp = answer(&mut s, HEADER_TIMEOUT * 2)
+        .await
+        .expect("served after the flood");
     assert_eq!(status(&resp), 200, "{resp}");
     assert!(opened.elapsed() >= HEADER_TIMEOUT - Duration::from_millis(500));
     drop(held);

@@ -49,7 +49,8 @@ fn a_password_in_the_url_is_never_printed_and_the_error_names_it() {
     // No credentials at all: said as such.
     let err = source(tmp.path(), plain).fetch().unwrap_err();
     assert!(
-        err.to_string().contains("anonymous access (no credentials configured)"),
+        err.to_string()
+            .contains("anonymous access (no credentials configured)"),
         "{err}"
     );
 

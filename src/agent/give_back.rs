@@ -77,7 +77,9 @@ impl<B: ClusterBackend> Acting<B> {
         let done = match tokio::time::timeout(STOP_BUDGET, work).await {
             Ok(d) => d,
             Err(_) => {
-                tracing::warn!("giving nodes back at shutdown took too long; the next leader resumes them");
+                tracing::warn!(
+                    "giving nodes back at shutdown took too long; the next leader resumes them"
+                );
                 return;
             }
         };
@@ -154,7 +156,11 @@ mod tests {
         let nodes = [
             node("idle", None, false),
             node("draining", Some(ProgressState::Draining), true),
-            node("draining-cordoned-by-someone", Some(ProgressState::Draining), false),
+            node(
+                "draining-cordoned-by-someone",
+                Some(ProgressState::Draining),
+                false,
+            ),
             node("upgrading", Some(ProgressState::Upgrading), true),
             node("blocked", Some(ProgressState::Blocked), false),
             node("failed", Some(ProgressState::Failed), false),

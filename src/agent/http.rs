@@ -164,12 +164,15 @@ impl Server {
                     continue;
                 }
             };
-            conns.spawn(serve_connection(sock, app.clone(), shutdown.clone(), permit));
+            conns.spawn(serve_connection(
+                sock,
+                app.clone(),
+                shutdown.clone(),
+                permit,
+            ));
         }
-        let _ = tokio::time::timeout(DRAIN, async {
-            while conns.join_next().await.is_some() {}
-        })
-        .await;
+        let _ =
+            tokio::time::timeout(DRAIN, async { while conns.join_next().await.is_some() {} }).await;
         Ok(())
     }
 }

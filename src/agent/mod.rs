@@ -65,10 +65,17 @@ pub const CLUSTER_PERMISSIONS: &[Permission] = &[
     ("events.k8s.io", "events", &["create", "patch"]),
 ];
 
-/// Every permission the agent uses in its own namespace (the Role in `deploy/base/rbac.yaml`).
-pub const NAMESPACE_PERMISSIONS: &[Permission] = &[
-    // crate::kubernetes: the "job" driver's upgrade Jobs.
+/// Every permission the agent uses in the namespace of its upgrade Jobs
+/// (`drover-upgrades` in `deploy/base`, Role `drover-upgrades`): kept apart
+/// from the agent's own namespace so that only that namespace admits the
+/// pods an OS driver needs.
+pub const JOB_NAMESPACE_PERMISSIONS: &[Permission] = &[
+    // crate::kubernetes: the OS driver's upgrade Jobs.
     ("batch", "jobs", &["create", "list", "watch", "delete"]),
+];
+
+/// Every permission the agent uses in its own namespace (the Role `drover` in `deploy/base/rbac.yaml`).
+pub const NAMESPACE_PERMISSIONS: &[Permission] = &[
     // leader::Elector: get, create once, conditional replace (update).
     (
         "coordination.k8s.io",
@@ -144,6 +151,11 @@ pub struct AgentConfig {
     pub listen: SocketAddr,
     /// Webhook secrets; `None` disables `/webhook`.
     pub webhook: Option<WebhookConfig>,
+    /// Serve `/webhook` on this address alone instead of on `listen`, so a
+    /// NetworkPolicy can admit the forge to it and nothing else.
+    pub webhook_listen: Option<SocketAddr>,
+    /// Namespace of the upgrade Jobs (`None`: the agent's own namespace).
+    pub job_namespace: Option<String>,
     /// Shortest time between two fetches that webhooks (or local changes) start.
     pub webhook_min_interval: Duration,
     /// Also wake when the repository, a local path, changes on disk.
@@ -151,6 +163,11 @@ pub struct AgentConfig {
 }
 
 impl AgentConfig {
+    /// Where the upgrade Jobs run: `job_namespace`, else the agent's namespace.
+    pub fn jobs_namespace(&self) -> &str {
+        self.job_namespace.as_deref().unwrap_or(&self.namespace)
+    }
+
     /// Defaults for `env`/`cluster` fetching `url` into `cache_dir`.
     pub fn new(env: &str, cluster: &str, url: &str, cache_dir: PathBuf) -> Self {
         AgentConfig {
@@ -173,6 +190,8 @@ impl AgentConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
             webhook: None,
             webhook_min_interval: crate::source::trigger::DEFAULT_MIN_INTERVAL,
+            webhook_listen: None,
+            job_namespace: None,
             watch_local: true,
         }
     }
@@ -288,6 +307,7 @@ pub struct AgentHandle {
     passes: broadcast::Sender<PassRecord>,
     metrics: Arc<Metrics>,
     addr: Option<SocketAddr>,
+    webhook_addr: Option<SocketAddr>,
 }
 
 impl AgentHandle {
@@ -315,6 +335,11 @@ impl AgentHandle {
     pub fn http_addr(&self) -> Option<SocketAddr> {
         self.addr
     }
+
+    /// Where `/webhook` is served (the HTTP server's address unless it has its own).
+    pub fn webhook_addr(&self) -> Option<SocketAddr> {
+        self.webhook_addr.or(self.addr)
+    }
 }
 
 /// The clock the agent reads windows, gates and timeouts from.
@@ -335,7 +360,7 @@ pub struct Agent<B: ClusterBackend> {
     state: Acting<B>,
     trigger: Trigger,
     manual_rx: tokio::sync::mpsc::Receiver<()>,
-    server: Option<(http::Server, axum::Router)>,
+    servers: Vec<(http::Server, axum::Router)>,
     elector: Option<leader::Elector>,
     handle: AgentHandle,
 }
@@ -384,9 +409,21 @@ impl<B: ClusterBackend> Agent<B> {
             .webhook
             .clone()
             .map(|w| crate::source::trigger::webhook_router(w, trigger.nudger()));
+        let mut servers = Vec::new();
+        let mut webhook_addr = None;
+        let webhook = match (webhook, cfg.webhook_listen) {
+            (Some(w), Some(at)) => {
+                let srv = http::Server::bind(at).await?;
+                webhook_addr = srv.local_addr();
+                servers.push((srv, w));
+                None
+            }
+            (w, _) => w,
+        };
         let app = http::router(metrics.clone(), ready.clone(), webhook);
         let server = http::Server::bind(cfg.listen).await?;
         let addr = server.local_addr();
+        servers.push((server, app));
         let elector = if cfg.leader_election {
             Some(leader::Elector::new(
                 client.clone(),
@@ -408,6 +445,7 @@ impl<B: ClusterBackend> Agent<B> {
             passes: passes.clone(),
             metrics: metrics.clone(),
             addr,
+            webhook_addr,
         };
         let store = StatusStore::new(
             client.clone(),
@@ -451,7 +489,7 @@ impl<B: ClusterBackend> Agent<B> {
             state,
             trigger,
             manual_rx,
-            server: Some((server, app)),
+            servers,
             elector,
             handle,
         })
@@ -466,10 +504,10 @@ impl<B: ClusterBackend> Agent<B> {
     /// election, act while leader. On shutdown the current API call is
     /// finished, no further one starts, and the lease is released.
     pub async fn run(mut self, shutdown: watch::Receiver<bool>) -> Result<(), Error> {
-        let server_task = self
-            .server
-            .take()
-            .map(|(srv, app)| tokio::spawn(srv.serve(app, shutdown.clone())));
+        let server_tasks: Vec<_> = std::mem::take(&mut self.servers)
+            .into_iter()
+            .map(|(srv, app)| tokio::spawn(srv.serve(app, shutdown.clone())))
+            .collect();
         let (leader_tx, mut leader_rx) = watch::channel(self.elector.is_none());
         let mut elector_task = self.elector.take().map(|mut el| {
             let sd = shutdown.clone();
@@ -555,7 +593,7 @@ impl<B: ClusterBackend> Agent<B> {
                 }
             }
         }
-        if let Some(t) = server_task {
+        for t in server_tasks {
             match t.await {
                 Ok(r) => r?,
                 Err(e) => tracing::warn!(error = %e, "http server task"),

@@ -101,7 +101,9 @@ impl Paced {
     /// `Some(held back)` when a line of kind `key` may be logged now (one per [`LOG_EVERY`]).
     pub fn allow(&self, key: &'static str) -> Option<u64> {
         let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        m.entry(key).or_insert_with(|| Quiet::new(LOG_EVERY)).allow()
+        m.entry(key)
+            .or_insert_with(|| Quiet::new(LOG_EVERY))
+            .allow()
     }
 }
 
@@ -118,7 +120,10 @@ mod tests {
         for x in &d {
             assert!(*x <= Duration::from_secs(30), "{x:?} over the ceiling");
         }
-        assert!(d[11] >= Duration::from_secs(15), "capped delays stay near the ceiling");
+        assert!(
+            d[11] >= Duration::from_secs(15),
+            "capped delays stay near the ceiling"
+        );
         assert_eq!(b.failures(), 12);
         b.reset();
         assert!(b.next_delay() <= Duration::from_millis(100));

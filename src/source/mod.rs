@@ -153,7 +153,9 @@ impl Auth {
     fn tried(&self, url: &str) -> String {
         match self {
             Auth::None => match url_userinfo(url) {
-                Some((user, true)) => format!("the user and password in the repository URL (user `{user}`)"),
+                Some((user, true)) => {
+                    format!("the user and password in the repository URL (user `{user}`)")
+                }
                 Some((_, false)) => "the user name in the repository URL (no password)".into(),
                 None => "anonymous access (no credentials configured)".into(),
             },
@@ -606,9 +608,18 @@ mod tests {
             redact("http://ghp_tok@git.example/r.git"),
             "http://***@git.example/r.git"
         );
-        assert_eq!(redact("ssh://git@host:2222/r.git"), "ssh://git@host:2222/r.git");
-        assert_eq!(redact("HTTPS://u:p@h/x and https://v:q@h/y"), "HTTPS://u:***@h/x and https://v:***@h/y");
-        assert_eq!(redact("https://git.example/r.git"), "https://git.example/r.git");
+        assert_eq!(
+            redact("ssh://git@host:2222/r.git"),
+            "ssh://git@host:2222/r.git"
+        );
+        assert_eq!(
+            redact("HTTPS://u:p@h/x and https://v:q@h/y"),
+            "HTTPS://u:***@h/x and https://v:***@h/y"
+        );
+        assert_eq!(
+            redact("https://git.example/r.git"),
+            "https://git.example/r.git"
+        );
         let e = Error::Url("https://bob:pw@/".into()).to_string();
         assert!(!e.contains("pw"), "{e}");
     }

@@ -9,8 +9,8 @@ use axum::{
     routing::post,
     Router,
 };
-use http_body_util::BodyExt;
 use hmac::{Hmac, Mac};
+use http_body_util::BodyExt;
 use sha2::Sha256;
 use std::path::Path;
 use std::sync::Arc;

@@ -284,6 +284,8 @@ pub fn agent_config(
     cfg.debounce = Duration::from_millis(50);
     cfg.lease_duration = Duration::from_secs(3);
     cfg.listen = "127.0.0.1:0".parse().unwrap();
+    // Tests poll every second; webhooks right after a poll should not wait the default 5 s.
+    cfg.webhook_min_interval = Duration::from_millis(500);
     cfg.webhook = Some(WebhookConfig {
         hmac_secret: None,
         token: Some(WEBHOOK_TOKEN.as_bytes().to_vec()),
@@ -315,7 +317,7 @@ impl RunningAgent {
             rt.block_on(async move {
                 let config = config_as(as_user.as_deref()).await;
                 let client = Client::try_from(config.clone()).unwrap();
-                let backend = KubeBackend::new(config, &cfg.namespace);
+                let backend = KubeBackend::new(config, cfg.jobs_namespace());
                 let agent = Agent::new(cfg, client, backend, clock)
                     .await
                     .expect("agent starts");
@@ -368,7 +370,7 @@ impl RunningAgent {
     /// POST the webhook (with the token).
     pub async fn webhook(&self) -> u16 {
         http(
-            self.handle.http_addr().unwrap(),
+            self.handle.webhook_addr().unwrap(),
             "POST",
             "/webhook",
             &[("X-Drover-Token", WEBHOOK_TOKEN)],
