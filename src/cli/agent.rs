@@ -366,9 +366,30 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
 }
 
 /// JSON (or text) logs filtered by `RUST_LOG` (default `info`).
+///
+/// kube's client logs every failed request (`kube_client::client`), which
+/// during an API server outage is a line per retry; drover logs each kind
+/// of failure itself, once a minute with a count. Those two targets are
+/// therefore off unless `RUST_LOG` names `kube_client`.
 fn init_logging(format: &str) -> anyhow::Result<()> {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let spec = std::env::var("RUST_LOG").unwrap_or_default();
+    let mut filter = EnvFilter::try_new(if spec.trim().is_empty() {
+        "info"
+    } else {
+        spec.as_str()
+    })
+    .unwrap_or_else(|_| EnvFilter::new("info"));
+    if !spec.contains("kube_client") {
+        for quiet in [
+            "kube_client::client::builder=off",
+            "kube_client::client=error",
+        ] {
+            if let Ok(d) = quiet.parse() {
+                filter = filter.add_directive(d);
+            }
+        }
+    }
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     let result = match format {
         // Every line inside a reconcile carries the whole span list, so the
