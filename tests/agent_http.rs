@@ -83,7 +83,7 @@ async fn a_bad_credential_is_refused_before_the_body_is_read() {
     let (addr, _trigger, _stop) = serve(Duration::from_secs(1)).await;
     // Announce 1 MiB − 1 and send none of it: the answer must not wait for it.
     for cred in [
-        format!("X-Drover-Token: wrong"),
+        "X-Drover-Token: wrong".to_string(),
         "X-Hub-Signature-256: sha256=nothex".to_string(),
         String::new(),
     ] {

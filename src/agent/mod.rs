@@ -579,8 +579,11 @@ impl<B: ClusterBackend> Agent<B> {
             if *shutdown_rx.borrow() {
                 // Still the lease holder (released below): hand back nodes
                 // that are only cordoned, so that no node stays out of
-                // service if no replica takes over.
-                state.give_back_on_stop().await;
+                // service if no replica takes over. Not after losing the
+                // lease: the nodes are another replica's to act on then.
+                if *leader_rx.borrow() {
+                    state.give_back_on_stop().await;
+                }
                 break;
             }
         }

@@ -237,7 +237,7 @@ async fn webhook(
             if declared.is_some_and(|n| n > MAX_WEBHOOK_BODY as u64) {
                 return too_large();
             }
-            match tokio::time::timeout(WEBHOOK_BODY_TIMEOUT, stream_mac(mac, body)).await {
+            match tokio::time::timeout(WEBHOOK_BODY_TIMEOUT, stream_mac(*mac, body)).await {
                 Ok(Ok(mac)) => mac.verify_slice(&given).is_ok(),
                 Ok(Err(BodyError::TooLarge)) => return too_large(),
                 Ok(Err(BodyError::Read)) => false,
@@ -293,7 +293,7 @@ enum Check {
     /// No usable credential: refuse without reading the body.
     Refuse,
     /// A well-formed signature: the body's MAC must equal the given bytes.
-    Mac(Hmac<Sha256>, Vec<u8>),
+    Mac(Box<Hmac<Sha256>>, Vec<u8>),
 }
 
 fn check_headers(cfg: &WebhookConfig, headers: &HeaderMap) -> Check {
@@ -305,7 +305,7 @@ fn check_headers(cfg: &WebhookConfig, headers: &HeaderMap) -> Check {
             .and_then(|h| hex::decode(h).ok())
             .filter(|g| g.len() == 32);
         return match (given, Hmac::<Sha256>::new_from_slice(secret)) {
-            (Some(g), Ok(mac)) => Check::Mac(mac, g),
+            (Some(g), Ok(mac)) => Check::Mac(Box::new(mac), g),
             _ => Check::Refuse,
         };
     }

@@ -52,6 +52,8 @@ pub struct ConfigRepo {
     pub signers: PathBuf,
     pub daemon: GitDaemon,
     envs: Vec<EnvSpec>,
+    /// `[rollout] max_unavailable` written from the next commit on (default 1).
+    max_unavailable: std::cell::Cell<u32>,
 }
 
 impl ConfigRepo {
@@ -87,6 +89,7 @@ impl ConfigRepo {
             signers,
             daemon: GitDaemon::start(&served),
             envs: envs.to_vec(),
+            max_unavailable: std::cell::Cell::new(1),
         };
         for e in envs {
             repo.write_env(e);
@@ -105,9 +108,13 @@ impl ConfigRepo {
             self.work.join(format!("environments/{}.toml", e.env)),
             format!(
                 "version = \"{}\"\n\n[window]\nschedule = \"{}\"\nduration = \"6h\"\ntimezone = \"UTC\"\n\n\
-                 [rollout]\nmax_unavailable = 1\ndrain_timeout = \"5m\"\nnode_timeout = \"10m\"\nnode_selector = \"{}\"\n\n\
+                 [rollout]\nmax_unavailable = {}\ndrain_timeout = \"5m\"\nnode_timeout = \"10m\"\nnode_selector = \"{}\"\n\n\
                  [promotion]\nsoak = \"{}\"\n",
-                e.version, e.schedule, e.selector, e.soak
+                e.version,
+                e.schedule,
+                self.max_unavailable.get(),
+                e.selector,
+                e.soak
             ),
         )
         .unwrap();
@@ -142,6 +149,11 @@ impl ConfigRepo {
             &self.work,
             &["push", "-q", self.bare.to_str().unwrap(), "main:main"],
         );
+    }
+
+    /// Nodes upgraded at once, in the environment files of the next commits.
+    pub fn set_max_unavailable(&self, n: u32) {
+        self.max_unavailable.set(n);
     }
 
     /// Pin `env` to `version` in a commit (signed: a reviewed merge; unsigned: pushed past review) and push it.
