@@ -4,7 +4,9 @@
 //!
 //! Regenerate `deploy/base/crd.yaml` with `DROVER_BLESS=1 cargo test --test agent_manifests`.
 
-use drover::agent::{crd, Permission, CLUSTER_PERMISSIONS, NAMESPACE_PERMISSIONS};
+use drover::agent::{
+    crd, Permission, CLUSTER_PERMISSIONS, JOB_NAMESPACE_PERMISSIONS, NAMESPACE_PERMISSIONS,
+};
 use serde_yaml::Value;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -91,9 +93,30 @@ fn rbac_grants_exactly_what_the_agent_calls() {
         rules_of(find("ClusterRole")),
         rules_from(CLUSTER_PERMISSIONS)
     );
-    assert_eq!(rules_of(find("Role")), rules_from(NAMESPACE_PERMISSIONS));
-    for binding in ["ClusterRoleBinding", "RoleBinding"] {
-        let b = find(binding);
+    let role_in = |ns: &str| {
+        d.iter()
+            .find(|x| {
+                x["kind"].as_str() == Some("Role")
+                    && x["metadata"]["namespace"].as_str() == Some(ns)
+            })
+            .unwrap_or_else(|| panic!("rbac.yaml has no Role in {ns}"))
+    };
+    assert_eq!(
+        rules_of(role_in("drover-system")),
+        rules_from(NAMESPACE_PERMISSIONS)
+    );
+    assert_eq!(
+        rules_of(role_in("drover-upgrades")),
+        rules_from(JOB_NAMESPACE_PERMISSIONS)
+    );
+    let bindings = d.iter().filter(|x| {
+        matches!(
+            x["kind"].as_str(),
+            Some("ClusterRoleBinding" | "RoleBinding")
+        )
+    });
+    assert_eq!(bindings.clone().count(), 3, "one binding per role");
+    for b in bindings {
         assert_eq!(b["subjects"][0]["kind"].as_str(), Some("ServiceAccount"));
         assert_eq!(b["subjects"][0]["name"].as_str(), Some("drover"));
         assert_eq!(
@@ -183,6 +206,16 @@ fn dockerfile_ships_the_dist_binary_with_every_library_it_links() {
             && dockerfile.contains("/src/target/dist/drover /usr/local/bin/drover"),
         "the image must ship the dist build BENCHMARKS.md measures:\n{dockerfile}"
     );
+    // One Dockerfile for amd64 and arm64: no architecture is named in it.
+    for arch in ["x86_64", "amd64", "aarch64", "arm64"] {
+        let named = dockerfile
+            .lines()
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .any(|l| l.contains(arch));
+        assert!(!named, "deploy/Dockerfile hard-codes {arch}");
+    }
+    let ignore = std::fs::read_to_string(root.join(".dockerignore")).unwrap();
+    assert!(ignore.lines().any(|l| l.trim() == "target/"), "{ignore}");
     // The build stage copies what the manifest refers to.
     for dir in ["src", "benches", "examples", "example-repo"] {
         assert!(root.join(dir).is_dir());
@@ -215,14 +248,104 @@ fn dockerfile_ships_the_dist_binary_with_every_library_it_links() {
         "ld-linux-x86-64.so.2",
         "ld-linux-aarch64.so.1",
     ];
-    let runtime_copy = dockerfile
+    // The build stage collects them from its own platform's multiarch
+    // directory; the runtime stage copies what it collected.
+    let collected = dockerfile
         .lines()
-        .find(|l| l.starts_with("COPY --from=build /usr/lib/"))
+        .find(|l| l.contains("for lib in "))
         .unwrap_or("");
+    assert!(
+        dockerfile.contains("COPY --from=build /out/ /"),
+        "{dockerfile}"
+    );
     for lib in needed {
         assert!(
-            in_base.contains(&lib) || runtime_copy.contains(&format!("/{lib} ")),
+            in_base.contains(&lib) || collected.contains(&format!(" {lib} ")),
             "the binary links {lib}, which neither distroless/cc nor the Dockerfile provides"
         );
     }
+}
+
+/// Who may reach the agent, and that a drain never takes both replicas.
+#[test]
+fn network_policy_pdb_anti_affinity_and_job_namespace() {
+    let d = docs("networkpolicy.yaml");
+    let by_port = |port: i64| {
+        d.iter()
+            .find(|p| p["spec"]["ingress"][0]["ports"][0]["port"].as_i64() == Some(port))
+            .unwrap_or_else(|| panic!("no NetworkPolicy for port {port}"))
+    };
+    let metrics = by_port(8080);
+    assert_eq!(
+        metrics["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"]
+            ["kubernetes.io/metadata.name"]
+            .as_str(),
+        Some("monitoring")
+    );
+    let webhook = by_port(8081);
+    assert!(
+        webhook["spec"]["ingress"][0]["from"]
+            .as_sequence()
+            .is_some_and(|f| !f.is_empty()),
+        "the webhook policy must name its sources (an empty `from` admits everyone)"
+    );
+    for p in &d {
+        assert_eq!(p["spec"]["policyTypes"][0].as_str(), Some("Ingress"));
+        assert_eq!(
+            p["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"].as_str(),
+            Some("agent")
+        );
+        assert_eq!(p["spec"]["ingress"].as_sequence().unwrap().len(), 1);
+    }
+
+    let pdb = &docs("pdb.yaml")[0];
+    assert_eq!(pdb["spec"]["minAvailable"].as_i64(), Some(1));
+
+    let dep = &docs("deployment.yaml")[0];
+    let pod = &dep["spec"]["template"]["spec"];
+    let term = &pod["affinity"]["podAntiAffinity"]
+        ["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"];
+    assert_eq!(term["topologyKey"].as_str(), Some("kubernetes.io/hostname"));
+    let c = &pod["containers"][0];
+    let env = |name: &str| {
+        c["env"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"].as_str() == Some(name))
+            .and_then(|e| e["value"].as_str())
+            .map(String::from)
+    };
+    assert_eq!(
+        env("DROVER_JOB_NAMESPACE").as_deref(),
+        Some("drover-upgrades")
+    );
+    assert_eq!(
+        env("DROVER_WEBHOOK_LISTEN").as_deref(),
+        Some("0.0.0.0:8081")
+    );
+    assert_eq!(c["ports"][1]["containerPort"].as_i64(), Some(8081));
+
+    // The agent's namespace is restricted; the Jobs' namespace refuses host access.
+    let ns = docs("namespace.yaml");
+    let level = |name: &str| {
+        ns.iter()
+            .find(|n| n["metadata"]["name"].as_str() == Some(name))
+            .and_then(|n| n["metadata"]["labels"]["pod-security.kubernetes.io/enforce"].as_str())
+            .map(String::from)
+    };
+    assert_eq!(level("drover-system").as_deref(), Some("restricted"));
+    assert_eq!(level("drover-upgrades").as_deref(), Some("baseline"));
+}
+
+/// The token user the template documents is the one the code sends.
+#[test]
+fn the_secret_template_names_the_token_user_the_code_sends() {
+    let text = std::fs::read_to_string(base().join("secrets.yaml")).unwrap();
+    let src =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/source/mod.rs"))
+            .unwrap();
+    assert!(src.contains(r#"Cred::userpass_plaintext("x-access-token""#));
+    assert!(text.contains(r#"user "x-access-token""#), "{text}");
+    assert!(!text.contains(r#"user "git""#), "{text}");
 }

@@ -78,6 +78,9 @@ async fn the_agent_needs_nothing_beyond_its_service_account() {
     let applied = apply_base(&admin).await;
     for want in [
         "Namespace/drover-system",
+        "Namespace/drover-upgrades",
+        "NetworkPolicy/drover-webhook",
+        "PodDisruptionBudget/drover",
         "CustomResourceDefinition/droverstatuses.drover.dev",
         "ServiceAccount/drover",
         "ClusterRole/drover",
@@ -114,6 +117,8 @@ async fn the_agent_needs_nothing_beyond_its_service_account() {
     );
     cfg.status_name = format!("test-1-{}", pool.name());
     cfg.lease_name = format!("drover-{}", pool.name());
+    // As deploy/base wires it: upgrade Jobs in their own namespace.
+    cfg.job_namespace = Some("drover-upgrades".into());
     let agent = RunningAgent::start(cfg.clone(), clock, Some(SERVICE_ACCOUNT));
 
     // As the ServiceAccount: confirm the current version, then roll to the next.

@@ -252,13 +252,24 @@ impl StatusStore {
     /// which is why the initial list is compared too, not taken as the base.
     /// A relist after a watch error is compared the same way. An extra fetch
     /// is harmless; a lost request would wait for the next poll.
+    ///
+    /// Errors (API server unreachable, 403) are retried with kube's default
+    /// backoff (jittered, up to 30 s) and logged at most once a minute.
     pub fn fetch_requests(&self, seen: Option<String>) -> futures::stream::BoxStream<'static, ()> {
         use futures::StreamExt;
-        use kube::runtime::watcher;
+        use kube::runtime::{watcher, WatchStreamExt};
         let cfg = watcher::Config::default().fields(&format!("metadata.name={}", self.name));
         let mut seen = seen;
+        let mut quiet = super::retry::Quiet::new(std::time::Duration::from_secs(60));
+        let what = format!("{}/{}", self.namespace, self.name);
         watcher::watcher(self.api.clone(), cfg)
+            .default_backoff()
             .filter_map(move |ev| {
+                if let Err(e) = &ev {
+                    if let Some(n) = quiet.allow() {
+                        tracing::warn!(object = %what, error = %e, suppressed = n, "watch of the status object failed; retrying with backoff");
+                    }
+                }
                 let fire = match ev {
                     Ok(watcher::Event::InitApply(o) | watcher::Event::Apply(o)) => {
                         let stamp = fetch_request_stamp(&o);

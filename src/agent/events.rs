@@ -13,6 +13,8 @@ use kube::Client;
 pub struct Events {
     recorder: Option<Recorder>,
     status_ref: ObjectReference,
+    /// Failed publications are logged once a minute (an API outage fails them all).
+    failures: std::sync::Arc<super::retry::Paced>,
 }
 
 impl std::fmt::Debug for Events {
@@ -48,6 +50,7 @@ impl Events {
                 namespace: Some(namespace.into()),
                 ..Default::default()
             },
+            failures: Default::default(),
         }
     }
 
@@ -90,7 +93,9 @@ impl Events {
             secondary: None,
         };
         if let Err(e) = rec.publish(&ev, reference).await {
-            tracing::warn!(error = %e, reason, "could not publish an Event");
+            if let Some(n) = self.failures.allow("event") {
+                tracing::warn!(error = %e, reason, suppressed = n, "could not publish an Event");
+            }
         }
     }
 

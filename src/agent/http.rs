@@ -1,5 +1,12 @@
 //! The agent's HTTP server: `/metrics`, `/healthz`, `/readyz`, and the
 //! webhook router from [`crate::source::trigger`] on `/webhook`.
+//!
+//! Every connection is bounded: at most [`MAX_CONNECTIONS`] are served at
+//! once (more wait in the listen backlog, costing no memory here), request
+//! headers must arrive within [`HEADER_TIMEOUT`] and fit in
+//! [`MAX_HEADER_BYTES`], and a connection lives at most
+//! [`CONNECTION_LIFETIME`]. A client that opens connections and stalls thus
+//! holds a bounded number of small buffers for a bounded time.
 
 use super::metrics::Metrics;
 use axum::extract::State;
@@ -10,7 +17,19 @@ use axum::Router;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use tokio::sync::watch;
+use std::time::Duration;
+use tokio::sync::{watch, Semaphore};
+
+/// Connections served at once; Prometheus, the kubelet's probes and a forge need a handful.
+pub const MAX_CONNECTIONS: usize = 64;
+/// Time a client has to send a request's headers (each request of a keep-alive connection).
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest life of one connection; a keep-alive client simply reconnects.
+pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+/// Read buffer of a connection, which bounds a request's headers (hyper's minimum is 8 KiB).
+pub const MAX_HEADER_BYTES: usize = 16 << 10;
+/// Time in-flight requests get to finish on shutdown.
+const DRAIN: Duration = Duration::from_secs(5);
 
 /// What `/readyz` waits for: the first fetch and the first cluster sync.
 #[derive(Debug, Default)]
@@ -88,9 +107,6 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// The server failed.
-    #[error("http server: {0}")]
-    Serve(#[source] std::io::Error),
 }
 
 /// A bound server; [`Server::serve`] runs it until `shutdown` becomes true.
@@ -113,17 +129,75 @@ impl Server {
         self.listener.local_addr().ok()
     }
 
-    /// Serve `app` until `shutdown` becomes true, then finish in-flight requests.
+    /// Serve `app` until `shutdown` becomes true, then give in-flight
+    /// requests [`DRAIN`] to finish.
     pub async fn serve(
         self,
         app: Router,
         mut shutdown: watch::Receiver<bool>,
     ) -> Result<(), Error> {
-        axum::serve(self.listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = shutdown.wait_for(|s| *s).await;
-            })
-            .await
-            .map_err(Error::Serve)
+        let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        let mut conns = tokio::task::JoinSet::new();
+        let mut accept_errors = crate::agent::retry::Quiet::new(Duration::from_secs(60));
+        loop {
+            while conns.try_join_next().is_some() {}
+            // Take a slot before accepting: past the limit, clients wait in the backlog.
+            let permit = tokio::select! {
+                p = limit.clone().acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => break,
+                },
+                _ = shutdown.wait_for(|s| *s) => break,
+            };
+            let accepted = tokio::select! {
+                r = self.listener.accept() => r,
+                _ = shutdown.wait_for(|s| *s) => break,
+            };
+            let sock = match accepted {
+                Ok((sock, _)) => sock,
+                Err(e) => {
+                    // E.g. out of file descriptors: back off instead of spinning.
+                    if let Some(n) = accept_errors.allow() {
+                        tracing::warn!(error = %e, suppressed = n, "accepting a connection failed");
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+            };
+            conns.spawn(serve_connection(
+                sock,
+                app.clone(),
+                shutdown.clone(),
+                permit,
+            ));
+        }
+        let _ =
+            tokio::time::timeout(DRAIN, async { while conns.join_next().await.is_some() {} }).await;
+        Ok(())
     }
+}
+
+async fn serve_connection(
+    sock: tokio::net::TcpStream,
+    app: Router,
+    mut shutdown: watch::Receiver<bool>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .max_buf_size(MAX_HEADER_BYTES);
+    let svc = hyper_util::service::TowerToHyperService::new(app);
+    let conn = builder.serve_connection(TokioIo::new(sock), svc);
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => return,
+        _ = tokio::time::sleep(CONNECTION_LIFETIME) => {}
+        _ = shutdown.wait_for(|s| *s) => {}
+    }
+    // Finish the request in progress, then close; a stalled one is dropped.
+    conn.as_mut().graceful_shutdown();
+    let _ = tokio::time::timeout(DRAIN, conn).await;
 }

@@ -356,6 +356,10 @@ impl Elector {
     /// released here: the caller first stops acting, then calls [`Elector::release`].
     pub async fn run(&mut self, leader: watch::Sender<bool>, mut shutdown: watch::Receiver<bool>) {
         let mut renewed_at: Option<tokio::time::Instant> = None;
+        // Failed attempts back off (jittered) up to the lease duration, and
+        // are logged once a minute; a leader's deadline still caps the wait.
+        let mut backoff = super::retry::Backoff::new(self.cfg.retry_every, self.cfg.duration);
+        let mut quiet = super::retry::Quiet::new(Duration::from_secs(60));
         loop {
             if *shutdown.borrow() {
                 return;
@@ -371,6 +375,7 @@ impl Elector {
                 _ = shutdown.changed() => return,
             };
             let now = tokio::time::Instant::now();
+            let succeeded = matches!(attempt, Ok(Ok(_)));
             let wait = match attempt {
                 Ok(Ok(Attempt::Leader)) => {
                     if renewed_at.is_none() {
@@ -392,14 +397,22 @@ impl Elector {
                     until.clamp(self.cfg.retry_every / 2, self.cfg.retry_every)
                 }
                 Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "lease attempt failed");
-                    self.cfg.retry_every
+                    if let Some(n) = quiet.allow() {
+                        tracing::warn!(error = %e, suppressed = n, "lease attempt failed");
+                    }
+                    backoff.next_delay()
                 }
                 Err(_elapsed) => {
-                    tracing::warn!(lease = %self.cfg.name, "lease attempt timed out");
-                    self.cfg.retry_every
+                    if let Some(n) = quiet.allow() {
+                        tracing::warn!(lease = %self.cfg.name, suppressed = n, "lease attempt timed out");
+                    }
+                    backoff.next_delay()
                 }
             };
+            if succeeded {
+                backoff.reset();
+                quiet.reset();
+            }
             if let Some(d) = renewed_at.map(|t| t + self.cfg.renew_deadline) {
                 if tokio::time::Instant::now() >= d {
                     tracing::warn!(lease = %self.cfg.name, "could not renew the lease in time: stepping down");

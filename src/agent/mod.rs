@@ -18,10 +18,12 @@
 
 pub mod crd;
 pub mod events;
+mod give_back;
 pub mod http;
 pub mod leader;
 pub mod metrics;
 pub mod recover;
+pub mod retry;
 
 use crate::cluster::{Cluster, EvictionPass, NodeProgress, NodeView, ProgressState};
 use crate::config::{self, EnvConfig};
@@ -63,10 +65,17 @@ pub const CLUSTER_PERMISSIONS: &[Permission] = &[
     ("events.k8s.io", "events", &["create", "patch"]),
 ];
 
-/// Every permission the agent uses in its own namespace (the Role in `deploy/base/rbac.yaml`).
-pub const NAMESPACE_PERMISSIONS: &[Permission] = &[
-    // crate::kubernetes: the "job" driver's upgrade Jobs.
+/// Every permission the agent uses in the namespace of its upgrade Jobs
+/// (`drover-upgrades` in `deploy/base`, Role `drover-upgrades`): kept apart
+/// from the agent's own namespace so that only that namespace admits the
+/// pods an OS driver needs.
+pub const JOB_NAMESPACE_PERMISSIONS: &[Permission] = &[
+    // crate::kubernetes: the OS driver's upgrade Jobs.
     ("batch", "jobs", &["create", "list", "watch", "delete"]),
+];
+
+/// Every permission the agent uses in its own namespace (the Role `drover` in `deploy/base/rbac.yaml`).
+pub const NAMESPACE_PERMISSIONS: &[Permission] = &[
     // leader::Elector: get, create once, conditional replace (update).
     (
         "coordination.k8s.io",
@@ -145,11 +154,23 @@ pub struct AgentConfig {
     pub listen: SocketAddr,
     /// Webhook secrets; `None` disables `/webhook`.
     pub webhook: Option<WebhookConfig>,
+    /// Serve `/webhook` on this address alone instead of on `listen`, so a
+    /// NetworkPolicy can admit the forge to it and nothing else.
+    pub webhook_listen: Option<SocketAddr>,
+    /// Namespace of the upgrade Jobs (`None`: the agent's own namespace).
+    pub job_namespace: Option<String>,
+    /// Shortest time between two fetches that webhooks (or local changes) start.
+    pub webhook_min_interval: Duration,
     /// Also wake when the repository, a local path, changes on disk.
     pub watch_local: bool,
 }
 
 impl AgentConfig {
+    /// Where the upgrade Jobs run: `job_namespace`, else the agent's namespace.
+    pub fn jobs_namespace(&self) -> &str {
+        self.job_namespace.as_deref().unwrap_or(&self.namespace)
+    }
+
     /// Defaults for `env`/`cluster` fetching `url` into `cache_dir`.
     pub fn new(env: &str, cluster: &str, url: &str, cache_dir: PathBuf) -> Self {
         AgentConfig {
@@ -172,6 +193,9 @@ impl AgentConfig {
             status_name: format!("{env}-{cluster}"),
             listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
             webhook: None,
+            webhook_min_interval: crate::source::trigger::DEFAULT_MIN_INTERVAL,
+            webhook_listen: None,
+            job_namespace: None,
             watch_local: true,
         }
     }
@@ -287,6 +311,7 @@ pub struct AgentHandle {
     passes: broadcast::Sender<PassRecord>,
     metrics: Arc<Metrics>,
     addr: Option<SocketAddr>,
+    webhook_addr: Option<SocketAddr>,
 }
 
 impl AgentHandle {
@@ -314,6 +339,11 @@ impl AgentHandle {
     pub fn http_addr(&self) -> Option<SocketAddr> {
         self.addr
     }
+
+    /// Where `/webhook` is served (the HTTP server's address unless it has its own).
+    pub fn webhook_addr(&self) -> Option<SocketAddr> {
+        self.webhook_addr.or(self.addr)
+    }
 }
 
 /// The clock the agent reads windows, gates and timeouts from.
@@ -334,7 +364,7 @@ pub struct Agent<B: ClusterBackend> {
     state: Acting<B>,
     trigger: Trigger,
     manual_rx: tokio::sync::mpsc::Receiver<()>,
-    server: Option<(http::Server, axum::Router)>,
+    servers: Vec<(http::Server, axum::Router)>,
     elector: Option<leader::Elector>,
     handle: AgentHandle,
 }
@@ -371,6 +401,7 @@ impl<B: ClusterBackend> Agent<B> {
                 })??
         };
         let mut trigger = Trigger::new(cfg.poll);
+        trigger.set_min_interval(cfg.webhook_min_interval);
         if cfg.watch_local {
             if let Some(path) = source.local_path() {
                 trigger.watch(&path)?;
@@ -382,9 +413,21 @@ impl<B: ClusterBackend> Agent<B> {
             .webhook
             .clone()
             .map(|w| crate::source::trigger::webhook_router(w, trigger.nudger()));
+        let mut servers = Vec::new();
+        let mut webhook_addr = None;
+        let webhook = match (webhook, cfg.webhook_listen) {
+            (Some(w), Some(at)) => {
+                let srv = http::Server::bind(at).await?;
+                webhook_addr = srv.local_addr();
+                servers.push((srv, w));
+                None
+            }
+            (w, _) => w,
+        };
         let app = http::router(metrics.clone(), ready.clone(), webhook);
         let server = http::Server::bind(cfg.listen).await?;
         let addr = server.local_addr();
+        servers.push((server, app));
         let elector = if cfg.leader_election {
             Some(leader::Elector::new(
                 client.clone(),
@@ -406,6 +449,7 @@ impl<B: ClusterBackend> Agent<B> {
             passes: passes.clone(),
             metrics: metrics.clone(),
             addr,
+            webhook_addr,
         };
         let store = StatusStore::new(
             client.clone(),
@@ -444,12 +488,14 @@ impl<B: ClusterBackend> Agent<B> {
             window_seen: None,
             trust_annotation: None,
             refused_version: None,
+            pace: retry::Paced::default(),
+            reconcile_backoff: retry::Backoff::new(Duration::from_secs(2), Duration::from_secs(60)),
         };
         Ok(Agent {
             state,
             trigger,
             manual_rx,
-            server: Some((server, app)),
+            servers,
             elector,
             handle,
         })
@@ -464,10 +510,10 @@ impl<B: ClusterBackend> Agent<B> {
     /// election, act while leader. On shutdown the current API call is
     /// finished, no further one starts, and the lease is released.
     pub async fn run(mut self, shutdown: watch::Receiver<bool>) -> Result<(), Error> {
-        let server_task = self
-            .server
-            .take()
-            .map(|(srv, app)| tokio::spawn(srv.serve(app, shutdown.clone())));
+        let server_tasks: Vec<_> = std::mem::take(&mut self.servers)
+            .into_iter()
+            .map(|(srv, app)| tokio::spawn(srv.serve(app, shutdown.clone())))
+            .collect();
         let (leader_tx, mut leader_rx) = watch::channel(self.elector.is_none());
         let mut elector_task = self.elector.take().map(|mut el| {
             let sd = shutdown.clone();
@@ -493,7 +539,9 @@ impl<B: ClusterBackend> Agent<B> {
                 r = trigger.next() => {
                     if r == Reason::Webhook {
                         if let Err(e) = state.store.request_fetch().await {
-                            tracing::warn!(error = %e, "could not relay the webhook to the leader");
+                            if let Some(n) = state.pace.allow("relay") {
+                                tracing::warn!(error = %e, suppressed = n, "could not relay the webhook to the leader");
+                            }
                         }
                     }
                     continue;
@@ -535,6 +583,13 @@ impl<B: ClusterBackend> Agent<B> {
                 }
             }
             if *shutdown_rx.borrow() {
+                // Still the lease holder (released below): hand back nodes
+                // that are only cordoned, so that no node stays out of
+                // service if no replica takes over. Not after losing the
+                // lease: the nodes are another replica's to act on then.
+                if *leader_rx.borrow() {
+                    state.give_back_on_stop().await;
+                }
                 break;
             }
         }
@@ -547,7 +602,7 @@ impl<B: ClusterBackend> Agent<B> {
                 }
             }
         }
-        if let Some(t) = server_task {
+        for t in server_tasks {
             match t.await {
                 Ok(r) => r?,
                 Err(e) => tracing::warn!(error = %e, "http server task"),
@@ -587,6 +642,10 @@ struct Acting<B: ClusterBackend> {
     trust_annotation: Option<String>,
     /// The version the refused head pins (reported as `refused`).
     refused_version: Option<semver::Version>,
+    /// Repeated failures are logged once a minute per kind.
+    pace: retry::Paced,
+    /// Spaces reconcile attempts while the cluster keeps failing them.
+    reconcile_backoff: retry::Backoff,
 }
 
 /// The config being applied.
@@ -743,7 +802,9 @@ impl<B: ClusterBackend> Acting<B> {
                 stamp
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot read the status object");
+                if let Some(n) = self.pace.allow("status-read") {
+                    tracing::warn!(error = %e, suppressed = n, "cannot read the status object");
+                }
                 None
             }
         }
@@ -777,7 +838,9 @@ impl<B: ClusterBackend> Acting<B> {
             None => "the fetch task failed".to_string(),
         };
         if !ok {
-            tracing::warn!(error = %result_text, "fetch failed");
+            if let Some(n) = self.pace.allow("fetch") {
+                tracing::warn!(error = %result_text, suppressed = n, "fetch failed");
+            }
         }
         self.metrics
             .fetched(ok, now.timestamp_millis() as f64 / 1000.0);
@@ -1194,7 +1257,9 @@ impl<B: ClusterBackend> Acting<B> {
                 true
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot connect to the cluster");
+                if let Some(n) = self.pace.allow("connect") {
+                    tracing::warn!(error = %e, suppressed = n, "cannot connect to the cluster");
+                }
                 false
             }
         }
@@ -1215,6 +1280,8 @@ impl<B: ClusterBackend> Acting<B> {
             after: self.cfg.tick,
         };
         let Some(active) = self.active.clone() else {
+            // Nothing to act on: nodes drover cordoned are not left cordoned meanwhile.
+            self.give_back_unconfigured(cancel).await;
             self.status.state = Some(if self.status.refused.is_some() {
                 "refused".into()
             } else {
@@ -1272,13 +1339,16 @@ impl<B: ClusterBackend> Acting<B> {
             Err(e) => {
                 self.metrics.reconciled("error");
                 if !*cancel.borrow() {
-                    tracing::warn!(error = %e, "reconcile failed");
+                    if let Some(n) = self.pace.allow("reconcile") {
+                        tracing::warn!(error = %e, suppressed = n, "reconcile failed");
+                    }
                 }
                 return Next {
-                    after: Duration::from_secs(2),
+                    after: self.reconcile_backoff.next_delay(),
                 };
             }
         };
+        self.reconcile_backoff.reset();
         self.metrics.reconciled("ok");
         let d = &outcome.decision;
         for a in &d.actions {
@@ -1495,7 +1565,9 @@ impl<B: ClusterBackend> Acting<B> {
                 true
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot write the status object");
+                if let Some(n) = self.pace.allow("status-write") {
+                    tracing::warn!(error = %e, suppressed = n, "cannot write the status object");
+                }
                 false
             }
         }
@@ -1535,7 +1607,11 @@ impl<B: ClusterBackend> Acting<B> {
                         .await;
                 }
             }
-            Some(Err(e)) => tracing::warn!(error = %e, "status push failed; will retry"),
+            Some(Err(e)) => {
+                if let Some(n) = self.pace.allow("push") {
+                    tracing::warn!(error = %e, suppressed = n, "status push failed; will retry")
+                }
+            }
             None => tracing::warn!("status push task failed; will retry"),
         }
     }

@@ -101,6 +101,12 @@ pub struct Args {
     /// HTTP listen address for /metrics, /healthz, /readyz and /webhook.
     #[arg(long, env = "DROVER_LISTEN")]
     pub listen: Option<SocketAddr>,
+    /// Serve /webhook on this address instead (its own port, for a NetworkPolicy).
+    #[arg(long, env = "DROVER_WEBHOOK_LISTEN")]
+    pub webhook_listen: Option<SocketAddr>,
+    /// Namespace of the upgrade Jobs (default: the agent's namespace).
+    #[arg(long, env = "DROVER_JOB_NAMESPACE")]
+    pub job_namespace: Option<String>,
     /// File holding the webhook's HMAC secret (X-Hub-Signature-256).
     #[arg(long, env = "DROVER_WEBHOOK_SECRET_FILE")]
     pub webhook_secret_file: Option<PathBuf>,
@@ -157,6 +163,8 @@ impl Args {
             no_leader_election: self.no_leader_election.or(f.no_leader_election),
             status_name: self.status_name.or(f.status_name),
             listen: self.listen.or(f.listen),
+            webhook_listen: self.webhook_listen.or(f.webhook_listen),
+            job_namespace: self.job_namespace.or(f.job_namespace),
             webhook_secret_file: self.webhook_secret_file.or(f.webhook_secret_file),
             webhook_token_file: self.webhook_token_file.or(f.webhook_token_file),
             clock_offset: self.clock_offset.or(f.clock_offset),
@@ -221,6 +229,8 @@ impl Args {
         if let Some(s) = &self.status_name {
             cfg.status_name = s.clone();
         }
+        cfg.webhook_listen = self.webhook_listen;
+        cfg.job_namespace = self.job_namespace.clone();
         if let Some(l) = self.listen {
             cfg.listen = l;
         }
@@ -336,7 +346,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
             .context("finding the API server (in-cluster or KUBECONFIG)")?;
         let client =
             kube::Client::try_from(kube_config.clone()).context("connecting to the API server")?;
-        let backend = agent::KubeBackend::new(kube_config, &cfg.namespace);
+        let backend = agent::KubeBackend::new(kube_config, cfg.jobs_namespace());
         let agent = agent::Agent::new(cfg, client, backend, clock).await?;
         agent.run(rx).await?;
         anyhow::Ok(())
@@ -368,12 +378,32 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
 }
 
 /// JSON (or text) logs filtered by `RUST_LOG` (default `info`).
+///
+/// kube's client logs every failed request (`kube_client::client`), which
+/// during an API server outage is a line per retry; drover logs each kind
+/// of failure itself, once a minute with a count. Those two targets are
+/// therefore off unless `RUST_LOG` names `kube_client`.
 fn init_logging(format: &str) -> anyhow::Result<()> {
     use tracing_subscriber::EnvFilter;
     // notify logs "unable to remove watch descriptor" at info for every
     // file a config change replaces (the watch went with the file): noise.
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,notify::inotify=warn"));
+    let spec = std::env::var("RUST_LOG").unwrap_or_default();
+    let mut filter = EnvFilter::try_new(if spec.trim().is_empty() {
+        "info,notify::inotify=warn"
+    } else {
+        spec.as_str()
+    })
+    .unwrap_or_else(|_| EnvFilter::new("info,notify::inotify=warn"));
+    if !spec.contains("kube_client") {
+        for quiet in [
+            "kube_client::client::builder=off",
+            "kube_client::client=error",
+        ] {
+            if let Ok(d) = quiet.parse() {
+                filter = filter.add_directive(d);
+            }
+        }
+    }
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     let result = match format {
         // Every line inside a reconcile carries the whole span list, so the

@@ -98,11 +98,15 @@ where
             .modify(|o: &mut K| o.managed_fields_mut().clear())
             .reflect(writer);
         futures::pin_mut!(stream);
+        // An outage fails every retry: one line a minute per watch, with a count.
+        let mut quiet = crate::agent::retry::Quiet::new(Duration::from_secs(60));
         while let Some(ev) = stream.next().await {
             match ev {
                 Ok(ev) => on_event(&ev),
                 Err(e) => {
-                    tracing::warn!(watch = %what, error = %e, "watch failed; retrying with backoff")
+                    if let Some(n) = quiet.allow() {
+                        tracing::warn!(watch = %what, error = %e, suppressed = n, "watch failed; retrying with backoff")
+                    }
                 }
             }
         }

@@ -39,12 +39,12 @@ pub enum Error {
         known_hosts: String,
     },
     /// The server rejected the credentials.
-    #[error("authentication to {url} failed: the server rejected the {kind} credentials")]
+    #[error("authentication to {url} failed: the server rejected {tried}")]
     Auth {
-        /// Remote URL.
+        /// Remote URL, credentials redacted.
         url: String,
-        /// `basic`, `token` or `ssh key`.
-        kind: &'static str,
+        /// Which credential was tried, e.g. "the token (user x-access-token)".
+        tried: String,
     },
     /// A credential could not be read.
     #[error("cannot read the {what}: {detail}")]
@@ -72,16 +72,17 @@ pub enum Error {
     },
     /// The URL is not one drover can fetch.
     #[error(
-        "unsupported repository URL `{0}`: expected file://, a path, git://, http(s):// or ssh://"
+        "unsupported repository URL `{}`: expected file://, a path, git://, http(s):// or ssh://", redact(.0)
     )]
     Url(String),
-    /// Any other git failure.
-    #[error("git: {0}")]
+    /// Any other git failure (libgit2's message, credentials in URLs redacted).
+    #[error("git: {}", redact(.0.message()))]
     Git(#[from] git2::Error),
 }
 
 /// A secret read at each use, so rotated credentials are picked up without a restart.
-#[derive(Debug, Clone)]
+/// Its `Debug` names where the secret comes from, never a literal value.
+#[derive(Clone)]
 pub enum Secret {
     /// Value of an environment variable.
     Env(String),
@@ -89,6 +90,16 @@ pub enum Secret {
     File(PathBuf),
     /// A literal (tests, or values already read elsewhere).
     Value(String),
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Secret::Env(n) => f.debug_tuple("Env").field(n).finish(),
+            Secret::File(p) => f.debug_tuple("File").field(p).finish(),
+            Secret::Value(_) => f.write_str("Value(***)"),
+        }
+    }
 }
 
 impl Secret {
@@ -138,18 +149,62 @@ pub enum Auth {
 }
 
 impl Auth {
-    fn kind(&self) -> &'static str {
+    /// The credential sent to `url`, named without its secret, for the
+    /// authentication error.
+    fn tried(&self, url: &str) -> String {
         match self {
-            Auth::None => "anonymous",
-            Auth::Basic { .. } => "basic",
-            Auth::Token(_) => "token",
-            Auth::Ssh { .. } => "ssh key",
+            Auth::None => match url_userinfo(url) {
+                Some((user, true)) => {
+                    format!("the user and password in the repository URL (user `{user}`)")
+                }
+                Some((_, false)) => "the user name in the repository URL (no password)".into(),
+                None => "anonymous access (no credentials configured)".into(),
+            },
+            Auth::Basic { username, .. } => format!("basic credentials (user `{username}`)"),
+            Auth::Token(_) => "the token (sent as basic credentials, user `x-access-token`)".into(),
+            Auth::Ssh { private_key, .. } => {
+                format!("the SSH key {}", private_key.display())
+            }
         }
     }
 }
 
+/// The userinfo of an `scheme://user[:password]@host/...` URL: the user and
+/// whether a password follows it.
+fn url_userinfo(url: &str) -> Option<(String, bool)> {
+    let (_, rest) = url.split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let (userinfo, _) = authority.rsplit_once('@')?;
+    match userinfo.split_once(':') {
+        Some((u, _)) => Some((u.to_string(), true)),
+        None => Some((userinfo.to_string(), false)),
+    }
+}
+
+/// `text` with the secrets of every URL in it replaced by `***`: the
+/// password of `scheme://user:password@`, and a lone user of http(s) URLs
+/// (a token passed as the user name). SSH user names stay, they are no
+/// secret. Every URL drover prints, logs or reports goes through this.
+pub fn redact(text: &str) -> String {
+    static URL_USERINFO: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/?#@\s]*)@").expect("valid regex")
+    });
+    URL_USERINFO
+        .replace_all(text, |c: &regex::Captures<'_>| {
+            let scheme = &c[1];
+            let info = &c[2];
+            let shown = match info.split_once(':') {
+                Some((user, _)) => format!("{user}:***"),
+                None if scheme.to_ascii_lowercase().starts_with("http") => "***".to_string(),
+                None => info.to_string(),
+            };
+            format!("{scheme}{shown}@")
+        })
+        .into_owned()
+}
+
 /// Where and how to fetch.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct SourceConfig {
     /// Remote URL or local path.
     pub url: String,
@@ -176,6 +231,19 @@ impl SourceConfig {
             auth: Auth::None,
             timeout: Duration::from_secs(60),
         }
+    }
+}
+
+impl std::fmt::Debug for SourceConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SourceConfig")
+            .field("url", &redact(&self.url))
+            .field("branch", &self.branch)
+            .field("status_branch", &self.status_branch)
+            .field("cache_dir", &self.cache_dir)
+            .field("auth", &self.auth)
+            .field("timeout", &self.timeout)
+            .finish()
     }
 }
 
@@ -239,7 +307,7 @@ pub struct Source {
 impl std::fmt::Debug for Source {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Source")
-            .field("url", &self.cfg.url)
+            .field("url", &redact(&self.cfg.url))
             .field("cache", &self.cfg.cache_dir)
             .finish()
     }
@@ -332,7 +400,7 @@ impl Source {
             .find(|(n, _)| *n == branch_ref)
             .map(|(_, o)| *o)
             .ok_or_else(|| Error::BranchMissing {
-                url: self.cfg.url.clone(),
+                url: redact(&self.cfg.url),
                 branch: self.cfg.branch.clone(),
             })?;
         let status_tip = advertised
@@ -415,7 +483,7 @@ impl Source {
         match result {
             Ok(()) => Ok(received.get()),
             Err(_) if timed_out.get() || Instant::now() >= deadline => Err(Error::Timeout {
-                url: self.cfg.url.clone(),
+                url: redact(&self.cfg.url),
                 timeout: self.cfg.timeout,
             }),
             Err(e) => Err(state.into_error(e)),
@@ -444,8 +512,8 @@ impl Source {
             // secret means it was refused, and answering forever would hang.
             if *n > 1 || matches!(auth, Auth::None) {
                 return Err(record(Error::Auth {
-                    url: url.clone(),
-                    kind: auth.kind(),
+                    url: redact(url),
+                    tried: auth.tried(url),
                 }));
             }
             match auth {
@@ -556,6 +624,49 @@ fn set_socket_timeouts(timeout: Duration) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn redact_hides_passwords_and_http_tokens_but_keeps_ssh_users() {
+        assert_eq!(
+            redact("fetch from https://alice:s3cret@git.example/r.git failed"),
+            "fetch from https://alice:***@git.example/r.git failed"
+        );
+        assert_eq!(
+            redact("http://ghp_tok@git.example/r.git"),
+            "http://***@git.example/r.git"
+        );
+        assert_eq!(
+            redact("ssh://git@host:2222/r.git"),
+            "ssh://git@host:2222/r.git"
+        );
+        assert_eq!(
+            redact("HTTPS://u:p@h/x and https://v:q@h/y"),
+            "HTTPS://u:***@h/x and https://v:***@h/y"
+        );
+        assert_eq!(
+            redact("https://git.example/r.git"),
+            "https://git.example/r.git"
+        );
+        let e = Error::Url("https://bob:pw@/".into()).to_string();
+        assert!(!e.contains("pw"), "{e}");
+    }
+
+    #[test]
+    fn the_auth_error_names_the_credential_tried() {
+        let url = "https://bob:pw@git.example/r.git";
+        assert_eq!(
+            Auth::None.tried(url),
+            "the user and password in the repository URL (user `bob`)"
+        );
+        assert_eq!(
+            Auth::None.tried("https://git.example/r.git"),
+            "anonymous access (no credentials configured)"
+        );
+        assert!(Auth::Token(Secret::Value("t".into()))
+            .tried(url)
+            .contains("x-access-token"));
+        assert_eq!(format!("{:?}", Secret::Value("t0p".into())), "Value(***)");
+    }
+
     use super::*;
 
     #[test]

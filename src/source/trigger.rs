@@ -3,13 +3,14 @@
 //! Triggers only say "look now"; what to apply always comes from the fetch.
 
 use axum::{
-    body::Bytes,
-    extract::{DefaultBodyLimit, State},
+    body::Body,
+    extract::State,
     http::{HeaderMap, StatusCode},
     routing::post,
     Router,
 };
 use hmac::{Hmac, Mac};
+use http_body_util::BodyExt;
 use sha2::Sha256;
 use std::path::Path;
 use std::sync::Arc;
@@ -19,6 +20,15 @@ use tokio::sync::mpsc;
 
 /// Largest webhook body accepted; forges send a few KiB.
 pub const MAX_WEBHOOK_BODY: usize = 1 << 20;
+
+/// Longest time a client may take to send a webhook body; a stalled sender
+/// is cut off after it (the headers have their own bound in the HTTP server).
+pub const WEBHOOK_BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Default shortest time between two fetches started by nudges (webhooks,
+/// local changes): a burst or a replay of deliveries costs one fetch per
+/// interval, whatever its size.
+pub const DEFAULT_MIN_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Errors of the triggers.
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +70,11 @@ impl Nudger {
 pub struct Trigger {
     poll: Duration,
     jitter: f64,
+    min_interval: Duration,
+    /// A nudge received and not yet answered (waiting for `min_interval`).
+    pending: Option<Reason>,
+    /// When [`Trigger::next`] last returned.
+    last: Option<tokio::time::Instant>,
     tx: mpsc::Sender<Reason>,
     rx: mpsc::Receiver<Reason>,
     watcher: Option<notify::RecommendedWatcher>,
@@ -82,6 +97,9 @@ impl Trigger {
         Self {
             poll,
             jitter: 0.1,
+            min_interval: DEFAULT_MIN_INTERVAL,
+            pending: None,
+            last: None,
             tx,
             rx,
             watcher: None,
@@ -123,13 +141,49 @@ impl Trigger {
         self.poll.mul_f64(f.max(0.0))
     }
 
-    /// Wait for the next reason to fetch.
+    /// Nudges are answered no sooner than `d` after the previous answer
+    /// (default [`DEFAULT_MIN_INTERVAL`]); the poll is not affected.
+    pub fn set_min_interval(&mut self, d: Duration) {
+        self.min_interval = d;
+    }
+
+    /// Wait for the next reason to fetch. Nudges coalesce: one is kept
+    /// while it waits for the minimum interval, the others are dropped.
+    /// Cancel-safe: a nudge received before cancellation is kept for the
+    /// next call.
     pub async fn next(&mut self) -> Reason {
-        let delay = self.next_delay();
-        tokio::select! {
-            r = self.rx.recv() => r.unwrap_or(Reason::Poll),
-            _ = tokio::time::sleep(delay) => Reason::Poll,
+        let poll = tokio::time::sleep(self.next_delay());
+        tokio::pin!(poll);
+        loop {
+            if let Some(r) = self.pending {
+                let earliest = self
+                    .last
+                    .map(|t| t + self.min_interval)
+                    .unwrap_or_else(tokio::time::Instant::now);
+                tokio::select! {
+                    _ = tokio::time::sleep_until(earliest) => {}
+                    _ = &mut poll => {}
+                }
+                self.pending = None;
+                // The fetch that answers the poll also answers the nudge.
+                let r = if poll.is_elapsed() { Reason::Poll } else { r };
+                return self.answered(r);
+            }
+            tokio::select! {
+                r = self.rx.recv() => match r {
+                    Some(r) => self.pending = Some(r),
+                    // Unreachable (we hold a sender); never spin on it.
+                    None => { (&mut poll).await; return self.answered(Reason::Poll) }
+                },
+                _ = &mut poll => return self.answered(Reason::Poll),
+            }
         }
+    }
+
+    fn answered(&mut self, r: Reason) -> Reason {
+        self.pending = None;
+        self.last = Some(tokio::time::Instant::now());
+        r
     }
 }
 
@@ -152,49 +206,126 @@ struct HookState {
 pub fn webhook_router(cfg: WebhookConfig, nudger: Nudger) -> Router {
     Router::new()
         .route("/webhook", post(webhook))
-        .layer(DefaultBodyLimit::max(MAX_WEBHOOK_BODY))
         .with_state(HookState {
             cfg: Arc::new(cfg),
             nudger,
         })
 }
 
+const UNAUTHORIZED: (StatusCode, &str) = (
+    StatusCode::UNAUTHORIZED,
+    "signature or token missing or wrong\n",
+);
+
+/// Authenticates before keeping anything: a token is checked from the
+/// headers alone (the body is never read), an HMAC signature is checked by
+/// streaming the body through the MAC under [`MAX_WEBHOOK_BODY`] and
+/// [`WEBHOOK_BODY_TIMEOUT`]. A bad request costs the bytes read, no buffer.
 async fn webhook(
     State(st): State<HookState>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> (StatusCode, &'static str) {
-    if authenticate(&st.cfg, &headers, &body) {
+    let ok = match check_headers(&st.cfg, &headers) {
+        Check::Accept => true,
+        Check::Refuse => false,
+        Check::Mac(mac, given) => {
+            let declared = headers
+                .get(axum::http::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok());
+            if declared.is_some_and(|n| n > MAX_WEBHOOK_BODY as u64) {
+                return too_large();
+            }
+            match tokio::time::timeout(WEBHOOK_BODY_TIMEOUT, stream_mac(*mac, body)).await {
+                Ok(Ok(mac)) => mac.verify_slice(&given).is_ok(),
+                Ok(Err(BodyError::TooLarge)) => return too_large(),
+                Ok(Err(BodyError::Read)) => false,
+                Err(_) => {
+                    return (
+                        StatusCode::REQUEST_TIMEOUT,
+                        "the body did not arrive in time\n",
+                    )
+                }
+            }
+        }
+    };
+    if ok {
         st.nudger.nudge(Reason::Webhook);
         (StatusCode::ACCEPTED, "fetch scheduled\n")
     } else {
-        (
-            StatusCode::UNAUTHORIZED,
-            "signature or token missing or wrong\n",
-        )
+        UNAUTHORIZED
     }
 }
 
-/// Whether the request proves one of the configured secrets.
-pub fn authenticate(cfg: &WebhookConfig, headers: &HeaderMap, body: &[u8]) -> bool {
+fn too_large() -> (StatusCode, &'static str) {
+    (
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "webhook body over 1 MiB refused\n",
+    )
+}
+
+enum BodyError {
+    TooLarge,
+    Read,
+}
+
+/// Feed the body into `mac` frame by frame, keeping none of it.
+async fn stream_mac(mut mac: Hmac<Sha256>, mut body: Body) -> Result<Hmac<Sha256>, BodyError> {
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|_| BodyError::Read)?;
+        if let Ok(data) = frame.into_data() {
+            seen += data.len();
+            if seen > MAX_WEBHOOK_BODY {
+                return Err(BodyError::TooLarge);
+            }
+            mac.update(&data);
+        }
+    }
+    Ok(mac)
+}
+
+/// What the headers alone decide.
+enum Check {
+    /// A valid token.
+    Accept,
+    /// No usable credential: refuse without reading the body.
+    Refuse,
+    /// A well-formed signature: the body's MAC must equal the given bytes.
+    Mac(Box<Hmac<Sha256>>, Vec<u8>),
+}
+
+fn check_headers(cfg: &WebhookConfig, headers: &HeaderMap) -> Check {
     if let (Some(secret), Some(sig)) = (&cfg.hmac_secret, headers.get("x-hub-signature-256")) {
-        let Some(given) = sig
+        let given = sig
             .to_str()
             .ok()
             .and_then(|s| s.strip_prefix("sha256="))
             .and_then(|h| hex::decode(h).ok())
-        else {
-            return false;
+            .filter(|g| g.len() == 32);
+        return match (given, Hmac::<Sha256>::new_from_slice(secret)) {
+            (Some(g), Ok(mac)) => Check::Mac(Box::new(mac), g),
+            _ => Check::Refuse,
         };
-        let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(secret) else {
-            return false;
-        };
-        mac.update(body);
-        let want = mac.finalize().into_bytes();
-        return bool::from(want.as_slice().ct_eq(&given));
     }
     if let (Some(token), Some(given)) = (&cfg.token, headers.get("x-drover-token")) {
-        return bool::from(token.as_slice().ct_eq(given.as_bytes()));
+        if bool::from(token.as_slice().ct_eq(given.as_bytes())) {
+            return Check::Accept;
+        }
     }
-    false
+    Check::Refuse
+}
+
+/// Whether a request with `headers` and (whole) `body` proves one of the
+/// configured secrets; the server itself streams the body instead.
+pub fn authenticate(cfg: &WebhookConfig, headers: &HeaderMap, body: &[u8]) -> bool {
+    match check_headers(cfg, headers) {
+        Check::Accept => true,
+        Check::Refuse => false,
+        Check::Mac(mut mac, given) => {
+            mac.update(body);
+            mac.verify_slice(&given).is_ok()
+        }
+    }
 }

@@ -131,7 +131,7 @@ pub fn publish(
         std::thread::sleep(backoff(attempt));
     }
     Err(PushError::Exhausted {
-        url: source.config().url.clone(),
+        url: source::redact(&source.config().url),
         attempts: opts.max_attempts,
         last,
     })

@@ -54,6 +54,8 @@ pub struct ConfigRepo {
     /// Each cluster's report signing key (listed in agents.allowed_signers as `<env>/<cluster>`).
     pub report_keys: std::collections::BTreeMap<String, PathBuf>,
     envs: Vec<EnvSpec>,
+    /// `[rollout] max_unavailable` written from the next commit on (default 1).
+    max_unavailable: std::cell::Cell<u32>,
 }
 
 impl ConfigRepo {
@@ -110,6 +112,7 @@ impl ConfigRepo {
             daemon: GitDaemon::start(&served),
             report_keys,
             envs: envs.to_vec(),
+            max_unavailable: std::cell::Cell::new(1),
         };
         for e in envs {
             repo.write_env(e);
@@ -128,9 +131,13 @@ impl ConfigRepo {
             self.work.join(format!("environments/{}.toml", e.env)),
             format!(
                 "version = \"{}\"\n\n[window]\nschedule = \"{}\"\nduration = \"6h\"\ntimezone = \"UTC\"\n\n\
-                 [rollout]\nmax_unavailable = 1\ndrain_timeout = \"5m\"\nnode_timeout = \"10m\"\nnode_selector = \"{}\"\n\n\
+                 [rollout]\nmax_unavailable = {}\ndrain_timeout = \"5m\"\nnode_timeout = \"10m\"\nnode_selector = \"{}\"\n\n\
                  [promotion]\nsoak = \"{}\"\n",
-                e.version, e.schedule, e.selector, e.soak
+                e.version,
+                e.schedule,
+                self.max_unavailable.get(),
+                e.selector,
+                e.soak
             ),
         )
         .unwrap();
@@ -167,6 +174,11 @@ impl ConfigRepo {
             &self.work,
             &["push", "-q", self.bare.to_str().unwrap(), "main:main"],
         );
+    }
+
+    /// Nodes upgraded at once, in the environment files of the next commits.
+    pub fn set_max_unavailable(&self, n: u32) {
+        self.max_unavailable.set(n);
     }
 
     /// Pin `env` to `version` in a commit (signed: a reviewed merge; unsigned: pushed past review) and push it.
@@ -323,6 +335,8 @@ pub fn agent_config(
     cfg.debounce = Duration::from_millis(50);
     cfg.lease_duration = Duration::from_secs(3);
     cfg.listen = "127.0.0.1:0".parse().unwrap();
+    // Tests poll every second; webhooks right after a poll should not wait the default 5 s.
+    cfg.webhook_min_interval = Duration::from_millis(500);
     cfg.webhook = Some(WebhookConfig {
         hmac_secret: None,
         token: Some(WEBHOOK_TOKEN.as_bytes().to_vec()),
@@ -354,7 +368,7 @@ impl RunningAgent {
             rt.block_on(async move {
                 let config = config_as(as_user.as_deref()).await;
                 let client = Client::try_from(config.clone()).unwrap();
-                let backend = KubeBackend::new(config, &cfg.namespace);
+                let backend = KubeBackend::new(config, cfg.jobs_namespace());
                 let agent = Agent::new(cfg, client, backend, clock)
                     .await
                     .expect("agent starts");
@@ -407,7 +421,7 @@ impl RunningAgent {
     /// POST the webhook (with the token).
     pub async fn webhook(&self) -> u16 {
         http(
-            self.handle.http_addr().unwrap(),
+            self.handle.webhook_addr().unwrap(),
             "POST",
             "/webhook",
             &[("X-Drover-Token", WEBHOOK_TOKEN)],

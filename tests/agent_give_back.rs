@@ -1,0 +1,228 @@
+//! No node left cordoned (invariant 2): a node drover is still draining is
+//! given back when the agent stops (SIGTERM) and when no config is
+//! applicable any more. Against the real API server, simulated kubelet
+//! nodes and a real git server; the drain is held open by a
+//! PodDisruptionBudget so the node is reliably caught in `draining`.
+
+mod agent_support;
+#[path = "support/git_servers.rs"]
+mod git_servers;
+mod k8s_backend;
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_support::*;
+use drover::agent::crd::DroverStatus;
+use drover::cluster::ANN_STATE;
+use drover::rollout::VirtualClock;
+use k8s_backend::{pool_options, start_sim, POOL_LABEL};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use support::kubelet::Kubelet;
+use support::{
+    await_node, await_pdb, await_pod, create, pdb_min_available, pdb_settled, pod_on,
+    pod_running_ready, ControlPlane, TestNamespace,
+};
+
+fn unschedulable(n: &Node) -> bool {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+}
+
+fn draining(n: &Node) -> bool {
+    unschedulable(n) && n.annotations().get(ANN_STATE).map(String::as_str) == Some("draining")
+}
+
+fn given_back(n: &Node) -> bool {
+    !unschedulable(n) && !n.annotations().contains_key(ANN_STATE)
+}
+
+/// One node running a pod that a PDB forbids evicting; an agent whose
+/// config pins 1.12.0 (what the node runs) in an open window.
+struct World {
+    client: Client,
+    ns: TestNamespace,
+    sim: Kubelet,
+    node: String,
+    repo: ConfigRepo,
+    agent: Option<RunningAgent>,
+}
+
+async fn world(prefix: &str) -> World {
+    let cp = ControlPlane::get();
+    let client = cp.admin_client().await;
+    install_crd(&client).await;
+    let ns = TestNamespace::create(&client, prefix).await;
+    let sim = start_sim(&client, pool_options(ns.name(), 1)).await;
+    let node = sim.node_names()[0].clone();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    create(&pods, &pod_on("web-0", &node, &[("app", "web")], 1)).await;
+    await_pod(
+        &client,
+        ns.name(),
+        "web-0",
+        "Running and Ready",
+        pod_running_ready,
+    )
+    .await;
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns.name());
+    create(&pdbs, &pdb_min_available("web", "web", json!(1))).await;
+    await_pdb(&client, ns.name(), "web", "0 allowed", |p| {
+        pdb_settled(p, |s| {
+            s.current_healthy == Some(1) && s.disruptions_allowed == Some(0)
+        })
+    })
+    .await;
+    let repo = ConfigRepo::new(&[EnvSpec {
+        env: "test".into(),
+        cluster: "test-1".into(),
+        version: "1.12.0".into(),
+        schedule: "0 2 1 * *".into(),
+        selector: format!("{POOL_LABEL}={}", ns.name()),
+        soak: "0s".into(),
+    }]);
+    let mut cfg = agent_config(&repo, "test", "test-1", ns.name(), "agent-a");
+    cfg.poll = Duration::from_secs(600);
+    let clock: drover::agent::SharedClock = Arc::new(VirtualClock::new(dec(1, 3, 0)));
+    let agent = RunningAgent::start(cfg, clock, None);
+    await_status(
+        &client,
+        ns.name(),
+        "test-test-1",
+        "initial confirmation",
+        |s| s.state.as_deref() == Some("confirmed"),
+    )
+    .await;
+    World {
+        client,
+        ns,
+        sim,
+        node,
+        repo,
+        agent: Some(agent),
+    }
+}
+
+impl World {
+    /// Bump to 1.13.0 and wait until the node is cordoned and draining (held by the PDB).
+    async fn start_draining(&self) {
+        self.repo.bump("test", "1.13.0", true);
+        assert_eq!(self.agent.as_ref().unwrap().webhook().await, 202);
+        await_node(&self.client, &self.node, "cordoned and draining", draining).await;
+    }
+}
+
+#[tokio::test]
+async fn sigterm_gives_back_a_node_still_draining() {
+    let mut w = world("giveback-stop").await;
+    w.start_draining().await;
+    // The SIGTERM path: shutdown, then the lease is released.
+    w.agent.take().unwrap().stop();
+    let n = await_node(&w.client, &w.node, "uncordoned, record cleared", given_back).await;
+    assert!(given_back(&n));
+    // It was not upgraded meanwhile: given back, not finished.
+    assert_eq!(w.sim.version(&w.node).as_deref(), Some("1.12.0"));
+    assert_eq!(w.sim.upgrades_started(&w.node), 0);
+    let leases: Api<Lease> = Api::namespaced(w.client.clone(), w.ns.name());
+    let l = leases.get("drover-test-test-1").await.unwrap();
+    assert_eq!(
+        l.spec.unwrap().holder_identity,
+        None,
+        "lease released after the give-back"
+    );
+    w.sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_node_draining_when_no_config_applies_any_more_is_given_back() {
+    let mut w = world("giveback-noconfig").await;
+    w.start_draining().await;
+    let agent = w.agent.take().unwrap();
+    // Take the lease away so the agent stops acting, as during a takeover.
+    let leases: Api<Lease> = Api::namespaced(w.client.clone(), w.ns.name());
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    leases
+        .patch(
+            "drover-test-test-1",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "spec": {
+                "holderIdentity": "someone-else", "leaseDurationSeconds": 3600,
+                "acquireTime": now, "renewTime": now,
+            }})),
+        )
+        .await
+        .unwrap();
+    until_metric(&agent, "drover_leader", 0.0).await;
+    // Meanwhile the applied commit is lost (a restored status object, a
+    // rewritten remote) and the only head is unsigned: nothing applies.
+    let dst: Api<DroverStatus> = Api::namespaced(w.client.clone(), w.ns.name());
+    dst.patch_status(
+        "test-test-1",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({ "status": {
+            "lastAppliedCommit": "0123456789012345678901234567890123456789"
+        }})),
+    )
+    .await
+    .unwrap();
+    w.repo.bump("test", "1.14.0", false);
+    // Control: still draining and cordoned while nobody acts.
+    let n = Api::<Node>::all(w.client.clone())
+        .get(&w.node)
+        .await
+        .unwrap();
+    assert!(
+        draining(&n),
+        "the node must still be draining before the agent leads again"
+    );
+    leases
+        .patch(
+            "drover-test-test-1",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "spec": { "holderIdentity": null, "renewTime": null } })),
+        )
+        .await
+        .unwrap();
+    await_node(
+        &w.client,
+        &w.node,
+        "given back without a config",
+        given_back,
+    )
+    .await;
+    let st = await_status(
+        &w.client,
+        w.ns.name(),
+        "test-test-1",
+        "blocked without config",
+        |s| s.state.as_deref() == Some("blocked") && s.refused.is_some(),
+    )
+    .await;
+    assert_eq!(st.status.unwrap().refused.unwrap().stage, "trust");
+    assert_eq!(w.sim.upgrades_started(&w.node), 0);
+    agent.stop();
+    w.sim.shutdown().await;
+}
+
+/// Poll the agent's `/metrics` until `series` has `value` (metrics cannot be watched).
+async fn until_metric(agent: &RunningAgent, series: &str, value: f64) {
+    let check = async {
+        loop {
+            if sample(&agent.metrics().await, series) == Some(value) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(support::WAIT, check)
+        .await
+        .unwrap_or_else(|_| panic!("{series} never became {value}"));
+}
