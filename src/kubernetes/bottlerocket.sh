@@ -158,10 +158,14 @@ cancel_ready() {
   return 1
 }
 
+stopped=0
 on_exit() {
   local rc=$?
   set +e
   trap - EXIT TERM INT
+  if [ "$stopped" -eq 1 ]; then
+    log "stopped by SIGTERM"
+  fi
   if [ "$rc" -ne 0 ] && [ "$rebooting" -eq 0 ]; then
     cancel_ready
   fi
@@ -169,7 +173,11 @@ on_exit() {
   exit "$rc"
 }
 trap on_exit EXIT
-trap 'log "stopped by SIGTERM"; exit 143' TERM
+# No command substitution in the TERM trap: bash may run it while it is
+# parsing one of the script's own $(...), and a second parse inside the trap
+# then fails ("unexpected EOF while looking for matching `)'") and the exit
+# never happens. on_exit logs the stop instead.
+trap 'stopped=1; exit 143' TERM
 trap 'exit 130' INT
 
 # The running version. Right after the reboot the API may not answer yet:
