@@ -202,8 +202,8 @@ async fn a_node_draining_when_no_config_applies_any_more_is_given_back() {
         &w.client,
         w.ns.name(),
         "test-test-1",
-        "blocked without config",
-        |s| s.state.as_deref() == Some("blocked") && s.refused.is_some(),
+        "refused without config",
+        |s| s.state.as_deref() == Some("refused") && s.refused.is_some(),
     )
     .await;
     assert_eq!(st.status.unwrap().refused.unwrap().stage, "trust");

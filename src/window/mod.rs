@@ -28,6 +28,12 @@ use std::time::Duration;
 /// The most firings merged into one window before it is cut (see the module doc).
 pub const MAX_MERGED_FIRINGS: usize = 10_000;
 
+/// How many touching periods one open interval of [`Calendar::state_at`]
+/// joins: an always-open schedule yields periods of
+/// [`MAX_MERGED_FIRINGS`] firings each, so joining more would only cost
+/// time (quadratic in the firings) for an end years away.
+pub const MAX_JOINED_PERIODS: usize = 8;
+
 /// Why a window specification cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
@@ -358,13 +364,19 @@ impl Calendar {
         })
     }
 
+    /// The first merged window that reaches past `t`, its start looked for
+    /// only as far back as `t - longest`: enough wherever the start before
+    /// `t` does not matter (the caller clips at `t`).
+    fn window_reaching_past(&self, t: DateTime<Utc>) -> Option<Window> {
+        let back = t.checked_sub_signed(self.longest).unwrap_or(t);
+        // Windows that reach past `t` start after `t - longest`.
+        self.merged_after(back - chrono::Duration::nanoseconds(1))
+            .find(|w| w.end > t)
+    }
+
     /// The merged window open at `t`, or else the next one; `None` if none ever opens.
     pub fn window_at_or_after(&self, t: DateTime<Utc>) -> Option<Window> {
-        let back = |x: DateTime<Utc>| x.checked_sub_signed(self.longest).unwrap_or(x);
-        // Windows that reach past `t` start after `t - longest`.
-        let mut w = self
-            .merged_after(back(t) - chrono::Duration::nanoseconds(1))
-            .find(|w| w.end > t)?;
+        let mut w = self.window_reaching_past(t)?;
         // An earlier window may run into this one: look further back, a
         // chunk at a time, over raw windows only, at most
         // MAX_MERGED_FIRINGS of them.
@@ -421,6 +433,11 @@ impl Calendar {
         // (a capped merge, a freeze jump) never lists a stretch twice.
         let mut done: Option<DateTime<Utc>> = None;
         let mut queue: std::collections::VecDeque<Period> = Default::default();
+        // Only the first window's true start is shown; every later one is
+        // clipped at the end of the one before, so looking back for its
+        // start (up to MAX_MERGED_FIRINGS firings) would be wasted, and for
+        // an always-open schedule it made each question quadratic.
+        let mut first = true;
         std::iter::from_fn(move || loop {
             if let Some(mut p) = queue.pop_front() {
                 if let Some(d) = done {
@@ -432,7 +449,12 @@ impl Calendar {
                 done = Some(p.end);
                 return Some(p);
             }
-            let w = self.window_at_or_after(t)?;
+            let w = if first {
+                self.window_at_or_after(t)?
+            } else {
+                self.window_reaching_past(t)?
+            };
+            first = false;
             // A window entirely inside an `all` freeze: jump past the freeze.
             if let Some(f) = self.freezes.iter().find(|f| {
                 f.scope == FreezeScope::All && f.start <= w.start.max(t) && w.end <= f.end
@@ -499,7 +521,7 @@ impl Calendar {
             };
             let mut n = 0;
             while let Some(p) = ps.peek() {
-                if p.start > w.end || n >= MAX_MERGED_FIRINGS {
+                if p.start > w.end || n >= MAX_JOINED_PERIODS {
                     break;
                 }
                 w.end = w.end.max(p.end);
