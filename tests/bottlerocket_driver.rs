@@ -430,6 +430,45 @@ fn a_job_deleted_while_the_update_is_activated_leaves_it_cancelled() {
 
 // --- The restarted pod ---
 
+// --- A stop at any moment ---
+
+/// The pod's SIGTERM can arrive while bash parses one of the script's `$(...)`,
+/// where bash 5.2 runs a trap in a half-built parser state and loses it. After
+/// each of the first requests of an upgrade the script is stopped: every time
+/// it must end with 143, say so, and leave no update activated.
+#[test]
+fn a_sigterm_at_any_moment_ends_the_script_and_leaves_no_update_activated() {
+    let mut scenario = Scenario::new("1.22.0", &["1.22.3"]);
+    scenario.activate_takes = Duration::from_millis(200);
+    // Stop after request 1, 2, ... until a run no longer reaches that many
+    // requests before the reboot (the whole upgrade has been covered then).
+    let mut stopped = 0;
+    for n in 1.. {
+        let dir = tempfile::tempdir().unwrap();
+        let api = BottlerocketApi::start(dir.path(), scenario.clone());
+        let r = watch(spawn(Script::New, &api, dir.path(), "1.22.3", 1));
+        api.await_requests(RUN_LIMIT, n);
+        if api.reboot_requests() > 0 {
+            break;
+        }
+        signal(r.pid, "-TERM");
+        let code = r.exit(Duration::from_secs(30));
+        let log = fs::read_to_string(dir.path().join("run-1.log")).unwrap();
+        assert_eq!(code, 143, "stopped after request {n}:\n{log}");
+        assert!(log.contains("stopped by SIGTERM"), "{log}");
+        assert!(!log.contains("unexpected EOF"), "{log}");
+        if api.reboot_requests() == 0 {
+            assert!(
+                !api.update_state().1,
+                "left activated after request {n}:\n{log}"
+            );
+        }
+        stopped += 1;
+    }
+    // The control: the loop really stopped the script at many points.
+    assert!(stopped >= 15, "only {stopped} stops");
+}
+
 #[test]
 fn the_version_is_read_again_until_the_api_answers_after_the_reboot() {
     // The pod starts again before the node's API server is up.

@@ -26,10 +26,12 @@ node="$DROVER_NODE_NAME"
 marker="${DROVER_STATE_DIR:-/drover-state}/attempt-$DROVER_ATTEMPT"
 # Every wait is a multiple of this many seconds (tests shrink it).
 unit="${DROVER_TIME_UNIT:-1}"
-# Set once the reboot was accepted: a SIGTERM after that is the shutdown,
-# which must not cancel the update it is about to boot.
-rebooting=0
-errf="$(mktemp)"
+# Scratch space shared by the supervisor and the worker (see the end).
+scratch="$(mktemp -d)"
+errf="$scratch/err"
+# Present once the reboot was accepted: a SIGTERM after that is the
+# shutdown, which must not cancel the update it is about to boot.
+rebooting="$scratch/rebooting"
 
 log() { printf '%s drover-driver %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$node" "$*" >&2; }
 fail() {
@@ -158,110 +160,125 @@ cancel_ready() {
   return 1
 }
 
-stopped=0
-on_exit() {
-  local rc=$?
-  set +e
-  trap - EXIT TERM INT
-  if [ "$stopped" -eq 1 ]; then
-    log "stopped by SIGTERM"
-  fi
-  if [ "$rc" -ne 0 ] && [ "$rebooting" -eq 0 ]; then
-    cancel_ready
-  fi
-  rm -f "$errf"
-  exit "$rc"
-}
-trap on_exit EXIT
-# No command substitution in the TERM trap: bash may run it while it is
-# parsing one of the script's own $(...), and a second parse inside the trap
-# then fails ("unexpected EOF while looking for matching `)'") and the exit
-# never happens. on_exit logs the stop instead.
-trap 'stopped=1; exit 143' TERM
-trap 'exit 130' INT
-
-# The running version. Right after the reboot the API may not answer yet:
-# retried for about 5 minutes.
-current=""
-for _ in 1 2 3; do
-  if current="$(api GET /os | jq -er '.version_id')"; then
-    break
-  fi
+# upgrade: the steps below, run by the worker.
+upgrade() {
+  # The running version. Right after the reboot the API may not answer yet:
+  # retried for about 5 minutes.
   current=""
-  nap 10
-done
-[ -n "$current" ] || fail "cannot read the running version from the Bottlerocket API"
-if [ "$current" = "$target" ]; then
-  log "runs $target"
-  exit 0
-fi
-if [ -e "$marker" ]; then
-  fail "rebooted for $target but runs $current"
-fi
-log "moving from $current to $target"
-
-# 1. An update left activated (Ready) by an earlier attempt: every action but
-#    refresh and deactivate is refused in Ready, and any reboot would boot it.
-st="$(status)" || fail "cannot read the update status"
-if [ "$(jq -r '.update_state // "Idle"' <<<"$st")" = Ready ]; then
-  log "cancelling the update left activated for $(jq -r '.staging_partition.image.version // "?"' <<<"$st")"
-  update_command deactivate /actions/deactivate-update 60
-fi
-
-# 2. Lock to exactly the target, ignoring waves: PATCH /settings in our own
-#    transaction, then commit and apply it. The API answers before the config
-#    updog reads is rendered again (thar-be-settings runs in the background),
-#    so the refresh below confirms the lock took effect.
-settings="$(jq -cn --arg v "$target" '{updates: {"version-lock": $v, "ignore-waves": true}}')"
-tx="drover-$DROVER_ATTEMPT"
-api PATCH "/settings?tx=$tx" "$settings" >/dev/null || fail "cannot set the version lock"
-api POST "/tx/commit_and_apply?tx=$tx" >/dev/null || fail "cannot commit the version lock"
-[ "$(api GET /settings | jq -r '.updates["version-lock"]')" = "$target" ] ||
-  fail "the version lock did not read back as $target"
-
-# 3. Refresh until the update chosen is exactly the target. A refresh that
-#    ran before the lock was applied chooses the newest release in this
-#    node's wave, which must never be staged.
-chosen=""
-for delay in 2 4 8 16 30 30 30 0; do
-  update_command refresh /actions/refresh-updates 300
-  st="$(status)" || fail "cannot read the update status"
-  chosen="$(jq -r '.chosen_update.version // "none"' <<<"$st")"
-  [ "$chosen" = "$target" ] && break
-  [ "$delay" -eq 0 ] && break
-  log "refresh chose $chosen (offered: $(jq -r '.available_updates // [] | join(", ")' <<<"$st")), waiting for the lock to $target to apply"
-  nap "$delay"
-done
-[ "$chosen" = "$target" ] ||
-  fail "$target is not offered to this node (offered: $(jq -r '.available_updates // [] | join(", ")' <<<"$st"))"
-
-# 4. Download and write the update to the staging partition, then check it.
-update_command prepare /actions/prepare-update 1800
-st="$(status)" || fail "cannot read the update status"
-[ "$(jq -r '"\(.update_state) \(.staging_partition.image.version)"' <<<"$st")" = "Staged $target" ] ||
-  fail "prepare left $(jq -c '{update_state, staging_partition}' <<<"$st"), not $target staged"
-
-# 5. Activate: the staging partition becomes the next to boot.
-update_command activate /actions/activate-update 60
-st="$(status)" || fail "cannot read the update status"
-[ "$(jq -r '"\(.update_state) \(.staging_partition.image.version) \(.staging_partition.next_to_boot)"' <<<"$st")" = "Ready $target true" ] ||
-  fail "activate left $(jq -c '{update_state, staging_partition}' <<<"$st"), not $target next to boot"
-
-# 6. Reboot. The shutdown stops this pod (SIGTERM): the Job starts it again
-#    after the reboot, and step 0 finds the target.
-touch "$marker"
-rebooting=1
-log "rebooting into $target"
-if ! call POST /actions/reboot >/dev/null; then
-  if [ "$code" != transport ]; then
-    # The API refused (e.g. a shutdown inhibitor): no reboot is coming.
-    rebooting=0
-    rm -f "$marker"
-    fail "reboot refused: $(cat "$errf")"
+  for _ in 1 2 3; do
+    if current="$(api GET /os | jq -er '.version_id')"; then
+      break
+    fi
+    current=""
+    nap 10
+  done
+  [ -n "$current" ] || fail "cannot read the running version from the Bottlerocket API"
+  if [ "$current" = "$target" ]; then
+    log "runs $target"
+    exit 0
   fi
-  log "no answer to the reboot request: the node may be going down"
+  if [ -e "$marker" ]; then
+    fail "rebooted for $target but runs $current"
+  fi
+  log "moving from $current to $target"
+
+  # 1. An update left activated (Ready) by an earlier attempt: every action but
+  #    refresh and deactivate is refused in Ready, and any reboot would boot it.
+  st="$(status)" || fail "cannot read the update status"
+  if [ "$(jq -r '.update_state // "Idle"' <<<"$st")" = Ready ]; then
+    log "cancelling the update left activated for $(jq -r '.staging_partition.image.version // "?"' <<<"$st")"
+    update_command deactivate /actions/deactivate-update 60
+  fi
+
+  # 2. Lock to exactly the target, ignoring waves: PATCH /settings in our own
+  #    transaction, then commit and apply it. The API answers before the config
+  #    updog reads is rendered again (thar-be-settings runs in the background),
+  #    so the refresh below confirms the lock took effect.
+  settings="$(jq -cn --arg v "$target" '{updates: {"version-lock": $v, "ignore-waves": true}}')"
+  tx="drover-$DROVER_ATTEMPT"
+  api PATCH "/settings?tx=$tx" "$settings" >/dev/null || fail "cannot set the version lock"
+  api POST "/tx/commit_and_apply?tx=$tx" >/dev/null || fail "cannot commit the version lock"
+  [ "$(api GET /settings | jq -r '.updates["version-lock"]')" = "$target" ] ||
+    fail "the version lock did not read back as $target"
+
+  # 3. Refresh until the update chosen is exactly the target. A refresh that
+  #    ran before the lock was applied chooses the newest release in this
+  #    node's wave, which must never be staged.
+  chosen=""
+  for delay in 2 4 8 16 30 30 30 0; do
+    update_command refresh /actions/refresh-updates 300
+    st="$(status)" || fail "cannot read the update status"
+    chosen="$(jq -r '.chosen_update.version // "none"' <<<"$st")"
+    [ "$chosen" = "$target" ] && break
+    [ "$delay" -eq 0 ] && break
+    log "refresh chose $chosen (offered: $(jq -r '.available_updates // [] | join(", ")' <<<"$st")), waiting for the lock to $target to apply"
+    nap "$delay"
+  done
+  [ "$chosen" = "$target" ] ||
+    fail "$target is not offered to this node (offered: $(jq -r '.available_updates // [] | join(", ")' <<<"$st"))"
+
+  # 4. Download and write the update to the staging partition, then check it.
+  update_command prepare /actions/prepare-update 1800
+  st="$(status)" || fail "cannot read the update status"
+  [ "$(jq -r '"\(.update_state) \(.staging_partition.image.version)"' <<<"$st")" = "Staged $target" ] ||
+    fail "prepare left $(jq -c '{update_state, staging_partition}' <<<"$st"), not $target staged"
+
+  # 5. Activate: the staging partition becomes the next to boot.
+  update_command activate /actions/activate-update 60
+  st="$(status)" || fail "cannot read the update status"
+  [ "$(jq -r '"\(.update_state) \(.staging_partition.image.version) \(.staging_partition.next_to_boot)"' <<<"$st")" = "Ready $target true" ] ||
+    fail "activate left $(jq -c '{update_state, staging_partition}' <<<"$st"), not $target next to boot"
+
+  # 6. Reboot. The shutdown stops this pod (SIGTERM): the Job starts it again
+  #    after the reboot, and step 0 finds the target.
+  touch "$marker"
+  touch "$rebooting"
+  log "rebooting into $target"
+  if ! call POST /actions/reboot >/dev/null; then
+    if [ "$code" != transport ]; then
+      # The API refused (e.g. a shutdown inhibitor): no reboot is coming.
+      rm -f "$rebooting" "$marker"
+      fail "reboot refused: $(cat "$errf")"
+    fi
+    log "no answer to the reboot request: the node may be going down"
+  fi
+  nap 600
+  rm -f "$rebooting" "$marker"
+  fail "no reboot within 600 units"
+}
+
+# The supervisor. bash 5.2 can run a trap while it parses a $(...), and the
+# trap's own text is then parsed in that half-built state ("unexpected EOF
+# while looking for matching `)'"): the TERM is lost. So the process that
+# receives the pod's SIGTERM runs no $(...) while its trap is set: it only
+# waits for the worker, which runs the steps with the default TERM action in
+# its own process group. On a stop the supervisor ends that group, ignores
+# further signals and cancels an activated update unless the reboot was
+# already asked for.
+stopped=0
+trap 'stopped=143' TERM
+trap 'stopped=130' INT
+set -m
+upgrade &
+worker=$!
+set +m
+rc=0
+while :; do
+  if wait "$worker"; then rc=0; else rc=$?; fi
+  [ "$stopped" -eq 0 ] || break
+  # wait also returns when the worker ends: nothing left to wait for then.
+  kill -0 "$worker" 2>/dev/null || break
+done
+trap '' TERM INT
+set +e
+if [ "$stopped" -ne 0 ]; then
+  kill -TERM -- "-$worker" 2>/dev/null
+  wait "$worker" 2>/dev/null
+  if [ "$stopped" -eq 130 ]; then log "stopped by SIGINT"; else log "stopped by SIGTERM"; fi
+  rc="$stopped"
 fi
-nap 600
-rebooting=0
-rm -f "$marker"
-fail "no reboot within 600 units"
+if [ "$rc" -ne 0 ] && [ ! -e "$rebooting" ]; then
+  cancel_ready
+fi
+rm -rf "$scratch"
+exit "$rc"

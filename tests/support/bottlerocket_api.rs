@@ -676,6 +676,11 @@ impl BottlerocketApi {
         });
     }
 
+    /// Wait until at least `n` requests were served.
+    pub fn await_requests(&self, limit: Duration, n: usize) {
+        self.await_state(limit, &format!("{n} requests"), |s| s.log.len() >= n);
+    }
+
     /// The node reboots now (its shutdown has stopped the driver's pod).
     pub fn reboot_now(&self) {
         let mut s = self.lock();
