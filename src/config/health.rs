@@ -3,7 +3,7 @@
 //! grammar, defaults and validation; the verdict itself lives in
 //! [`crate::health`].
 
-use super::parse::{a_type as kind, nearest, parse_duration};
+use super::values::{a_type as kind, nearest, parse_duration};
 use crate::diag::Diagnostic;
 use serde_spanned::Spanned;
 use std::time::Duration;

@@ -3,16 +3,23 @@
 //! Owns parsing, defaults and validation; every error carries a file, line
 //! and column (see [`crate::diag`]).
 
+mod env;
 mod files;
 mod health;
+mod load;
 mod model;
-mod parse;
+mod root;
 mod selector;
+mod spanned;
+#[cfg(test)]
+mod tests;
+mod values;
+mod windows;
 
 pub use files::{
     bounded_blob, read_regular, DirEntry, DirFiles, EntryKind, Files, GitTreeFiles, MAX_FILE_BYTES,
 };
 pub use health::{HealthSpec, OnUnreachable, PrometheusCheck};
+pub use load::{load, load_at, parse_env, parse_root};
 pub use model::*;
-pub use parse::{load, load_at, parse_env, parse_root};
 pub use selector::{LabelSelector, Requirement, SelectorError};

@@ -2,7 +2,9 @@
 //! paused` in an environment file. Parsing only: what the values mean (cron
 //! firings, merging, freezes) is owned by [`crate::window`].
 
-use super::{nearest, Ctx, Span, ENV_KEYS};
+use super::env::ENV_KEYS;
+use super::spanned::{Ctx, Span};
+use super::values::nearest;
 use crate::config::{
     Freeze, FreezeScope, WindowSpec, DEFAULT_SCHEDULE, DEFAULT_TIMEZONE, DEFAULT_WINDOW_DURATION,
 };
@@ -113,7 +115,7 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    fn timezone(&mut self, v: &super::Value<'a>) -> Option<Tz> {
+    fn timezone(&mut self, v: &super::spanned::Value<'a>) -> Option<Tz> {
         let s = self.want_str(
             "timezone",
             v,

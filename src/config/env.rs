@@ -1,0 +1,342 @@
+//! The grammar of an environment file: target version, `[rollout]`,
+//! `[nodes]` and `[driver]`. Windows, freezes and `[health]` have files of
+//! their own (windows.rs, health.rs).
+
+use super::selector::LabelSelector;
+use super::spanned::{Ctx, Value};
+use super::values::parse_version;
+use super::{
+    DriverSpec, EnvConfig, MaxUnavailable, NodesSpec, OnDrainTimeout, PromotionSpec, RolloutSpec,
+    DEFAULT_BOTTLEROCKET_IMAGE, DEFAULT_DRAIN_TIMEOUT, DEFAULT_MAX_UNAVAILABLE,
+    DEFAULT_NODE_SELECTOR, DEFAULT_NODE_TIMEOUT, DEFAULT_ON_DRAIN_TIMEOUT, DEFAULT_SOAK,
+    DEFAULT_VERSION_REGEX,
+};
+use crate::diag::Diagnostic;
+use toml::de::{DeTable, DeValue};
+
+/// Keys of an environment file, per section (`""` is the top level).
+pub(super) const ENV_KEYS: &[(&str, &[&str])] = &[
+    (
+        "",
+        &[
+            "version",
+            "allow_downgrade",
+            "window",
+            "rollout",
+            "promotion",
+            "driver",
+            "nodes",
+            "freeze",
+            "health",
+        ],
+    ),
+    ("window", &["schedule", "duration", "timezone"]),
+    ("freeze", &["start", "end", "timezone", "scope", "reason"]),
+    (
+        "rollout",
+        &[
+            "max_unavailable",
+            "drain_timeout",
+            "node_timeout",
+            "node_selector",
+            "on_drain_timeout",
+            "paused",
+        ],
+    ),
+    ("promotion", &["soak"]),
+    ("driver", &["kind", "image", "command"]),
+    ("nodes", &["version_regex"]),
+];
+
+pub(super) fn env_inner(file: &str, name: &str, text: &str) -> Result<EnvConfig, Vec<Diagnostic>> {
+    let mut cx = Ctx::new(file, text);
+    let Some(doc) = cx.parse() else {
+        return Err(cx.diags);
+    };
+    let doc = doc.get_ref();
+    cx.check_keys(doc, "", ENV_KEYS);
+
+    let version = match doc.get("version") {
+        None => {
+            cx.err_at(
+                0,
+                "missing required key `version`: the exact OS version this environment runs, \
+                 such as version = \"1.13.2\"",
+            );
+            None
+        }
+        Some(v) => {
+            let s = cx.want_str("version", v, "an exact version string such as \"1.13.2\"");
+            s.and_then(|s| match parse_version(s) {
+                Ok(ver) => Some(ver),
+                Err(msg) => {
+                    cx.err(&v.span(), msg);
+                    None
+                }
+            })
+        }
+    };
+
+    let allow_downgrade = match doc.get("allow_downgrade") {
+        None => false,
+        Some(v) => cx.want_bool("allow_downgrade", v).unwrap_or(false),
+    };
+
+    let windows = cx.windows(doc);
+    let freezes = cx.freezes(doc, windows[0].timezone);
+
+    let rollout = cx.section(doc, "rollout", ENV_KEYS);
+    let max_unavailable = match rollout.and_then(|t| t.get("max_unavailable")) {
+        None => DEFAULT_MAX_UNAVAILABLE,
+        Some(v) => cx.max_unavailable(v).unwrap_or(DEFAULT_MAX_UNAVAILABLE),
+    };
+    let drain = cx.duration(rollout, "drain_timeout", DEFAULT_DRAIN_TIMEOUT, false);
+    let node = cx.duration(rollout, "node_timeout", DEFAULT_NODE_TIMEOUT, false);
+    if node.0 < drain.0 {
+        let at = node.1.clone().or(drain.1.clone()).unwrap_or(0..0);
+        cx.err(
+            &at,
+            format!(
+                "`node_timeout` ({}) is shorter than `drain_timeout` ({}); it counts from the \
+                 start of the drain, so it must be at least as long",
+                humantime::format_duration(node.0),
+                humantime::format_duration(drain.0)
+            ),
+        );
+    }
+    let node_selector = match rollout.and_then(|t| t.get("node_selector")) {
+        None => DEFAULT_NODE_SELECTOR.to_owned(),
+        Some(v) => match cx.want_str(
+            "node_selector",
+            v,
+            "a label selector string such as \"node-role.kubernetes.io/worker\"",
+        ) {
+            Some(s) => match LabelSelector::parse(s) {
+                Ok(_) => s.trim().to_owned(),
+                Err(e) => {
+                    cx.err(&v.span(), format!("`node_selector` \"{s}\": {e}"));
+                    String::new()
+                }
+            },
+            None => String::new(),
+        },
+    };
+    let on_drain_timeout = match rollout.and_then(|t| t.get("on_drain_timeout")) {
+        None => DEFAULT_ON_DRAIN_TIMEOUT,
+        Some(v) => match cx.one_of("on_drain_timeout", v, &["skip", "stop"]) {
+            Some("stop") => OnDrainTimeout::Stop,
+            _ => OnDrainTimeout::Skip,
+        },
+    };
+
+    let paused = match rollout.and_then(|t| t.get("paused")) {
+        None => false,
+        Some(v) => cx.want_bool("paused", v).unwrap_or(false),
+    };
+
+    let promotion = cx.section(doc, "promotion", ENV_KEYS);
+    let soak = cx.duration(promotion, "soak", DEFAULT_SOAK, true).0;
+
+    let driver_table = cx.section(doc, "driver", ENV_KEYS);
+    let driver = cx.driver(doc, driver_table);
+
+    let nodes = cx.section(doc, "nodes", ENV_KEYS);
+    let version_regex = match nodes.and_then(|t| t.get("version_regex")) {
+        None => regex::Regex::new(DEFAULT_VERSION_REGEX).ok(),
+        Some(v) => cx
+            .want_str(
+                "version_regex",
+                v,
+                "a regular expression string such as '(\\d+\\.\\d+\\.\\d+)'",
+            )
+            .and_then(|s| match regex::Regex::new(s) {
+                Ok(re) if re.captures_len() >= 2 => Some(re),
+                Ok(_) => {
+                    cx.err(
+                        &v.span(),
+                        format!(
+                            "`version_regex` '{s}' has no capture group; wrap the version part \
+                             in parentheses, such as '(\\d+\\.\\d+\\.\\d+)'"
+                        ),
+                    );
+                    None
+                }
+                Err(e) => {
+                    let detail = e.to_string().replace('\n', " ");
+                    cx.err(
+                        &v.span(),
+                        format!(
+                            "`version_regex` must be a valid regular expression with a capture \
+                             group, such as '(\\d+\\.\\d+\\.\\d+)'; found '{s}': {detail}"
+                        ),
+                    );
+                    None
+                }
+            }),
+    };
+
+    let health = super::health::parse_health(file, text, doc, &mut cx.diags);
+
+    match (version, version_regex) {
+        (Some(version), Some(version_regex)) if cx.diags.is_empty() => Ok(EnvConfig {
+            name: name.to_owned(),
+            version,
+            allow_downgrade,
+            windows,
+            freezes,
+            rollout: RolloutSpec {
+                max_unavailable,
+                drain_timeout: drain.0,
+                node_timeout: node.0,
+                node_selector,
+                on_drain_timeout,
+                paused,
+            },
+            promotion: PromotionSpec { soak },
+            driver,
+            nodes: NodesSpec { version_regex },
+            health,
+        }),
+        _ if cx.diags.is_empty() => Err(vec![Diagnostic::file(file, "invalid environment file")]),
+        _ => Err(cx.diags),
+    }
+}
+
+impl<'a> Ctx<'a> {
+    pub(super) fn max_unavailable(&mut self, v: &Value<'a>) -> Option<MaxUnavailable> {
+        const WHAT: &str = "an integer of at least 1 or a percentage string from \"1%\" to \
+                            \"100%\", such as 1 or \"10%\"";
+        match v.get_ref() {
+            DeValue::Integer(i) => {
+                match i64::from_str_radix(i.as_str(), i.radix()) {
+                    Ok(n) if n >= 1 => match u32::try_from(n) {
+                        Ok(n) => Some(MaxUnavailable::Count(n)),
+                        Err(_) => {
+                            self.err(&v.span(), format!("`max_unavailable` must be {WHAT}; found {n}, which is too large"));
+                            None
+                        }
+                    },
+                    Ok(n) => {
+                        self.err(
+                        &v.span(),
+                        format!("`max_unavailable` must be {WHAT}; found {n}, which would never let a node upgrade"),
+                    );
+                        None
+                    }
+                    Err(_) => {
+                        self.err(&v.span(), format!("`max_unavailable` must be {WHAT}"));
+                        None
+                    }
+                }
+            }
+            DeValue::String(s) => {
+                let pct = s
+                    .strip_suffix('%')
+                    .and_then(|n| n.parse::<u32>().ok())
+                    .filter(|p| (1..=100).contains(p));
+                match pct {
+                    Some(p) => Some(MaxUnavailable::Percent(p)),
+                    None => {
+                        self.err(
+                            &v.span(),
+                            format!("`max_unavailable` must be {WHAT}; found \"{s}\""),
+                        );
+                        None
+                    }
+                }
+            }
+            other => {
+                self.type_err(
+                    "max_unavailable",
+                    &v.span(),
+                    "an integer or a percentage string such as \"10%\"",
+                    other,
+                );
+                None
+            }
+        }
+    }
+
+    pub(super) fn driver(&mut self, doc: &DeTable<'a>, table: Option<&DeTable<'a>>) -> DriverSpec {
+        let get = |k: &str| table.and_then(|t| t.get(k));
+        let kind = match get("kind") {
+            None => Some("bottlerocket"),
+            Some(v) => self.one_of("kind", v, &["bottlerocket", "job"]),
+        };
+        let image = get("image").and_then(|v| {
+            let s = self.want_str("image", v, "a container image reference")?;
+            if s.is_empty() || s.contains(char::is_whitespace) {
+                self.err(
+                    &v.span(),
+                    format!(
+                        "`image` must be a container image reference such as \
+                         \"registry.example.com/updater:v1\"; found \"{s}\""
+                    ),
+                );
+                return None;
+            }
+            Some(s.to_owned())
+        });
+        let command = get("command").map(|v| {
+            let mut out = Vec::new();
+            match v.get_ref() {
+                DeValue::Array(items) => {
+                    for item in items.iter() {
+                        if let Some(s) = self.want_str("command", item, "a string") {
+                            out.push(s.to_owned());
+                        }
+                    }
+                }
+                other => self.type_err(
+                    "command",
+                    &v.span(),
+                    "an array of strings such as [\"/bin/update\"]",
+                    other,
+                ),
+            }
+            (out, v.span())
+        });
+        let header = self.key_span(doc, "driver").map_or(0, |s| s.start);
+        match kind {
+            Some("job") => {
+                if get("image").is_none() {
+                    self.err_at(
+                        get("kind").map_or(header, |v| v.span().start),
+                        "kind = \"job\" requires `image`, the container image of the update \
+                         Job, such as image = \"registry.example.com/updater:v1\"",
+                    );
+                }
+                if let Some((c, span)) = &command {
+                    if c.first().is_none_or(|p| p.trim().is_empty()) {
+                        self.err(
+                            span,
+                            "`command` must be a non-empty array of strings whose first element \
+                             is the program, such as [\"/bin/update\", \"--to\"]",
+                        );
+                    }
+                } else {
+                    self.err_at(
+                        get("kind").map_or(header, |v| v.span().start),
+                        "kind = \"job\" requires `command`, a non-empty array such as \
+                         command = [\"/bin/update\"]; the Job gets DROVER_TARGET_VERSION",
+                    );
+                }
+                DriverSpec::Job {
+                    image: image.unwrap_or_default(),
+                    command: command.map(|(c, _)| c).unwrap_or_default(),
+                }
+            }
+            _ => {
+                if let Some((_, span)) = command.filter(|(c, _)| !c.is_empty()) {
+                    self.err(
+                        &span,
+                        "`command` applies only to kind = \"job\"; leave it empty ([]) or set kind = \"job\"",
+                    );
+                }
+                DriverSpec::Bottlerocket {
+                    image: image.unwrap_or_else(|| DEFAULT_BOTTLEROCKET_IMAGE.to_owned()),
+                }
+            }
+        }
+    }
+}

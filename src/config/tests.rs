@@ -1,0 +1,200 @@
+//! Tests of the config grammar, through its entry points.
+
+use super::load::*;
+use super::values::{nearest, parse_duration, parse_version};
+use super::*;
+use crate::config::WindowSpec;
+use chrono_tz::Tz;
+use std::time::Duration;
+
+#[test]
+fn durations_parse_like_people_write_them() {
+    assert_eq!(parse_duration("6h"), Ok(Duration::from_secs(6 * 3600)));
+    assert_eq!(parse_duration("20m"), Ok(Duration::from_secs(1200)));
+    assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+    assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+    for bad in ["", "6", "six hours", "6 h x", "-1h", " 6h"] {
+        assert!(parse_duration(bad).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
+fn versions_must_be_exact() {
+    assert!(parse_version("1.13.2").is_ok());
+    assert!(parse_version("1.13.2-rc.1").is_ok());
+    for (bad, why) in [
+        ("1.13", "partial"),
+        ("^1.2.3", "range"),
+        (">=1.2.3", "range"),
+        ("1.x", "range"),
+        ("latest", "latest"),
+        ("01.13.2", "leading zero"),
+        ("v1.13.2", "leading `v`"),
+        ("", "1.13.2"),
+    ] {
+        let e = parse_version(bad).expect_err(bad);
+        assert!(e.contains(why), "{bad}: {e}");
+        assert!(e.contains("such as \"1.13.2\""), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn max_unavailable_resolves_against_the_selected_nodes() {
+    assert_eq!(MaxUnavailable::Count(2).resolve(10), 2);
+    assert_eq!(MaxUnavailable::Count(5).resolve(3), 5);
+    assert_eq!(MaxUnavailable::Percent(10).resolve(100), 10);
+    assert_eq!(MaxUnavailable::Percent(10).resolve(15), 1);
+    assert_eq!(MaxUnavailable::Percent(10).resolve(5), 1);
+    assert_eq!(MaxUnavailable::Percent(100).resolve(7), 7);
+    assert_eq!(MaxUnavailable::Percent(50).resolve(0), 1);
+}
+
+#[test]
+fn an_env_file_with_only_a_version_gets_every_default() {
+    let env = parse_env("environments/test.toml", "test", "version = \"1.12.0\"\n")
+        .expect("minimal file is valid");
+    assert_eq!(env.version, semver::Version::new(1, 12, 0));
+    assert!(!env.allow_downgrade);
+    assert_eq!(env.windows, vec![WindowSpec::default()]);
+    assert_eq!(env.windows[0].schedule, "0 2 1 * *");
+    assert_eq!(env.windows[0].duration, Duration::from_secs(6 * 3600));
+    assert_eq!(env.windows[0].timezone, Tz::UTC);
+    assert!(env.freezes.is_empty());
+    assert!(!env.rollout.paused);
+    assert_eq!(env.rollout, RolloutSpec::default());
+    assert_eq!(env.rollout.max_unavailable, MaxUnavailable::Count(1));
+    assert_eq!(env.rollout.drain_timeout, Duration::from_secs(20 * 60));
+    assert_eq!(env.rollout.node_timeout, Duration::from_secs(45 * 60));
+    assert_eq!(env.rollout.node_selector, "");
+    assert_eq!(env.rollout.on_drain_timeout, OnDrainTimeout::Skip);
+    assert_eq!(env.promotion.soak, Duration::from_secs(24 * 3600));
+    assert_eq!(env.driver, DriverSpec::default());
+    assert_eq!(env.nodes, NodesSpec::default());
+    assert_eq!(
+        env.nodes
+            .version_of("Bottlerocket OS 1.13.2 (aws-k8s-1.31)"),
+        Some(semver::Version::new(1, 13, 2))
+    );
+}
+
+#[test]
+fn a_root_file_with_only_a_chain_gets_every_default() {
+    let root = parse_root("drover.toml", "[promotion]\nchain = [\"prod\"]\n")
+        .expect("minimal root is valid");
+    assert_eq!(root.chain, vec!["prod".to_owned()]);
+    assert_eq!(root.evidence, Evidence::Status);
+    assert_eq!(root.status_branch, "drover/status");
+    assert!(root.clusters.is_empty());
+}
+
+#[test]
+fn several_windows_freezes_and_pause_parse() {
+    let env = parse_env(
+        "environments/x.toml",
+        "x",
+        "version = \"2.0.0\"\n\
+         [[window]]\nschedule = \"0 2 * * 6\"\nduration = \"30h\"\ntimezone = \"Europe/Madrid\"\n\
+         [[window]]\nschedule = \"0 1 * * 0\"\n\
+         [[freeze]]\nstart = 2026-12-18T00:00:00\nend = 2027-01-04\nreason = \"holidays\"\n\
+         [[freeze]]\nstart = 2026-11-01T00:00:00Z\nend = 2026-11-02T00:00:00+01:00\nscope = \"minor\"\n\
+         [rollout]\npaused = true\n",
+    )
+    .expect("valid");
+    assert_eq!(env.windows.len(), 2);
+    assert_eq!(env.windows[0].duration, Duration::from_secs(30 * 3600));
+    assert_eq!(env.windows[1].timezone, Tz::UTC);
+    assert!(env.rollout.paused);
+    assert_eq!(env.freezes.len(), 2);
+    // Local times read in the first window's zone (CET, +01:00).
+    assert_eq!(
+        env.freezes[0].start.to_rfc3339(),
+        "2026-12-17T23:00:00+00:00"
+    );
+    assert_eq!(env.freezes[0].end.to_rfc3339(), "2027-01-03T23:00:00+00:00");
+    assert_eq!(env.freezes[0].scope, crate::config::FreezeScope::All);
+    assert_eq!(env.freezes[1].scope, crate::config::FreezeScope::Minor);
+    assert_eq!(env.freezes[1].end.to_rfc3339(), "2026-11-01T23:00:00+00:00");
+}
+
+#[test]
+fn bad_freezes_name_the_line_and_what_is_valid() {
+    let errs = parse_env(
+        "environments/x.toml",
+        "x",
+        "version = \"2.0.0\"\n[[freeze]]\nstart = 2026-12-18\nend = 2026-12-01\nscope = \"patch\"\n",
+    )
+    .expect_err("invalid");
+    let text: Vec<String> = errs
+        .iter()
+        .map(|d| format!("{}: {}", d.line, d.message))
+        .collect();
+    assert!(
+        text.iter()
+            .any(|m| m.starts_with("5: ") && m.contains("\"all\" or \"minor\"")),
+        "{text:?}"
+    );
+    assert!(
+        text.iter()
+            .any(|m| m.starts_with("4: ") && m.contains("must be after `start`")),
+        "{text:?}"
+    );
+    let errs = parse_env(
+        "environments/x.toml",
+        "x",
+        "version = \"2.0.0\"\n[[freeze]]\nstart = \"tomorrow\"\n",
+    )
+    .expect_err("invalid");
+    assert!(
+        errs.iter().any(|d| d.message.contains("requires `end`")),
+        "{errs:?}"
+    );
+    assert!(
+        errs.iter()
+            .any(|d| d.line == 3 && d.message.contains("TOML date-time")),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn history_evidence_needs_no_clusters() {
+    let root = parse_root(
+        "drover.toml",
+        "[promotion]\nchain = [\"a\", \"b\"]\nevidence = \"history\"\n",
+    )
+    .expect("valid");
+    assert_eq!(root.evidence, Evidence::History);
+    let errs = parse_root("drover.toml", "[promotion]\nchain = [\"a\", \"b\"]\n")
+        .expect_err("status evidence needs clusters for `a`");
+    assert_eq!(errs.len(), 1);
+    assert_eq!((errs[0].line, errs[0].column), (2, 10));
+}
+
+#[test]
+fn percentages_and_job_drivers_parse() {
+    let env = parse_env(
+        "environments/x.toml",
+        "x",
+        "version = \"2.0.0\"\n[rollout]\nmax_unavailable = \"25%\"\n\
+         on_drain_timeout = \"stop\"\n[driver]\nkind = \"job\"\n\
+         image = \"example.com/up:1\"\ncommand = [\"/up\", \"--now\"]\n",
+    )
+    .expect("valid");
+    assert_eq!(env.rollout.max_unavailable, MaxUnavailable::Percent(25));
+    assert_eq!(env.rollout.on_drain_timeout, OnDrainTimeout::Stop);
+    assert_eq!(
+        env.driver,
+        DriverSpec::Job {
+            image: "example.com/up:1".into(),
+            command: vec!["/up".into(), "--now".into()],
+        }
+    );
+}
+
+#[test]
+fn suggestions_catch_typos_only() {
+    assert_eq!(
+        nearest("max_unavailabel", ["max_unavailable", "drain_timeout"]),
+        Some("max_unavailable")
+    );
+    assert_eq!(nearest("zzz", ["max_unavailable", "drain_timeout"]), None);
+}
