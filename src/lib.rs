@@ -14,6 +14,7 @@ pub mod demo;
 pub mod diag;
 pub mod example;
 pub mod fleet;
+pub mod forecast;
 pub mod gate;
 pub mod health;
 pub mod kubernetes;
