@@ -5,10 +5,11 @@
 //! `environments/<env>.toml` between a commit and its parent instead of
 //! diffing trees, and reads a blob only when its id changed.
 
+use crate::config::Pin;
 use crate::trust::{self, AllowedSigners};
 use chrono::{SecondsFormat, TimeZone, Utc};
 use git2::{Commit, Oid, Repository, Tree};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
@@ -78,20 +79,11 @@ pub struct LogOptions<'a> {
     pub report_signers: Option<&'a AllowedSigners>,
 }
 
-#[derive(Deserialize)]
-struct VersionOnly {
-    version: Option<toml::Value>,
-}
-
 fn parse_version(content: &[u8]) -> String {
-    let text = String::from_utf8_lossy(content);
-    match toml::from_str::<VersionOnly>(&text) {
-        Ok(VersionOnly {
-            version: Some(toml::Value::String(v)),
-        }) => v,
-        Ok(VersionOnly { version: Some(v) }) => v.to_string(),
-        Ok(VersionOnly { version: None }) => "(none)".into(),
-        Err(_) => "(invalid)".into(),
+    match crate::config::read_pin(&String::from_utf8_lossy(content)) {
+        Pin::Set(v) | Pin::NotAString(v) => v,
+        Pin::Missing => "(none)".into(),
+        Pin::Unreadable => "(invalid)".into(),
     }
 }
 

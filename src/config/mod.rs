@@ -8,6 +8,7 @@ mod files;
 mod health;
 mod load;
 mod model;
+mod pin;
 mod root;
 mod selector;
 mod spanned;
@@ -22,4 +23,5 @@ pub use files::{
 pub use health::{HealthSpec, OnUnreachable, PrometheusCheck};
 pub use load::{load, load_at, parse_env, parse_root};
 pub use model::*;
+pub use pin::{read_pin, Pin};
 pub use selector::{LabelSelector, Requirement, SelectorError};

@@ -24,17 +24,10 @@ pub struct HistoryError {
     pub source: git2::Error,
 }
 
-/// Only the key the walk needs; the rest of a historical file may be anything.
-#[derive(serde::Deserialize)]
-struct VersionOnly {
-    version: Option<String>,
-}
-
 fn version_of(repo: &Repository, blob: Oid) -> Option<Version> {
     let blob = crate::config::bounded_blob(repo, blob).ok()?;
     let text = std::str::from_utf8(blob.content()).ok()?;
-    let v: VersionOnly = toml::from_str(text).ok()?;
-    Version::parse(v.version?.trim()).ok()
+    crate::config::read_pin(text).version()
 }
 
 fn entry_oid(commit: &Commit, path: &Path) -> Result<Option<Oid>, git2::Error> {
