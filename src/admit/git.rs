@@ -4,10 +4,11 @@
 //! --base`), and the agent's new head commit by commit along the
 //! first-parent path from its last applied commit.
 
+use super::history::lower_history;
 use super::{judge_env, reason_code, Change, Error, EvidenceSource, Policy};
 use crate::config::{self, RepoConfig, ENV_DIR, ROOT_FILE};
 use crate::diag::Diagnostic;
-use crate::gate::{lower_history, Decision, LowerHistory};
+use crate::gate::{Decision, LowerHistory};
 use crate::status::{self, Confirmations, Ignored, MAX_REPORT_BYTES};
 use crate::trust::{self, AllowedSigners};
 use chrono::{DateTime, Utc};

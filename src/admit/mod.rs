@@ -25,10 +25,11 @@
 //! weaken the gate, as said above.
 
 pub mod git;
+mod history;
 
 use crate::config::{Evidence, RepoConfig, Revoked};
 use crate::gate::{
-    judge, Decision, GateRequest, HistoryError, Lower, LowerEvidence, LowerHistory, Reason, Refusal,
+    judge, Decision, GateRequest, Lower, LowerEvidence, LowerHistory, Reason, Refusal,
 };
 use chrono::{DateTime, Utc};
 use semver::Version;
@@ -39,6 +40,7 @@ pub use git::{
     admit_adoption, admit_head, check_base, snapshot, Admitted, ChangeReport, GitEvidence,
     Rejection, Snapshot, Stage, TrustCheck,
 };
+pub use history::{lower_history, HistoryError};
 
 /// Errors that stop admission from judging at all (as opposed to a refusal).
 #[derive(Debug, thiserror::Error)]

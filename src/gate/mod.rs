@@ -3,7 +3,9 @@
 //!
 //! [`judge`] is the pure core: values in, a [`Decision`] out that explains
 //! itself. The admission path (`crate::admit`) gathers the evidence by the
-//! policy in force and calls it; [`lower_history`] reads history evidence.
+//! policy in force and calls it; reading that evidence out of git is
+//! `crate::admit`'s (history evidence in `admit/history.rs`), so this module
+//! does no I/O.
 //!
 //! Choices where docs/design.md is silent:
 //! - A downgrade needs `allow_downgrade = true` set by the change that
@@ -16,10 +18,6 @@
 //!   confirmations (status), or from the (monotone) commit time of the
 //!   commit that set the lower environment's file to the version (history);
 //!   it has passed when `now >= that + soak`.
-
-mod history;
-
-pub use history::{lower_history, HistoryError};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use semver::Version;

@@ -7,7 +7,7 @@
 //! [`MONOTONE_LOOKBACK`] older commits are read so that commit times count
 //! as monotone.
 
-use super::LowerHistory;
+use crate::gate::LowerHistory;
 use chrono::{DateTime, TimeZone, Utc};
 use git2::{Commit, ObjectType, Oid, Repository};
 use semver::Version;
