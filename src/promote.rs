@@ -214,8 +214,7 @@ pub fn write_branch(
     date: Option<DateTime<Utc>>,
 ) -> Result<String, Error> {
     let rel = format!("{ENV_DIR}/{}.toml", proposal.env);
-    let path = dir.join(&rel);
-    let text = std::fs::read_to_string(&path).map_err(|e| Error::File {
+    let text = std::fs::read_to_string(dir.join(&rel)).map_err(|e| Error::File {
         file: rel.clone(),
         why: e.to_string(),
     })?;
@@ -223,22 +222,39 @@ pub fn write_branch(
         file: rel.clone(),
         why,
     })?;
-    git(dir, &["switch", "--quiet", "-c", &proposal.branch])?;
-    std::fs::write(&path, new).map_err(|e| Error::File {
-        file: rel.clone(),
+    commit_on_branch(dir, &proposal.branch, &rel, &new, &proposal.message(), date)
+}
+
+/// The commit every prepared change ends in (`drover promote`, `drover
+/// revoke`): in the work tree `dir`, create `branch` at HEAD, switch to it,
+/// write `text` to the repository file `rel` and commit only that file with
+/// `message` (dated `date`, or now); returns the new commit's id. A file with
+/// uncommitted changes is refused first, so the commit never carries edits
+/// nobody asked for.
+pub fn commit_on_branch(
+    dir: &Path,
+    branch: &str,
+    rel: &str,
+    text: &str,
+    message: &str,
+    date: Option<DateTime<Utc>>,
+) -> Result<String, Error> {
+    if !git(dir, &["status", "--porcelain", "--", rel])?
+        .trim()
+        .is_empty()
+    {
+        return Err(Error::File {
+            file: rel.to_owned(),
+            why: "has uncommitted changes; commit or stash them first".to_owned(),
+        });
+    }
+    git(dir, &["switch", "--quiet", "-c", branch])?;
+    std::fs::write(dir.join(rel), text).map_err(|e| Error::File {
+        file: rel.to_owned(),
         why: e.to_string(),
     })?;
-    git(dir, &["add", "--", &rel])?;
-    let message = proposal.message();
-    let commit = [
-        "commit",
-        "--quiet",
-        "-m",
-        message.as_str(),
-        "--",
-        rel.as_str(),
-    ];
-    git_at(dir, &commit, date)?;
+    git(dir, &["add", "--", rel])?;
+    git_at(dir, &["commit", "--quiet", "-m", message, "--", rel], date)?;
     git(dir, &["rev-parse", "HEAD"]).map(|s| s.trim().to_owned())
 }
 

@@ -13,6 +13,7 @@ pub mod demo;
 pub mod log;
 pub mod plan;
 pub mod promote;
+pub mod revoke;
 pub mod status;
 pub mod verify;
 pub mod windows;
@@ -60,6 +61,8 @@ pub enum Command {
     Verify(verify::Args),
     /// Prepare a branch and commit promoting an environment.
     Promote(promote::Args),
+    /// Prepare a branch and commit adding a version to `[promotion] revoked`.
+    Revoke(revoke::Args),
     /// What the agent would do now, and how many windows the rollout needs.
     Plan(plan::Args),
     /// The fleet at a glance: every environment and cluster, next windows, the gate's answers.
@@ -243,6 +246,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Log(a) => log::run(g, a),
         Command::Verify(a) => verify::run(g, a),
         Command::Promote(a) => promote::run(g, a),
+        Command::Revoke(a) => revoke::run(g, a),
         Command::Plan(a) => plan::run(g, a),
         Command::Status(a) => status::run(g, a),
         Command::Agent(a) => agent::run(g, *a),
