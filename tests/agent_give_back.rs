@@ -1,8 +1,10 @@
 //! No node left cordoned (invariant 2): a node drover is still draining is
 //! given back when the agent stops (SIGTERM) and when no config is
-//! applicable any more. Against the real API server, simulated kubelet
-//! nodes and a real git server; the drain is held open by a
-//! PodDisruptionBudget so the node is reliably caught in `draining`.
+//! applicable any more, while a node already rebooting into the new
+//! version keeps its cordon, record and Job for the next leader, which
+//! finishes it without a second reboot. Against the real API server,
+//! simulated kubelet nodes and a real git server; the drain is held open
+//! by a PodDisruptionBudget so the node is reliably caught in `draining`.
 
 mod agent_support;
 #[path = "support/git_servers.rs"]
@@ -15,13 +17,15 @@ use std::time::Duration;
 
 use agent_support::*;
 use drover::agent::crd::DroverStatus;
-use drover::cluster::ANN_STATE;
+use drover::cluster::{ANN_STATE, ANN_TARGET};
+use drover::kubernetes::driver::NODE_LABEL;
 use drover::rollout::VirtualClock;
 use k8s_backend::{pool_options, start_sim, POOL_LABEL};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use support::kubelet::Kubelet;
@@ -45,24 +49,37 @@ fn given_back(n: &Node) -> bool {
     !unschedulable(n) && !n.annotations().contains_key(ANN_STATE)
 }
 
-/// One node running a pod that a PDB forbids evicting; an agent whose
-/// config pins 1.12.0 (what the node runs) in an open window.
+/// One node running a pod that a PDB forbids evicting (and `idle` nodes
+/// without pods); an agent whose config pins 1.12.0 (what the nodes run)
+/// in an open window.
 struct World {
     client: Client,
     ns: TestNamespace,
     sim: Kubelet,
     node: String,
+    idle: Vec<String>,
     repo: ConfigRepo,
     agent: Option<RunningAgent>,
 }
 
 async fn world(prefix: &str) -> World {
+    world_with(prefix, 0, None).await
+}
+
+/// [`world`] with `idle` more nodes, and an upgrade that keeps a node
+/// rebooting for `reboot` when given.
+async fn world_with(prefix: &str, idle: usize, reboot: Option<Duration>) -> World {
     let cp = ControlPlane::get();
     let client = cp.admin_client().await;
     install_crd(&client).await;
     let ns = TestNamespace::create(&client, prefix).await;
-    let sim = start_sim(&client, pool_options(ns.name(), 1)).await;
-    let node = sim.node_names()[0].clone();
+    let mut opts = pool_options(ns.name(), 1 + idle);
+    if let Some(r) = reboot {
+        opts.reboot = r;
+    }
+    let sim = start_sim(&client, opts).await;
+    let names = sim.node_names();
+    let (node, idle) = (names[0].clone(), names[1..].to_vec());
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
     create(&pods, &pod_on("web-0", &node, &[("app", "web")], 1)).await;
     await_pod(
@@ -89,10 +106,8 @@ async fn world(prefix: &str) -> World {
         selector: format!("{POOL_LABEL}={}", ns.name()),
         soak: "0s".into(),
     }]);
-    let mut cfg = agent_config(&repo, "test", "test-1", ns.name(), "agent-a");
-    cfg.poll = Duration::from_secs(600);
-    let clock: drover::agent::SharedClock = Arc::new(VirtualClock::new(dec(1, 3, 0)));
-    let agent = RunningAgent::start(cfg, clock, None);
+    repo.set_max_unavailable(1 + idle.len() as u32);
+    let agent = start_agent(&repo, &ns, "agent-a");
     await_status(
         &client,
         ns.name(),
@@ -106,9 +121,18 @@ async fn world(prefix: &str) -> World {
         ns,
         sim,
         node,
+        idle,
         repo,
         agent: Some(agent),
     }
+}
+
+/// An agent `id` for the world's cluster, in its open window (Dec 1, 03:00).
+fn start_agent(repo: &ConfigRepo, ns: &TestNamespace, id: &str) -> RunningAgent {
+    let mut cfg = agent_config(repo, "test", "test-1", ns.name(), id);
+    cfg.poll = Duration::from_secs(600);
+    let clock: drover::agent::SharedClock = Arc::new(VirtualClock::new(dec(1, 3, 0)));
+    RunningAgent::start(cfg, clock, None)
 }
 
 impl World {
@@ -138,6 +162,78 @@ async fn sigterm_gives_back_a_node_still_draining() {
         None,
         "lease released after the give-back"
     );
+    w.sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn sigterm_leaves_a_rebooting_node_to_the_next_leader_which_finishes_it() {
+    // Two nodes out at once: one held draining by its PDB, one rebooting
+    // into 1.13.0 for long enough that the agent stops in the middle.
+    let mut w = world_with("giveback-reboot", 1, Some(Duration::from_secs(8))).await;
+    let rebooting = w.idle[0].clone();
+    w.start_draining().await;
+    await_node(&w.client, &rebooting, "upgrading and rebooting", |n| {
+        n.annotations().get(ANN_STATE).map(String::as_str) == Some("upgrading")
+            && support::node_ready(n) == Some("False")
+    })
+    .await;
+
+    w.agent.take().unwrap().stop();
+    // The stop came mid-reboot: the simulated OS update has not finished.
+    assert_eq!(w.sim.version(&rebooting).as_deref(), Some("1.12.0"));
+    // The draining node is given back...
+    let n = await_node(&w.client, &w.node, "uncordoned, record cleared", given_back).await;
+    assert!(given_back(&n));
+    assert_eq!(w.sim.upgrades_started(&w.node), 0);
+    // ...the rebooting one keeps its cordon, its record and its Job.
+    let nodes: Api<Node> = Api::all(w.client.clone());
+    let n = nodes.get(&rebooting).await.unwrap();
+    assert!(unschedulable(&n), "still cordoned");
+    assert_eq!(
+        n.annotations().get(ANN_STATE).map(String::as_str),
+        Some("upgrading")
+    );
+    assert_eq!(
+        n.annotations().get(ANN_TARGET).map(String::as_str),
+        Some("1.13.0")
+    );
+    let jobs: Api<Job> = Api::namespaced(w.client.clone(), w.ns.name());
+    let listed = jobs
+        .list(&ListParams::default().labels(&format!("{NODE_LABEL}={rebooting}")))
+        .await
+        .unwrap();
+    assert_eq!(listed.items.len(), 1, "the upgrade Job is kept");
+
+    // With no agent running, the node comes back at 1.13.0 and stays
+    // cordoned with drover's record: nobody has finished it yet.
+    let n = await_node(&w.client, &rebooting, "back Ready at 1.13.0", |n| {
+        support::node_ready(n) == Some("True") && support::os_image(n).contains("1.13.0")
+    })
+    .await;
+    assert!(unschedulable(&n) && n.annotations().contains_key(ANN_STATE));
+
+    // The next leader resumes it from the record: uncordoned, record
+    // cleared, without a second reboot.
+    let next = start_agent(&w.repo, &w.ns, "agent-b");
+    await_node(
+        &w.client,
+        &rebooting,
+        "finished by the next leader",
+        given_back,
+    )
+    .await;
+    assert_eq!(w.sim.version(&rebooting).as_deref(), Some("1.13.0"));
+    assert_eq!(w.sim.upgrades_started(&rebooting), 1, "not rebooted twice");
+    // And it carries the rollout on: once the PDB is lifted, the node
+    // given back is drained again and upgraded.
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(w.client.clone(), w.ns.name());
+    pdbs.delete("web", &Default::default()).await.unwrap();
+    await_node(&w.client, &w.node, "upgraded by the next leader", |n| {
+        given_back(n) && support::os_image(n).contains("1.13.0")
+    })
+    .await;
+    assert_eq!(w.sim.upgrades_started(&w.node), 1);
+    next.stop();
     w.sim.shutdown().await;
 }
 
