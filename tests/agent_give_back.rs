@@ -63,12 +63,13 @@ struct World {
 }
 
 async fn world(prefix: &str) -> World {
-    world_with(prefix, 0, None).await
+    world_with(prefix, 0, None, true).await
 }
 
-/// [`world`] with `idle` more nodes, and an upgrade that keeps a node
-/// rebooting for `reboot` when given.
-async fn world_with(prefix: &str, idle: usize, reboot: Option<Duration>) -> World {
+/// [`world`] with `idle` more nodes, an upgrade that keeps a node
+/// rebooting for `reboot` when given, and its agent started (and the
+/// initial confirmation awaited) only when `agent`.
+async fn world_with(prefix: &str, idle: usize, reboot: Option<Duration>, agent: bool) -> World {
     let cp = ControlPlane::get();
     let client = cp.admin_client().await;
     install_crd(&client).await;
@@ -107,15 +108,10 @@ async fn world_with(prefix: &str, idle: usize, reboot: Option<Duration>) -> Worl
         soak: "0s".into(),
     }]);
     repo.set_max_unavailable(1 + idle.len() as u32);
-    let agent = start_agent(&repo, &ns, "agent-a");
-    await_status(
-        &client,
-        ns.name(),
-        "test-test-1",
-        "initial confirmation",
-        |s| s.state.as_deref() == Some("confirmed"),
-    )
-    .await;
+    let agent = agent.then(|| start_agent(&repo, &ns, "agent-a"));
+    if agent.is_some() {
+        await_confirmed(&client, &ns).await;
+    }
     World {
         client,
         ns,
@@ -123,8 +119,19 @@ async fn world_with(prefix: &str, idle: usize, reboot: Option<Duration>) -> Worl
         node,
         idle,
         repo,
-        agent: Some(agent),
+        agent,
     }
+}
+
+async fn await_confirmed(client: &Client, ns: &TestNamespace) {
+    await_status(
+        client,
+        ns.name(),
+        "test-test-1",
+        "initial confirmation",
+        |s| s.state.as_deref() == Some("confirmed"),
+    )
+    .await;
 }
 
 /// An agent `id` for the world's cluster, in its open window (Dec 1, 03:00).
@@ -139,7 +146,9 @@ impl World {
     /// Bump to 1.13.0 and wait until the node is cordoned and draining (held by the PDB).
     async fn start_draining(&self) {
         self.repo.bump("test", "1.13.0", true);
-        assert_eq!(self.agent.as_ref().unwrap().webhook().await, 202);
+        if let Some(agent) = &self.agent {
+            assert_eq!(agent.webhook().await, 202);
+        }
         await_node(&self.client, &self.node, "cordoned and draining", draining).await;
     }
 }
@@ -166,10 +175,56 @@ async fn sigterm_gives_back_a_node_still_draining() {
 }
 
 #[tokio::test]
+async fn a_real_sigterm_to_the_agent_process_gives_back_the_draining_node() {
+    // The `drover agent` binary, configured as the Deployment configures it,
+    // stopped by the signal the kubelet sends: the handler, the shutdown
+    // path and the give-back together.
+    let w = world_with("giveback-signal", 0, None, false).await;
+    let logs = w.repo.dir.path().join("agent.log");
+    // Its real clock moved into test's window (Dec 1, 03:00 UTC).
+    let offset = (dec(1, 3, 0) - chrono::Utc::now()).num_seconds();
+    let mut child = agent_process(
+        env!("CARGO_BIN_EXE_drover"),
+        &w.repo,
+        &w.repo.url(),
+        w.ns.name(),
+        "127.0.0.1:0",
+        &logs,
+    )
+    .env("DROVER_CLOCK_OFFSET", format!("{offset:+}s"))
+    .env("DROVER_POLL_INTERVAL", "1s")
+    .env("DROVER_JOB_NAMESPACE", w.ns.name())
+    .spawn()
+    .unwrap();
+    await_confirmed(&w.client, &w.ns).await;
+    w.start_draining().await;
+
+    sigterm(child.id().unwrap());
+    let exited = tokio::time::timeout(support::WAIT, child.wait()).await;
+    let text = std::fs::read_to_string(&logs).unwrap();
+    let code = exited
+        .unwrap_or_else(|_| panic!("still running after SIGTERM:\n{text}"))
+        .unwrap();
+    assert!(code.success(), "exit after SIGTERM: {code}\n{text}");
+    // Given back before the process exited: no watch needed, it is done.
+    let n = Api::<Node>::all(w.client.clone())
+        .get(&w.node)
+        .await
+        .unwrap();
+    assert!(given_back(&n), "{:?}\n{text}", n.metadata.annotations);
+    assert!(text.contains("node given back"), "{text}");
+    assert_eq!(w.sim.upgrades_started(&w.node), 0);
+    let leases: Api<Lease> = Api::namespaced(w.client.clone(), w.ns.name());
+    let l = leases.get("drover-test-test-1").await.unwrap();
+    assert_eq!(l.spec.unwrap().holder_identity, None, "lease released");
+    w.sim.shutdown().await;
+}
+
+#[tokio::test]
 async fn sigterm_leaves_a_rebooting_node_to_the_next_leader_which_finishes_it() {
     // Two nodes out at once: one held draining by its PDB, one rebooting
     // into 1.13.0 for long enough that the agent stops in the middle.
-    let mut w = world_with("giveback-reboot", 1, Some(Duration::from_secs(8))).await;
+    let mut w = world_with("giveback-reboot", 1, Some(Duration::from_secs(8)), true).await;
     let rebooting = w.idle[0].clone();
     w.start_draining().await;
     await_node(&w.client, &rebooting, "upgrading and rebooting", |n| {
