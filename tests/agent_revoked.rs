@@ -1,0 +1,156 @@
+//! `revoked` refuses in the agent (docs/design.md §4), end to end: a person
+//! runs `drover revoke` in the config repository with git set to sign, the
+//! commit is merged and pushed, the agent applies the policy change; then a
+//! bump to the revoked version is refused with the reason and touches no
+//! node, while a bump to another version (the control) rolls out. Against
+//! the real API server, simulated kubelet nodes and a real git server.
+
+mod agent_support;
+#[path = "support/git_servers.rs"]
+mod git_servers;
+mod k8s_backend;
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_support::*;
+use drover::cluster::ANN_STATE;
+use drover::rollout::VirtualClock;
+use git_servers::git;
+use k8s_backend::{pool_options, start_sim, POOL_LABEL};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+use kube::ResourceExt;
+use support::{await_node, ControlPlane, TestNamespace};
+
+#[tokio::test]
+async fn a_bump_to_a_version_revoked_with_drover_revoke_is_refused_by_the_agent() {
+    let cp = ControlPlane::get();
+    let client = cp.admin_client().await;
+    install_crd(&client).await;
+    let ns = TestNamespace::create(&client, "revoked-agent").await;
+    let sim = start_sim(&client, pool_options(ns.name(), 1)).await;
+    let node = sim.node_names()[0].clone();
+    let repo = ConfigRepo::new(&[EnvSpec {
+        env: "test".into(),
+        cluster: "test-1".into(),
+        version: "1.12.0".into(),
+        schedule: "0 2 1 * *".into(),
+        selector: format!("{POOL_LABEL}={}", ns.name()),
+        soak: "0s".into(),
+    }]);
+    let mut cfg = agent_config(&repo, "test", "test-1", ns.name(), "agent-a");
+    cfg.poll = Duration::from_secs(600);
+    let clock: drover::agent::SharedClock = Arc::new(VirtualClock::new(dec(1, 3, 0)));
+    let agent = RunningAgent::start(cfg, clock, None);
+    await_status(
+        &client,
+        ns.name(),
+        "test-test-1",
+        "confirmed at 1.12.0",
+        |s| s.state.as_deref() == Some("confirmed"),
+    )
+    .await;
+
+    // The release engineer's git signs with the reviewers' key, so the
+    // commit `drover revoke` prepares is signed as a reviewed merge is.
+    let w = &repo.work;
+    for (k, v) in [
+        ("user.name", "Release Engineer"),
+        ("user.email", "re@example.com"),
+        ("gpg.format", "ssh"),
+        ("user.signingkey", repo.key.to_str().unwrap()),
+        ("commit.gpgsign", "true"),
+    ] {
+        git(w, &["config", k, v]);
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_drover"))
+        .arg("--repo")
+        .arg(w)
+        .args(["revoke", "1.13.1", "--reason", "kernel panic on m7i"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    git(w, &["switch", "-q", "main"]);
+    git(w, &["merge", "-q", "--ff-only", "drover/revoke-1.13.1"]);
+    let revocation = git(w, &["rev-parse", "HEAD"]);
+    repo.push();
+    assert_eq!(agent.webhook().await, 202);
+    await_status(
+        &client,
+        ns.name(),
+        "test-test-1",
+        "revocation applied",
+        |s| s.last_applied_commit.as_deref() == Some(revocation.as_str()),
+    )
+    .await;
+
+    // Control: another version still rolls out under the new policy.
+    repo.bump("test", "1.13.0", true);
+    assert_eq!(agent.webhook().await, 202);
+    await_status(
+        &client,
+        ns.name(),
+        "test-test-1",
+        "confirmed at 1.13.0",
+        |s| s.state.as_deref() == Some("confirmed") && s.target.as_deref() == Some("1.13.0"),
+    )
+    .await;
+    assert_eq!(sim.version(&node).as_deref(), Some("1.13.0"));
+    assert_eq!(sim.upgrades_started(&node), 1);
+
+    // The revoked version: refused by the gate, with the reason; no node touched.
+    let bump = repo.bump("test", "1.13.1", true);
+    assert_eq!(agent.webhook().await, 202);
+    let st = await_status(
+        &client,
+        ns.name(),
+        "test-test-1",
+        "refused as revoked",
+        |s| s.refused.as_ref().is_some_and(|r| r.commit == bump),
+    )
+    .await;
+    let st = st.status.unwrap();
+    let refused = st.refused.unwrap();
+    assert_eq!(
+        (refused.stage.as_str(), refused.reason.as_str()),
+        ("gate", "revoked")
+    );
+    assert!(
+        refused.message.contains("kernel panic on m7i"),
+        "{}",
+        refused.message
+    );
+    assert_eq!(
+        st.last_applied_commit.as_deref(),
+        Some(git(w, &["rev-parse", "HEAD~1"]).as_str()),
+        "the 1.13.0 commit stays applied"
+    );
+    assert_eq!(st.target.as_deref(), Some("1.13.0"));
+    let n = Api::<Node>::all(client.clone()).get(&node).await.unwrap();
+    assert!(
+        !n.annotations().contains_key(ANN_STATE),
+        "no node started: {:?}",
+        n.metadata.annotations
+    );
+    assert_eq!(sim.upgrades_started(&node), 1, "no second upgrade");
+    // Still Ready and schedulable at 1.13.0.
+    await_node(&client, &node, "Ready at 1.13.0", |n| {
+        support::node_ready(n) == Some("True")
+            && support::os_image(n).contains("1.13.0")
+            && !n
+                .spec
+                .as_ref()
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false)
+    })
+    .await;
+    agent.stop();
+    sim.shutdown().await;
+}
