@@ -24,6 +24,6 @@ pub use health::{HealthSpec, OnUnreachable, PrometheusCheck};
 pub use load::{load, load_at, parse_env, parse_root};
 pub use model::*;
 pub use pin::{read_pin, Pin};
+pub use selector::{LabelSelector, Requirement, SelectorError};
 /// The rule for an exact version pin, shared with `drover revoke VERSION`.
 pub(crate) use values::parse_version;
-pub use selector::{LabelSelector, Requirement, SelectorError};
