@@ -83,6 +83,7 @@ fn spawn_reflector<K>(
     cfg: watcher::Config,
     writer: Writer<K>,
     what: String,
+    trim: fn(&mut K),
     mut on_event: impl FnMut(&watcher::Event<K>) + Send + 'static,
 ) -> AbortHandle
 where
@@ -95,7 +96,10 @@ where
             .default_backoff()
             // managedFields are never read and are often most of an object's
             // size (nodes have none: super::node decodes only what is read).
-            .modify(|o: &mut K| o.managed_fields_mut().clear())
+            .modify(move |o: &mut K| {
+                o.managed_fields_mut().clear();
+                trim(o)
+            })
             .reflect(writer);
         futures::pin_mut!(stream);
         // An outage fails every retry: one line a minute per watch, with a count.
@@ -112,6 +116,12 @@ where
         }
     })
     .abort_handle()
+}
+
+/// Drop what drover never reads of a Job: its spec (the pod template carries
+/// the driver's whole script). Labels, status and deletionTimestamp stay.
+pub(crate) fn trim_job(j: &mut Job) {
+    j.spec = None;
 }
 
 async fn ready<K>(store: &Store<K>, what: &str, timeout: Duration) -> Result<(), Error>
@@ -202,6 +212,7 @@ impl Observer {
             node_cfg,
             node_writer,
             "nodes".into(),
+            |_| {},
             move |ev| match ev {
                 watcher::Event::Apply(n) | watcher::Event::InitApply(n) => {
                     let fp = node_fingerprint(n);
@@ -223,6 +234,7 @@ impl Observer {
             watcher::Config::default().labels(&job_selector),
             job_writer,
             "jobs".into(),
+            trim_job,
             move |_| bump(&tx),
         ));
         let tx = changes.clone();
@@ -231,6 +243,7 @@ impl Observer {
             watcher::Config::default(),
             pdb_writer,
             "poddisruptionbudgets".into(),
+            |_| {},
             move |_| bump(&tx),
         ));
 
@@ -260,7 +273,8 @@ impl Observer {
     }
 
     /// Record a Job as created by us.
-    pub(crate) fn wrote_job(&self, job: Job) {
+    pub(crate) fn wrote_job(&self, mut job: Job) {
+        trim_job(&mut job);
         lock(&self.job_overlay).insert(job.name_any(), Arc::new(job));
     }
 
@@ -356,6 +370,7 @@ impl Observer {
                         watcher::Config::default().fields(&format!("spec.nodeName={node}")),
                         writer,
                         format!("pods on node {node}"),
+                        |_| {},
                         move |ev| {
                             if !matches!(ev, watcher::Event::Init | watcher::Event::InitApply(_)) {
                                 bump(&tx);
