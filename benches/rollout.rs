@@ -81,6 +81,7 @@ fn bench_decide() -> bool {
             ..WindowState::default()
         },
         patch_window: None,
+        ..Default::default()
     };
     let now = start() + chrono::Duration::minutes(10);
     let mut times: Vec<Duration> = (0..101)

@@ -420,11 +420,15 @@ impl Observer {
             .filter(|(_, p)| matches!(p, Ok(Some(p)) if p.state == ProgressState::Draining))
             .map(|(n, _)| n.name_any())
             .collect();
-        // Blocked nodes' pods are watched too, to see when their budgets relent.
+        // Blocked nodes' pods are watched too, to see when their budgets
+        // relent; so are the pods of nodes whose health is watched.
         let blocked: HashSet<String> = nodes
             .iter()
             .zip(&progress)
-            .filter(|(_, p)| matches!(p, Ok(Some(p)) if p.state == ProgressState::Blocked))
+            .filter(|(_, p)| {
+                matches!(p, Ok(Some(p)) if matches!(p.state,
+                    ProgressState::Blocked | ProgressState::Watching | ProgressState::Passed))
+            })
             .map(|(n, _)| n.name_any())
             .collect();
         self.retain_pod_watches(&draining, &blocked);

@@ -122,6 +122,7 @@ pub fn open_window() -> Inputs {
             ..WindowState::default()
         },
         patch_window: None,
+        ..Default::default()
     }
 }
 
