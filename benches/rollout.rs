@@ -27,6 +27,7 @@ fn policy(max: MaxUnavailable) -> Policy {
         drain_timeout: Duration::from_secs(20 * 60),
         node_timeout: Duration::from_secs(45 * 60),
         on_drain_timeout: OnDrainTimeout::Skip,
+        health: None,
     }
 }
 

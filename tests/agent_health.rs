@@ -314,8 +314,14 @@ async fn a_healthy_rollout_confirms_only_after_settle() {
     })
     .await;
     assert!(!cordoned(&watched));
-    let msg = state_is(&w, "rolling").await;
-    assert!(msg.contains("watched until 2026-12-01T02:35:00Z"), "{msg}");
+    await_status(&w.client, &w.pool, "stage-stage-1", "rolling, watched", |s| {
+        s.state.as_deref() == Some("rolling")
+            && s.message.contains(&format!(
+                "node {} is Ready at 1.13.0; its health is watched until 2026-12-01T02:35:00Z",
+                w.nodes[0]
+            ))
+    })
+    .await;
     let mut passes = 0;
     until_pass(&w.agent.handle, "passes while watched", STEP, || {
         passes += 1;
