@@ -1500,6 +1500,9 @@ impl<B: ClusterBackend> Acting<B> {
         if let Some(w) = d.wake_at {
             after = after.min((w - now).to_std().unwrap_or(Duration::ZERO));
         }
+        if d.poll_health {
+            after = after.min(crate::rollout::health::HEALTH_RECHECK);
+        }
         Next { after }
     }
 

@@ -34,7 +34,7 @@
 //!   freeze `paused`. A patch update (same major.minor as every selected
 //!   node) uses [`Inputs::patch_window`], which a `minor` freeze leaves open.
 
-use super::health::{failure_check, failure_node, queries_verdict, HEALTH_FAILED_PREFIX, HEALTH_RECHECK};
+use super::health::{failure_check, failure_node, queries_verdict, HEALTH_FAILED_PREFIX};
 use crate::cluster::{NodeProgress, NodeSeen, NodeView, ProgressState, UpgradeStatus};
 use crate::config::{EnvConfig, HealthSpec, MaxUnavailable, OnDrainTimeout, PrometheusCheck};
 use crate::health::{node_watch_until, observe, settle_until, Failure, QueryOutcome, Verdict};
@@ -254,6 +254,10 @@ pub struct Decision {
     /// The next instant at which the decision changes by time alone (a
     /// timeout, a window opening or closing); events on nodes come on top.
     pub wake_at: Option<DateTime<Utc>>,
+    /// A health watch or settle is running: pods and Prometheus are polled,
+    /// so decide again within [`super::health::HEALTH_RECHECK`] (a backend
+    /// whose health changes only at its own events may ignore this).
+    pub poll_health: bool,
 }
 
 fn elapsed(now: DateTime<Utc>, since: DateTime<Utc>, limit: Duration) -> (bool, DateTime<Utc>) {
@@ -324,6 +328,7 @@ pub fn decide(
     let mut watch_msg: Option<String> = None;
     let mut health_hold: Option<String> = None;
     let mut query_pinned = false;
+    let mut poll_health = false;
     if let Some(Verdict::Held(why)) = &queries {
         health_hold = Some(format!(
             "held: {why}; no node starts or passes and nothing is confirmed until it answers"
@@ -449,7 +454,7 @@ pub fn decide(
                     });
                     in_flight += 1;
                     unavailable += 1;
-                    wake.at(add(now, HEALTH_RECHECK));
+                    poll_health = true;
                     continue;
                 } else if n.ready && node_at_own_target {
                     releases.push(Action::Complete {
@@ -580,11 +585,11 @@ pub fn decide(
                     }
                     Verdict::Held(why) => {
                         health_hold.get_or_insert(format!("held: {why}"));
-                        wake.at(add(now, HEALTH_RECHECK));
+                        poll_health = true;
                     }
                     Verdict::Watching { until } => {
                         wake.at(until);
-                        wake.at(add(now, HEALTH_RECHECK));
+                        poll_health = true;
                         watch_msg.get_or_insert_with(|| {
                             format!(
                                 "node {} is Ready at {target}; its health is watched until {}",
@@ -595,7 +600,7 @@ pub fn decide(
                     }
                     Verdict::Healthy => {
                         // Passed on its own, but a query cannot be judged.
-                        wake.at(add(now, HEALTH_RECHECK));
+                        poll_health = true;
                     }
                 }
             }
@@ -617,7 +622,7 @@ pub fn decide(
                     });
                     in_flight += 1;
                     unavailable += 1;
-                    wake.at(add(now, HEALTH_RECHECK));
+                    poll_health = true;
                     continue;
                 }
                 if p.target != *target || n.retry {
@@ -726,12 +731,12 @@ pub fn decide(
                     health_hold.get_or_insert(format!(
                         "held: {why}; nothing is confirmed until it answers"
                     ));
-                    wake.at(add(now, HEALTH_RECHECK));
+                    poll_health = true;
                 }
                 Verdict::Watching { until } => {
                     settling = Some(until);
                     wake.at(until);
-                    wake.at(add(now, HEALTH_RECHECK));
+                    poll_health = true;
                 }
                 Verdict::Healthy => {
                     // Settled: the records go, so `confirmed` sticks.
@@ -877,6 +882,7 @@ pub fn decide(
         unavailable: unavailable as u32,
         skipped,
         wake_at: wake.0,
+        poll_health,
     }
 }
 

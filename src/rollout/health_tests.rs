@@ -1,7 +1,6 @@
 //! Health in the decision core (docs/design.md §5a), step by step, without I/O.
 
 use super::decide::*;
-use super::health::HEALTH_RECHECK;
 use crate::cluster::{NodeProgress, NodeSeen, NodeView, PodSeen, ProgressState, UpgradeStatus};
 use crate::config::{HealthSpec, MaxUnavailable, OnDrainTimeout, OnUnreachable, PrometheusCheck};
 use crate::health::QueryOutcome;
@@ -140,7 +139,7 @@ fn a_returned_node_is_watched_and_holds_the_next_start() {
     assert_eq!(progress.state, ProgressState::Watching);
     assert_eq!(progress.started_at, t("03:05:00"));
     assert_eq!(d.state, RolloutState::Rolling);
-    assert_eq!(d.wake_at, Some(t("03:05:02")));
+    assert!(d.poll_health);
 }
 
 #[test]
@@ -159,7 +158,8 @@ fn a_healthy_watch_passes_after_pod_ready_timeout_and_the_next_node_starts() {
         d.message,
         "node a is Ready at 1.13.2; its health is watched until 2026-12-08T03:15:00Z"
     );
-    assert_eq!(d.wake_at, Some(t("03:10:00") + chrono::Duration::from_std(HEALTH_RECHECK).unwrap()));
+    assert_eq!(d.wake_at, Some(t("03:15:00")));
+    assert!(d.poll_health);
     let d = decide(&policy(1), &inputs, &nodes, t("03:15:00"));
     assert_eq!(kinds(&d), [("pass", "a".into()), ("cordon", "b".into())]);
     let Action::Pass { progress, .. } = &d.actions[0] else {
