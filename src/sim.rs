@@ -303,6 +303,13 @@ impl Sim {
         self.lock().nodes.insert(node.name.clone(), node);
     }
 
+    /// Give `node` a health fault that shows once an upgrade brings it to `version`.
+    pub fn set_health_fault(&self, node: &str, version: Version, fault: HealthFault) {
+        if let Some(n) = self.lock().nodes.get_mut(node) {
+            n.health_fault = Some((version, fault));
+        }
+    }
+
     /// Add a PodDisruptionBudget.
     pub fn add_pdb(&self, name: impl Into<String>, pdb: Pdb) {
         self.lock().pdbs.insert(name.into(), pdb);
