@@ -94,7 +94,11 @@ async fn round(i: usize, prom: &Prometheus, exporter: &Exporter) -> Round {
         assert!(Instant::now() < deadline, "Prometheus never saw the clear");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    repo.set_env_text("test", &env_text("1.13.0", &pool, prom.url()), "test: 1.13.0");
+    repo.set_env_text(
+        "test",
+        &env_text("1.13.0", &pool, prom.url()),
+        "test: 1.13.0",
+    );
     agent.handle.fetch();
     await_node(&client, &nodes[0], "watching", |n| {
         progress(n).is_some_and(|p| p.state == ProgressState::Watching)
@@ -116,7 +120,10 @@ async fn round(i: usize, prom: &Prometheus, exporter: &Exporter) -> Round {
     // The check fails the moment Prometheus returns a sample.
     exporter.set(1.0);
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !matches!(prom_client.evaluate(&check).await, QueryOutcome::Firing { .. }) {
+    while !matches!(
+        prom_client.evaluate(&check).await,
+        QueryOutcome::Firing { .. }
+    ) {
         assert!(Instant::now() < deadline, "Prometheus never saw the flip");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -133,10 +140,15 @@ async fn round(i: usize, prom: &Prometheus, exporter: &Exporter) -> Round {
 
     // The halt is real: the watched node is failed, no other node moves.
     let mut passes = 0;
-    until_pass(&agent.handle, "passes after the halt", Duration::from_secs(60), || {
-        passes += 1;
-        passes > 3
-    })
+    until_pass(
+        &agent.handle,
+        "passes after the halt",
+        Duration::from_secs(60),
+        || {
+            passes += 1;
+            passes > 3
+        },
+    )
     .await;
     let listed = Api::<Node>::all(client.clone())
         .list(&ListParams::default().labels(&format!("{POOL_LABEL}={pool}")))
@@ -179,7 +191,11 @@ async fn health_halt() {
     halts.sort();
     let mut spacing: Vec<Duration> = results.iter().map(|r| r.pass_spacing).collect();
     spacing.sort();
-    let (median, worst, base) = (halts[halts.len() / 2], halts[halts.len() - 1], spacing[spacing.len() / 2]);
+    let (median, worst, base) = (
+        halts[halts.len() / 2],
+        halts[halts.len() - 1],
+        spacing[spacing.len() / 2],
+    );
     println!(
         "FIGURE health_halt rounds={rounds} median={:.0}ms worst={:.0}ms pass_spacing={:.0}ms ratio={:.2}",
         median.as_secs_f64() * 1e3,
@@ -187,7 +203,10 @@ async fn health_halt() {
         base.as_secs_f64() * 1e3,
         median.as_secs_f64() / base.as_secs_f64()
     );
-    assert!(worst < Duration::from_secs(5), "halt took {worst:?} (goal: under 5 s)");
+    assert!(
+        worst < Duration::from_secs(5),
+        "halt took {worst:?} (goal: under 5 s)"
+    );
 }
 
 /// A benchmark binary (`harness = false`): panics (non-zero exit) when the goal is missed.

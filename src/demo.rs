@@ -248,11 +248,9 @@ pub async fn run(opts: &Options) -> Result<Report, Error> {
     // next release goes through.
     if let Some(stage) = story.agents.iter().find(|a| a.env == "stage") {
         if let Some(first) = stage.sim.nodes().iter().map(|n| n.name.clone()).min() {
-            stage.sim.set_health_fault(
-                &first,
-                Version::new(1, 13, 3),
-                sim::HealthFault::CrashLoop,
-            );
+            stage
+                .sim
+                .set_health_fault(&first, Version::new(1, 13, 3), sim::HealthFault::CrashLoop);
         }
     }
     story.advance_to("2027-01-04T09:00:00Z").await?;
@@ -408,7 +406,9 @@ impl Story {
     /// drover.toml (what `drover revoke` prepares); CI and merge as above.
     fn revoke(&mut self, version: &str, reason: &str) -> Result<(), Error> {
         let title = format!("Revoke {version}");
-        let pr = self.forge.open_revoke_pr(version, reason, &title, self.now)?;
+        let pr = self
+            .forge
+            .open_revoke_pr(version, reason, &title, self.now)?;
         self.review("-", pr, &title)
     }
 
@@ -917,7 +917,9 @@ impl Forge {
             })
             .collect();
         if !new.contains(&entry) {
-            return Err(Error::Config("drover.toml has no `revoked` line to edit".into()));
+            return Err(Error::Config(
+                "drover.toml has no `revoked` line to edit".into(),
+            ));
         }
         std::fs::write(&path, new.join("\n") + "\n")?;
         git_at(&self.work, &["commit", "--quiet", "-am", title], Some(at))?;

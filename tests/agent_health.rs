@@ -29,7 +29,9 @@ use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use support::kubelet::Fault;
 use support::prometheus::{Exporter, Prometheus};
-use support::{await_node, await_pod, create, os_image, pod_on, pod_running_ready, ControlPlane, TestNamespace};
+use support::{
+    await_node, await_pod, create, os_image, pod_on, pod_running_ready, ControlPlane, TestNamespace,
+};
 
 const STEP: Duration = Duration::from_secs(90);
 
@@ -58,7 +60,10 @@ fn progress(n: &Node) -> Option<NodeProgress> {
 }
 
 fn cordoned(n: &Node) -> bool {
-    n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false)
+    n.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
 }
 
 async fn nodes_in(client: &Client, pool: &str) -> Vec<Node> {
@@ -125,7 +130,14 @@ async fn world(prefix: &str, n: usize) -> World {
     for (i, node) in nodes.iter().enumerate() {
         let name = format!("node-agent-{i}");
         create(&pods, &daemon_pod(&name, node)).await;
-        await_pod(&client, &pool, &name, "Running and Ready", pod_running_ready).await;
+        await_pod(
+            &client,
+            &pool,
+            &name,
+            "Running and Ready",
+            pod_running_ready,
+        )
+        .await;
     }
     let repo = ConfigRepo::new(&[
         spec("stage", "stage-1", &pool),
@@ -175,9 +187,22 @@ fn production_check(repo: &ConfigRepo, version: &str) -> (i32, String) {
     .unwrap();
     for args in [
         vec!["checkout", "-q", "-b", "promote"],
-        vec!["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qam", "promote"],
+        vec![
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.com",
+            "commit",
+            "-qam",
+            "promote",
+        ],
     ] {
-        assert!(Command::new("git").current_dir(&work).args(&args).status().unwrap().success());
+        assert!(Command::new("git")
+            .current_dir(&work)
+            .args(&args)
+            .status()
+            .unwrap()
+            .success());
     }
     let out = Command::new(env!("CARGO_BIN_EXE_drover"))
         .args(["check", "--repo"])
@@ -197,13 +222,22 @@ fn production_check(repo: &ConfigRepo, version: &str) -> (i32, String) {
 
 /// Stage moves to 1.13.0 with `fault` on its first node: the rollout halts
 /// there, and every place names `what`.
-async fn halts_at_the_first_node(prefix: &str, fault: Fault, check: &str, what: &dyn Fn(&World) -> String) {
+async fn halts_at_the_first_node(
+    prefix: &str,
+    fault: Fault,
+    check: &str,
+    what: &dyn Fn(&World) -> String,
+) {
     let w = world(prefix, 3).await;
     let first = w.nodes[0].clone();
     w.sim.set_fault(&first, fault);
     w.repo.set_env_text(
         "stage",
-        &stage_text("1.13.0", &w.pool, "[health]\nsettle = \"10m\"\npod_ready_timeout = \"5m\"\n"),
+        &stage_text(
+            "1.13.0",
+            &w.pool,
+            "[health]\nsettle = \"10m\"\npod_ready_timeout = \"5m\"\n",
+        ),
         "stage: move to 1.13.0",
     );
     w.agent.handle.fetch();
@@ -231,32 +265,42 @@ async fn halts_at_the_first_node(prefix: &str, fault: Fault, check: &str, what: 
         .filter(|n| os_image(n).contains("1.13.0"))
         .map(|n| n.name_any())
         .collect();
-    assert_eq!(upgraded, [first.clone()]);
+    assert_eq!(upgraded, std::slice::from_ref(&first));
     let p = progress(&nodes[0]).unwrap();
     assert_eq!(p.state, ProgressState::Failed);
     assert!(p.message.contains(&expected), "{}", p.message);
     assert!(!cordoned(&nodes[0]));
     for n in &nodes[1..] {
-        assert!(progress(n).is_none() && !cordoned(n), "{} was touched", n.name_any());
+        assert!(
+            progress(n).is_none() && !cordoned(n),
+            "{} was touched",
+            n.name_any()
+        );
     }
 
     // The Event, the metric and the signed report.
     let evs = events_for(&w.client, "default", &first).await;
     assert!(
-        evs.iter().any(|e| e.reason.as_deref() == Some("HealthCheckFailed")
-            && e.type_.as_deref() == Some("Warning")
-            && e.note.as_deref().is_some_and(|n| n.contains(&expected))),
+        evs.iter()
+            .any(|e| e.reason.as_deref() == Some("HealthCheckFailed")
+                && e.type_.as_deref() == Some("Warning")
+                && e.note.as_deref().is_some_and(|n| n.contains(&expected))),
         "{evs:?}"
     );
     let metrics = w.agent.metrics().await;
     assert_eq!(
-        sample(&metrics, &format!(r#"drover_health_failures_total{{env="stage",check="{check}"}}"#)),
+        sample(
+            &metrics,
+            &format!(r#"drover_health_failures_total{{env="stage",check="{check}"}}"#)
+        ),
         Some(1.0),
         "{metrics}"
     );
     until_pass(&w.agent.handle, "failed report pushed", STEP, || {
         w.repo.report("stage", "stage-1").is_some_and(|r| {
-            r.state.as_str() == "failed" && r.version.to_string() == "1.13.0" && r.message.contains(&expected)
+            r.state.as_str() == "failed"
+                && r.version.to_string() == "1.13.0"
+                && r.message.contains(&expected)
         })
     })
     .await;
@@ -271,9 +315,12 @@ async fn halts_at_the_first_node(prefix: &str, fault: Fault, check: &str, what: 
 
 #[tokio::test]
 async fn a_crash_loop_on_the_first_upgraded_node_halts_there_and_production_refuses() {
-    halts_at_the_first_node("health-crash", Fault::CrashLoopAfterUpgrade, "crash_loop", &|w| {
-        format!("pod {}/node-agent-0 is crash-looping", w.pool)
-    })
+    halts_at_the_first_node(
+        "health-crash",
+        Fault::CrashLoopAfterUpgrade,
+        "crash_loop",
+        &|w| format!("pod {}/node-agent-0 is crash-looping", w.pool),
+    )
     .await;
 }
 
@@ -304,7 +351,11 @@ async fn a_healthy_rollout_confirms_only_after_settle() {
     let w = world("health-settle", 2).await;
     w.repo.set_env_text(
         "stage",
-        &stage_text("1.13.0", &w.pool, "[health]\nsettle = \"10m\"\npod_ready_timeout = \"5m\"\n"),
+        &stage_text(
+            "1.13.0",
+            &w.pool,
+            "[health]\nsettle = \"10m\"\npod_ready_timeout = \"5m\"\n",
+        ),
         "stage: move to 1.13.0",
     );
     w.agent.handle.fetch();
@@ -314,13 +365,19 @@ async fn a_healthy_rollout_confirms_only_after_settle() {
     })
     .await;
     assert!(!cordoned(&watched));
-    await_status(&w.client, &w.pool, "stage-stage-1", "rolling, watched", |s| {
-        s.state.as_deref() == Some("rolling")
-            && s.message.contains(&format!(
-                "node {} is Ready at 1.13.0; its health is watched until 2026-12-01T02:35:00Z",
-                w.nodes[0]
-            ))
-    })
+    await_status(
+        &w.client,
+        &w.pool,
+        "stage-stage-1",
+        "rolling, watched",
+        |s| {
+            s.state.as_deref() == Some("rolling")
+                && s.message.contains(&format!(
+                    "node {} is Ready at 1.13.0; its health is watched until 2026-12-01T02:35:00Z",
+                    w.nodes[0]
+                ))
+        },
+    )
     .await;
     let mut passes = 0;
     until_pass(&w.agent.handle, "passes while watched", STEP, || {
@@ -329,7 +386,10 @@ async fn a_healthy_rollout_confirms_only_after_settle() {
     })
     .await;
     let second = nodes_in(&w.client, &w.pool).await.remove(1);
-    assert!(progress(&second).is_none() && !cordoned(&second), "started during the watch");
+    assert!(
+        progress(&second).is_none() && !cordoned(&second),
+        "started during the watch"
+    );
 
     // The watch ends: the first passes, the second starts and is watched.
     w.clock.set(dec(1, 2, 36));
@@ -346,7 +406,9 @@ async fn a_healthy_rollout_confirms_only_after_settle() {
     let msg = state_is(&w, "settling").await;
     assert!(msg.contains("settling until 2026-12-01T02:52:00Z"), "{msg}");
     until_pass(&w.agent.handle, "settling report pushed", STEP, || {
-        w.repo.report("stage", "stage-1").is_some_and(|r| r.state.as_str() == "settling")
+        w.repo
+            .report("stage", "stage-1")
+            .is_some_and(|r| r.state.as_str() == "settling")
     })
     .await;
     let (code, out) = production_check(&w.repo, "1.13.0");
@@ -359,13 +421,19 @@ async fn a_healthy_rollout_confirms_only_after_settle() {
     })
     .await;
     let r = w.repo.report("stage", "stage-1").unwrap();
-    assert_eq!(r.state.as_str(), "settling", "confirmed before settle ended");
+    assert_eq!(
+        r.state.as_str(),
+        "settling",
+        "confirmed before settle ended"
+    );
 
     // Settle ends: confirmed, the records cleared, production may follow.
     w.clock.set(dec(1, 2, 52));
     state_is(&w, "confirmed").await;
     until_pass(&w.agent.handle, "confirmed report pushed", STEP, || {
-        w.repo.report("stage", "stage-1").is_some_and(|r| r.state.as_str() == "confirmed" && r.version.to_string() == "1.13.0")
+        w.repo
+            .report("stage", "stage-1")
+            .is_some_and(|r| r.state.as_str() == "confirmed" && r.version.to_string() == "1.13.0")
     })
     .await;
     for n in nodes_in(&w.client, &w.pool).await {
@@ -373,7 +441,10 @@ async fn a_healthy_rollout_confirms_only_after_settle() {
         assert!(progress(&n).is_none(), "records cleared on confirmation");
     }
     let (code, out) = production_check(&w.repo, "1.13.0");
-    assert_eq!(code, 0, "control: production may take a settled version: {out}");
+    assert_eq!(
+        code, 0,
+        "control: production may take a settled version: {out}"
+    );
     w.agent.stop();
     w.sim.shutdown().await;
 }
@@ -388,7 +459,11 @@ async fn a_query_firing_mid_rollout_halts_within_one_evaluation_and_a_stopped_pr
         "[health]\nsettle = \"10m\"\npod_ready_timeout = \"5m\"\n\n[[health.prometheus]]\nurl = \"{}\"\nquery = \"{query}\"\ntimeout = \"2s\"\n",
         prom.url()
     );
-    w.repo.set_env_text("stage", &stage_text("1.13.0", &w.pool, &health), "stage: move to 1.13.0");
+    w.repo.set_env_text(
+        "stage",
+        &stage_text("1.13.0", &w.pool, &health),
+        "stage: move to 1.13.0",
+    );
     w.agent.handle.fetch();
 
     // Control: with the query clear, the first node passes and the second starts.
@@ -420,17 +495,26 @@ async fn a_query_firing_mid_rollout_halts_within_one_evaluation_and_a_stopped_pr
     let firing_at = Instant::now();
     let msg = state_is(&w, "failed").await;
     let took = firing_at.elapsed();
-    assert!(took < HEALTH_RECHECK + Duration::from_secs(2), "halt took {took:?}");
+    assert!(
+        took < HEALTH_RECHECK + Duration::from_secs(2),
+        "halt took {took:?}"
+    );
     assert!(msg.contains(&format!("query `{query}` returned")), "{msg}");
     let nodes = nodes_in(&w.client, &w.pool).await;
     assert_eq!(progress(&nodes[1]).unwrap().state, ProgressState::Failed);
-    assert!(progress(&nodes[2]).is_none() && !cordoned(&nodes[2]), "third node started");
+    assert!(
+        progress(&nodes[2]).is_none() && !cordoned(&nodes[2]),
+        "third node started"
+    );
 
     // Retry with the query clear again, then Prometheus stops: the watch
     // cannot end, the rollout holds and says so.
     exporter.set(0.0);
     while !matches!(client.evaluate(&check).await, QueryOutcome::Clear) {
-        assert!(Instant::now() < deadline + STEP, "Prometheus never saw the clear");
+        assert!(
+            Instant::now() < deadline + STEP,
+            "Prometheus never saw the clear"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     prom.stop();
@@ -439,7 +523,9 @@ async fn a_query_firing_mid_rollout_halts_within_one_evaluation_and_a_stopped_pr
         .patch(
             &w.nodes[1],
             &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(serde_json::json!({"metadata": {"annotations": {"drover.dev/retry": "1"}}})),
+            &kube::api::Patch::Merge(
+                serde_json::json!({"metadata": {"annotations": {"drover.dev/retry": "1"}}}),
+            ),
         )
         .await
         .unwrap();
@@ -455,15 +541,28 @@ async fn a_query_firing_mid_rollout_halts_within_one_evaluation_and_a_stopped_pr
     .await
     .status
     .unwrap();
-    assert!(held.message.contains(prom.url()), "{msg} / {}", held.message);
+    assert!(
+        held.message.contains(prom.url()),
+        "{msg} / {}",
+        held.message
+    );
     let mut passes = 0;
-    until_pass(&w.agent.handle, "passes while Prometheus is down", STEP, || {
-        passes += 1;
-        passes > 3
-    })
+    until_pass(
+        &w.agent.handle,
+        "passes while Prometheus is down",
+        STEP,
+        || {
+            passes += 1;
+            passes > 3
+        },
+    )
     .await;
     let nodes = nodes_in(&w.client, &w.pool).await;
-    assert_eq!(progress(&nodes[1]).unwrap().state, ProgressState::Watching, "passed without Prometheus");
+    assert_eq!(
+        progress(&nodes[1]).unwrap().state,
+        ProgressState::Watching,
+        "passed without Prometheus"
+    );
     assert!(progress(&nodes[2]).is_none() && !cordoned(&nodes[2]));
     w.agent.stop();
     w.sim.shutdown().await;

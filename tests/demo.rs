@@ -78,16 +78,16 @@ fn demo_tells_the_whole_story() {
     // revoked, and 1.13.4 goes through test and stage.
     let failed = find("stage", "stage-1: failed 1.13.3 (1/5 nodes at version)");
     assert!(failed.starts_with("2027-01-08"), "{failed}");
-    find(
-        "stage",
-        "pod default/stage-1-node-0-app is crash-looping",
-    );
+    find("stage", "pod default/stage-1-node-0-app is crash-looping");
     find("stage", "upgrade 1 nodes to 1.13.3");
     find(
         "production",
         "\"Bump production to 1.13.3\": `drover check --base main` refuses it",
     );
-    find("-", "\"Revoke 1.13.3\": `drover check --base main` passes; merged");
+    find(
+        "-",
+        "\"Revoke 1.13.3\": `drover check --base main` passes; merged",
+    );
     assert!(find("test", "all 5 nodes Ready at 1.13.4").starts_with("2027-02-01"));
     assert!(find("stage", "all 5 nodes Ready at 1.13.4").starts_with("2027-02-08"));
 

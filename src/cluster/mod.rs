@@ -142,8 +142,7 @@ impl NodeProgress {
                 return Err(ProgressError::Invalid {
                     key: ANN_STATE,
                     value: other.to_string(),
-                    why: "expected draining, upgrading, watching, passed, blocked or failed"
-                        .into(),
+                    why: "expected draining, upgrading, watching, passed, blocked or failed".into(),
                 })
             }
         };

@@ -28,9 +28,9 @@
 pub mod cordon;
 pub mod drain;
 pub mod driver;
+mod health;
 pub mod node;
 pub mod observe;
-mod health;
 
 use crate::cluster::{Cluster, EvictionPass, NodeProgress, NodeView, ProgressState};
 use crate::config::{DriverSpec, EnvConfig, NodesSpec};

@@ -918,7 +918,13 @@ fn watching(p: &NodeProgress, now: DateTime<Utc>) -> NodeProgress {
 }
 
 /// The action recording a failed health check on a watched node.
-fn unhealthy(p: &NodeProgress, node: String, now: DateTime<Utc>, msg: String, check: &str) -> Action {
+fn unhealthy(
+    p: &NodeProgress,
+    node: String,
+    now: DateTime<Utc>,
+    msg: String,
+    check: &str,
+) -> Action {
     Action::Unhealthy {
         node,
         progress: given_back(p, ProgressState::Failed, now, msg),

@@ -130,9 +130,17 @@ fn firing() -> QueryOutcome {
 fn a_returned_node_is_watched_and_holds_the_next_start() {
     let mut a = with(node("a", "1.13.2"), ProgressState::Upgrading, "03:00:00");
     a.upgrade = UpgradeStatus::Succeeded;
-    let d = decide(&policy(1), &open(), &[a, node("b", "1.12.0")], t("03:05:00"));
+    let d = decide(
+        &policy(1),
+        &open(),
+        &[a, node("b", "1.12.0")],
+        t("03:05:00"),
+    );
     assert_eq!(kinds(&d), [("watch", "a".into())], "no cordon of b yet");
-    let Action::Watch { progress, uncordon, .. } = &d.actions[0] else {
+    let Action::Watch {
+        progress, uncordon, ..
+    } = &d.actions[0]
+    else {
         unreachable!()
     };
     assert!(uncordon);
@@ -165,7 +173,10 @@ fn a_healthy_watch_passes_after_pod_ready_timeout_and_the_next_node_starts() {
     let Action::Pass { progress, .. } = &d.actions[0] else {
         unreachable!()
     };
-    assert_eq!((progress.state, progress.started_at), (ProgressState::Passed, t("03:15:00")));
+    assert_eq!(
+        (progress.state, progress.started_at),
+        (ProgressState::Passed, t("03:15:00"))
+    );
 }
 
 #[test]
@@ -196,14 +207,28 @@ fn a_crash_loop_halts_naming_node_and_pod_and_nothing_else_starts() {
     // Even a budget that would allow more starts nothing once a check failed.
     let d = decide(&policy(3), &inputs, &nodes, t("03:02:00"));
     assert_eq!(kinds(&d), [("unhealthy", "a".into())]);
-    let Action::Unhealthy { progress, check, .. } = &d.actions[0] else {
+    let Action::Unhealthy {
+        progress, check, ..
+    } = &d.actions[0]
+    else {
         unreachable!()
     };
     assert_eq!(check, "crash_loop");
     assert_eq!(progress.state, ProgressState::Failed);
-    assert!(progress.message.contains("pod apps/api-7f9c is crash-looping"), "{}", progress.message);
+    assert!(
+        progress
+            .message
+            .contains("pod apps/api-7f9c is crash-looping"),
+        "{}",
+        progress.message
+    );
     assert_eq!(d.state, RolloutState::Failed);
-    assert!(d.message.starts_with("node a failed: health check failed: node a: pod apps/api-7f9c"), "{}", d.message);
+    assert!(
+        d.message
+            .starts_with("node a failed: health check failed: node a: pod apps/api-7f9c"),
+        "{}",
+        d.message
+    );
 
     // The record holds the rollout on the next pass, from the annotations alone.
     let mut failed = nodes.clone();
@@ -253,7 +278,11 @@ fn without_an_observation_a_watch_holds_rather_than_passes() {
     ];
     let d = decide(&policy(2), &open(), &nodes, t("04:00:00"));
     assert!(kinds(&d).is_empty(), "{:?}", d.actions);
-    assert!(d.message.contains("no health observation of node a"), "{}", d.message);
+    assert!(
+        d.message.contains("no health observation of node a"),
+        "{}",
+        d.message
+    );
 }
 
 #[test]
@@ -315,7 +344,12 @@ fn a_firing_query_fails_the_watched_node_naming_query_and_value() {
         unreachable!()
     };
     assert_eq!(check, "prometheus");
-    assert!(d.message.contains("query `errors > 0` returned {job=\"api\"} = 3"), "{}", d.message);
+    assert!(
+        d.message
+            .contains("query `errors > 0` returned {job=\"api\"} = 3"),
+        "{}",
+        d.message
+    );
 }
 
 #[test]
@@ -345,10 +379,17 @@ fn a_query_firing_before_any_node_moved_only_holds() {
     let d = decide(&policy(1), &inputs, &nodes, t("03:00:00"));
     assert!(kinds(&d).is_empty());
     assert_eq!(d.state, RolloutState::Blocked);
-    assert!(d.message.starts_with("held: query `errors > 0` returned"), "{}", d.message);
+    assert!(
+        d.message.starts_with("held: query `errors > 0` returned"),
+        "{}",
+        d.message
+    );
     // Control: a clear query lets the rollout start.
     let inputs = Inputs {
-        queries: vec![(check("errors > 0", OnUnreachable::Hold), QueryOutcome::Clear)],
+        queries: vec![(
+            check("errors > 0", OnUnreachable::Hold),
+            QueryOutcome::Clear,
+        )],
         ..open()
     };
     let d = decide(&policy(1), &inputs, &nodes, t("03:00:00"));
@@ -371,7 +412,12 @@ fn an_unreachable_prometheus_holds_and_says_so_unless_ignored() {
     let d = decide(&policy(1), &inputs, &nodes, t("03:20:00"));
     assert!(kinds(&d).is_empty(), "{:?}", d.actions);
     assert_eq!(d.state, RolloutState::Rolling);
-    assert!(d.message.contains("Prometheus http://prom:9090 unreachable"), "{}", d.message);
+    assert!(
+        d.message
+            .contains("Prometheus http://prom:9090 unreachable"),
+        "{}",
+        d.message
+    );
     // Between nodes: no start, state blocked naming Prometheus.
     let passed = [
         with(node("a", "1.13.2"), ProgressState::Passed, "03:15:00"),
@@ -397,5 +443,8 @@ fn without_health_a_returned_node_completes_at_once() {
     let mut p = policy(1);
     p.health = None;
     let d = decide(&p, &open(), &[a, node("b", "1.12.0")], t("03:05:00"));
-    assert_eq!(kinds(&d), [("complete", "a".into()), ("cordon", "b".into())]);
+    assert_eq!(
+        kinds(&d),
+        [("complete", "a".into()), ("cordon", "b".into())]
+    );
 }
