@@ -3,8 +3,9 @@
 //! Prometheus: a crash loop or a node condition on the first upgraded node
 //! halts the rollout at that node, stage reports `failed` and production's
 //! `drover check --base` refuses the version; a healthy rollout confirms only
-//! once `settle` has held; a query that starts firing mid-rollout halts it,
-//! and a stopped Prometheus holds it.
+//! once `settle` has held, and a later `failed` for the same version
+//! withdraws that confirmation; a query that starts firing mid-rollout halts
+//! it, and a stopped Prometheus holds it.
 
 mod agent_support;
 #[path = "support/git_servers.rs"]
@@ -445,6 +446,28 @@ async fn a_healthy_rollout_confirms_only_after_settle() {
         code, 0,
         "control: production may take a settled version: {out}"
     );
+
+    // A node joins later at the old version, and on 1.13.0 its workload
+    // crash-loops: stage reports `failed` for 1.13.0, which withdraws its
+    // earlier confirmation, so production's check refuses the version again.
+    let added = w.sim.add_nodes(1).await.unwrap().remove(0);
+    w.sim.set_fault(&added, Fault::CrashLoopAfterUpgrade);
+    let pods: Api<Pod> = Api::namespaced(w.client.clone(), &w.pool);
+    create(&pods, &daemon_pod("node-agent-late", &added)).await;
+    let msg = state_is(&w, "failed").await;
+    assert!(msg.contains("node-agent-late is crash-looping"), "{msg}");
+    until_pass(&w.agent.handle, "failed report pushed", STEP, || {
+        w.repo
+            .report("stage", "stage-1")
+            .is_some_and(|r| r.state.as_str() == "failed" && r.version.to_string() == "1.13.0")
+    })
+    .await;
+    let (code, out) = production_check(&w.repo, "1.13.0");
+    assert_eq!(
+        code, 1,
+        "the failed report withdraws the confirmation: {out}"
+    );
+    assert!(out.contains("withdrawn"), "{out}");
     w.agent.stop();
     w.sim.shutdown().await;
 }
