@@ -34,7 +34,9 @@
 //!   freeze `paused`. A patch update (same major.minor as every selected
 //!   node) uses [`Inputs::patch_window`], which a `minor` freeze leaves open.
 
-use super::health::{failure_check, failure_node, queries_verdict, HEALTH_FAILED_PREFIX};
+use super::health::{
+    failure_check, failure_node, queries_verdict, HEALTH_FAILED_PREFIX, SETTLE_RECHECK,
+};
 use crate::cluster::{NodeProgress, NodeSeen, NodeView, ProgressState, UpgradeStatus};
 use crate::config::{EnvConfig, HealthSpec, MaxUnavailable, OnDrainTimeout, PrometheusCheck};
 use crate::health::{node_watch_until, observe, settle_until, Failure, QueryOutcome, Verdict};
@@ -736,7 +738,7 @@ pub fn decide(
                 Verdict::Watching { until } => {
                     settling = Some(until);
                     wake.at(until);
-                    poll_health = true;
+                    wake.at(add(now, SETTLE_RECHECK));
                 }
                 Verdict::Healthy => {
                     // Settled: the records go, so `confirmed` sticks.

@@ -213,16 +213,24 @@ pub async fn reconcile<C: Cluster>(
 }
 
 /// The nodes whose health the decision judges: with `[health]`, those
-/// `watching` or `passed` at the target.
+/// `watching` at the target, and once every node is done (Ready at the
+/// target, passed or idle) the `passed` ones, for settle.
 pub fn watched_nodes(policy: &Policy, nodes: &[crate::cluster::NodeView]) -> Vec<String> {
     if policy.health.is_none() {
         return Vec::new();
     }
+    let at_target = |p: &NodeProgress| p.target == policy.target;
+    let settling = nodes.iter().all(|n| match &n.progress {
+        Ok(Some(p)) => p.state == ProgressState::Passed && at_target(p),
+        Ok(None) => n.ready && n.version.as_ref() == Some(&policy.target),
+        Err(_) => false,
+    });
     nodes
         .iter()
         .filter(|n| {
-            matches!(&n.progress, Ok(Some(p)) if p.target == policy.target
-                && matches!(p.state, ProgressState::Watching | ProgressState::Passed))
+            matches!(&n.progress, Ok(Some(p)) if at_target(p)
+                && (p.state == ProgressState::Watching
+                    || (settling && p.state == ProgressState::Passed)))
         })
         .map(|n| n.name.clone())
         .collect()

@@ -34,6 +34,11 @@ use crate::health::{judge, Failure, Observation, QueryOutcome, QueryResult, Verd
 /// crash loop or a firing query is seen.
 pub const HEALTH_RECHECK: Duration = Duration::from_secs(2);
 
+/// How often a settling cluster (every node passed its watch) is judged
+/// again: settle lasts tens of minutes and judges every node, so it polls
+/// less often than a watch; a failure during settle is seen within this.
+pub const SETTLE_RECHECK: Duration = Duration::from_secs(30);
+
 /// The reason recorded in a failed node's message for a failed health check.
 pub const HEALTH_FAILED_PREFIX: &str = "health check failed: ";
 
