@@ -590,3 +590,67 @@ async fn a_query_firing_mid_rollout_halts_within_one_evaluation_and_a_stopped_pr
     w.agent.stop();
     w.sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_restarted_agent_resumes_the_watch_from_the_node_record() {
+    let mut w = world("health-restart", 2).await;
+    w.repo.set_env_text(
+        "stage",
+        &stage_text(
+            "1.13.0",
+            &w.pool,
+            "[health]\nsettle = \"0s\"\npod_ready_timeout = \"5m\"\n",
+        ),
+        "stage: move to 1.13.0",
+    );
+    w.agent.handle.fetch();
+    let watched = await_node(&w.client, &w.nodes[0], "watching", |n| {
+        progress(n).is_some_and(|p| p.state == ProgressState::Watching)
+    })
+    .await;
+    let since = progress(&watched).unwrap().started_at;
+    // The rolling report (the state the new agent recovers from) is out.
+    until_pass(&w.agent.handle, "rolling report pushed", STEP, || {
+        w.repo
+            .report("stage", "stage-1")
+            .is_some_and(|r| r.state.as_str() == "rolling" && r.version.to_string() == "1.13.0")
+    })
+    .await;
+    // A crash: the new agent has no memory but the node's record.
+    let agent = std::mem::replace(
+        &mut w.agent,
+        RunningAgent::start(
+            agent_config(&w.repo, "stage", "stage-1", &w.pool, "health-restart-2"),
+            Arc::new(w.clock.clone()),
+            None,
+        ),
+    );
+    agent.kill();
+    let mut passes = 0;
+    until_pass(&w.agent.handle, "passes of the new agent", STEP, || {
+        passes += 1;
+        passes > 3
+    })
+    .await;
+    let nodes = nodes_in(&w.client, &w.pool).await;
+    let p = progress(&nodes[0]).unwrap();
+    assert_eq!(
+        (p.state, p.started_at),
+        (ProgressState::Watching, since),
+        "the watch goes on from its recorded start"
+    );
+    assert!(progress(&nodes[1]).is_none() && !cordoned(&nodes[1]));
+    // It ends when the record says, and the rollout finishes, each node upgraded once.
+    w.clock.set(dec(1, 2, 36));
+    await_node(&w.client, &w.nodes[1], "second watched", |n| {
+        progress(n).is_some_and(|p| p.state == ProgressState::Watching)
+    })
+    .await;
+    w.clock.set(dec(1, 2, 42));
+    state_is(&w, "confirmed").await;
+    for n in &w.nodes {
+        assert_eq!(w.sim.upgrades_started(n), 1, "{n} upgraded more than once");
+    }
+    w.agent.stop();
+    w.sim.shutdown().await;
+}
