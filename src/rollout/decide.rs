@@ -35,7 +35,7 @@
 //!   node) uses [`Inputs::patch_window`], which a `minor` freeze leaves open.
 
 use super::health::{
-    failure_check, failure_node, queries_verdict, HEALTH_FAILED_PREFIX, SETTLE_RECHECK,
+    bounded, failure_check, failure_node, queries_verdict, HEALTH_FAILED_PREFIX, SETTLE_RECHECK,
 };
 use crate::cluster::{NodeProgress, NodeSeen, NodeView, ProgressState, UpgradeStatus};
 use crate::config::{EnvConfig, HealthSpec, MaxUnavailable, OnDrainTimeout, PrometheusCheck};
@@ -332,9 +332,9 @@ pub fn decide(
     let mut query_pinned = false;
     let mut poll_health = false;
     if let Some(Verdict::Held(why)) = &queries {
-        health_hold = Some(format!(
+        health_hold = Some(bounded(format!(
             "held: {why}; no node starts or passes and nothing is confirmed until it answers"
-        ));
+        )));
     }
 
     for n in &order {
@@ -536,7 +536,7 @@ pub fn decide(
                     // Only a `passed` node that stopped being Ready at the
                     // version lands here: that fails the rollout as well.
                     unavailable += usize::from(!n.ready);
-                    let msg = format!("{HEALTH_FAILED_PREFIX}node {}: {why}", n.name);
+                    let msg = bounded(format!("{HEALTH_FAILED_PREFIX}node {}: {why}", n.name));
                     failed.get_or_insert((n.name.clone(), msg.clone()));
                     releases.push(unhealthy(p, name, now, msg, check));
                     continue;
@@ -567,7 +567,7 @@ pub fn decide(
                     Verdict::Unhealthy(f) => {
                         in_flight -= 1;
                         unavailable -= 1;
-                        let msg = format!("{HEALTH_FAILED_PREFIX}{f}");
+                        let msg = bounded(format!("{HEALTH_FAILED_PREFIX}{f}"));
                         failed.get_or_insert((n.name.clone(), msg.clone()));
                         releases.push(unhealthy(p, name, now, msg, failure_check(&f)));
                     }
@@ -586,7 +586,7 @@ pub fn decide(
                         passed.push((n, now));
                     }
                     Verdict::Held(why) => {
-                        health_hold.get_or_insert(format!("held: {why}"));
+                        health_hold.get_or_insert(bounded(format!("held: {why}")));
                         poll_health = true;
                     }
                     Verdict::Watching { until } => {
@@ -730,9 +730,9 @@ pub fn decide(
                     pin_failure(node, &f, now, &mut failed, &mut releases);
                 }
                 Verdict::Held(why) => {
-                    health_hold.get_or_insert(format!(
+                    health_hold.get_or_insert(bounded(format!(
                         "held: {why}; nothing is confirmed until it answers"
-                    ));
+                    )));
                     poll_health = true;
                 }
                 Verdict::Watching { until } => {
@@ -760,9 +760,9 @@ pub fn decide(
         if !query_pinned && !confirmed {
             // Before any node moved there is nothing of the new version to
             // blame: the query only holds the rollout.
-            health_hold.get_or_insert(format!(
+            health_hold.get_or_insert(bounded(format!(
                 "held: {f}; no node starts while it returns a sample"
-            ));
+            )));
         }
     }
 
@@ -948,7 +948,7 @@ fn pin_failure(
     let Ok(Some(p)) = &node.progress else {
         return;
     };
-    let msg = format!("{HEALTH_FAILED_PREFIX}{f}");
+    let msg = bounded(format!("{HEALTH_FAILED_PREFIX}{f}"));
     *failed = Some((node.name.clone(), msg.clone()));
     releases.push(unhealthy(p, node.name.clone(), now, msg, failure_check(f)));
 }

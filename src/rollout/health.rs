@@ -42,6 +42,26 @@ pub const SETTLE_RECHECK: Duration = Duration::from_secs(30);
 /// The reason recorded in a failed node's message for a failed health check.
 pub const HEALTH_FAILED_PREFIX: &str = "health check failed: ";
 
+/// The longest failure message recorded (node annotation, Event, report):
+/// a query's series comes from Prometheus and may be long, and a node's
+/// annotations must stay far below the API server's 256 KiB.
+pub const MAX_FAILURE_MESSAGE: usize = 1024;
+
+/// `msg` cut to [`MAX_FAILURE_MESSAGE`] bytes at a character boundary,
+/// ending in `…` when cut.
+pub fn bounded(mut msg: String) -> String {
+    if msg.len() <= MAX_FAILURE_MESSAGE {
+        return msg;
+    }
+    let cut = (0..=MAX_FAILURE_MESSAGE - 3)
+        .rev()
+        .find(|i| msg.is_char_boundary(*i))
+        .unwrap_or(0);
+    msg.truncate(cut);
+    msg.push('…');
+    msg
+}
+
 /// The verdict of the Prometheus checks alone, at `now`: healthy, holding or
 /// unhealthy naming the query and its value.
 pub fn queries_verdict(
@@ -83,5 +103,23 @@ pub fn failure_check(f: &Failure) -> &'static str {
         Failure::CrashLoop { .. } => "crash_loop",
         Failure::NotReady { .. } => "pod_not_ready",
         Failure::Query { .. } => "prometheus",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_failure_message_is_cut_at_a_character_boundary() {
+        let long = format!("query `x` returned {{label=\"{}\"}} = 1", "é".repeat(2000));
+        let cut = bounded(long);
+        assert!(cut.len() <= MAX_FAILURE_MESSAGE, "{}", cut.len());
+        assert!(cut.ends_with('…'));
+        // Control: a short message is kept whole.
+        assert_eq!(
+            bounded("node n1: condition X is True".into()),
+            "node n1: condition X is True"
+        );
     }
 }

@@ -448,3 +448,30 @@ fn without_health_a_returned_node_completes_at_once() {
         [("complete", "a".into()), ("cordon", "b".into())]
     );
 }
+
+#[test]
+fn a_huge_series_is_named_within_a_bounded_message() {
+    let nodes = [
+        with(node("a", "1.13.2"), ProgressState::Watching, "03:00:00"),
+        node("b", "1.12.0"),
+    ];
+    let huge = QueryOutcome::Firing {
+        series: format!("{{pod=\"{}\"}}", "x".repeat(500_000)),
+        value: "1".into(),
+        samples: 1,
+    };
+    let inputs = Inputs {
+        health: vec![healthy("a")],
+        queries: vec![(check("errors > 0", OnUnreachable::Hold), huge)],
+        ..open()
+    };
+    let d = decide(&policy(1), &inputs, &nodes, t("03:01:00"));
+    let Action::Unhealthy { progress, .. } = &d.actions[0] else {
+        panic!("{:?}", d.actions)
+    };
+    assert!(progress.message.len() <= super::health::MAX_FAILURE_MESSAGE);
+    assert!(progress
+        .message
+        .starts_with("health check failed: query `errors > 0` returned {pod=\"xxx"));
+    assert!(d.message.len() < 2 * super::health::MAX_FAILURE_MESSAGE);
+}
