@@ -27,6 +27,7 @@ fn policy(max: MaxUnavailable) -> Policy {
         drain_timeout: Duration::from_secs(20 * 60),
         node_timeout: Duration::from_secs(45 * 60),
         on_drain_timeout: OnDrainTimeout::Skip,
+        health: None,
     }
 }
 
@@ -81,6 +82,7 @@ fn bench_decide() -> bool {
             ..WindowState::default()
         },
         patch_window: None,
+        ..Default::default()
     };
     let now = start() + chrono::Duration::minutes(10);
     let mut times: Vec<Duration> = (0..101)

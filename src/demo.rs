@@ -240,6 +240,34 @@ pub async fn run(opts: &Options) -> Result<Report, Error> {
     )?;
 
     story.advance_to("2027-01-02T12:00:00Z").await?;
+
+    // 1.13.3 breaks a workload that only stage runs: its pods crash-loop on
+    // the first node stage upgrades. Stage's health checks (docs/design.md
+    // §5a) halt the rollout at that node and stage reports `failed`, so
+    // production may not take it; the version is revoked fleet-wide and the
+    // next release goes through.
+    if let Some(stage) = story.agents.iter().find(|a| a.env == "stage") {
+        if let Some(first) = stage.sim.nodes().iter().map(|n| n.name.clone()).min() {
+            stage
+                .sim
+                .set_health_fault(&first, Version::new(1, 13, 3), sim::HealthFault::CrashLoop);
+        }
+    }
+    story.advance_to("2027-01-04T09:00:00Z").await?;
+    story.promote("stage")?;
+    story.advance_to("2027-01-08T12:00:00Z").await?;
+    story.bump("production", "1.13.3", "Bump production to 1.13.3")?;
+    story.revoke(
+        "1.13.3",
+        "its pods crash-loop on stage-1 (stage's health checks halted the rollout)",
+    )?;
+
+    story.advance_to("2027-01-12T10:00:00Z").await?;
+    story.say("-", "OS 1.13.4 is released".into());
+    story.bump("test", "1.13.4", "Bump test to 1.13.4")?;
+    story.advance_to("2027-02-03T09:00:00Z").await?;
+    story.promote("stage")?;
+    story.advance_to("2027-02-09T12:00:00Z").await?;
     story.finish()
 }
 
@@ -372,6 +400,16 @@ impl Story {
             );
         }
         Ok(())
+    }
+
+    /// A pull request adding `version` to `[promotion] revoked` in
+    /// drover.toml (what `drover revoke` prepares); CI and merge as above.
+    fn revoke(&mut self, version: &str, reason: &str) -> Result<(), Error> {
+        let title = format!("Revoke {version}");
+        let pr = self
+            .forge
+            .open_revoke_pr(version, reason, &title, self.now)?;
+        self.review("-", pr, &title)
     }
 
     /// `drover promote env` prepares the pull request; CI and merge as above.
@@ -851,6 +889,39 @@ impl Forge {
         let mut text = std::fs::read_to_string(&path)?;
         text.push_str(block);
         std::fs::write(&path, text)?;
+        git_at(&self.work, &["commit", "--quiet", "-am", title], Some(at))?;
+        Ok(self.pr)
+    }
+
+    fn open_revoke_pr(
+        &mut self,
+        version: &str,
+        reason: &str,
+        title: &str,
+        at: DateTime<Utc>,
+    ) -> Result<u32, Error> {
+        self.pr += 1;
+        let branch = format!("revoke-{version}");
+        git(&self.work, &["switch", "--quiet", "-c", &branch])?;
+        let path = self.work.join("drover.toml");
+        let text = std::fs::read_to_string(&path)?;
+        let entry = format!("revoked = [{{ version = \"{version}\", reason = \"{reason}\" }}]");
+        let new: Vec<String> = text
+            .lines()
+            .map(|l| {
+                if l.trim_start().starts_with("revoked") {
+                    entry.clone()
+                } else {
+                    l.to_owned()
+                }
+            })
+            .collect();
+        if !new.contains(&entry) {
+            return Err(Error::Config(
+                "drover.toml has no `revoked` line to edit".into(),
+            ));
+        }
+        std::fs::write(&path, new.join("\n") + "\n")?;
         git_at(&self.work, &["commit", "--quiet", "-am", title], Some(at))?;
         Ok(self.pr)
     }

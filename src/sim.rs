@@ -41,6 +41,16 @@ pub enum Failure {
     DriverFails(String),
 }
 
+/// A workload fault that shows once a node returned from an upgrade to a
+/// given version: what the health checks (docs/design.md §5a) must catch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HealthFault {
+    /// A pod on the node crash-loops (`CrashLoopBackOff`, restarts growing).
+    CrashLoop,
+    /// The node condition of this type turns True.
+    Condition(String),
+}
+
 /// A pod; evicted pods are rescheduled onto another schedulable Ready node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pod {
@@ -99,6 +109,8 @@ pub struct SimNode {
     pub pods: Vec<Pod>,
     /// NotReady because a drover driver rebooted it.
     pub down_by_drover: bool,
+    /// A health fault that shows while it runs this version after an upgrade.
+    pub health_fault: Option<(Version, HealthFault)>,
     runs: Vec<Run>,
 }
 
@@ -116,6 +128,7 @@ impl SimNode {
             failure: None,
             pods: Vec::new(),
             down_by_drover: false,
+            health_fault: None,
             runs: Vec::new(),
         }
     }
@@ -130,6 +143,12 @@ impl SimNode {
     /// With an injected failure.
     pub fn failing(mut self, f: Failure) -> Self {
         self.failure = Some(f);
+        self
+    }
+
+    /// With `fault` showing once an upgrade brought it to `version`.
+    pub fn with_health_fault(mut self, version: Version, fault: HealthFault) -> Self {
+        self.health_fault = Some((version, fault));
         self
     }
 
@@ -282,6 +301,13 @@ impl Sim {
     /// Add a node.
     pub fn add_node(&self, node: SimNode) {
         self.lock().nodes.insert(node.name.clone(), node);
+    }
+
+    /// Give `node` a health fault that shows once an upgrade brings it to `version`.
+    pub fn set_health_fault(&self, node: &str, version: Version, fault: HealthFault) {
+        if let Some(n) = self.lock().nodes.get_mut(node) {
+            n.health_fault = Some((version, fault));
+        }
     }
 
     /// Add a PodDisruptionBudget.
@@ -628,6 +654,59 @@ impl Cluster for Sim {
         s.measure();
         Ok(())
     }
+
+    async fn health(&self, nodes: &[String]) -> Result<Vec<crate::cluster::NodeSeen>, SimError> {
+        use crate::cluster::{NodeSeen, PodSeen};
+        let now = self.clock.now();
+        let mut s = self.lock();
+        s.settle(now);
+        Ok(nodes
+            .iter()
+            .filter_map(|name| s.nodes.get(name))
+            .map(|n| {
+                // When its last upgrade brought it back: the fault shows from then.
+                let returned = n
+                    .runs
+                    .iter()
+                    .filter(|r| r.status == UpgradeStatus::Succeeded)
+                    .filter_map(|r| r.done_at)
+                    .max();
+                let fault = match (&n.health_fault, returned) {
+                    (Some((v, f)), Some(_)) if n.version.as_ref() == Some(v) => Some(f),
+                    _ => None,
+                };
+                let returned = returned.unwrap_or(DateTime::<Utc>::MIN_UTC);
+                let mut pods: Vec<PodSeen> = n
+                    .pods
+                    .iter()
+                    .map(|p| PodSeen {
+                        name: format!("default/{}", p.name),
+                        created: DateTime::<Utc>::MIN_UTC,
+                        ready: true,
+                        restarts: 0,
+                        waiting_reason: None,
+                    })
+                    .collect();
+                let mut conditions = Vec::new();
+                match fault {
+                    Some(HealthFault::CrashLoop) => pods.push(PodSeen {
+                        name: format!("default/{}-app", n.name),
+                        created: returned,
+                        ready: false,
+                        restarts: 3,
+                        waiting_reason: Some(crate::health::verdict::CRASHLOOP_REASON.into()),
+                    }),
+                    Some(HealthFault::Condition(t)) => conditions.push((t.clone(), "True".into())),
+                    None => {}
+                }
+                NodeSeen {
+                    name: n.name.clone(),
+                    conditions,
+                    pods,
+                }
+            })
+            .collect())
+    }
 }
 
 /// When nodes may start: windows and the gate, as functions of time.
@@ -668,6 +747,7 @@ impl Schedule {
             },
             window,
             patch_window,
+            ..Default::default()
         }
     }
 

@@ -72,6 +72,25 @@ fn demo_tells_the_whole_story() {
     assert!(ready.as_str() >= "2027-01-01T05:00:00Z", "{ready}");
     assert!(ready.starts_with("2027-01-01"), "{ready}");
 
+    // 1.13.3 crash-loops a workload on stage's first upgraded node: stage's
+    // health checks halt the rollout at that one node and stage reports
+    // `failed` naming the pod; production's bump is refused, the version is
+    // revoked, and 1.13.4 goes through test and stage.
+    let failed = find("stage", "stage-1: failed 1.13.3 (1/5 nodes at version)");
+    assert!(failed.starts_with("2027-01-08"), "{failed}");
+    find("stage", "pod default/stage-1-node-0-app is crash-looping");
+    find("stage", "upgrade 1 nodes to 1.13.3");
+    find(
+        "production",
+        "\"Bump production to 1.13.3\": `drover check --base main` refuses it",
+    );
+    find(
+        "-",
+        "\"Revoke 1.13.3\": `drover check --base main` passes; merged",
+    );
+    assert!(find("test", "all 5 nodes Ready at 1.13.4").starts_with("2027-02-01"));
+    assert!(find("stage", "all 5 nodes Ready at 1.13.4").starts_with("2027-02-08"));
+
     let versions: Vec<(String, Value)> = report["clusters"]
         .as_array()
         .unwrap()
@@ -84,8 +103,8 @@ fn demo_tells_the_whole_story() {
         })
         .collect();
     let expect = [
-        ("test-1", "1.13.3"),
-        ("stage-1", "1.13.2"),
+        ("test-1", "1.13.4"),
+        ("stage-1", "1.13.4"),
         ("prod-eu-1", "1.13.2"),
         ("prod-us-1", "1.13.2"),
     ];

@@ -177,6 +177,7 @@ fn build(c: &Case, clock: &VirtualClock) -> (Sim, Policy) {
         } else {
             OnDrainTimeout::Skip
         },
+        health: None,
     };
     (sim, policy)
 }

@@ -461,8 +461,9 @@ fn demo_repository_text_and_json() {
     );
     let demo: Value = serde_json::from_slice(&out.stdout).unwrap();
 
-    // The day after test confirmed 1.13.3 (02:40 UTC on the 1st): stage waits for the soak.
-    let now = "2027-01-01T12:00:00Z";
+    // The day after stage confirmed 1.13.4 (03:35 UTC on 8 February, each
+    // node watched and the cluster settled): production waits for the soak.
+    let now = "2027-02-09T12:00:00Z";
     let v = json(&kept, &["status", "--now", now]);
     assert_eq!(v["status_branch"]["ref"], "refs/heads/drover/status");
     let rows: Vec<(String, String, String, String)> = v["environments"]
@@ -494,36 +495,35 @@ fn demo_repository_text_and_json() {
     assert_eq!(
         rows,
         [
-            want("test-1", "1.13.3"),
-            want("stage-1", "1.13.2"),
+            want("test-1", "1.13.4"),
+            want("stage-1", "1.13.4"),
             want("prod-eu-1", "1.13.2"),
             want("prod-us-1", "1.13.2"),
         ]
     );
-    let stage = env(&v, "stage");
-    assert_eq!(stage["gate"]["answer"], "waiting");
-    // The New Year freeze holds test's 1 January window until 06:00.
-    assert_eq!(stage["gate"]["after"], "2027-01-02T06:40:00Z");
-    assert_eq!(stage["next_window"]["start"], "2027-01-08T01:00:00Z");
-    assert_eq!(env(&v, "production")["gate"]["answer"], "current");
+    let production = env(&v, "production");
+    assert_eq!(production["gate"]["answer"], "waiting");
+    assert_eq!(production["gate"]["after"], "2027-02-11T03:35:00Z");
+    assert_eq!(production["next_window"]["start"], "2027-02-20T01:00:00Z");
+    assert_eq!(env(&v, "stage")["gate"]["answer"], "current");
     // The demo's own JSON carries the same view at its end.
     assert_eq!(
         demo["fleet"]["environments"][1]["gate"]["answer"],
-        "allowed"
+        "current"
     );
 
     let (code, text, err) = drover(&kept, &["status", "--now", now]);
     assert_eq!(code, 0, "{err}");
     assert_fits_80(&text);
     assert!(
-        text.contains("gate         stage may take 1.13.3 after 2027-01-02T06:40Z"),
+        text.contains("gate         production may take 1.13.4 after 2027-02-11T03:35Z"),
         "{text}"
     );
     assert!(
         text.lines().any(|l| l.starts_with("  test-1 ")
-            && l.contains("1.13.3")
+            && l.contains("1.13.4")
             && l.contains("confirmed")
-            && l.contains("2027-01-01 06:40")
+            && l.contains("2027-02-01 03:35")
             && l.contains("5/5")
             && l.contains("trusted")),
         "{text}"

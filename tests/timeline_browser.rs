@@ -137,17 +137,20 @@ fn demo_timeline_renders_in_chromium() {
         .map(|r| &r[..r.find('"').unwrap()])
         .collect();
     assert_eq!(envs, ["test", "stage", "production"]);
-    // Confirmations: 1.12.0 at the start by all four, 1.13.2 by all four, 1.13.3 by test-1.
-    assert_eq!(dom.matches("class=\"confirmation\"").count(), 9);
-    // Promotions: test → stage (1.13.2), stage → production (1.13.2).
-    assert_eq!(dom.matches("class=\"promotion\"").count(), 2);
+    // Confirmations: 1.12.0 at the start by all four, 1.13.2 by all four,
+    // 1.13.3 by test-1, 1.13.4 by test-1 and stage-1.
+    assert_eq!(dom.matches("class=\"confirmation\"").count(), 11);
+    // Promotions: test → stage (1.13.2, 1.13.3, 1.13.4), stage → production (1.13.2).
+    let promotions = dom.matches("class=\"promotion\"").count();
+    assert_eq!(promotions, 4);
     assert!(dom.contains("class=\"window\""));
     // Hover text names the commit and the signer.
     assert!(dom.contains("status commit "), "no commit in hover text");
     assert!(dom.contains("signer not verified"));
     // test-1 waited for its window with 1.13.3 pinned: that is `pending`, not
-    // an alarm; nothing in the story was blocked or failed, so nothing is red.
-    assert!(!dom.contains("class=\"segment alarm\""));
+    // an alarm; the one thing that failed is stage-1's 1.13.3 (its health
+    // checks halted the rollout), outlined in red.
+    assert_eq!(dom.matches("class=\"segment alarm\"").count(), 1);
 
     // drover status --html on the demo's repository draws the same rows.
     let page2 = tmp.path().join("status.html");

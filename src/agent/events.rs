@@ -153,6 +153,24 @@ impl Events {
                 "Upgraded",
                 "Ready at the target version; uncordoned".to_string(),
             ),
+            Action::Watch { progress, .. } => (
+                Severity::Normal,
+                "HealthWatch",
+                format!(
+                    "Ready at {}; uncordoned, its health is watched",
+                    progress.target
+                ),
+            ),
+            Action::Pass { progress, .. } => (
+                Severity::Normal,
+                "HealthPassed",
+                format!("every health check held at {}", progress.target),
+            ),
+            Action::Unhealthy { progress, .. } => (
+                Severity::Warning,
+                "HealthCheckFailed",
+                format!("{}; rollout stopped", progress.message),
+            ),
             Action::Clear { .. } => (
                 Severity::Normal,
                 "Cleared",

@@ -42,6 +42,9 @@ pub struct Metrics {
     pub drain_duration: Histogram,
     /// `drover_node_upgrade_duration_seconds`: drain start to Ready at the target, per node.
     pub upgrade_duration: Histogram,
+    /// `drover_health_failures_total{env,check}`: health checks that failed
+    /// a node (docs/design.md §5a), by kind of check.
+    pub health_failures: Family<Labels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -64,6 +67,13 @@ fn labels(pairs: &[(&str, &str)]) -> Labels {
 }
 
 impl Metrics {
+    /// Count a failed health check of kind `check` in `env`.
+    pub fn health_failed(&self, env: &str, check: &str) {
+        self.health_failures
+            .get_or_create(&labels(&[("env", env), ("check", check)]))
+            .inc();
+    }
+
     /// A fresh registry with every metric registered under the `drover_` prefix.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("drover");
@@ -82,6 +92,7 @@ impl Metrics {
             drain_duration: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
             // 10 s .. ~45 h: an upgrade includes a reboot.
             upgrade_duration: Histogram::new(exponential_buckets(10.0, 2.0, 15)),
+            health_failures: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -91,8 +102,13 @@ impl Metrics {
         );
         registry.register(
             "rollout_state",
-            "1 for the rollout's current state, 0 for the others (pending, paused, rolling, confirmed, blocked, failed)",
+            "1 for the rollout's current state, 0 for the others (pending, paused, rolling, settling, confirmed, blocked, failed, refused)",
             m.rollout_state.clone(),
+        );
+        registry.register(
+            "health_failures",
+            "Health checks that failed a node, by environment and check (node_condition, crash_loop, pod_not_ready, prometheus, node_ready, node_version)",
+            m.health_failures.clone(),
         );
         registry.register(
             "blocked",

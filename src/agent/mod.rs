@@ -19,13 +19,14 @@
 pub mod crd;
 pub mod events;
 mod give_back;
+mod health;
 pub mod http;
 pub mod leader;
 pub mod metrics;
 pub mod recover;
 pub mod retry;
 
-use crate::cluster::{Cluster, EvictionPass, NodeProgress, NodeView, ProgressState};
+use crate::cluster::{Cluster, EvictionPass, NodeProgress, NodeSeen, NodeView, ProgressState};
 use crate::config::{self, EnvConfig};
 use crate::rollout::{Clock, Engine, Inputs, Labels, Policy, RolloutState, WindowState};
 use crate::source::trigger::{Nudger, Reason, Trigger, WebhookConfig};
@@ -1309,6 +1310,8 @@ impl<B: ClusterBackend> Acting<B> {
             hold_reason: String::new(),
             window: window.clone(),
             patch_window,
+            queries: health::evaluate_queries(&active.env, self.last_published.as_ref()).await,
+            ..Default::default()
         };
         let engine = Engine::new(
             Policy::from_env(&active.env),
@@ -1352,6 +1355,7 @@ impl<B: ClusterBackend> Acting<B> {
         self.metrics.reconciled("ok");
         let d = &outcome.decision;
         for a in &d.actions {
+            health::count_failure(&self.metrics, &self.cfg.env, a);
             self.durations(a, &observed, now);
             self.events.on_action(a).await;
         }
@@ -1496,6 +1500,9 @@ impl<B: ClusterBackend> Acting<B> {
         if let Some(w) = d.wake_at {
             after = after.min((w - now).to_std().unwrap_or(Duration::ZERO));
         }
+        if d.poll_health {
+            after = after.min(crate::rollout::health::HEALTH_RECHECK);
+        }
         Next { after }
     }
 
@@ -1535,7 +1542,7 @@ impl<B: ClusterBackend> Acting<B> {
                     .drain_duration
                     .observe(secs(progress.started_at));
             }
-            Action::Complete { node, .. } => {
+            Action::Complete { node, .. } | Action::Watch { node, .. } => {
                 let started =
                     observed
                         .iter()
@@ -1726,5 +1733,10 @@ impl<C: Cluster + Sync> Cluster for Guarded<'_, C> {
             .start_upgrade(node, progress)
             .await
             .map_err(GuardError::Cluster)
+    }
+
+    async fn health(&self, nodes: &[String]) -> Result<Vec<NodeSeen>, Self::Error> {
+        self.check()?;
+        self.inner.health(nodes).await.map_err(GuardError::Cluster)
     }
 }

@@ -12,7 +12,7 @@ pub struct Args {
     #[arg(long, default_value_t = 5)]
     pub nodes: u64,
     /// Time one node takes from drain to Ready at the new version.
-    #[arg(long, default_value = "20m", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
     pub node_time: Duration,
     /// The config repository the story starts from (default: the embedded example-repo).
     #[arg(long)]

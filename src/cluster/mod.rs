@@ -11,13 +11,15 @@
 //! or after a call took effect but before it saw the answer, and will then
 //! issue the same call again from what it observes.
 
+pub use crate::health::observe::{NodeSeen, PodSeen};
 use chrono::{DateTime, SecondsFormat, Utc};
 use semver::Version;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::future::Future;
 
-/// Annotation: drover's state for the node (`draining`, `upgrading`, `blocked`, `failed`).
+/// Annotation: drover's state for the node (`draining`, `upgrading`,
+/// `watching`, `passed`, `blocked`, `failed`).
 pub const ANN_STATE: &str = "drover.dev/state";
 /// Annotation: the version the node is being moved to.
 pub const ANN_TARGET: &str = "drover.dev/target";
@@ -54,8 +56,15 @@ pub enum ProgressState {
     Upgrading,
     /// The drain did not finish within `drain_timeout`; the node was given back.
     Blocked,
-    /// The node did not reach the target; it was given back and the rollout stopped.
+    /// The node did not reach the target, or a health check failed on it
+    /// (docs/design.md §5a); it was given back and the rollout stopped.
     Failed,
+    /// Back Ready at the target and uncordoned; its health checks are
+    /// watched for `pod_ready_timeout` from `started_at` (the return).
+    Watching,
+    /// Its health watch held; `started_at` is when it passed. Kept until the
+    /// cluster settled and confirmed, so settle counts from the last pass.
+    Passed,
 }
 
 impl ProgressState {
@@ -66,6 +75,8 @@ impl ProgressState {
             ProgressState::Upgrading => "upgrading",
             ProgressState::Blocked => "blocked",
             ProgressState::Failed => "failed",
+            ProgressState::Watching => "watching",
+            ProgressState::Passed => "passed",
         }
     }
 
@@ -125,11 +136,13 @@ impl NodeProgress {
             "upgrading" => ProgressState::Upgrading,
             "blocked" => ProgressState::Blocked,
             "failed" => ProgressState::Failed,
+            "watching" => ProgressState::Watching,
+            "passed" => ProgressState::Passed,
             other => {
                 return Err(ProgressError::Invalid {
                     key: ANN_STATE,
                     value: other.to_string(),
-                    why: "expected draining, upgrading, blocked or failed".into(),
+                    why: "expected draining, upgrading, watching, passed, blocked or failed".into(),
                 })
             }
         };
@@ -380,6 +393,25 @@ pub trait Cluster {
         node: &str,
         progress: &NodeProgress,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// The health inputs of `nodes` (docs/design.md §5a): their conditions
+    /// and the watched pods bound to them. A node that vanished is left
+    /// out. The default, for backends without workloads, reports no pods
+    /// and no conditions.
+    fn health(
+        &self,
+        nodes: &[String],
+    ) -> impl Future<Output = Result<Vec<NodeSeen>, Self::Error>> + Send {
+        let seen = nodes
+            .iter()
+            .map(|n| NodeSeen {
+                name: n.clone(),
+                conditions: Vec::new(),
+                pods: Vec::new(),
+            })
+            .collect();
+        async move { Ok(seen) }
+    }
 }
 
 #[cfg(test)]

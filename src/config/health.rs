@@ -44,6 +44,10 @@ const DURATION_SYNTAX: &str = "a duration string such as \"10m\", \"30m\" or \"1
 /// `[health]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HealthSpec {
+    /// The environment file has a `[health]` section: the rollout watches
+    /// each node and settles before `confirmed`. Without the section a node
+    /// counts as done once Ready at the version, as before health gating.
+    pub enabled: bool,
     /// After the last node, how long every check must hold before the
     /// cluster reports `confirmed`. Default 30m; `"0s"` confirms at once.
     pub settle: Duration,
@@ -59,6 +63,7 @@ pub struct HealthSpec {
 impl Default for HealthSpec {
     fn default() -> Self {
         Self {
+            enabled: false,
             settle: DEFAULT_SETTLE,
             pod_ready_timeout: DEFAULT_POD_READY_TIMEOUT,
             node_conditions: DEFAULT_NODE_CONDITIONS
@@ -111,6 +116,7 @@ pub(crate) fn parse_health(
     let Some((key, value)) = doc.get_key_value("health") else {
         return spec;
     };
+    spec.enabled = true;
     let table = match value.get_ref() {
         DeValue::Table(t) => t,
         other => {

@@ -83,3 +83,80 @@ pub fn node_health(node: &Node, pods: Vec<PodHealth>) -> NodeHealth {
         pods,
     }
 }
+
+/// A node's health inputs as a backend reports them, before any watch
+/// bookkeeping: what [`crate::cluster::Cluster::health`] returns.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct NodeSeen {
+    /// The node's name.
+    pub name: String,
+    /// Its conditions, `(type, status)`.
+    pub conditions: Vec<(String, String)>,
+    /// The watched pods bound to it (see [`is_watched`]).
+    pub pods: Vec<PodSeen>,
+}
+
+/// A pod on a node as a backend reports it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PodSeen {
+    /// `namespace/name`.
+    pub name: String,
+    /// When the pod object was created.
+    pub created: DateTime<Utc>,
+    /// Whether its `Ready` condition is True.
+    pub ready: bool,
+    /// Sum of its containers' restart counts.
+    pub restarts: u32,
+    /// The first waiting reason among its containers, if any.
+    pub waiting_reason: Option<String>,
+}
+
+/// `pod` as a backend reports it.
+pub fn pod_seen(pod: &Pod) -> PodSeen {
+    PodSeen {
+        name: format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or(""),
+            pod.metadata.name.as_deref().unwrap_or("")
+        ),
+        created: pod
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .and_then(|t| DateTime::from_timestamp_micros(t.0.as_microsecond()))
+            .unwrap_or(DateTime::<Utc>::MIN_UTC),
+        ready: is_ready(pod),
+        restarts: restarts(pod),
+        waiting_reason: waiting_reason(pod),
+    }
+}
+
+/// The verdict's view of `seen` for a watch that began at `watch_start`,
+/// without memory between observations (so a restarted agent judges the
+/// same): a pod created at or after `watch_start` counts every restart it
+/// has; a pod that was already there (a DaemonSet pod that lived through the
+/// reboot) starts from its current count, so only `CrashLoopBackOff` or not
+/// becoming Ready fail it. Each pod's Ready clock starts at the later of the
+/// watch start and its creation.
+pub fn watched(seen: &NodeSeen, watch_start: DateTime<Utc>) -> NodeHealth {
+    NodeHealth {
+        name: seen.name.clone(),
+        conditions: seen.conditions.clone(),
+        pods: seen
+            .pods
+            .iter()
+            .map(|p| PodHealth {
+                name: p.name.clone(),
+                since: p.created.max(watch_start),
+                ready: p.ready,
+                restarts_at_start: if p.created >= watch_start {
+                    0
+                } else {
+                    p.restarts
+                },
+                restarts: p.restarts,
+                waiting_reason: p.waiting_reason.clone(),
+            })
+            .collect(),
+    }
+}

@@ -18,7 +18,7 @@ pub const CRASHLOOP_RESTARTS: u32 = 2;
 pub const CRASHLOOP_REASON: &str = "CrashLoopBackOff";
 
 /// A node as the checks see it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeHealth {
     /// The node's name.
     pub name: String,
@@ -31,7 +31,7 @@ pub struct NodeHealth {
 }
 
 /// A pod on a watched node, observed over time.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodHealth {
     /// `namespace/name`.
     pub name: String,
@@ -75,7 +75,7 @@ pub struct Observation<'a> {
 }
 
 /// What the checks conclude.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     /// Every check held for the whole watch: the next node may start, or the
     /// cluster may report `confirmed`.
@@ -93,7 +93,7 @@ pub enum Verdict {
 }
 
 /// The failed check: enough to name node, pod, condition or query and its value.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Failure {
     /// A listed node condition is True.
     Condition {

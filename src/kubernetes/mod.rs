@@ -28,6 +28,7 @@
 pub mod cordon;
 pub mod drain;
 pub mod driver;
+mod health;
 pub mod node;
 pub mod observe;
 
@@ -262,6 +263,10 @@ impl Cluster for KubeCluster {
             .instrument(span)
             .await
     }
+
+    async fn health(&self, nodes: &[String]) -> Result<Vec<crate::cluster::NodeSeen>, Error> {
+        self.inner.health(nodes).await
+    }
 }
 
 impl KubeCluster {
@@ -276,7 +281,11 @@ impl KubeCluster {
             Some(ProgressState::Blocked | ProgressState::Failed) => {
                 driver::cleanup(&self.inner, node, false).await
             }
-            Some(ProgressState::Draining | ProgressState::Upgrading) => Ok(()),
+            // Back at the version: the run is over, as for a completed node.
+            Some(ProgressState::Watching) => driver::cleanup(&self.inner, node, true).await,
+            Some(ProgressState::Draining | ProgressState::Upgrading | ProgressState::Passed) => {
+                Ok(())
+            }
         }
     }
 }

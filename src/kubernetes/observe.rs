@@ -397,6 +397,11 @@ impl Observer {
         Ok(store)
     }
 
+    /// Whether `node` has a pod watch running (draining, blocked or watched for health).
+    pub(crate) fn has_pod_watch(&self, node: &str) -> bool {
+        lock(&self.pod_watches).contains_key(node)
+    }
+
     // Stop the pod watches of nodes that are no longer draining.
     fn retain_pod_watches(&self, draining: &HashSet<String>, blocked: &HashSet<String>) {
         lock(&self.evicted).retain(|node, _| draining.contains(node));
@@ -435,11 +440,16 @@ impl Observer {
             .filter(|(_, p)| matches!(p, Ok(Some(p)) if p.state == ProgressState::Draining))
             .map(|(n, _)| n.name_any())
             .collect();
-        // Blocked nodes' pods are watched too, to see when their budgets relent.
+        // Blocked nodes' pods are watched too, to see when their budgets
+        // relent; so are the pods of nodes in their health watch (a settling
+        // cluster's are listed instead, see kubernetes/health.rs).
         let blocked: HashSet<String> = nodes
             .iter()
             .zip(&progress)
-            .filter(|(_, p)| matches!(p, Ok(Some(p)) if p.state == ProgressState::Blocked))
+            .filter(|(_, p)| {
+                matches!(p, Ok(Some(p)) if matches!(p.state,
+                    ProgressState::Blocked | ProgressState::Watching))
+            })
             .map(|(n, _)| n.name_any())
             .collect();
         self.retain_pod_watches(&draining, &blocked);

@@ -34,8 +34,12 @@
 //!   freeze `paused`. A patch update (same major.minor as every selected
 //!   node) uses [`Inputs::patch_window`], which a `minor` freeze leaves open.
 
-use crate::cluster::{NodeProgress, NodeView, ProgressState, UpgradeStatus};
-use crate::config::{EnvConfig, MaxUnavailable, OnDrainTimeout};
+use super::health::{
+    bounded, failure_check, failure_node, queries_verdict, HEALTH_FAILED_PREFIX, SETTLE_RECHECK,
+};
+use crate::cluster::{NodeProgress, NodeSeen, NodeView, ProgressState, UpgradeStatus};
+use crate::config::{EnvConfig, HealthSpec, MaxUnavailable, OnDrainTimeout, PrometheusCheck};
+use crate::health::{node_watch_until, observe, settle_until, Failure, QueryOutcome, Verdict};
 use crate::status::RolloutState;
 use crate::window::Change;
 use chrono::{DateTime, Utc};
@@ -56,6 +60,10 @@ pub struct Policy {
     pub node_timeout: Duration,
     /// What a drain timeout does to the rest of the rollout.
     pub on_drain_timeout: OnDrainTimeout,
+    /// `[health]` when the environment has the section: each returned node
+    /// is watched and the cluster settles before `confirmed` (see
+    /// [`super::health`]); `None` = done once Ready at the version.
+    pub health: Option<HealthSpec>,
 }
 
 impl Policy {
@@ -67,6 +75,7 @@ impl Policy {
             drain_timeout: env.rollout.drain_timeout,
             node_timeout: env.rollout.node_timeout,
             on_drain_timeout: env.rollout.on_drain_timeout,
+            health: env.health.enabled.then(|| env.health.clone()),
         }
     }
 }
@@ -87,6 +96,13 @@ pub struct Inputs {
     /// The window at `now` for a patch update (same major.minor as every
     /// selected node runs), when it differs (a `minor` freeze); `None` = `window`.
     pub patch_window: Option<WindowState>,
+    /// Health inputs of the watched nodes (those `watching` or `passed` at
+    /// the target), from [`crate::cluster::Cluster::health`]; the engine
+    /// fills it in.
+    pub health: Vec<NodeSeen>,
+    /// The latest outcome of every `[[health.prometheus]]` check, evaluated
+    /// by the caller.
+    pub queries: Vec<(PrometheusCheck, QueryOutcome)>,
 }
 
 /// One thing the engine must do to a node.
@@ -138,6 +154,34 @@ pub enum Action {
         /// Uncordon in the same patch.
         uncordon: bool,
     },
+    /// Ready at the target with `[health]`: uncordon if drover cordoned it
+    /// and record state=watching (also a retried health failure).
+    Watch {
+        /// Node name.
+        node: String,
+        /// The progress to write (`started_at` = the watch start).
+        progress: NodeProgress,
+        /// Uncordon in the same patch.
+        uncordon: bool,
+    },
+    /// The node's watch held for `pod_ready_timeout`: state=passed.
+    Pass {
+        /// Node name.
+        node: String,
+        /// The progress to write (`started_at` = when it passed).
+        progress: NodeProgress,
+    },
+    /// A health check failed (docs/design.md §5a): state=failed, naming the
+    /// check; the node stays in service, no further node starts.
+    Unhealthy {
+        /// Node name.
+        node: String,
+        /// The progress to write.
+        progress: NodeProgress,
+        /// The kind of check that failed (`node_condition`, `crash_loop`,
+        /// `pod_not_ready`, `prometheus`).
+        check: String,
+    },
     /// Forget a blocked or failed record (retry requested, or target changed).
     Clear {
         /// Node name.
@@ -157,6 +201,9 @@ impl Action {
             | Action::Block { node, .. }
             | Action::Complete { node, .. }
             | Action::Fail { node, .. }
+            | Action::Watch { node, .. }
+            | Action::Pass { node, .. }
+            | Action::Unhealthy { node, .. }
             | Action::Clear { node, .. } => node,
         }
     }
@@ -170,6 +217,9 @@ impl Action {
             Action::Block { .. } => "block",
             Action::Complete { .. } => "complete",
             Action::Fail { .. } => "fail",
+            Action::Watch { .. } => "watch",
+            Action::Pass { .. } => "pass",
+            Action::Unhealthy { .. } => "unhealthy",
             Action::Clear { .. } => "clear",
         }
     }
@@ -206,6 +256,10 @@ pub struct Decision {
     /// The next instant at which the decision changes by time alone (a
     /// timeout, a window opening or closing); events on nodes come on top.
     pub wake_at: Option<DateTime<Utc>>,
+    /// A health watch or settle is running: pods and Prometheus are polled,
+    /// so decide again within [`super::health::HEALTH_RECHECK`] (a backend
+    /// whose health changes only at its own events may ignore this).
+    pub poll_health: bool,
 }
 
 fn elapsed(now: DateTime<Utc>, since: DateTime<Utc>, limit: Duration) -> (bool, DateTime<Utc>) {
@@ -267,6 +321,21 @@ pub fn decide(
     let mut blocked_msg: Option<String> = None;
     let mut at_version = 0usize;
     let mut confirmed = total > 0;
+    // Health (docs/design.md §5a): the Prometheus checks' verdict, nodes
+    // that passed their watch (with when), the first watch in progress, why
+    // the checks hold, and whether a firing query was pinned on a node.
+    let health = policy.health.as_ref();
+    let queries = health.map(|spec| queries_verdict(spec, &inputs.queries, now));
+    let mut passed: Vec<(&NodeView, DateTime<Utc>)> = Vec::new();
+    let mut watch_msg: Option<String> = None;
+    let mut health_hold: Option<String> = None;
+    let mut query_pinned = false;
+    let mut poll_health = false;
+    if let Some(Verdict::Held(why)) = &queries {
+        health_hold = Some(bounded(format!(
+            "held: {why}; no node starts or passes and nothing is confirmed until it answers"
+        )));
+    }
 
     for n in &order {
         let at_target = n.version.as_ref() == Some(target);
@@ -281,6 +350,21 @@ pub fn decide(
                 skipped.push(skip(n, format!("unreadable drover annotations: {e}")));
                 continue;
             }
+        };
+        // A node that passed its watch and is still Ready at the target is
+        // done, like an idle one; settle is judged after the loop.
+        let progress = match progress {
+            Some(p)
+                if health.is_some()
+                    && p.state == ProgressState::Passed
+                    && p.target == *target
+                    && n.ready
+                    && at_target =>
+            {
+                passed.push((n, p.started_at));
+                None
+            }
+            other => other,
         };
         let Some(p) = progress else {
             // Idle node.
@@ -362,7 +446,19 @@ pub fn decide(
             ProgressState::Upgrading => {
                 let node_at_own_target = n.version.as_ref() == Some(&p.target);
                 let (timed_out, deadline) = elapsed(now, p.started_at, policy.node_timeout);
-                let failure = if n.ready && node_at_own_target {
+                let failure = if n.ready && node_at_own_target && health.is_some() && at_target {
+                    // Back at the version: its health is watched next, and
+                    // it keeps counting against the budget meanwhile.
+                    releases.push(Action::Watch {
+                        node: name,
+                        progress: watching(p, now),
+                        uncordon: p.cordoned_by_drover,
+                    });
+                    in_flight += 1;
+                    unavailable += 1;
+                    poll_health = true;
+                    continue;
+                } else if n.ready && node_at_own_target {
                     releases.push(Action::Complete {
                         node: name,
                         uncordon: p.cordoned_by_drover,
@@ -410,8 +506,127 @@ pub fn decide(
                     });
                 }
             }
+            ProgressState::Watching | ProgressState::Passed => {
+                let Some(spec) = health.filter(|_| p.target == *target) else {
+                    unavailable += usize::from(!n.ready);
+                    releases.push(Action::Clear {
+                        node: name,
+                        reason: if p.target == *target {
+                            "[health] removed".into()
+                        } else {
+                            format!("target changed from {} to {target}", p.target)
+                        },
+                    });
+                    continue;
+                };
+                let failure = if !n.ready {
+                    Some(("node_ready", "node became NotReady".to_string()))
+                } else if !at_target {
+                    Some((
+                        "node_version",
+                        match &n.version {
+                            Some(v) => format!("node now runs {v}"),
+                            None => "node's OS version cannot be read".into(),
+                        },
+                    ))
+                } else {
+                    None
+                };
+                if let Some((check, why)) = failure {
+                    // Only a `passed` node that stopped being Ready at the
+                    // version lands here: that fails the rollout as well.
+                    unavailable += usize::from(!n.ready);
+                    let msg = bounded(format!("{HEALTH_FAILED_PREFIX}node {}: {why}", n.name));
+                    failed.get_or_insert((n.name.clone(), msg.clone()));
+                    releases.push(unhealthy(p, name, now, msg, check));
+                    continue;
+                }
+                // Watching: judge this node; the queries are judged once for
+                // the cluster and pinned on the first watched node.
+                in_flight += 1;
+                unavailable += 1;
+                let verdict = match inputs.health.iter().find(|s| s.name == n.name) {
+                    Some(seen) => crate::health::judge(&crate::health::Observation {
+                        spec,
+                        watch_until: node_watch_until(spec, p.started_at),
+                        nodes: &[observe::watched(seen, p.started_at)],
+                        queries: &[],
+                        now,
+                    }),
+                    None => Verdict::Held(format!("no health observation of node {}", n.name)),
+                };
+                let verdict = match (verdict, &queries) {
+                    (Verdict::Unhealthy(f), _) => Verdict::Unhealthy(f),
+                    (_, Some(Verdict::Unhealthy(f))) if !query_pinned => {
+                        query_pinned = true;
+                        Verdict::Unhealthy(f.clone())
+                    }
+                    (v, _) => v,
+                };
+                match verdict {
+                    Verdict::Unhealthy(f) => {
+                        in_flight -= 1;
+                        unavailable -= 1;
+                        let msg = bounded(format!("{HEALTH_FAILED_PREFIX}{f}"));
+                        failed.get_or_insert((n.name.clone(), msg.clone()));
+                        releases.push(unhealthy(p, name, now, msg, failure_check(&f)));
+                    }
+                    Verdict::Healthy if !matches!(queries, Some(Verdict::Held(_))) => {
+                        in_flight -= 1;
+                        unavailable -= 1;
+                        releases.push(Action::Pass {
+                            node: name,
+                            progress: NodeProgress {
+                                state: ProgressState::Passed,
+                                started_at: now,
+                                message: String::new(),
+                                ..p.clone()
+                            },
+                        });
+                        passed.push((n, now));
+                    }
+                    Verdict::Held(why) => {
+                        health_hold.get_or_insert(bounded(format!("held: {why}")));
+                        poll_health = true;
+                    }
+                    Verdict::Watching { until } => {
+                        wake.at(until);
+                        poll_health = true;
+                        watch_msg.get_or_insert_with(|| {
+                            format!(
+                                "node {} is Ready at {target}; its health is watched until {}",
+                                n.name,
+                                rfc3339(until)
+                            )
+                        });
+                    }
+                    Verdict::Healthy => {
+                        // Passed on its own, but a query cannot be judged.
+                        poll_health = true;
+                    }
+                }
+            }
             ProgressState::Blocked | ProgressState::Failed => {
                 unavailable += usize::from(!n.ready);
+                if n.retry
+                    && p.state == ProgressState::Failed
+                    && p.target == *target
+                    && health.is_some()
+                    && n.ready
+                    && at_target
+                {
+                    // A retried node already at the version is watched again
+                    // rather than taken for healthy.
+                    releases.push(Action::Watch {
+                        node: name,
+                        progress: watching(p, now),
+                        uncordon: false,
+                    });
+                    in_flight += 1;
+                    unavailable += 1;
+                    poll_health = true;
+                    continue;
+                }
                 if p.target != *target || n.retry {
                     let reason = if n.retry {
                         "retry requested".to_string()
@@ -473,6 +688,84 @@ pub fn decide(
         }
     }
 
+    // Health after the loop: settle once every node is done, or a firing
+    // query between nodes (docs/design.md §5a).
+    let mut settling: Option<DateTime<Utc>> = None;
+    let last_passed = passed.iter().max_by_key(|(n, t)| (*t, &n.name)).copied();
+    if let (Some(spec), Some((last, last_at))) = (health, last_passed) {
+        if confirmed {
+            let until = settle_until(spec, last_at);
+            let mut seen = Vec::new();
+            let mut missing = None;
+            for (n, t) in &passed {
+                match inputs.health.iter().find(|s| s.name == n.name) {
+                    Some(s) => seen.push(observe::watched(s, *t)),
+                    None => missing = Some(n.name.clone()),
+                }
+            }
+            let results: Vec<crate::health::QueryResult<'_>> = inputs
+                .queries
+                .iter()
+                .map(|(check, outcome)| crate::health::QueryResult {
+                    check,
+                    outcome: outcome.clone(),
+                })
+                .collect();
+            let verdict = match missing {
+                Some(node) => Verdict::Held(format!("no health observation of node {node}")),
+                None => crate::health::judge(&crate::health::Observation {
+                    spec,
+                    watch_until: until,
+                    nodes: &seen,
+                    queries: &results,
+                    now,
+                }),
+            };
+            confirmed = false;
+            match verdict {
+                Verdict::Unhealthy(f) => {
+                    let node = failure_node(&f)
+                        .and_then(|name| passed.iter().find(|(n, _)| n.name == name))
+                        .map_or(last, |(n, _)| *n);
+                    pin_failure(node, &f, now, &mut failed, &mut releases);
+                }
+                Verdict::Held(why) => {
+                    health_hold.get_or_insert(bounded(format!(
+                        "held: {why}; nothing is confirmed until it answers"
+                    )));
+                    poll_health = true;
+                }
+                Verdict::Watching { until } => {
+                    settling = Some(until);
+                    wake.at(until);
+                    wake.at(add(now, SETTLE_RECHECK));
+                }
+                Verdict::Healthy => {
+                    // Settled: the records go, so `confirmed` sticks.
+                    confirmed = true;
+                    for (n, _) in &passed {
+                        releases.push(Action::Clear {
+                            node: n.name.clone(),
+                            reason: "settled: every health check held".into(),
+                        });
+                    }
+                }
+            }
+        } else if let Some(Verdict::Unhealthy(f)) = &queries {
+            if !query_pinned && failed.is_none() {
+                pin_failure(last, f, now, &mut failed, &mut releases);
+            }
+        }
+    } else if let Some(Verdict::Unhealthy(f)) = &queries {
+        if !query_pinned && !confirmed {
+            // Before any node moved there is nothing of the new version to
+            // blame: the query only holds the rollout.
+            health_hold.get_or_insert(bounded(format!(
+                "held: {f}; no node starts while it returns a sample"
+            )));
+        }
+    }
+
     // Which nodes may start now, in order.
     let mut hold: Option<(RolloutState, String)> = None;
     if let Some((node, msg)) = &failed {
@@ -487,6 +780,8 @@ pub fn decide(
                 "node {node} blocked ({msg}); on_drain_timeout = \"stop\": no node starts before the next window"
             ),
         ));
+    } else if let Some(h) = &health_hold {
+        hold = Some((RolloutState::Blocked, h.clone()));
     } else if !inputs.may_start {
         hold = Some((
             RolloutState::Blocked,
@@ -541,8 +836,19 @@ pub fn decide(
         (RolloutState::Failed, format!("node {node} failed: {msg}"))
     } else if confirmed {
         (RolloutState::Confirmed, String::new())
+    } else if let Some(until) = settling {
+        (
+            RolloutState::Settling,
+            format!(
+                "every node is Ready at {target} and passed its watch; settling until {}",
+                rfc3339(until)
+            ),
+        )
     } else if in_flight > 0 || releases.iter().any(|a| !matches!(a, Action::Block { .. })) {
-        (RolloutState::Rolling, String::new())
+        (
+            RolloutState::Rolling,
+            health_hold.or(watch_msg).unwrap_or_default(),
+        )
     } else if let Some(b) = blocked_msg {
         (RolloutState::Blocked, b)
     } else if let Some(h) = hold {
@@ -578,6 +884,7 @@ pub fn decide(
         unavailable: unavailable as u32,
         skipped,
         wake_at: wake.0,
+        poll_health,
     }
 }
 
@@ -598,6 +905,52 @@ fn skip(n: &NodeView, reason: String) -> Skipped {
         node: n.name.clone(),
         reason,
     }
+}
+
+/// The record of a node whose health watch starts at `now`.
+fn watching(p: &NodeProgress, now: DateTime<Utc>) -> NodeProgress {
+    NodeProgress {
+        state: ProgressState::Watching,
+        target: p.target.clone(),
+        started_at: now,
+        cordoned_by_drover: false,
+        message: String::new(),
+        attempts: p.attempts,
+    }
+}
+
+/// The action recording a failed health check on a watched node.
+fn unhealthy(
+    p: &NodeProgress,
+    node: String,
+    now: DateTime<Utc>,
+    msg: String,
+    check: &str,
+) -> Action {
+    Action::Unhealthy {
+        node,
+        progress: given_back(p, ProgressState::Failed, now, msg),
+        check: check.into(),
+    }
+}
+
+/// Record `f` as failed on `node` (a passed node), unless a failure is recorded already.
+fn pin_failure(
+    node: &NodeView,
+    f: &Failure,
+    now: DateTime<Utc>,
+    failed: &mut Option<(String, String)>,
+    releases: &mut Vec<Action>,
+) {
+    if failed.is_some() {
+        return;
+    }
+    let Ok(Some(p)) = &node.progress else {
+        return;
+    };
+    let msg = bounded(format!("{HEALTH_FAILED_PREFIX}{f}"));
+    *failed = Some((node.name.clone(), msg.clone()));
+    releases.push(unhealthy(p, node.name.clone(), now, msg, failure_check(f)));
 }
 
 fn given_back(

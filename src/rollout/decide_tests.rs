@@ -23,6 +23,7 @@ fn policy(max: u32, mode: OnDrainTimeout) -> Policy {
         drain_timeout: Duration::from_secs(20 * 60),
         node_timeout: Duration::from_secs(45 * 60),
         on_drain_timeout: mode,
+        health: None,
     }
 }
 
@@ -37,6 +38,7 @@ fn open() -> Inputs {
             ..WindowState::default()
         },
         patch_window: None,
+        ..Default::default()
     }
 }
 
@@ -355,6 +357,7 @@ fn in_flight_nodes_continue_when_the_window_closes() {
         hold_reason: String::new(),
         window: WindowState::default(),
         patch_window: None,
+        ..Default::default()
     };
     let d = decide(&p, &closed, &[n, idle("b", "1.12.0")], t("08:05"));
     assert_eq!(kinds(&d), [("start_upgrade", "a".into())]);

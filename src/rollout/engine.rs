@@ -3,7 +3,7 @@
 //! restarted engine resumes from what the nodes record.
 
 use super::decide::{decide, Action, Decision, Inputs, Policy};
-use crate::cluster::{Cluster, NodeProgress};
+use crate::cluster::{Cluster, NodeProgress, ProgressState};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::sync::{Arc, Mutex};
@@ -147,6 +147,21 @@ pub async fn reconcile<C: Cluster>(
     now: DateTime<Utc>,
 ) -> Result<Outcome, EngineError<C::Error>> {
     let nodes = cluster.observe().await.map_err(EngineError::Observe)?;
+    let watched = watched_nodes(policy, &nodes);
+    let with_health;
+    let inputs = if watched.is_empty() {
+        inputs
+    } else {
+        let health = cluster
+            .health(&watched)
+            .await
+            .map_err(EngineError::Observe)?;
+        with_health = Inputs {
+            health,
+            ..inputs.clone()
+        };
+        &with_health
+    };
     let decision = decide(policy, inputs, &nodes, now);
     tracing::debug!(
         state = ?decision.state,
@@ -195,6 +210,30 @@ pub async fn reconcile<C: Cluster>(
         again,
         retry_evictions,
     })
+}
+
+/// The nodes whose health the decision judges: with `[health]`, those
+/// `watching` at the target, and once every node is done (Ready at the
+/// target, passed or idle) the `passed` ones, for settle.
+pub fn watched_nodes(policy: &Policy, nodes: &[crate::cluster::NodeView]) -> Vec<String> {
+    if policy.health.is_none() {
+        return Vec::new();
+    }
+    let at_target = |p: &NodeProgress| p.target == policy.target;
+    let settling = nodes.iter().all(|n| match &n.progress {
+        Ok(Some(p)) => p.state == ProgressState::Passed && at_target(p),
+        Ok(None) => n.ready && n.version.as_ref() == Some(&policy.target),
+        Err(_) => false,
+    });
+    nodes
+        .iter()
+        .filter(|n| {
+            matches!(&n.progress, Ok(Some(p)) if at_target(p)
+                && (p.state == ProgressState::Watching
+                    || (settling && p.state == ProgressState::Passed)))
+        })
+        .map(|n| n.name.clone())
+        .collect()
 }
 
 /// The most pod names a refusal message lists (node annotations and Event
@@ -274,6 +313,17 @@ pub async fn apply<C: Cluster>(
             .await
             .map_err(err)?,
         Action::Complete { node, uncordon } => give_back(cluster, node, None, *uncordon)
+            .await
+            .map_err(err)?,
+        Action::Watch {
+            node,
+            progress,
+            uncordon,
+        } => give_back(cluster, node, Some(progress), *uncordon)
+            .await
+            .map_err(err)?,
+        Action::Pass { node, progress } | Action::Unhealthy { node, progress, .. } => cluster
+            .set_progress(node, Some(progress))
             .await
             .map_err(err)?,
         Action::Clear { node, .. } => cluster.set_progress(node, None).await.map_err(err)?,

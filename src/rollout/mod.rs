@@ -3,9 +3,12 @@
 
 pub mod decide;
 pub mod engine;
+pub mod health;
 
 #[cfg(test)]
 mod decide_tests;
+#[cfg(test)]
+mod health_tests;
 
 pub use crate::status::RolloutState;
 pub use decide::{decide, Action, Decision, Inputs, Policy, Skipped, WindowState};

@@ -24,8 +24,11 @@ pub enum RolloutState {
     Pending,
     /// Held by `[rollout] paused` or a freeze; the message says which.
     Paused,
-    /// Nodes are being moved to `version`.
+    /// Nodes are being moved to `version` (or a moved node's health is watched).
     Rolling,
+    /// Every node runs `version` and passed its watch; every health check
+    /// must hold until the time the message names before `confirmed`.
+    Settling,
     /// Every selected node is Ready at `version`.
     Confirmed,
     /// Someone should look: a drain timed out (the message names the
@@ -40,22 +43,24 @@ pub enum RolloutState {
 
 impl RolloutState {
     /// Every state, for metrics that keep one series per state.
-    pub const ALL: [RolloutState; 7] = [
+    pub const ALL: [RolloutState; 8] = [
         RolloutState::Pending,
         RolloutState::Paused,
         RolloutState::Rolling,
+        RolloutState::Settling,
         RolloutState::Confirmed,
         RolloutState::Blocked,
         RolloutState::Failed,
         RolloutState::Refused,
     ];
 
-    /// The name written in reports (`pending`, `paused`, `rolling`, `confirmed`, `blocked`, `failed`, `refused`).
+    /// The name written in reports (`pending`, `paused`, `rolling`, `settling`, `confirmed`, `blocked`, `failed`, `refused`).
     pub fn as_str(self) -> &'static str {
         match self {
             RolloutState::Pending => "pending",
             RolloutState::Paused => "paused",
             RolloutState::Rolling => "rolling",
+            RolloutState::Settling => "settling",
             RolloutState::Confirmed => "confirmed",
             RolloutState::Blocked => "blocked",
             RolloutState::Failed => "failed",

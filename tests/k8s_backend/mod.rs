@@ -101,6 +101,7 @@ pub fn policy(target: &str, max: u32, drain_timeout: Duration, node_timeout: Dur
         drain_timeout,
         node_timeout,
         on_drain_timeout: OnDrainTimeout::Skip,
+        health: None,
     }
 }
 
@@ -122,6 +123,7 @@ pub fn open_window() -> Inputs {
             ..WindowState::default()
         },
         patch_window: None,
+        ..Default::default()
     }
 }
 
