@@ -1,12 +1,15 @@
 //! The status store at fleet size: simulated agents, each with its own
-//! `Source` (its own git cache), push a report every interval to one
-//! repository served by `git daemon` on loopback, through the same
-//! `status::publish` the agent uses. Then `drover status` reads the fleet
-//! from a clone holding all those reports.
+//! `Source` (its own git cache), push a signed report every interval to its
+//! own status branch (`drover/status.d/<env>/<cluster>`) of one repository
+//! served by `git daemon` on loopback, through the same `status::publish`
+//! the agent uses. Then `drover status` and the gate's reader read the fleet
+//! from a clone holding all those reports, verifying every signature.
 //!
 //! Run: `cargo bench --bench status_store` (1,000 agents, a report per agent
 //! every 60 s for 10 rounds). `DROVER_BENCH_AGENTS`, `DROVER_BENCH_INTERVAL`
-//! (seconds) and `DROVER_BENCH_ROUNDS` scale it down.
+//! (seconds) and `DROVER_BENCH_ROUNDS` scale it down; `DROVER_BENCH_AGENTS=0`
+//! runs only the first part: status commits for one 200-node rollout in the
+//! simulator, before and after `status::cadence`.
 //!
 //! Reported: reports pushed, lost (never on the remote), latency from
 //! "report ready" to "on the remote" (p50/p99/max), push attempts per report,
@@ -18,8 +21,8 @@ mod git_servers;
 
 use drover::source::{Source, SourceConfig};
 use drover::status::{self, PublishOptions, RolloutState, StatusReport};
-use git_servers::{bare_clone, git, GitDaemon};
-use std::collections::HashSet;
+use git_servers::{allowed_signers, bare_clone, git, keygen, GitDaemon};
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -32,15 +35,23 @@ fn env_num(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// The config repository: three environments, the agents spread over them.
-fn config_repo(dir: &Path, clusters: &[(String, String)]) {
+/// The config repository: three environments, the agents spread over them,
+/// and `key` listed as every cluster's report signer.
+fn config_repo(dir: &Path, clusters: &[(String, String)], key: &Path) {
     std::fs::create_dir_all(dir.join("environments")).unwrap();
     git(dir, &["init", "-q", "-b", "main"]);
     git(dir, &["config", "user.name", "Bench"]);
     git(dir, &["config", "user.email", "bench@example.com"]);
     git(dir, &["config", "commit.gpgsign", "false"]);
-    let mut root =
-        String::from("[promotion]\nchain = [\"test\", \"stage\", \"production\"]\n\n[clusters]\n");
+    let mut root = String::from(
+        "[promotion]\nchain = [\"test\", \"stage\", \"production\"]\nreport_signers = \"agents.allowed_signers\"\n\n[clusters]\n",
+    );
+    let principals: Vec<(String, &Path)> = clusters
+        .iter()
+        .map(|(e, c)| (format!("{e}/{c}"), key))
+        .collect();
+    let listed: Vec<(&str, &Path)> = principals.iter().map(|(p, k)| (p.as_str(), *k)).collect();
+    allowed_signers(&dir.join("agents.allowed_signers"), &listed);
     for env in ["test", "stage", "production"] {
         let names: Vec<String> = clusters
             .iter()
@@ -79,8 +90,129 @@ fn secs(d: Duration) -> String {
     format!("{:.2} s", d.as_secs_f64())
 }
 
+/// Status commits for one 200-node rollout in the simulator, driven
+/// reconcile by reconcile as the agent does: the old rule (a push whenever
+/// the report changed) against `status::cadence` (state changes at once,
+/// progress at most once per poll interval). Node times spread over 10–20
+/// minutes, as real reboots are; `max` nodes at a time.
+fn rollout_commits(max: u32, interval: Duration) -> (u32, u32, u32) {
+    use drover::cluster::Cluster;
+    use drover::config::{MaxUnavailable, OnDrainTimeout};
+    use drover::rollout::{Engine, Labels, Policy, VirtualClock};
+    use drover::sim::{Schedule, Sim, SimNode};
+    use drover::status::cadence::{decide, Push};
+    use futures::executor::block_on;
+    let start: chrono::DateTime<chrono::Utc> = "2026-12-08T02:00:00Z".parse().unwrap();
+    let from = semver::Version::new(1, 12, 0);
+    let target = semver::Version::new(1, 13, 2);
+    let clock = VirtualClock::new(start);
+    let sim = Sim::new("bench", clock.clone());
+    for i in 0..200u64 {
+        // A fixed spread (no randomness), so the figure is repeatable.
+        let secs = 600 + (i * 7919 % 600);
+        sim.add_node(SimNode::new(
+            format!("node-{i:04}"),
+            Some(from.clone()),
+            Duration::from_secs(secs),
+        ));
+    }
+    let policy = Policy {
+        target: target.clone(),
+        max_unavailable: MaxUnavailable::Count(max),
+        drain_timeout: Duration::from_secs(20 * 60),
+        node_timeout: Duration::from_secs(45 * 60),
+        on_drain_timeout: OnDrainTimeout::Skip,
+    };
+    let engine = Engine::new(policy, Labels::default(), clock.clone());
+    let schedule = Schedule {
+        windows: vec![(start, start + chrono::Duration::days(365))],
+        calendar: None,
+        gate_from: Some(start),
+    };
+    let (mut old, mut new) = (0u32, 0u32);
+    let mut old_last: Option<StatusReport> = None;
+    let mut pushed: Option<(StatusReport, chrono::DateTime<chrono::Utc>)> = None;
+    let mut held: Option<chrono::DateTime<chrono::Utc>>;
+    let mut steps = 0;
+    loop {
+        let now = drover::rollout::Clock::now(&clock);
+        let out = block_on(engine.reconcile(&sim, &schedule.inputs(now))).unwrap();
+        steps += 1;
+        let d = &out.decision;
+        let observed = block_on(sim.observe()).unwrap();
+        let report = StatusReport {
+            env: "production".into(),
+            cluster: "bench".into(),
+            config_commit: "0".repeat(40),
+            version: target.clone(),
+            state: d.state,
+            since: start,
+            nodes: d.nodes,
+            nodes_at_version: d.nodes_at_version,
+            message: d.message.clone(),
+            detail: Default::default(),
+        };
+        // The old rule: every change of the report (without per-node detail) is a commit.
+        if old_last.as_ref() != Some(&report) {
+            old += 1;
+            old_last = Some(report.clone());
+        }
+        // The new rule, with per-node detail in the report.
+        let report = StatusReport {
+            detail: drover::status::NodeDetail::of(&observed, &target),
+            ..report
+        };
+        held = None;
+        match decide(
+            pushed.as_ref().map(|(r, t)| (r, *t)),
+            &report,
+            now,
+            interval,
+        ) {
+            Push::Now => {
+                new += 1;
+                pushed = Some((report, now));
+            }
+            Push::At(t) => held = Some(t),
+            Push::Nothing => {}
+        }
+        let finished = matches!(d.state, RolloutState::Confirmed | RolloutState::Failed)
+            && sim.in_flight() == 0;
+        if finished || steps > 100_000 {
+            break;
+        }
+        if out.again {
+            continue;
+        }
+        // The agent wakes for the node watch, the engine's wake-up, or a held report.
+        let next = [sim.next_event(now), d.wake_at, held]
+            .into_iter()
+            .flatten()
+            .filter(|t| *t > now)
+            .min();
+        match next {
+            Some(t) => clock.set(t),
+            None => break,
+        }
+    }
+    let minutes = (drover::rollout::Clock::now(&clock) - start).num_minutes() as u32;
+    (old, new, minutes)
+}
+
 fn main() {
+    {
+        println!("## Status commits per 200-node rollout\n");
+        println!("| max_unavailable | rollout (simulated) | commits, a push per change (before) | commits, `status::cadence` with a 60 s interval (after) |\n|---|---|---|---|");
+        for max in [1, 10, 20] {
+            let (old, new, minutes) = rollout_commits(max, Duration::from_secs(60));
+            println!("| {max} | {minutes} min | {old} | {new} |");
+        }
+        println!();
+    }
     let agents = env_num("DROVER_BENCH_AGENTS", 1000) as usize;
+    if agents == 0 {
+        return;
+    }
     let interval = Duration::from_secs(env_num("DROVER_BENCH_INTERVAL", 60));
     let rounds = env_num("DROVER_BENCH_ROUNDS", 10) as u32;
     let tmp = tempfile::tempdir().unwrap();
@@ -95,7 +227,10 @@ fn main() {
         })
         .collect();
     let work = tmp.path().join("work");
-    config_repo(&work, &clusters);
+    // One key for the whole simulated fleet (listed once per cluster): a
+    // signature costs the same to check whichever key made it.
+    let key = keygen(tmp.path(), "agents");
+    config_repo(&work, &clusters, &key);
     let base = tmp.path().join("served");
     std::fs::create_dir_all(&base).unwrap();
     bare_clone(&work, &base, "config");
@@ -124,6 +259,7 @@ fn main() {
     let mut handles = Vec::new();
     for (i, (source, (env, cluster))) in sources.into_iter().zip(clusters.clone()).enumerate() {
         let tally = Arc::clone(&tally);
+        let key = key.clone();
         // Agents are spread evenly over the interval, as independent
         // clocks would be; each reports at the same phase every round.
         let phase = interval.mul_f64(i as f64 / agents as f64);
@@ -131,7 +267,9 @@ fn main() {
             std::thread::Builder::new()
                 .stack_size(256 * 1024)
                 .spawn(move || {
-                    let opts = PublishOptions::default();
+                    let opts = PublishOptions::default()
+                        .with_signing_key_file(&key)
+                        .unwrap();
                     for round in 0..rounds {
                         let due = start + phase + interval * round;
                         let next_due = due + interval;
@@ -152,6 +290,7 @@ fn main() {
                             nodes: rounds,
                             nodes_at_version: round + 1,
                             message: format!("round {round}"),
+                            detail: Default::default(),
                         };
                         let ready = Instant::now();
                         let mut attempts = 0;
@@ -194,7 +333,8 @@ fn main() {
     let push_wall = start.elapsed();
     drop(daemon);
 
-    // What is on the remote: every (cluster, round) ever written.
+    // What is on the remote: every (cluster, round) ever written, on every
+    // cluster's branch.
     let bare = base.join("config.git");
     let reader = tmp.path().join("reader");
     git(
@@ -206,28 +346,37 @@ fn main() {
             reader.to_str().unwrap(),
         ],
     );
-    if rounds > 0 {
-        git(
-            &reader,
-            &["fetch", "-q", "origin", "drover/status:drover/status"],
-        );
-    }
+    git(
+        &reader,
+        &[
+            "fetch",
+            "-q",
+            "origin",
+            "+refs/heads/drover/status.d/*:refs/heads/drover/status.d/*",
+        ],
+    );
     let repo = git2::Repository::open(&reader).unwrap();
     let mut seen: HashSet<(String, u32)> = HashSet::new();
     let mut commits = 0;
-    let mut walk = repo.revwalk().unwrap();
-    if let Ok(r) = repo.find_reference("refs/heads/drover/status") {
-        walk.push(r.peel_to_commit().unwrap().id()).unwrap();
-    }
-    for oid in walk {
-        let c = repo.find_commit(oid.unwrap()).unwrap();
-        commits += 1;
-        let parent_tree = c.parent(0).ok().map(|p| p.tree().unwrap());
-        let diff = repo
-            .diff_tree_to_tree(parent_tree.as_ref(), Some(&c.tree().unwrap()), None)
-            .unwrap();
-        for d in diff.deltas() {
-            let blob = repo.find_blob(d.new_file().id()).unwrap();
+    let mut tips: HashMap<(String, String), git2::Oid> = HashMap::new();
+    for r in repo
+        .references_glob("refs/heads/drover/status.d/*")
+        .unwrap()
+    {
+        let r = r.unwrap();
+        let name = r.name().unwrap().to_owned();
+        let rest = name.trim_start_matches("refs/heads/drover/status.d/");
+        let (env, cluster) = rest.split_once('/').unwrap();
+        let tip = r.peel_to_commit().unwrap().id();
+        tips.insert((env.to_owned(), cluster.to_owned()), tip);
+        let path = status::report_path(env, cluster);
+        let mut walk = repo.revwalk().unwrap();
+        walk.push(tip).unwrap();
+        for oid in walk {
+            let c = repo.find_commit(oid.unwrap()).unwrap();
+            commits += 1;
+            let entry = c.tree().unwrap().get_path(Path::new(&path)).unwrap();
+            let blob = repo.find_blob(entry.id()).unwrap();
             let r = StatusReport::from_toml(std::str::from_utf8(blob.content()).unwrap()).unwrap();
             seen.insert((r.cluster, r.nodes_at_version - 1));
         }
@@ -239,17 +388,16 @@ fn main() {
     let attempts_total: u64 = t.attempts.iter().map(|a| *a as u64).sum();
     let pushed = t.latencies.len() as u64;
 
-    // Reading the fleet back at the size of the goal: top the branch up
-    // locally (no push) to 10,000 report versions over every cluster, then
-    // time drover status (tip reports) and --html (the whole history).
+    // Reading the fleet back at the size of the goal: top each cluster's
+    // branch up locally (no push), round-robin, to 10,000 signed report
+    // versions in all, then time drover status (tip reports), --html (the
+    // whole history) and the gate's reader.
     let history_target = env_num("DROVER_BENCH_HISTORY", 10_000) as usize;
     let added = history_target.saturating_sub(commits);
     {
-        let sig = git2::Signature::now("bench", "bench@example.com").unwrap();
-        let mut parent = repo
-            .find_reference("refs/heads/drover/status")
-            .ok()
-            .map(|r| r.peel_to_commit().unwrap());
+        let opts = PublishOptions::default()
+            .with_signing_key_file(&key)
+            .unwrap();
         for k in 0..added {
             let (env, cluster) = &clusters[k % clusters.len()];
             let n = (k / clusters.len()) as u32 + 1;
@@ -267,28 +415,26 @@ fn main() {
                 nodes: 10,
                 nodes_at_version: n,
                 message: String::new(),
+                detail: Default::default(),
             };
-            let blob = repo.blob(report.to_toml().as_bytes()).unwrap();
-            let base = match &parent {
-                Some(p) => p.tree().unwrap(),
-                None => repo
-                    .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
-                    .unwrap(),
-            };
-            let mut update = git2::build::TreeUpdateBuilder::new();
-            update.upsert(report.path(), blob, git2::FileMode::Blob);
-            let tree = repo
-                .find_tree(update.create_updated(&repo, &base).unwrap())
+            let key = (env.clone(), cluster.clone());
+            let tip = tips.get(&key).copied();
+            let id = status::build_commit(&repo, &report, &opts, tip)
+                .unwrap()
                 .unwrap();
-            let parents: Vec<&git2::Commit> = parent.iter().collect();
-            let id = repo
-                .commit(None, &sig, &sig, "status", &tree, &parents)
-                .unwrap();
-            parent = Some(repo.find_commit(id).unwrap());
+            tips.insert(key, id);
         }
-        if let Some(p) = &parent {
-            repo.reference("refs/heads/drover/status", p.id(), true, "bench")
-                .unwrap();
+        for ((env, cluster), tip) in &tips {
+            repo.reference(
+                &format!(
+                    "refs/heads/{}",
+                    status::cluster_branch("drover/status", env, cluster)
+                ),
+                *tip,
+                true,
+                "bench",
+            )
+            .unwrap();
         }
     }
     let history_total = commits + added;
@@ -316,16 +462,16 @@ fn main() {
     let read = time_status(&[]);
     let page = tmp.path().join("fleet.html");
     let read_html = time_status(&["--html", page.to_str().unwrap()]);
-    let t_gate = Instant::now();
     let cfg = drover::config::load(&drover::config::DirFiles::new(&reader)).unwrap();
-    // The bench's agents do not sign, so this times the walk and the reads,
-    // not the signature checks a real fleet's reports also cost.
-    let conf = status::read_confirmations(&repo, "drover/status", None).unwrap();
+    let signers =
+        drover::trust::AllowedSigners::load(&reader.join("agents.allowed_signers")).unwrap();
+    let t_gate = Instant::now();
+    let conf = status::read_confirmations(&repo, "drover/status", Some(&signers)).unwrap();
     let gate_read = t_gate.elapsed();
 
     println!("## Status store at fleet size\n");
     println!(
-        "{agents} agents (threads, each its own `Source` and cache), a report each every {} s for {rounds} rounds, pushed with `status::publish` to one branch served by `git daemon` on loopback (default 32 connections); {} of pushing.\n",
+        "{agents} agents (threads, each its own `Source` and cache), a signed report each every {} s for {rounds} rounds, pushed with `status::publish` to its own branch `drover/status.d/<env>/<cluster>` of one repository served by `git daemon` on loopback (default 32 connections); {} of pushing.\n",
         interval.as_secs(),
         secs(push_wall)
     );
@@ -337,7 +483,7 @@ fn main() {
         "| lost (never on the remote) | {} |",
         expected - on_remote.min(expected)
     );
-    println!("| status-branch commits | {commits} |");
+    println!("| status commits on the remote (all branches) | {commits} |");
     println!(
         "| latency ready → on the remote, p50 / p99 / max | {} / {} / {} |",
         secs(pct(&t.latencies, 0.50)),
@@ -353,13 +499,13 @@ fn main() {
         "| failed publish calls (connection refused, exhausted), retried | {} |",
         t.errors
     );
-    println!("| `drover status --format json`, {} clusters, {history_total} report versions ({added} added locally after the push phase), median of 5 | {} |", cfg.root.clusters.values().map(Vec::len).sum::<usize>(), secs(read));
+    println!("| `drover status --format json`, {} clusters, {history_total} signed report versions ({added} added locally after the push phase), signatures verified, median of 5 | {} |", cfg.root.clusters.values().map(Vec::len).sum::<usize>(), secs(read));
     println!(
         "| same with `--html` (walks all {history_total} report versions) | {} |",
         secs(read_html)
     );
     println!(
-        "| `status::read_confirmations` (the gate's read), {} confirmations | {} |",
+        "| `status::read_confirmations` (the gate's read, every signature verified), {} confirmations | {} |",
         conf.for_env("production").len() + conf.for_env("stage").len() + conf.for_env("test").len(),
         secs(gate_read)
     );

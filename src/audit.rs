@@ -73,8 +73,8 @@ pub struct LogOptions<'a> {
     pub env: Option<&'a str>,
     /// Verify signers against these.
     pub signers: Option<&'a AllowedSigners>,
-    /// Status branch tip whose confirmations to attach.
-    pub status_tip: Option<Oid>,
+    /// Status store whose confirmations to attach.
+    pub status: Option<&'a crate::status::Store>,
     /// Keys whose reports count (`report_signers` of the config); `None` trusts none.
     pub report_signers: Option<&'a AllowedSigners>,
 }
@@ -207,8 +207,8 @@ pub fn version_history(
             None => break,
         }
     }
-    if let Some(tip) = opts.status_tip {
-        attach(&mut out, confirmations(repo, tip, opts.report_signers)?);
+    if let Some(store) = opts.status {
+        attach(&mut out, confirmations(repo, store, opts.report_signers)?);
     }
     Ok(out)
 }
@@ -248,16 +248,16 @@ fn change(
     })
 }
 
-/// Every standing confirmation on the status branch at `status_tip`, read by
-/// the one report reader (`status::confirmations_at`): only reports signed by
+/// Every standing confirmation in the status store, read by
+/// the one report reader (`status::confirmations_in`): only reports signed by
 /// their own cluster's key in `report_signers` count, and a later `failed`
 /// withdraws a confirmation.
 pub fn confirmations(
     repo: &Repository,
-    status_tip: Oid,
+    status: &crate::status::Store,
     report_signers: Option<&AllowedSigners>,
 ) -> Result<Vec<Confirmation>, Error> {
-    let found = crate::status::confirmations_at(repo, status_tip, report_signers)?;
+    let found = crate::status::confirmations_in(repo, status, report_signers)?;
     let mut out: Vec<Confirmation> = found
         .standing()
         .map(|(env, cluster, version, s)| Confirmation {

@@ -630,6 +630,7 @@ impl Story {
                 nodes: report.last.nodes,
                 nodes_at_version: report.last.nodes_at_version,
                 message: report.last.message.clone(),
+                detail: Default::default(),
             };
             let source = &self.agents[i].source;
             let published = status::publish(source, &line, &self.agents[i].publish)?;
@@ -637,7 +638,7 @@ impl Story {
             if published.commit.is_some() {
                 let what = match state {
                     RolloutState::Confirmed => format!(
-                        "all {} nodes Ready at {}: confirmation signed with {cluster}'s key, pushed to drover/status",
+                        "all {} nodes Ready at {}: confirmation signed with {cluster}'s key, pushed to drover/status.d/{env}/{cluster}",
                         line.nodes, line.version
                     ),
                     other => format!(
@@ -852,7 +853,12 @@ impl Forge {
     ) -> Result<(crate::fleet::Fleet, crate::fleet::Timeline), Error> {
         git(
             &self.work,
-            &["fetch", "--quiet", "origin", "+drover/status:drover/status"],
+            &[
+                "fetch",
+                "--quiet",
+                "origin",
+                "+refs/heads/drover/status.d/*:refs/heads/drover/status.d/*",
+            ],
         )?;
         let cfg = self.config()?;
         let repo = git2::Repository::open(&self.work)?;

@@ -66,6 +66,7 @@ fn log_lists_changes_newest_first_with_signers_and_confirmations() {
         nodes: 3,
         nodes_at_version: 3,
         message: String::new(),
+        detail: Default::default(),
     };
     let signed = PublishOptions::default()
         .with_signing_key_file(&agent_key)

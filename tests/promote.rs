@@ -86,6 +86,7 @@ fn confirm(dir: &Path, env: &str, cluster: &str, version: &str, since: &str) {
         nodes: 3,
         nodes_at_version: 3,
         message: String::new(),
+        detail: Default::default(),
     };
     let parent = repo
         .find_reference("refs/heads/drover/status")

@@ -484,6 +484,8 @@ impl<B: ClusterBackend> Agent<B> {
             connected: None,
             last_published: None,
             publish_pending: false,
+            pushed: None,
+            publish_due: None,
             passes,
             fetched_once: false,
             window_seen: None,
@@ -635,6 +637,10 @@ struct Acting<B: ClusterBackend> {
     connected: Option<(String, Connected<B::Cluster>)>,
     last_published: Option<StatusReport>,
     publish_pending: bool,
+    /// The last report that reached the remote, and when (status::cadence).
+    pushed: Option<(StatusReport, DateTime<Utc>)>,
+    /// When a held progress report is due (status::cadence).
+    publish_due: Option<DateTime<Utc>>,
     passes: broadcast::Sender<PassRecord>,
     fetched_once: bool,
     /// Whether the window was open at the last reconcile of this term.
@@ -909,8 +915,13 @@ impl<B: ClusterBackend> Acting<B> {
             refused: self.status.refused.clone(),
         });
         if self.publish_pending {
+            // A held progress report waits for its time; a failed push retries soon.
+            let wait = self
+                .publish_due
+                .and_then(|t| (t - self.clock.now()).to_std().ok())
+                .unwrap_or(Duration::from_secs(5));
             return Next {
-                after: next.after.min(Duration::from_secs(5)),
+                after: next.after.min(wait),
             };
         }
         next
@@ -1449,6 +1460,7 @@ impl<B: ClusterBackend> Acting<B> {
             nodes: d.nodes,
             nodes_at_version: d.nodes_at_version,
             message: d.message.clone(),
+            detail: crate::status::NodeDetail::of(&observed, &active.env.version),
         };
         // A refused newer head is what the cluster reports (docs/design.md §5):
         // `version` is the refused one, `config_commit` the commit it stays on.
@@ -1588,12 +1600,28 @@ impl<B: ClusterBackend> Acting<B> {
         let Some(report) = self.last_published.clone() else {
             return;
         };
+        // State changes go out at once, rolling progress at most once per poll interval.
+        let now = self.clock.now();
+        let last = self.pushed.as_ref().map(|(r, t)| (r, *t));
+        self.publish_due = None;
+        match crate::status::cadence::decide(last, &report, now, self.cfg.poll) {
+            crate::status::cadence::Push::Nothing => {
+                self.publish_pending = false;
+                return;
+            }
+            crate::status::cadence::Push::At(due) => {
+                self.publish_due = Some(due);
+                return;
+            }
+            crate::status::cadence::Push::Now => {}
+        }
         let src = self.source.clone();
         let opts = self.cfg.publish.clone();
         let r = report.clone();
         match blocking(move || crate::status::publish(&lock(&src), &r, &opts)).await {
             Some(Ok(p)) => {
                 self.publish_pending = false;
+                self.pushed = Some((report.clone(), now));
                 if let Some(c) = p.commit {
                     tracing::info!(commit = %c, state = ?report.state, "status report pushed");
                 }

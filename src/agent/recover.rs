@@ -14,7 +14,7 @@
 //! confirms a commit.
 
 use crate::cluster::NodeView;
-use crate::status::{find_status_branch, walk_reports};
+use crate::status::{find_store, walk_store_reports};
 use crate::trust::AllowedSigners;
 use git2::{Oid, Repository};
 use semver::Version;
@@ -31,7 +31,8 @@ pub fn own_signers(key: &PrivateKey, env: &str, cluster: &str) -> Option<Allowed
 }
 
 /// The last applied commit recorded in this agent's own newest signed report
-/// on `branch` (local or `origin/`). It may be missing from `repo`: after a
+/// on its cluster's status branch of `branch` or, before it has one, on the
+/// single status branch of the older layout (local or `origin/`). It may be missing from `repo`: after a
 /// force-push the fetched history no longer holds it, and the head, which
 /// does not descend from it, is then refused.
 pub fn from_own_reports(
@@ -41,10 +42,13 @@ pub fn from_own_reports(
     cluster: &str,
     own: &AllowedSigners,
 ) -> Option<Oid> {
-    let tip = find_status_branch(repo, branch).ok()??.tip;
+    let mut store = find_store(repo, branch).ok()?;
+    store
+        .clusters
+        .retain(|b| b.env == env && b.cluster == cluster);
     let mut found = None;
     let mut ignored = Vec::new();
-    let _ = walk_reports(repo, tip, Some(own), &mut ignored, |t| {
+    let _ = walk_store_reports(repo, &store, Some(own), &mut ignored, |t| {
         if found.is_some() || t.report.env != env || t.report.cluster != cluster {
             return;
         }

@@ -71,13 +71,13 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         .as_ref()
         .and_then(|p| p.signers_text.as_deref())
         .and_then(|t| AllowedSigners::parse(t).ok());
+    let store = crate::status::find_store(&repo, &branch)
+        .ok()
+        .filter(|s| !s.is_empty());
     let opts = LogOptions {
         env: args.env.as_deref(),
         signers: signers.as_ref(),
-        status_tip: crate::status::find_status_branch(&repo, &branch)
-            .ok()
-            .flatten()
-            .map(|b| b.tip),
+        status: store.as_ref(),
         report_signers: report_signers.as_ref(),
     };
     let changes = audit::version_history(&repo, head, &opts)?;

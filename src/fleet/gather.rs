@@ -54,7 +54,7 @@ pub fn gather(
     only: Option<&str>,
 ) -> Result<Fleet, Error> {
     let envs = envs(cfg, only);
-    let branch = status::find_status_branch(repo, &cfg.root.status_branch)?;
+    let store = status::find_store(repo, &cfg.root.status_branch)?;
     let mut warnings = Vec::new();
     let head = repo.head().and_then(|h| h.peel_to_commit()).ok();
     let snap = head
@@ -65,7 +65,7 @@ pub fn gather(
         });
     let signers = report_signers(snap.as_ref(), &mut warnings);
     let mut latest: BTreeMap<(String, String), Entry> = BTreeMap::new();
-    if let Some(b) = &branch {
+    if !store.is_empty() {
         let want: Vec<(String, String)> = envs
             .iter()
             .flat_map(|e| {
@@ -74,7 +74,7 @@ pub fn gather(
                     .map(|c| (e.name.clone(), c.clone()))
             })
             .collect();
-        let found = reports::walk(repo, cfg, b, signers.as_ref(), Some(&want))?;
+        let found = reports::walk(repo, cfg, &store, signers.as_ref(), Some(&want))?;
         warnings.extend(found.warnings);
         for e in found.entries {
             let key = (e.report.env.clone(), e.report.cluster.clone());
@@ -82,6 +82,9 @@ pub fn gather(
         }
     }
     let mut environments = Vec::new();
+    // One reader of the evidence for every environment: the status store is
+    // read once per invocation, not once per gate.
+    let mut evidence = snap.as_ref().map(|s| GitEvidence::new(repo, s.commit));
     for env in envs {
         let next_window = match Calendar::of(env) {
             Ok(cal) => cal
@@ -92,9 +95,9 @@ pub fn gather(
                 None
             }
         };
-        let gate = match (&snap, cfg.lower(&env.name)) {
-            (_, None) => gate_view(&env.name, None, None, None),
-            (Some(snap), Some(lower)) => {
+        let gate = match (&snap, evidence.as_mut(), cfg.lower(&env.name)) {
+            (_, _, None) => gate_view(&env.name, None, None, None),
+            (Some(snap), Some(evidence), Some(lower)) => {
                 let candidate = cfg.envs.get(lower).map(|l| l.version.clone());
                 let decision = candidate.as_ref().map(|v| {
                     // The gate judges the environment as if its file pinned the
@@ -107,9 +110,7 @@ pub fn gather(
                         before: Some((&snap.config, &snap.policy)),
                         after: (&trial, &snap.policy),
                     };
-                    let mut evidence = GitEvidence::new(repo, snap.commit);
-                    admit::judge_env(change, &env.name, &mut evidence, now)
-                        .map_err(|e| e.to_string())
+                    admit::judge_env(change, &env.name, evidence, now).map_err(|e| e.to_string())
                 });
                 gate_view(
                     &env.name,
@@ -118,7 +119,7 @@ pub fn gather(
                     decision,
                 )
             }
-            (None, Some(lower)) => GateView {
+            (_, _, Some(lower)) => GateView {
                 lower: Some(lower.to_owned()),
                 version: None,
                 answer: GateAnswer::Unknown,
@@ -153,8 +154,9 @@ pub fn gather(
         now,
         status_branch: StatusBranch {
             name: cfg.root.status_branch.clone(),
-            refname: branch.as_ref().map(|b| b.refname.clone()),
-            tip: branch.as_ref().map(|b| b.tip.to_string()),
+            refname: store.legacy.as_ref().map(|b| b.refname.clone()),
+            tip: store.legacy.as_ref().map(|b| b.tip.to_string()),
+            cluster_branches: store.clusters.len(),
         },
         environments,
         warnings,
@@ -310,8 +312,9 @@ pub fn timeline(
         Err(_) => None,
     };
     let signers = report_signers(snap.as_ref(), &mut warnings);
-    if let Some(b) = status::find_status_branch(repo, &cfg.root.status_branch)? {
-        let found = reports::walk(repo, cfg, &b, signers.as_ref(), None)?;
+    let store = status::find_store(repo, &cfg.root.status_branch)?;
+    if !store.is_empty() {
+        let found = reports::walk(repo, cfg, &store, signers.as_ref(), None)?;
         warnings.extend(found.warnings);
         entries = found.entries;
     }

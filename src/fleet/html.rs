@@ -608,12 +608,7 @@ td.failed, td.blocked {{ color: #c00; font-weight: bold; }}
 <p class="sub">status branch {branch} · generated for {now}</p>
 "#,
         title = esc(title),
-        branch = esc(
-            &match (&fleet.status_branch.refname, &fleet.status_branch.tip) {
-                (Some(r), Some(tip)) => format!("{r} at {}", short(tip)),
-                _ => format!("{} (not found)", fleet.status_branch.name),
-            }
-        ),
+        branch = esc(&super::branch_line(&fleet.status_branch, "not found")),
         now = esc(&ts(&fleet.now)),
     );
     let _ = writeln!(out, "{}", svg(t));
@@ -723,6 +718,7 @@ mod tests {
                 name: evil.into(),
                 refname: None,
                 tip: None,
+                cluster_branches: 0,
             },
             environments: vec![],
             warnings: vec![],

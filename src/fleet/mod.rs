@@ -14,3 +14,22 @@ pub mod text;
 
 pub use gather::{gather, timeline, Error};
 pub use model::*;
+
+/// One line naming where the reports were read: the per-cluster branches
+/// and the single branch of the older layout, or `absent` when neither exists.
+pub fn branch_line(b: &StatusBranch, absent: &str) -> String {
+    let legacy = match (&b.refname, &b.tip) {
+        (Some(r), Some(t)) => Some(format!(
+            "{} at {:.10}",
+            r.strip_prefix("refs/heads/").unwrap_or(r),
+            t
+        )),
+        _ => None,
+    };
+    match (b.cluster_branches, legacy) {
+        (0, Some(l)) => l,
+        (0, None) => format!("{} ({absent})", b.name),
+        (n, None) => format!("{}.d/<env>/<cluster> ({n} branches)", b.name),
+        (n, Some(l)) => format!("{}.d/<env>/<cluster> ({n} branches) and {l}", b.name),
+    }
+}

@@ -28,11 +28,14 @@ pub struct Fleet {
 pub struct StatusBranch {
     /// Branch name from `drover.toml` (`[promotion] status_branch`).
     pub name: String,
-    /// Full ref it was read from (local branch, else `origin/`); `None` when absent.
+    /// Full ref the single branch of the older layout was read from (local
+    /// branch, else `origin/`); `None` when absent.
     #[serde(rename = "ref")]
     pub refname: Option<String>,
     /// Commit at its tip; `None` when absent.
     pub tip: Option<String>,
+    /// Per-cluster status branches read (`<name>.d/<env>/<cluster>`).
+    pub cluster_branches: usize,
 }
 
 /// One environment.

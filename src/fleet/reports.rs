@@ -1,12 +1,12 @@
 //! Status reports for the fleet view: the latest report of each cluster,
 //! and the history of every report for the timeline, read through the one
-//! status-branch reader with its signature check (docs/design.md §5).
+//! status reader with its signature check (docs/design.md §5).
 
 use crate::config::RepoConfig;
-use crate::status::{self, BranchRef, ReportSigners, StatusReport};
+use crate::status::{self, ReportSigners, StatusReport, Store, Walk};
 use chrono::{DateTime, Utc};
 use git2::{Oid, Repository};
-use std::ops::ControlFlow;
+use std::collections::BTreeSet;
 
 use super::model::Trust;
 
@@ -54,32 +54,34 @@ pub struct Found {
     pub warnings: Vec<String>,
 }
 
-/// Walk the status branch's first parents from its tip, newest first, and
-/// collect each version of each report file once (at the commit that wrote
-/// it), through the one status-branch reader ([`status::walk_versions`]).
-/// `signers` are the report signers of the config in force (`None`: no
-/// `report_signers`, so nothing is verified). `want` limits the walk: it
-/// stops as soon as every cluster it names has been seen (`None`: the whole
-/// history, up to [`MAX_HISTORY`]).
+/// Walk the status store (every cluster's branch, then the single branch
+/// of the older layout), each newest first, and collect each version of
+/// each report file once (at the commit that wrote it), through the one
+/// status reader ([`status::walk_store`]). `signers` are the report signers
+/// of the config in force (`None`: no `report_signers`, so nothing is
+/// verified). `want` limits the walk to the newest readable report of each
+/// cluster it names (`None`: the whole history, up to [`MAX_HISTORY`]).
 pub fn walk(
     repo: &Repository,
     cfg: &RepoConfig,
-    branch: &BranchRef,
+    store: &Store,
     signers: ReportSigners<'_>,
     want: Option<&[(String, String)]>,
 ) -> Result<Found, Error> {
     let name = cfg.root.status_branch.clone();
     let mut out = Found::default();
-    let mut missing: Option<Vec<(String, String)>> = want.map(<[_]>::to_vec);
-    status::walk_versions(repo, branch.tip, signers, |v| {
+    out.warnings
+        .extend(store.ignored.iter().map(|i| format!("{}; skipped", i.why)));
+    let mut missing: Option<BTreeSet<(String, String)>> = want.map(|w| w.iter().cloned().collect());
+    status::walk_store(repo, store, signers, |v| {
         if v.deleted_at_tip {
-            return ControlFlow::Continue(());
+            return Walk::Continue;
         }
         if out.entries.len() >= MAX_HISTORY {
             out.warnings.push(format!(
                 "status branch {name}: more than {MAX_HISTORY} report versions; older ones are not shown"
             ));
-            return ControlFlow::Break(());
+            return Walk::Stop;
         }
         let path = status::report_path(&v.env, &v.cluster);
         let report = match v.report {
@@ -87,17 +89,20 @@ pub fn walk(
             Err(why) => {
                 out.warnings
                     .push(format!("{path} in {:.10}: {why}; skipped", v.commit));
-                return ControlFlow::Continue(());
+                return Walk::Continue;
             }
         };
+        if let Some(m) = missing.as_mut() {
+            if !m.remove(&(v.env.clone(), v.cluster.clone())) {
+                // Not wanted, or its newest report is already taken.
+                return if m.is_empty() { Walk::Stop } else { Walk::NextBranch };
+            }
+        }
         let (trust, signer) = match (signers, v.trust) {
             (None, _) => (Trust::Unverified, None),
             (Some(_), Ok(())) => (Trust::Trusted, Some(format!("{}/{}", v.env, v.cluster))),
             (Some(_), Err(_)) => (Trust::Untrusted, None),
         };
-        if let Some(m) = missing.as_mut() {
-            m.retain(|(e, c)| !(*e == v.env && *c == v.cluster));
-        }
         out.entries.push(Entry {
             report,
             commit: v.commit,
@@ -105,10 +110,11 @@ pub fn walk(
             trust,
             signer,
         });
-        if missing.as_ref().is_some_and(Vec::is_empty) {
-            ControlFlow::Break(())
-        } else {
-            ControlFlow::Continue(())
+        match &missing {
+            Some(m) if m.is_empty() => Walk::Stop,
+            // The rest of this cluster's reports are older.
+            Some(_) => Walk::NextBranch,
+            None => Walk::Continue,
         }
     })
     .map_err(|source| Error::Git {

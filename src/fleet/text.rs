@@ -150,14 +150,7 @@ pub fn env_block(out: &mut String, e: &EnvView) {
 /// The whole fleet as text.
 pub fn render(f: &Fleet) -> String {
     let mut out = String::new();
-    let branch = match (&f.status_branch.refname, &f.status_branch.tip) {
-        (Some(r), Some(t)) => format!(
-            "{} at {:.10}",
-            r.strip_prefix("refs/heads/").unwrap_or(r),
-            t
-        ),
-        _ => format!("{} (not found: no reports yet)", f.status_branch.name),
-    };
+    let branch = super::branch_line(&f.status_branch, "not found: no reports yet");
     let _ = writeln!(
         out,
         "drover status at {}Z",
@@ -194,6 +187,7 @@ mod tests {
                 name: "drover/status".into(),
                 refname: Some("refs/heads/drover/status".into()),
                 tip: Some("a".repeat(40)),
+                cluster_branches: 0,
             },
             environments: vec![EnvView {
                 name: "production".into(),

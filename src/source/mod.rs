@@ -386,13 +386,8 @@ impl Source {
     pub fn fetch(&self) -> Result<FetchResult, Error> {
         let branch_ref = format!("refs/heads/{}", self.cfg.branch);
         let status_ref = format!("refs/heads/{}", self.cfg.status_branch);
-        let specs = [
-            format!("+{branch_ref}:{FETCHED_REF}"),
-            format!(
-                "+{status_ref}:refs/remotes/origin/{}",
-                self.cfg.status_branch
-            ),
-        ];
+        let [legacy, clusters] = self.status_refspecs();
+        let specs = [format!("+{branch_ref}:{FETCHED_REF}"), legacy, clusters];
         let mut advertised = Vec::new();
         let received = self.fetch_refspecs(&specs, Some(&mut advertised))?;
         let head = advertised
@@ -432,15 +427,26 @@ impl Source {
         seen::Seen::load(self.repo.path())
     }
 
-    /// Fetch only the status branch; returns its remote tip.
+    /// Refspecs of the status store (docs/design.md §5): the single status
+    /// branch of the older layout, and every per-cluster branch
+    /// `<status_branch>.d/<env>/<cluster>`, each to `refs/remotes/origin/`.
+    /// How many per-cluster branches are read is bounded by the reader
+    /// ([`crate::status::MAX_STATUS_BRANCHES`]).
+    pub fn status_refspecs(&self) -> [String; 2] {
+        let sb = &self.cfg.status_branch;
+        let ns = crate::status::cluster_namespace(sb);
+        [
+            format!("+refs/heads/{sb}:refs/remotes/origin/{sb}"),
+            format!("+refs/heads/{ns}*:refs/remotes/origin/{ns}*"),
+        ]
+    }
+
+    /// Fetch only the status store (every status branch); returns the
+    /// remote tip of the single status branch of the older layout.
     pub fn fetch_status(&self) -> Result<Option<Oid>, Error> {
         let status_ref = format!("refs/heads/{}", self.cfg.status_branch);
-        let spec = format!(
-            "+{status_ref}:refs/remotes/origin/{}",
-            self.cfg.status_branch
-        );
         let mut advertised = Vec::new();
-        self.fetch_refspecs(&[spec], Some(&mut advertised))?;
+        self.fetch_refspecs(&self.status_refspecs(), Some(&mut advertised))?;
         Ok(advertised
             .iter()
             .find(|(n, _)| *n == status_ref)

@@ -1,18 +1,26 @@
-//! Status reports (docs/design.md §5): `status/<env>/<cluster>.toml` on the status
-//! branch, one file per cluster, rewritten by that cluster's agent whenever
-//! its state changes. The branch's history is the record, and confirmations
-//! in it are the evidence the next environment's gate reads.
+//! Status reports (docs/design.md §5): `status/<env>/<cluster>.toml`, one
+//! file per cluster on that cluster's own status branch
+//! (`<status_branch>.d/<env>/<cluster>`, see [`find_store`]), rewritten by its
+//! agent when its state changes. The branches' history is the record, and
+//! confirmations in it are the evidence the next environment's gate reads.
 
+pub mod cadence;
 mod read;
+mod store;
 
 pub use read::{
     confirmations_at, find_status_branch, read_confirmations, walk_reports, walk_versions,
     BranchRef, Confirmations, Error, Ignored, ReportSigners, ReportVersion, Standing,
     TrustedReport, MAX_REPORT_BYTES,
 };
+pub use store::{
+    cluster_branch, cluster_namespace, confirmations_in, find_store, walk_store,
+    walk_store_reports, ClusterBranch, Store, Walk, MAX_STATUS_BRANCHES,
+};
 mod push;
 pub use push::{build_commit, publish, PublishOptions, Published, PushError};
 
+pub use cadence::NodeDetail;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -93,6 +101,10 @@ pub struct StatusReport {
     /// Human-readable detail (why blocked or failed).
     #[serde(default)]
     pub message: String,
+    /// Which nodes are at the version and which are in progress (`[detail]`);
+    /// empty in reports of older agents.
+    #[serde(default, skip_serializing_if = "NodeDetail::is_empty")]
+    pub detail: NodeDetail,
 }
 
 impl StatusReport {
@@ -158,6 +170,7 @@ mod tests {
             nodes: 12,
             nodes_at_version: 12,
             message: String::new(),
+            detail: NodeDetail::default(),
         };
         let text = r.to_toml();
         assert!(text.contains("state = \"confirmed\""), "{text}");

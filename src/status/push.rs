@@ -1,5 +1,8 @@
-//! Publishing status reports: one commit per change on the status branch,
-//! pushed fast-forward and rebuilt on the new tip when another agent won the race.
+//! Publishing status reports: one commit per change on the cluster's own
+//! status branch (`<status_branch>.d/<env>/<cluster>`), pushed fast-forward.
+//! No other agent writes that branch, so a push is not raced; a rejection
+//! (a stale cache, a second agent for the same cluster) is rebuilt on the
+//! new tip.
 
 use super::StatusReport;
 use crate::source::{self, CallbackState, Source};
@@ -95,12 +98,13 @@ enum Attempt {
     Rejected(String),
 }
 
-/// Write `report` to `status/<env>/<cluster>.toml` on the status branch and push it.
+/// Write `report` to `status/<env>/<cluster>.toml` on its cluster's status
+/// branch, `<status_branch>.d/<env>/<cluster>`, and push it.
 ///
-/// The commit's parent is the remote tip of the status branch (an orphan
-/// root when the branch does not exist yet). A rejected push is retried on
-/// the new tip with jittered backoff; since each agent writes only its own
-/// file, rebuilding never conflicts. Blocking: call from `spawn_blocking`.
+/// The commit's parent is the remote tip of that branch (an orphan root
+/// when the branch does not exist yet), so its tree holds only this
+/// cluster's file. A rejected push is retried on the new tip with jittered
+/// backoff. Blocking: call from `spawn_blocking`.
 pub fn publish(
     source: &Source,
     report: &StatusReport,
@@ -201,7 +205,8 @@ fn try_once(
     opts: &PublishOptions,
 ) -> Result<Attempt, PushError> {
     let repo = source.repo();
-    let branch = &source.config().status_branch;
+    let branch =
+        &super::cluster_branch(&source.config().status_branch, &report.env, &report.cluster);
     let branch_ref = format!("refs/heads/{branch}");
     let state = CallbackState::default();
     let rejected: RefCell<Option<String>> = RefCell::new(None);

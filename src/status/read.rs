@@ -47,6 +47,17 @@ pub enum Error {
         #[source]
         source: git2::Error,
     },
+    /// More per-cluster status branches than are read.
+    #[error(
+        "status branch {branch}: more than {max} per-cluster branches under {branch}.d/; \
+         none is read (delete the branches of clusters that no longer exist)"
+    )]
+    TooManyBranches {
+        /// The configured status branch.
+        branch: String,
+        /// The bound.
+        max: usize,
+    },
 }
 
 /// Where the status branch was found.
@@ -210,14 +221,14 @@ impl Confirmations {
 /// `None` trusts no report.
 pub type ReportSigners<'a> = Option<&'a AllowedSigners>;
 
-fn commit_time(c: &Commit<'_>) -> DateTime<Utc> {
+pub(super) fn commit_time(c: &Commit<'_>) -> DateTime<Utc> {
     Utc.timestamp_opt(c.time().seconds(), 0)
         .single()
         .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
 /// `status/<env>/<cluster>.toml` blobs of a commit's tree.
-fn report_blobs(
+pub(super) fn report_blobs(
     repo: &Repository,
     commit: &Commit<'_>,
 ) -> Result<BTreeMap<(String, String), Oid>, git2::Error> {
@@ -258,21 +269,35 @@ fn status_dir(commit: &Commit<'_>) -> Result<Option<Oid>, git2::Error> {
 
 /// Check the commit that wrote `env`/`cluster`'s report: signed by a key
 /// listed for exactly `<env>/<cluster>`? `Err` says why not.
-fn check_signer(
+pub(super) fn check_signer(
     repo: &Repository,
     commit: Oid,
     env: &str,
     cluster: &str,
     signers: ReportSigners<'_>,
 ) -> Result<(), String> {
-    let Some(all) = signers else {
+    let own = signers.map(|all| all.for_principal(&format!("{env}/{cluster}")));
+    check_signer_with(repo, commit, env, cluster, signers, own.as_ref())
+}
+
+/// [`check_signer`] with the keys listed for exactly `<env>/<cluster>`
+/// (`own`) already picked out of `signers`, so a walk of one cluster's
+/// branch filters the signers once, not once per report.
+pub(super) fn check_signer_with(
+    repo: &Repository,
+    commit: Oid,
+    env: &str,
+    cluster: &str,
+    signers: ReportSigners<'_>,
+    own: Option<&AllowedSigners>,
+) -> Result<(), String> {
+    let (Some(all), Some(own)) = (signers, own) else {
         return Err(
             "no `report_signers` in [promotion] of drover.toml, so no report can be trusted".into(),
         );
     };
     let principal = format!("{env}/{cluster}");
-    let own = all.for_principal(&principal);
-    match trust::verify_commit(repo, commit, &own) {
+    match trust::verify_commit(repo, commit, own) {
         Ok(_) => Ok(()),
         Err(trust::Error::Refused(r)) => match r.reason {
             trust::Reason::UnknownKey { fingerprint } => {
@@ -294,7 +319,7 @@ fn check_signer(
 }
 
 /// Read one report blob with the size bound; `Err` says why it is ignored.
-fn read_report(
+pub(super) fn read_report(
     repo: &Repository,
     blob: Oid,
     env: &str,
@@ -407,6 +432,57 @@ pub fn walk_versions(
     Ok(())
 }
 
+/// Sorts report versions into trusted reports and ignored ones, noting a
+/// file deleted at its branch tip once.
+#[derive(Default)]
+pub(super) struct Sieve {
+    deleted_noted: BTreeSet<(String, String)>,
+}
+
+impl Sieve {
+    /// The trusted report in `v`, or `None` after recording why it does not count.
+    pub(super) fn take(
+        &mut self,
+        v: ReportVersion,
+        ignored: &mut Vec<Ignored>,
+    ) -> Option<TrustedReport> {
+        if v.deleted_at_tip {
+            if self
+                .deleted_noted
+                .insert((v.env.clone(), v.cluster.clone()))
+            {
+                ignored.push(Ignored {
+                    env: v.env,
+                    cluster: v.cluster,
+                    commit: v.commit.to_string(),
+                    why: "the file is deleted at the branch tip, so its reports no longer count"
+                        .into(),
+                });
+            }
+            return None;
+        }
+        match (v.report, v.trust) {
+            (Ok(report), Ok(())) => {
+                let at = v.committed.max(report.since);
+                Some(TrustedReport {
+                    report,
+                    commit: v.commit,
+                    at,
+                })
+            }
+            (Err(why), _) | (Ok(_), Err(why)) => {
+                ignored.push(Ignored {
+                    env: v.env,
+                    cluster: v.cluster,
+                    commit: v.commit.to_string(),
+                    why,
+                });
+                None
+            }
+        }
+    }
+}
+
 /// Walk the status branch from `tip`, newest first, calling `visit` with
 /// every trusted report and recording every ignored one in `ignored`.
 pub fn walk_reports(
@@ -416,63 +492,47 @@ pub fn walk_reports(
     ignored: &mut Vec<Ignored>,
     mut visit: impl FnMut(TrustedReport),
 ) -> Result<(), git2::Error> {
-    let mut deleted_noted: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut sieve = Sieve::default();
     walk_versions(repo, tip, signers, |v| {
-        if v.deleted_at_tip {
-            if deleted_noted.insert((v.env.clone(), v.cluster.clone())) {
-                ignored.push(Ignored {
-                    env: v.env,
-                    cluster: v.cluster,
-                    commit: v.commit.to_string(),
-                    why: "the file is deleted at the branch tip, so its reports no longer count"
-                        .into(),
-                });
-            }
-            return ControlFlow::Continue(());
-        }
-        match (v.report, v.trust) {
-            (Ok(report), Ok(())) => {
-                let at = v.committed.max(report.since);
-                visit(TrustedReport {
-                    report,
-                    commit: v.commit,
-                    at,
-                });
-            }
-            (Err(why), _) | (Ok(_), Err(why)) => ignored.push(Ignored {
-                env: v.env,
-                cluster: v.cluster,
-                commit: v.commit.to_string(),
-                why,
-            }),
+        if let Some(t) = sieve.take(v, ignored) {
+            visit(t);
         }
         ControlFlow::Continue(())
     })
 }
 
-/// Read what the status branch named `branch` (local or `origin/`) proves,
-/// trusting reports signed by `signers` (docs/design.md §5).
+/// Read what the status store named `branch` proves, trusting reports
+/// signed by `signers` (docs/design.md §5): every per-cluster branch
+/// `<branch>.d/<env>/<cluster>` and the single branch `<branch>` of the
+/// older layout, each local or `origin/` (see [`super::find_store`]).
 pub fn read_confirmations(
     repo: &Repository,
     branch: &str,
     signers: ReportSigners<'_>,
 ) -> Result<Confirmations, Error> {
-    let Some(found) = find_status_branch(repo, branch)? else {
-        return Ok(Confirmations::default());
-    };
-    let mut out = confirmations_at(repo, found.tip, signers).map_err(|source| Error::Git {
+    let store = super::find_store(repo, branch)?;
+    let mut out = super::confirmations_in(repo, &store, signers).map_err(|source| Error::Git {
         branch: branch.to_owned(),
         source,
     })?;
-    out.branch = Some(found);
+    out.branch = store.legacy.clone();
     Ok(out)
 }
 
-/// What the status branch at `tip` proves, trusting reports signed by `signers`.
+/// What the status branch at `tip` (one branch of the older layout, every
+/// cluster's file on it) proves, trusting reports signed by `signers`.
 pub fn confirmations_at(
     repo: &Repository,
     tip: Oid,
     signers: ReportSigners<'_>,
+) -> Result<Confirmations, git2::Error> {
+    tally(|ignored, visit| walk_reports(repo, tip, signers, ignored, visit))
+}
+
+/// Confirmations from the trusted reports `walk` passes on. `walk` must give
+/// each cluster's reports newest first (clusters may interleave in any way).
+pub(super) fn tally(
+    walk: impl FnOnce(&mut Vec<Ignored>, &mut dyn FnMut(TrustedReport)) -> Result<(), git2::Error>,
 ) -> Result<Confirmations, git2::Error> {
     let mut out = Confirmations::default();
     // Per (env, cluster, version): decided once a `failed` is seen (newest
@@ -480,7 +540,7 @@ pub fn confirmations_at(
     let mut decided: HashMap<(String, String, Version), bool> = HashMap::new();
     let mut confirmed = BTreeMap::new();
     let mut withdrawn = BTreeMap::new();
-    walk_reports(repo, tip, signers, &mut out.ignored, |t| {
+    walk(&mut out.ignored, &mut |t: TrustedReport| {
         let r = t.report;
         let key = (r.env, r.cluster, r.version);
         if decided.get(&key) == Some(&true) {

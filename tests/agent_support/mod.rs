@@ -204,14 +204,14 @@ impl ConfigRepo {
         self.daemon.url("config")
     }
 
-    /// The report for `env`/`cluster` on the served status branch, if any.
+    /// The report for `env`/`cluster` on its served status branch, if any.
     pub fn report(&self, env: &str, cluster: &str) -> Option<StatusReport> {
         let out = std::process::Command::new("git")
             .arg("--git-dir")
             .arg(&self.bare)
             .args([
                 "show",
-                &format!("drover/status:status/{env}/{cluster}.toml"),
+                &format!("drover/status.d/{env}/{cluster}:status/{env}/{cluster}.toml"),
             ])
             .output()
             .ok()?;

@@ -1,0 +1,330 @@
+//! When a cluster's agent pushes a status report (docs/status.md, "How
+//! often reports are pushed"), and the per-node detail a report carries.
+//! Pure: values in, decisions out.
+//!
+//! A report is pushed at once when the cluster's state changes (state,
+//! version, config commit, or anything while not rolling: a `blocked`
+//! message that names other pods is news). While rolling, progress (more
+//! nodes at the version, other nodes in progress) is pushed at most once per
+//! interval, so a 200-node rollout writes a handful of commits instead of one
+//! per node, and the last progress is never lost: it is pushed when the
+//! interval has passed, or folded into the next state change.
+
+use super::{RolloutState, StatusReport};
+use crate::cluster::NodeView;
+use chrono::{DateTime, Utc};
+use semver::Version;
+use serde::{Deserialize, Serialize};
+
+/// Most bytes of node names one report's detail holds; the rest are counted
+/// in [`NodeDetail::omitted`], so a report of any fleet stays far below the
+/// 64 KiB a reader accepts.
+pub const MAX_DETAIL_BYTES: usize = 32 * 1024;
+
+/// Which nodes are where: the `[detail]` table of a report.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeDetail {
+    /// Nodes being moved now (cordoned, or their upgrade under way), by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub in_progress: Vec<String>,
+    /// Selected nodes Ready at the report's version, by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub at_version: Vec<String>,
+    /// Names left out of the two lists to stay within [`MAX_DETAIL_BYTES`].
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub omitted: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl NodeDetail {
+    /// True when the report names no node (reports of older agents).
+    pub fn is_empty(&self) -> bool {
+        self.in_progress.is_empty() && self.at_version.is_empty() && self.omitted == 0
+    }
+
+    /// The detail of `nodes` moving to `version`: names sorted, nodes in
+    /// progress first (they are what a person looks for), bounded by
+    /// [`MAX_DETAIL_BYTES`].
+    pub fn of(nodes: &[NodeView], version: &Version) -> Self {
+        let at = |n: &NodeView| n.ready && n.version.as_ref() == Some(version);
+        let mut in_progress: Vec<&str> = nodes
+            .iter()
+            .filter(|n| !at(n) && (n.unschedulable || matches!(n.progress, Ok(Some(_)))))
+            .map(|n| n.name.as_str())
+            .collect();
+        let mut at_version: Vec<&str> = nodes
+            .iter()
+            .filter(|n| at(n))
+            .map(|n| n.name.as_str())
+            .collect();
+        in_progress.sort_unstable();
+        at_version.sort_unstable();
+        let mut out = NodeDetail::default();
+        let mut budget = MAX_DETAIL_BYTES;
+        for (names, into) in [
+            (in_progress, &mut out.in_progress),
+            (at_version, &mut out.at_version),
+        ] {
+            for name in names {
+                // The name, its quotes and separator.
+                let cost = name.len() + 4;
+                if cost > budget {
+                    out.omitted += 1;
+                    continue;
+                }
+                budget -= cost;
+                into.push(name.to_owned());
+            }
+        }
+        out
+    }
+}
+
+/// What to do with the newest report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Push {
+    /// Push it now.
+    Now,
+    /// Rolling progress inside the interval: push it at this time (or with
+    /// the next state change, whichever comes first).
+    At(DateTime<Utc>),
+    /// The remote already holds this report (only `since` may differ).
+    Nothing,
+}
+
+/// When to push `next`, given the last report that reached the remote and
+/// when it did (`None`: nothing pushed yet by this agent), at `now`, with
+/// rolling progress pushed at most once per `interval`.
+pub fn decide(
+    last: Option<(&StatusReport, DateTime<Utc>)>,
+    next: &StatusReport,
+    now: DateTime<Utc>,
+    interval: std::time::Duration,
+) -> Push {
+    let Some((last, pushed_at)) = last else {
+        return Push::Now;
+    };
+    if *last
+        == (StatusReport {
+            since: last.since,
+            ..next.clone()
+        })
+    {
+        return Push::Nothing;
+    }
+    let progress_only = last.state == RolloutState::Rolling
+        && next.state == RolloutState::Rolling
+        && last.version == next.version
+        && last.config_commit == next.config_commit
+        && last.env == next.env
+        && last.cluster == next.cluster;
+    if !progress_only {
+        return Push::Now;
+    }
+    let due = pushed_at + chrono::Duration::from_std(interval).unwrap_or(chrono::Duration::MAX);
+    if now >= due {
+        Push::Now
+    } else {
+        Push::At(due)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::UpgradeStatus;
+    use std::time::Duration;
+
+    fn t(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    fn rep(state: RolloutState, at: u32) -> StatusReport {
+        StatusReport {
+            env: "stage".into(),
+            cluster: "stage-1".into(),
+            config_commit: "a".repeat(40),
+            version: "1.13.2".parse().unwrap(),
+            state,
+            since: t("2026-12-08T02:00:00Z"),
+            nodes: 200,
+            nodes_at_version: at,
+            message: String::new(),
+            detail: NodeDetail::default(),
+        }
+    }
+
+    const MINUTE: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn state_changes_push_at_once_and_progress_waits_for_the_interval() {
+        let at0 = t("2026-12-08T02:00:00Z");
+        let rolling = rep(RolloutState::Rolling, 10);
+        assert_eq!(decide(None, &rolling, at0, MINUTE), Push::Now);
+        // Pending -> rolling is a state change.
+        let pending = rep(RolloutState::Pending, 0);
+        assert_eq!(
+            decide(Some((&pending, at0)), &rolling, at0, MINUTE),
+            Push::Now
+        );
+        // Progress inside the interval waits until it has passed...
+        let more = rep(RolloutState::Rolling, 11);
+        assert_eq!(
+            decide(
+                Some((&rolling, at0)),
+                &more,
+                t("2026-12-08T02:00:30Z"),
+                MINUTE
+            ),
+            Push::At(t("2026-12-08T02:01:00Z"))
+        );
+        // ...and goes out once it has.
+        assert_eq!(
+            decide(
+                Some((&rolling, at0)),
+                &more,
+                t("2026-12-08T02:01:00Z"),
+                MINUTE
+            ),
+            Push::Now
+        );
+        // Rolling -> confirmed, failed or blocked: at once, inside the interval too.
+        for s in [
+            RolloutState::Confirmed,
+            RolloutState::Failed,
+            RolloutState::Blocked,
+        ] {
+            assert_eq!(
+                decide(
+                    Some((&rolling, at0)),
+                    &rep(s, 200),
+                    t("2026-12-08T02:00:01Z"),
+                    MINUTE
+                ),
+                Push::Now,
+                "{s:?}"
+            );
+        }
+        // A new version or config commit while rolling is a change too.
+        let mut other = rep(RolloutState::Rolling, 10);
+        other.version = "1.14.0".parse().unwrap();
+        assert_eq!(
+            decide(Some((&rolling, at0)), &other, at0, MINUTE),
+            Push::Now
+        );
+        let mut other = rep(RolloutState::Rolling, 10);
+        other.config_commit = "b".repeat(40);
+        assert_eq!(
+            decide(Some((&rolling, at0)), &other, at0, MINUTE),
+            Push::Now
+        );
+    }
+
+    #[test]
+    fn an_identical_report_is_not_pushed_and_other_news_is() {
+        let at0 = t("2026-12-08T02:00:00Z");
+        let blocked = rep(RolloutState::Blocked, 3);
+        let mut later = blocked.clone();
+        later.since = t("2026-12-08T03:00:00Z");
+        assert_eq!(
+            decide(Some((&blocked, at0)), &later, at0, MINUTE),
+            Push::Nothing
+        );
+        // A blocked cluster whose message now names other pods: news, at once.
+        let mut news = blocked.clone();
+        news.message = "pdb web-pdb allows no disruption".into();
+        assert_eq!(decide(Some((&blocked, at0)), &news, at0, MINUTE), Push::Now);
+    }
+
+    /// One 200-node rollout, a node every 3 s (10 minutes): the old rule
+    /// (a push per change of the count) against this one.
+    #[test]
+    fn a_200_node_rollout_pushes_a_handful_of_reports() {
+        let start = t("2026-12-08T02:00:00Z");
+        let mut reports = vec![(start, rep(RolloutState::Pending, 0))];
+        for n in 0..=200u32 {
+            let state = if n == 200 {
+                RolloutState::Confirmed
+            } else {
+                RolloutState::Rolling
+            };
+            let at = start + chrono::Duration::seconds(60 + 3 * i64::from(n));
+            reports.push((at, rep(state, n)));
+        }
+        let mut pushed: Option<(StatusReport, DateTime<Utc>)> = None;
+        let mut held: Option<(StatusReport, DateTime<Utc>)> = None;
+        let mut commits = 0;
+        let mut push = |r: &StatusReport, at, pushed: &mut Option<_>| {
+            commits += 1;
+            *pushed = Some((r.clone(), at));
+        };
+        for (at, r) in &reports {
+            // A held report whose time has come goes out before the next observation.
+            if let Some((h, due)) = held.take() {
+                if due <= *at {
+                    push(&h, due, &mut pushed);
+                }
+            }
+            match decide(pushed.as_ref().map(|(r, t)| (r, *t)), r, *at, MINUTE) {
+                Push::Now => push(r, *at, &mut pushed),
+                Push::At(due) => held = Some((r.clone(), due)),
+                Push::Nothing => {}
+            }
+        }
+        assert!(held.is_none(), "the confirmation is never held");
+        let (last, _) = pushed.unwrap();
+        assert_eq!(last.state, RolloutState::Confirmed);
+        // pending, first rolling, one per minute of the 10-minute roll, confirmed.
+        assert!((12..=14).contains(&commits), "{commits} commits");
+    }
+
+    fn node(name: &str, version: &str, ready: bool, cordoned: bool) -> NodeView {
+        NodeView {
+            name: name.into(),
+            version: Some(version.parse().unwrap()),
+            ready,
+            unschedulable: cordoned,
+            progress: Ok(None),
+            retry: false,
+            pods_to_evict: 0,
+            upgrade: UpgradeStatus::NotStarted,
+            budgets_allow_drain: true,
+        }
+    }
+
+    #[test]
+    fn detail_names_nodes_at_the_version_and_in_progress_within_its_bound() {
+        let v: Version = "1.13.2".parse().unwrap();
+        let nodes = [
+            node("b", "1.13.2", true, false),
+            node("a", "1.13.2", true, false),
+            node("c", "1.13.1", true, true),
+            node("d", "1.13.1", true, false),
+            node("e", "1.13.2", false, false),
+        ];
+        let d = NodeDetail::of(&nodes, &v);
+        assert_eq!(d.at_version, ["a", "b"]);
+        assert_eq!(d.in_progress, ["c"]);
+        assert_eq!(d.omitted, 0);
+
+        let many: Vec<NodeView> = (0..2000)
+            .map(|i| node(&format!("{i:0>60}"), "1.13.2", true, false))
+            .collect();
+        let d = NodeDetail::of(&many, &v);
+        assert_eq!(d.at_version.len() as u32 + d.omitted, 2000);
+        assert!(d.omitted > 0);
+        let mut r = rep(RolloutState::Confirmed, 2000);
+        r.detail = d;
+        let text = r.to_toml();
+        assert!(
+            text.len() < crate::status::MAX_REPORT_BYTES,
+            "{}",
+            text.len()
+        );
+        assert_eq!(StatusReport::from_toml(&text).unwrap(), r);
+    }
+}
