@@ -122,6 +122,7 @@ fn rollout_commits(max: u32, interval: Duration) -> (u32, u32, u32) {
         drain_timeout: Duration::from_secs(20 * 60),
         node_timeout: Duration::from_secs(45 * 60),
         on_drain_timeout: OnDrainTimeout::Skip,
+        health: None,
     };
     let engine = Engine::new(policy, Labels::default(), clock.clone());
     let schedule = Schedule {
