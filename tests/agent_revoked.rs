@@ -154,3 +154,97 @@ async fn a_bump_to_a_version_revoked_with_drover_revoke_is_refused_by_the_agent(
     agent.stop();
     sim.shutdown().await;
 }
+
+/// A version revoked after it was pinned: the agent starts no node, says
+/// why, and keeps the nodes as they are, although the window opens.
+#[tokio::test]
+async fn a_pinned_version_revoked_afterwards_starts_no_further_node() {
+    let cp = ControlPlane::get();
+    let client = cp.admin_client().await;
+    install_crd(&client).await;
+    let ns = TestNamespace::create(&client, "revoked-pinned").await;
+    let sim = start_sim(&client, pool_options(ns.name(), 1)).await;
+    let node = sim.node_names()[0].clone();
+    let repo = ConfigRepo::new(&[EnvSpec {
+        env: "test".into(),
+        cluster: "test-1".into(),
+        version: "1.12.0".into(),
+        schedule: "0 2 1 * *".into(),
+        selector: format!("{POOL_LABEL}={}", ns.name()),
+        soak: "0s".into(),
+    }]);
+    let mut cfg = agent_config(&repo, "test", "test-1", ns.name(), "agent-a");
+    cfg.poll = Duration::from_secs(600);
+    // Before the window (02:00-08:00 on the 1st).
+    let clock = Arc::new(VirtualClock::new(dec(1, 1, 0)));
+    let shared: drover::agent::SharedClock = clock.clone();
+    let agent = RunningAgent::start(cfg, shared, None);
+    await_status(
+        &client,
+        ns.name(),
+        "test-test-1",
+        "confirmed at 1.12.0",
+        |s| s.state.as_deref() == Some("confirmed"),
+    )
+    .await;
+    repo.bump("test", "1.13.0", true);
+    assert_eq!(agent.webhook().await, 202);
+    await_status(&client, ns.name(), "test-test-1", "1.13.0 pending", |s| {
+        s.state.as_deref() == Some("pending") && s.target.as_deref() == Some("1.13.0")
+    })
+    .await;
+
+    let w = &repo.work;
+    for (k, v) in [
+        ("user.name", "Release Engineer"),
+        ("user.email", "re@example.com"),
+        ("gpg.format", "ssh"),
+        ("user.signingkey", repo.key.to_str().unwrap()),
+        ("commit.gpgsign", "true"),
+    ] {
+        git(w, &["config", k, v]);
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_drover"))
+        .arg("--repo")
+        .arg(w)
+        .args(["revoke", "1.13.0", "--reason", "breaks the CNI"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    git(w, &["switch", "-q", "main"]);
+    git(w, &["merge", "-q", "--ff-only", "drover/revoke-1.13.0"]);
+    let revocation = git(w, &["rev-parse", "HEAD"]);
+    repo.push();
+    assert_eq!(agent.webhook().await, 202);
+    await_status(
+        &client,
+        ns.name(),
+        "test-test-1",
+        "revocation applied",
+        |s| s.last_applied_commit.as_deref() == Some(revocation.as_str()),
+    )
+    .await;
+
+    // The window opens: held, naming the revocation and its reason.
+    clock.set(dec(1, 2, 0));
+    let st = await_status(&client, ns.name(), "test-test-1", "held as revoked", |s| {
+        s.state.as_deref() == Some("paused")
+            && s.message.contains("1.13.0 is revoked: breaks the CNI")
+    })
+    .await;
+    assert_eq!(st.status.unwrap().target.as_deref(), Some("1.13.0"));
+    let n = Api::<Node>::all(client.clone()).get(&node).await.unwrap();
+    assert!(
+        !n.annotations().contains_key(ANN_STATE),
+        "no node started: {:?}",
+        n.metadata.annotations
+    );
+    assert_eq!(sim.upgrades_started(&node), 0);
+    assert_eq!(sim.version(&node).as_deref(), Some("1.12.0"));
+    agent.stop();
+    sim.shutdown().await;
+}

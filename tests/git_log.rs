@@ -85,7 +85,7 @@ fn log_lists_changes_newest_first_with_signers_and_confirmations() {
             "fetch",
             "-q",
             bare.to_str().unwrap(),
-            "drover/status:drover/status",
+            "refs/heads/drover/status.d/*:refs/heads/drover/status.d/*",
         ],
     );
 

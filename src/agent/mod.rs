@@ -662,6 +662,9 @@ struct Active {
     env: EnvConfig,
     /// The status branch its policy names.
     status_branch: String,
+    /// Why the pinned version is revoked by the policy in force, if it is:
+    /// no further node starts (docs/design.md §2).
+    revoked: Option<String>,
 }
 
 /// What judging a new head found.
@@ -670,6 +673,7 @@ enum Verdict {
         env: Box<EnvConfig>,
         version: String,
         status_branch: String,
+        revoked: Option<String>,
     },
     Refuse(Refused, Option<semver::Version>),
 }
@@ -983,6 +987,7 @@ impl<B: ClusterBackend> Acting<B> {
                 env,
                 version,
                 status_branch,
+                revoked,
             } => {
                 let previous = self.status.last_applied_commit.clone();
                 if self.status.applied_version.as_deref() != Some(version.as_str()) {
@@ -1015,6 +1020,7 @@ impl<B: ClusterBackend> Acting<B> {
                     commit: head,
                     env: *env,
                     status_branch,
+                    revoked,
                 });
                 self.metrics.set_blocked(None);
                 self.metrics.set_applied(&head.to_string(), &version);
@@ -1154,10 +1160,12 @@ impl<B: ClusterBackend> Acting<B> {
             let env = cfg.envs.get(&env_name)?.clone();
             // The policy in force owns the status branch.
             s.set_status_branch(&cfg.root.status_branch);
+            let revoked = revoked_reason(&cfg, &env);
             Some(Active {
                 commit,
                 env,
                 status_branch: cfg.root.status_branch,
+                revoked,
             })
         });
         async move { work.await.flatten() }
@@ -1237,10 +1245,12 @@ impl<B: ClusterBackend> Acting<B> {
                             Some(env.version),
                         );
                     }
+                    let revoked = revoked_reason(&a.snapshot.config, &env);
                     Verdict::Accept {
                         version: env.version.to_string(),
                         env: Box::new(env),
                         status_branch: branch,
+                        revoked,
                     }
                 }
                 Err(r) => refuse(r.stage.as_str(), &r.code, r.message, r.version),
@@ -1312,7 +1322,16 @@ impl<B: ClusterBackend> Acting<B> {
             };
         }
         let now = self.clock.now();
-        let (window, patch_window) = Self::window(&active.env, now);
+        let (mut window, mut patch_window) = Self::window(&active.env, now);
+        if let Some(why) = &active.revoked {
+            // A version revoked after it was pinned: nodes already moving
+            // finish, no further node starts, until a new version is pinned.
+            let held = format!("{} is revoked: {why}", active.env.version);
+            window.held = Some(held.clone());
+            if let Some(p) = patch_window.as_mut() {
+                p.held = Some(held);
+            }
+        }
         self.metrics
             .window_open
             .set(i64::from(window.opened_at.is_some()));
@@ -1767,4 +1786,13 @@ impl<C: Cluster + Sync> Cluster for Guarded<'_, C> {
         self.check()?;
         self.inner.health(nodes).await.map_err(GuardError::Cluster)
     }
+}
+
+/// Why `env`'s pinned version is revoked by `cfg`'s `[promotion] revoked`, if it is.
+fn revoked_reason(cfg: &config::RepoConfig, env: &EnvConfig) -> Option<String> {
+    cfg.root
+        .revoked
+        .iter()
+        .find(|r| r.version == env.version)
+        .map(|r| r.reason.clone())
 }
