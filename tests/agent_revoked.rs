@@ -53,34 +53,7 @@ async fn a_bump_to_a_version_revoked_with_drover_revoke_is_refused_by_the_agent(
     )
     .await;
 
-    // The release engineer's git signs with the reviewers' key, so the
-    // commit `drover revoke` prepares is signed as a reviewed merge is.
-    let w = &repo.work;
-    for (k, v) in [
-        ("user.name", "Release Engineer"),
-        ("user.email", "re@example.com"),
-        ("gpg.format", "ssh"),
-        ("user.signingkey", repo.key.to_str().unwrap()),
-        ("commit.gpgsign", "true"),
-    ] {
-        git(w, &["config", k, v]);
-    }
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_drover"))
-        .arg("--repo")
-        .arg(w)
-        .args(["revoke", "1.13.1", "--reason", "kernel panic on m7i"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    git(w, &["switch", "-q", "main"]);
-    git(w, &["merge", "-q", "--ff-only", "drover/revoke-1.13.1"]);
-    let revocation = git(w, &["rev-parse", "HEAD"]);
-    repo.push();
+    let revocation = revoke(&repo, "1.13.1", "kernel panic on m7i");
     assert_eq!(agent.webhook().await, 202);
     await_status(
         &client,
@@ -129,7 +102,7 @@ async fn a_bump_to_a_version_revoked_with_drover_revoke_is_refused_by_the_agent(
     );
     assert_eq!(
         st.last_applied_commit.as_deref(),
-        Some(git(w, &["rev-parse", "HEAD~1"]).as_str()),
+        Some(git(&repo.work, &["rev-parse", "HEAD~1"]).as_str()),
         "the 1.13.0 commit stays applied"
     );
     assert_eq!(st.target.as_deref(), Some("1.13.0"));
@@ -194,31 +167,7 @@ async fn a_pinned_version_revoked_afterwards_starts_no_further_node() {
     })
     .await;
 
-    let w = &repo.work;
-    for (k, v) in [
-        ("user.name", "Release Engineer"),
-        ("user.email", "re@example.com"),
-        ("gpg.format", "ssh"),
-        ("user.signingkey", repo.key.to_str().unwrap()),
-        ("commit.gpgsign", "true"),
-    ] {
-        git(w, &["config", k, v]);
-    }
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_drover"))
-        .arg("--repo")
-        .arg(w)
-        .args(["revoke", "1.13.0", "--reason", "breaks the CNI"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    git(w, &["switch", "-q", "main"]);
-    git(w, &["merge", "-q", "--ff-only", "drover/revoke-1.13.0"]);
-    let revocation = git(w, &["rev-parse", "HEAD"]);
-    repo.push();
+    let revocation = revoke(&repo, "1.13.0", "breaks the CNI");
     assert_eq!(agent.webhook().await, 202);
     await_status(
         &client,
@@ -247,4 +196,44 @@ async fn a_pinned_version_revoked_afterwards_starts_no_further_node() {
     assert_eq!(sim.version(&node).as_deref(), Some("1.12.0"));
     agent.stop();
     sim.shutdown().await;
+}
+
+/// A release engineer runs `drover revoke` with git set to sign (as a
+/// reviewed merge is signed), merges the branch and pushes; the merge commit.
+fn revoke(repo: &ConfigRepo, version: &str, reason: &str) -> String {
+    let w = &repo.work;
+    for (k, v) in [
+        ("user.name", "Release Engineer"),
+        ("user.email", "re@example.com"),
+        ("gpg.format", "ssh"),
+        ("user.signingkey", repo.key.to_str().unwrap()),
+        ("commit.gpgsign", "true"),
+    ] {
+        git(w, &["config", k, v]);
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_drover"))
+        .arg("--repo")
+        .arg(w)
+        .args(["revoke", version, "--reason", reason])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    git(w, &["switch", "-q", "main"]);
+    git(
+        w,
+        &[
+            "merge",
+            "-q",
+            "--ff-only",
+            &format!("drover/revoke-{version}"),
+        ],
+    );
+    let head = git(w, &["rev-parse", "HEAD"]);
+    repo.push();
+    head
 }
