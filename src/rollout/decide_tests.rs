@@ -42,7 +42,8 @@ fn open() -> Inputs {
     }
 }
 
-fn idle(name: &str, ver: &str) -> NodeView {
+/// A Ready, schedulable node at `ver` that drover has not touched.
+pub(super) fn idle(name: &str, ver: &str) -> NodeView {
     NodeView {
         name: name.into(),
         version: Some(v(ver)),

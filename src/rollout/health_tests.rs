@@ -1,6 +1,7 @@
 //! Health in the decision core (docs/design.md §5a), step by step, without I/O.
 
 use super::decide::*;
+use super::decide_tests::idle as node;
 use crate::cluster::{NodeProgress, NodeSeen, NodeView, PodSeen, ProgressState, UpgradeStatus};
 use crate::config::{HealthSpec, MaxUnavailable, OnDrainTimeout, OnUnreachable, PrometheusCheck};
 use crate::health::QueryOutcome;
@@ -46,20 +47,6 @@ fn open() -> Inputs {
             ..WindowState::default()
         },
         ..Inputs::default()
-    }
-}
-
-fn node(name: &str, ver: &str) -> NodeView {
-    NodeView {
-        name: name.into(),
-        version: Some(v(ver)),
-        ready: true,
-        unschedulable: false,
-        progress: Ok(None),
-        retry: false,
-        pods_to_evict: 0,
-        upgrade: UpgradeStatus::NotStarted,
-        budgets_allow_drain: false,
     }
 }
 
