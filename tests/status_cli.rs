@@ -55,6 +55,10 @@ fn put(dir: &Path, path: &str, content: &[u8]) {
     put_as(dir, path, content, None);
 }
 
+/// The committer time of signed reports: the soak counts from it, so it is
+/// fixed rather than the wall clock's (the assertions name times on 2026-12-01).
+const SIGNED_AT: &str = "2026-12-01T02:41:00Z";
+
 /// An SSH key made by `ssh-keygen` in `dir` for `principal`; its allowed-signers line.
 fn keygen(dir: &Path, principal: &str) -> (std::path::PathBuf, String) {
     let key = dir.join(principal.replace('/', "-"));
@@ -117,8 +121,20 @@ fn put_as(dir: &Path, path: &str, content: &[u8], key: Option<&Path>) {
         if let Some(p) = &parent {
             args.extend(["-p".into(), p.id().to_string()]);
         }
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let id = git(dir, &args);
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(&args)
+            .env("GIT_COMMITTER_DATE", SIGNED_AT)
+            .env("GIT_AUTHOR_DATE", SIGNED_AT)
+            .output()
+            .expect("git runs");
+        assert!(
+            out.status.success(),
+            "git commit-tree: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let id = String::from_utf8_lossy(&out.stdout).into_owned();
         git(dir, &["update-ref", "refs/heads/drover/status", id.trim()]);
         return;
     }
