@@ -7,7 +7,8 @@
 //! resumes it from that record.
 
 use super::events::Severity;
-use super::{Acting, ClusterBackend, Guarded};
+use super::guard::Guarded;
+use super::{Acting, ClusterBackend};
 use crate::cluster::{Cluster, NodeView, ProgressState};
 use std::sync::Mutex;
 use std::time::Duration;

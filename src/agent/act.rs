@@ -1,0 +1,148 @@
+//! Stage 3, act: the engine on the applied config, through the guard, with
+//! the window and health inputs of this moment; says when to pass again.
+
+use super::guard::Guarded;
+use super::health;
+use super::hooks::ClockRef;
+use super::{Acting, ClusterBackend, Next};
+use crate::config::EnvConfig;
+use crate::rollout::{Engine, Inputs, Labels, Policy, WindowState};
+use chrono::{DateTime, Utc};
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::sync::watch;
+
+impl<B: ClusterBackend> Acting<B> {
+    /// (Re)build the cluster view when the node settings change; false when unavailable.
+    pub(super) async fn ensure_cluster(&mut self, env: &EnvConfig) -> bool {
+        let key = format!(
+            "{:?}|{:?}|{}",
+            env.rollout.node_selector,
+            env.driver,
+            env.nodes.version_regex.as_str()
+        );
+        if matches!(&self.connected, Some((k, _)) if *k == key) {
+            return true;
+        }
+        match self.backend.connect(&self.cfg.cluster, env).await {
+            Ok(c) => {
+                self.connected = Some((key, c));
+                true
+            }
+            Err(e) => {
+                if let Some(n) = self.pace.allow("connect") {
+                    tracing::warn!(error = %e, suppressed = n, "cannot connect to the cluster");
+                }
+                false
+            }
+        }
+    }
+
+    /// The window at `now` for `env`, for any change and for a patch update
+    /// (they differ only under a `minor` freeze); asked of [`crate::window`].
+    fn window(env: &EnvConfig, now: DateTime<Utc>) -> (WindowState, Option<WindowState>) {
+        match crate::window::Calendar::of(env) {
+            Ok(cal) => cal.inputs_at(now),
+            Err(_) => (WindowState::default(), None),
+        }
+    }
+
+    /// Run the engine for the applied config, have the outcome reported, say when to run again.
+    pub(super) async fn reconcile(&mut self, cancel: &watch::Receiver<bool>) -> Next {
+        let tick = Next {
+            after: self.cfg.tick,
+        };
+        let Some(active) = self.active.clone() else {
+            // Nothing to act on: nodes drover cordoned are not left cordoned meanwhile.
+            self.give_back_unconfigured(cancel).await;
+            self.report_unconfigured();
+            return tick;
+        };
+        if !self.ensure_cluster(&active.env).await {
+            return Next {
+                after: Duration::from_secs(5),
+            };
+        }
+        let now = self.clock.now();
+        let (mut window, mut patch_window) = Self::window(&active.env, now);
+        if let Some(why) = &active.revoked {
+            // A version revoked after it was pinned: nodes already moving
+            // finish, no further node starts, until a new version is pinned.
+            let held = format!("{} is revoked: {why}", active.env.version);
+            window.held = Some(held.clone());
+            if let Some(p) = patch_window.as_mut() {
+                p.held = Some(held);
+            }
+        }
+        self.metrics
+            .window_open
+            .set(i64::from(window.opened_at.is_some()));
+        let inputs = Inputs {
+            may_start: true,
+            hold_reason: String::new(),
+            window: window.clone(),
+            patch_window,
+            queries: health::evaluate_queries(&active.env, self.last_published.as_ref()).await,
+            ..Default::default()
+        };
+        let engine = Engine::new(
+            Policy::from_env(&active.env),
+            Labels {
+                env: self.cfg.env.clone(),
+                commit: active.commit.to_string(),
+            },
+            ClockRef(self.clock.clone()),
+        );
+        let Some((_, conn)) = self.connected.as_ref() else {
+            return tick;
+        };
+        let guarded = Guarded {
+            inner: &conn.cluster,
+            cancel: cancel.clone(),
+            observed: Mutex::new(Vec::new()),
+        };
+        let result = engine.reconcile(&guarded, &inputs).await;
+        let observed =
+            std::mem::take(&mut *guarded.observed.lock().unwrap_or_else(|e| e.into_inner()));
+        drop(guarded);
+        if !observed.is_empty() || result.is_ok() {
+            self.ready.set_synced();
+        }
+        self.node_metrics(&observed);
+        let outcome = match result {
+            Ok(o) => o,
+            Err(e) => {
+                self.metrics.reconciled("error");
+                if !*cancel.borrow() {
+                    if let Some(n) = self.pace.allow("reconcile") {
+                        tracing::warn!(error = %e, suppressed = n, "reconcile failed");
+                    }
+                }
+                return Next {
+                    after: self.reconcile_backoff.next_delay(),
+                };
+            }
+        };
+        self.reconcile_backoff.reset();
+        self.metrics.reconciled("ok");
+        self.report(&active, &outcome, &window, &observed, now)
+            .await;
+        let d = &outcome.decision;
+        if outcome.again {
+            return Next {
+                after: Duration::ZERO,
+            };
+        }
+        let mut after = self.cfg.tick;
+        if outcome.retry_evictions {
+            after = after.min(self.cfg.evict_retry);
+        }
+        if let Some(w) = d.wake_at {
+            after = after.min((w - now).to_std().unwrap_or(Duration::ZERO));
+        }
+        if d.poll_health {
+            after = after.min(crate::rollout::health::HEALTH_RECHECK);
+        }
+        Next { after }
+    }
+}

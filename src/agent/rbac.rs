@@ -1,0 +1,47 @@
+//! The RBAC the agent needs: one table per scope (cluster, the upgrade Jobs'
+//! namespace, the agent's own namespace), which `deploy/base/rbac.yaml` must
+//! grant exactly (tests/agent_manifests.rs checks).
+
+/// One RBAC rule the agent needs: (API group, resource, verbs).
+pub type Permission = (&'static str, &'static str, &'static [&'static str]);
+
+/// Every permission the agent uses, cluster-wide; `deploy/base/rbac.yaml`'s
+/// ClusterRole must grant exactly these (tests/agent_manifests.rs checks).
+pub const CLUSTER_PERMISSIONS: &[Permission] = &[
+    // crate::kubernetes: observe nodes, cordon/annotate in one patch.
+    ("", "nodes", &["get", "list", "watch", "patch"]),
+    // crate::kubernetes: pods on nodes being drained (field-selected watches).
+    ("", "pods", &["list", "watch"]),
+    // crate::kubernetes: drains through the Eviction API.
+    ("", "pods/eviction", &["create"]),
+    ("policy", "poddisruptionbudgets", &["list", "watch"]),
+    // events::Events: kube's Recorder creates, and patches a repeated Event into a series.
+    ("events.k8s.io", "events", &["create", "patch"]),
+];
+
+/// Every permission the agent uses in the namespace of its upgrade Jobs
+/// (`drover-upgrades` in `deploy/base`, Role `drover-upgrades`): kept apart
+/// from the agent's own namespace so that only that namespace admits the
+/// pods an OS driver needs.
+pub const JOB_NAMESPACE_PERMISSIONS: &[Permission] = &[
+    // crate::kubernetes: the OS driver's upgrade Jobs.
+    ("batch", "jobs", &["create", "list", "watch", "delete"]),
+];
+
+/// Every permission the agent uses in its own namespace (the Role `drover` in `deploy/base/rbac.yaml`).
+pub const NAMESPACE_PERMISSIONS: &[Permission] = &[
+    // leader::Elector: get, create once, conditional replace (update).
+    (
+        "coordination.k8s.io",
+        "leases",
+        &["get", "create", "update"],
+    ),
+    // crd::StatusStore: get, create once, merge-patch the status subresource;
+    // a follower patches an annotation that the leader watches (webhook relay).
+    (
+        "drover.dev",
+        "droverstatuses",
+        &["get", "list", "watch", "create", "patch"],
+    ),
+    ("drover.dev", "droverstatuses/status", &["patch"]),
+];
