@@ -18,7 +18,7 @@ use std::time::Duration;
 use agent_support::*;
 use drover::agent::crd::DroverStatus;
 use drover::cluster::{ANN_STATE, ANN_TARGET};
-use drover::kubernetes::driver::NODE_LABEL;
+use drover::kubernetes::objects::NODE_LABEL;
 use drover::rollout::VirtualClock;
 use k8s_backend::{pool_options, start_sim, POOL_LABEL};
 use k8s_openapi::api::batch::v1::Job;

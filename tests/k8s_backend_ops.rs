@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use drover::cluster::{Cluster, NodeProgress, ProgressState, UpgradeStatus};
-use drover::kubernetes::{driver, Error};
+use drover::kubernetes::{objects, Error};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -185,7 +185,7 @@ async fn the_upgrade_job_is_accepted_run_once_and_reported() {
     cluster.start_upgrade(&node, &p).await.unwrap();
     // Repeated, as after a crash: no second Job, no second reboot.
     cluster.start_upgrade(&node, &p).await.unwrap();
-    let name = driver::job_name(&node, &p.target, p.started_at);
+    let name = objects::job_name(&node, &p.target, p.started_at);
     let job = await_job(&client, ns.name(), &name, "Complete", |j| {
         job_condition(j, "Complete")
     })

@@ -1,10 +1,10 @@
 //! What tests, benchmarks and the CLI hold of a running agent: its handle,
 //! the record of each pass, and the clocks (the shared clock, the
-//! `--clock-offset` test hook, the engine's view of the shared clock).
+//! `--clock-offset` test hook, the engine's view of the shared clock) and
+//! what woke a pass.
 
 use super::crd::Refused;
 use super::metrics::Metrics;
-use super::pass::Wake;
 use crate::rollout::{Clock, RolloutState};
 use crate::source::trigger::{Nudger, Reason};
 use chrono::{DateTime, Utc};
@@ -28,6 +28,21 @@ pub struct PassRecord {
     pub state: Option<RolloutState>,
     /// Why the head is not applied, if it is not.
     pub refused: Option<Refused>,
+}
+
+/// What woke a pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// First pass of a leadership term.
+    Start,
+    /// A source trigger (poll, webhook, local change): fetch first.
+    Source(Reason),
+    /// The cluster changed.
+    Cluster,
+    /// A timer: the decision's wake-up, an eviction retry or the fallback tick.
+    Timer,
+    /// Asked through [`AgentHandle::reconcile`].
+    Manual,
 }
 
 /// Handles to a running agent.

@@ -3,7 +3,7 @@
 //! replica holds the lease; on stop, give back and release the lease.
 
 use super::events::Severity;
-use super::pass::Wake;
+use super::hooks::Wake;
 use super::{blocking, lock};
 use super::{crd, recover, Acting, Agent, ClusterBackend, Error};
 use crate::cluster::Cluster;

@@ -39,8 +39,7 @@ pub mod retry;
 
 pub use backend::{ClusterBackend, Connected, KubeBackend};
 pub use guard::GuardError;
-pub use hooks::{AgentHandle, OffsetClock, PassRecord, SharedClock};
-pub use pass::Wake;
+pub use hooks::{AgentHandle, OffsetClock, PassRecord, SharedClock, Wake};
 pub use rbac::{Permission, CLUSTER_PERMISSIONS, JOB_NAMESPACE_PERMISSIONS, NAMESPACE_PERMISSIONS};
 
 use crate::config::EnvConfig;

@@ -3,27 +3,11 @@
 //! the engine) → report ([`super::report`]: CRD status, status report,
 //! Events, metrics), in one `reconcile` tracing span.
 
-use super::hooks::PassRecord;
+use super::hooks::{PassRecord, Wake};
 use super::{lock, short, Acting, ClusterBackend, Next};
-use crate::source::trigger::Reason;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tracing::Instrument;
-
-/// What woke a pass.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wake {
-    /// First pass of a leadership term.
-    Start,
-    /// A source trigger (poll, webhook, local change): fetch first.
-    Source(Reason),
-    /// The cluster changed.
-    Cluster,
-    /// A timer: the decision's wake-up, an eviction retry or the fallback tick.
-    Timer,
-    /// Asked through [`AgentHandle::reconcile`].
-    Manual,
-}
 
 impl<B: ClusterBackend> Acting<B> {
     /// One pass: fetch if asked, judge a new head, reconcile, report.

@@ -8,47 +8,14 @@
 //! change the watches report (a PDB's status changing, a pod going away) or
 //! after its fallback tick, and gives the node back at `drain_timeout`.
 
+use super::objects::{must_evict, pdbs_matching};
 use super::observe::{lock, Observer};
 use super::{is_status, Error};
 use crate::cluster::EvictionPass;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, EvictParams, Preconditions};
-use kube::core::{Selector, SelectorExt};
 use kube::ResourceExt;
 use std::collections::BTreeSet;
-
-/// Annotation the kubelet puts on mirror pods of static pods.
-pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
-
-fn owned_by_daemonset(pod: &Pod) -> bool {
-    pod.owner_references().iter().any(|o| o.kind == "DaemonSet")
-}
-
-fn finished(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
-}
-
-fn drover_pod(pod: &Pod) -> bool {
-    pod.labels()
-        .get(super::observe::MANAGED_BY_LABEL)
-        .map(String::as_str)
-        == Some(super::observe::MANAGED_BY_VALUE)
-}
-
-/// Whether a drain waits for `pod` to be gone: everything but DaemonSet pods
-/// (the DaemonSet would put them back), mirror pods (the API cannot remove
-/// them), finished pods and drover's own upgrade pods. Terminating pods count
-/// until they are gone.
-pub fn must_evict(pod: &Pod) -> bool {
-    !owned_by_daemonset(pod)
-        && !pod.annotations().contains_key(MIRROR_ANNOTATION)
-        && !finished(pod)
-        && !drover_pod(pod)
-}
 
 /// PDB names in a 429's causes: "The disruption budget NAME needs N healthy pods ...".
 fn pdbs_in_status(status: &kube::core::Status) -> Vec<String> {
@@ -65,42 +32,6 @@ fn pdbs_in_status(status: &kube::core::Status) -> Vec<String> {
         })
         .filter(|n| !n.is_empty())
         .collect()
-}
-
-/// The PDBs in the pod's namespace whose selector matches it.
-fn pdbs_matching(obs: &Observer, pod: &Pod) -> Vec<String> {
-    let ns = pod.namespace().unwrap_or_default();
-    obs.pdbs
-        .state()
-        .iter()
-        .filter(|p: &&std::sync::Arc<PodDisruptionBudget>| {
-            p.namespace().as_deref() == Some(ns.as_str())
-        })
-        .filter(|p| {
-            let Some(sel) = p.spec.as_ref().and_then(|s| s.selector.clone()) else {
-                return false;
-            };
-            Selector::try_from(sel).is_ok_and(|s| s.matches(pod.labels()))
-        })
-        .map(|p| p.name_any())
-        .collect()
-}
-
-/// Whether every PodDisruptionBudget covering a pod of `pods` that a drain
-/// must evict allows a disruption now (a blocked node's retry may then come
-/// before its backoff).
-pub(crate) fn budgets_allow(obs: &Observer, pods: &[std::sync::Arc<Pod>]) -> bool {
-    pods.iter().filter(|p| must_evict(p)).all(|pod| {
-        let ns = pod.namespace().unwrap_or_default();
-        pdbs_matching(obs, pod).iter().all(|name| {
-            obs.pdbs
-                .state()
-                .iter()
-                .find(|b| b.namespace().as_deref() == Some(ns.as_str()) && b.name_any() == *name)
-                .and_then(|b| b.status.as_ref())
-                .is_some_and(|s| s.disruptions_allowed.unwrap_or(0) > 0)
-        })
-    })
 }
 
 /// One eviction pass over `node`.
@@ -152,7 +83,7 @@ pub async fn evict(obs: &Observer, node: &str) -> Result<EvictionPass, Error> {
             {
                 let mut names = pdbs_in_status(&s);
                 if names.is_empty() {
-                    names = pdbs_matching(obs, &pod);
+                    names = pdbs_matching(&obs.pdbs.state(), &pod);
                 }
                 tracing::info!(node, pod = %format!("{ns}/{name}"), pdbs = ?names, code = s.code, "eviction refused");
                 if names.is_empty() {

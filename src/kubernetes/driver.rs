@@ -3,31 +3,26 @@
 //! Every upgrade Job carries `app.kubernetes.io/managed-by=drover`,
 //! `drover.dev/node=<node>`, `drover.dev/target-version=<version>` and
 //! `drover.dev/attempt=<unix seconds of started-at>`, and is named
-//! deterministically from node, version and attempt
+//! deterministically from node, version and attempt ([`super::objects`])
 //! (`drover-<node>-<version>-<hash>`, at most 63 characters), so that a
 //! repeated start after a crash finds the existing Job (409 AlreadyExists is
 //! success) and a node is never upgraded twice for one attempt. See
 //! `docs/drivers.md` for what the two drivers run and need.
 
 use super::node::ObservedNode;
-use super::observe::{Observer, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use super::objects::{
+    attempt_label, job_finished, job_name, label_version, ATTEMPT_LABEL, MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE, NODE_LABEL, TARGET_VERSION_LABEL,
+};
+use super::observe::Observer;
 use super::{is_status, Error, KubeOptions};
-use crate::cluster::{NodeProgress, UpgradeStatus};
+use crate::cluster::NodeProgress;
 use crate::config::DriverSpec;
-use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::ResourceExt;
-use semver::Version;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
-/// Label naming the node an upgrade Job is for.
-pub const NODE_LABEL: &str = "drover.dev/node";
-/// Label holding the version an upgrade Job moves its node to.
-pub const TARGET_VERSION_LABEL: &str = "drover.dev/target-version";
-/// Label identifying the attempt (unix seconds of the progress's started-at).
-pub const ATTEMPT_LABEL: &str = "drover.dev/attempt";
 /// Container name of the driver in the Job's pod.
 pub const CONTAINER: &str = "update";
 /// Where the Bottlerocket API socket is on the host, and in the driver's container.
@@ -51,80 +46,6 @@ pub const GRACE_SECONDS: i64 = 30;
 /// (see the Job's `podFailurePolicy`) finishes the attempt instead of
 /// updating a second time.
 pub const BOTTLEROCKET_SCRIPT: &str = include_str!("bottlerocket.sh");
-
-/// A label value for a version (`+` is not allowed in label values).
-pub fn label_version(v: &Version) -> String {
-    v.to_string().replace('+', "_")
-}
-
-fn attempt_label(started_at: DateTime<Utc>) -> String {
-    started_at.timestamp().to_string()
-}
-
-fn dns_part(s: &str, max: usize) -> String {
-    let mut out: String = s
-        .to_ascii_lowercase()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .collect();
-    out.truncate(max);
-    out.trim_matches('-').to_string()
-}
-
-/// The Job name for `node`'s attempt `started_at` at `target`: DNS-safe, at most 63 characters.
-pub fn job_name(node: &str, target: &Version, started_at: DateTime<Utc>) -> String {
-    let mut h = Sha256::new();
-    h.update(node.as_bytes());
-    h.update([0]);
-    h.update(target.to_string().as_bytes());
-    h.update([0]);
-    h.update(started_at.timestamp().to_be_bytes());
-    h.update(started_at.timestamp_subsec_nanos().to_be_bytes());
-    let hash = &hex::encode(h.finalize())[..10];
-    let version = dns_part(&target.to_string(), 20);
-    // "drover-" + node + "-" + version + "-" + hash <= 63
-    let node_max = 63 - "drover-".len() - 1 - version.len() - 1 - hash.len();
-    format!("drover-{}-{version}-{hash}", dns_part(node, node_max))
-}
-
-/// Whether `job` is the run of `node`'s attempt `p`.
-pub fn is_attempt(job: &Job, node: &str, p: &NodeProgress) -> bool {
-    let l = job.labels();
-    l.get(NODE_LABEL).map(String::as_str) == Some(node)
-        && l.get(TARGET_VERSION_LABEL) == Some(&label_version(&p.target))
-        && l.get(ATTEMPT_LABEL) == Some(&attempt_label(p.started_at))
-}
-
-fn condition<'a>(
-    job: &'a Job,
-    type_: &str,
-) -> Option<&'a k8s_openapi::api::batch::v1::JobCondition> {
-    job.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_ && c.status == "True")
-}
-
-fn finished(job: &Job) -> bool {
-    condition(job, "Complete").is_some() || condition(job, "Failed").is_some()
-}
-
-/// The run's status from the Job's conditions.
-pub fn job_status(job: &Job) -> UpgradeStatus {
-    if condition(job, "Complete").is_some() {
-        UpgradeStatus::Succeeded
-    } else if let Some(c) = condition(job, "Failed") {
-        let reason = c.reason.as_deref().unwrap_or("Failed");
-        UpgradeStatus::Failed(match c.message.as_deref() {
-            Some(m) if !m.is_empty() => format!("Job {}: {reason}: {m}", job.name_any()),
-            _ => format!("Job {}: {reason}", job.name_any()),
-        })
-    } else {
-        UpgradeStatus::Running
-    }
-}
 
 /// The upgrade Job moving `node` to `p.target` for attempt `p.started_at`.
 pub fn upgrade_job(
@@ -261,7 +182,7 @@ pub async fn start(obs: &Observer, node: &str, p: &NodeProgress) -> Result<(), E
 pub async fn cleanup(obs: &Observer, node: &str, all: bool) -> Result<(), Error> {
     let api: Api<Job> = Api::namespaced(obs.client.clone(), &obs.opts.namespace);
     for job in obs.jobs_of(node) {
-        if !all && finished(&job) {
+        if !all && job_finished(&job) {
             continue;
         }
         if job.metadata.deletion_timestamp.is_some() {
@@ -282,28 +203,4 @@ pub async fn cleanup(obs: &Observer, node: &str, all: bool) -> Result<(), Error>
         obs.deleted_job(&name);
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn job_names_are_dns_labels_and_differ_per_attempt() {
-        let t0: DateTime<Utc> = "2026-12-08T02:00:00Z".parse().unwrap();
-        let long = "ip-10-0-0-1.eu-west-1.compute.internal.with-a-very-long-suffix-indeed";
-        let v = Version::parse("1.13.2-rc.1+build.7").unwrap();
-        let a = job_name(long, &v, t0);
-        assert!(a.len() <= 63, "{a} is {} long", a.len());
-        assert!(
-            a.chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'),
-            "{a}"
-        );
-        assert!(a.starts_with("drover-ip-10-0-0-1"), "{a}");
-        assert_eq!(a, job_name(long, &v, t0), "deterministic");
-        assert_ne!(a, job_name(long, &v, t0 + chrono::Duration::seconds(1)));
-        assert_ne!(a, job_name(long, &Version::new(1, 13, 3), t0));
-        assert_eq!(label_version(&v), "1.13.2-rc.1_build.7");
-    }
 }

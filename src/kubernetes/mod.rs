@@ -14,6 +14,8 @@
 //!   `resourceVersion` precondition so the check that justifies the write
 //!   (e.g. "drover cordoned this node") holds for exactly the version written.
 //! - **Drain** ([`drain`]) goes through the Eviction API only; pods are never deleted.
+//! - **Objects** ([`objects`]): labels, annotation keys, Job names and
+//!   attempts, Job status, which pods a drain must evict; a leaf the others read.
 //! - **Drivers** ([`driver`]) are Jobs pinned to the node, named per node,
 //!   version and attempt so a repeated start is a 409 and never a second run.
 //!
@@ -30,6 +32,7 @@ pub mod drain;
 pub mod driver;
 mod health;
 pub mod node;
+pub mod objects;
 pub mod observe;
 
 use crate::cluster::{Cluster, EvictionPass, NodeProgress, NodeView, ProgressState};

@@ -3,7 +3,11 @@
 //! watch per node being drained. Nothing here issues a request per observation.
 
 use super::node::ObservedNode;
-use super::{driver, Error, KubeOptions};
+use super::objects::{
+    budgets_allow, is_attempt, job_name, job_status, must_evict, MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE, NODE_LABEL,
+};
+use super::{Error, KubeOptions};
 use crate::cluster::{NodeProgress, NodeView, ProgressState, UpgradeStatus};
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
@@ -20,11 +24,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
-
-/// Label on every drover-managed object.
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-/// Value of [`MANAGED_BY_LABEL`].
-pub const MANAGED_BY_VALUE: &str = "drover";
 
 /// The watches and what drover wrote that they have not shown yet.
 pub struct Observer {
@@ -337,8 +336,7 @@ impl Observer {
 
     /// drover's Jobs for `node` (store and our own creations).
     pub(crate) fn jobs_of(&self, node: &str) -> Vec<Arc<Job>> {
-        let of_node =
-            |j: &Job| j.labels().get(driver::NODE_LABEL).map(String::as_str) == Some(node);
+        let of_node = |j: &Job| j.labels().get(NODE_LABEL).map(String::as_str) == Some(node);
         let mut jobs: Vec<Arc<Job>> = self
             .jobs
             .state()
@@ -416,9 +414,9 @@ impl Observer {
 
     /// The status of the driver's run for `node`'s current attempt.
     pub(crate) fn upgrade_status(&self, node: &str, p: &NodeProgress) -> UpgradeStatus {
-        let name = driver::job_name(node, &p.target, p.started_at);
+        let name = job_name(node, &p.target, p.started_at);
         match self.job(&name) {
-            Some(job) if driver::is_attempt(&job, node, p) => driver::job_status(&job),
+            Some(job) if is_attempt(&job, node, p) => job_status(&job),
             // Another attempt's Job under a colliding name is not this attempt's run.
             _ => UpgradeStatus::NotStarted,
         }
@@ -463,15 +461,11 @@ impl Observer {
             if let Ok(Some(p)) = &progress {
                 if p.state == ProgressState::Blocked {
                     let store = self.pods_of(&name).await?;
-                    budgets_allow_drain = super::drain::budgets_allow(self, &store.state());
+                    budgets_allow_drain = budgets_allow(&self.pdbs.state(), &store.state());
                 }
                 if p.state == ProgressState::Draining {
                     let store = self.pods_of(&name).await?;
-                    pods_to_evict = store
-                        .state()
-                        .iter()
-                        .filter(|p| super::drain::must_evict(p))
-                        .count();
+                    pods_to_evict = store.state().iter().filter(|p| must_evict(p)).count();
                 }
                 if p.state.in_flight() {
                     upgrade = self.upgrade_status(&name, p);
