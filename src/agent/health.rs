@@ -10,7 +10,8 @@ use std::sync::OnceLock;
 use crate::config::{EnvConfig, PrometheusCheck};
 use crate::health::{PrometheusClient, QueryOutcome};
 use crate::rollout::Action;
-use crate::status::{RolloutState, StatusReport};
+use crate::rollout::RolloutState;
+use crate::status::StatusReport;
 
 use super::metrics::Metrics;
 

@@ -182,7 +182,7 @@ impl Metrics {
         // One series per state, 0 or 1, so an alert on `blocked` or
         // `failed` sees a value rather than an absent series.
         self.rollout_state.clear();
-        for s in crate::status::RolloutState::ALL {
+        for s in crate::rollout::RolloutState::ALL {
             self.rollout_state
                 .get_or_create(&labels(&[("state", s.as_str())]))
                 .set(0);

@@ -429,7 +429,7 @@ pub fn timeline(
             .iter()
             .filter(|e| {
                 e.report.env == lower
-                    && e.report.state == status::RolloutState::Confirmed
+                    && e.report.state == crate::rollout::RolloutState::Confirmed
                     && e.report.version.to_string() == c.version
                     && e.report.since <= at
             })
@@ -495,7 +495,7 @@ pub fn row(
             trust: e.trust,
             signer: e.signer.clone(),
         });
-        if e.report.state == status::RolloutState::Confirmed {
+        if e.report.state == crate::rollout::RolloutState::Confirmed {
             confirmations.push(Mark {
                 at: start,
                 version: e.report.version.to_string(),

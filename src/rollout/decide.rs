@@ -37,10 +37,10 @@
 use super::health::{
     bounded, failure_check, failure_node, queries_verdict, HEALTH_FAILED_PREFIX, SETTLE_RECHECK,
 };
+use super::RolloutState;
 use crate::cluster::{NodeProgress, NodeSeen, NodeView, ProgressState, UpgradeStatus};
 use crate::config::{EnvConfig, HealthSpec, MaxUnavailable, OnDrainTimeout, PrometheusCheck};
 use crate::health::{node_watch_until, observe, settle_until, Failure, QueryOutcome, Verdict};
-use crate::status::RolloutState;
 use crate::window::Change;
 use chrono::{DateTime, Utc};
 use semver::Version;

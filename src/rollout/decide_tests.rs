@@ -1,9 +1,9 @@
 //! Step-by-step tests of the decision core.
 
 use super::decide::*;
+use super::RolloutState;
 use crate::cluster::{NodeProgress, NodeView, ProgressState, UpgradeStatus};
 use crate::config::{MaxUnavailable, OnDrainTimeout};
-use crate::status::RolloutState;
 use chrono::{DateTime, Utc};
 use semver::Version;
 use std::time::Duration;

@@ -2,10 +2,10 @@
 
 use super::decide::*;
 use super::decide_tests::idle as node;
+use super::RolloutState;
 use crate::cluster::{NodeProgress, NodeSeen, NodeView, PodSeen, ProgressState, UpgradeStatus};
 use crate::config::{HealthSpec, MaxUnavailable, OnDrainTimeout, OnUnreachable, PrometheusCheck};
 use crate::health::QueryOutcome;
-use crate::status::RolloutState;
 use chrono::{DateTime, Utc};
 use semver::Version;
 use std::time::Duration;

@@ -4,14 +4,15 @@
 pub mod decide;
 pub mod engine;
 pub mod health;
+mod state;
 
 #[cfg(test)]
 mod decide_tests;
 #[cfg(test)]
 mod health_tests;
 
-pub use crate::status::RolloutState;
 pub use decide::{decide, Action, Decision, Inputs, Policy, Skipped, WindowState};
 pub use engine::{
     apply, reconcile, Clock, Engine, EngineError, Labels, Outcome, SystemClock, VirtualClock,
 };
+pub use state::RolloutState;

@@ -10,8 +10,9 @@
 //! per node, and the last progress is never lost: it is pushed when the
 //! interval has passed, or folded into the next state change.
 
-use super::{RolloutState, StatusReport};
+use super::StatusReport;
 use crate::cluster::NodeView;
+use crate::rollout::RolloutState;
 use chrono::{DateTime, Utc};
 use semver::Version;
 use serde::{Deserialize, Serialize};

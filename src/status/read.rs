@@ -23,7 +23,8 @@
 //! or the file's `since` when that is later: a report cannot claim to be
 //! older than the commit that published it.
 
-use super::{RolloutState, StatusReport};
+use super::StatusReport;
+use crate::rollout::RolloutState;
 use crate::trust::{self, AllowedSigners};
 use chrono::{DateTime, TimeZone, Utc};
 use git2::{Commit, ObjectType, Oid, Repository};
