@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use drover::cluster::{NodeProgress, NodeView, ProgressState, UpgradeStatus};
 use drover::config::{MaxUnavailable, OnDrainTimeout};
 use drover::rollout::{decide, Engine, Inputs, Labels, Policy, VirtualClock, WindowState};
-use drover::sim::{drive, Schedule, Sim};
+use drover::sim::{drive, Sim, Timeline};
 use futures::executor::block_on;
 use semver::Version;
 use std::hint::black_box;
@@ -116,7 +116,7 @@ fn bench_rollout(n: usize, max: u32) -> bool {
         node_time,
     );
     let engine = Engine::new(policy(MaxUnavailable::Count(max)), Labels::default(), clock);
-    let schedule = Schedule {
+    let schedule = Timeline {
         windows: vec![(start(), start() + chrono::Duration::days(365))],
         calendar: None,
         gate_from: Some(start()),

@@ -99,7 +99,7 @@ fn rollout_commits(max: u32, interval: Duration) -> (u32, u32, u32) {
     use drover::cluster::Cluster;
     use drover::config::{MaxUnavailable, OnDrainTimeout};
     use drover::rollout::{Engine, Labels, Policy, VirtualClock};
-    use drover::sim::{Schedule, Sim, SimNode};
+    use drover::sim::{Sim, SimNode, Timeline};
     use drover::status::cadence::{decide, Push};
     use futures::executor::block_on;
     let start: chrono::DateTime<chrono::Utc> = "2026-12-08T02:00:00Z".parse().unwrap();
@@ -125,7 +125,7 @@ fn rollout_commits(max: u32, interval: Duration) -> (u32, u32, u32) {
         health: None,
     };
     let engine = Engine::new(policy, Labels::default(), clock.clone());
-    let schedule = Schedule {
+    let schedule = Timeline {
         windows: vec![(start, start + chrono::Duration::days(365))],
         calendar: None,
         gate_from: Some(start),

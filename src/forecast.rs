@@ -7,7 +7,7 @@
 use crate::cluster::{Cluster, NodeView};
 use crate::config::EnvConfig;
 use crate::rollout::{decide, Decision, Engine, Labels, Policy, RolloutState, VirtualClock};
-use crate::sim::{drive, EventKind, Schedule, Sim};
+use crate::sim::{drive, EventKind, Sim, Timeline};
 use chrono::{DateTime, Utc};
 use semver::Version;
 use serde::Serialize;
@@ -90,7 +90,7 @@ pub async fn plan<C: Cluster>(
     now: DateTime<Utc>,
 ) -> Result<Plan, C::Error> {
     let policy = Policy::from_env(env);
-    let schedule = Schedule {
+    let schedule = Timeline {
         windows: windows.to_vec(),
         calendar: None,
         gate_from: Some(now),
@@ -113,7 +113,7 @@ async fn forecast(
     policy: &Policy,
     env: &EnvConfig,
     views: &[NodeView],
-    schedule: &Schedule,
+    schedule: &Timeline,
     node_time: Duration,
     now: DateTime<Utc>,
 ) -> Forecast {

@@ -709,9 +709,10 @@ impl Cluster for Sim {
     }
 }
 
-/// When nodes may start: windows and the gate, as functions of time.
+/// When nodes may start: the windows and the gate as functions of time (the
+/// simulated counterpart of what the agent asks of the window and the gate).
 #[derive(Debug, Clone, Default)]
-pub struct Schedule {
+pub struct Timeline {
     /// Windows as `[start, end)`, sorted; used when `calendar` is `None`.
     pub windows: Vec<(DateTime<Utc>, DateTime<Utc>)>,
     /// The environment's windows, freezes and pause: when set, the windows
@@ -721,10 +722,10 @@ pub struct Schedule {
     pub gate_from: Option<DateTime<Utc>>,
 }
 
-impl Schedule {
+impl Timeline {
     /// Always open, gate passed.
     pub fn always() -> Self {
-        Schedule {
+        Timeline {
             windows: vec![(DateTime::<Utc>::MIN_UTC, DateTime::<Utc>::MAX_UTC)],
             calendar: None,
             gate_from: Some(DateTime::<Utc>::MIN_UTC),
@@ -781,7 +782,7 @@ pub struct DriveReport {
 pub async fn drive(
     sim: &Sim,
     engine: &Engine<VirtualClock>,
-    schedule: &Schedule,
+    schedule: &Timeline,
     until: DateTime<Utc>,
 ) -> Result<DriveReport, EngineError<SimError>> {
     let mut steps = 0;

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use drover::agent::crd::{DroverStatusSpec, StatusStore};
+use drover::agent::crd::{DroverStatusSpec, StatusObject};
 use futures::StreamExt;
 use support::ControlPlane;
 use tracing_subscriber::layer::SubscriberExt;
@@ -42,7 +42,7 @@ async fn a_refused_status_watch_backs_off_and_logs_once() {
     let cp = ControlPlane::get();
     // No RBAC at all: every LIST and WATCH is refused with 403.
     let client = cp.restricted_client().await;
-    let store = StatusStore::new(
+    let store = StatusObject::new(
         client,
         "drover-system",
         "test-test-1",

@@ -12,7 +12,7 @@ use drover::config::{MaxUnavailable, OnDrainTimeout};
 use drover::rollout::{
     apply, decide, Action, Clock, Engine, Labels, Policy, RolloutState, VirtualClock,
 };
-use drover::sim::{CordonedBy, EventKind, Failure, Pdb, Pod, Schedule, Sim, SimNode};
+use drover::sim::{CordonedBy, EventKind, Failure, Pdb, Pod, Sim, SimNode, Timeline};
 use futures::executor::block_on;
 use proptest::prelude::*;
 use semver::Version;
@@ -112,7 +112,7 @@ fn min(m: u16) -> Duration {
 }
 
 /// Windows: gaps in hours then lengths in minutes, one after another.
-fn schedule(c: &Case) -> Schedule {
+fn schedule(c: &Case) -> Timeline {
     let mut t = start();
     let mut windows = Vec::new();
     for (gap_h, len_min) in &c.windows {
@@ -121,7 +121,7 @@ fn schedule(c: &Case) -> Schedule {
         windows.push((t, end));
         t = end;
     }
-    Schedule {
+    Timeline {
         windows,
         calendar: None,
         gate_from: Some(start() + D::hours(i64::from(c.gate_after_h))),
@@ -187,7 +187,7 @@ fn run(
     c: &Case,
     sim: &Sim,
     policy: &Policy,
-    sched: &Schedule,
+    sched: &Timeline,
     clock: &VirtualClock,
 ) -> RolloutState {
     let horizon = sched.windows.last().map_or(start(), |w| w.1) + D::hours(6);
@@ -234,7 +234,7 @@ fn run(
     state
 }
 
-fn check_invariants(c: &Case, sim: &Sim, policy: &Policy, sched: &Schedule) {
+fn check_invariants(c: &Case, sim: &Sim, policy: &Policy, sched: &Timeline) {
     let budget = policy.max_unavailable.resolve(c.nodes.len());
     assert_eq!(sim.violations(), Vec::<String>::new());
     assert!(

@@ -5,7 +5,7 @@ use chrono::{DateTime, Duration as D, Utc};
 use drover::cluster::{NodeProgress, ProgressState, ANN_RETRY};
 use drover::config::{MaxUnavailable, OnDrainTimeout};
 use drover::rollout::{Clock, Engine, Labels, Policy, RolloutState, VirtualClock};
-use drover::sim::{drive, CordonedBy, EventKind, Failure, Pdb, Pod, Schedule, Sim, SimNode};
+use drover::sim::{drive, CordonedBy, EventKind, Failure, Pdb, Pod, Sim, SimNode, Timeline};
 use futures::executor::block_on;
 use semver::Version;
 use std::time::Duration;
@@ -49,7 +49,7 @@ fn next_node_starts_the_instant_the_previous_one_completes() {
     let r = block_on(drive(
         &sim,
         &engine(policy(1, OnDrainTimeout::Skip), &clock),
-        &Schedule::always(),
+        &Timeline::always(),
         t0() + D::days(1),
     ))
     .unwrap();
@@ -94,7 +94,7 @@ fn a_pdb_holds_the_drain_until_it_relents_then_the_node_upgrades() {
     let r = block_on(drive(
         &sim,
         &engine(policy(1, OnDrainTimeout::Skip), &clock),
-        &Schedule::always(),
+        &Timeline::always(),
         t0() + D::days(1),
     ))
     .unwrap();
@@ -128,7 +128,7 @@ fn a_drain_that_never_finishes_is_given_back_blocked_and_others_go_on() {
         pdb: Some("strict".into()),
     }]));
     sim.add_node(SimNode::new("b", old(), mins(15)));
-    let sched = Schedule {
+    let sched = Timeline {
         windows: vec![(t0(), t0() + D::hours(1))],
         calendar: None,
         gate_from: Some(t0()),
@@ -170,7 +170,7 @@ fn stop_mode_waits_for_the_next_window_after_a_blocked_drain() {
     }]));
     sim.add_node(SimNode::new("b", old(), mins(15)));
     let next = t0() + D::days(30);
-    let sched = Schedule {
+    let sched = Timeline {
         windows: vec![(t0(), t0() + D::hours(6)), (next, next + D::hours(6))],
         calendar: None,
         gate_from: Some(t0()),
@@ -208,7 +208,7 @@ fn a_node_that_never_returns_fails_the_rollout_uncordoned() {
     let r = block_on(drive(
         &sim,
         &engine(policy(1, OnDrainTimeout::Skip), &clock),
-        &Schedule::always(),
+        &Timeline::always(),
         t0() + D::days(1),
     ))
     .unwrap();
@@ -239,7 +239,7 @@ fn wrong_version_fails_and_a_retry_annotation_resumes() {
     );
     sim.add_node(SimNode::new("b", old(), mins(15)));
     let e = engine(policy(1, OnDrainTimeout::Skip), &clock);
-    let r = block_on(drive(&sim, &e, &Schedule::always(), t0() + D::days(1))).unwrap();
+    let r = block_on(drive(&sim, &e, &Timeline::always(), t0() + D::days(1))).unwrap();
     assert_eq!(r.last.state, RolloutState::Failed);
     assert!(
         r.last.message.contains("Ready at 1.13.1 instead of 1.13.2"),
@@ -248,7 +248,7 @@ fn wrong_version_fails_and_a_retry_annotation_resumes() {
     );
 
     sim.annotate("a", ANN_RETRY, "please");
-    let r = block_on(drive(&sim, &e, &Schedule::always(), t0() + D::days(1))).unwrap();
+    let r = block_on(drive(&sim, &e, &Timeline::always(), t0() + D::days(1))).unwrap();
     // The retried node is idle again and, first by name, is tried again; the
     // sim returns it at 1.13.1 once more.
     assert_eq!(r.last.state, RolloutState::Failed);
@@ -264,7 +264,7 @@ fn a_restarted_engine_resumes_from_the_annotations() {
     block_on(drive(
         &sim,
         &engine(p.clone(), &clock),
-        &Schedule::always(),
+        &Timeline::always(),
         t0() + D::minutes(20),
     ))
     .unwrap();
@@ -275,7 +275,7 @@ fn a_restarted_engine_resumes_from_the_annotations() {
     let r = block_on(drive(
         &sim,
         &engine(p, &clock),
-        &Schedule::always(),
+        &Timeline::always(),
         t0() + D::days(1),
     ))
     .unwrap();
@@ -288,7 +288,7 @@ fn a_restarted_engine_resumes_from_the_annotations() {
 fn the_window_closing_lets_the_node_in_flight_finish_and_starts_no_other() {
     let clock = VirtualClock::new(t0());
     let sim = Sim::uniform("c", clock.clone(), 3, &Version::new(1, 12, 0), mins(15));
-    let sched = Schedule {
+    let sched = Timeline {
         windows: vec![(t0(), t0() + D::minutes(20))],
         calendar: None,
         gate_from: Some(t0()),
@@ -327,7 +327,7 @@ fn a_node_cordoned_by_someone_else_is_never_touched() {
     let r = block_on(drive(
         &sim,
         &engine(policy(1, OnDrainTimeout::Skip), &clock),
-        &Schedule::always(),
+        &Timeline::always(),
         t0() + D::days(1),
     ))
     .unwrap();
@@ -354,7 +354,7 @@ fn a_new_target_clears_failed_records_and_moves_on() {
     let r = block_on(drive(
         &sim,
         &engine(policy(1, OnDrainTimeout::Skip), &clock),
-        &Schedule::always(),
+        &Timeline::always(),
         t0() + D::days(1),
     ))
     .unwrap();
@@ -373,7 +373,7 @@ fn a_new_target_clears_failed_records_and_moves_on() {
     let r = block_on(drive(
         &sim,
         &engine(newer, &clock),
-        &Schedule::always(),
+        &Timeline::always(),
         t0() + D::days(1),
     ))
     .unwrap();

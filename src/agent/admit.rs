@@ -26,18 +26,18 @@ impl<B: ClusterBackend> Acting<B> {
     /// Decide whether `head` replaces the applied commit; load the applied config.
     pub(super) async fn judge_head(&mut self, head: Option<Oid>) {
         let mut adopt = false;
-        if self.status.last_applied_commit.is_none() {
+        if self.crd_status.last_applied_commit.is_none() {
             if let Some(head) = head {
                 match self.recover(head).await {
                     Some(commit) => {
-                        self.status.last_applied_commit = Some(commit.to_string());
-                        self.status.commit = Some(short(&commit.to_string()));
+                        self.crd_status.last_applied_commit = Some(commit.to_string());
+                        self.crd_status.commit = Some(short(&commit.to_string()));
                         if let Some(a) = self.load_active(commit).await {
-                            self.status.applied_version = Some(a.env.version.to_string());
+                            self.crd_status.applied_version = Some(a.env.version.to_string());
                         }
                         // Durable before acting on it, as for any applied commit.
-                        if !self.write_status().await {
-                            self.status.last_applied_commit = None;
+                        if !self.write_crd_status().await {
+                            self.crd_status.last_applied_commit = None;
                             return;
                         }
                     }
@@ -46,7 +46,7 @@ impl<B: ClusterBackend> Acting<B> {
             }
         }
         let applied: Option<Oid> = self
-            .status
+            .crd_status
             .last_applied_commit
             .as_deref()
             .and_then(|s| Oid::from_str(s).ok());
@@ -81,22 +81,22 @@ impl<B: ClusterBackend> Acting<B> {
                 status_branch,
                 revoked,
             } => {
-                let previous = self.status.last_applied_commit.clone();
-                if self.status.applied_version.as_deref() != Some(version.as_str()) {
+                let previous = self.crd_status.last_applied_commit.clone();
+                if self.crd_status.applied_version.as_deref() != Some(version.as_str()) {
                     // A new target: the old counts and state say nothing about it.
-                    self.status.target = Some(version.clone());
-                    self.status.state = None;
-                    self.status.since = None;
-                    self.status.at_version = None;
-                    self.status.nodes_at_version = 0;
+                    self.crd_status.target = Some(version.clone());
+                    self.crd_status.state = None;
+                    self.crd_status.since = None;
+                    self.crd_status.at_version = None;
+                    self.crd_status.nodes_at_version = 0;
                 }
-                self.status.last_applied_commit = Some(head.to_string());
-                self.status.applied_version = Some(version.clone());
-                self.status.commit = Some(short(&head.to_string()));
-                self.status.refused = None;
+                self.crd_status.last_applied_commit = Some(head.to_string());
+                self.crd_status.applied_version = Some(version.clone());
+                self.crd_status.commit = Some(short(&head.to_string()));
+                self.crd_status.refused = None;
                 // Durable before acting on it: a restart must resume from this commit.
-                if !self.write_status().await {
-                    self.status.last_applied_commit = previous;
+                if !self.write_crd_status().await {
+                    self.crd_status.last_applied_commit = previous;
                     return;
                 }
                 let src = self.source.clone();
@@ -132,7 +132,7 @@ impl<B: ClusterBackend> Acting<B> {
     }
 
     pub(super) async fn set_refused(&mut self, r: Option<Refused>) {
-        let changed = self.status.refused != r;
+        let changed = self.crd_status.refused != r;
         self.metrics
             .set_blocked(r.as_ref().map(|r| (r.stage.as_str(), r.reason.as_str())));
         if changed {
@@ -153,7 +153,7 @@ impl<B: ClusterBackend> Acting<B> {
                     .await;
             }
         }
-        self.status.refused = r;
+        self.crd_status.refused = r;
     }
 
     /// Without a last applied commit: the one a person confirmed, else the
@@ -161,7 +161,7 @@ impl<B: ClusterBackend> Acting<B> {
     pub(super) async fn recover(&mut self, head: Oid) -> Option<Oid> {
         if self.trust_annotation.is_none() {
             // Read again: the person may have annotated since the term began.
-            if let Ok(obj) = self.store.load_or_create().await {
+            if let Ok(obj) = self.status_object.load_or_create().await {
                 self.trust_annotation = obj
                     .metadata
                     .annotations

@@ -161,23 +161,23 @@ pub enum Error {
 
 /// The agent's status object: `<namespace>/<name>`, one per agent.
 #[derive(Clone)]
-pub struct StatusStore {
+pub struct StatusObject {
     api: Api<DroverStatus>,
     name: String,
     namespace: String,
     spec: DroverStatusSpec,
 }
 
-impl std::fmt::Debug for StatusStore {
+impl std::fmt::Debug for StatusObject {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "StatusStore({}/{})", self.namespace, self.name)
+        write!(f, "StatusObject({}/{})", self.namespace, self.name)
     }
 }
 
-impl StatusStore {
+impl StatusObject {
     /// The store for the object `name` in `namespace` describing `spec`.
     pub fn new(client: Client, namespace: &str, name: &str, spec: DroverStatusSpec) -> Self {
-        StatusStore {
+        StatusObject {
             api: Api::namespaced(client, namespace),
             name: name.to_string(),
             namespace: namespace.to_string(),

@@ -41,7 +41,7 @@ impl<B: ClusterBackend> Acting<B> {
         }
         self.metrics
             .fetched(ok, now.timestamp_millis() as f64 / 1000.0);
-        self.status.last_fetch = Some(FetchRecord {
+        self.crd_status.last_fetch = Some(FetchRecord {
             time: rfc3339(now),
             result: result_text,
         });

@@ -45,7 +45,7 @@ impl<B: ClusterBackend> Agent<B> {
                 // A webhook that reached the follower: relay it to the leader.
                 r = trigger.next() => {
                     if r == Reason::Webhook {
-                        if let Err(e) = state.store.request_fetch().await {
+                        if let Err(e) = state.status_object.request_fetch().await {
                             if let Some(n) = state.pace.allow("relay") {
                                 tracing::warn!(error = %e, suppressed = n, "could not relay the webhook to the leader");
                             }
@@ -156,7 +156,7 @@ impl<B: ClusterBackend> Acting<B> {
         mut cancel: watch::Receiver<bool>,
     ) {
         // A takeover: another replica may have applied newer commits meanwhile.
-        let seen = self.reload_status().await;
+        let seen = self.reload_crd_status().await;
         self.window_seen = None;
         self.events
             .on_status(
@@ -166,7 +166,7 @@ impl<B: ClusterBackend> Acting<B> {
                 format!("{} holds the lease and acts", self.cfg.identity),
             )
             .await;
-        let mut relayed = self.store.fetch_requests(seen);
+        let mut relayed = self.status_object.fetch_requests(seen);
         let mut wake = Wake::Start;
         loop {
             if *cancel.borrow() {
@@ -211,8 +211,8 @@ impl<B: ClusterBackend> Acting<B> {
 
     /// Read the status object back; returns the fetch request stamped on it,
     /// which the term's first fetch (always made) answers.
-    pub(super) async fn reload_status(&mut self) -> Option<String> {
-        match self.store.load_or_create().await {
+    pub(super) async fn reload_crd_status(&mut self) -> Option<String> {
+        match self.status_object.load_or_create().await {
             Ok(obj) => {
                 let stamp = crd::fetch_request_stamp(&obj);
                 self.trust_annotation = obj
@@ -223,9 +223,9 @@ impl<B: ClusterBackend> Acting<B> {
                     .cloned();
                 self.events.set_status_uid(obj.metadata.uid.clone());
                 let st = obj.status.unwrap_or_default();
-                let changed = st.last_applied_commit != self.status.last_applied_commit;
-                self.status = st.clone();
-                self.written = Some(st);
+                let changed = st.last_applied_commit != self.crd_status.last_applied_commit;
+                self.crd_status = st.clone();
+                self.crd_written = Some(st);
                 if changed {
                     self.active = None;
                 }

@@ -48,7 +48,7 @@ use crate::source::{Source, SourceConfig};
 use crate::status::{PublishOptions, StatusReport};
 use crate::trust;
 use chrono::{DateTime, SecondsFormat, Utc};
-use crd::{DroverStatusSpec, DroverStatusStatus, Refused, StatusStore};
+use crd::{DroverStatusSpec, DroverStatusStatus, Refused, StatusObject};
 use events::Events;
 use git2::Oid;
 use metrics::Metrics;
@@ -257,7 +257,7 @@ impl<B: ClusterBackend> Agent<B> {
             addr,
             webhook_addr,
         };
-        let store = StatusStore::new(
+        let store = StatusObject::new(
             client.clone(),
             &cfg.namespace,
             &cfg.status_name,
@@ -276,14 +276,14 @@ impl<B: ClusterBackend> Agent<B> {
             cfg,
             source_abort: source.abort_flag(),
             source: Arc::new(Mutex::new(source)),
-            store,
+            status_object: store,
             events,
             metrics,
             ready,
             clock,
             backend,
-            status: DroverStatusStatus::default(),
-            written: None,
+            crd_status: DroverStatusStatus::default(),
+            crd_written: None,
             active: None,
             refused_cache: None,
             connected: None,
@@ -321,16 +321,17 @@ struct Acting<B: ClusterBackend> {
     source: Arc<Mutex<Source>>,
     /// Stops the fetch in progress; set when a term or the process ends.
     source_abort: Arc<std::sync::atomic::AtomicBool>,
-    store: StatusStore,
+    /// The DroverStatus object this agent writes.
+    status_object: StatusObject,
     events: Events,
     metrics: Arc<Metrics>,
     ready: Arc<http::Readiness>,
     clock: SharedClock,
     backend: B,
-    /// The status as this term wants it.
-    status: DroverStatusStatus,
-    /// The status as last written.
-    written: Option<DroverStatusStatus>,
+    /// The CRD status as this term wants it.
+    crd_status: DroverStatusStatus,
+    /// The CRD status as last written.
+    crd_written: Option<DroverStatusStatus>,
     active: Option<Active>,
     /// A trust or config refusal, remembered for its commit.
     refused_cache: Option<(Oid, Refused)>,

@@ -23,10 +23,10 @@ impl<B: ClusterBackend> Acting<B> {
         }
         let started = Instant::now();
         let head = { lock(&self.source).fetched() };
-        self.status.head_commit = head.map(|h| h.to_string());
+        self.crd_status.head_commit = head.map(|h| h.to_string());
         // `commit` is the applied commit, updated in the span if this pass applies a new one.
         let applied = self
-            .status
+            .crd_status
             .last_applied_commit
             .as_deref()
             .map(short)
@@ -50,7 +50,7 @@ impl<B: ClusterBackend> Acting<B> {
                 ),
             );
             let next = self.reconcile(cancel).await;
-            self.write_status().await;
+            self.write_crd_status().await;
             self.publish().await;
             next
         }
@@ -60,9 +60,9 @@ impl<B: ClusterBackend> Acting<B> {
             wake,
             started,
             head: head.map(|h| h.to_string()),
-            applied: self.status.last_applied_commit.clone(),
+            applied: self.crd_status.last_applied_commit.clone(),
             state: self.last_published.as_ref().map(|r| r.state),
-            refused: self.status.refused.clone(),
+            refused: self.crd_status.refused.clone(),
         });
         if self.publish_pending {
             // A held progress report waits for its time; a failed push retries soon.

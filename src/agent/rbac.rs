@@ -36,7 +36,7 @@ pub const NAMESPACE_PERMISSIONS: &[Permission] = &[
         "leases",
         &["get", "create", "update"],
     ),
-    // crd::StatusStore: get, create once, merge-patch the status subresource;
+    // crd::StatusObject: get, create once, merge-patch the status subresource;
     // a follower patches an annotation that the leader watches (webhook relay).
     (
         "drover.dev",

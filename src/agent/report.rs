@@ -43,7 +43,7 @@ impl<B: ClusterBackend> Acting<B> {
                 .await;
         }
         let state = d.state.as_str();
-        if self.status.state.as_deref() != Some(state) {
+        if self.crd_status.state.as_deref() != Some(state) {
             self.events
                 .on_status(
                     if matches!(d.state, RolloutState::Failed | RolloutState::Blocked) {
@@ -67,7 +67,7 @@ impl<B: ClusterBackend> Acting<B> {
                     ),
                 )
                 .await;
-            self.status.since = Some(rfc3339(now));
+            self.crd_status.since = Some(rfc3339(now));
         }
         // The first observation of a term is no transition (a restart would repeat it).
         let was_open = self.window_seen.replace(window.opened_at.is_some());
@@ -89,21 +89,21 @@ impl<B: ClusterBackend> Acting<B> {
                 .await;
         }
         self.metrics.set_rollout_state(state);
-        self.status.state = Some(state.into());
-        self.status.target = Some(active.env.version.to_string());
-        self.status.nodes = d.nodes;
-        self.status.nodes_at_version = d.nodes_at_version;
-        self.status.at_version = Some(format!("{}/{}", d.nodes_at_version, d.nodes));
-        self.status.window_open = window.opened_at.is_some();
-        self.status.next_window = match (window.closes_at, window.next_opens_at) {
+        self.crd_status.state = Some(state.into());
+        self.crd_status.target = Some(active.env.version.to_string());
+        self.crd_status.nodes = d.nodes;
+        self.crd_status.nodes_at_version = d.nodes_at_version;
+        self.crd_status.at_version = Some(format!("{}/{}", d.nodes_at_version, d.nodes));
+        self.crd_status.window_open = window.opened_at.is_some();
+        self.crd_status.next_window = match (window.closes_at, window.next_opens_at) {
             (Some(end), _) => Some(format!("open until {}", rfc3339(end))),
             (None, Some(start)) => Some(rfc3339(start)),
             (None, None) => None,
         };
-        self.status.message = d.message.clone();
-        self.status.reporter = Some(self.cfg.identity.clone());
+        self.crd_status.message = d.message.clone();
+        self.crd_status.reporter = Some(self.cfg.identity.clone());
         let since = self
-            .status
+            .crd_status
             .since
             .as_deref()
             .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
@@ -123,7 +123,7 @@ impl<B: ClusterBackend> Acting<B> {
         };
         // A refused newer head is what the cluster reports (docs/design.md §5):
         // `version` is the refused one, `config_commit` the commit it stays on.
-        let report = match (&self.status.refused, &self.refused_version) {
+        let report = match (&self.crd_status.refused, &self.refused_version) {
             (Some(r), Some(v)) => {
                 let mut message = format!(
                     "commit {} refused ({} check, {}): {}",
@@ -139,7 +139,7 @@ impl<B: ClusterBackend> Acting<B> {
                         .unwrap_or(0);
                     message.truncate(cut);
                 }
-                self.status.state = Some("refused".into());
+                self.crd_status.state = Some("refused".into());
                 StatusReport {
                     version: v.clone(),
                     state: RolloutState::Refused,
@@ -163,12 +163,12 @@ impl<B: ClusterBackend> Acting<B> {
 
     /// No applied config: the CRD status says why (refused, or nothing trusted yet).
     pub(super) fn report_unconfigured(&mut self) {
-        self.status.state = Some(if self.status.refused.is_some() {
+        self.crd_status.state = Some(if self.crd_status.refused.is_some() {
             "refused".into()
         } else {
             "blocked".into()
         });
-        self.status.message = match &self.status.refused {
+        self.crd_status.message = match &self.crd_status.refused {
             Some(r) => format!("no applied config: {}", r.message),
             None => "no trusted config fetched yet".into(),
         };
@@ -231,13 +231,13 @@ impl<B: ClusterBackend> Acting<B> {
     }
 
     /// Write the status object if it changed; false when the write failed.
-    pub(super) async fn write_status(&mut self) -> bool {
-        if self.written.as_ref() == Some(&self.status) {
+    pub(super) async fn write_crd_status(&mut self) -> bool {
+        if self.crd_written.as_ref() == Some(&self.crd_status) {
             return true;
         }
-        match self.store.write(&self.status).await {
+        match self.status_object.write(&self.crd_status).await {
             Ok(()) => {
-                self.written = Some(self.status.clone());
+                self.crd_written = Some(self.crd_status.clone());
                 true
             }
             Err(e) => {

@@ -365,7 +365,7 @@ impl Story {
 
         let calendar = window::Calendar::of(&env_cfg)?;
         let horizon_windows = windows_between(&calendar, at, until);
-        let sim_schedule = sim::Schedule {
+        let sim_schedule = sim::Timeline {
             windows: horizon_windows.clone(),
             calendar: Some(calendar),
             gate_from,

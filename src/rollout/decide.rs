@@ -305,7 +305,7 @@ pub fn decide(
         Change::Patch => inputs.patch_window.as_ref().unwrap_or(&inputs.window),
         Change::Other => &inputs.window,
     };
-    let mut wake = Wake(win.closes_at.or(win.next_opens_at));
+    let mut wake = WakeAt(win.closes_at.or(win.next_opens_at));
 
     let mut releases = Vec::new();
     let mut advances = Vec::new();
@@ -892,9 +892,10 @@ fn add(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
     elapsed(t, t, d).1
 }
 
-struct Wake(Option<DateTime<Utc>>);
+/// The earliest instant the decision asks to be woken at (its `wake_at`).
+struct WakeAt(Option<DateTime<Utc>>);
 
-impl Wake {
+impl WakeAt {
     fn at(&mut self, t: DateTime<Utc>) {
         self.0 = Some(self.0.map_or(t, |w| w.min(t)));
     }
