@@ -1,6 +1,7 @@
 //! Step-by-step tests of the decision core.
 
 use super::decide::*;
+use super::decision::*;
 use super::RolloutState;
 use crate::cluster::{NodeProgress, NodeView, ProgressState, UpgradeStatus};
 use crate::config::{MaxUnavailable, OnDrainTimeout};

@@ -2,7 +2,8 @@
 //! [`decide`], and applies the actions. It keeps nothing between steps, so a
 //! restarted engine resumes from what the nodes record.
 
-use super::decide::{decide, Action, Decision, Inputs, Policy};
+use super::decide::decide;
+use super::decision::{Action, Decision, Inputs, Policy};
 use crate::cluster::{Cluster, NodeProgress, ProgressState};
 use chrono::{DateTime, Utc};
 use serde::Serialize;

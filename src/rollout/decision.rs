@@ -1,0 +1,227 @@
+//! The decision's vocabulary: what [`super::decide`] reads ([`Policy`],
+//! [`Inputs`], [`WindowState`]) and what it says ([`Decision`], [`Action`],
+//! [`Skipped`]). Values only; how a decision is reached lives in `decide.rs`.
+
+use super::RolloutState;
+use crate::cluster::{NodeProgress, NodeSeen};
+use crate::config::{EnvConfig, HealthSpec, MaxUnavailable, OnDrainTimeout, PrometheusCheck};
+use crate::health::QueryOutcome;
+use chrono::{DateTime, Utc};
+use semver::Version;
+use serde::Serialize;
+use std::time::Duration;
+
+/// The environment's rollout policy, from its config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// The pinned version.
+    pub target: Version,
+    /// Budget of unavailable selected nodes.
+    pub max_unavailable: MaxUnavailable,
+    /// Longest a drain may take.
+    pub drain_timeout: Duration,
+    /// Longest from drain start to Ready at the target.
+    pub node_timeout: Duration,
+    /// What a drain timeout does to the rest of the rollout.
+    pub on_drain_timeout: OnDrainTimeout,
+    /// `[health]` when the environment has the section: each returned node
+    /// is watched and the cluster settles before `confirmed` (see
+    /// [`super::health`]); `None` = done once Ready at the version.
+    pub health: Option<HealthSpec>,
+}
+
+impl Policy {
+    /// The policy an environment file pins.
+    pub fn from_env(env: &EnvConfig) -> Self {
+        Policy {
+            target: env.version.clone(),
+            max_unavailable: env.rollout.max_unavailable,
+            drain_timeout: env.rollout.drain_timeout,
+            node_timeout: env.rollout.node_timeout,
+            on_drain_timeout: env.rollout.on_drain_timeout,
+            health: env.health.enabled.then(|| env.health.clone()),
+        }
+    }
+}
+
+/// The window at the decision's `now`, computed by the caller with
+/// [`crate::window::Calendar::state_at`].
+pub use crate::window::WindowState;
+
+/// Everything besides the nodes that decides whether a node may start.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Inputs {
+    /// False when the gate or the trust check refused, or there is no trusted config.
+    pub may_start: bool,
+    /// Why `may_start` is false, for the status message.
+    pub hold_reason: String,
+    /// The window at `now` for a change that is not a patch update.
+    pub window: WindowState,
+    /// The window at `now` for a patch update (same major.minor as every
+    /// selected node runs), when it differs (a `minor` freeze); `None` = `window`.
+    pub patch_window: Option<WindowState>,
+    /// Health inputs of the watched nodes (those `watching` or `passed` at
+    /// the target), from [`crate::cluster::Cluster::health`]; the engine
+    /// fills it in.
+    pub health: Vec<NodeSeen>,
+    /// The latest outcome of every `[[health.prometheus]]` check, evaluated
+    /// by the caller.
+    pub queries: Vec<(PrometheusCheck, QueryOutcome)>,
+}
+
+/// One thing the engine must do to a node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Action {
+    /// Record state=draining, then cordon (in one patch); `by_drover` is
+    /// false when the node was already unschedulable.
+    Cordon {
+        /// Node name.
+        node: String,
+        /// The progress to write.
+        progress: NodeProgress,
+    },
+    /// One eviction pass.
+    Evict {
+        /// Node name.
+        node: String,
+    },
+    /// Record state=upgrading and start the driver.
+    StartUpgrade {
+        /// Node name.
+        node: String,
+        /// The progress to write (its target and started-at identify the run).
+        progress: NodeProgress,
+    },
+    /// The drain timed out: give the node back (uncordon if drover cordoned it), state=blocked.
+    Block {
+        /// Node name.
+        node: String,
+        /// The progress to write.
+        progress: NodeProgress,
+        /// Uncordon in the same patch.
+        uncordon: bool,
+    },
+    /// Ready at the target: uncordon if drover cordoned it, clear the progress.
+    Complete {
+        /// Node name.
+        node: String,
+        /// Uncordon in the same patch.
+        uncordon: bool,
+    },
+    /// The node did not reach the target: uncordon if drover cordoned it, state=failed.
+    Fail {
+        /// Node name.
+        node: String,
+        /// The progress to write.
+        progress: NodeProgress,
+        /// Uncordon in the same patch.
+        uncordon: bool,
+    },
+    /// Ready at the target with `[health]`: uncordon if drover cordoned it
+    /// and record state=watching (also a retried health failure).
+    Watch {
+        /// Node name.
+        node: String,
+        /// The progress to write (`started_at` = the watch start).
+        progress: NodeProgress,
+        /// Uncordon in the same patch.
+        uncordon: bool,
+    },
+    /// The node's watch held for `pod_ready_timeout`: state=passed.
+    Pass {
+        /// Node name.
+        node: String,
+        /// The progress to write (`started_at` = when it passed).
+        progress: NodeProgress,
+    },
+    /// A health check failed (docs/design.md §5a): state=failed, naming the
+    /// check; the node stays in service, no further node starts.
+    Unhealthy {
+        /// Node name.
+        node: String,
+        /// The progress to write.
+        progress: NodeProgress,
+        /// The kind of check that failed (`node_condition`, `crash_loop`,
+        /// `pod_not_ready`, `prometheus`).
+        check: String,
+    },
+    /// Forget a blocked or failed record (retry requested, or target changed).
+    Clear {
+        /// Node name.
+        node: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Action {
+    /// The node the action is about.
+    pub fn node(&self) -> &str {
+        match self {
+            Action::Cordon { node, .. }
+            | Action::Evict { node }
+            | Action::StartUpgrade { node, .. }
+            | Action::Block { node, .. }
+            | Action::Complete { node, .. }
+            | Action::Fail { node, .. }
+            | Action::Watch { node, .. }
+            | Action::Pass { node, .. }
+            | Action::Unhealthy { node, .. }
+            | Action::Clear { node, .. } => node,
+        }
+    }
+
+    /// A short name for logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Action::Cordon { .. } => "cordon",
+            Action::Evict { .. } => "evict",
+            Action::StartUpgrade { .. } => "start_upgrade",
+            Action::Block { .. } => "block",
+            Action::Complete { .. } => "complete",
+            Action::Fail { .. } => "fail",
+            Action::Watch { .. } => "watch",
+            Action::Pass { .. } => "pass",
+            Action::Unhealthy { .. } => "unhealthy",
+            Action::Clear { .. } => "clear",
+        }
+    }
+}
+
+/// A node drover leaves alone, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Skipped {
+    /// Node name.
+    pub node: String,
+    /// Why it is not touched.
+    pub reason: String,
+}
+
+/// The decision for one step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Decision {
+    /// What to do, in order: give nodes back first, then advance, then start new ones.
+    pub actions: Vec<Action>,
+    /// The environment's state for the status report.
+    pub state: RolloutState,
+    /// Why the state is what it is (empty when rolling or confirmed).
+    pub message: String,
+    /// Selected nodes.
+    pub nodes: u32,
+    /// Selected nodes Ready at the target.
+    pub nodes_at_version: u32,
+    /// The budget resolved against the selected nodes.
+    pub max_unavailable: u32,
+    /// Nodes counted against the budget once the actions are applied.
+    pub unavailable: u32,
+    /// Nodes left alone.
+    pub skipped: Vec<Skipped>,
+    /// The next instant at which the decision changes by time alone (a
+    /// timeout, a window opening or closing); events on nodes come on top.
+    pub wake_at: Option<DateTime<Utc>>,
+    /// A health watch or settle is running: pods and Prometheus are polled,
+    /// so decide again within [`super::health::HEALTH_RECHECK`] (a backend
+    /// whose health changes only at its own events may ignore this).
+    pub poll_health: bool,
+}
