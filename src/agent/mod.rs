@@ -1,11 +1,11 @@
 //! The in-cluster agent: on every trigger (poll, webhook, local change), on
 //! cluster changes and on a fallback tick, one pass runs its stages in
-//! order ([`pass`]): fetch → admit (trust → config → gate) → act (engine) →
+//! order (`pass.rs`): fetch → admit (trust → config → gate) → act (engine) →
 //! report (CRD status, status report, Events, metrics).
 //!
-//! Only the replica holding the lease ([`leader`], [`lifecycle`]) acts. A new head that is
-//! unsigned, rewritten, invalid or refused by the gate changes nothing: it is
-//! reported (status object, Event, metric) and the agent keeps acting on the
+//! Only the replica holding the lease ([`leader`]; the lifecycle in
+//! `lifecycle.rs`) acts. A new head that is unsigned, rewritten, invalid or
+//! refused by the gate changes nothing: it is reported (status object, Event, metric) and the agent keeps acting on the
 //! last applied commit, which lives in the status object's
 //! `status.lastAppliedCommit` so that it survives restarts and takeovers.
 //!
@@ -57,6 +57,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::broadcast;
+
 /// Errors that stop the agent (everything else is reported and retried).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
