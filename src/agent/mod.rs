@@ -5,9 +5,10 @@
 //!
 //! Only the replica holding the lease ([`leader`]; the lifecycle in
 //! `lifecycle.rs`) acts. A new head that is unsigned, rewritten, invalid or
-//! refused by the gate changes nothing: it is reported (status object, Event, metric) and the agent keeps acting on the
-//! last applied commit, which lives in the status object's
-//! `status.lastAppliedCommit` so that it survives restarts and takeovers.
+//! refused by the gate changes nothing: it is reported (status object,
+//! Event, metric) and the agent keeps acting on the last applied commit,
+//! which lives in the status object's `status.lastAppliedCommit` so that it
+//! survives restarts and takeovers.
 //!
 //! Choices where the issue is silent:
 //! - A refused new head does not pause the rollout of the last applied

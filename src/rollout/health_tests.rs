@@ -1,8 +1,8 @@
 //! Health in the decision core (docs/design.md §5a), step by step, without I/O.
 
 use super::decide::*;
-use super::decision::*;
 use super::decide_tests::idle as node;
+use super::decision::*;
 use super::RolloutState;
 use crate::cluster::{NodeProgress, NodeSeen, NodeView, PodSeen, ProgressState, UpgradeStatus};
 use crate::config::{HealthSpec, MaxUnavailable, OnDrainTimeout, OnUnreachable, PrometheusCheck};
