@@ -1,0 +1,134 @@
+//! Driving the engine against the sim: the [`Timeline`] of windows and gate
+//! a simulated rollout runs under, and [`drive`], which jumps from one
+//! interesting instant to the next until the rollout ends.
+
+use super::{Sim, SimError};
+use crate::rollout::{
+    Clock, Decision, Engine, EngineError, Inputs, RolloutState, VirtualClock, WindowState,
+};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+/// When nodes may start: the windows and the gate as functions of time (the
+/// simulated counterpart of what the agent asks of the window and the gate).
+#[derive(Debug, Clone, Default)]
+pub struct Timeline {
+    /// Windows as `[start, end)`, sorted; used when `calendar` is `None`.
+    pub windows: Vec<(DateTime<Utc>, DateTime<Utc>)>,
+    /// The environment's windows, freezes and pause: when set, the windows
+    /// come from it exactly as the agent computes them.
+    pub calendar: Option<crate::window::Calendar>,
+    /// The gate passes from this instant on; `None` = never.
+    pub gate_from: Option<DateTime<Utc>>,
+}
+
+impl Timeline {
+    /// Always open, gate passed.
+    pub fn always() -> Self {
+        Timeline {
+            windows: vec![(DateTime::<Utc>::MIN_UTC, DateTime::<Utc>::MAX_UTC)],
+            calendar: None,
+            gate_from: Some(DateTime::<Utc>::MIN_UTC),
+        }
+    }
+
+    /// The engine's inputs at `now`.
+    pub fn inputs(&self, now: DateTime<Utc>) -> Inputs {
+        let (window, patch_window) = match &self.calendar {
+            Some(c) => c.inputs_at(now),
+            None => (WindowState::from_intervals(&self.windows, now), None),
+        };
+        let may_start = self.gate_from.is_some_and(|g| now >= g);
+        Inputs {
+            may_start,
+            hold_reason: if may_start {
+                String::new()
+            } else {
+                "promotion gate not passed".into()
+            },
+            window,
+            patch_window,
+            ..Default::default()
+        }
+    }
+
+    /// Whether a node may start at `now`.
+    pub fn allows(&self, now: DateTime<Utc>) -> bool {
+        let i = self.inputs(now);
+        i.may_start && i.window.is_open()
+    }
+
+    fn next_change(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.gate_from.filter(|g| *g > now)
+    }
+}
+
+/// How a [`drive`] ended.
+#[derive(Debug, Clone, Serialize)]
+pub struct DriveReport {
+    /// The last decision.
+    pub last: Decision,
+    /// Virtual time when it ended.
+    pub ended_at: DateTime<Utc>,
+    /// Reconcile steps taken.
+    pub steps: usize,
+    /// It ended because nothing more could happen (not because of the horizon).
+    pub settled: bool,
+}
+
+/// Run the engine against the sim from the clock's time until the rollout
+/// is confirmed or failed with nothing in flight, nothing more can happen,
+/// or `until`. Time jumps to the next event.
+pub async fn drive(
+    sim: &Sim,
+    engine: &Engine<VirtualClock>,
+    schedule: &Timeline,
+    until: DateTime<Utc>,
+) -> Result<DriveReport, EngineError<SimError>> {
+    let mut steps = 0;
+    let mut same_instant = 0;
+    loop {
+        let now = sim.clock.now();
+        let out = engine.reconcile(sim, &schedule.inputs(now)).await?;
+        steps += 1;
+        let finished = matches!(
+            out.decision.state,
+            RolloutState::Confirmed | RolloutState::Failed
+        ) && sim.in_flight() == 0;
+        if finished {
+            return Ok(DriveReport {
+                last: out.decision,
+                ended_at: now,
+                steps,
+                settled: true,
+            });
+        }
+        // Each extra step at one instant moves some node forward; the bound
+        // only guards against a bug looping forever.
+        if out.again && same_instant < 8 + 4 * out.decision.nodes as usize {
+            same_instant += 1;
+            continue;
+        }
+        same_instant = 0;
+        let next = [
+            sim.next_event(now),
+            out.decision.wake_at,
+            schedule.next_change(now),
+        ]
+        .into_iter()
+        .flatten()
+        .filter(|t| *t > now)
+        .min();
+        match next {
+            Some(t) if t <= until => sim.clock.set(t),
+            _ => {
+                return Ok(DriveReport {
+                    last: out.decision,
+                    ended_at: now,
+                    steps,
+                    settled: next.is_none(),
+                })
+            }
+        }
+    }
+}
