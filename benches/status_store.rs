@@ -237,6 +237,14 @@ fn main() {
     let base = tmp.path().join("served");
     std::fs::create_dir_all(&base).unwrap();
     bare_clone(&work, &base, "config");
+    // `DROVER_BENCH_AUTOGC=0`: the served repository runs no `git gc --auto`
+    // after a push, as forges do their maintenance out of band.
+    if env_num("DROVER_BENCH_AUTOGC", 1) == 0 {
+        git(
+            &base.join("config.git"),
+            &["config", "receive.autogc", "false"],
+        );
+    }
     let daemon = GitDaemon::start(&base);
     let url = daemon.url("config");
 

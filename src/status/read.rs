@@ -13,7 +13,9 @@
 //! - it parses and names the env and cluster of its path.
 //!
 //! Everything else is ignored and named in [`Confirmations::ignored`]. Only
-//! one report is held in memory at a time.
+//! one report is held in memory at a time. The gate's read checks signatures
+//! only where they can matter ([`Checks::Evidence`]): each file's newest
+//! version and every `confirmed` or `failed` one.
 //!
 //! Per cluster and version, the newest decisive report wins: a `failed`
 //! report withdraws every earlier confirmation of that version. A
