@@ -75,6 +75,8 @@ struct Tally {
     latencies: Vec<Duration>,
     attempts: Vec<u32>,
     errors: u64,
+    /// The first few distinct errors, with how long the failed call took.
+    error_kinds: Vec<(String, Duration)>,
     lost: Vec<(String, u32)>,
 }
 
@@ -235,6 +237,14 @@ fn main() {
     let base = tmp.path().join("served");
     std::fs::create_dir_all(&base).unwrap();
     bare_clone(&work, &base, "config");
+    // `DROVER_BENCH_AUTOGC=0`: the served repository runs no `git gc --auto`
+    // after a push, as forges do their maintenance out of band.
+    if env_num("DROVER_BENCH_AUTOGC", 1) == 0 {
+        git(
+            &base.join("config.git"),
+            &["config", "receive.autogc", "false"],
+        );
+    }
     let daemon = GitDaemon::start(&base);
     let url = daemon.url("config");
 
@@ -243,7 +253,7 @@ fn main() {
     let sources: Vec<Source> = clusters
         .iter()
         .map(|(_, c)| {
-            let mut cfg = SourceConfig::new(url.clone(), tmp.path().join("agents").join(c));
+            let mut cfg = SourceConfig::new(url.clone(), tmp.path().join("caches").join(c));
             cfg.timeout = Duration::from_secs(60);
             let s = Source::open(cfg).expect("open source");
             s.fetch().expect("first fetch");
@@ -255,6 +265,12 @@ fn main() {
         secs(t_open.elapsed())
     );
 
+    eprintln!(
+        "load average before pushing: {}",
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
     let tally = Arc::new(Mutex::new(Tally::default()));
     let start = Instant::now() + Duration::from_secs(2);
     let mut handles = Vec::new();
@@ -299,14 +315,23 @@ fn main() {
                         // refused by the server's limit, or exhausted) is
                         // retried until the next report supersedes it.
                         let landed = loop {
+                            let call = Instant::now();
                             match status::publish(&source, &report, &opts) {
                                 Ok(p) => {
                                     attempts += p.attempts;
                                     break true;
                                 }
-                                Err(_) => {
+                                Err(e) => {
                                     attempts += 1;
-                                    tally.lock().unwrap().errors += 1;
+                                    let mut t = tally.lock().unwrap();
+                                    t.errors += 1;
+                                    let kind = e.to_string();
+                                    if t.error_kinds.len() < 5
+                                        && !t.error_kinds.iter().any(|(k, _)| *k == kind)
+                                    {
+                                        t.error_kinds.push((kind, call.elapsed()));
+                                    }
+                                    drop(t);
                                     let pause =
                                         Duration::from_millis(rand::random_range(500..2000));
                                     if Instant::now() + pause >= next_due {
@@ -332,6 +357,13 @@ fn main() {
         h.join().expect("agent thread");
     }
     let push_wall = start.elapsed();
+    eprintln!(
+        "push phase done in {}; load average: {}",
+        secs(push_wall),
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
     drop(daemon);
 
     // What is on the remote: every (cluster, round) ever written, on every
@@ -439,6 +471,9 @@ fn main() {
         }
     }
     let history_total = commits + added;
+    // A reader's copy of the store comes from a fetch, packed; the versions
+    // added above are loose objects until packed like a fetch would have.
+    git(&reader, &["repack", "-adq"]);
     let bin = env!("CARGO_BIN_EXE_drover");
     let time_status = |extra: &[&str]| -> Duration {
         let mut v: Vec<Duration> = (0..5)
@@ -466,9 +501,101 @@ fn main() {
     let cfg = drover::config::load(&drover::config::DirFiles::new(&reader)).unwrap();
     let signers =
         drover::trust::AllowedSigners::load(&reader.join("agents.allowed_signers")).unwrap();
-    let t_gate = Instant::now();
+    let gate_read = {
+        let mut v: Vec<Duration> = (0..5)
+            .map(|_| {
+                let t0 = Instant::now();
+                status::read_confirmations(&repo, "drover/status", Some(&signers)).unwrap();
+                t0.elapsed()
+            })
+            .collect();
+        v.sort();
+        v[2]
+    };
     let conf = status::read_confirmations(&repo, "drover/status", Some(&signers)).unwrap();
-    let gate_read = t_gate.elapsed();
+    // Before: the same read with every version's signature checked, as the
+    // gate's read did before it checked only what can count.
+    let every_signature = {
+        let store = status::find_store(&repo, "drover/status").unwrap();
+        let mut v: Vec<Duration> = (0..5)
+            .map(|_| {
+                let t0 = Instant::now();
+                let mut ignored = Vec::new();
+                let mut n = 0usize;
+                status::walk_store_reports(&repo, &store, Some(&signers), &mut ignored, |_| n += 1)
+                    .unwrap();
+                assert_eq!(n, history_total);
+                t0.elapsed()
+            })
+            .collect();
+        v.sort();
+        v[2]
+    };
+    // The baselines of the same run: git itself reading the same data, with
+    // no signature checked. Tips: list the branches, then every tip's report
+    // in one `cat-file --batch`. History: every version of every report.
+    let (git_tips, git_history) = {
+        let tips_read = || {
+            let refs = Command::new("git")
+                .current_dir(&reader)
+                .args([
+                    "for-each-ref",
+                    "--format=%(refname)",
+                    "refs/heads/drover/status.d/",
+                ])
+                .output()
+                .unwrap();
+            assert!(refs.status.success());
+            let mut input = String::new();
+            for name in String::from_utf8(refs.stdout).unwrap().lines() {
+                let rest = name.trim_start_matches("refs/heads/drover/status.d/");
+                let (env, cluster) = rest.split_once('/').unwrap();
+                input.push_str(&format!("{name}:{}\n", status::report_path(env, cluster)));
+            }
+            let mut child = Command::new("git")
+                .current_dir(&reader)
+                .args(["cat-file", "--batch"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap();
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(input.as_bytes())
+                .unwrap();
+            assert!(child.wait().unwrap().success());
+        };
+        let history_read = || {
+            let st = Command::new("git")
+                .current_dir(&reader)
+                .args([
+                    "log",
+                    "-p",
+                    "--format=%H %ct",
+                    "--branches=drover/status.d/*",
+                ])
+                .stdout(Stdio::null())
+                .status()
+                .unwrap();
+            assert!(st.success());
+        };
+        let median = |f: &dyn Fn()| {
+            let mut v: Vec<Duration> = (0..5)
+                .map(|_| {
+                    let t0 = Instant::now();
+                    f();
+                    t0.elapsed()
+                })
+                .collect();
+            v.sort();
+            v[2]
+        };
+        (median(&tips_read), median(&history_read))
+    };
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
 
     println!("## Status store at fleet size\n");
     println!(
@@ -506,10 +633,43 @@ fn main() {
         secs(read_html)
     );
     println!(
-        "| `status::read_confirmations` (the gate's read, every signature verified), {} confirmations | {} |",
+        "| `status::read_confirmations` (the gate's read, every signature verified), {} confirmations, median of 5 | {} |",
         conf.for_env("production").len() + conf.for_env("stage").len() + conf.for_env("test").len(),
         secs(gate_read)
     );
+    println!(
+        "| before: the same read checking every version's signature ({history_total}), median of 5 | {} |",
+        secs(every_signature)
+    );
+    println!(
+        "| baseline: git `for-each-ref` + one `cat-file --batch` of every tip's report (no signature checked), median of 5 | {} |",
+        secs(git_tips)
+    );
+    println!(
+        "| baseline: `git log -p` of every cluster branch, all {history_total} versions (no signature checked), median of 5 | {} |",
+        secs(git_history)
+    );
+    println!(
+        "| ratio `drover status` / git tips read; `read_confirmations` / `git log -p` | {:.1}× ; {:.1}× |",
+        read.as_secs_f64() / git_tips.as_secs_f64(),
+        gate_read.as_secs_f64() / git_history.as_secs_f64()
+    );
+    println!("\nload average after the reads: {}", load.trim());
+    for (kind, took) in &t.error_kinds {
+        eprintln!("publish failed after {}: {kind}", secs(*took));
+    }
+    if let Ok(log) = std::fs::read_to_string(base.join("daemon.log")) {
+        let lines: Vec<&str> = log.lines().collect();
+        eprintln!(
+            "git daemon log: {} lines, {} 'Too many children'; last: {:?}",
+            lines.len(),
+            lines
+                .iter()
+                .filter(|l| l.contains("Too many children"))
+                .count(),
+            lines.iter().rev().take(3).collect::<Vec<_>>()
+        );
+    }
     if !t.lost.is_empty() {
         eprintln!(
             "lost reports (first 10): {:?}",

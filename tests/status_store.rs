@@ -146,6 +146,110 @@ fn a_clusters_branch_counts_only_its_own_key() {
 }
 
 #[test]
+fn below_the_tip_every_confirmed_or_failed_report_is_still_checked() {
+    // The gate's read checks signatures only where they can matter: a
+    // file's newest version and every `confirmed` or `failed` one.
+    let f = Fixture::new(&["stage-1", "stage-2"]);
+    let at = |c: &status::Confirmations| c.confirmed_at("stage", "stage-1", &v());
+    // An older `confirmed` in stage-1's history, signed with stage-2's key,
+    // under rolling reports signed by stage-1: it must not count.
+    let forged = f.commit(
+        &report("stage-1", RolloutState::Confirmed, "2030-01-01T00:00:00Z"),
+        "stage-2",
+        None,
+    );
+    let rolling = f.commit(
+        &report("stage-1", RolloutState::Rolling, "2030-01-02T00:00:00Z"),
+        "stage-1",
+        Some(forged),
+    );
+    f.set("drover/status.d/stage/stage-1", rolling);
+    let conf = f.read();
+    assert_eq!(at(&conf), None);
+    assert!(
+        conf.why_not("stage", "stage-1", &v())
+            .unwrap()
+            .contains("stage/stage-2's key"),
+        "{:?}",
+        conf.ignored
+    );
+
+    // Control: the same history with the `confirmed` signed by its own key
+    // counts. An older `rolling` under it signed with the wrong key is not checked:
+    // it could change nothing, and it is not named.
+    let noise = f.commit(
+        &report("stage-1", RolloutState::Rolling, "2029-12-31T00:00:00Z"),
+        "stage-2",
+        None,
+    );
+    let own_confirmed = f.commit(
+        &report("stage-1", RolloutState::Confirmed, "2030-01-01T00:00:00Z"),
+        "stage-1",
+        Some(noise),
+    );
+    let tip = f.commit(
+        &report("stage-1", RolloutState::Rolling, "2030-01-02T00:00:00Z"),
+        "stage-1",
+        Some(own_confirmed),
+    );
+    f.set("drover/status.d/stage/stage-1", tip);
+    let conf = f.read();
+    assert_eq!(at(&conf), Some("2030-01-01T00:00:00Z".parse().unwrap()));
+    assert!(conf.ignored.is_empty(), "{:?}", conf.ignored);
+
+    // A forged `failed` below the tip does not withdraw that confirmation...
+    let forged_failed = f.commit(
+        &report("stage-1", RolloutState::Failed, "2030-01-03T00:00:00Z"),
+        "stage-2",
+        Some(tip),
+    );
+    let tip = f.commit(
+        &report("stage-1", RolloutState::Rolling, "2030-01-04T00:00:00Z"),
+        "stage-1",
+        Some(forged_failed),
+    );
+    f.set("drover/status.d/stage/stage-1", tip);
+    let conf = f.read();
+    assert_eq!(at(&conf), Some("2030-01-01T00:00:00Z".parse().unwrap()));
+    assert_eq!(conf.ignored.len(), 1, "{:?}", conf.ignored);
+    // ...and its control, a `failed` signed by stage-1, does.
+    let failed = f.commit(
+        &report("stage-1", RolloutState::Failed, "2030-01-03T00:00:00Z"),
+        "stage-1",
+        Some(tip),
+    );
+    let tip = f.commit(
+        &report("stage-1", RolloutState::Rolling, "2030-01-04T00:00:00Z"),
+        "stage-1",
+        Some(failed),
+    );
+    f.set("drover/status.d/stage/stage-1", tip);
+    let conf = f.read();
+    assert_eq!(at(&conf), None);
+    assert!(conf
+        .why_not("stage", "stage-1", &v())
+        .unwrap()
+        .contains("withdrawn"));
+
+    // The newest report is always checked and named when it does not count,
+    // whatever its state: an agent whose key is wrong shows at once.
+    let wrong_tip = f.commit(
+        &report("stage-1", RolloutState::Rolling, "2030-01-05T00:00:00Z"),
+        "stage-2",
+        Some(tip),
+    );
+    f.set("drover/status.d/stage/stage-1", wrong_tip);
+    let conf = f.read();
+    assert!(
+        conf.ignored
+            .iter()
+            .any(|i| i.commit == wrong_tip.to_string() && i.why.contains("stage/stage-2's key")),
+        "{:?}",
+        conf.ignored
+    );
+}
+
+#[test]
 fn the_older_single_branch_is_read_and_a_clusters_own_branch_continues_it() {
     let f = Fixture::new(&["stage-1", "stage-2"]);
     // The older layout: both clusters confirmed on the one shared branch.

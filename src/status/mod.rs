@@ -10,7 +10,7 @@ mod store;
 
 pub use read::{
     confirmations_at, find_status_branch, read_confirmations, walk_reports, walk_versions,
-    BranchRef, Confirmations, Error, Ignored, ReportSigners, ReportVersion, Standing,
+    BranchRef, Checks, Confirmations, Error, Ignored, ReportSigners, ReportVersion, Standing,
     TrustedReport, MAX_REPORT_BYTES,
 };
 pub use store::{

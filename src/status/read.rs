@@ -13,7 +13,9 @@
 //! - it parses and names the env and cluster of its path.
 //!
 //! Everything else is ignored and named in [`Confirmations::ignored`]. Only
-//! one report is held in memory at a time.
+//! one report is held in memory at a time. The gate's read checks signatures
+//! only where they can matter ([`Checks::Evidence`]): each file's newest
+//! version and every `confirmed` or `failed` one.
 //!
 //! Per cluster and version, the newest decisive report wins: a `failed`
 //! report withdraws every earlier confirmation of that version. A
@@ -367,7 +369,36 @@ pub struct ReportVersion {
     pub trust: Result<(), String>,
     /// The file no longer exists at the branch tip, so it counts for nothing.
     pub deleted_at_tip: bool,
+    /// False when the walk's [`Checks`] left the signature unchecked (a
+    /// readable version that cannot count as evidence); `trust` then says so.
+    pub checked: bool,
 }
+
+/// Which report versions a walk checks the signature of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checks {
+    /// Every readable version (the timeline shows each one's trust).
+    All,
+    /// Only what can be evidence or must be named: the newest version of each
+    /// file on its branch, and every `confirmed` or `failed` one. An older
+    /// `pending`/`rolling`/... version changes no confirmation whoever signed
+    /// it, and checking 10,000 signatures is most of a fleet's read time.
+    Evidence,
+}
+
+impl Checks {
+    /// Whether a readable `report` gets its signature checked; `newest`: the
+    /// newest version of its file on the branch being walked.
+    pub(super) fn wants(self, report: &StatusReport, newest: bool) -> bool {
+        self == Checks::All
+            || newest
+            || matches!(report.state, RolloutState::Confirmed | RolloutState::Failed)
+    }
+}
+
+/// The trust of a version the walk's [`Checks`] do not look at.
+pub(super) const NOT_CHECKED: &str =
+    "signature not checked: an older report in this state cannot count as evidence";
 
 /// Walk the status branch from `tip` along first parents, newest first,
 /// calling `visit` once per version of each report file (at the commit that
@@ -378,8 +409,21 @@ pub fn walk_versions(
     repo: &Repository,
     tip: Oid,
     signers: ReportSigners<'_>,
+    visit: impl FnMut(ReportVersion) -> ControlFlow<()>,
+) -> Result<(), git2::Error> {
+    walk_versions_checked(repo, tip, signers, Checks::All, visit)
+}
+
+/// [`walk_versions`], checking the signatures `checks` asks for.
+pub(super) fn walk_versions_checked(
+    repo: &Repository,
+    tip: Oid,
+    signers: ReportSigners<'_>,
+    checks: Checks,
     mut visit: impl FnMut(ReportVersion) -> ControlFlow<()>,
 ) -> Result<(), git2::Error> {
+    // Files whose newest version the walk has passed.
+    let mut met: BTreeSet<(String, String)> = BTreeSet::new();
     let mut commit = repo.find_commit(tip)?;
     let at_tip = report_blobs(repo, &commit)?;
     let mut dir = status_dir(&commit)?;
@@ -401,8 +445,11 @@ pub fn walk_versions(
                     continue;
                 }
                 let deleted_at_tip = !at_tip.contains_key(&(env.clone(), cluster.clone()));
+                let newest = met.insert((env.clone(), cluster.clone()));
                 let report = read_report(repo, *blob, env, cluster);
+                let checked = report.as_ref().map_or(true, |r| checks.wants(r, newest));
                 let trust = match (&report, deleted_at_tip) {
+                    (Ok(_), false) if !checked => Err(NOT_CHECKED.into()),
                     (Ok(_), false) => check_signer(repo, commit.id(), env, cluster, signers),
                     (Err(why), _) => Err(why.clone()),
                     (Ok(_), true) => Err("the file is deleted at the branch tip".into()),
@@ -415,6 +462,7 @@ pub fn walk_versions(
                     report,
                     trust,
                     deleted_at_tip,
+                    checked,
                 });
                 if flow.is_break() {
                     return Ok(());
@@ -460,6 +508,10 @@ impl Sieve {
                         .into(),
                 });
             }
+            return None;
+        }
+        if !v.checked {
+            // Cannot count, and is not named: only its signature is unknown.
             return None;
         }
         match (v.report, v.trust) {
@@ -527,7 +579,15 @@ pub fn confirmations_at(
     tip: Oid,
     signers: ReportSigners<'_>,
 ) -> Result<Confirmations, git2::Error> {
-    tally(|ignored, visit| walk_reports(repo, tip, signers, ignored, visit))
+    tally(|ignored, visit| {
+        let mut sieve = Sieve::default();
+        walk_versions_checked(repo, tip, signers, Checks::Evidence, |v| {
+            if let Some(t) = sieve.take(v, ignored) {
+                visit(t);
+            }
+            ControlFlow::Continue(())
+        })
+    })
 }
 
 /// Confirmations from the trusted reports `walk` passes on. `walk` must give

@@ -22,7 +22,8 @@
 
 use super::read::{
     check_signer_with, commit_time, find_status_branch, read_report, report_blobs, tally,
-    BranchRef, Confirmations, Error, Ignored, ReportSigners, ReportVersion, Sieve, TrustedReport,
+    walk_versions_checked, BranchRef, Checks, Confirmations, Error, Ignored, ReportSigners,
+    ReportVersion, Sieve, TrustedReport, NOT_CHECKED,
 };
 use super::report_path;
 use git2::{Commit, Oid, Repository};
@@ -174,6 +175,7 @@ fn walk_cluster(
     repo: &Repository,
     b: &ClusterBranch,
     signers: ReportSigners<'_>,
+    checks: Checks,
     visit: &mut impl FnMut(ReportVersion) -> Walk,
 ) -> Result<Walk, git2::Error> {
     let own = signers.map(|all| all.for_principal(&format!("{}/{}", b.env, b.cluster)));
@@ -196,6 +198,7 @@ fn walk_cluster(
             report: Err(why.clone()),
             trust: Err(why),
             deleted_at_tip: false,
+            checked: true,
         });
         // `NextBranch` is about that other cluster; this branch's own file comes next.
         if flow == Walk::Stop {
@@ -204,6 +207,7 @@ fn walk_cluster(
     }
     let deleted_at_tip = blob_at(&commit, path)?.is_none();
     let mut blob = blob_at(&commit, path)?;
+    let mut newest = true;
     loop {
         let parent = commit.parent(0).ok();
         let parent_blob = match &parent {
@@ -213,7 +217,10 @@ fn walk_cluster(
         };
         if let Some(this) = blob.filter(|&this| Some(this) != parent_blob) {
             let report = read_report(repo, this, &b.env, &b.cluster);
+            let checked = report.as_ref().map_or(true, |r| checks.wants(r, newest));
+            newest = false;
             let trust = match (&report, deleted_at_tip) {
+                (Ok(_), false) if !checked => Err(NOT_CHECKED.into()),
                 (Ok(_), false) => {
                     check_signer_with(repo, commit.id(), &b.env, &b.cluster, signers, own.as_ref())
                 }
@@ -228,6 +235,7 @@ fn walk_cluster(
                 report,
                 trust,
                 deleted_at_tip,
+                checked,
             });
             if flow != Walk::Continue {
                 return Ok(flow);
@@ -252,16 +260,27 @@ pub fn walk_store(
     repo: &Repository,
     store: &Store,
     signers: ReportSigners<'_>,
+    visit: impl FnMut(ReportVersion) -> Walk,
+) -> Result<(), git2::Error> {
+    walk_store_checked(repo, store, signers, Checks::All, visit)
+}
+
+/// [`walk_store`], checking the signatures `checks` asks for.
+fn walk_store_checked(
+    repo: &Repository,
+    store: &Store,
+    signers: ReportSigners<'_>,
+    checks: Checks,
     mut visit: impl FnMut(ReportVersion) -> Walk,
 ) -> Result<(), git2::Error> {
     for b in &store.clusters {
-        if walk_cluster(repo, b, signers, &mut visit)? == Walk::Stop {
+        if walk_cluster(repo, b, signers, checks, &mut visit)? == Walk::Stop {
             return Ok(());
         }
     }
     if let Some(legacy) = &store.legacy {
         let mut done: BTreeSet<(String, String)> = BTreeSet::new();
-        super::walk_versions(repo, legacy.tip, signers, |v| {
+        walk_versions_checked(repo, legacy.tip, signers, checks, |v| {
             let key = (v.env.clone(), v.cluster.clone());
             if done.contains(&key) {
                 return ControlFlow::Continue(());
@@ -286,11 +305,23 @@ pub fn walk_store_reports(
     store: &Store,
     signers: ReportSigners<'_>,
     ignored: &mut Vec<Ignored>,
+    visit: impl FnMut(TrustedReport),
+) -> Result<(), git2::Error> {
+    sieve_store(repo, store, signers, Checks::All, ignored, visit)
+}
+
+/// [`walk_store_reports`], checking the signatures `checks` asks for.
+fn sieve_store(
+    repo: &Repository,
+    store: &Store,
+    signers: ReportSigners<'_>,
+    checks: Checks,
+    ignored: &mut Vec<Ignored>,
     mut visit: impl FnMut(TrustedReport),
 ) -> Result<(), git2::Error> {
     ignored.extend(store.ignored.iter().cloned());
     let mut sieve = Sieve::default();
-    walk_store(repo, store, signers, |v| {
+    walk_store_checked(repo, store, signers, checks, |v| {
         if let Some(t) = sieve.take(v, ignored) {
             visit(t);
         }
@@ -304,5 +335,7 @@ pub fn confirmations_in(
     store: &Store,
     signers: ReportSigners<'_>,
 ) -> Result<Confirmations, git2::Error> {
-    tally(|ignored, visit| walk_store_reports(repo, store, signers, ignored, visit))
+    // The gate's read: only versions that can count (or are a file's newest)
+    // have their signature checked; the rest cannot change a confirmation.
+    tally(|ignored, visit| sieve_store(repo, store, signers, Checks::Evidence, ignored, visit))
 }
