@@ -16,8 +16,8 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::agent::*;
 use drover::rollout::VirtualClock;
+use support::agent::*;
 use support::backend::{pool_options, start_sim, POOL_LABEL};
 use support::kube::{ControlPlane, TestNamespace};
 

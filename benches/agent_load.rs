@@ -22,13 +22,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::agent::*;
 use drover::agent::crd::DroverStatus;
 use hmac::{Hmac, Mac};
-use support::backend::{pool_options, start_sim, BudgetWatch, POOL_LABEL};
 use kube::api::Api;
 use kube::runtime::wait::await_condition;
 use sha2::Sha256;
+use support::agent::*;
+use support::backend::{pool_options, start_sim, BudgetWatch, POOL_LABEL};
 use support::kube::{ControlPlane, TestNamespace};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

@@ -16,17 +16,17 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::agent::*;
 use drover::cluster::{NodeProgress, ProgressState};
 use drover::config::{OnUnreachable, PrometheusCheck};
 use drover::health::{PrometheusClient, QueryOutcome};
 use drover::rollout::{RolloutState, VirtualClock};
-use support::backend::{pool_options, start_sim, POOL_LABEL};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 use kube::ResourceExt;
-use support::prometheus::{Exporter, Prometheus};
+use support::agent::*;
+use support::backend::{pool_options, start_sim, POOL_LABEL};
 use support::kube::{await_node, ControlPlane, TestNamespace};
+use support::prometheus::{Exporter, Prometheus};
 
 const QUERY: &str = "drover_test_value > 0";
 

@@ -1,25 +1,24 @@
 //! The forgery table through the agent, against the real API server and
-//! simulated kubelet nodes (tests/admit_forgery.rs runs the same table
+//! simulated kubelet nodes (tests/offline/admit_forgery.rs runs the same table
 //! through `drover check --base`): each forgery leaves every node untouched
 //! and the agent reports `refused` with the reason; each control is applied.
 //! Also the state that survives: recovery from the agent's own signed
 //! reports after its DroverStatus object is deleted, a restart on an empty
 //! cache mid-rollout, and adoption of a cluster already at its pin.
 
-
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::agent::*;
+use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
+use crate::support::git::{commit_all, commit_file_on, keygen};
+use crate::support::kube::{await_gone, ControlPlane, TestNamespace};
 use drover::agent::crd::{DroverStatus, DroverStatusStatus};
 use drover::rollout::VirtualClock;
 use drover::status::RolloutState;
-use crate::support::git::{commit_all, commit_file_on, keygen};
-use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
 use kube::api::{Api, DeleteParams};
 use kube::Client;
-use crate::support::kube::{await_gone, ControlPlane, TestNamespace};
 
 /// Long enough before the production window (Dec 20) for a 24h soak.
 const OLD: &str = "2026-12-10T12:00:00Z";

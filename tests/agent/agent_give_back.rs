@@ -6,16 +6,21 @@
 //! simulated kubelet nodes and a real git server; the drain is held open
 //! by a PodDisruptionBudget so the node is reliably caught in `draining`.
 
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::agent::*;
+use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
+use crate::support::kube::unschedulable;
+use crate::support::kube::{
+    await_node, await_pdb, await_pod, create, pdb_min_available, pdb_settled, pod_on,
+    pod_running_ready, ControlPlane, TestNamespace,
+};
+use crate::support::kubelet::Kubelet;
 use drover::agent::crd::DroverStatus;
 use drover::cluster::{ANN_STATE, ANN_TARGET};
 use drover::kubernetes::driver::NODE_LABEL;
 use drover::rollout::VirtualClock;
-use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -23,18 +28,6 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use crate::support::kubelet::Kubelet;
-use crate::support::kube::{
-    await_node, await_pdb, await_pod, create, pdb_min_available, pdb_settled, pod_on,
-    pod_running_ready, ControlPlane, TestNamespace,
-};
-
-fn unschedulable(n: &Node) -> bool {
-    n.spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false)
-}
 
 fn draining(n: &Node) -> bool {
     unschedulable(n) && n.annotations().get(ANN_STATE).map(String::as_str) == Some("draining")
@@ -257,7 +250,8 @@ async fn sigterm_leaves_a_rebooting_node_to_the_next_leader_which_finishes_it() 
     // With no agent running, the node comes back at 1.13.0 and stays
     // cordoned with drover's record: nobody has finished it yet.
     let n = await_node(&w.client, &rebooting, "back Ready at 1.13.0", |n| {
-        crate::support::kube::node_ready(n) == Some("True") && crate::support::kube::os_image(n).contains("1.13.0")
+        crate::support::kube::node_ready(n) == Some("True")
+            && crate::support::kube::os_image(n).contains("1.13.0")
     })
     .await;
     assert!(unschedulable(&n) && n.annotations().contains_key(ANN_STATE));

@@ -7,27 +7,27 @@
 //! withdraws that confirmation; a query that starts firing mid-rollout halts
 //! it, and a stopped Prometheus holds it.
 
-
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::support::agent::*;
+use crate::support::backend::nodes_in;
+use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
+use crate::support::kube::{
+    await_node, await_pod, create, os_image, pod_on, pod_running_ready, ControlPlane, TestNamespace,
+};
+use crate::support::kube::{events_for, unschedulable};
+use crate::support::kubelet::Fault;
+use crate::support::prometheus::{Exporter, Prometheus};
 use drover::cluster::{NodeProgress, ProgressState};
 use drover::config::{OnUnreachable, PrometheusCheck};
 use drover::health::{PrometheusClient, QueryOutcome};
 use drover::rollout::health::HEALTH_RECHECK;
 use drover::rollout::VirtualClock;
-use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use kube::{Client, ResourceExt};
-use crate::support::kubelet::Fault;
-use crate::support::prometheus::{Exporter, Prometheus};
-use crate::support::kube::{
-    await_node, await_pod, create, os_image, pod_on, pod_running_ready, ControlPlane, TestNamespace,
-};
 
 const STEP: Duration = Duration::from_secs(90);
 
@@ -55,23 +55,6 @@ fn progress(n: &Node) -> Option<NodeProgress> {
     NodeProgress::decode(n.annotations()).ok().flatten()
 }
 
-fn cordoned(n: &Node) -> bool {
-    n.spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false)
-}
-
-async fn nodes_in(client: &Client, pool: &str) -> Vec<Node> {
-    let mut nodes = Api::<Node>::all(client.clone())
-        .list(&ListParams::default().labels(&format!("{POOL_LABEL}={pool}")))
-        .await
-        .unwrap()
-        .items;
-    nodes.sort_by_key(|n| n.name_any());
-    nodes
-}
-
 /// A pod of a DaemonSet on `node` (drains leave it there, so it lives
 /// through the upgrade, as node agents and log shippers do).
 fn daemon_pod(name: &str, node: &str) -> Pod {
@@ -87,17 +70,6 @@ fn daemon_pod(name: &str, node: &str) -> Pod {
         },
     ]);
     pod
-}
-
-async fn events_for(client: &Client, ns: &str, name: &str) -> Vec<Event> {
-    Api::<Event>::namespaced(client.clone(), ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .collect()
 }
 
 /// A pool of `n` nodes, each running a DaemonSet pod, a stage+production
@@ -265,10 +237,10 @@ async fn halts_at_the_first_node(
     let p = progress(&nodes[0]).unwrap();
     assert_eq!(p.state, ProgressState::Failed);
     assert!(p.message.contains(&expected), "{}", p.message);
-    assert!(!cordoned(&nodes[0]));
+    assert!(!unschedulable(&nodes[0]));
     for n in &nodes[1..] {
         assert!(
-            progress(n).is_none() && !cordoned(n),
+            progress(n).is_none() && !unschedulable(n),
             "{} was touched",
             n.name_any()
         );
@@ -360,7 +332,7 @@ async fn a_healthy_rollout_confirms_only_after_settle() {
         progress(n).is_some_and(|p| p.state == ProgressState::Watching)
     })
     .await;
-    assert!(!cordoned(&watched));
+    assert!(!unschedulable(&watched));
     await_status(
         &w.client,
         &w.pool,
@@ -383,7 +355,7 @@ async fn a_healthy_rollout_confirms_only_after_settle() {
     .await;
     let second = nodes_in(&w.client, &w.pool).await.remove(1);
     assert!(
-        progress(&second).is_none() && !cordoned(&second),
+        progress(&second).is_none() && !unschedulable(&second),
         "started during the watch"
     );
 
@@ -521,7 +493,7 @@ async fn a_query_firing_mid_rollout_halts_within_one_evaluation_and_a_stopped_pr
     let nodes = nodes_in(&w.client, &w.pool).await;
     assert_eq!(progress(&nodes[1]).unwrap().state, ProgressState::Failed);
     assert!(
-        progress(&nodes[2]).is_none() && !cordoned(&nodes[2]),
+        progress(&nodes[2]).is_none() && !unschedulable(&nodes[2]),
         "third node started"
     );
 
@@ -581,7 +553,7 @@ async fn a_query_firing_mid_rollout_halts_within_one_evaluation_and_a_stopped_pr
         ProgressState::Watching,
         "passed without Prometheus"
     );
-    assert!(progress(&nodes[2]).is_none() && !cordoned(&nodes[2]));
+    assert!(progress(&nodes[2]).is_none() && !unschedulable(&nodes[2]));
     w.agent.stop();
     w.sim.shutdown().await;
 }
@@ -634,7 +606,7 @@ async fn a_restarted_agent_resumes_the_watch_from_the_node_record() {
         (ProgressState::Watching, since),
         "the watch goes on from its recorded start"
     );
-    assert!(progress(&nodes[1]).is_none() && !cordoned(&nodes[1]));
+    assert!(progress(&nodes[1]).is_none() && !unschedulable(&nodes[1]));
     // It ends when the record says, and the rollout finishes, each node upgraded once.
     w.clock.set(dec(1, 2, 36));
     await_node(&w.client, &w.nodes[1], "second watched", |n| {

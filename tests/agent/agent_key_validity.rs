@@ -5,15 +5,14 @@
 //! after the key's retirement; a commit signed while the key is valid is
 //! applied (the control).
 
-
 use std::sync::Arc;
 
 use crate::support::agent::*;
+use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
+use crate::support::git::{commit_all, public_key};
+use crate::support::kube::{ControlPlane, TestNamespace};
 use chrono::{Duration, Utc};
 use drover::rollout::VirtualClock;
-use crate::support::git::{commit_all, public_key};
-use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
-use crate::support::kube::{ControlPlane, TestNamespace};
 
 /// The reviewer key, with `valid-before` `hours` from now.
 fn retire_key(repo: &ConfigRepo, hours: i64) {

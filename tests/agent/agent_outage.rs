@@ -6,19 +6,18 @@
 //! restarting or partitioned API server looks like to a client); the
 //! simulated kubelets talk to the API server directly and keep running.
 
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use crate::support::agent::*;
-use drover::cluster::ANN_STATE;
 use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
+use crate::support::kube::{ControlPlane, TestNamespace, WAIT};
+use drover::cluster::ANN_STATE;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 use kube::config::Kubeconfig;
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
-use crate::support::kube::{ControlPlane, TestNamespace, WAIT};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 

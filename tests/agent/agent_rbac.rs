@@ -2,20 +2,19 @@
 //! and the agent runs a rollout with exactly the permissions of its
 //! ServiceAccount (impersonated) and nothing more.
 
-
 use std::path::Path;
 use std::sync::Arc;
 
 use crate::support::agent::*;
-use drover::rollout::VirtualClock;
 use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
+use crate::support::kube::{ControlPlane, TestNamespace};
+use drover::rollout::VirtualClock;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{pinned_kind, Scope};
 use kube::Client;
-use crate::support::kube::{ControlPlane, TestNamespace};
 
 const SERVICE_ACCOUNT: &str = "system:serviceaccount:drover-system:drover";
 

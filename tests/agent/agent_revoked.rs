@@ -5,19 +5,18 @@
 //! node, while a bump to another version (the control) rolls out. Against
 //! the real API server, simulated kubelet nodes and a real git server.
 
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::agent::*;
+use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
+use crate::support::git::git;
+use crate::support::kube::{await_node, ControlPlane, TestNamespace};
 use drover::cluster::ANN_STATE;
 use drover::rollout::VirtualClock;
-use crate::support::git::git;
-use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use kube::ResourceExt;
-use crate::support::kube::{await_node, ControlPlane, TestNamespace};
 
 #[tokio::test]
 async fn a_bump_to_a_version_revoked_with_drover_revoke_is_refused_by_the_agent() {

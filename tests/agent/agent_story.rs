@@ -3,20 +3,19 @@
 //! across three environments, a change pushed past review, and two replicas
 //! of which the acting one is killed mid-rollout.
 
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::agent::*;
+use crate::support::backend::nodes_in;
+use crate::support::backend::{pool_options, start_sim, BudgetWatch, POOL_LABEL};
+use crate::support::kube::events_for;
+use crate::support::kube::{ControlPlane, TestNamespace};
 use drover::cluster::ANN_STATE;
 use drover::rollout::VirtualClock;
-use crate::support::backend::{pool_options, start_sim, BudgetWatch, POOL_LABEL};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use kube::{Client, ResourceExt};
-use crate::support::kube::{ControlPlane, TestNamespace};
 
 const STEP: Duration = Duration::from_secs(90);
 
@@ -31,14 +30,6 @@ fn env(env: &str, cluster: &str, schedule: &str, pool: &str) -> EnvSpec {
     }
 }
 
-async fn nodes_in(client: &Client, pool: &str) -> Vec<Node> {
-    Api::<Node>::all(client.clone())
-        .list(&ListParams::default().labels(&format!("{POOL_LABEL}={pool}")))
-        .await
-        .unwrap()
-        .items
-}
-
 /// Every node of the pool untouched by drover: schedulable, no drover state.
 async fn untouched(client: &Client, pool: &str) -> bool {
     nodes_in(client, pool).await.iter().all(|n| {
@@ -48,17 +39,6 @@ async fn untouched(client: &Client, pool: &str) -> bool {
             .unwrap_or(false)
             && !n.annotations().contains_key(ANN_STATE)
     })
-}
-
-async fn events_for(client: &Client, ns: &str, name: &str) -> Vec<Event> {
-    Api::<Event>::namespaced(client.clone(), ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .collect()
 }
 
 #[tokio::test]

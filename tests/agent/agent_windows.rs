@@ -4,24 +4,25 @@
 //! waits out its backoff; an agent outside its window is `pending`; a freeze
 //! holds a started rollout; `paused = true` stops new starts at once.
 
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::support::agent::*;
-use drover::cluster::{NodeProgress, ProgressState};
-use drover::rollout::VirtualClock;
+use crate::support::backend::nodes_in;
 use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
-use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, ListParams};
-use kube::{Client, ResourceExt};
-use serde_json::json;
 use crate::support::kube::{
     await_node, await_pdb, await_pod, create, pdb_min_available, pdb_settled, pod_on,
     pod_running_ready, ControlPlane, TestNamespace,
 };
+use crate::support::kube::{events_for, unschedulable};
+use drover::cluster::{NodeProgress, ProgressState};
+use drover::rollout::VirtualClock;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::Api;
+use kube::{Client, ResourceExt};
+use serde_json::json;
 
 const STEP: Duration = Duration::from_secs(90);
 
@@ -49,24 +50,6 @@ fn progress(n: &Node) -> Option<NodeProgress> {
     NodeProgress::decode(n.annotations()).ok().flatten()
 }
 
-fn cordoned(n: &Node) -> bool {
-    n.spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false)
-}
-
-async fn events_for(client: &Client, ns: &str, name: &str) -> Vec<Event> {
-    Api::<Event>::namespaced(client.clone(), ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .collect()
-}
-
 /// The node's Events once one has `reason`, checked after each agent pass
 /// (Events are published within the pass that causes them).
 async fn await_event(
@@ -88,14 +71,6 @@ async fn await_event(
     tokio::time::timeout(STEP, run)
         .await
         .unwrap_or_else(|_| panic!("no {reason} Event on {node}"))
-}
-
-async fn nodes_in(client: &Client, pool: &str) -> Vec<Node> {
-    Api::<Node>::all(client.clone())
-        .list(&ListParams::default().labels(&format!("{POOL_LABEL}={pool}")))
-        .await
-        .unwrap()
-        .items
 }
 
 /// Wait until the agent adopted its pool at the first config's 1.12.0 (its
@@ -161,7 +136,7 @@ async fn a_budget_that_never_allows_eviction_is_named_everywhere_and_the_node_wa
     })
     .await;
     assert!(
-        !cordoned(&sim_node(&client, &node).await),
+        !unschedulable(&sim_node(&client, &node).await),
         "nothing starts outside the window"
     );
 
@@ -195,7 +170,7 @@ async fn a_budget_that_never_allows_eviction_is_named_everywhere_and_the_node_wa
     // drain_timeout (5m) passes: given back, named in every place.
     clock.set(dec(1, 2, 6));
     let given_back = await_node(&client, &node, "given back blocked", |n| {
-        !cordoned(n) && progress(n).is_some_and(|p| p.state == ProgressState::Blocked)
+        !unschedulable(n) && progress(n).is_some_and(|p| p.state == ProgressState::Blocked)
     })
     .await;
     let p = progress(&given_back).unwrap();
@@ -248,7 +223,7 @@ async fn a_budget_that_never_allows_eviction_is_named_everywhere_and_the_node_wa
         "{metrics}"
     );
 
-    // Nothing else to do, yet the node is not cordoned again before its backoff.
+    // Nothing else to do, yet the node is not unschedulable again before its backoff.
     let mut passes = 0;
     until_pass(&agent.handle, "several passes", STEP, || {
         passes += 1;
@@ -256,12 +231,12 @@ async fn a_budget_that_never_allows_eviction_is_named_everywhere_and_the_node_wa
     })
     .await;
     let waiting = sim_node(&client, &node).await;
-    assert!(!cordoned(&waiting), "re-cordoned before the backoff");
+    assert!(!unschedulable(&waiting), "re-unschedulable before the backoff");
     assert_eq!(progress(&waiting).unwrap().state, ProgressState::Blocked);
     // Control: once the backoff has passed, it is tried again.
     clock.set(dec(1, 2, 12));
     let retried = await_node(&client, &node, "retried", |n| {
-        cordoned(n) && progress(n).is_some_and(|p| p.state == ProgressState::Draining)
+        unschedulable(n) && progress(n).is_some_and(|p| p.state == ProgressState::Draining)
     })
     .await;
     assert_eq!(progress(&retried).unwrap().attempts, 1);
@@ -298,7 +273,7 @@ async fn a_freeze_holds_a_started_rollout_minor_lets_patches_through_and_pause_i
     agent.handle.fetch();
     // The first node starts; the freeze begins while it is in flight.
     let nodes = sim.node_names();
-    await_node(&client, &nodes[0], "first node started", cordoned).await;
+    await_node(&client, &nodes[0], "first node started", unschedulable).await;
     clock.set(dec(1, 2, 32));
     let held = await_status(&client, &pool, "test-test-1", "paused by the freeze", |s| {
         s.state.as_deref() == Some("paused") && s.at_version.as_deref() == Some("1/3")
@@ -315,7 +290,7 @@ async fn a_freeze_holds_a_started_rollout_minor_lets_patches_through_and_pause_i
     assert!(
         now_nodes
             .iter()
-            .all(|n| !cordoned(n) && progress(n).is_none()),
+            .all(|n| !unschedulable(n) && progress(n).is_none()),
         "the node in flight finished and no other started: {:?}",
         now_nodes
             .iter()
@@ -351,11 +326,14 @@ async fn a_freeze_holds_a_started_rollout_minor_lets_patches_through_and_pause_i
         "{}",
         minor.message
     );
-    assert!(nodes_in(&client, &pool).await.iter().all(|n| !cordoned(n)));
+    assert!(nodes_in(&client, &pool)
+        .await
+        .iter()
+        .all(|n| !unschedulable(n)));
 
     // After the minor freeze the minor update starts; pause it mid-rollout.
     clock.set(dec(1, 6, 0));
-    await_node(&client, &nodes[0], "1.14.0 started", cordoned).await;
+    await_node(&client, &nodes[0], "1.14.0 started", unschedulable).await;
     let pause = repo.set_env_text(
         "test",
         &env_text("1.14.0", &pool, freezes).replace("[rollout]\n", "[rollout]\npaused = true\n"),
@@ -395,7 +373,7 @@ async fn a_freeze_holds_a_started_rollout_minor_lets_patches_through_and_pause_i
     let after = nodes_in(&client, &pool).await;
     let started: Vec<String> = after
         .iter()
-        .filter(|n| cordoned(n) || progress(n).is_some())
+        .filter(|n| unschedulable(n) || progress(n).is_some())
         .map(|n| n.name_any())
         .collect();
     assert!(

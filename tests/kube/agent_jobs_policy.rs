@@ -4,22 +4,21 @@
 //! mode, the host's PID namespace). Against the real API server, with the
 //! manifests of deploy/ applied as they ship.
 
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::support::agent::client_as;
+use crate::support::backend::{kube_options, pool_options, start_sim};
+use crate::support::kube::{ControlPlane, TestNamespace, WAIT};
 use chrono::Utc;
 use drover::cluster::{NodeProgress, ProgressState};
 use drover::kubernetes::driver::upgrade_job;
 use drover::kubernetes::node::ObservedNode;
-use crate::support::backend::{kube_options, pool_options, start_sim};
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{pinned_kind, Scope};
 use kube::Client;
-use crate::support::kube::{ControlPlane, TestNamespace, WAIT};
 
 const SERVICE_ACCOUNT: &str = "system:serviceaccount:drover-system:drover";
 

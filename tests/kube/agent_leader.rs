@@ -3,12 +3,11 @@
 //! takes over within the lease duration; a released lease is taken at once;
 //! a leader whose lease is taken from it steps down.
 
-
+use crate::support::kube::{await_object, ControlPlane, TestNamespace};
 use drover::agent::leader::{Elector, LeaseConfig};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, PostParams};
 use std::time::Duration;
-use crate::support::kube::{await_object, ControlPlane, TestNamespace};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 

@@ -2,14 +2,13 @@
 //! it retries with backoff and logs once, instead of relisting in a tight
 //! loop (before: 37 LIST/s, a full core, thousands of lines a second).
 
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::support::kube::ControlPlane;
 use drover::agent::crd::{DroverStatusSpec, StatusStore};
 use futures::StreamExt;
-use crate::support::kube::ControlPlane;
 use tracing_subscriber::layer::SubscriberExt;
 
 /// Counts warnings from drover's modules.

@@ -9,7 +9,6 @@
 //! reboots the simulated node and starts the script again (the Job's
 //! `podFailurePolicy` ignores the killed pod).
 
-
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -8,7 +8,6 @@
 //! call reaches the API server or after it took effect but before the engine
 //! sees the answer. The test then aborts the engine's task.
 
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

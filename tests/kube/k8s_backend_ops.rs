@@ -1,7 +1,6 @@
 //! The Kubernetes backend's calls one by one against a real kube-apiserver:
 //! what each writes, what it refuses, and what observation shows.
 
-
 use std::time::Duration;
 
 use chrono::Utc;

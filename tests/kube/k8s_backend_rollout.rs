@@ -2,7 +2,6 @@
 //! kube-apiserver and simulated nodes: the budget, PDBs, someone else's
 //! cordon, nodes that fail.
 
-
 use std::time::Duration;
 
 use drover::cluster::{ProgressState, ANN_STATE};
@@ -15,8 +14,8 @@ use kube::ResourceExt;
 use serde_json::json;
 
 use crate::support::backend::*;
-use crate::support::kubelet::Fault;
 use crate::support::kube::*;
+use crate::support::kubelet::Fault;
 
 const MINUTE: Duration = Duration::from_secs(60);
 

@@ -1,7 +1,6 @@
 //! Smoke tests of the test support against the real kube-apiserver: the simulated
 //! kubelet, the simulated disruption controller, the upgrade Job contract, RBAC.
 
-
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
@@ -10,18 +9,11 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, EvictParams, ListParams};
-use kube::Client;
 use serde_json::json;
 use tokio::sync::broadcast;
 
-use crate::support::kubelet::{self, Fault, Kubelet, SimEvent};
 use crate::support::kube::*;
-
-async fn setup(prefix: &str) -> (Client, TestNamespace) {
-    let client = ControlPlane::get().admin_client().await;
-    let ns = TestNamespace::create(&client, prefix).await;
-    (client, ns)
-}
+use crate::support::kubelet::{self, Fault, Kubelet, SimEvent};
 
 async fn next_event(
     rx: &mut broadcast::Receiver<SimEvent>,

@@ -3,7 +3,6 @@
 //! exactly as a real kubelet would write them, and drover's health verdict
 //! reads them as failures; an upgrade without a fault is the control.
 
-
 use std::time::Duration;
 
 use chrono::Utc;
@@ -14,8 +13,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::Client;
 
-use crate::support::kubelet::{self, Fault, Kubelet, FAULT_CONDITION_REASON};
 use crate::support::kube::*;
+use crate::support::kubelet::{self, Fault, Kubelet, FAULT_CONDITION_REASON};
 
 async fn setup(prefix: &str, nodes: usize) -> (Client, TestNamespace, Kubelet) {
     let client = ControlPlane::get().admin_client().await;

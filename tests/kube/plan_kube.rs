@@ -1,11 +1,10 @@
 //! `drover plan --kubeconfig` reads the nodes of a real cluster (never
 //! changing them) and forecasts the rollout from them.
 
-
-use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, ListParams};
 use crate::support::kube::{sim_options, ControlPlane, TestNamespace};
 use crate::support::kubelet::Kubelet;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams};
 
 #[tokio::test]
 async fn plans_from_the_nodes_of_a_real_cluster() {

@@ -7,9 +7,9 @@
 //! commit per report, signed with git's SSH signature (namespace `git`) by
 //! `ssh-keygen` keys made for the test.
 
-use std::path::PathBuf;
 use crate::support::cli::drover;
 use crate::support::git::{commit_all, commit_file_on, git, keygen, public_key};
+use std::path::PathBuf;
 
 const NOW: &str = "2026-12-20T12:00:00Z";
 /// Long enough before NOW for a 24h soak.

@@ -1,13 +1,13 @@
 //! The pure core of admission (`admit::judge_env`): configs and policies in,
 //! a decision out, with evidence given as values — no git, no clock.
 
+use crate::support::time::t;
 use chrono::{DateTime, Utc};
 use drover::admit::{judge_env, Change, Error, EvidenceSource, Policy};
 use drover::config::{self, DirEntry, EntryKind, Files, RepoConfig};
 use drover::gate::{Decision, LowerHistory, Reason};
 use semver::Version;
 use std::collections::BTreeMap;
-use crate::support::time::t;
 
 /// Config files held in memory.
 struct Mem(BTreeMap<String, String>);

@@ -2,7 +2,7 @@
 //! the Rust type, the RBAC grants exactly what the agent calls, and the
 //! Deployment carries the security settings the install guide promises.
 //!
-//! Regenerate `deploy/base/crd.yaml` with `DROVER_BLESS=1 cargo test --test agent_manifests`.
+//! Regenerate `deploy/base/crd.yaml` with `DROVER_BLESS=1 cargo test --test offline agent_manifests`.
 
 use drover::agent::{
     crd, Permission, CLUSTER_PERMISSIONS, JOB_NAMESPACE_PERMISSIONS, NAMESPACE_PERMISSIONS,
@@ -33,7 +33,7 @@ fn crd_yaml_is_generated_from_the_rust_type() {
     let have = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         have == want,
-        "deploy/base/crd.yaml is stale; regenerate with DROVER_BLESS=1 cargo test --test agent_manifests"
+        "deploy/base/crd.yaml is stale; regenerate with DROVER_BLESS=1 cargo test --test offline agent_manifests"
     );
     // And it is what YAML tools read: one CRD for droverstatuses.drover.dev.
     let d = docs("crd.yaml");

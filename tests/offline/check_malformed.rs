@@ -70,8 +70,8 @@ const STAGE: &str = "environments/stage.toml";
 const PROD: &str = "environments/production.toml";
 const ROOT: &str = "drover.toml";
 
-use Edit::{Add, Remove, Replace};
 use crate::support::cli::drover;
+use Edit::{Add, Remove, Replace};
 
 fn cases() -> Vec<Case> {
     vec![

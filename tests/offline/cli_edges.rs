@@ -4,7 +4,6 @@
 //! every command, `plan` saying when its forecast is cut short, and errors
 //! that say libgit2's text once.
 
-
 use crate::support::cli::drover;
 use crate::support::git::{git, WorkRepo};
 use serde_json::Value;

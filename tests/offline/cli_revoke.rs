@@ -3,7 +3,6 @@
 //! gate refusing the version in `drover check --base` and `drover promote`,
 //! with controls that still pass; bad input refused with nothing written.
 
-
 use crate::support::cli::drover;
 use crate::support::git::git;
 use serde_json::Value;

@@ -1,12 +1,12 @@
 //! The gate's pure core (docs/design.md §4): values in, decision out, no I/O.
 
+use crate::support::time::t;
 use drover::gate::{
     judge, Basis, Decision, GateRequest, Lower, LowerEvidence, LowerHistory, Reason,
 };
 use semver::Version;
 use std::collections::BTreeMap;
 use std::time::Duration;
-use crate::support::time::t;
 
 fn v(s: &str) -> Version {
     s.parse().expect("test version")

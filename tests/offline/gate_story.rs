@@ -2,12 +2,12 @@
 //! real git repositories: config commits on `main`, agent reports on the
 //! status branch, each at a chosen time, judged at explicit times.
 
+use crate::support::time::t;
 use chrono::{DateTime, Utc};
 use drover::admit::{self, check_base, ChangeReport, Error};
 use drover::gate::Decision;
 use git2::{IndexEntry, IndexTime, Oid, Repository, Signature, Time};
 use std::path::Path;
-use crate::support::time::t;
 
 fn check_changes_report(
     repo: &Path,

@@ -1,10 +1,9 @@
 //! `drover log`: version changes with signers, PR numbers and confirmations.
 
-
-use drover::source::{Source, SourceConfig};
-use drover::status::{self, PublishOptions, RolloutState, StatusReport};
 use crate::support::cli::drover;
 use crate::support::git::*;
+use drover::source::{Source, SourceConfig};
+use drover::status::{self, PublishOptions, RolloutState, StatusReport};
 
 #[test]
 fn log_lists_changes_newest_first_with_signers_and_confirmations() {

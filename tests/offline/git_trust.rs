@@ -1,11 +1,10 @@
 //! Trust (docs/design.md §6) through `drover verify` and through the source/trust API.
 
-
+use crate::support::cli::drover;
+use crate::support::git::*;
 use drover::source::{Source, SourceConfig};
 use drover::trust::{self, AllowedSigners, Mode, Reason};
 use git2::Oid;
-use crate::support::cli::drover;
-use crate::support::git::*;
 use std::path::{Path, PathBuf};
 
 struct Fixture {

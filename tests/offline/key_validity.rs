@@ -5,14 +5,13 @@
 //! (src/source/seen.rs), which survives a restart; for `drover verify`,
 //! which has no fetch history, it is the time of the run.
 
-
+use crate::support::cli::drover;
+use crate::support::git::*;
 use chrono::{Duration, Utc};
 use drover::source::seen::{Seen, SEEN_FILE};
 use drover::source::{Source, SourceConfig};
 use drover::trust::{self, AllowedSigners, Mode, Reason};
 use git2::Oid;
-use crate::support::cli::drover;
-use crate::support::git::*;
 use std::path::{Path, PathBuf};
 
 /// `YYYYMMDDHHMMSSZ`, the allowed-signers time format, `hours` from now.

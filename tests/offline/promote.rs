@@ -1,21 +1,8 @@
 //! `drover promote` on a real git repository built from example-repo, with
 //! confirmations on the status branch.
 
+use crate::support::git::{copy_dir, git};
 use std::path::Path;
-use crate::support::git::git;
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dest = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dest);
-        } else {
-            std::fs::copy(e.path(), dest).unwrap();
-        }
-    }
-}
 
 /// The report signing key of `<env>/<cluster>`, made from its name.
 fn cluster_key(principal: &str) -> ssh_key::PrivateKey {

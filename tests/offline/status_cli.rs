@@ -2,23 +2,10 @@
 //! (no reports yet), on the demo's repository (the whole story's reports),
 //! and on status branches holding hostile reports.
 
+use crate::support::cli::drover_at as drover;
+use crate::support::git::{commit_file_on, copy_dir, git, public_key};
 use serde_json::Value;
 use std::path::Path;
-use crate::support::cli::drover_at as drover;
-use crate::support::git::{commit_file_on, git, public_key};
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dest = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dest);
-        } else {
-            std::fs::copy(e.path(), dest).unwrap();
-        }
-    }
-}
 
 /// example-repo as a git repository.
 fn example_repo() -> tempfile::TempDir {
@@ -56,7 +43,15 @@ fn keygen(dir: &Path, principal: &str) -> (std::path::PathBuf, String) {
 /// given (by `git commit-tree -S`, as an agent's signed report is).
 fn put_as(dir: &Path, path: &str, content: &[u8], key: Option<&Path>) {
     let date = key.map(|_| SIGNED_AT);
-    commit_file_on(dir, "drover/status", path, Some(content), key, "status", date);
+    commit_file_on(
+        dir,
+        "drover/status",
+        path,
+        Some(content),
+        key,
+        "status",
+        date,
+    );
 }
 
 fn report(env: &str, cluster: &str, version: &str, state: &str, since: &str, msg: &str) -> String {

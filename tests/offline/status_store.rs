@@ -3,11 +3,10 @@
 //! `drover/status` branch of the older layout. Each trust decision has an
 //! attack that must not count and a control that must.
 
-
+use crate::support::git::*;
 use drover::status::{self, PublishOptions, RolloutState, StatusReport, MAX_STATUS_BRANCHES};
 use drover::trust::AllowedSigners;
 use git2::{Oid, Repository};
-use crate::support::git::*;
 use semver::Version;
 use std::path::{Path, PathBuf};
 

@@ -1,10 +1,10 @@
 //! Maintenance windows (docs/design.md §3) computed from `WindowSpec` values: no config parsing, no I/O.
 
+use crate::support::time::t;
 use chrono_tz::Tz;
 use drover::config::WindowSpec;
 use drover::window::{self, Error, Window};
 use std::time::Duration;
-use crate::support::time::t;
 
 fn spec(schedule: &str, duration: Duration, tz: Tz) -> WindowSpec {
     WindowSpec {

@@ -3,9 +3,8 @@
 //! `status.lastFetch.result`), and the authentication error says which
 //! credential was tried. Against lighttpd + git http-backend on loopback.
 
-
-use drover::source::{Auth, Error, Source, SourceConfig};
 use crate::support::git::*;
+use drover::source::{Auth, Error, Source, SourceConfig};
 use std::time::Duration;
 
 fn source(tmp: &std::path::Path, url: String) -> Source {

@@ -1,8 +1,7 @@
 //! Fetching over each transport from real servers on loopback.
 
-
-use drover::source::{Auth, Error, Secret, Source, SourceConfig};
 use crate::support::git::*;
+use drover::source::{Auth, Error, Secret, Source, SourceConfig};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 

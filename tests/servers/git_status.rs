@@ -1,10 +1,9 @@
 //! Status reports (docs/design.md §5) pushed to a real `git daemon`.
 
-
+use crate::support::git::*;
 use drover::source::{Source, SourceConfig};
 use drover::status::{self, PublishOptions, RolloutState, StatusReport};
 use drover::trust::AllowedSigners;
-use crate::support::git::*;
 use std::path::Path;
 
 fn report(env: &str, cluster: &str, n: u32) -> StatusReport {

@@ -1,14 +1,13 @@
 //! The Prometheus health check against a real Prometheus server (built from
 //! its Go module, tests/prometheus) scraping an exporter the test controls.
 
-
 use std::time::{Duration, Instant};
 
+use crate::support::prometheus::{Exporter, Prometheus, SCRAPE_INTERVAL};
 use drover::config::{HealthSpec, OnUnreachable, PrometheusCheck};
 use drover::health::{
     judge, Failure, Observation, PrometheusClient, QueryOutcome, QueryResult, Verdict,
 };
-use crate::support::prometheus::{Exporter, Prometheus, SCRAPE_INTERVAL};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Upper bound on waiting for Prometheus to see a change.

@@ -13,30 +13,16 @@ use drover::kubernetes::{KubeCluster, KubeOptions};
 use drover::rollout::{Engine, Inputs, Labels, Outcome, Policy, SystemClock, WindowState};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::Api;
+use kube::api::{Api, ListParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use semver::Version;
 
-use super::kube::{sim_options, ControlPlane, TestNamespace};
+use super::kube::{sim_options, ControlPlane};
 use super::kubelet::{Kubelet, KubeletOptions};
 
 /// Label put on a test's nodes; its value is the test's namespace.
 pub const POOL_LABEL: &str = "drover.dev/test-pool";
-
-/// Admin client and a namespace of the test's own.
-pub async fn setup(prefix: &str) -> (Client, TestNamespace) {
-    // DROVER_TEST_LOG=drover=debug shows what the backend does.
-    if let Ok(filter) = std::env::var("DROVER_TEST_LOG") {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_test_writer()
-            .try_init();
-    }
-    let client = ControlPlane::get().admin_client().await;
-    let ns = TestNamespace::create(&client, prefix).await;
-    (client, ns)
-}
 
 /// Simulator options for `n` nodes at 1.12.0 carrying the test's pool label.
 pub fn pool_options(ns: &str, n: usize) -> KubeletOptions {
@@ -252,6 +238,17 @@ impl Drop for BudgetWatch {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// The nodes of the test pool `pool` (labelled [`POOL_LABEL`]), by name.
+pub async fn nodes_in(client: &Client, pool: &str) -> Vec<Node> {
+    let mut nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default().labels(&format!("{POOL_LABEL}={pool}")))
+        .await
+        .unwrap()
+        .items;
+    nodes.sort_by_key(|n| n.name_any());
+    nodes
 }
 
 /// Whether drover left no annotation of its own on the node.

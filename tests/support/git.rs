@@ -261,6 +261,20 @@ impl WorkRepo {
     }
 }
 
+/// Copy the directory tree `from` into `to` (e.g. example-repo into a test's repository).
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dest = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), dest).unwrap();
+        }
+    }
+}
+
 /// Write an allowed-signers file with `principal key` lines.
 pub fn allowed_signers(path: &Path, entries: &[(&str, &Path)]) {
     let text: String = entries

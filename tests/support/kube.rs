@@ -12,8 +12,9 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::wait::await_condition;
 use kube::{Client, Config, Resource};
@@ -168,15 +169,26 @@ impl ControlPlane {
     }
 }
 
-/// Shows the simulator's warnings in test output (`RUST_LOG` overrides the level).
+/// Shows the simulator's warnings in test output; `DROVER_TEST_LOG` (e.g.
+/// `drover=debug`, to see what the backend does) or `RUST_LOG` sets the filter.
 pub fn init_tracing() {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+    let filter = std::env::var("DROVER_TEST_LOG")
+        .ok()
+        .and_then(|f| tracing_subscriber::EnvFilter::try_new(f).ok())
+        .or_else(|| tracing_subscriber::EnvFilter::try_from_default_env().ok())
+        .unwrap_or_else(|| "warn".into());
     // Every test calls this; only the first one installs it.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_test_writer()
         .try_init();
+}
+
+/// An admin client and a namespace of the test's own.
+pub async fn setup(prefix: &str) -> (Client, TestNamespace) {
+    let client = ControlPlane::get().admin_client().await;
+    let ns = TestNamespace::create(&client, prefix).await;
+    (client, ns)
 }
 
 /// The user name in `restricted.kubeconfig`.
@@ -473,6 +485,26 @@ pub fn pdb_settled(
         }
         None => false,
     }
+}
+
+/// Whether the node is cordoned (`spec.unschedulable`), by whoever.
+pub fn unschedulable(n: &Node) -> bool {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+}
+
+/// The Events in `ns` about the object named `name`.
+pub async fn events_for(client: &Client, ns: &str, name: &str) -> Vec<Event> {
+    Api::<Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .collect()
 }
 
 /// The HTTP status code of a failed API call, if it was an API error.
