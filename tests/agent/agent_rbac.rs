@@ -7,13 +7,11 @@ use std::sync::Arc;
 
 use crate::support::agent::*;
 use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
-use crate::support::kube::{ControlPlane, TestNamespace};
+use crate::support::kube::{apply_deploy_file, ControlPlane, TestNamespace};
 use drover::rollout::VirtualClock;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
-use kube::core::GroupVersionKind;
-use kube::discovery::{pinned_kind, Scope};
+use kube::api::{Api, ListParams};
 use kube::Client;
 
 const SERVICE_ACCOUNT: &str = "system:serviceaccount:drover-system:drover";
@@ -26,41 +24,15 @@ async fn apply_base(client: &Client) -> Vec<String> {
             .unwrap();
     let mut applied = Vec::new();
     for file in k["resources"].as_sequence().unwrap() {
-        let text = std::fs::read_to_string(base.join(file.as_str().unwrap())).unwrap();
-        for doc in serde_yaml::Deserializer::from_str(&text) {
-            let value: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
-            if value.is_null() {
-                continue;
-            }
-            let obj: DynamicObject = serde_json::from_value(value).unwrap();
-            let tm = obj.types.clone().unwrap();
-            let (group, version) = match tm.api_version.split_once('/') {
-                Some((g, v)) => (g.to_string(), v.to_string()),
-                None => (String::new(), tm.api_version.clone()),
-            };
-            let gvk = GroupVersionKind::gvk(&group, &version, &tm.kind);
-            let (ar, caps) = pinned_kind(client, &gvk).await.unwrap();
-            let name = obj.metadata.name.clone().unwrap();
-            let api: Api<DynamicObject> = match caps.scope {
-                Scope::Namespaced => Api::namespaced_with(
-                    client.clone(),
-                    obj.metadata.namespace.as_deref().unwrap_or("drover-system"),
-                    &ar,
-                ),
-                Scope::Cluster => Api::all_with(client.clone(), &ar),
-            };
-            api.patch(
-                &name,
-                &PatchParams::apply("drover-install").force(),
-                &Patch::Apply(&obj),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("server-side apply of {} {name}: {e}", tm.kind));
-            applied.push(format!("{}/{name}", tm.kind));
-            if tm.kind == "CustomResourceDefinition" {
-                install_crd(client).await;
-            }
+        let file = format!("base/{}", file.as_str().unwrap());
+        let objects = apply_deploy_file(client, &file, "drover-system").await;
+        if objects
+            .iter()
+            .any(|o| o.starts_with("CustomResourceDefinition/"))
+        {
+            install_crd(client).await;
         }
+        applied.extend(objects);
     }
     applied
 }

@@ -231,7 +231,10 @@ async fn a_budget_that_never_allows_eviction_is_named_everywhere_and_the_node_wa
     })
     .await;
     let waiting = sim_node(&client, &node).await;
-    assert!(!unschedulable(&waiting), "re-unschedulable before the backoff");
+    assert!(
+        !unschedulable(&waiting),
+        "re-unschedulable before the backoff"
+    );
     assert_eq!(progress(&waiting).unwrap().state, ProgressState::Blocked);
     // Control: once the backoff has passed, it is tried again.
     clock.set(dec(1, 2, 12));

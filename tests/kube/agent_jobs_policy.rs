@@ -4,62 +4,19 @@
 //! mode, the host's PID namespace). Against the real API server, with the
 //! manifests of deploy/ applied as they ship.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::support::agent::client_as;
 use crate::support::backend::{kube_options, pool_options, start_sim};
-use crate::support::kube::{ControlPlane, TestNamespace, WAIT};
+use crate::support::kube::{apply_deploy_file, ControlPlane, TestNamespace, WAIT};
 use chrono::Utc;
 use drover::cluster::{NodeProgress, ProgressState};
 use drover::kubernetes::driver::upgrade_job;
 use drover::kubernetes::node::ObservedNode;
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::GroupVersionKind;
-use kube::discovery::{pinned_kind, Scope};
-use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 
 const SERVICE_ACCOUNT: &str = "system:serviceaccount:drover-system:drover";
-
-/// Server-side apply every document of `file` (relative to deploy/).
-async fn apply(client: &Client, file: &str) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("deploy")
-        .join(file);
-    let text = std::fs::read_to_string(&path).unwrap();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let value: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
-        if value.is_null() {
-            continue;
-        }
-        let obj: DynamicObject = serde_json::from_value(value).unwrap();
-        let tm = obj.types.clone().unwrap();
-        let (group, version) = match tm.api_version.split_once('/') {
-            Some((g, v)) => (g.to_string(), v.to_string()),
-            None => (String::new(), tm.api_version.clone()),
-        };
-        let (ar, caps) = pinned_kind(client, &GroupVersionKind::gvk(&group, &version, &tm.kind))
-            .await
-            .unwrap();
-        let api: Api<DynamicObject> = match caps.scope {
-            Scope::Namespaced => Api::namespaced_with(
-                client.clone(),
-                obj.metadata.namespace.as_deref().unwrap_or("default"),
-                &ar,
-            ),
-            Scope::Cluster => Api::all_with(client.clone(), &ar),
-        };
-        let name = obj.metadata.name.clone().unwrap();
-        api.patch(
-            &name,
-            &PatchParams::apply("drover-install").force(),
-            &Patch::Apply(&obj),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("apply {} {name} from {file}: {e}", tm.kind));
-    }
-}
 
 fn with(job: &Job, name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> Job {
     let mut v = serde_json::to_value(job).unwrap();
@@ -78,7 +35,7 @@ async fn the_agent_can_create_the_driver_job_and_nothing_that_takes_the_host() {
         "base/rbac.yaml",
         "components/bottlerocket-host-access/admission-policy.yaml",
     ] {
-        apply(&admin, f).await;
+        apply_deploy_file(&admin, f, "default").await;
     }
     // The component's namespace patch.
     let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(admin.clone());

@@ -14,8 +14,10 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::GroupVersionKind;
+use kube::discovery::{pinned_kind, Scope};
 use kube::runtime::wait::await_condition;
 use kube::{Client, Config, Resource};
 use serde::de::DeserializeOwned;
@@ -485,6 +487,50 @@ pub fn pdb_settled(
         }
         None => false,
     }
+}
+
+/// Server-side apply (field manager `drover-install`, forced) every document
+/// of `deploy/FILE`, in order, as an installer applies the manifests as they
+/// ship; an object without a namespace goes to `default_ns`. Returns
+/// `Kind/name` of each object applied.
+pub async fn apply_deploy_file(client: &Client, file: &str, default_ns: &str) -> Vec<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy")
+        .join(file);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut applied = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let value: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
+        if value.is_null() {
+            continue;
+        }
+        let obj: DynamicObject = serde_json::from_value(value).unwrap();
+        let tm = obj.types.clone().unwrap();
+        let (group, version) = match tm.api_version.split_once('/') {
+            Some((g, v)) => (g.to_string(), v.to_string()),
+            None => (String::new(), tm.api_version.clone()),
+        };
+        let gvk = GroupVersionKind::gvk(&group, &version, &tm.kind);
+        let (ar, caps) = pinned_kind(client, &gvk).await.unwrap();
+        let api: Api<DynamicObject> = match caps.scope {
+            Scope::Namespaced => Api::namespaced_with(
+                client.clone(),
+                obj.metadata.namespace.as_deref().unwrap_or(default_ns),
+                &ar,
+            ),
+            Scope::Cluster => Api::all_with(client.clone(), &ar),
+        };
+        let name = obj.metadata.name.clone().unwrap();
+        api.patch(
+            &name,
+            &PatchParams::apply("drover-install").force(),
+            &Patch::Apply(&obj),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("server-side apply of {} {name} from {file}: {e}", tm.kind));
+        applied.push(format!("{}/{name}", tm.kind));
+    }
+    applied
 }
 
 /// Whether the node is cordoned (`spec.unschedulable`), by whoever.
