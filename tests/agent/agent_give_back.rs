@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::agent::*;
-use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
+use crate::support::backend::{pool_options, start_sim};
 use crate::support::kube::unschedulable;
 use crate::support::kube::{
     await_node, await_pdb, await_pod, create, pdb_min_available, pdb_settled, pod_on,
@@ -87,14 +87,7 @@ async fn world_with(prefix: &str, idle: usize, reboot: Option<Duration>, agent: 
         })
     })
     .await;
-    let repo = ConfigRepo::new(&[EnvSpec {
-        env: "test".into(),
-        cluster: "test-1".into(),
-        version: "1.12.0".into(),
-        schedule: "0 2 1 * *".into(),
-        selector: format!("{POOL_LABEL}={}", ns.name()),
-        soak: "0s".into(),
-    }]);
+    let repo = ConfigRepo::new(&[EnvSpec::test_pool(ns.name())]);
     repo.set_max_unavailable(1 + idle.len() as u32);
     let agent = agent.then(|| start_agent(&repo, &ns, "agent-a"));
     if agent.is_some() {

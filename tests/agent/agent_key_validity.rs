@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use crate::support::agent::*;
-use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
+use crate::support::backend::{pool_options, start_sim};
 use crate::support::git::{commit_all, public_key};
 use crate::support::kube::{ControlPlane, TestNamespace};
 use chrono::{Duration, Utc};
@@ -56,14 +56,7 @@ async fn a_backdated_commit_by_a_retired_key_is_refused_and_a_valid_one_applied(
     install_crd(&client).await;
     let ns = TestNamespace::create(&client, "keyvalid").await;
     let sim = start_sim(&client, pool_options(ns.name(), 1)).await;
-    let repo = ConfigRepo::new(&[EnvSpec {
-        env: "test".into(),
-        cluster: "test-1".into(),
-        version: "1.12.0".into(),
-        schedule: "0 2 1 * *".into(),
-        selector: format!("{POOL_LABEL}={}", ns.name()),
-        soak: "0s".into(),
-    }]);
+    let repo = ConfigRepo::new(&[EnvSpec::test_pool(ns.name())]);
     let clock: drover::agent::SharedClock = Arc::new(VirtualClock::new(dec(1, 3, 0)));
     let agent = RunningAgent::start(
         agent_config(&repo, "test", "test-1", ns.name(), "agent-a"),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::agent::*;
-use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
+use crate::support::backend::{pool_options, start_sim};
 use crate::support::git::git;
 use crate::support::kube::{await_node, ControlPlane, TestNamespace};
 use drover::cluster::ANN_STATE;
@@ -26,14 +26,7 @@ async fn a_bump_to_a_version_revoked_with_drover_revoke_is_refused_by_the_agent(
     let ns = TestNamespace::create(&client, "revoked-agent").await;
     let sim = start_sim(&client, pool_options(ns.name(), 1)).await;
     let node = sim.node_names()[0].clone();
-    let repo = ConfigRepo::new(&[EnvSpec {
-        env: "test".into(),
-        cluster: "test-1".into(),
-        version: "1.12.0".into(),
-        schedule: "0 2 1 * *".into(),
-        selector: format!("{POOL_LABEL}={}", ns.name()),
-        soak: "0s".into(),
-    }]);
+    let repo = ConfigRepo::new(&[EnvSpec::test_pool(ns.name())]);
     let mut cfg = agent_config(&repo, "test", "test-1", ns.name(), "agent-a");
     cfg.poll = Duration::from_secs(600);
     let clock: drover::agent::SharedClock = Arc::new(VirtualClock::new(dec(1, 3, 0)));
@@ -132,14 +125,7 @@ async fn a_pinned_version_revoked_afterwards_starts_no_further_node() {
     let ns = TestNamespace::create(&client, "revoked-pinned").await;
     let sim = start_sim(&client, pool_options(ns.name(), 1)).await;
     let node = sim.node_names()[0].clone();
-    let repo = ConfigRepo::new(&[EnvSpec {
-        env: "test".into(),
-        cluster: "test-1".into(),
-        version: "1.12.0".into(),
-        schedule: "0 2 1 * *".into(),
-        selector: format!("{POOL_LABEL}={}", ns.name()),
-        soak: "0s".into(),
-    }]);
+    let repo = ConfigRepo::new(&[EnvSpec::test_pool(ns.name())]);
     let mut cfg = agent_config(&repo, "test", "test-1", ns.name(), "agent-a");
     cfg.poll = Duration::from_secs(600);
     // Before the window (02:00-08:00 on the 1st).

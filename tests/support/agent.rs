@@ -41,6 +41,22 @@ pub struct EnvSpec {
     pub soak: String,
 }
 
+impl EnvSpec {
+    /// Environment `test`, cluster `test-1`, at 1.12.0 with a window on the
+    /// 1st at 02:00 and no soak, on the simulated pool of namespace `ns`
+    /// (`support::backend::POOL_LABEL`): the world most agent tests start from.
+    pub fn test_pool(ns: &str) -> EnvSpec {
+        EnvSpec {
+            env: "test".into(),
+            cluster: "test-1".into(),
+            version: "1.12.0".into(),
+            schedule: "0 2 1 * *".into(),
+            selector: format!("{}={ns}", super::backend::POOL_LABEL),
+            soak: "0s".into(),
+        }
+    }
+}
+
 /// A config repository: a work tree, and its bare copy served by `git daemon`.
 pub struct ConfigRepo {
     pub dir: tempfile::TempDir,
