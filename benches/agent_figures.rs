@@ -10,22 +10,16 @@
 //!
 //! Both run in one test so they do not compete with each other for the two cores.
 
-#[path = "../tests/agent_support/mod.rs"]
-mod agent_support;
-#[path = "../tests/support/git_servers.rs"]
-mod git_servers;
-#[path = "../tests/k8s_backend/mod.rs"]
-mod k8s_backend;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent_support::*;
 use drover::rollout::VirtualClock;
-use k8s_backend::{pool_options, start_sim, POOL_LABEL};
-use support::{ControlPlane, TestNamespace};
+use support::agent::*;
+use support::backend::{pool_options, start_sim, POOL_LABEL};
+use support::kube::{ControlPlane, TestNamespace};
 
 fn env_spec(pool: &str) -> EnvSpec {
     EnvSpec {
@@ -116,7 +110,7 @@ async fn agent_figures() {
     let sim = start_sim(&client, opts).await;
     println!("registered {n} nodes in {:?}", t0.elapsed());
     let repo = ConfigRepo::new(&[env_spec(ns.name())]);
-    let port = git_servers::free_port();
+    let port = support::git::free_port();
     let logs = repo.dir.path().join("agent.log");
     // DROVER_AGENT_BIN measures another build (the release binary the image ships).
     let bin =

@@ -14,12 +14,6 @@
 //! `DROVER_AGENT_BIN=target/dist/drover` the one the image ships;
 //! `DROVER_FIGURE_NODES=N` another cluster size for the rollout.
 
-#[path = "../tests/agent_support/mod.rs"]
-mod agent_support;
-#[path = "../tests/support/git_servers.rs"]
-mod git_servers;
-#[path = "../tests/k8s_backend/mod.rs"]
-mod k8s_backend;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -28,14 +22,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent_support::*;
 use drover::agent::crd::DroverStatus;
 use hmac::{Hmac, Mac};
-use k8s_backend::{pool_options, start_sim, BudgetWatch, POOL_LABEL};
 use kube::api::Api;
 use kube::runtime::wait::await_condition;
 use sha2::Sha256;
-use support::{ControlPlane, TestNamespace};
+use support::agent::*;
+use support::backend::{pool_options, start_sim, BudgetWatch, POOL_LABEL};
+use support::kube::{ControlPlane, TestNamespace};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -100,7 +94,7 @@ fn start_agent(repo: &ConfigRepo, ns: &str) -> Agent {
         .and_then(|n| n.to_str())
         .unwrap_or("")
         .to_string();
-    let (http, hook) = (git_servers::free_port(), git_servers::free_port());
+    let (http, hook) = (support::git::free_port(), support::git::free_port());
     let secret = repo.dir.path().join("hmac-secret");
     std::fs::write(&secret, HMAC_SECRET).unwrap();
     let http: SocketAddr = format!("127.0.0.1:{http}").parse().unwrap();
@@ -154,7 +148,7 @@ async fn until_status(
 }
 
 async fn fetches(http: SocketAddr) -> f64 {
-    let (_, text) = agent_support::http(http, "GET", "/metrics", &[], "").await;
+    let (_, text) = support::agent::http(http, "GET", "/metrics", &[], "").await;
     sample(&text, r#"drover_fetches_total{result="ok"}"#).unwrap_or(0.0)
 }
 
@@ -325,7 +319,7 @@ async fn rollout_figure(client: &kube::Client) {
     mac.update(body.as_bytes());
     let sig = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
     let t0 = Instant::now();
-    let (code, _) = agent_support::http(
+    let (code, _) = support::agent::http(
         agent.hook,
         "POST",
         "/webhook",

@@ -11,7 +11,7 @@
 //! Run: `cargo bench --bench evidence_memory` (add `--profile dev` to reuse a
 //! debug build).
 
-#[path = "../tests/support/git_servers.rs"]
+#[path = "../tests/support/git.rs"]
 mod git_servers;
 
 use git_servers::{git, keygen, public_key, GitDaemon};

@@ -10,29 +10,23 @@
 //! Goal: under 5 s. `DROVER_FIGURE_ROUNDS=N` changes the number of rounds
 //! (default 3; each is a fresh rollout).
 
-#[path = "../tests/agent_support/mod.rs"]
-mod agent_support;
-#[path = "../tests/support/git_servers.rs"]
-mod git_servers;
-#[path = "../tests/k8s_backend/mod.rs"]
-mod k8s_backend;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent_support::*;
 use drover::cluster::{NodeProgress, ProgressState};
 use drover::config::{OnUnreachable, PrometheusCheck};
 use drover::health::{PrometheusClient, QueryOutcome};
 use drover::rollout::{RolloutState, VirtualClock};
-use k8s_backend::{pool_options, start_sim, POOL_LABEL};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 use kube::ResourceExt;
+use support::agent::*;
+use support::backend::{pool_options, start_sim, POOL_LABEL};
+use support::kube::{await_node, ControlPlane, TestNamespace};
 use support::prometheus::{Exporter, Prometheus};
-use support::{await_node, ControlPlane, TestNamespace};
 
 const QUERY: &str = "drover_test_value > 0";
 

@@ -4,8 +4,6 @@
 //! minute while idle with 1,000 nodes, against a naive list-based poll.
 //! Each prints a `BENCH` line; run with `--nocapture` to see them.
 
-#[path = "../tests/k8s_backend/mod.rs"]
-mod k8s_backend;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -18,8 +16,8 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
 
-use k8s_backend::*;
-use support::*;
+use support::backend::*;
+use support::kube::*;
 
 fn with_audit() -> &'static ControlPlane {
     // Must be set before the binary's control plane starts; every test here sets it.

@@ -16,7 +16,7 @@
 //! and the wall time of `drover status` (JSON; and with `--html`, which walks
 //! the whole report history) on the result.
 
-#[path = "../tests/support/git_servers.rs"]
+#[path = "../tests/support/git.rs"]
 mod git_servers;
 
 use drover::source::{Source, SourceConfig};

@@ -1,12 +1,12 @@
 //! The RBAC the agent needs: one table per scope (cluster, the upgrade Jobs'
 //! namespace, the agent's own namespace), which `deploy/base/rbac.yaml` must
-//! grant exactly (tests/agent_manifests.rs checks).
+//! grant exactly (tests/offline/agent_manifests.rs checks).
 
 /// One RBAC rule the agent needs: (API group, resource, verbs).
 pub type Permission = (&'static str, &'static str, &'static [&'static str]);
 
 /// Every permission the agent uses, cluster-wide; `deploy/base/rbac.yaml`'s
-/// ClusterRole must grant exactly these (tests/agent_manifests.rs checks).
+/// ClusterRole must grant exactly these (tests/offline/agent_manifests.rs checks).
 pub const CLUSTER_PERMISSIONS: &[Permission] = &[
     // crate::kubernetes: observe nodes, cordon/annotate in one patch.
     ("", "nodes", &["get", "list", "watch", "patch"]),

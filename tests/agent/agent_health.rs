@@ -1,0 +1,623 @@
+//! Health-gated rollouts (docs/design.md §5a) with the agent against a real
+//! kube-apiserver, simulated kubelet nodes, a real git server and a real
+//! Prometheus: a crash loop or a node condition on the first upgraded node
+//! halts the rollout at that node, stage reports `failed` and production's
+//! `drover check --base` refuses the version; a healthy rollout confirms only
+//! once `settle` has held, and a later `failed` for the same version
+//! withdraws that confirmation; a query that starts firing mid-rollout halts
+//! it, and a stopped Prometheus holds it.
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::support::agent::*;
+use crate::support::backend::nodes_in;
+use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
+use crate::support::kube::{
+    await_node, await_pod, create, os_image, pod_on, pod_running_ready, ControlPlane, TestNamespace,
+};
+use crate::support::kube::{events_for, unschedulable};
+use crate::support::kubelet::Fault;
+use crate::support::prometheus::{Exporter, Prometheus};
+use drover::cluster::{NodeProgress, ProgressState};
+use drover::config::{OnUnreachable, PrometheusCheck};
+use drover::health::{PrometheusClient, QueryOutcome};
+use drover::rollout::health::HEALTH_RECHECK;
+use drover::rollout::VirtualClock;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::Api;
+use kube::{Client, ResourceExt};
+
+const STEP: Duration = Duration::from_secs(90);
+
+fn spec(env: &str, cluster: &str, pool: &str) -> EnvSpec {
+    EnvSpec {
+        env: env.into(),
+        cluster: cluster.into(),
+        version: "1.12.0".into(),
+        schedule: "0 2 1 * *".into(),
+        selector: format!("{POOL_LABEL}={pool}"),
+        soak: "0s".into(),
+    }
+}
+
+/// Stage's file at `version` with `health` (a `[health]` section) added.
+fn stage_text(version: &str, pool: &str, health: &str) -> String {
+    format!(
+        "version = \"{version}\"\n\n[window]\nschedule = \"0 2 1 * *\"\nduration = \"6h\"\ntimezone = \"UTC\"\n\n\
+         [rollout]\nmax_unavailable = 1\ndrain_timeout = \"5m\"\nnode_timeout = \"10m\"\n\
+         node_selector = \"{POOL_LABEL}={pool}\"\n\n[promotion]\nsoak = \"0s\"\n\n{health}"
+    )
+}
+
+fn progress(n: &Node) -> Option<NodeProgress> {
+    NodeProgress::decode(n.annotations()).ok().flatten()
+}
+
+/// A pod of a DaemonSet on `node` (drains leave it there, so it lives
+/// through the upgrade, as node agents and log shippers do).
+fn daemon_pod(name: &str, node: &str) -> Pod {
+    let mut pod = pod_on(name, node, &[("app", "node-agent")], 1);
+    pod.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: "DaemonSet".into(),
+            name: "node-agent".into(),
+            uid: "00000000-0000-0000-0000-000000000001".into(),
+            controller: Some(true),
+            ..Default::default()
+        },
+    ]);
+    pod
+}
+
+/// A pool of `n` nodes, each running a DaemonSet pod, a stage+production
+/// config repository, and stage's agent, adopted at 1.12.0 inside its window.
+struct World {
+    client: Client,
+    _ns: TestNamespace,
+    pool: String,
+    sim: crate::support::kubelet::Kubelet,
+    repo: ConfigRepo,
+    clock: VirtualClock,
+    agent: RunningAgent,
+    nodes: Vec<String>,
+}
+
+async fn world(prefix: &str, n: usize) -> World {
+    let cp = ControlPlane::get();
+    let client = cp.admin_client().await;
+    install_crd(&client).await;
+    let ns = TestNamespace::create(&client, prefix).await;
+    let pool = ns.name().to_string();
+    let sim = start_sim(&client, pool_options(&pool, n)).await;
+    let mut nodes = sim.node_names();
+    nodes.sort();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &pool);
+    for (i, node) in nodes.iter().enumerate() {
+        let name = format!("node-agent-{i}");
+        create(&pods, &daemon_pod(&name, node)).await;
+        await_pod(
+            &client,
+            &pool,
+            &name,
+            "Running and Ready",
+            pod_running_ready,
+        )
+        .await;
+    }
+    let repo = ConfigRepo::new(&[
+        spec("stage", "stage-1", &pool),
+        spec("production", "prod-1", &format!("{pool}-prod")),
+    ]);
+    let clock = VirtualClock::new(dec(1, 2, 30));
+    let agent = RunningAgent::start(
+        agent_config(&repo, "stage", "stage-1", &pool, &format!("{prefix}-agent")),
+        Arc::new(clock.clone()),
+        None,
+    );
+    await_status(&client, &pool, "stage-stage-1", "adopted", |s| {
+        s.state.as_deref() == Some("confirmed") && s.last_applied_commit.is_some()
+    })
+    .await;
+    World {
+        client,
+        _ns: ns,
+        pool,
+        sim,
+        repo,
+        clock,
+        agent,
+        nodes,
+    }
+}
+
+/// `drover check --base main` on a change moving production to `version`,
+/// in a clone of the served repository (status branch as `origin/drover/status`).
+fn production_check(repo: &ConfigRepo, version: &str) -> (i32, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("c");
+    let ok = Command::new("git")
+        .arg("clone")
+        .arg("-q")
+        .arg(&repo.bare)
+        .arg(&work)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let file = work.join("environments/production.toml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(
+        &file,
+        text.replace("version = \"1.12.0\"", &format!("version = \"{version}\"")),
+    )
+    .unwrap();
+    for args in [
+        vec!["checkout", "-q", "-b", "promote"],
+        vec![
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.com",
+            "commit",
+            "-qam",
+            "promote",
+        ],
+    ] {
+        assert!(Command::new("git")
+            .current_dir(&work)
+            .args(&args)
+            .status()
+            .unwrap()
+            .success());
+    }
+    let out = crate::support::cli::drover_command()
+        .args(["check", "--repo"])
+        .arg(&work)
+        .args(["--base", "main", "--now", "2026-12-02T00:00:00Z"])
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// Stage moves to 1.13.0 with `fault` on its first node: the rollout halts
+/// there, and every place names `what`.
+async fn halts_at_the_first_node(
+    prefix: &str,
+    fault: Fault,
+    check: &str,
+    what: &dyn Fn(&World) -> String,
+) {
+    let w = world(prefix, 3).await;
+    let first = w.nodes[0].clone();
+    w.sim.set_fault(&first, fault);
+    w.repo.set_env_text(
+        "stage",
+        &stage_text(
+            "1.13.0",
+            &w.pool,
+            "[health]\nsettle = \"10m\"\npod_ready_timeout = \"5m\"\n",
+        ),
+        "stage: move to 1.13.0",
+    );
+    w.agent.handle.fetch();
+    let expected = what(&w);
+    let status = await_status(&w.client, &w.pool, "stage-stage-1", "failed", |s| {
+        s.state.as_deref() == Some("failed")
+    })
+    .await
+    .status
+    .unwrap();
+    assert!(status.message.contains(&expected), "{}", status.message);
+    assert!(status.message.contains(&first), "{}", status.message);
+
+    // Exactly one node upgraded, recorded failed naming the check, in service;
+    // no other node touched, over several more passes.
+    let mut passes = 0;
+    until_pass(&w.agent.handle, "several passes", STEP, || {
+        passes += 1;
+        passes > 4
+    })
+    .await;
+    let nodes = nodes_in(&w.client, &w.pool).await;
+    let upgraded: Vec<String> = nodes
+        .iter()
+        .filter(|n| os_image(n).contains("1.13.0"))
+        .map(|n| n.name_any())
+        .collect();
+    assert_eq!(upgraded, std::slice::from_ref(&first));
+    let p = progress(&nodes[0]).unwrap();
+    assert_eq!(p.state, ProgressState::Failed);
+    assert!(p.message.contains(&expected), "{}", p.message);
+    assert!(!unschedulable(&nodes[0]));
+    for n in &nodes[1..] {
+        assert!(
+            progress(n).is_none() && !unschedulable(n),
+            "{} was touched",
+            n.name_any()
+        );
+    }
+
+    // The Event, the metric and the signed report.
+    let evs = events_for(&w.client, "default", &first).await;
+    assert!(
+        evs.iter()
+            .any(|e| e.reason.as_deref() == Some("HealthCheckFailed")
+                && e.type_.as_deref() == Some("Warning")
+                && e.note.as_deref().is_some_and(|n| n.contains(&expected))),
+        "{evs:?}"
+    );
+    let metrics = w.agent.metrics().await;
+    assert_eq!(
+        sample(
+            &metrics,
+            &format!(r#"drover_health_failures_total{{env="stage",check="{check}"}}"#)
+        ),
+        Some(1.0),
+        "{metrics}"
+    );
+    until_pass(&w.agent.handle, "failed report pushed", STEP, || {
+        w.repo.report("stage", "stage-1").is_some_and(|r| {
+            r.state.as_str() == "failed"
+                && r.version.to_string() == "1.13.0"
+                && r.message.contains(&expected)
+        })
+    })
+    .await;
+
+    // Production may not take the version stage failed.
+    let (code, out) = production_check(&w.repo, "1.13.0");
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("stage-1"), "{out}");
+    w.agent.stop();
+    w.sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_crash_loop_on_the_first_upgraded_node_halts_there_and_production_refuses() {
+    halts_at_the_first_node(
+        "health-crash",
+        Fault::CrashLoopAfterUpgrade,
+        "crash_loop",
+        &|w| format!("pod {}/node-agent-0 is crash-looping", w.pool),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_node_condition_on_the_first_upgraded_node_halts_there_naming_it() {
+    halts_at_the_first_node(
+        "health-cond",
+        Fault::Condition("MemoryPressure".into()),
+        "node_condition",
+        &|_| "condition MemoryPressure is True".to_string(),
+    )
+    .await;
+}
+
+/// Until the status object's state is `state`; returns its message.
+async fn state_is(w: &World, state: &str) -> String {
+    await_status(&w.client, &w.pool, "stage-stage-1", state, |s| {
+        s.state.as_deref() == Some(state)
+    })
+    .await
+    .status
+    .unwrap()
+    .message
+}
+
+#[tokio::test]
+async fn a_healthy_rollout_confirms_only_after_settle() {
+    let w = world("health-settle", 2).await;
+    w.repo.set_env_text(
+        "stage",
+        &stage_text(
+            "1.13.0",
+            &w.pool,
+            "[health]\nsettle = \"10m\"\npod_ready_timeout = \"5m\"\n",
+        ),
+        "stage: move to 1.13.0",
+    );
+    w.agent.handle.fetch();
+    // The first node returns and is watched until 02:35; the second waits.
+    let watched = await_node(&w.client, &w.nodes[0], "watching", |n| {
+        progress(n).is_some_and(|p| p.state == ProgressState::Watching)
+    })
+    .await;
+    assert!(!unschedulable(&watched));
+    await_status(
+        &w.client,
+        &w.pool,
+        "stage-stage-1",
+        "rolling, watched",
+        |s| {
+            s.state.as_deref() == Some("rolling")
+                && s.message.contains(&format!(
+                    "node {} is Ready at 1.13.0; its health is watched until 2026-12-01T02:35:00Z",
+                    w.nodes[0]
+                ))
+        },
+    )
+    .await;
+    let mut passes = 0;
+    until_pass(&w.agent.handle, "passes while watched", STEP, || {
+        passes += 1;
+        passes > 3
+    })
+    .await;
+    let second = nodes_in(&w.client, &w.pool).await.remove(1);
+    assert!(
+        progress(&second).is_none() && !unschedulable(&second),
+        "started during the watch"
+    );
+
+    // The watch ends: the first passes, the second starts and is watched.
+    w.clock.set(dec(1, 2, 36));
+    await_node(&w.client, &w.nodes[0], "passed", |n| {
+        progress(n).is_some_and(|p| p.state == ProgressState::Passed)
+    })
+    .await;
+    await_node(&w.client, &w.nodes[1], "watching", |n| {
+        progress(n).is_some_and(|p| p.state == ProgressState::Watching)
+    })
+    .await;
+    w.clock.set(dec(1, 2, 42));
+    // Every node passed: settling until 02:52, and not confirmed before.
+    let msg = state_is(&w, "settling").await;
+    assert!(msg.contains("settling until 2026-12-01T02:52:00Z"), "{msg}");
+    until_pass(&w.agent.handle, "settling report pushed", STEP, || {
+        w.repo
+            .report("stage", "stage-1")
+            .is_some_and(|r| r.state.as_str() == "settling")
+    })
+    .await;
+    let (code, out) = production_check(&w.repo, "1.13.0");
+    assert_eq!(code, 1, "refused while stage settles: {out}");
+    w.clock.set(dec(1, 2, 51));
+    let mut passes = 0;
+    until_pass(&w.agent.handle, "passes before settle ends", STEP, || {
+        passes += 1;
+        passes > 3
+    })
+    .await;
+    let r = w.repo.report("stage", "stage-1").unwrap();
+    assert_eq!(
+        r.state.as_str(),
+        "settling",
+        "confirmed before settle ended"
+    );
+
+    // Settle ends: confirmed, the records cleared, production may follow.
+    w.clock.set(dec(1, 2, 52));
+    state_is(&w, "confirmed").await;
+    until_pass(&w.agent.handle, "confirmed report pushed", STEP, || {
+        w.repo
+            .report("stage", "stage-1")
+            .is_some_and(|r| r.state.as_str() == "confirmed" && r.version.to_string() == "1.13.0")
+    })
+    .await;
+    for n in nodes_in(&w.client, &w.pool).await {
+        assert!(os_image(&n).contains("1.13.0"));
+        assert!(progress(&n).is_none(), "records cleared on confirmation");
+    }
+    let (code, out) = production_check(&w.repo, "1.13.0");
+    assert_eq!(
+        code, 0,
+        "control: production may take a settled version: {out}"
+    );
+
+    // A node joins later at the old version, and on 1.13.0 its workload
+    // crash-loops: stage reports `failed` for 1.13.0, which withdraws its
+    // earlier confirmation, so production's check refuses the version again.
+    let added = w.sim.add_nodes(1).await.unwrap().remove(0);
+    w.sim.set_fault(&added, Fault::CrashLoopAfterUpgrade);
+    let pods: Api<Pod> = Api::namespaced(w.client.clone(), &w.pool);
+    create(&pods, &daemon_pod("node-agent-late", &added)).await;
+    let msg = state_is(&w, "failed").await;
+    assert!(msg.contains("node-agent-late is crash-looping"), "{msg}");
+    until_pass(&w.agent.handle, "failed report pushed", STEP, || {
+        w.repo
+            .report("stage", "stage-1")
+            .is_some_and(|r| r.state.as_str() == "failed" && r.version.to_string() == "1.13.0")
+    })
+    .await;
+    let (code, out) = production_check(&w.repo, "1.13.0");
+    assert_eq!(
+        code, 1,
+        "the failed report withdraws the confirmation: {out}"
+    );
+    assert!(out.contains("withdrawn"), "{out}");
+    w.agent.stop();
+    w.sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_query_firing_mid_rollout_halts_within_one_evaluation_and_a_stopped_prometheus_holds() {
+    let exporter = Exporter::start(0.0).await;
+    let mut prom = Prometheus::start(exporter.addr()).expect("prometheus starts");
+    let query = "drover_test_value > 0";
+    let w = world("health-prom", 3).await;
+    let health = format!(
+        "[health]\nsettle = \"10m\"\npod_ready_timeout = \"5m\"\n\n[[health.prometheus]]\nurl = \"{}\"\nquery = \"{query}\"\ntimeout = \"2s\"\n",
+        prom.url()
+    );
+    w.repo.set_env_text(
+        "stage",
+        &stage_text("1.13.0", &w.pool, &health),
+        "stage: move to 1.13.0",
+    );
+    w.agent.handle.fetch();
+
+    // Control: with the query clear, the first node passes and the second starts.
+    await_node(&w.client, &w.nodes[0], "watching", |n| {
+        progress(n).is_some_and(|p| p.state == ProgressState::Watching)
+    })
+    .await;
+    w.clock.set(dec(1, 2, 36));
+    await_node(&w.client, &w.nodes[1], "watching", |n| {
+        progress(n).is_some_and(|p| p.state == ProgressState::Watching)
+    })
+    .await;
+
+    // The exporter flips; from the moment Prometheus returns a sample the
+    // halt comes within one evaluation interval (plus the pass it lands in).
+    exporter.set(1.0);
+    let client = PrometheusClient::new().unwrap();
+    let check = PrometheusCheck {
+        url: prom.url().to_string(),
+        query: query.into(),
+        timeout: Duration::from_secs(2),
+        on_unreachable: OnUnreachable::Hold,
+    };
+    let deadline = Instant::now() + STEP;
+    while !matches!(client.evaluate(&check).await, QueryOutcome::Firing { .. }) {
+        assert!(Instant::now() < deadline, "Prometheus never saw the flip");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let firing_at = Instant::now();
+    let msg = state_is(&w, "failed").await;
+    let took = firing_at.elapsed();
+    assert!(
+        took < HEALTH_RECHECK + Duration::from_secs(2),
+        "halt took {took:?}"
+    );
+    assert!(msg.contains(&format!("query `{query}` returned")), "{msg}");
+    let nodes = nodes_in(&w.client, &w.pool).await;
+    assert_eq!(progress(&nodes[1]).unwrap().state, ProgressState::Failed);
+    assert!(
+        progress(&nodes[2]).is_none() && !unschedulable(&nodes[2]),
+        "third node started"
+    );
+
+    // Retry with the query clear again, then Prometheus stops: the watch
+    // cannot end, the rollout holds and says so.
+    exporter.set(0.0);
+    while !matches!(client.evaluate(&check).await, QueryOutcome::Clear) {
+        assert!(
+            Instant::now() < deadline + STEP,
+            "Prometheus never saw the clear"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    prom.stop();
+    let nodes_api: Api<Node> = Api::all(w.client.clone());
+    nodes_api
+        .patch(
+            &w.nodes[1],
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                serde_json::json!({"metadata": {"annotations": {"drover.dev/retry": "1"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    await_node(&w.client, &w.nodes[1], "watched again", |n| {
+        progress(n).is_some_and(|p| p.state == ProgressState::Watching)
+    })
+    .await;
+    w.clock.set(dec(1, 2, 50));
+    let msg = state_is(&w, "rolling").await;
+    let held = await_status(&w.client, &w.pool, "stage-stage-1", "held", |s| {
+        s.message.contains("unreachable")
+    })
+    .await
+    .status
+    .unwrap();
+    assert!(
+        held.message.contains(prom.url()),
+        "{msg} / {}",
+        held.message
+    );
+    let mut passes = 0;
+    until_pass(
+        &w.agent.handle,
+        "passes while Prometheus is down",
+        STEP,
+        || {
+            passes += 1;
+            passes > 3
+        },
+    )
+    .await;
+    let nodes = nodes_in(&w.client, &w.pool).await;
+    assert_eq!(
+        progress(&nodes[1]).unwrap().state,
+        ProgressState::Watching,
+        "passed without Prometheus"
+    );
+    assert!(progress(&nodes[2]).is_none() && !unschedulable(&nodes[2]));
+    w.agent.stop();
+    w.sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_restarted_agent_resumes_the_watch_from_the_node_record() {
+    let mut w = world("health-restart", 2).await;
+    w.repo.set_env_text(
+        "stage",
+        &stage_text(
+            "1.13.0",
+            &w.pool,
+            "[health]\nsettle = \"0s\"\npod_ready_timeout = \"5m\"\n",
+        ),
+        "stage: move to 1.13.0",
+    );
+    w.agent.handle.fetch();
+    let watched = await_node(&w.client, &w.nodes[0], "watching", |n| {
+        progress(n).is_some_and(|p| p.state == ProgressState::Watching)
+    })
+    .await;
+    let since = progress(&watched).unwrap().started_at;
+    // The rolling report (the state the new agent recovers from) is out.
+    until_pass(&w.agent.handle, "rolling report pushed", STEP, || {
+        w.repo
+            .report("stage", "stage-1")
+            .is_some_and(|r| r.state.as_str() == "rolling" && r.version.to_string() == "1.13.0")
+    })
+    .await;
+    // A crash: the new agent has no memory but the node's record.
+    let agent = std::mem::replace(
+        &mut w.agent,
+        RunningAgent::start(
+            agent_config(&w.repo, "stage", "stage-1", &w.pool, "health-restart-2"),
+            Arc::new(w.clock.clone()),
+            None,
+        ),
+    );
+    agent.kill();
+    let mut passes = 0;
+    until_pass(&w.agent.handle, "passes of the new agent", STEP, || {
+        passes += 1;
+        passes > 3
+    })
+    .await;
+    let nodes = nodes_in(&w.client, &w.pool).await;
+    let p = progress(&nodes[0]).unwrap();
+    assert_eq!(
+        (p.state, p.started_at),
+        (ProgressState::Watching, since),
+        "the watch goes on from its recorded start"
+    );
+    assert!(progress(&nodes[1]).is_none() && !unschedulable(&nodes[1]));
+    // It ends when the record says, and the rollout finishes, each node upgraded once.
+    w.clock.set(dec(1, 2, 36));
+    await_node(&w.client, &w.nodes[1], "second watched", |n| {
+        progress(n).is_some_and(|p| p.state == ProgressState::Watching)
+    })
+    .await;
+    w.clock.set(dec(1, 2, 42));
+    state_is(&w, "confirmed").await;
+    for n in &w.nodes {
+        assert_eq!(w.sim.upgrades_started(n), 1, "{n} upgraded more than once");
+    }
+    w.agent.stop();
+    w.sim.shutdown().await;
+}

@@ -1,0 +1,17 @@
+//! Tests of the agent as it runs: agents in-process and as `drover agent`
+//! processes against the real kube-apiserver (one control plane for the
+//! whole binary, a namespace per test), a signed config repository served by
+//! `git daemon`, and for health, a real Prometheus.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod agent_evidence;
+mod agent_give_back;
+mod agent_health;
+mod agent_key_validity;
+mod agent_outage;
+mod agent_rbac;
+mod agent_revoked;
+mod agent_story;
+mod agent_windows;

@@ -1,0 +1,690 @@
+//! The Bottlerocket driver script, exactly as drover puts it in the upgrade
+//! Job, run against a simulated Bottlerocket API (support/bottlerocket_api.rs)
+//! through a stand-in `apiclient` (support/bottlerocket/apiclient), with the
+//! faults a real node shows. Each fault runs the previous script too
+//! (support/bottlerocket/old_driver.sh), to show the failure it had.
+//!
+//! A run follows the pod's life: the script starts; when it asks for the
+//! reboot, the test stops it with SIGTERM (the node's graceful shutdown),
+//! reboots the simulated node and starts the script again (the Job's
+//! `podFailurePolicy` ignores the killed pod).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::support::bottlerocket_api::{v, BottlerocketApi, Scenario};
+use chrono::{DateTime, Utc};
+use drover::cluster::{NodeProgress, ProgressState};
+use drover::config::{DriverSpec, NodesSpec, DEFAULT_BOTTLEROCKET_IMAGE};
+use drover::kubernetes::driver::{self, BOTTLEROCKET_SCRIPT};
+use drover::kubernetes::node::ObservedNode;
+use drover::kubernetes::KubeOptions;
+use serde_json::Value;
+
+const OLD_SCRIPT: &str = include_str!("../support/bottlerocket/old_driver.sh");
+/// Bound for one run of a script (the slowest fault takes ~12 s).
+const RUN_LIMIT: Duration = Duration::from_secs(60);
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Script {
+    /// The script before this change (`/bin/sh -c`).
+    Old,
+    /// `BOTTLEROCKET_SCRIPT` (`/bin/bash -c`, as in the Job).
+    New,
+}
+
+/// What happened over a pod's life.
+#[derive(Debug)]
+struct Outcome {
+    /// The exit code of the last run (143 for SIGTERM).
+    exit: i32,
+    /// Whether the node rebooted.
+    rebooted: bool,
+    /// Everything the runs wrote.
+    output: String,
+}
+
+fn stand_in_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/bottlerocket")
+}
+
+/// Start one run of `script` moving `api`'s node to `target`.
+fn spawn(script: Script, api: &BottlerocketApi, dir: &Path, target: &str, n: usize) -> Child {
+    spawn_with_unit(script, api, dir, target, n, UNIT)
+}
+
+/// The tests' `DROVER_TIME_UNIT`: every wait of the script 50 times shorter.
+const UNIT: &str = "0.02";
+
+fn spawn_with_unit(
+    script: Script,
+    api: &BottlerocketApi,
+    dir: &Path,
+    target: &str,
+    n: usize,
+    unit: &str,
+) -> Child {
+    let state = dir.join("state");
+    fs::create_dir_all(&state).unwrap();
+    let path = format!(
+        "{}:{}",
+        stand_in_dir().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let (shell, text) = match script {
+        Script::New => ("bash", BOTTLEROCKET_SCRIPT.to_string()),
+        // The old script names the container's mount point itself.
+        Script::Old => (
+            "sh",
+            OLD_SCRIPT.replace("/drover-state", &state.display().to_string()),
+        ),
+    };
+    let out = fs::File::create(dir.join(format!("run-{n}.log"))).unwrap();
+    Command::new(shell)
+        .arg("-c")
+        .arg(text)
+        .env("PATH", path)
+        .env("APICLIENT_SOCKET", api.socket())
+        .env("DROVER_TARGET_VERSION", target)
+        .env("DROVER_NODE_NAME", "node-1")
+        .env("DROVER_ATTEMPT", "1764460800")
+        .env("DROVER_STATE_DIR", &state)
+        .env("DROVER_TIME_UNIT", unit)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .expect("start the driver script")
+}
+
+/// A running script whose exit is reported on a channel.
+struct Run {
+    pid: u32,
+    exited: mpsc::Receiver<i32>,
+}
+
+fn watch(mut child: Child) -> Run {
+    let pid = child.id();
+    let (tx, exited) = mpsc::channel();
+    thread::spawn(move || {
+        let status = child.wait().expect("wait for the script");
+        use std::os::unix::process::ExitStatusExt;
+        let code = status
+            .code()
+            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+        let _ = tx.send(code);
+    });
+    Run { pid, exited }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success(), "kill {sig} {pid}");
+}
+
+impl Run {
+    /// The exit code, or the reboot request if that comes first.
+    fn until_exit_or_reboot(&self, api: &BottlerocketApi, limit: Duration) -> Option<i32> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Ok(code) = self.exited.recv_timeout(Duration::from_millis(20)) {
+                return Some(code);
+            }
+            if api.reboot_requests() > 0 && api.boots().is_empty() {
+                return None;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the script neither exited nor rebooted within {limit:?}"
+            );
+        }
+    }
+
+    fn exit(&self, limit: Duration) -> i32 {
+        self.exited
+            .recv_timeout(limit)
+            .unwrap_or_else(|_| panic!("the script did not exit within {limit:?}"))
+    }
+}
+
+/// Run `script` for `target` over the pod's life (see the module doc).
+fn run(script: Script, api: &BottlerocketApi, dir: &Path, target: &str, unit: &str) -> Outcome {
+    let first = watch(spawn_with_unit(script, api, dir, target, 1, unit));
+    let (exit, rebooted) = match first.until_exit_or_reboot(api, RUN_LIMIT) {
+        Some(code) => (code, false),
+        None => {
+            // The graceful shutdown stops the pod, then the node reboots.
+            signal(first.pid, "-TERM");
+            let code = first.exit(Duration::from_secs(30));
+            assert!(
+                code == 143 || script == Script::Old,
+                "the new script exits 143 on the shutdown's SIGTERM, got {code}"
+            );
+            api.reboot_now();
+            let second = watch(spawn_with_unit(script, api, dir, target, 2, unit));
+            (second.exit(RUN_LIMIT), true)
+        }
+    };
+    let mut output = String::new();
+    for n in 1..=2 {
+        if let Ok(s) = fs::read_to_string(dir.join(format!("run-{n}.log"))) {
+            output.push_str(&format!("--- run {n}\n{s}"));
+        }
+    }
+    Outcome {
+        exit,
+        rebooted,
+        output,
+    }
+}
+
+/// Run the old and the new script, each against its own node from `scenario`.
+fn both(
+    scenario: Scenario,
+    target: &str,
+) -> (
+    (Outcome, BottlerocketApi, tempfile::TempDir),
+    (Outcome, BottlerocketApi, tempfile::TempDir),
+) {
+    both_with_unit(scenario, target, UNIT)
+}
+
+/// [`both`], with the new script's waits in units of `unit` seconds.
+fn both_with_unit(
+    scenario: Scenario,
+    target: &str,
+    unit: &str,
+) -> (
+    (Outcome, BottlerocketApi, tempfile::TempDir),
+    (Outcome, BottlerocketApi, tempfile::TempDir),
+) {
+    let go = |script| {
+        let dir = tempfile::tempdir().unwrap();
+        let api = BottlerocketApi::start(dir.path(), scenario.clone());
+        let outcome = run(script, &api, dir.path(), target, unit);
+        (outcome, api, dir)
+    };
+    thread::scope(|s| {
+        let old = s.spawn(|| go(Script::Old));
+        let new = s.spawn(|| go(Script::New));
+        (old.join().unwrap(), new.join().unwrap())
+    })
+}
+
+/// The new script's success: only the target written and booted, once.
+fn assert_upgraded(o: &Outcome, api: &BottlerocketApi, target: &str, staged_before: usize) {
+    assert_eq!(o.exit, 0, "{}\n{:#?}", o.output, api.requests());
+    assert!(o.rebooted, "{}", o.output);
+    assert_eq!(api.running(), v(target));
+    assert_eq!(api.boots(), vec![v(target)], "booted once, into the target");
+    assert_eq!(
+        api.staged()[staged_before..],
+        [v(target)],
+        "only the target was written to the staging partition"
+    );
+}
+
+// --- Failure 1: the image's apiclient against an older node's API server ---
+
+#[test]
+fn a_node_older_than_1_21_is_upgraded_although_its_server_lacks_the_keypair_endpoint() {
+    // The stand-in apiclient is a current one: `set k=v` sends
+    // PATCH /settings/keypair, which 1.20 servers answer with 404.
+    let ((old, old_api, _d1), (new, new_api, _d2)) =
+        both(Scenario::new("1.19.5", &["1.20.1"]), "1.20.1");
+
+    assert_eq!(old.exit, 1, "{}", old.output);
+    assert!(
+        old.output.contains("/settings/keypair") && old.output.contains("Status 404"),
+        "{}",
+        old.output
+    );
+    assert!(old_api.staged().is_empty() && old_api.boots().is_empty());
+
+    assert_upgraded(&new, &new_api, "1.20.1", 0);
+    assert!(
+        !new_api.requests().iter().any(|r| r.contains("keypair")),
+        "only endpoints every release serves"
+    );
+}
+
+// --- Failure 2: `set` returns before it takes effect ---
+
+#[test]
+fn a_lock_applied_late_never_stages_the_newest_release_in_the_wave() {
+    // 1.20.1 is in this node's wave, the target 1.20.3 not yet: until the
+    // lock and ignore-waves are rendered, a refresh chooses 1.20.1.
+    let mut scenario = Scenario::new("1.22.0", &["1.22.1", "1.22.3"]).out_of_wave("1.22.3");
+    scenario.settings_delay = Duration::from_secs(3);
+    let ((old, old_api, _d1), (new, new_api, _d2)) = both(scenario, "1.22.3");
+
+    assert_eq!(old_api.staged(), vec![v("1.22.1")], "{}", old.output);
+    assert_eq!(
+        old_api.boots(),
+        vec![v("1.22.1")],
+        "the old script booted the wrong version"
+    );
+    assert_eq!(old.exit, 1, "{}", old.output);
+
+    assert_upgraded(&new, &new_api, "1.22.3", 0);
+    assert!(
+        new.output.contains("refresh chose 1.22.1"),
+        "the new script saw the early refresh and waited: {}",
+        new.output
+    );
+}
+
+#[test]
+fn a_refresh_offering_only_a_newer_release_stages_nothing() {
+    // The target is not in the repository (withdrawn, or a typo in the pin).
+    let mut scenario = Scenario::new("1.22.0", &["1.22.5"]);
+    // Long enough for the old script's refresh and prepare to run before it.
+    scenario.settings_delay = Duration::from_secs(4);
+    let ((old, old_api, _d1), (new, new_api, _d2)) = both(scenario, "1.22.3");
+
+    assert_eq!(
+        old_api.boots(),
+        vec![v("1.22.5")],
+        "the old script booted the newer release: {}",
+        old.output
+    );
+
+    assert_eq!(new.exit, 1, "{}", new.output);
+    assert!(!new.rebooted);
+    assert!(
+        new.output
+            .contains("1.22.3 is not offered to this node (offered: 1.22.5)"),
+        "{}",
+        new.output
+    );
+    assert!(new_api.staged().is_empty(), "nothing written");
+    assert!(new_api.boots().is_empty() && new_api.reboot_requests() == 0);
+    assert_eq!(new_api.running(), v("1.22.0"));
+}
+
+// --- Failure 3: an activated update left behind ---
+
+#[test]
+fn a_stale_ready_update_is_cancelled_before_the_upgrade() {
+    let mut scenario = Scenario::new("1.22.0", &["1.22.1", "1.22.3"]);
+    scenario.stale_ready = Some(v("1.22.1"));
+    let ((old, old_api, _d1), (new, new_api, _d2)) = both(scenario, "1.22.3");
+
+    // prepare is refused in Ready: the old script fails, the update stays
+    // activated, and the next reboot (of a node given back) boots it.
+    assert_eq!(old.exit, 1, "{}", old.output);
+    assert!(old.output.contains("Status 409"), "{}", old.output);
+    assert_eq!(old_api.update_state(), ("Ready".into(), true));
+    old_api.reboot_now();
+    assert_eq!(
+        old_api.running(),
+        v("1.22.1"),
+        "an unrelated reboot booted it"
+    );
+
+    assert!(new
+        .output
+        .contains("cancelling the update left activated for 1.22.1"));
+    assert_upgraded(&new, &new_api, "1.22.3", 1);
+}
+
+#[test]
+fn a_failed_reboot_leaves_the_update_cancelled() {
+    let mut scenario = Scenario::new("1.22.0", &["1.22.3"]);
+    scenario.reboot_fails = true;
+    let ((old, old_api, _d1), (new, new_api, d2)) = both(scenario, "1.22.3");
+
+    assert_eq!(old.exit, 1, "{}", old.output);
+    assert_eq!(old_api.update_state(), ("Ready".into(), true));
+    old_api.reboot_now();
+    assert_eq!(
+        old_api.running(),
+        v("1.22.3"),
+        "a node given back as failed boots the update at its next reboot"
+    );
+
+    assert_eq!(new.exit, 1, "{}", new.output);
+    assert!(new.output.contains("reboot refused"), "{}", new.output);
+    assert_eq!(new_api.update_state(), ("Staged".into(), false));
+    new_api.reboot_now();
+    assert_eq!(new_api.running(), v("1.22.0"), "the node stays as it was");
+    assert!(
+        !marker(d2.path()).exists(),
+        "no marker left: a later attempt is not taken for a rebooted one"
+    );
+}
+
+// --- Failure 4: no retries ---
+
+#[test]
+fn a_held_update_lock_is_waited_for() {
+    // Another caller's refresh holds the lock for the first 1.5 s: 423s.
+    let mut scenario = Scenario::new("1.22.0", &["1.22.3"]);
+    scenario.locked_at_start = Duration::from_millis(1500);
+    let ((old, old_api, _d1), (new, new_api, _d2)) = both(scenario, "1.22.3");
+
+    assert_eq!(old.exit, 1, "{}", old.output);
+    assert!(old.output.contains("423"), "{}", old.output);
+    assert!(old_api.boots().is_empty());
+
+    assert!(new.output.contains("423, retrying"), "{}", new.output);
+    assert_upgraded(&new, &new_api, "1.22.3", 0);
+}
+
+#[test]
+fn a_refresh_slower_than_apiclients_ten_seconds_is_awaited() {
+    let mut scenario = Scenario::new("1.22.0", &["1.22.3"]);
+    scenario.refresh_takes = Duration::from_secs(11);
+    // The new script's refresh bound, 300 units, is 15 s here (5 min in clusters).
+    let ((old, old_api, _d1), (new, new_api, _d2)) = both_with_unit(scenario, "1.22.3", "0.05");
+
+    assert_eq!(old.exit, 1, "{}", old.output);
+    assert!(old.output.contains("Timed out"), "{}", old.output);
+    assert!(old_api.boots().is_empty());
+
+    assert_upgraded(&new, &new_api, "1.22.3", 0);
+}
+
+// --- A Job deleted mid-update ---
+
+#[test]
+fn a_job_deleted_while_the_update_is_activated_leaves_it_cancelled() {
+    let mut scenario = Scenario::new("1.22.0", &["1.22.3"]);
+    scenario.activate_takes = Duration::from_millis(1000);
+    for script in [Script::Old, Script::New] {
+        let dir = tempfile::tempdir().unwrap();
+        let api = BottlerocketApi::start(dir.path(), scenario.clone());
+        let r = watch(spawn(script, &api, dir.path(), "1.22.3", 1));
+        // The activate is running (it holds the lock): the Job is deleted now.
+        api.await_update_state(RUN_LIMIT, "Ready");
+        signal(r.pid, "-TERM");
+        let code = r.exit(Duration::from_secs(30));
+        let log = fs::read_to_string(dir.path().join("run-1.log")).unwrap();
+        match script {
+            Script::Old => {
+                assert_eq!(api.update_state(), ("Ready".into(), true), "{log}");
+                api.reboot_now();
+                assert_eq!(api.running(), v("1.22.3"), "booted behind drover's back");
+            }
+            Script::New => {
+                assert_eq!(code, 143, "{log}");
+                assert!(log.contains("update cancelled"), "{log}");
+                assert_eq!(api.update_state(), ("Staged".into(), false), "{log}");
+                api.reboot_now();
+                assert_eq!(api.running(), v("1.22.0"), "the node stays as it was");
+                assert_eq!(api.reboot_requests(), 0);
+            }
+        }
+    }
+}
+
+// --- The restarted pod ---
+
+// --- A stop at any moment ---
+
+/// The pod's SIGTERM can arrive while bash parses one of the script's `$(...)`,
+/// where bash 5.2 runs a trap in a half-built parser state and loses it. After
+/// each of the first requests of an upgrade the script is stopped: every time
+/// it must end with 143, say so, and leave no update activated.
+#[test]
+fn a_sigterm_at_any_moment_ends_the_script_and_leaves_no_update_activated() {
+    let mut scenario = Scenario::new("1.22.0", &["1.22.3"]);
+    scenario.activate_takes = Duration::from_millis(200);
+    // Stop after request 1, 2, ... until a run no longer reaches that many
+    // requests before the reboot (the whole upgrade has been covered then).
+    let mut stopped = 0;
+    for n in 1.. {
+        let dir = tempfile::tempdir().unwrap();
+        let api = BottlerocketApi::start(dir.path(), scenario.clone());
+        let r = watch(spawn(Script::New, &api, dir.path(), "1.22.3", 1));
+        api.await_requests(RUN_LIMIT, n);
+        if api.reboot_requests() > 0 {
+            break;
+        }
+        signal(r.pid, "-TERM");
+        let code = r.exit(Duration::from_secs(30));
+        let log = fs::read_to_string(dir.path().join("run-1.log")).unwrap();
+        assert_eq!(code, 143, "stopped after request {n}:\n{log}");
+        assert!(log.contains("stopped by SIGTERM"), "{log}");
+        assert!(!log.contains("unexpected EOF"), "{log}");
+        if api.reboot_requests() == 0 {
+            assert!(
+                !api.update_state().1,
+                "left activated after request {n}:\n{log}"
+            );
+        }
+        stopped += 1;
+    }
+    // The control: the loop really stopped the script at many points.
+    assert!(stopped >= 15, "only {stopped} stops");
+}
+
+#[test]
+fn the_version_is_read_again_until_the_api_answers_after_the_reboot() {
+    // The pod starts again before the node's API server is up.
+    let mut scenario = Scenario::new("1.22.0", &["1.22.3"]);
+    scenario.reboot_downtime = Duration::from_secs(2);
+    let ((old, old_api, _d1), (new, new_api, _d2)) = both(scenario, "1.22.3");
+
+    // Without pipefail the failed read was an empty version: the node runs
+    // the target, and the old script failed it anyway.
+    assert_eq!(old_api.running(), v("1.22.3"));
+    assert_eq!(old.exit, 1, "{}", old.output);
+    assert!(
+        old.output.contains("runs an unknown version"),
+        "{}",
+        old.output
+    );
+
+    assert_upgraded(&new, &new_api, "1.22.3", 0);
+    assert!(
+        new_api
+            .requests()
+            .iter()
+            .any(|r| r == "GET /os -> no answer (rebooting)"),
+        "the restarted script met the API down: {:#?}",
+        new_api.requests()
+    );
+}
+
+#[test]
+fn a_node_back_at_another_version_fails_without_a_second_update() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = BottlerocketApi::start(dir.path(), Scenario::new("1.22.0", &["1.22.3"]));
+    fs::create_dir_all(dir.path().join("state")).unwrap();
+    fs::write(marker(dir.path()), "").unwrap();
+    let r = watch(spawn(Script::New, &api, dir.path(), "1.22.3", 1));
+    assert_eq!(r.exit(RUN_LIMIT), 1);
+    let log = fs::read_to_string(dir.path().join("run-1.log")).unwrap();
+    assert!(log.contains("rebooted for 1.22.3 but runs 1.22.0"), "{log}");
+    assert!(api.staged().is_empty());
+}
+
+/// The host marker of the tests' attempt.
+fn marker(dir: &Path) -> PathBuf {
+    dir.join("state/attempt-1764460800")
+}
+
+// --- The Job, the docs and the image ---
+
+fn bottlerocket_job() -> Value {
+    let opts = KubeOptions {
+        cluster_name: "c".into(),
+        namespace: "drover-system".into(),
+        node_selector: String::new(),
+        nodes: NodesSpec::default(),
+        driver: DriverSpec::Bottlerocket {
+            image: DEFAULT_BOTTLEROCKET_IMAGE.into(),
+        },
+        job_deadline: Some(Duration::from_secs(1800)),
+        job_ttl: Duration::from_secs(3600),
+        ready_timeout: Duration::from_secs(60),
+    };
+    let mut node = ObservedNode::default();
+    node.metadata.name = Some("node-1".into());
+    let started: DateTime<Utc> = "2026-12-01T02:00:00Z".parse().unwrap();
+    let p = NodeProgress {
+        state: ProgressState::Upgrading,
+        target: v("1.20.3"),
+        started_at: started,
+        cordoned_by_drover: true,
+        message: String::new(),
+        attempts: 0,
+    };
+    serde_json::to_value(driver::upgrade_job(&opts, &node, &p).unwrap()).unwrap()
+}
+
+/// The rows of the markdown table following `heading` in `text`.
+fn table_after<'a>(text: &'a str, heading: &str) -> Vec<Vec<&'a str>> {
+    let start = text
+        .find(heading)
+        .unwrap_or_else(|| panic!("{heading} in docs"));
+    text[start..]
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .map(|l| {
+            l.trim_matches('|')
+                .split('|')
+                .map(|c| c.trim().trim_matches('`'))
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn the_job_has_the_mounts_and_selinux_options_docs_drivers_md_documents() {
+    let job = bottlerocket_job();
+    let pod = &job["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    assert_eq!(c["command"][0], "/bin/bash");
+    assert_eq!(c["command"][2], BOTTLEROCKET_SCRIPT);
+    assert_eq!(c["image"], DEFAULT_BOTTLEROCKET_IMAGE);
+    assert_eq!(pod["terminationGracePeriodSeconds"], 30);
+
+    let docs =
+        fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/drivers.md")).unwrap();
+    // | volume | host path | type | in the container | read-only |
+    let mut documented: Vec<Vec<String>> = table_after(&docs, "**Host mounts**")
+        .into_iter()
+        .map(|r| r.into_iter().take(5).map(str::to_string).collect())
+        .collect();
+    let mut built: Vec<Vec<String>> = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|vol| {
+            let name = vol["name"].as_str().unwrap();
+            let mount = c["volumeMounts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|m| m["name"] == name)
+                .unwrap_or_else(|| panic!("volume {name} is mounted"));
+            vec![
+                name.to_string(),
+                vol["hostPath"]["path"].as_str().unwrap().to_string(),
+                vol["hostPath"]["type"].as_str().unwrap().to_string(),
+                mount["mountPath"].as_str().unwrap().to_string(),
+                if mount["readOnly"] == true {
+                    "yes"
+                } else {
+                    "no"
+                }
+                .to_string(),
+            ]
+        })
+        .collect();
+    documented.sort();
+    built.sort();
+    assert_eq!(documented, built, "docs/drivers.md's host mounts table");
+    assert!(built.iter().any(|r| r[0] == "apiclient"
+        && r[1] == "/bin/apiclient"
+        && r[2] == "File"
+        && r[3] == "/usr/local/bin/apiclient"));
+
+    // The SELinux options, as the YAML block under **SELinux** shows them.
+    let start = docs.find("**SELinux**").expect("SELinux section");
+    let block: String = docs[start..]
+        .lines()
+        .skip_while(|l| !l.starts_with("```yaml"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("```"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let documented: Value = serde_yaml::from_str(&block).expect("the SELinux YAML block");
+    assert_eq!(documented["securityContext"], c["securityContext"]);
+    assert_eq!(c["securityContext"]["seLinuxOptions"]["type"], "super_t");
+}
+
+#[test]
+fn the_updater_image_holds_what_the_script_runs_and_nothing_else() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dockerfile = fs::read_to_string(root.join("deploy/updater/Dockerfile")).unwrap();
+    let froms: Vec<&str> = dockerfile
+        .lines()
+        .filter(|l| l.starts_with("FROM "))
+        .collect();
+    assert_eq!(
+        froms.last().copied(),
+        Some("FROM scratch"),
+        "the image holds only the packages installed into its root"
+    );
+    let install = dockerfile
+        .lines()
+        .find(|l| l.contains("apk add") && l.contains("--root"))
+        .expect("apk add --root");
+    let mut packages: Vec<&str> = install
+        .split_whitespace()
+        .skip_while(|w| w.starts_with('-') || *w != "add")
+        .skip(1)
+        .filter(|w| {
+            w.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        })
+        .filter(|w| !w.starts_with('-'))
+        .collect();
+    packages.sort();
+    assert_eq!(packages, ["bash", "coreutils", "jq"], "{install}");
+    assert!(
+        dockerfile.contains(DEFAULT_BOTTLEROCKET_IMAGE.split(':').next().unwrap()),
+        "the Dockerfile names the default image it builds"
+    );
+    assert!(!dockerfile.contains("apiclient\n") || dockerfile.contains("host's"));
+
+    // Every program the script starts is in those packages or is the
+    // host's apiclient; no text tool the image lacks.
+    for word in [
+        "jq ",
+        "date ",
+        "sleep ",
+        "mktemp",
+        "rm -f",
+        "touch ",
+        "cat ",
+        "apiclient raw",
+    ] {
+        assert!(BOTTLEROCKET_SCRIPT.contains(word), "{word}");
+    }
+    let words: Vec<&str> = BOTTLEROCKET_SCRIPT
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .collect();
+    for absent in ["sed", "awk", "grep", "curl", "python", "perl"] {
+        assert!(!words.contains(&absent), "the script uses {absent}");
+    }
+    for absent in ["apiclient get", "apiclient set", "apiclient update"] {
+        assert!(
+            !BOTTLEROCKET_SCRIPT.contains(absent),
+            "the script uses {absent}"
+        );
+    }
+    assert!(BOTTLEROCKET_SCRIPT.contains("set -euo pipefail"));
+}

@@ -1,0 +1,232 @@
+//! The Kubernetes backend's calls one by one against a real kube-apiserver:
+//! what each writes, what it refuses, and what observation shows.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use drover::cluster::{Cluster, NodeProgress, ProgressState, UpgradeStatus};
+use drover::kubernetes::{objects, Error};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, Patch, PatchParams};
+use semver::Version;
+use serde_json::json;
+
+use crate::support::backend::*;
+use crate::support::kube::*;
+
+fn draining(cordoned_by_drover: bool) -> NodeProgress {
+    NodeProgress {
+        state: ProgressState::Draining,
+        target: Version::new(1, 13, 0),
+        started_at: Utc::now(),
+        cordoned_by_drover,
+        message: String::new(),
+        attempts: 0,
+    }
+}
+
+fn is_unschedulable(n: &Node) -> bool {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+}
+
+#[tokio::test]
+async fn cordon_records_progress_and_uncordon_refuses_someone_elses_cordon() {
+    let (client, ns) = setup("ops-cordon").await;
+    let sim = start_sim(&client, pool_options(ns.name(), 2)).await;
+    let [mine, theirs] = <[String; 2]>::try_from(sim.node_names()).unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let cluster = cluster(ns.name()).await;
+
+    let p = draining(true);
+    cluster.cordon(&mine, &p).await.unwrap();
+    // Read-your-writes: the very next observation shows the cordon.
+    let view = cluster.observe().await.unwrap();
+    let v = view.iter().find(|v| v.name == mine).unwrap();
+    assert!(v.unschedulable);
+    assert_eq!(v.progress.clone().unwrap(), Some(p.clone()));
+    let n = nodes.get(&mine).await.unwrap();
+    assert!(is_unschedulable(&n) && cordoned_by_drover(&n));
+    // Repeating the call changes nothing.
+    cluster.cordon(&mine, &p).await.unwrap();
+    assert_eq!(
+        progress_of(&nodes.get(&mine).await.unwrap()),
+        Some(p.clone())
+    );
+
+    // Someone else's cordon: drover records that it did not cordon it, and refuses to uncordon it.
+    nodes
+        .patch(
+            &theirs,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "spec": { "unschedulable": true } })),
+        )
+        .await
+        .unwrap();
+    await_node(&client, &theirs, "cordoned", is_unschedulable).await;
+    cluster.cordon(&theirs, &draining(true)).await.unwrap();
+    let n = nodes.get(&theirs).await.unwrap();
+    assert!(!cordoned_by_drover(&n), "{:?}", n.metadata.annotations);
+    let refused = cluster.uncordon(&theirs, None).await;
+    assert!(
+        matches!(refused, Err(Error::NotCordonedByDrover { .. })),
+        "{refused:?}"
+    );
+    let refused = cluster.set_progress(&mine, None).await;
+    assert!(
+        matches!(refused, Err(Error::WouldDropCordonRecord { .. })),
+        "{refused:?}"
+    );
+    assert!(is_unschedulable(&nodes.get(&theirs).await.unwrap()));
+
+    cluster.uncordon(&mine, None).await.unwrap();
+    let n = nodes.get(&mine).await.unwrap();
+    assert!(!is_unschedulable(&n) && no_drover_annotations(&n));
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_drain_evicts_what_it_must_and_names_the_blocking_pdb() {
+    let (client, ns) = setup("ops-drain").await;
+    let sim = start_sim(&client, pool_options(ns.name(), 1)).await;
+    let node = sim.node_names()[0].clone();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns.name());
+    for (name, app) in [("web-0", "web"), ("free", "free"), ("done", "job")] {
+        create(&pods, &pod_on(name, &node, &[("app", app)], 1)).await;
+        await_pod(&client, ns.name(), name, "Running", pod_running_ready).await;
+    }
+    pods.patch_status(
+        "done",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({ "status": { "phase": "Succeeded" } })),
+    )
+    .await
+    .unwrap();
+    create(&pdbs, &pdb_min_available("web", "web", json!(1))).await;
+    await_pdb(&client, ns.name(), "web", "0 allowed", |p| {
+        pdb_settled(p, |s| s.disruptions_allowed == Some(0))
+    })
+    .await;
+
+    let cluster = cluster(ns.name()).await;
+    cluster.cordon(&node, &draining(true)).await.unwrap();
+    let view = cluster.observe().await.unwrap();
+    assert_eq!(
+        view[0].pods_to_evict, 2,
+        "web-0 and free; not the finished pod"
+    );
+
+    let pass = cluster.evict(&node).await.unwrap();
+    assert_eq!(pass.blocked_by, vec![format!("{}/web", ns.name())]);
+    assert_eq!(pass.remaining, 2, "web-0 refused, free terminating");
+    // A second pass does not evict the terminating pod again, and is still refused.
+    let pass = cluster.evict(&node).await.unwrap();
+    assert_eq!(pass.blocked_by, vec![format!("{}/web", ns.name())]);
+    await_gone(&pods, "free").await;
+    assert!(pods
+        .get("web-0")
+        .await
+        .unwrap()
+        .metadata
+        .deletion_timestamp
+        .is_none());
+
+    pdbs.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({ "spec": { "minAvailable": 0 } })),
+    )
+    .await
+    .unwrap();
+    await_pdb(&client, ns.name(), "web", "1 allowed", |p| {
+        pdb_settled(p, |s| s.disruptions_allowed == Some(1))
+    })
+    .await;
+    let pass = cluster.evict(&node).await.unwrap();
+    assert!(pass.blocked_by.is_empty(), "{pass:?}");
+    await_gone(&pods, "web-0").await;
+    let mut changes = cluster.changes();
+    tokio::time::timeout(WAIT, async {
+        loop {
+            if cluster.observe().await.unwrap()[0].pods_to_evict == 0 {
+                break;
+            }
+            changes.changed().await.unwrap();
+        }
+    })
+    .await
+    .expect("the pod watch shows the node empty");
+    assert!(
+        pods.get_opt("done").await.unwrap().is_some(),
+        "finished pods are left alone"
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_upgrade_job_is_accepted_run_once_and_reported() {
+    let (client, ns) = setup("ops-job").await;
+    let sim = start_sim(&client, pool_options(ns.name(), 1)).await;
+    let node = sim.node_names()[0].clone();
+    let jobs: Api<Job> = Api::namespaced(client.clone(), ns.name());
+    let cluster = cluster(ns.name()).await;
+    let mut p = draining(true);
+    cluster.cordon(&node, &p).await.unwrap();
+    p.state = ProgressState::Upgrading;
+    cluster.set_progress(&node, Some(&p)).await.unwrap();
+    cluster.start_upgrade(&node, &p).await.unwrap();
+    // Repeated, as after a crash: no second Job, no second reboot.
+    cluster.start_upgrade(&node, &p).await.unwrap();
+    let name = objects::job_name(&node, &p.target, p.started_at);
+    let job = await_job(&client, ns.name(), &name, "Complete", |j| {
+        job_condition(j, "Complete")
+    })
+    .await;
+    let labels = job.metadata.labels.clone().unwrap();
+    assert_eq!(labels["drover.dev/node"], node);
+    assert_eq!(labels["drover.dev/target-version"], "1.13.0");
+    assert_eq!(
+        labels["drover.dev/attempt"],
+        p.started_at.timestamp().to_string()
+    );
+    let spec = job.spec.clone().unwrap();
+    assert_eq!(spec.backoff_limit, Some(0));
+    assert!(spec.ttl_seconds_after_finished.is_some());
+    let pod = spec.template.spec.unwrap();
+    assert_eq!(pod.node_name.as_deref(), Some(node.as_str()));
+    assert_eq!(sim.upgrades_started(&node), 1);
+    assert_eq!(jobs.list(&Default::default()).await.unwrap().items.len(), 1);
+
+    let mut changes = cluster.changes();
+    let view = tokio::time::timeout(WAIT, async {
+        loop {
+            let v = cluster.observe().await.unwrap().remove(0);
+            if v.upgrade == UpgradeStatus::Succeeded {
+                return v;
+            }
+            changes.changed().await.unwrap();
+        }
+    })
+    .await
+    .expect("the Job's success is observed");
+    assert_eq!(view.version, Some(Version::new(1, 13, 0)));
+    // Another attempt's Job is not this attempt's run.
+    let mut other = p.clone();
+    other.started_at += chrono::Duration::seconds(5);
+    cluster.set_progress(&node, Some(&other)).await.unwrap();
+    assert_eq!(
+        cluster.observe().await.unwrap()[0].upgrade,
+        UpgradeStatus::NotStarted
+    );
+
+    // Completing the node deletes its Jobs.
+    cluster.uncordon(&node, None).await.unwrap();
+    await_gone(&jobs, &name).await;
+    sim.shutdown().await;
+    let _ = Duration::ZERO;
+}

@@ -1,0 +1,114 @@
+//! `drover demo` tells the story of docs/design.md §0 and every invariant holds.
+
+use serde_json::Value;
+
+#[test]
+fn demo_tells_the_whole_story() {
+    let out = crate::support::cli::drover_command()
+        .args(["demo", "--format", "json"])
+        .current_dir(std::env::temp_dir())
+        .output()
+        .expect("drover runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    assert_eq!(report["violations"], Value::Array(vec![]));
+    assert_eq!(report["peak_unavailable"], 1);
+
+    let events: Vec<(String, String, String)> = report["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["at"].as_str().unwrap().to_owned(),
+                l["env"].as_str().unwrap().to_owned(),
+                l["event"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let find = |env: &str, needle: &str| {
+        events
+            .iter()
+            .find(|(_, e, ev)| e == env && ev.contains(needle))
+            .unwrap_or_else(|| panic!("no {env} event with {needle:?} in {events:#?}"))
+            .0
+            .clone()
+    };
+    // test upgrades on the 1st and confirms; stage's 1.13.3 is refused, 1.13.2 promoted.
+    assert!(find("test", "Ready at 1.13.2").starts_with("2026-12-01"));
+    find(
+        "stage",
+        "\"Bump stage to 1.13.3\": `drover check --base main` refuses it",
+    );
+    find(
+        "stage",
+        "\"Promote stage to 1.13.2\": `drover check --base main` passes",
+    );
+    assert!(find("stage", "Ready at 1.13.2").starts_with("2026-12-08"));
+    // production waits for stage's confirmation, then both clusters on the 20th.
+    find("production", "nothing to promote");
+    assert!(find("production", "prod-eu-1: all 5 nodes Ready at 1.13.2").starts_with("2026-12-20"));
+    assert!(find("production", "prod-us-1: all 5 nodes Ready at 1.13.2").starts_with("2026-12-20"));
+    // Every confirmation is signed with its cluster's own key, generated
+    // for this run; a fleet already at its pinned version is adopted.
+    find(
+        "stage",
+        "stage-1: all 5 nodes Ready at 1.13.2: confirmation signed with stage-1's key",
+    );
+    find("production", "prod-eu-1: agent adopts the cluster");
+    // A New Year freeze is merged; the 1 January window opens when it ends
+    // (06:00 Madrid), and test moves to 1.13.3 then, not at 02:00.
+    find(
+        "test",
+        "\"Freeze test over New Year\": `drover check --base main` passes",
+    );
+    find("test", "next window Fri 2027-01-01 06:00 CET");
+    let ready = find("test", "Ready at 1.13.3");
+    assert!(ready.as_str() >= "2027-01-01T05:00:00Z", "{ready}");
+    assert!(ready.starts_with("2027-01-01"), "{ready}");
+
+    // 1.13.3 crash-loops a workload on stage's first upgraded node: stage's
+    // health checks halt the rollout at that one node and stage reports
+    // `failed` naming the pod; production's bump is refused, the version is
+    // revoked, and 1.13.4 goes through test and stage.
+    let failed = find("stage", "stage-1: failed 1.13.3 (1/5 nodes at version)");
+    assert!(failed.starts_with("2027-01-08"), "{failed}");
+    find("stage", "pod default/stage-1-node-0-app is crash-looping");
+    find("stage", "upgrade 1 nodes to 1.13.3");
+    find(
+        "production",
+        "\"Bump production to 1.13.3\": `drover check --base main` refuses it",
+    );
+    find(
+        "-",
+        "\"Revoke 1.13.3\": `drover check --base main` passes; merged",
+    );
+    assert!(find("test", "all 5 nodes Ready at 1.13.4").starts_with("2027-02-01"));
+    assert!(find("stage", "all 5 nodes Ready at 1.13.4").starts_with("2027-02-08"));
+
+    let versions: Vec<(String, Value)> = report["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["cluster"].as_str().unwrap().to_owned(),
+                c["versions"].clone(),
+            )
+        })
+        .collect();
+    let expect = [
+        ("test-1", "1.13.4"),
+        ("stage-1", "1.13.4"),
+        ("prod-eu-1", "1.13.2"),
+        ("prod-us-1", "1.13.2"),
+    ];
+    for (cluster, v) in expect {
+        let got = &versions.iter().find(|(c, _)| c == cluster).unwrap().1;
+        assert_eq!(got, &serde_json::json!({ v: 5 }), "{cluster}");
+    }
+}

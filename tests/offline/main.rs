@@ -1,0 +1,39 @@
+//! Tests that need no server: the CLI on temporary repositories, config and
+//! its errors, the gate and admission, windows, the rollout core's
+//! properties and simulation, fuzzing, the demo. `cargo test --test offline`
+//! is the fast loop: it builds none of the Kubernetes support.
+
+// Only the modules of the support tree that need no server.
+#[allow(dead_code)]
+#[path = "../support"]
+mod support {
+    pub mod cli;
+    pub mod git;
+    pub mod time;
+}
+
+mod admit_forgery;
+mod admit_judge;
+mod agent_http;
+mod agent_manifests;
+mod check_fuzz;
+mod check_json;
+mod check_malformed;
+mod cli_edges;
+mod cli_revoke;
+mod demo;
+mod gate_judge;
+mod gate_story;
+mod git_log;
+mod git_trigger;
+mod git_trust;
+mod hostile_files;
+mod key_validity;
+mod promote;
+mod rollout_props;
+mod rollout_sim;
+mod status_cli;
+mod status_store;
+mod windows_cli;
+mod windows_differential;
+mod windows_schedule;

@@ -1,0 +1,439 @@
+//! `drover status` end to end through the binary: on the example repository
+//! (no reports yet), on the demo's repository (the whole story's reports),
+//! and on status branches holding hostile reports.
+
+use crate::support::cli::drover_at as drover;
+use crate::support::git::{commit_file_on, copy_dir, git, public_key};
+use serde_json::Value;
+use std::path::Path;
+
+/// example-repo as a git repository.
+fn example_repo() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("example-repo"),
+        dir.path(),
+    );
+    git(dir.path(), &["init", "-q", "-b", "main"]);
+    git(dir.path(), &["config", "user.name", "Test"]);
+    git(dir.path(), &["config", "user.email", "test@example.com"]);
+    git(dir.path(), &["config", "commit.gpgsign", "false"]);
+    git(dir.path(), &["add", "-A"]);
+    git(dir.path(), &["commit", "-q", "-m", "initial"]);
+    dir
+}
+
+/// Commit `content` at `path` on the status branch, unsigned.
+fn put(dir: &Path, path: &str, content: &[u8]) {
+    put_as(dir, path, content, None);
+}
+
+/// The committer time of signed reports: the soak counts from it, so it is
+/// fixed rather than the wall clock's (the assertions name times on 2026-12-01).
+const SIGNED_AT: &str = "2026-12-01T02:41:00Z";
+
+/// An SSH key made by `ssh-keygen` in `dir` for `principal`; its allowed-signers line.
+fn keygen(dir: &Path, principal: &str) -> (std::path::PathBuf, String) {
+    let key = crate::support::git::keygen(dir, &principal.replace('/', "-"));
+    let line = format!("{principal} namespaces=\"git\" {}\n", public_key(&key));
+    (key, line)
+}
+
+/// Commit `content` at `path` on the status branch, signed with `key` when
+/// given (by `git commit-tree -S`, as an agent's signed report is).
+fn put_as(dir: &Path, path: &str, content: &[u8], key: Option<&Path>) {
+    let date = key.map(|_| SIGNED_AT);
+    commit_file_on(
+        dir,
+        "drover/status",
+        path,
+        Some(content),
+        key,
+        "status",
+        date,
+    );
+}
+
+fn report(env: &str, cluster: &str, version: &str, state: &str, since: &str, msg: &str) -> String {
+    format!(
+        "env = \"{env}\"\ncluster = \"{cluster}\"\nconfig_commit = \"{c}\"\nversion = \"{version}\"\nstate = \"{state}\"\nsince = {since}\nnodes = 5\nnodes_at_version = {n}\nmessage = {msg:?}\n",
+        c = "0".repeat(40),
+        n = if state == "confirmed" { 5 } else { 2 },
+    )
+}
+
+fn json(repo: &Path, args: &[&str]) -> Value {
+    let mut all = vec!["--format", "json"];
+    all.extend_from_slice(args);
+    let (code, out, err) = drover(repo, &all);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+fn assert_fits_80(text: &str) {
+    for l in text.lines() {
+        assert!(l.chars().count() <= 80, "wider than 80 columns: {l:?}");
+    }
+}
+
+fn env<'a>(v: &'a Value, name: &str) -> &'a Value {
+    v["environments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == name)
+        .unwrap_or_else(|| panic!("no environment {name} in {v:#}"))
+}
+
+#[test]
+fn example_repository_text_and_json() {
+    let dir = example_repo();
+    let now = "2026-12-05T10:00:00Z";
+    let (code, text, err) = drover(dir.path(), &["status", "--now", now]);
+    assert_eq!(code, 0, "{err}");
+    assert_fits_80(&text);
+    assert!(text.contains("not found: no reports yet"), "{text}");
+    for cluster in ["test-1", "stage-1", "prod-eu-1", "prod-us-1"] {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(cluster))
+            .unwrap_or_else(|| panic!("no row for {cluster}:\n{text}"));
+        assert!(line.contains("no report"), "{line}");
+    }
+    // The stage window in Madrid time beside UTC.
+    assert!(
+        text.contains("next window  Tue 2026-12-08 02:00–08:00 CET (2026-12-08 01:00–07:00 UTC)"),
+        "{text}"
+    );
+    assert!(text.contains("gate         test is the first environment of the chain: no gate"));
+
+    let v = json(dir.path(), &["status", "--now", now]);
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["now"], now);
+    assert_eq!(v["status_branch"]["name"], "drover/status");
+    assert_eq!(v["status_branch"]["ref"], Value::Null);
+    let names: Vec<&str> = v["environments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["test", "stage", "production"]);
+    let stage = env(&v, "stage");
+    assert_eq!(stage["version"], "1.12.0");
+    assert_eq!(stage["timezone"], "Europe/Madrid");
+    assert_eq!(stage["next_window"]["start"], "2026-12-08T01:00:00Z");
+    assert_eq!(stage["next_window"]["end"], "2026-12-08T07:00:00Z");
+    assert_eq!(
+        stage["next_window"]["start_local"],
+        "2026-12-08T02:00:00+01:00"
+    );
+    assert_eq!(stage["next_window"]["zone"], "CET");
+    assert_eq!(stage["next_window"]["open"], false);
+    assert_eq!(stage["gate"]["lower"], "test");
+    assert_eq!(stage["gate"]["answer"], "current");
+    assert_eq!(env(&v, "test")["gate"]["answer"], "no_gate");
+    let prod = env(&v, "production");
+    assert_eq!(prod["clusters"][0]["name"], "prod-eu-1");
+    assert_eq!(prod["clusters"][0]["report"], Value::Null);
+    assert_eq!(prod["clusters"][0]["trust"], "none");
+
+    // --env keeps one environment; an unknown one is a rejection, in JSON too.
+    let v = json(dir.path(), &["status", "--now", now, "--env", "stage"]);
+    assert_eq!(v["environments"].as_array().unwrap().len(), 1);
+    let (code, out, _) = drover(dir.path(), &["--format", "json", "status", "--env", "prod"]);
+    assert_eq!(code, 1);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["ok"], false);
+    let msg = v["errors"][0]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("\"prod\"") && msg.contains("test, stage, production"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn gate_answers_follow_confirmations_and_soak() {
+    let dir = example_repo();
+    // test-1's report key, listed in the report signers in a change of its own.
+    let keys = tempfile::tempdir().unwrap();
+    let (key, line) = keygen(keys.path(), "test/test-1");
+    let signers = dir.path().join("agents.allowed_signers");
+    let mut text = std::fs::read_to_string(&signers).unwrap();
+    text.push_str(&line);
+    std::fs::write(&signers, text).unwrap();
+    git(dir.path(), &["commit", "-qam", "List test-1's report key"]);
+    let f = dir.path().join("environments/test.toml");
+    let text = std::fs::read_to_string(&f)
+        .unwrap()
+        .replacen("\"1.12.0\"", "\"1.13.2\"", 1);
+    std::fs::write(f, text).unwrap();
+    git(dir.path(), &["commit", "-qam", "Bump test to 1.13.2"]);
+    // Not confirmed yet: refused, naming the cluster.
+    let v = json(dir.path(), &["status", "--now", "2026-12-01T12:00:00Z"]);
+    let gate = &env(&v, "stage")["gate"];
+    assert_eq!(gate["answer"], "refused", "{gate}");
+    assert_eq!(gate["version"], "1.13.2");
+    assert!(
+        gate["message"]
+            .as_str()
+            .unwrap()
+            .contains("not confirmed by test-1"),
+        "{gate}"
+    );
+    // An unsigned confirmation is named untrusted and moves nothing.
+    let confirmed = report(
+        "test",
+        "test-1",
+        "1.13.2",
+        "confirmed",
+        "2026-12-01T02:40:00Z",
+        "",
+    );
+    put(dir.path(), "status/test/test-1.toml", confirmed.as_bytes());
+    let v = json(dir.path(), &["status", "--now", "2026-12-01T12:00:00Z"]);
+    assert_eq!(env(&v, "stage")["gate"]["answer"], "refused");
+    assert_eq!(env(&v, "test")["clusters"][0]["trust"], "untrusted");
+    // Signed by test-1's own key at 02:40: stage may take it once the 24h soak has passed.
+    put_as(
+        dir.path(),
+        "status/test/test-1.toml",
+        report(
+            "test",
+            "test-1",
+            "1.13.2",
+            "confirmed",
+            "2026-12-01T02:41:00Z",
+            "",
+        )
+        .as_bytes(),
+        Some(&key),
+    );
+    let v = json(dir.path(), &["status", "--now", "2026-12-01T12:00:00Z"]);
+    let gate = &env(&v, "stage")["gate"];
+    assert_eq!(gate["answer"], "waiting", "{gate}");
+    assert_eq!(gate["after"], "2026-12-02T02:41:00Z");
+    assert_eq!(
+        gate["message"],
+        "stage may take 1.13.2 after 2026-12-02T02:41Z"
+    );
+    let test1 = &env(&v, "test")["clusters"][0];
+    assert_eq!(test1["report"]["state"], "confirmed");
+    assert_eq!(test1["report"]["nodes_at_version"], 5);
+    assert_eq!(test1["trust"], "trusted");
+    assert_eq!(test1["report"]["status_commit"].as_str().unwrap().len(), 40);
+    let v = json(dir.path(), &["status", "--now", "2026-12-02T02:41:00Z"]);
+    assert_eq!(env(&v, "stage")["gate"]["answer"], "allowed");
+    // production's answer is about stage's pin, which stage already runs.
+    assert_eq!(env(&v, "production")["gate"]["answer"], "current");
+}
+
+#[test]
+fn hostile_reports_are_named_and_skipped() {
+    let dir = example_repo();
+    put(
+        dir.path(),
+        "status/test/test-1.toml",
+        report(
+            "test",
+            "test-1",
+            "1.12.0",
+            "confirmed",
+            "2026-11-25T09:00:00Z",
+            "",
+        )
+        .as_bytes(),
+    );
+    // A report claiming another cluster than its path: ignored.
+    put(
+        dir.path(),
+        "status/stage/stage-1.toml",
+        report(
+            "production",
+            "prod-eu-1",
+            "9.9.9",
+            "confirmed",
+            "2026-11-25T09:00:00Z",
+            "",
+        )
+        .as_bytes(),
+    );
+    // An oversized report: ignored without being read.
+    let mut big = report(
+        "production",
+        "prod-us-1",
+        "1.12.0",
+        "failed",
+        "2026-11-25T09:00:00Z",
+        "",
+    );
+    big.push_str(&format!("# {}\n", "x".repeat(70 * 1024)));
+    put(
+        dir.path(),
+        "status/production/prod-us-1.toml",
+        big.as_bytes(),
+    );
+    // Invalid TOML and non-UTF-8 bytes.
+    put(dir.path(), "status/production/prod-eu-1.toml", b"state = [");
+    put(dir.path(), "status/test/test-1.toml", &[0xff, 0xfe, 0x00]);
+    // A hostile message is shown as text, not markup.
+    let dir2 = example_repo();
+    put(
+        dir2.path(),
+        "status/test/test-1.toml",
+        report(
+            "test",
+            "test-1",
+            "1.12.0",
+            "failed",
+            "2026-11-25T09:00:00Z",
+            "<script>alert(1)</script> node n1 \"quoted\"",
+        )
+        .as_bytes(),
+    );
+
+    let v = json(dir.path(), &["status", "--now", "2026-12-05T10:00:00Z"]);
+    let warnings: Vec<&str> = v["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_str().unwrap())
+        .collect();
+    let has = |path: &str, what: &str| {
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.starts_with(path) && w.contains(what)),
+            "no warning for {path} ({what}) in {warnings:#?}"
+        )
+    };
+    has("status/stage/stage-1.toml", "does not match its path");
+    has(
+        "status/production/prod-us-1.toml",
+        "larger than the 64 KiB a report may have",
+    );
+    has(
+        "status/production/prod-eu-1.toml",
+        "not a valid status report",
+    );
+    has("status/test/test-1.toml", "not UTF-8");
+    // Skipped reports are not shown; the last readable one of test-1 is.
+    assert_eq!(env(&v, "stage")["clusters"][0]["report"], Value::Null);
+    assert_eq!(env(&v, "production")["clusters"][1]["report"], Value::Null);
+    assert_eq!(
+        env(&v, "test")["clusters"][0]["report"]["version"],
+        "1.12.0"
+    );
+    // Control: a clean repository has no warnings at all.
+    let clean = json(example_repo().path(), &["status"]);
+    assert_eq!(clean["warnings"], Value::Array(vec![]));
+
+    let page = dir2.path().join("page.html");
+    let (code, text, err) = drover(dir2.path(), &["status", "--html", page.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert_fits_80(&text);
+    assert!(
+        text.contains("↳ <script>alert(1)</script> node n1"),
+        "{text}"
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        !html.contains("<script"),
+        "markup from a report reached the page"
+    );
+    assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    assert_eq!(html.matches("class=\"cluster-row\"").count(), 4);
+    assert_eq!(
+        html.matches("class=\"segment alarm\"").count(),
+        1,
+        "failed is highlighted"
+    );
+}
+
+#[test]
+fn demo_repository_text_and_json() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kept = tmp.path().join("demo-repo");
+    let out = crate::support::cli::drover_command()
+        .args(["demo", "--format", "json", "--keep-repo"])
+        .arg(&kept)
+        .output()
+        .expect("drover demo runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let demo: Value = serde_json::from_slice(&out.stdout).unwrap();
+
+    // The day after stage confirmed 1.13.4 (03:35 UTC on 8 February, each
+    // node watched and the cluster settled): production waits for the soak.
+    let now = "2027-02-09T12:00:00Z";
+    let v = json(&kept, &["status", "--now", now]);
+    // The demo's agents push to their own branches (drover/status.d/<env>/<cluster>):
+    // test-1, stage-1, prod-eu-1 and prod-us-1; no single branch of the older layout.
+    assert_eq!(v["status_branch"]["cluster_branches"], 4);
+    assert!(v["status_branch"]["ref"].is_null());
+    let rows: Vec<(String, String, String, String)> = v["environments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|e| {
+            e["clusters"].as_array().unwrap().iter().map(|c| {
+                (
+                    c["name"].as_str().unwrap().to_owned(),
+                    c["report"]["state"].as_str().unwrap().to_owned(),
+                    c["report"]["version"].as_str().unwrap().to_owned(),
+                    format!(
+                        "{}/{}",
+                        c["report"]["nodes_at_version"], c["report"]["nodes"]
+                    ),
+                )
+            })
+        })
+        .collect();
+    let want = |c: &str, v: &str| {
+        (
+            c.to_owned(),
+            "confirmed".to_owned(),
+            v.to_owned(),
+            "5/5".to_owned(),
+        )
+    };
+    assert_eq!(
+        rows,
+        [
+            want("test-1", "1.13.4"),
+            want("stage-1", "1.13.4"),
+            want("prod-eu-1", "1.13.2"),
+            want("prod-us-1", "1.13.2"),
+        ]
+    );
+    let production = env(&v, "production");
+    assert_eq!(production["gate"]["answer"], "waiting");
+    assert_eq!(production["gate"]["after"], "2027-02-11T03:35:00Z");
+    assert_eq!(production["next_window"]["start"], "2027-02-20T01:00:00Z");
+    assert_eq!(env(&v, "stage")["gate"]["answer"], "current");
+    // The demo's own JSON carries the same view at its end.
+    assert_eq!(
+        demo["fleet"]["environments"][1]["gate"]["answer"],
+        "current"
+    );
+
+    let (code, text, err) = drover(&kept, &["status", "--now", now]);
+    assert_eq!(code, 0, "{err}");
+    assert_fits_80(&text);
+    assert!(
+        text.contains("gate         production may take 1.13.4 after 2027-02-11T03:35Z"),
+        "{text}"
+    );
+    assert!(
+        text.lines().any(|l| l.starts_with("  test-1 ")
+            && l.contains("1.13.4")
+            && l.contains("confirmed")
+            && l.contains("2027-02-01 03:35")
+            && l.contains("5/5")
+            && l.contains("trusted")),
+        "{text}"
+    );
+}

@@ -1,0 +1,339 @@
+//! The status store's layout (docs/design.md §5): one branch per cluster,
+//! `drover/status.d/<env>/<cluster>`, read together with the single
+//! `drover/status` branch of the older layout. Each trust decision has an
+//! attack that must not count and a control that must.
+
+use crate::support::git::*;
+use drover::status::{self, PublishOptions, RolloutState, StatusReport, MAX_STATUS_BRANCHES};
+use drover::trust::AllowedSigners;
+use git2::{Oid, Repository};
+use semver::Version;
+use std::path::{Path, PathBuf};
+
+const BRANCH: &str = "drover/status";
+
+fn report(cluster: &str, state: RolloutState, since: &str) -> StatusReport {
+    StatusReport {
+        env: "stage".into(),
+        cluster: cluster.into(),
+        config_commit: "c".repeat(40),
+        version: "1.13.2".parse().unwrap(),
+        state,
+        since: since.parse().unwrap(),
+        nodes: 3,
+        nodes_at_version: 3,
+        message: String::new(),
+        detail: Default::default(),
+    }
+}
+
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    repo: Repository,
+    keys: Vec<(String, PathBuf)>,
+    signers: AllowedSigners,
+}
+
+impl Fixture {
+    /// A repository and one key per stage cluster, each listed for exactly its cluster.
+    fn new(clusters: &[&str]) -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = Repository::init(tmp.path().join("repo")).unwrap();
+        let keys: Vec<(String, PathBuf)> = clusters
+            .iter()
+            .map(|c| (format!("stage/{c}"), keygen(tmp.path(), c)))
+            .collect();
+        let listed: Vec<(&str, &Path)> = keys
+            .iter()
+            .map(|(p, k)| (p.as_str(), k.as_path()))
+            .collect();
+        let file = tmp.path().join("agents.allowed_signers");
+        allowed_signers(&file, &listed);
+        let signers = AllowedSigners::load(&file).unwrap();
+        Fixture {
+            _tmp: tmp,
+            repo,
+            keys,
+            signers,
+        }
+    }
+
+    /// A commit on `tip` writing `r`, signed with `signer`'s key.
+    fn commit(&self, r: &StatusReport, signer: &str, tip: Option<Oid>) -> Oid {
+        let key = &self
+            .keys
+            .iter()
+            .find(|(p, _)| p == &format!("stage/{signer}"))
+            .unwrap()
+            .1;
+        let opts = PublishOptions::default()
+            .with_signing_key_file(key)
+            .unwrap();
+        status::build_commit(&self.repo, r, &opts, tip)
+            .unwrap()
+            .unwrap()
+    }
+
+    fn set(&self, branch: &str, oid: Oid) {
+        self.repo
+            .reference(&format!("refs/heads/{branch}"), oid, true, "test")
+            .unwrap();
+    }
+
+    fn read(&self) -> status::Confirmations {
+        status::read_confirmations(&self.repo, BRANCH, Some(&self.signers)).unwrap()
+    }
+}
+
+fn v() -> Version {
+    "1.13.2".parse().unwrap()
+}
+
+#[test]
+fn a_report_on_another_clusters_branch_does_not_count() {
+    let f = Fixture::new(&["stage-1", "stage-2"]);
+    // stage-2's own, validly signed confirmation, put on stage-1's branch.
+    let forged = f.commit(
+        &report("stage-2", RolloutState::Confirmed, "2026-12-01T04:00:00Z"),
+        "stage-2",
+        None,
+    );
+    f.set("drover/status.d/stage/stage-1", forged);
+    // And a ref in the namespace that names no <env>/<cluster>.
+    f.set("drover/status.d/stage-2", forged);
+    let conf = f.read();
+    assert_eq!(conf.confirmed_at("stage", "stage-2", &v()), None);
+    assert_eq!(conf.confirmed_at("stage", "stage-1", &v()), None);
+    let why = conf.why_not("stage", "stage-2", &v()).expect("named");
+    assert!(
+        why.contains("status branch of stage/stage-1")
+            && why.contains("counts only on its own cluster's branch"),
+        "{why}"
+    );
+    assert!(
+        conf.ignored
+            .iter()
+            .any(|i| i.why.contains("is not a cluster's status branch")),
+        "{:?}",
+        conf.ignored
+    );
+
+    // Control: the very same commit on stage-2's own branch counts.
+    f.set("drover/status.d/stage/stage-2", forged);
+    let conf = f.read();
+    assert!(conf.confirmed_at("stage", "stage-2", &v()).is_some());
+    assert_eq!(conf.confirmed_at("stage", "stage-1", &v()), None);
+}
+
+#[test]
+fn a_clusters_branch_counts_only_its_own_key() {
+    let f = Fixture::new(&["stage-1", "stage-2"]);
+    // stage-1's own file on its own branch, but signed with stage-2's key.
+    let r = report("stage-1", RolloutState::Confirmed, "2026-12-01T04:00:00Z");
+    let wrong = f.commit(&r, "stage-2", None);
+    f.set("drover/status.d/stage/stage-1", wrong);
+    let conf = f.read();
+    assert_eq!(conf.confirmed_at("stage", "stage-1", &v()), None);
+    let why = conf.why_not("stage", "stage-1", &v()).unwrap();
+    assert!(why.contains("stage/stage-2's key"), "{why}");
+    // Control: signed with its own key.
+    let right = f.commit(&r, "stage-1", None);
+    f.set("drover/status.d/stage/stage-1", right);
+    assert!(f.read().confirmed_at("stage", "stage-1", &v()).is_some());
+}
+
+#[test]
+fn below_the_tip_every_confirmed_or_failed_report_is_still_checked() {
+    // The gate's read checks signatures only where they can matter: a
+    // file's newest version and every `confirmed` or `failed` one.
+    let f = Fixture::new(&["stage-1", "stage-2"]);
+    let at = |c: &status::Confirmations| c.confirmed_at("stage", "stage-1", &v());
+    // An older `confirmed` in stage-1's history, signed with stage-2's key,
+    // under rolling reports signed by stage-1: it must not count.
+    let forged = f.commit(
+        &report("stage-1", RolloutState::Confirmed, "2030-01-01T00:00:00Z"),
+        "stage-2",
+        None,
+    );
+    let rolling = f.commit(
+        &report("stage-1", RolloutState::Rolling, "2030-01-02T00:00:00Z"),
+        "stage-1",
+        Some(forged),
+    );
+    f.set("drover/status.d/stage/stage-1", rolling);
+    let conf = f.read();
+    assert_eq!(at(&conf), None);
+    assert!(
+        conf.why_not("stage", "stage-1", &v())
+            .unwrap()
+            .contains("stage/stage-2's key"),
+        "{:?}",
+        conf.ignored
+    );
+
+    // Control: the same history with the `confirmed` signed by its own key
+    // counts. An older `rolling` under it signed with the wrong key is not checked:
+    // it could change nothing, and it is not named.
+    let noise = f.commit(
+        &report("stage-1", RolloutState::Rolling, "2029-12-31T00:00:00Z"),
+        "stage-2",
+        None,
+    );
+    let own_confirmed = f.commit(
+        &report("stage-1", RolloutState::Confirmed, "2030-01-01T00:00:00Z"),
+        "stage-1",
+        Some(noise),
+    );
+    let tip = f.commit(
+        &report("stage-1", RolloutState::Rolling, "2030-01-02T00:00:00Z"),
+        "stage-1",
+        Some(own_confirmed),
+    );
+    f.set("drover/status.d/stage/stage-1", tip);
+    let conf = f.read();
+    assert_eq!(at(&conf), Some("2030-01-01T00:00:00Z".parse().unwrap()));
+    assert!(conf.ignored.is_empty(), "{:?}", conf.ignored);
+
+    // A forged `failed` below the tip does not withdraw that confirmation...
+    let forged_failed = f.commit(
+        &report("stage-1", RolloutState::Failed, "2030-01-03T00:00:00Z"),
+        "stage-2",
+        Some(tip),
+    );
+    let tip = f.commit(
+        &report("stage-1", RolloutState::Rolling, "2030-01-04T00:00:00Z"),
+        "stage-1",
+        Some(forged_failed),
+    );
+    f.set("drover/status.d/stage/stage-1", tip);
+    let conf = f.read();
+    assert_eq!(at(&conf), Some("2030-01-01T00:00:00Z".parse().unwrap()));
+    assert_eq!(conf.ignored.len(), 1, "{:?}", conf.ignored);
+    // ...and its control, a `failed` signed by stage-1, does.
+    let failed = f.commit(
+        &report("stage-1", RolloutState::Failed, "2030-01-03T00:00:00Z"),
+        "stage-1",
+        Some(tip),
+    );
+    let tip = f.commit(
+        &report("stage-1", RolloutState::Rolling, "2030-01-04T00:00:00Z"),
+        "stage-1",
+        Some(failed),
+    );
+    f.set("drover/status.d/stage/stage-1", tip);
+    let conf = f.read();
+    assert_eq!(at(&conf), None);
+    assert!(conf
+        .why_not("stage", "stage-1", &v())
+        .unwrap()
+        .contains("withdrawn"));
+
+    // The newest report is always checked and named when it does not count,
+    // whatever its state: an agent whose key is wrong shows at once.
+    let wrong_tip = f.commit(
+        &report("stage-1", RolloutState::Rolling, "2030-01-05T00:00:00Z"),
+        "stage-2",
+        Some(tip),
+    );
+    f.set("drover/status.d/stage/stage-1", wrong_tip);
+    let conf = f.read();
+    assert!(
+        conf.ignored
+            .iter()
+            .any(|i| i.commit == wrong_tip.to_string() && i.why.contains("stage/stage-2's key")),
+        "{:?}",
+        conf.ignored
+    );
+}
+
+#[test]
+fn the_older_single_branch_is_read_and_a_clusters_own_branch_continues_it() {
+    let f = Fixture::new(&["stage-1", "stage-2"]);
+    // The older layout: both clusters confirmed on the one shared branch.
+    let c1 = f.commit(
+        &report("stage-1", RolloutState::Confirmed, "2030-01-01T00:00:00Z"),
+        "stage-1",
+        None,
+    );
+    let c2 = f.commit(
+        &report("stage-2", RolloutState::Confirmed, "2030-01-02T00:00:00Z"),
+        "stage-2",
+        Some(c1),
+    );
+    f.set(BRANCH, c2);
+    let only_old = f.read();
+    let at = |c: &status::Confirmations, cluster| c.confirmed_at("stage", cluster, &v());
+    assert_eq!(
+        at(&only_old, "stage-1"),
+        Some("2030-01-01T00:00:00Z".parse().unwrap())
+    );
+    assert!(at(&only_old, "stage-2").is_some());
+
+    // stage-1 moves to its own branch and re-publishes `confirmed`: the run
+    // that began on the older branch goes on (the soak is not restarted).
+    let again = f.commit(
+        &report("stage-1", RolloutState::Confirmed, "2030-02-01T00:00:00Z"),
+        "stage-1",
+        None,
+    );
+    f.set("drover/status.d/stage/stage-1", again);
+    let both = f.read();
+    assert_eq!(
+        at(&both, "stage-1"),
+        Some("2030-01-01T00:00:00Z".parse().unwrap())
+    );
+    assert_eq!(
+        both.branch.as_ref().unwrap().refname,
+        "refs/heads/drover/status"
+    );
+
+    // A `failed` on its own branch withdraws the confirmation the older branch holds.
+    let failed = f.commit(
+        &report("stage-1", RolloutState::Failed, "2030-03-01T00:00:00Z"),
+        "stage-1",
+        Some(again),
+    );
+    f.set("drover/status.d/stage/stage-1", failed);
+    let withdrawn = f.read();
+    assert_eq!(at(&withdrawn, "stage-1"), None);
+    assert!(withdrawn
+        .why_not("stage", "stage-1", &v())
+        .unwrap()
+        .contains("withdrawn"));
+    // stage-2, which has no branch of its own yet, still counts from the older branch.
+    assert!(at(&withdrawn, "stage-2").is_some());
+}
+
+#[test]
+fn more_status_branches_than_the_bound_are_refused_not_read_in_part() {
+    let f = Fixture::new(&["stage-1"]);
+    let tip = f.commit(
+        &report("stage-1", RolloutState::Confirmed, "2026-12-01T04:00:00Z"),
+        "stage-1",
+        None,
+    );
+    let packed = |n: usize| {
+        let mut text = String::from("# pack-refs with: peeled fully-peeled sorted \n");
+        let mut names: Vec<String> = (0..n)
+            .map(|i| format!("refs/heads/drover/status.d/stage/c{i:05}"))
+            .collect();
+        names.sort();
+        for name in names {
+            text.push_str(&format!("{tip} {name}\n"));
+        }
+        std::fs::write(f.repo.path().join("packed-refs"), text).unwrap();
+    };
+    // Control: exactly the bound is read.
+    packed(MAX_STATUS_BRANCHES);
+    let store = status::find_store(&f.repo, BRANCH).unwrap();
+    assert_eq!(store.clusters.len(), MAX_STATUS_BRANCHES);
+    // One more and nothing is read, with an error that says why.
+    packed(MAX_STATUS_BRANCHES + 1);
+    let err = status::read_confirmations(&f.repo, BRANCH, Some(&f.signers)).unwrap_err();
+    assert!(
+        err.to_string().contains(&format!(
+            "more than {MAX_STATUS_BRANCHES} per-cluster branches"
+        )),
+        "{err}"
+    );
+}

@@ -1,0 +1,240 @@
+//! Status reports (docs/design.md §5) pushed to a real `git daemon`.
+
+use crate::support::git::*;
+use drover::source::{Source, SourceConfig};
+use drover::status::{self, PublishOptions, RolloutState, StatusReport};
+use drover::trust::AllowedSigners;
+use std::path::Path;
+
+fn report(env: &str, cluster: &str, n: u32) -> StatusReport {
+    StatusReport {
+        env: env.into(),
+        cluster: cluster.into(),
+        config_commit: format!("{n:040x}"),
+        version: "1.13.2".parse().unwrap(),
+        state: if n >= 50 {
+            RolloutState::Confirmed
+        } else {
+            RolloutState::Rolling
+        },
+        since: "2026-12-01T04:12:00Z".parse().unwrap(),
+        nodes: 50,
+        nodes_at_version: n,
+        message: format!("report {n}"),
+        detail: Default::default(),
+    }
+}
+
+fn served(tmp: &Path) -> GitDaemon {
+    let base = tmp.join("served");
+    std::fs::create_dir_all(&base).unwrap();
+    let work = WorkRepo::init(&tmp.join("work"));
+    bare_clone(&work.dir, &base, "config");
+    GitDaemon::start(&base)
+}
+
+fn blob_at(repo: &Path, rev: &str, path: &str) -> String {
+    git(repo, &["show", &format!("{rev}:{path}")])
+}
+
+#[test]
+fn publish_creates_the_branch_skips_identical_reports_and_signs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let daemon = served(tmp.path());
+    let src = Source::open(SourceConfig::new(
+        daemon.url("config"),
+        tmp.path().join("cache"),
+    ))
+    .unwrap();
+    let agent_key = keygen(tmp.path(), "agent");
+    let opts = PublishOptions::default()
+        .with_signing_key_file(&agent_key)
+        .unwrap();
+
+    let first = status::publish(&src, &report("test", "test-1", 1), &opts).unwrap();
+    let c1 = first.commit.expect("a commit");
+    assert_eq!(first.attempts, 1);
+    let again = status::publish(&src, &report("test", "test-1", 1), &opts).unwrap();
+    assert_eq!(
+        again.commit, None,
+        "identical content is not committed again"
+    );
+
+    let bare = daemon.base.join("config.git");
+    // The report lands on the cluster's own branch; no shared branch is made.
+    let own = "drover/status.d/test/test-1";
+    assert_eq!(git(&bare, &["rev-parse", own]), c1.to_string());
+    assert_eq!(
+        git(
+            &bare,
+            &["for-each-ref", "--format=%(refname)", "refs/heads/drover/"]
+        ),
+        "refs/heads/drover/status.d/test/test-1"
+    );
+    assert_eq!(
+        git(&bare, &["rev-list", "--count", own]),
+        "1",
+        "orphan root"
+    );
+    assert_eq!(
+        git(&bare, &["ls-tree", "-r", "--name-only", own]),
+        "status/test/test-1.toml",
+        "the branch holds only its own cluster's file"
+    );
+    let text = blob_at(&bare, own, "status/test/test-1.toml");
+    assert_eq!(
+        StatusReport::from_toml(&text).unwrap(),
+        report("test", "test-1", 1)
+    );
+
+    // git itself accepts the agent's signature.
+    let allowed = tmp.path().join("agents");
+    allowed_signers(&allowed, &[("test/test-1", &agent_key)]);
+    let asf = format!("gpg.ssh.allowedSignersFile={}", allowed.display());
+    let out = std::process::Command::new("git")
+        .current_dir(&bare)
+        .args(["-c", &asf, "verify-commit", own])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The gate's check: the confirmation's introducing commit is signed by an allowed agent.
+    let c2 = status::publish(&src, &report("test", "test-1", 50), &opts)
+        .unwrap()
+        .commit
+        .unwrap();
+    // Another cluster's unsigned report on top does not change who introduced test-1's.
+    let unsigned = PublishOptions::default();
+    let c3 = status::publish(&src, &report("stage", "stage-1", 2), &unsigned)
+        .unwrap()
+        .commit
+        .unwrap();
+    let signers = AllowedSigners::load(&allowed).unwrap();
+    // A fetch brings every cluster's branch (and there is no single branch).
+    assert_eq!(src.fetch().unwrap().status_tip, None);
+    let store = status::find_store(src.repo(), "drover/status").unwrap();
+    let tips: Vec<(String, String, git2::Oid)> = store
+        .clusters
+        .iter()
+        .map(|b| (b.env.clone(), b.cluster.clone(), b.branch.tip))
+        .collect();
+    assert_eq!(
+        tips,
+        [
+            ("stage".into(), "stage-1".into(), c3),
+            ("test".into(), "test-1".into(), c2)
+        ]
+    );
+    // The gate's reader: test-1's confirmation, written by its signed c2, counts;
+    // stage-1's unsigned report is ignored and named.
+    let conf = status::read_confirmations(src.repo(), "drover/status", Some(&signers)).unwrap();
+    let v: semver::Version = "1.13.2".parse().unwrap();
+    assert!(conf.confirmed_at("test", "test-1", &v).is_some());
+    let ignored: Vec<String> = conf.ignored.iter().map(ToString::to_string).collect();
+    assert_eq!(ignored.len(), 1, "{ignored:?}");
+    assert!(
+        ignored[0].starts_with("status/stage/stage-1.toml in ") && ignored[0].contains("unsigned"),
+        "{ignored:?}"
+    );
+    assert!(conf.why_not("stage", "stage-1", &v).is_some());
+    assert_ne!(c2, c3);
+}
+
+#[test]
+fn three_agents_pushing_concurrently_lose_no_report_and_never_retry() {
+    let tmp = tempfile::tempdir().unwrap();
+    let daemon = served(tmp.path());
+    let clusters = [
+        ("test", "test-1"),
+        ("stage", "stage-1"),
+        ("production", "prod-eu-1"),
+    ];
+    std::thread::scope(|s| {
+        for (i, (env, cluster)) in clusters.iter().enumerate() {
+            let url = daemon.url("config");
+            let cache = tmp.path().join(format!("cache-{i}"));
+            s.spawn(move || {
+                let src = Source::open(SourceConfig::new(url, cache)).unwrap();
+                let opts = PublishOptions::default();
+                for n in 1..=50 {
+                    let p = status::publish(&src, &report(env, cluster, n), &opts)
+                        .unwrap_or_else(|e| panic!("{cluster} report {n}: {e}"));
+                    assert!(p.commit.is_some());
+                    // Each agent owns its branch: no push waits behind another agent's.
+                    assert_eq!(p.attempts, 1, "{cluster} report {n}");
+                }
+            });
+        }
+    });
+    let bare = daemon.base.join("config.git");
+    for (env, cluster) in clusters {
+        let branch = format!("drover/status.d/{env}/{cluster}");
+        let path = format!("status/{env}/{cluster}.toml");
+        let text = blob_at(&bare, &branch, &path);
+        assert_eq!(
+            StatusReport::from_toml(&text).unwrap(),
+            report(env, cluster, 50)
+        );
+        // Every one of the cluster's 50 reports is in the history.
+        let touching = git(&bare, &["rev-list", "--count", &branch, "--", &path]);
+        assert_eq!(touching, "50", "{path}");
+    }
+}
+
+#[test]
+fn a_remote_with_only_the_older_single_branch_still_works_and_gains_cluster_branches() {
+    let tmp = tempfile::tempdir().unwrap();
+    let daemon = served(tmp.path());
+    let bare = daemon.base.join("config.git");
+    let agent_key = keygen(tmp.path(), "agent");
+    let opts = PublishOptions::default()
+        .with_signing_key_file(&agent_key)
+        .unwrap();
+    let allowed = tmp.path().join("agents");
+    allowed_signers(&allowed, &[("test/test-1", &agent_key)]);
+    let signers = AllowedSigners::load(&allowed).unwrap();
+    let v: semver::Version = "1.13.2".parse().unwrap();
+
+    // An older agent's confirmation on the single `drover/status` branch.
+    let old = {
+        let repo = git2::Repository::open_bare(&bare).unwrap();
+        let oid = status::build_commit(&repo, &report("test", "test-1", 50), &opts, None)
+            .unwrap()
+            .unwrap();
+        repo.reference("refs/heads/drover/status", oid, true, "older agent")
+            .unwrap();
+        oid
+    };
+    let src = Source::open(SourceConfig::new(
+        daemon.url("config"),
+        tmp.path().join("cache"),
+    ))
+    .unwrap();
+    assert_eq!(src.fetch().unwrap().status_tip, Some(old));
+    let conf = status::read_confirmations(src.repo(), "drover/status", Some(&signers)).unwrap();
+    assert!(conf.confirmed_at("test", "test-1", &v).is_some());
+
+    // A new agent's report lands on its own branch beside the older one
+    // (the `.d` namespace does not clash with the older branch's ref).
+    let p = status::publish(&src, &report("test", "test-1", 49), &opts).unwrap();
+    assert_eq!(
+        git(&bare, &["rev-parse", "drover/status.d/test/test-1"]),
+        p.commit.unwrap().to_string()
+    );
+    assert_eq!(git(&bare, &["rev-parse", "drover/status"]), old.to_string());
+    src.fetch().unwrap();
+    let conf = status::read_confirmations(src.repo(), "drover/status", Some(&signers)).unwrap();
+    // The confirmation on the older branch still stands (a `rolling` report
+    // does not withdraw it), read from both branches of the store.
+    assert!(conf.confirmed_at("test", "test-1", &v).is_some());
+    let store = status::find_store(src.repo(), "drover/status").unwrap();
+    assert_eq!(store.clusters.len(), 1);
+    assert_eq!(
+        store.legacy.unwrap().refname,
+        "refs/remotes/origin/drover/status"
+    );
+}

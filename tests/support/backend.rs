@@ -1,0 +1,267 @@
+//! For the Kubernetes backend tests and benches: a selected pool of simulated
+//! nodes per test, the engine driven by the backend's change notification,
+//! and a watch that checks the unavailability budget at every node event.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::Utc;
+use drover::cluster::{NodeProgress, ANN_CORDONED, ANN_STATE};
+use drover::config::{DriverSpec, MaxUnavailable, NodesSpec, OnDrainTimeout};
+use drover::kubernetes::{KubeCluster, KubeOptions};
+use drover::rollout::{Engine, Inputs, Labels, Outcome, Policy, SystemClock, WindowState};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use semver::Version;
+
+use super::kube::{sim_options, ControlPlane};
+use super::kubelet::{Kubelet, KubeletOptions};
+
+/// Label put on a test's nodes; its value is the test's namespace.
+pub const POOL_LABEL: &str = "drover.dev/test-pool";
+
+/// Simulator options for `n` nodes at 1.12.0 carrying the test's pool label.
+pub fn pool_options(ns: &str, n: usize) -> KubeletOptions {
+    let mut opts = sim_options(ns);
+    opts.nodes = n;
+    opts.labels = BTreeMap::from([(POOL_LABEL.to_string(), ns.to_string())]);
+    opts
+}
+
+/// Starts the simulator.
+pub async fn start_sim(client: &Client, opts: KubeletOptions) -> Kubelet {
+    Kubelet::start(client.clone(), opts)
+        .await
+        .expect("simulator starts")
+}
+
+/// Backend options selecting the test's pool, Jobs in its namespace.
+pub fn kube_options(ns: &str) -> KubeOptions {
+    KubeOptions {
+        cluster_name: format!("test-{ns}"),
+        namespace: ns.to_string(),
+        node_selector: format!("{POOL_LABEL}={ns}"),
+        nodes: NodesSpec {
+            version_regex: regex::Regex::new(r"(\d+\.\d+\.\d+)").unwrap(),
+        },
+        driver: DriverSpec::Bottlerocket {
+            image: "registry.example/drover-bottlerocket:1".into(),
+        },
+        job_deadline: Some(Duration::from_secs(600)),
+        job_ttl: Duration::from_secs(3600),
+        ready_timeout: Duration::from_secs(60),
+    }
+}
+
+/// The backend for the test's pool.
+pub async fn cluster(ns: &str) -> KubeCluster {
+    KubeCluster::new(admin_config().await, kube_options(ns))
+        .await
+        .expect("backend starts")
+}
+
+/// The admin kubeconfig as a client config.
+pub async fn admin_config() -> kube::Config {
+    config_from(&ControlPlane::get().kubeconfig_path()).await
+}
+
+/// A client config from a kubeconfig file.
+pub async fn config_from(path: &std::path::Path) -> kube::Config {
+    let kc = kube::config::Kubeconfig::read_from(path).expect("kubeconfig");
+    kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("client config")
+}
+
+/// Policy moving to `target` with a budget of `max` nodes.
+pub fn policy(target: &str, max: u32, drain_timeout: Duration, node_timeout: Duration) -> Policy {
+    Policy {
+        target: Version::parse(target).unwrap(),
+        max_unavailable: MaxUnavailable::Count(max),
+        drain_timeout,
+        node_timeout,
+        on_drain_timeout: OnDrainTimeout::Skip,
+        health: None,
+    }
+}
+
+/// An engine on the wall clock.
+pub fn engine(policy: Policy) -> Engine<SystemClock> {
+    Engine::new(policy, Labels::default(), SystemClock)
+}
+
+/// Gate passed, a window open for the day.
+pub fn open_window() -> Inputs {
+    let now = Utc::now();
+    Inputs {
+        may_start: true,
+        hold_reason: String::new(),
+        window: WindowState {
+            opened_at: Some(now - chrono::Duration::hours(1)),
+            closes_at: Some(now + chrono::Duration::days(1)),
+            next_opens_at: None,
+            ..WindowState::default()
+        },
+        patch_window: None,
+        ..Default::default()
+    }
+}
+
+/// Fallback tick when nothing changes (timeouts are timer-driven through `wake_at` too).
+pub const TICK: Duration = Duration::from_millis(1000);
+
+/// Drive `engine` on `cluster` until `done` says so; each step runs on the
+/// backend's change notification, `wake_at`, or the fallback tick. Panics after `limit`.
+pub async fn drive(
+    engine: &Engine<SystemClock>,
+    cluster: &KubeCluster,
+    inputs: &Inputs,
+    limit: Duration,
+    mut done: impl FnMut(&Outcome) -> bool,
+) -> Outcome {
+    let mut rx = cluster.changes();
+    let mut last = None;
+    let run = async {
+        loop {
+            rx.borrow_and_update();
+            let out = match engine.reconcile(cluster, inputs).await {
+                Ok(out) => out,
+                Err(e) => {
+                    eprintln!("reconcile failed (retrying): {e}");
+                    tokio::time::sleep(TICK).await;
+                    continue;
+                }
+            };
+            last = Some(out.clone());
+            if done(&out) {
+                return out;
+            }
+            if out.again {
+                continue;
+            }
+            let mut wait = if out.retry_evictions {
+                Duration::from_millis(250)
+            } else {
+                TICK
+            };
+            if let Some(w) = out.decision.wake_at {
+                let until = (w - Utc::now()).to_std().unwrap_or_default();
+                wait = wait.min(until + Duration::from_millis(10));
+            }
+            tokio::select! {
+                _ = rx.changed() => {}
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    };
+    match tokio::time::timeout(limit, run).await {
+        Ok(out) => out,
+        Err(_) => panic!("rollout not done within {limit:?}; last outcome: {last:#?}"),
+    }
+}
+
+/// Whether a node is out of service in the sense of the budget: cordoned,
+/// NotReady, or draining/upgrading by drover's record.
+pub fn unavailable(n: &Node) -> bool {
+    let cordoned = n
+        .spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false);
+    let state = n.annotations().get(ANN_STATE).map(String::as_str);
+    cordoned
+        || super::kube::node_ready(n) != Some("True")
+        || matches!(state, Some("draining" | "upgrading"))
+}
+
+/// Watches the pool for the whole test and records the peak number of unavailable nodes.
+pub struct BudgetWatch {
+    peak: Arc<Mutex<(usize, Vec<String>)>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl BudgetWatch {
+    /// Starts watching the pool of namespace `ns`; returns once the initial list is in.
+    pub async fn start(client: &Client, ns: &str) -> BudgetWatch {
+        let api: Api<Node> = Api::all(client.clone());
+        let cfg = watcher::Config::default().labels(&format!("{POOL_LABEL}={ns}"));
+        let peak = Arc::new(Mutex::new((0usize, Vec::new())));
+        let p = peak.clone();
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            let mut ready_tx = Some(ready_tx);
+            let mut state: HashMap<String, bool> = HashMap::new();
+            let stream = watcher(api, cfg);
+            futures::pin_mut!(stream);
+            while let Some(ev) = stream.next().await {
+                match ev {
+                    Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
+                        state.insert(n.name_any(), unavailable(&n));
+                    }
+                    Ok(watcher::Event::Delete(n)) => {
+                        state.remove(&n.name_any());
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        if let Some(tx) = ready_tx.take() {
+                            let _ = tx.send(());
+                        }
+                    }
+                    Ok(watcher::Event::Init) => {}
+                    Err(e) => eprintln!("budget watch: {e}"),
+                }
+                let now: Vec<String> = state
+                    .iter()
+                    .filter(|(_, u)| **u)
+                    .map(|(n, _)| n.clone())
+                    .collect();
+                let mut g = p.lock().unwrap();
+                if now.len() > g.0 {
+                    *g = (now.len(), now);
+                }
+            }
+        });
+        ready_rx.await.expect("budget watch lists the pool");
+        BudgetWatch { peak, task }
+    }
+
+    /// The most nodes seen unavailable at once, and which.
+    pub fn peak(&self) -> (usize, Vec<String>) {
+        self.peak.lock().unwrap().clone()
+    }
+}
+
+impl Drop for BudgetWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The nodes of the test pool `pool` (labelled [`POOL_LABEL`]), by name.
+pub async fn nodes_in(client: &Client, pool: &str) -> Vec<Node> {
+    let mut nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default().labels(&format!("{POOL_LABEL}={pool}")))
+        .await
+        .unwrap()
+        .items;
+    nodes.sort_by_key(|n| n.name_any());
+    nodes
+}
+
+/// Whether drover left no annotation of its own on the node.
+pub fn no_drover_annotations(n: &Node) -> bool {
+    !n.annotations().keys().any(|k| k.starts_with("drover.dev/"))
+}
+
+/// The progress recorded on a node.
+pub fn progress_of(n: &Node) -> Option<NodeProgress> {
+    NodeProgress::decode(n.annotations()).expect("readable drover annotations")
+}
+
+/// Whether drover's record says it cordoned the node.
+pub fn cordoned_by_drover(n: &Node) -> bool {
+    n.annotations().get(ANN_CORDONED).map(String::as_str) == Some("true")
+}
