@@ -62,7 +62,7 @@ pub const CLUSTER_PERMISSIONS: &[Permission] = &[
     // crate::kubernetes: drains through the Eviction API.
     ("", "pods/eviction", &["create"]),
     ("policy", "poddisruptionbudgets", &["list", "watch"]),
-    // events::Events: kube's Recorder creates, and patches a repeated Event into a series.
+    // events::Events: creates Events, and patches a repeated one into a series.
     ("events.k8s.io", "events", &["create", "patch"]),
 ];
 
