@@ -242,7 +242,11 @@ async fn a_drain_pass_reads_every_page_of_the_nodes_pods() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
     // More than one page (the backend lists 100 at a time).
     for i in 0..150 {
-        create(&pods, &pod_on(&format!("p-{i}"), &node, &[("app", "many")], 1)).await;
+        create(
+            &pods,
+            &pod_on(&format!("p-{i}"), &node, &[("app", "many")], 1),
+        )
+        .await;
     }
     let cluster = cluster(ns.name()).await;
     cluster.cordon(&node, &draining(true)).await.unwrap();
@@ -316,7 +320,10 @@ async fn a_repeated_event_is_counted_into_one_series() {
         ]
     );
     // An Event deleted meanwhile (expired on the server): the repeat creates a new one.
-    let refused = listed.iter().find(|e| e.reason.as_deref() == Some("Refused")).unwrap();
+    let refused = listed
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("Refused"))
+        .unwrap();
     api.delete(&refused.metadata.name.clone().unwrap(), &Default::default())
         .await
         .unwrap();

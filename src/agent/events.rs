@@ -83,7 +83,11 @@ struct Published {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Publication {
     Create,
-    Repeat { namespace: String, name: String, count: i32 },
+    Repeat {
+        namespace: String,
+        name: String,
+        count: i32,
+    },
 }
 
 /// The Events published within [`SERIES_WINDOW`], by a hash of what makes
@@ -115,7 +119,11 @@ impl SeriesCache {
             self.entries
                 .retain(|_, p| now.saturating_duration_since(p.last) < SERIES_WINDOW);
             if self.entries.len() >= SERIES_CAPACITY {
-                let oldest = self.entries.iter().min_by_key(|(_, p)| p.last).map(|(k, _)| *k);
+                let oldest = self
+                    .entries
+                    .iter()
+                    .min_by_key(|(_, p)| p.last)
+                    .map(|(k, _)| *k);
                 if let Some(k) = oldest {
                     self.entries.remove(&k);
                 }
@@ -417,7 +425,10 @@ mod tests {
         c.record(k, "default", "a.1", 2, t1);
         // The window runs from the last repeat, as a series stays alive while it repeats.
         let t2 = t1 + SERIES_WINDOW - Duration::from_secs(1);
-        assert!(matches!(c.lookup(k, t2), Publication::Repeat { count: 3, .. }));
+        assert!(matches!(
+            c.lookup(k, t2),
+            Publication::Repeat { count: 3, .. }
+        ));
         assert_eq!(c.lookup(k, t1 + SERIES_WINDOW), Publication::Create);
     }
 
@@ -455,7 +466,13 @@ mod tests {
         let t0 = Instant::now();
         // A rollout's worth of distinct Events, far more than the capacity.
         for i in 0..5_000u64 {
-            c.record(i, "default", &format!("n{i}.1"), 1, t0 + Duration::from_millis(i));
+            c.record(
+                i,
+                "default",
+                &format!("n{i}.1"),
+                1,
+                t0 + Duration::from_millis(i),
+            );
             assert!(c.len() <= SERIES_CAPACITY);
         }
         assert_eq!(c.len(), SERIES_CAPACITY);
