@@ -7,11 +7,12 @@
 //!   Goals: peak RSS under 48 MiB, at most one fetch per minimum interval
 //!   (5 s). Baseline: the same process idle just before.
 //! - a rollout with 1,000 nodes and 50 in flight. Goal: peak RSS under
-//!   32 MiB (optimised builds). Baseline: the same process idle with the
-//!   1,000 nodes observed, just before the bump.
+//!   32 MiB for the binary the image ships (dist profile), 36 MiB for the
+//!   release binary (~4 MiB more code pages). Baseline: the same process
+//!   idle with the 1,000 nodes observed, just before the bump.
 //!
 //! `cargo bench --bench agent_load` measures the release binary;
-//! `DROVER_AGENT_BIN=target/dist/drover` the one the image ships;
+//! `DROVER_AGENT_BIN=$PWD/target/dist/drover` the one the image ships;
 //! `DROVER_FIGURE_NODES=N` another cluster size for the rollout.
 
 #[path = "../tests/support/mod.rs"]
@@ -363,10 +364,19 @@ async fn rollout_figure(client: &kube::Client) {
         peak_unavailable as u32 <= in_flight,
         "{peak_unavailable} in flight"
     );
-    if profile != "debug" {
+    // The goal is the shipped binary's (dist: fat LTO). The release binary
+    // maps ~4 MiB more code (its idle figure is that much higher in the same
+    // bench), so it is held to the goal plus that allowance: a regression in
+    // what acting costs still fails it.
+    let limit_mib = match profile.as_str() {
+        "dist" => Some(32),
+        "release" => Some(36),
+        _ => None,
+    };
+    if let Some(limit) = limit_mib {
         assert!(
-            hwm < 32 * 1024,
-            "peak RSS {hwm} KiB during the rollout (goal: under 32 MiB)"
+            hwm < limit * 1024,
+            "peak RSS {hwm} KiB during the rollout ({profile} binary; goal: under {limit} MiB)"
         );
     }
 }

@@ -2,16 +2,42 @@
 //! on the nodes for what drover did to them, and on the status object for
 //! the rollout and the config. Publishing is best effort: a refused Event
 //! is logged and never stops the agent.
+//!
+//! A repeat of an Event (same object, type, reason and action) within
+//! [`SERIES_WINDOW`] is counted into the first one's `series` with a patch
+//! rather than created again, as client-go's recorder does. What that
+//! needs is kept in [`SeriesCache`]: the Event's name and a count per key,
+//! at most [`SERIES_CAPACITY`] of them. (kube's `Recorder` kept a full
+//! copy of every Event it published for its window, about 5 per node during
+//! a rollout: megabytes with 1,000 nodes, see BENCHMARKS.md "Agent under load".)
 
 use crate::rollout::Action;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// `reportingController` of drover's Events.
+const CONTROLLER: &str = "drover.dev/agent";
+/// How long a published Event takes repeats into its series (client-go's window).
+pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
+/// Most Events remembered for series counting; past it the least recently
+/// seen one is forgotten (its next repeat starts a new Event).
+pub const SERIES_CAPACITY: usize = 512;
 
 /// Publishes the agent's Events; without a client (simulations) it only logs.
 #[derive(Clone)]
 pub struct Events {
-    recorder: Option<Recorder>,
+    client: Option<Client>,
+    /// `reportingInstance`: the pod name.
+    instance: Arc<str>,
+    series: Arc<Mutex<SeriesCache>>,
     status_ref: ObjectReference,
     /// Failed publications are logged once a minute (an API outage fails them all).
     failures: std::sync::Arc<super::retry::Paced>,
@@ -34,15 +60,120 @@ pub enum Severity {
     Warning,
 }
 
+impl Severity {
+    fn as_str(self) -> &'static str {
+        match self {
+            Severity::Normal => "Normal",
+            Severity::Warning => "Warning",
+        }
+    }
+}
+
+/// One published Event that repeats are counted into.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Published {
+    namespace: String,
+    name: String,
+    /// Occurrences so far (1: the Event alone, no series yet).
+    count: i32,
+    last: Instant,
+}
+
+/// What a publication does: create a new Event, or count a repeat into one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Publication {
+    Create,
+    Repeat {
+        namespace: String,
+        name: String,
+        count: i32,
+    },
+}
+
+/// The Events published within [`SERIES_WINDOW`], by a hash of what makes
+/// two Events the same; bounded by [`SERIES_CAPACITY`].
+#[derive(Debug, Default)]
+pub struct SeriesCache {
+    entries: HashMap<u64, Published>,
+}
+
+impl SeriesCache {
+    /// What to do with an Event of `key` at `now`: a repeat names the Event
+    /// to patch and its new count.
+    fn lookup(&mut self, key: u64, now: Instant) -> Publication {
+        match self.entries.get(&key) {
+            Some(p) if now.saturating_duration_since(p.last) < SERIES_WINDOW => {
+                Publication::Repeat {
+                    namespace: p.namespace.clone(),
+                    name: p.name.clone(),
+                    count: p.count.saturating_add(1),
+                }
+            }
+            _ => Publication::Create,
+        }
+    }
+
+    /// Remember a publication of `key` (created, or counted to `count`).
+    fn record(&mut self, key: u64, namespace: &str, name: &str, count: i32, now: Instant) {
+        if !self.entries.contains_key(&key) && self.entries.len() >= SERIES_CAPACITY {
+            self.entries
+                .retain(|_, p| now.saturating_duration_since(p.last) < SERIES_WINDOW);
+            if self.entries.len() >= SERIES_CAPACITY {
+                let oldest = self
+                    .entries
+                    .iter()
+                    .min_by_key(|(_, p)| p.last)
+                    .map(|(k, _)| *k);
+                if let Some(k) = oldest {
+                    self.entries.remove(&k);
+                }
+            }
+        }
+        self.entries.insert(
+            key,
+            Published {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                count,
+                last: now,
+            },
+        );
+    }
+
+    /// Events remembered.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether none is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+// What makes two Events the same (client-go's and kube's key, less the
+// reporter, which is fixed per process).
+fn series_key(reference: &ObjectReference, severity: Severity, reason: &str, action: &str) -> u64 {
+    let mut h = DefaultHasher::new();
+    (
+        &reference.api_version,
+        &reference.kind,
+        &reference.namespace,
+        &reference.name,
+        &reference.uid,
+    )
+        .hash(&mut h);
+    (severity.as_str(), reason, action).hash(&mut h);
+    h.finish()
+}
+
 impl Events {
     /// Events reported by `instance` (the pod name) about the status object `namespace/name`.
     pub fn new(client: Option<Client>, instance: &str, namespace: &str, name: &str) -> Self {
-        let reporter = Reporter {
-            controller: "drover.dev/agent".into(),
-            instance: Some(instance.to_string()),
-        };
         Events {
-            recorder: client.map(|c| Recorder::new(c, reporter)),
+            client,
+            instance: instance.into(),
+            series: Default::default(),
             status_ref: ObjectReference {
                 api_version: Some("drover.dev/v1alpha1".into()),
                 kind: Some("DroverStatus".into()),
@@ -72,7 +203,7 @@ impl Events {
             Severity::Normal => tracing::info!(object = what, reason, note = %note, "event"),
             Severity::Warning => tracing::warn!(object = what, reason, note = %note, "event"),
         }
-        let Some(rec) = &self.recorder else { return };
+        let Some(client) = &self.client else { return };
         // The API caps notes at 1 kB.
         let mut note = note;
         if note.len() > 1000 {
@@ -82,21 +213,97 @@ impl Events {
             }
             note.truncate(cut);
         }
-        let ev = Event {
-            type_: match severity {
-                Severity::Normal => EventType::Normal,
-                Severity::Warning => EventType::Warning,
+        let key = series_key(reference, severity, reason, action);
+        let publication = lock(&self.series).lookup(key, Instant::now());
+        let result = match publication {
+            Publication::Repeat {
+                namespace,
+                name,
+                count,
+            } => match self.repeat(client, &namespace, &name, count).await {
+                Ok(()) => Ok((namespace, name, count)),
+                // The Event expired on the server (or was deleted): a new one.
+                Err(kube::Error::Api(s)) if s.code == 404 => {
+                    self.create(client, reference, severity, reason, action, note)
+                        .await
+                }
+                Err(e) => Err(e),
             },
-            reason: reason.into(),
-            note: Some(note),
-            action: action.into(),
-            secondary: None,
+            Publication::Create => {
+                self.create(client, reference, severity, reason, action, note)
+                    .await
+            }
         };
-        if let Err(e) = rec.publish(&ev, reference).await {
-            if let Some(n) = self.failures.allow("event") {
-                tracing::warn!(error = %e, reason, suppressed = n, "could not publish an Event");
+        match result {
+            Ok((namespace, name, count)) => {
+                lock(&self.series).record(key, &namespace, &name, count, Instant::now())
+            }
+            Err(e) => {
+                if let Some(n) = self.failures.allow("event") {
+                    tracing::warn!(error = %e, reason, suppressed = n, "could not publish an Event");
+                }
             }
         }
+    }
+
+    // Create a new Event; returns its namespace, name and count (1).
+    async fn create(
+        &self,
+        client: &Client,
+        reference: &ObjectReference,
+        severity: Severity,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) -> Result<(String, String, i32), kube::Error> {
+        let now = Timestamp::now();
+        // Node Events go to `default`, as kubectl describe looks for them there.
+        let namespace = reference.namespace.as_deref().unwrap_or("default");
+        let name = format!(
+            "{}.{:x}",
+            reference.name.as_deref().unwrap_or("drover"),
+            now.as_nanosecond()
+        );
+        let event = K8sEvent {
+            action: Some(action.into()),
+            reason: Some(reason.into()),
+            event_time: Some(MicroTime(now)),
+            regarding: Some(reference.clone()),
+            note: Some(note),
+            metadata: ObjectMeta {
+                namespace: Some(namespace.into()),
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            reporting_controller: Some(CONTROLLER.into()),
+            reporting_instance: Some(self.instance.to_string()),
+            type_: Some(severity.as_str().into()),
+            ..Default::default()
+        };
+        Api::<K8sEvent>::namespaced(client.clone(), namespace)
+            .create(&PostParams::default(), &event)
+            .await?;
+        Ok((namespace.to_string(), name, 1))
+    }
+
+    // Count a repeat into the published Event `namespace/name`.
+    async fn repeat(
+        &self,
+        client: &Client,
+        namespace: &str,
+        name: &str,
+        count: i32,
+    ) -> Result<(), kube::Error> {
+        let patch = serde_json::json!({
+            "series": EventSeries {
+                count,
+                last_observed_time: MicroTime(Timestamp::now()),
+            }
+        });
+        Api::<K8sEvent>::namespaced(client.clone(), namespace)
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        Ok(())
     }
 
     /// An Event on the status object.
@@ -179,5 +386,103 @@ impl Events {
         };
         self.on_node(action.node(), sev, reason, action.kind(), note)
             .await;
+    }
+}
+
+fn lock(m: &Mutex<SeriesCache>) -> std::sync::MutexGuard<'_, SeriesCache> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str) -> ObjectReference {
+        ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(name.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_repeat_within_the_window_counts_into_the_first_event() {
+        let mut c = SeriesCache::default();
+        let t0 = Instant::now();
+        let k = series_key(&node("a"), Severity::Warning, "DrainBlocked", "Block");
+        assert_eq!(c.lookup(k, t0), Publication::Create);
+        c.record(k, "default", "a.1", 1, t0);
+        let t1 = t0 + Duration::from_secs(60);
+        assert_eq!(
+            c.lookup(k, t1),
+            Publication::Repeat {
+                namespace: "default".into(),
+                name: "a.1".into(),
+                count: 2
+            }
+        );
+        c.record(k, "default", "a.1", 2, t1);
+        // The window runs from the last repeat, as a series stays alive while it repeats.
+        let t2 = t1 + SERIES_WINDOW - Duration::from_secs(1);
+        assert!(matches!(
+            c.lookup(k, t2),
+            Publication::Repeat { count: 3, .. }
+        ));
+        assert_eq!(c.lookup(k, t1 + SERIES_WINDOW), Publication::Create);
+    }
+
+    #[test]
+    fn events_differing_in_object_reason_type_or_action_are_not_one_series() {
+        let base = series_key(&node("a"), Severity::Normal, "Draining", "Cordon");
+        let others = [
+            series_key(&node("b"), Severity::Normal, "Draining", "Cordon"),
+            series_key(&node("a"), Severity::Warning, "Draining", "Cordon"),
+            series_key(&node("a"), Severity::Normal, "Upgraded", "Cordon"),
+            series_key(&node("a"), Severity::Normal, "Draining", "Complete"),
+            series_key(
+                &ObjectReference {
+                    uid: Some("u".into()),
+                    ..node("a")
+                },
+                Severity::Normal,
+                "Draining",
+                "Cordon",
+            ),
+        ];
+        for o in others {
+            assert_ne!(base, o);
+        }
+        // Control: the same Event is the same series.
+        assert_eq!(
+            base,
+            series_key(&node("a"), Severity::Normal, "Draining", "Cordon")
+        );
+    }
+
+    #[test]
+    fn the_cache_stays_bounded_and_forgets_the_least_recently_seen() {
+        let mut c = SeriesCache::default();
+        let t0 = Instant::now();
+        // A rollout's worth of distinct Events, far more than the capacity.
+        for i in 0..5_000u64 {
+            c.record(
+                i,
+                "default",
+                &format!("n{i}.1"),
+                1,
+                t0 + Duration::from_millis(i),
+            );
+            assert!(c.len() <= SERIES_CAPACITY);
+        }
+        assert_eq!(c.len(), SERIES_CAPACITY);
+        let now = t0 + Duration::from_secs(5);
+        // The oldest were forgotten, the newest are kept.
+        assert_eq!(c.lookup(0, now), Publication::Create);
+        assert!(matches!(c.lookup(4_999, now), Publication::Repeat { .. }));
+        // Expired entries make room before a live one is dropped.
+        let later = t0 + SERIES_WINDOW + Duration::from_secs(10);
+        c.record(9_999, "default", "x.1", 1, later);
+        assert_eq!(c.len(), 1);
     }
 }

@@ -10,12 +10,12 @@ pub type Permission = (&'static str, &'static str, &'static [&'static str]);
 pub const CLUSTER_PERMISSIONS: &[Permission] = &[
     // crate::kubernetes: observe nodes, cordon/annotate in one patch.
     ("", "nodes", &["get", "list", "watch", "patch"]),
-    // crate::kubernetes: pods on nodes being drained (field-selected watches).
+    // crate::kubernetes: pods on nodes being drained (field-selected lists and watches).
     ("", "pods", &["list", "watch"]),
     // crate::kubernetes: drains through the Eviction API.
     ("", "pods/eviction", &["create"]),
     ("policy", "poddisruptionbudgets", &["list", "watch"]),
-    // events::Events: kube's Recorder creates, and patches a repeated Event into a series.
+    // events::Events: creates Events, and patches a repeated one into a series.
     ("events.k8s.io", "events", &["create", "patch"]),
 ];
 

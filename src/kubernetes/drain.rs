@@ -4,9 +4,11 @@
 //! One pass evicts every pod that still needs it, once. A refusal (429: a
 //! PDB allows no disruption now) is not an error: it names the PDB in
 //! `EvictionPass::blocked_by`, and the engine's next step makes the next pass.
-//! The retry cadence is therefore the engine's: it steps again on the next
-//! change the watches report (a PDB's status changing, a pod going away) or
-//! after its fallback tick, and gives the node back at `drain_timeout`.
+//! The retry cadence is therefore the engine's: while pods remain it steps
+//! again after its eviction retry (2 s by default) or sooner on a change the
+//! watches report (a PDB's status changing), and gives the node back at
+//! `drain_timeout`. Each pass lists the node's pods afresh (one paged,
+//! field-selected list) rather than keeping a watch open per draining node.
 
 use super::objects::{must_evict, pdbs_matching};
 use super::observe::{lock, Observer};
@@ -36,11 +38,11 @@ fn pdbs_in_status(status: &kube::core::Status) -> Vec<String> {
 
 /// One eviction pass over `node`.
 pub async fn evict(obs: &Observer, node: &str) -> Result<EvictionPass, Error> {
-    let store = obs.pods_of(node).await?;
+    let pods = obs.list_pods(node).await?;
     let mut remaining = 0;
     let mut blocked_by = BTreeSet::new();
     let mut refused_pods = BTreeSet::new();
-    for pod in store.state() {
+    for pod in pods {
         if !must_evict(&pod) {
             continue;
         }

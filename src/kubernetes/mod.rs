@@ -113,6 +113,14 @@ pub enum Error {
         /// How long we waited.
         timeout: Duration,
     },
+    /// A node being drained has more pods than a drain pass reads.
+    #[error("node {node} has more than {limit} pods; a drain pass reads at most {limit}")]
+    TooManyPods {
+        /// The node.
+        node: String,
+        /// Most pods a pass reads.
+        limit: usize,
+    },
     /// An upgrade Job could not be built from the config.
     #[error("building the upgrade Job for node {node}: {why}")]
     BuildJob {

@@ -1,6 +1,10 @@
 //! Observation through watches: reflector stores for the selected nodes,
 //! drover's Jobs and the PodDisruptionBudgets, plus one field-selected pod
-//! watch per node being drained. Nothing here issues a request per observation.
+//! watch per node whose drain is blocked or whose health is watched (at most
+//! `max_unavailable`). The pods of a node being drained are listed fresh each
+//! pass instead ([`Observer::list_pods`]): a watch per draining node held one
+//! API connection each (50 in flight, 50 connections with their TLS and read
+//! buffers), and a drain re-steps every few seconds while pods remain anyway.
 
 use super::node::ObservedNode;
 use super::objects::{
@@ -75,6 +79,11 @@ fn bump(changes: &watch::Sender<u64>) {
 /// Each page's JSON body is held whole while it is decoded: 100 nodes are a
 /// few hundred KiB, where kube's default of 500 held megabytes at once.
 const LIST_PAGE_SIZE: u32 = 100;
+
+/// Most pods a drain pass reads of one node: the kubelet's default `maxPods`
+/// is 110 and few raise it past 250, so this only bounds a hostile case.
+/// A node with more is an error, never a drain that counts some of its pods.
+pub(crate) const MAX_DRAIN_PODS: usize = 1000;
 
 // Run a reflector for `api`, calling `on_event` on every event it applies.
 fn spawn_reflector<K>(
@@ -395,16 +404,49 @@ impl Observer {
         Ok(store)
     }
 
-    /// Whether `node` has a pod watch running (draining, blocked or watched for health).
+    /// The pods bound to `node`, listed now (pages of [`LIST_PAGE_SIZE`], at
+    /// most [`MAX_DRAIN_PODS`]): what a drain pass reads, so that no watch
+    /// is held open per draining node.
+    pub(crate) async fn list_pods(&self, node: &str) -> Result<Vec<Pod>, Error> {
+        let api: Api<Pod> = Api::all(self.client.clone());
+        let mut lp = ListParams::default()
+            .fields(&format!("spec.nodeName={node}"))
+            .limit(LIST_PAGE_SIZE);
+        let mut pods = Vec::new();
+        loop {
+            let page = api.list(&lp).await.map_err(|source| Error::Node {
+                node: node.to_string(),
+                call: "list pods".into(),
+                source,
+            })?;
+            pods.extend(page.items.into_iter().map(|mut p| {
+                p.managed_fields_mut().clear();
+                p
+            }));
+            if pods.len() > MAX_DRAIN_PODS {
+                return Err(Error::TooManyPods {
+                    node: node.to_string(),
+                    limit: MAX_DRAIN_PODS,
+                });
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(c) => lp = lp.continue_token(&c),
+                None => return Ok(pods),
+            }
+        }
+    }
+
+    /// Whether `node` has a pod watch running (drain blocked or health watched).
     pub(crate) fn has_pod_watch(&self, node: &str) -> bool {
         lock(&self.pod_watches).contains_key(node)
     }
 
-    // Stop the pod watches of nodes that are no longer draining.
+    // Stop the pod watches of nodes no longer blocked or watched; forget
+    // the evictions of nodes no longer draining.
     fn retain_pod_watches(&self, draining: &HashSet<String>, blocked: &HashSet<String>) {
         lock(&self.evicted).retain(|node, _| draining.contains(node));
         lock(&self.pod_watches).retain(|node, w| {
-            let keep = draining.contains(node) || blocked.contains(node);
+            let keep = blocked.contains(node);
             if !keep {
                 w.task.abort();
             }
@@ -438,7 +480,7 @@ impl Observer {
             .filter(|(_, p)| matches!(p, Ok(Some(p)) if p.state == ProgressState::Draining))
             .map(|(n, _)| n.name_any())
             .collect();
-        // Blocked nodes' pods are watched too, to see when their budgets
+        // Blocked nodes' pods are watched, to see when their budgets
         // relent; so are the pods of nodes in their health watch (a settling
         // cluster's are listed instead, see kubernetes/health.rs).
         let blocked: HashSet<String> = nodes
@@ -464,8 +506,12 @@ impl Observer {
                     budgets_allow_drain = budgets_allow(&self.pdbs.state(), &store.state());
                 }
                 if p.state == ProgressState::Draining {
-                    let store = self.pods_of(&name).await?;
-                    pods_to_evict = store.state().iter().filter(|p| must_evict(p)).count();
+                    pods_to_evict = self
+                        .list_pods(&name)
+                        .await?
+                        .iter()
+                        .filter(|p| must_evict(p))
+                        .count();
                 }
                 if p.state.in_flight() {
                     upgrade = self.upgrade_status(&name, p);

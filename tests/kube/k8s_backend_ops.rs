@@ -160,7 +160,7 @@ async fn a_drain_evicts_what_it_must_and_names_the_blocking_pdb() {
         }
     })
     .await
-    .expect("the pod watch shows the node empty");
+    .expect("the node's pod list shows it empty");
     assert!(
         pods.get_opt("done").await.unwrap().is_some(),
         "finished pods are left alone"
@@ -229,4 +229,112 @@ async fn the_upgrade_job_is_accepted_run_once_and_reported() {
     await_gone(&jobs, &name).await;
     sim.shutdown().await;
     let _ = Duration::ZERO;
+}
+
+#[tokio::test]
+async fn a_drain_pass_reads_every_page_of_the_nodes_pods() {
+    let (client, ns) = setup("ops-pages").await;
+    let sim = start_sim(&client, pool_options(ns.name(), 1)).await;
+    let node = sim.node_names()[0].clone();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    // More than one page (the backend lists 100 at a time).
+    for i in 0..150 {
+        create(
+            &pods,
+            &pod_on(&format!("p-{i}"), &node, &[("app", "many")], 1),
+        )
+        .await;
+    }
+    let cluster = cluster(ns.name()).await;
+    cluster.cordon(&node, &draining(true)).await.unwrap();
+    assert_eq!(cluster.observe().await.unwrap()[0].pods_to_evict, 150);
+    // Control: one pod finished is one fewer to evict, so the count is read, not a page size.
+    pods.patch_status(
+        "p-149",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({ "status": { "phase": "Succeeded" } })),
+    )
+    .await
+    .unwrap();
+    assert_eq!(cluster.observe().await.unwrap()[0].pods_to_evict, 149);
+    let pass = cluster.evict(&node).await.unwrap();
+    assert_eq!(pass.remaining, 149, "{pass:?}");
+    assert!(pass.blocked_by.is_empty(), "{pass:?}");
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_repeated_event_is_counted_into_one_series() {
+    use drover::agent::events::{Events, Severity};
+    use k8s_openapi::api::events::v1::Event;
+    let (client, ns) = setup("ops-events").await;
+    let events = Events::new(Some(client.clone()), "agent-0", ns.name(), "test-status");
+    let api: Api<Event> = Api::namespaced(client.clone(), ns.name());
+    events
+        .on_status(Severity::Warning, "Refused", "Judge", "unsigned".into())
+        .await;
+    events
+        .on_status(Severity::Warning, "Refused", "Judge", "unsigned".into())
+        .await;
+    events
+        .on_status(Severity::Warning, "Refused", "Judge", "unsigned".into())
+        .await;
+    // Control: another reason is another Event.
+    events
+        .on_status(Severity::Normal, "Applied", "Apply", "commit abc".into())
+        .await;
+    let mut listed = api.list(&Default::default()).await.unwrap().items;
+    listed.sort_by_key(|e| e.reason.clone());
+    let summary: Vec<_> = listed
+        .iter()
+        .map(|e| {
+            (
+                e.reason.clone().unwrap_or_default(),
+                e.series.as_ref().map(|s| s.count),
+                e.reporting_controller.clone().unwrap_or_default(),
+                e.reporting_instance.clone().unwrap_or_default(),
+                e.regarding.as_ref().and_then(|r| r.name.clone()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (
+                "Applied".to_string(),
+                None,
+                "drover.dev/agent".to_string(),
+                "agent-0".to_string(),
+                Some("test-status".to_string())
+            ),
+            (
+                "Refused".to_string(),
+                Some(3),
+                "drover.dev/agent".to_string(),
+                "agent-0".to_string(),
+                Some("test-status".to_string())
+            ),
+        ]
+    );
+    // An Event deleted meanwhile (expired on the server): the repeat creates a new one.
+    let refused = listed
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("Refused"))
+        .unwrap();
+    api.delete(&refused.metadata.name.clone().unwrap(), &Default::default())
+        .await
+        .unwrap();
+    events
+        .on_status(Severity::Warning, "Refused", "Judge", "unsigned".into())
+        .await;
+    let again: Vec<_> = api
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("Refused"))
+        .collect();
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_ne!(again[0].metadata.name, refused.metadata.name);
 }
