@@ -19,8 +19,9 @@
 #[path = "../tests/support/git.rs"]
 mod git_servers;
 
+use drover::rollout::RolloutState;
 use drover::source::{Source, SourceConfig};
-use drover::status::{self, PublishOptions, RolloutState, StatusReport};
+use drover::status::{self, PublishOptions, StatusReport};
 use git_servers::{allowed_signers, bare_clone, git, keygen, GitDaemon};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;

@@ -19,6 +19,7 @@ pub mod gate;
 pub mod health;
 pub mod kubernetes;
 pub mod promote;
+pub mod retry;
 pub mod revoke;
 pub mod rollout;
 pub mod sim;

@@ -260,7 +260,7 @@ impl StatusObject {
         use kube::runtime::{watcher, WatchStreamExt};
         let cfg = watcher::Config::default().fields(&format!("metadata.name={}", self.name));
         let mut seen = seen;
-        let mut quiet = super::retry::Quiet::new(std::time::Duration::from_secs(60));
+        let mut quiet = crate::retry::Quiet::new(std::time::Duration::from_secs(60));
         let what = format!("{}/{}", self.namespace, self.name);
         watcher::watcher(self.api.clone(), cfg)
             .default_backoff()

@@ -40,7 +40,7 @@ pub struct Events {
     series: Arc<Mutex<SeriesCache>>,
     status_ref: ObjectReference,
     /// Failed publications are logged once a minute (an API outage fails them all).
-    failures: std::sync::Arc<super::retry::Paced>,
+    failures: std::sync::Arc<crate::retry::Paced>,
 }
 
 impl std::fmt::Debug for Events {

@@ -138,7 +138,7 @@ impl Server {
     ) -> Result<(), Error> {
         let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
         let mut conns = tokio::task::JoinSet::new();
-        let mut accept_errors = crate::agent::retry::Quiet::new(Duration::from_secs(60));
+        let mut accept_errors = crate::retry::Quiet::new(Duration::from_secs(60));
         loop {
             while conns.try_join_next().is_some() {}
             // Take a slot before accepting: past the limit, clients wait in the backlog.

@@ -358,8 +358,8 @@ impl Elector {
         let mut renewed_at: Option<tokio::time::Instant> = None;
         // Failed attempts back off (jittered) up to the lease duration, and
         // are logged once a minute; a leader's deadline still caps the wait.
-        let mut backoff = super::retry::Backoff::new(self.cfg.retry_every, self.cfg.duration);
-        let mut quiet = super::retry::Quiet::new(Duration::from_secs(60));
+        let mut backoff = crate::retry::Backoff::new(self.cfg.retry_every, self.cfg.duration);
+        let mut quiet = crate::retry::Quiet::new(Duration::from_secs(60));
         loop {
             if *shutdown.borrow() {
                 return;

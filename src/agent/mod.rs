@@ -36,7 +36,7 @@ mod pass;
 mod rbac;
 pub mod recover;
 mod report;
-pub mod retry;
+use crate::retry;
 
 pub use backend::{ClusterBackend, Connected, KubeBackend};
 pub use guard::GuardError;

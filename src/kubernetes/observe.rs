@@ -111,7 +111,7 @@ where
             .reflect(writer);
         futures::pin_mut!(stream);
         // An outage fails every retry: one line a minute per watch, with a count.
-        let mut quiet = crate::agent::retry::Quiet::new(Duration::from_secs(60));
+        let mut quiet = crate::retry::Quiet::new(Duration::from_secs(60));
         while let Some(ev) = stream.next().await {
             match ev {
                 Ok(ev) => on_event(&ev),

@@ -20,8 +20,7 @@ pub use store::{
 mod push;
 pub use push::{build_commit, publish, PublishOptions, Published, PushError};
 
-/// A report's `state`; the rollout owns it ([`crate::rollout::RolloutState`]).
-pub use crate::rollout::RolloutState;
+use crate::rollout::RolloutState;
 pub use cadence::NodeDetail;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

@@ -15,8 +15,8 @@ use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
 use crate::support::git::{commit_all, commit_file_on, keygen};
 use crate::support::kube::{await_gone, ControlPlane, TestNamespace};
 use drover::agent::crd::{DroverStatus, DroverStatusStatus};
+use drover::rollout::RolloutState;
 use drover::rollout::VirtualClock;
-use drover::status::RolloutState;
 use kube::api::{Api, DeleteParams};
 use kube::Client;
 

@@ -172,7 +172,7 @@ async fn a_bump_moves_through_test_stage_and_production_each_in_its_window() {
         || {
             repo.report("test", "test-1").is_some_and(|r| {
                 r.version.to_string() == "1.13.0"
-                    && r.state == drover::status::RolloutState::Confirmed
+                    && r.state == drover::rollout::RolloutState::Confirmed
             })
         },
     )

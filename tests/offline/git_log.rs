@@ -2,8 +2,9 @@
 
 use crate::support::cli::drover;
 use crate::support::git::*;
+use drover::rollout::RolloutState;
 use drover::source::{Source, SourceConfig};
-use drover::status::{self, PublishOptions, RolloutState, StatusReport};
+use drover::status::{self, PublishOptions, StatusReport};
 
 #[test]
 fn log_lists_changes_newest_first_with_signers_and_confirmations() {

@@ -53,7 +53,7 @@ fn confirm(dir: &Path, env: &str, cluster: &str, version: &str, since: &str) {
         cluster: cluster.into(),
         config_commit: "0".repeat(40),
         version: version.parse().unwrap(),
-        state: drover::status::RolloutState::Confirmed,
+        state: drover::rollout::RolloutState::Confirmed,
         since: since.parse().unwrap(),
         nodes: 3,
         nodes_at_version: 3,

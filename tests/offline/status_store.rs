@@ -4,7 +4,8 @@
 //! attack that must not count and a control that must.
 
 use crate::support::git::*;
-use drover::status::{self, PublishOptions, RolloutState, StatusReport, MAX_STATUS_BRANCHES};
+use drover::rollout::RolloutState;
+use drover::status::{self, PublishOptions, StatusReport, MAX_STATUS_BRANCHES};
 use drover::trust::AllowedSigners;
 use git2::{Oid, Repository};
 use semver::Version;

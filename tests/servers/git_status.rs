@@ -1,8 +1,9 @@
 //! Status reports (docs/design.md §5) pushed to a real `git daemon`.
 
 use crate::support::git::*;
+use drover::rollout::RolloutState;
 use drover::source::{Source, SourceConfig};
-use drover::status::{self, PublishOptions, RolloutState, StatusReport};
+use drover::status::{self, PublishOptions, StatusReport};
 use drover::trust::AllowedSigners;
 use std::path::Path;
 

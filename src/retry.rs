@@ -1,6 +1,7 @@
-//! Pacing for the agent's retry loops: exponential backoff with full jitter
-//! and a ceiling, and a log limiter, so that an outage of the API server or
-//! the git remote costs a few requests and a few log lines a minute.
+//! Pacing for retry loops (the agent's and the Kubernetes watchers'):
+//! exponential backoff with full jitter and a ceiling, and a log limiter, so
+//! that an outage of the API server or the git remote costs a few requests
+//! and a few log lines a minute.
 
 use std::time::Duration;
 use std::time::Instant;
