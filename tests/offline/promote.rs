@@ -1,7 +1,7 @@
 //! `drover promote` on a real git repository built from example-repo, with
 //! confirmations on the status branch.
 
-use crate::support::git::{copy_dir, git};
+use crate::support::git::{example_checkout, git};
 use std::path::Path;
 
 /// The report signing key of `<env>/<cluster>`, made from its name.
@@ -13,15 +13,7 @@ fn cluster_key(principal: &str) -> ssh_key::PrivateKey {
 
 /// example-repo as a git repository with test at `test_version`.
 fn repo(test_version: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    copy_dir(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("example-repo"),
-        dir.path(),
-    );
-    git(dir.path(), &["init", "-q", "-b", "main"]);
-    git(dir.path(), &["config", "user.name", "Test"]);
-    git(dir.path(), &["config", "user.email", "test@example.com"]);
-    git(dir.path(), &["config", "commit.gpgsign", "false"]);
+    let dir = example_checkout();
     let f = dir.path().join("environments/test.toml");
     let text = std::fs::read_to_string(&f).unwrap().replacen(
         "\"1.12.0\"",

@@ -3,21 +3,13 @@
 //! and on status branches holding hostile reports.
 
 use crate::support::cli::drover_at as drover;
-use crate::support::git::{commit_file_on, copy_dir, git, public_key};
+use crate::support::git::{commit_file_on, example_checkout, git, public_key};
 use serde_json::Value;
 use std::path::Path;
 
 /// example-repo as a git repository.
 fn example_repo() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    copy_dir(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("example-repo"),
-        dir.path(),
-    );
-    git(dir.path(), &["init", "-q", "-b", "main"]);
-    git(dir.path(), &["config", "user.name", "Test"]);
-    git(dir.path(), &["config", "user.email", "test@example.com"]);
-    git(dir.path(), &["config", "commit.gpgsign", "false"]);
+    let dir = example_checkout();
     git(dir.path(), &["add", "-A"]);
     git(dir.path(), &["commit", "-q", "-m", "initial"]);
     dir

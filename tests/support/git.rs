@@ -261,6 +261,22 @@ impl WorkRepo {
     }
 }
 
+/// A copy of `example-repo/` in a fresh repository on `main`, nothing
+/// committed yet, with a repository-level identity for the commits drover
+/// itself makes (`drover promote`, `drover revoke`).
+pub fn example_checkout() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("example-repo"),
+        dir.path(),
+    );
+    git(dir.path(), &["init", "-q", "-b", "main"]);
+    git(dir.path(), &["config", "user.name", "Test"]);
+    git(dir.path(), &["config", "user.email", "test@example.com"]);
+    git(dir.path(), &["config", "commit.gpgsign", "false"]);
+    dir
+}
+
 /// Copy the directory tree `from` into `to` (e.g. example-repo into a test's repository).
 pub fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
