@@ -398,6 +398,9 @@ impl Story {
                 message: report.last.message.clone(),
                 detail: Default::default(),
             };
+            // Committed at the story's time, not today's: evidence counts from
+            // its commit's time, and the story must read the same any day.
+            self.agents[i].publish.commit_time = Some(report.ended_at);
             let source = &self.agents[i].source;
             let published = status::publish(source, &line, &self.agents[i].publish)?;
             self.agents[i].last_report = Some(key);

@@ -4,8 +4,11 @@ use serde_json::Value;
 
 #[test]
 fn demo_tells_the_whole_story() {
+    let kept = tempfile::tempdir().unwrap();
+    let repo = kept.path().join("repo");
     let out = crate::support::cli::drover_command()
-        .args(["demo", "--format", "json"])
+        .args(["demo", "--format", "json", "--keep-repo"])
+        .arg(&repo)
         .current_dir(std::env::temp_dir())
         .output()
         .expect("drover runs");
@@ -111,4 +114,48 @@ fn demo_tells_the_whole_story() {
         let got = &versions.iter().find(|(c, _)| c == cluster).unwrap().1;
         assert_eq!(got, &serde_json::json!({ v: 5 }), "{cluster}");
     }
+    status_commits_carry_the_story_time(&repo);
+}
+
+/// Evidence counts from its commit's time, so the demo's status commits are
+/// made at the story's (virtual) time, never today's: the story must read
+/// the same on any day it is run. Each commit's committer time is the
+/// `since` of the report it writes.
+fn status_commits_carry_the_story_time(repo: &std::path::Path) {
+    use crate::support::git::git;
+    let branches = git(
+        repo,
+        &[
+            "for-each-ref",
+            "--format=%(refname)",
+            "refs/heads/drover/status.d",
+        ],
+    );
+    let branches: Vec<&str> = branches.lines().collect();
+    assert_eq!(
+        branches.len(),
+        4,
+        "one status branch per cluster: {branches:?}"
+    );
+    let mut checked = 0;
+    for branch in branches {
+        let cluster_path = branch.rsplit("status.d/").next().unwrap();
+        let file = format!("status/{cluster_path}.toml");
+        for line in git(repo, &["log", "--format=%H %cI", branch]).lines() {
+            let (commit, time) = line.split_once(' ').unwrap();
+            let report = git(repo, &["show", &format!("{commit}:{file}")]);
+            let since = report
+                .lines()
+                .find_map(|l| l.strip_prefix("since = "))
+                .unwrap_or_else(|| panic!("no since in {file} at {commit}: {report}"));
+            let since = chrono::DateTime::parse_from_rfc3339(since.trim_matches('"')).unwrap();
+            let time = chrono::DateTime::parse_from_rfc3339(time).unwrap();
+            assert_eq!(
+                time, since,
+                "{branch} {commit}: committed at {time}, report since {since}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 8, "only {checked} status commits");
 }
