@@ -8,7 +8,6 @@ use super::{Acting, ClusterBackend, Next};
 use crate::config::EnvConfig;
 use crate::rollout::{Engine, Inputs, Labels, Policy, WindowState};
 use chrono::{DateTime, Utc};
-use std::sync::Mutex;
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -96,15 +95,9 @@ impl<B: ClusterBackend> Acting<B> {
         let Some((_, conn)) = self.connected.as_ref() else {
             return tick;
         };
-        let guarded = Guarded {
-            inner: &conn.cluster,
-            cancel: cancel.clone(),
-            observed: Mutex::new(Vec::new()),
-        };
+        let guarded = Guarded::new(&conn.cluster, cancel);
         let result = engine.reconcile(&guarded, &inputs).await;
-        let observed =
-            std::mem::take(&mut *guarded.observed.lock().unwrap_or_else(|e| e.into_inner()));
-        drop(guarded);
+        let observed = guarded.into_observed();
         if !observed.is_empty() || result.is_ok() {
             self.ready.set_synced();
         }

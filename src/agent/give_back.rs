@@ -10,7 +10,6 @@ use super::events::Severity;
 use super::guard::Guarded;
 use super::{Acting, ClusterBackend};
 use crate::cluster::{Cluster, NodeView, ProgressState};
-use std::sync::Mutex;
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -104,11 +103,7 @@ impl<B: ClusterBackend> Acting<B> {
         let Some((_, conn)) = self.connected.as_ref() else {
             return;
         };
-        let guarded = Guarded {
-            inner: &conn.cluster,
-            cancel: cancel.clone(),
-            observed: Mutex::new(Vec::new()),
-        };
+        let guarded = Guarded::new(&conn.cluster, cancel);
         let Ok(nodes) = guarded.observe().await else {
             return;
         };

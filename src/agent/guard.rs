@@ -21,12 +21,28 @@ pub enum GuardError<E: std::error::Error + 'static> {
 /// may still act: after leadership is lost no new call starts, while the
 /// one in flight finishes. It also keeps the nodes the engine observed.
 pub(super) struct Guarded<'a, C> {
-    pub(super) inner: &'a C,
-    pub(super) cancel: watch::Receiver<bool>,
-    pub(super) observed: Mutex<Vec<NodeView>>,
+    inner: &'a C,
+    cancel: watch::Receiver<bool>,
+    observed: Mutex<Vec<NodeView>>,
 }
 
-impl<C: Cluster + Sync> Guarded<'_, C> {
+impl<'a, C: Cluster + Sync> Guarded<'a, C> {
+    /// `inner`, refused once `cancel` reads true.
+    pub(super) fn new(inner: &'a C, cancel: &watch::Receiver<bool>) -> Self {
+        Guarded {
+            inner,
+            cancel: cancel.clone(),
+            observed: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The nodes the last `observe` through the guard saw.
+    pub(super) fn into_observed(self) -> Vec<NodeView> {
+        self.observed
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
     fn check(&self) -> Result<(), GuardError<C::Error>> {
         if *self.cancel.borrow() {
             Err(GuardError::Stopped)
