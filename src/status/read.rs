@@ -537,16 +537,18 @@ impl Sieve {
 }
 
 /// Walk the status branch from `tip`, newest first, calling `visit` with
-/// every trusted report and recording every ignored one in `ignored`.
+/// every trusted report among those `checks` looks at, and recording every
+/// ignored one in `ignored`.
 pub fn walk_reports(
     repo: &Repository,
     tip: Oid,
     signers: ReportSigners<'_>,
+    checks: Checks,
     ignored: &mut Vec<Ignored>,
     mut visit: impl FnMut(TrustedReport),
 ) -> Result<(), git2::Error> {
     let mut sieve = Sieve::default();
-    walk_versions(repo, tip, signers, |v| {
+    walk_versions_checked(repo, tip, signers, checks, |v| {
         if let Some(t) = sieve.take(v, ignored) {
             visit(t);
         }
@@ -579,15 +581,7 @@ pub fn confirmations_at(
     tip: Oid,
     signers: ReportSigners<'_>,
 ) -> Result<Confirmations, git2::Error> {
-    tally(|ignored, visit| {
-        let mut sieve = Sieve::default();
-        walk_versions_checked(repo, tip, signers, Checks::Evidence, |v| {
-            if let Some(t) = sieve.take(v, ignored) {
-                visit(t);
-            }
-            ControlFlow::Continue(())
-        })
-    })
+    tally(|ignored, visit| walk_reports(repo, tip, signers, Checks::Evidence, ignored, visit))
 }
 
 /// Confirmations from the trusted reports `walk` passes on. `walk` must give
