@@ -125,13 +125,9 @@ fn main() {
         .unwrap()
         .port();
     let _daemon = Daemon(
-        Command::new("git")
-            .args([
-                "daemon",
-                "--reuseaddr",
-                "--export-all",
-                "--listen=127.0.0.1",
-            ])
+        // The daemon itself: killing the `git daemon` wrapper would orphan it.
+        Command::new("/usr/lib/git-core/git-daemon")
+            .args(["--reuseaddr", "--export-all", "--listen=127.0.0.1"])
             .arg(format!("--port={port}"))
             .arg(format!("--base-path={}", base.display()))
             .arg(&base)

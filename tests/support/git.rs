@@ -333,9 +333,10 @@ impl GitDaemon {
         require("/usr/lib/git-core/git-daemon");
         let port = free_port();
         let log = base.join("daemon.log");
-        let mut child = Command::new("git")
+        // The daemon itself, not the `git daemon` wrapper: killing the wrapper
+        // (SIGKILL, which it cannot pass on) would leave the daemon running.
+        let mut child = Command::new("/usr/lib/git-core/git-daemon")
             .args([
-                "daemon",
                 "--reuseaddr",
                 "--export-all",
                 "--enable=receive-pack",
