@@ -1,9 +1,14 @@
 //! The audit trail: version changes from git history, with signers and confirmations (`drover log`).
 //!
 //! Fast on long histories: it walks first parents only (merges of reviewed
-//! pull requests are the changes), compares tree-entry ids of
+//! pull requests are the changes), taking each commit's tree and parent from
+//! git's commit-graph file where git wrote one, compares tree-entry ids of
 //! `environments/<env>.toml` between a commit and its parent instead of
 //! diffing trees, and reads a blob only when its id changed.
+//!
+//! The commit-graph is trusted as `git log` trusts it: it is local state of
+//! the clone being read. One that is inconsistent (a position past its end, a
+//! loop) is dropped and the walk starts over from the object store.
 
 use crate::config::Pin;
 use crate::trust::{self, AllowedSigners};
@@ -127,10 +132,122 @@ fn toml_entries(repo: &Repository, tree: Option<Oid>) -> Result<Vec<(String, Oid
         .collect())
 }
 
+/// A commit on the first-parent chain and its root tree.
+#[derive(Debug, Clone, Copy)]
+struct Link {
+    commit: Oid,
+    tree: Oid,
+}
+
 /// Version changes reachable from `head` along first parents, newest first.
 pub fn version_history(
     repo: &Repository,
     head: Oid,
+    opts: &LogOptions<'_>,
+) -> Result<Vec<Change>, Error> {
+    let chain = first_parents(repo, head)?;
+    // One thread: libgit2 shares one reader per pack file among all handles,
+    // behind mutexes, so a second thread only waited on the first (measured
+    // in BENCHMARKS.md, "drover log").
+    let mut out = changes_along(repo, &chain, opts)?;
+    if let Some(store) = opts.status {
+        attach(&mut out, confirmations(repo, store, opts.report_signers)?);
+    }
+    Ok(out)
+}
+
+/// The first-parent chain from `head` down to the root, newest first.
+///
+/// Read from git's commit-graph file when it holds the commits (as `git log`
+/// does): it gives each commit's tree and parents without inflating the
+/// commit, a third of the objects a walk would otherwise read. Commits newer
+/// than the graph are read from the object store.
+fn first_parents(repo: &Repository, head: Oid) -> Result<Vec<Link>, git2::Error> {
+    // A shallow clone's graft points are not in the graph; a graph that
+    // cannot be opened is only a slower walk.
+    let graph = (!repo.is_shallow())
+        .then(|| gix_commitgraph::Graph::from_info_dir(&repo.path().join("objects/info")).ok())
+        .flatten();
+    if let Some(graph) = &graph {
+        if let Some(chain) = walk(repo, head, Some(graph))? {
+            return Ok(chain);
+        }
+    }
+    Ok(walk(repo, head, None)?.unwrap_or_default())
+}
+
+/// Walk first parents; `None` when the graph turns out inconsistent (a
+/// position out of range, or more steps than it has commits: a loop).
+fn walk(
+    repo: &Repository,
+    head: Oid,
+    graph: Option<&gix_commitgraph::Graph>,
+) -> Result<Option<Vec<Link>>, git2::Error> {
+    let mut out = Vec::new();
+    let mut from_graph: u64 = 0;
+    let mut next = Some(head);
+    while let Some(id) = next {
+        let known = match graph {
+            Some(g) => match graph_step(g, id) {
+                Step::Found(tree, parent) => Some((tree, parent)),
+                Step::Absent => None,
+                Step::Inconsistent => return Ok(None),
+            },
+            None => None,
+        };
+        let (tree, parent) = match known {
+            Some(found) => {
+                from_graph += 1;
+                if graph.is_some_and(|g| from_graph > u64::from(g.num_commits())) {
+                    return Ok(None);
+                }
+                found
+            }
+            None => {
+                let c = repo.find_commit(id)?;
+                (c.tree_id(), c.parent_id(0).ok())
+            }
+        };
+        out.push(Link { commit: id, tree });
+        next = parent;
+    }
+    Ok(Some(out))
+}
+
+enum Step {
+    Found(Oid, Option<Oid>),
+    Absent,
+    Inconsistent,
+}
+
+fn graph_step(graph: &gix_commitgraph::Graph, id: Oid) -> Step {
+    let Ok(key) = gix_hash::oid::try_from_bytes(id.as_bytes()) else {
+        return Step::Absent;
+    };
+    let Some(commit) = graph.commit_by_id(key) else {
+        return Step::Absent;
+    };
+    let Ok(tree) = Oid::from_bytes(commit.root_tree_id().as_bytes()) else {
+        return Step::Inconsistent;
+    };
+    let parent = match commit.iter_parents().next() {
+        None => None,
+        Some(Ok(pos)) if pos.0 < graph.num_commits() => {
+            match Oid::from_bytes(graph.id_at(pos).as_bytes()) {
+                Ok(p) => Some(p),
+                Err(_) => return Step::Inconsistent,
+            }
+        }
+        Some(_) => return Step::Inconsistent,
+    };
+    Step::Found(tree, parent)
+}
+
+/// The changes made by the commits of `chain`, each compared with the link
+/// after it (its first parent; none after the root).
+fn changes_along(
+    repo: &Repository,
+    chain: &[Link],
     opts: &LogOptions<'_>,
 ) -> Result<Vec<Change>, Error> {
     let mut versions: HashMap<Oid, String> = HashMap::new();
@@ -146,10 +263,12 @@ pub fn version_history(
         versions.insert(id, v.clone());
         Ok(v)
     };
-    let env_dir = |c: &Commit<'_>| -> Result<Option<Oid>, git2::Error> {
-        Ok(subtree_id(&c.tree()?, "environments"))
+    let env_dir = |link: Option<&Link>| -> Result<Option<Oid>, git2::Error> {
+        match link {
+            Some(l) => Ok(subtree_id(&repo.find_tree(l.tree)?, "environments")),
+            None => Ok(None),
+        }
     };
-    let mut out = Vec::new();
     // Each commit's entries serve as the parent side of one comparison and the
     // child side of the next, so every environments/ tree is read once.
     let entries = |dir: Option<Oid>| -> Result<Vec<(String, Oid)>, git2::Error> {
@@ -163,21 +282,21 @@ pub fn version_history(
             (Some(_), None) => toml_entries(repo, dir),
         }
     };
-    let mut commit = repo.find_commit(head)?;
-    let mut dir = env_dir(&commit)?;
+    let mut out = Vec::new();
+    let Some(first) = chain.first() else {
+        return Ok(out);
+    };
+    let mut dir = env_dir(Some(first))?;
     let mut now = entries(dir)?;
-    loop {
-        let parent = commit.parent(0).ok();
-        let parent_dir = match &parent {
-            Some(p) => env_dir(p)?,
-            None => None,
-        };
+    for (i, link) in chain.iter().enumerate() {
+        let parent_dir = env_dir(chain.get(i + 1))?;
         let before = if parent_dir == dir {
             now.clone()
         } else {
             entries(parent_dir)?
         };
         if dir != parent_dir {
+            let mut commit = None;
             for (env, blob) in &now {
                 let old = before.iter().find(|(e, _)| e == env).map(|(_, b)| *b);
                 if old == Some(*blob) {
@@ -188,9 +307,13 @@ pub fn version_history(
                 if previous.as_deref() == Some(version.as_str()) {
                     continue;
                 }
+                let commit = match &mut commit {
+                    Some(c) => c,
+                    None => commit.insert(repo.find_commit(link.commit)?),
+                };
                 out.push(change(
                     repo,
-                    &commit,
+                    commit,
                     env.clone(),
                     version,
                     previous,
@@ -198,17 +321,8 @@ pub fn version_history(
                 )?);
             }
         }
-        match parent {
-            Some(p) => {
-                commit = p;
-                dir = parent_dir;
-                now = before;
-            }
-            None => break,
-        }
-    }
-    if let Some(store) = opts.status {
-        attach(&mut out, confirmations(repo, store, opts.report_signers)?);
+        dir = parent_dir;
+        now = before;
     }
     Ok(out)
 }

@@ -30,6 +30,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
     // The walk reads each object once; libgit2's object cache only costs
     // inserts and a large free at exit.
     git2::opts::enable_caching(false);
+    no_fastbins();
     let repo = git2::Repository::open(&g.repo)
         .with_context(|| format!("cannot open the repository at {}", g.repo.display()))?;
     let head = repo
@@ -85,7 +86,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         Format::Json => print_json(&changes)?,
         Format::Text => {
             use std::io::Write;
-            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            let mut out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
             writeln!(
                 out,
                 "{:<20}  {:<12} {:<10} {:<10} {:<10} {:>6}  {:<28} {:<24} CONFIRMED BY",
@@ -123,5 +124,25 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
             out.flush()?;
         }
     }
+    // The process exits next: freeing the changes and libgit2's delta-base
+    // cache one allocation at a time took 8% of a 100,000-commit log, and the
+    // kernel takes the pages back at once anyway.
+    std::mem::forget(changes);
+    std::mem::forget(repo);
     Ok(Outcome::Ok)
+}
+
+/// Turn off glibc's fastbins for this short-lived process.
+///
+/// libgit2 allocates and frees a zlib stream (two blocks, one of 32 KiB) for
+/// every object it inflates; each such large request first consolidates the
+/// fastbins, which was a sixth of a long `drover log`. Without fastbins small
+/// blocks still come from the per-thread cache.
+fn no_fastbins() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets an allocator parameter; `drover log` runs on
+    // one thread and no allocation is in flight across this call.
+    unsafe {
+        libc::mallopt(libc::M_MXFAST, 0);
+    }
 }

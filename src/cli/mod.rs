@@ -258,8 +258,13 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
 /// (`drover log --format json | head`) is not an error.
 pub fn print_json<T: Serialize>(value: &T) -> anyhow::Result<()> {
     use std::io::Write;
-    let text = serde_json::to_string_pretty(value)?;
-    match writeln!(std::io::stdout().lock(), "{text}") {
+    // Streamed: a long `drover log` is megabytes of JSON.
+    let mut out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
+    let written = serde_json::to_writer_pretty(&mut out, value)
+        .map_err(std::io::Error::from)
+        .and_then(|()| writeln!(out))
+        .and_then(|()| out.flush());
+    match written {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
         _ => Ok(()),
     }

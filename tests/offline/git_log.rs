@@ -154,3 +154,127 @@ fn log_lists_changes_newest_first_with_signers_and_confirmations() {
         "{out}"
     );
 }
+
+/// A history made by the project's own generator, `count` commits.
+fn generated_history(dir: &std::path::Path, count: u32) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/make-history-repo");
+    let out = std::process::Command::new(script)
+        .arg(dir)
+        .arg(count.to_string())
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .expect("run make-history-repo");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The commits of `drover log --env ENV --format json`, newest first.
+fn logged_commits(repo: &std::path::Path, env: &str) -> Vec<String> {
+    let (code, out, err) =
+        crate::support::cli::drover_at(repo, &["--format", "json", "log", "--env", env]);
+    assert_eq!(code, 0, "{err}");
+    let changes: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    changes
+        .iter()
+        .map(|c| c["commit"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn remove_commit_graph(repo: &std::path::Path) {
+    let info = repo.join(".git/objects/info");
+    let _ = std::fs::remove_file(info.join("commit-graph"));
+    let _ = std::fs::remove_dir_all(info.join("commit-graphs"));
+}
+
+/// `drover log` on a history long enough to be read by several threads, with
+/// git's commit-graph, with a graph older than the newest commits, and with
+/// none, lists exactly the commits `git log --first-parent` lists for the file.
+#[test]
+fn a_long_history_logs_as_git_does_with_or_without_a_commit_graph() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("history");
+    generated_history(&repo, 6_000);
+    assert!(repo.join(".git/objects/info/commit-graph").exists());
+    let git_says = |env: &str| -> Vec<String> {
+        git(
+            &repo,
+            &[
+                "rev-list",
+                "--first-parent",
+                "HEAD",
+                "--",
+                &format!("environments/{env}.toml"),
+            ],
+        )
+        .lines()
+        .map(str::to_owned)
+        .collect()
+    };
+    let with_graph = logged_commits(&repo, "stage");
+    assert_eq!(with_graph, git_says("stage"));
+    // The initial commit plus every third bump of 5,999, less the first
+    // stage bump, which writes the initial 1.0.0 again.
+    assert_eq!(with_graph.len(), 1 + 2_000 - 1);
+    // A graph written before the newest commits: those are read from the
+    // object store, the rest from the graph.
+    for v in ["7.0.0", "7.0.1"] {
+        let file = repo.join("environments/stage.toml");
+        let text = std::fs::read_to_string(&file).unwrap();
+        let line = text.lines().next().unwrap().to_owned();
+        std::fs::write(&file, text.replace(&line, &format!("version = \"{v}\""))).unwrap();
+        git(&repo, &["commit", "-qam", &format!("Bump stage to {v}")]);
+    }
+    let stale = logged_commits(&repo, "stage");
+    assert_eq!(stale.len(), with_graph.len() + 2);
+    assert_eq!(stale, git_says("stage"));
+    remove_commit_graph(&repo);
+    assert_eq!(logged_commits(&repo, "stage"), stale);
+    assert_eq!(logged_commits(&repo, "production"), git_says("production"));
+}
+
+/// Byte offset of commit-graph chunk `id` (the table after the 8-byte header).
+fn graph_chunk(graph: &[u8], id: &[u8; 4]) -> usize {
+    let chunks = graph[6] as usize;
+    (0..chunks)
+        .map(|i| &graph[8 + i * 12..8 + (i + 1) * 12])
+        .find(|e| &e[..4] == id)
+        .map(|e| u64::from_be_bytes(e[4..12].try_into().unwrap()) as usize)
+        .expect("chunk present")
+}
+
+/// A commit-graph that lies (HEAD its own parent: a loop; a parent position
+/// past the end) is not followed: the log ends, matches the one read without
+/// a graph, and nothing panics. The untouched graph is the control.
+#[test]
+fn a_commit_graph_that_lies_is_not_followed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("history");
+    generated_history(&repo, 40);
+    let graph_path = repo.join(".git/objects/info/commit-graph");
+    let good = std::fs::read(&graph_path).unwrap();
+    let control = logged_commits(&repo, "test");
+    assert_eq!(control.len(), 1 + 13);
+    let head = git(&repo, &["rev-parse", "HEAD"]);
+    let head = hex::decode(head.trim()).unwrap();
+    // Commits are listed by id in OIDL; CDAT holds tree, parent 1, parent 2,
+    // generation and date for each, in the same order.
+    let oidl = graph_chunk(&good, b"OIDL");
+    let cdat = graph_chunk(&good, b"CDAT");
+    let count = (cdat - oidl) / 20;
+    let pos = (0..count)
+        .find(|i| good[oidl + i * 20..oidl + (i + 1) * 20] == head[..])
+        .expect("HEAD in the graph");
+    let parent1 = cdat + pos * 36 + 20;
+    for lie in [pos as u32, 0x0fff_ffff] {
+        let mut bad = good.clone();
+        bad[parent1..parent1 + 4].copy_from_slice(&lie.to_be_bytes());
+        std::fs::write(&graph_path, &bad).unwrap();
+        assert_eq!(logged_commits(&repo, "test"), control, "parent {lie:#x}");
+    }
+    remove_commit_graph(&repo);
+    assert_eq!(logged_commits(&repo, "test"), control);
+}
