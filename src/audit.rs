@@ -147,9 +147,9 @@ pub fn version_history(
     opts: &LogOptions<'_>,
 ) -> Result<Vec<Change>, Error> {
     let chain = first_parents(repo, head)?;
-    // One thread: libgit2 shares one reader per pack file among all handles,
-    // behind mutexes, so a second thread only waited on the first (measured
-    // in BENCHMARKS.md, "drover log").
+    // Objects are read on this thread only: libgit2 shares one reader per
+    // pack file among all handles, behind mutexes, so a second reading thread
+    // only waited on the first (BENCHMARKS.md, "drover log").
     let mut out = changes_along(repo, &chain, opts)?;
     if let Some(store) = opts.status {
         attach(&mut out, confirmations(repo, store, opts.report_signers)?);
@@ -283,8 +283,10 @@ const IN_FLIGHT: usize = 4;
 /// after it (its first parent; none after the root).
 ///
 /// Two threads: this one reads objects through libgit2, a second parses the
-/// versions and builds the changes meanwhile (a quarter of the work on a long
-/// history). libgit2 handles stay on this thread.
+/// versions and builds the changes meanwhile (about a tenth of the work on a
+/// long history). libgit2 handles stay on this thread. A commit is read for
+/// every changed file, also when only another key of it changed; the
+/// interpreter then drops that candidate.
 fn changes_along(
     repo: &Repository,
     chain: &[Link],
