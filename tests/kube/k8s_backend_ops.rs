@@ -263,6 +263,40 @@ async fn a_drain_pass_reads_every_page_of_the_nodes_pods() {
     sim.shutdown().await;
 }
 
+/// A drain pass reads at most 1,000 pods of a node: one more is a clear
+/// error naming the node, not an unbounded list. Exactly 1,000 is the control.
+#[tokio::test]
+async fn a_node_with_more_pods_than_a_drain_pass_reads_is_refused_by_name() {
+    let (client, ns) = setup("ops-toomany").await;
+    let sim = start_sim(&client, pool_options(ns.name(), 1)).await;
+    let node = sim.node_names()[0].clone();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    // Created 50 at a time: 1,000 one by one would take most of the test.
+    for chunk in (0..1000).collect::<Vec<_>>().chunks(50) {
+        let creates = chunk.iter().map(|i| {
+            let pod = pod_on(&format!("p-{i}"), &node, &[("app", "many")], 1);
+            let pods = pods.clone();
+            async move { create(&pods, &pod).await }
+        });
+        futures::future::join_all(creates).await;
+    }
+    let cluster = cluster(ns.name()).await;
+    cluster.cordon(&node, &draining(true)).await.unwrap();
+    assert_eq!(cluster.observe().await.unwrap()[0].pods_to_evict, 1000);
+    create(&pods, &pod_on("p-1000", &node, &[("app", "many")], 1)).await;
+    let err = cluster.observe().await.expect_err("1,001 pods are refused");
+    assert!(
+        matches!(&err, Error::TooManyPods { node: n, limit: 1000 } if *n == node),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains(&format!("node {node} has more than 1000 pods")),
+        "{err}"
+    );
+    sim.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_repeated_event_is_counted_into_one_series() {
     use drover::agent::events::{Events, Severity};
