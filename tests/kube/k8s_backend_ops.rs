@@ -272,8 +272,8 @@ async fn a_node_with_more_pods_than_a_drain_pass_reads_is_refused_by_name() {
     let node = sim.node_names()[0].clone();
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
     // Created 50 at a time: 1,000 one by one would take most of the test.
-    for chunk in (0..1000).collect::<Vec<_>>().chunks(50) {
-        let creates = chunk.iter().map(|i| {
+    for start in (0..1000).step_by(50) {
+        let creates = (start..start + 50).map(|i| {
             let pod = pod_on(&format!("p-{i}"), &node, &[("app", "many")], 1);
             let pods = pods.clone();
             async move { create(&pods, &pod).await }

@@ -1,6 +1,6 @@
 //! `drover log`: version changes with signers, PR numbers and confirmations.
 
-use crate::support::cli::drover;
+use crate::support::cli::{drover, drover_at};
 use crate::support::git::*;
 use drover::rollout::RolloutState;
 use drover::source::{Source, SourceConfig};
@@ -174,8 +174,7 @@ fn generated_history(dir: &std::path::Path, count: u32) {
 
 /// The commits of `drover log --env ENV --format json`, newest first.
 fn logged_commits(repo: &std::path::Path, env: &str) -> Vec<String> {
-    let (code, out, err) =
-        crate::support::cli::drover_at(repo, &["--format", "json", "log", "--env", env]);
+    let (code, out, err) = drover_at(repo, &["--format", "json", "log", "--env", env]);
     assert_eq!(code, 0, "{err}");
     let changes: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
     changes
