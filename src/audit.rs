@@ -4,7 +4,8 @@
 //! pull requests are the changes), taking each commit's tree and parent from
 //! git's commit-graph file where git wrote one, compares tree-entry ids of
 //! `environments/<env>.toml` between a commit and its parent instead of
-//! diffing trees, and reads a blob only when its id changed.
+//! diffing trees, and reads a blob only when its id changed. Trees are read
+//! raw and the one or two names wanted are looked up in place.
 //!
 //! The commit-graph is trusted as `git log` trusts it: it is local state of
 //! the clone being read. One that is inconsistent (a position past its end, a
@@ -13,10 +14,9 @@
 use crate::config::Pin;
 use crate::trust::{self, AllowedSigners};
 use chrono::{SecondsFormat, TimeZone, Utc};
-use git2::{Oid, Repository, Tree};
+use git2::{Oid, Repository};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 use std::sync::LazyLock;
 
 /// Errors of the audit trail.
@@ -25,6 +25,9 @@ pub enum Error {
     /// Reading the repository failed.
     #[error("git: {0}")]
     Git(#[from] git2::Error),
+    /// An object the history names as a tree is not one, or is malformed.
+    #[error("git: object {0} is not a well-formed tree")]
+    NotATree(Oid),
     /// Checking a signature failed for a reason other than a refusal.
     #[error(transparent)]
     Trust(#[from] trust::Error),
@@ -112,25 +115,70 @@ fn rfc3339(seconds: i64) -> String {
         .unwrap_or_default()
 }
 
-fn subtree_id(tree: &Tree<'_>, name: &str) -> Option<Oid> {
-    tree.get_name(name)
-        .filter(|e| e.kind() == Some(git2::ObjectType::Tree))
-        .map(|e| e.id())
+/// Tree `id` read raw: its entries are looked up in place, without
+/// libgit2 building a tree object (an allocation and a parse of every entry)
+/// for the one or two names a walk asks of it.
+fn raw_tree<'o>(odb: &'o git2::Odb<'_>, id: Oid) -> Result<git2::OdbObject<'o>, Error> {
+    let obj = odb.read(id)?;
+    if obj.kind() != git2::ObjectType::Tree {
+        return Err(Error::NotATree(id));
+    }
+    Ok(obj)
 }
 
-/// `(file name, blob id)` of the `.toml` files in a tree.
-fn toml_entries(repo: &Repository, tree: Option<Oid>) -> Result<Vec<(String, Oid)>, git2::Error> {
-    let Some(id) = tree else {
+/// The entries of raw tree `id` (`data`), in order; a malformed one is an error.
+fn tree_entries(
+    id: Oid,
+    data: &[u8],
+) -> impl Iterator<Item = Result<gix_object::tree::EntryRef<'_>, Error>> {
+    gix_object::TreeRefIter::from_bytes(data, gix_hash::Kind::Sha1)
+        .map(move |e| e.map_err(|_| Error::NotATree(id)))
+}
+
+fn to_oid(id: &gix_hash::oid) -> Oid {
+    Oid::from_bytes(id.as_bytes()).expect("a tree entry id is 20 bytes")
+}
+
+/// Id of the subtree `name` of tree `id`.
+fn subtree_id(odb: &git2::Odb<'_>, id: Oid, name: &str) -> Result<Option<Oid>, Error> {
+    let raw = raw_tree(odb, id)?;
+    for e in tree_entries(id, raw.data()) {
+        let e = e?;
+        if e.filename == name.as_bytes() {
+            return Ok(e.mode.is_tree().then(|| to_oid(e.oid)));
+        }
+    }
+    Ok(None)
+}
+
+/// `(file name, blob id)` of the `.toml` files in tree `dir`, or only of
+/// `<only>.toml`.
+fn toml_entries(
+    odb: &git2::Odb<'_>,
+    dir: Option<Oid>,
+    only: Option<&str>,
+) -> Result<Vec<(String, Oid)>, Error> {
+    let Some(id) = dir else {
         return Ok(Vec::new());
     };
-    let tree = repo.find_tree(id)?;
-    Ok(tree
-        .iter()
-        .filter_map(|e| {
-            let name = e.name().ok()?;
-            name.strip_suffix(".toml").map(|n| (n.to_string(), e.id()))
-        })
-        .collect())
+    let raw = raw_tree(odb, id)?;
+    let mut out = Vec::new();
+    for e in tree_entries(id, raw.data()) {
+        let e = e?;
+        let Some(env) = e.filename.strip_suffix(b".toml") else {
+            continue;
+        };
+        match only {
+            Some(only) if env != only.as_bytes() => continue,
+            Some(only) => return Ok(vec![(only.to_owned(), to_oid(e.oid))]),
+            None => {
+                if let Ok(env) = std::str::from_utf8(env) {
+                    out.push((env.to_owned(), to_oid(e.oid)));
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// A commit on the first-parent chain and its root tree.
@@ -167,7 +215,13 @@ fn first_parents(repo: &Repository, head: Oid) -> Result<Vec<Link>, git2::Error>
     // A shallow clone's graft points are not in the graph; a graph that
     // cannot be opened is only a slower walk.
     let graph = (!repo.is_shallow())
-        .then(|| gix_commitgraph::Graph::from_info_dir(&repo.path().join("objects/info")).ok())
+        .then(|| {
+            gix_commitgraph::Graph::from_info_dir(
+                &repo.path().join("objects/info"),
+                gix_hash::Kind::Sha1,
+            )
+            .ok()
+        })
         .flatten();
     if let Some(graph) = &graph {
         if let Some(chain) = walk(repo, head, Some(graph))? {
@@ -244,26 +298,36 @@ fn graph_step(graph: &gix_commitgraph::Graph, id: Oid) -> Step {
     Step::Found(tree, parent)
 }
 
-/// What the reading thread hands to the interpreting one.
+/// Where bytes sit in a [`Batch`]'s arena.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    start: usize,
+    end: usize,
+}
+
+/// What the reading thread hands to the interpreting one; bytes are spans
+/// of the batch's arena.
 enum Read {
     /// A blob's bytes, once per id; `None` when unreadable or over the bound.
-    Blob(Oid, Option<Vec<u8>>),
+    Blob(Oid, Option<Span>),
     /// An environment file whose blob changed in `commit`.
     Candidate {
-        env: String,
+        env: Span,
         blob: Oid,
         old: Option<Oid>,
-        commit: Arc<Committed>,
+        commit: Committed,
     },
 }
 
-/// What a change needs from its commit, read once per commit.
+/// What a change needs from its commit.
+#[derive(Debug, Clone, Copy)]
 struct Committed {
     id: Oid,
     time: i64,
-    author: String,
-    message: String,
-    signer: Option<String>,
+    /// `Name <email>`.
+    author: Span,
+    message: Span,
+    signer: Option<Span>,
     verified: bool,
 }
 
@@ -271,13 +335,42 @@ struct Committed {
 /// wake-up) per read cost more than the parsing it moved.
 const BATCH: usize = 256;
 
-/// A batch is handed over early once its blobs hold this many bytes.
+/// A batch is handed over early once its arena holds this many bytes.
 const BATCH_BYTES: usize = 1024 * 1024;
 
 /// At most this many batches wait for the interpreter: with blobs bounded
 /// at 1 MiB, about 10 MiB in flight at worst (env files are a few hundred
 /// bytes in practice).
 const IN_FLIGHT: usize = 4;
+
+/// Reads and the bytes they point into.
+///
+/// Batches go back to the reader once interpreted and are reused, so the
+/// interpreter never frees what the reader allocated: glibc returns such a
+/// block to the reader's malloc arena under that arena's lock, and the two
+/// threads then contended on it for every blob and commit.
+#[derive(Default)]
+struct Batch {
+    reads: Vec<Read>,
+    bytes: Vec<u8>,
+}
+
+impl Batch {
+    fn put(&mut self, parts: &[&[u8]]) -> Span {
+        let start = self.bytes.len();
+        for p in parts {
+            self.bytes.extend_from_slice(p);
+        }
+        Span {
+            start,
+            end: self.bytes.len(),
+        }
+    }
+
+    fn text(&self, span: Span) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.bytes[span.start..span.end])
+    }
+}
 
 /// The changes made by the commits of `chain`, each compared with the link
 /// after it (its first parent; none after the root).
@@ -292,17 +385,18 @@ fn changes_along(
     chain: &[Link],
     opts: &LogOptions<'_>,
 ) -> Result<Vec<Change>, Error> {
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Read>>(IN_FLIGHT);
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(IN_FLIGHT);
+    let (back_tx, back) = std::sync::mpsc::channel::<Batch>();
     std::thread::scope(|s| {
-        let interpreter = s.spawn(move || interpret(rx));
-        let mut batch = Batch {
+        let interpreter = s.spawn(move || interpret(rx, back_tx));
+        let mut out = Outbox {
             tx,
-            reads: Vec::with_capacity(BATCH),
-            bytes: 0,
+            back,
+            batch: Batch::default(),
         };
-        let read = read_candidates(repo, chain, opts, &mut batch);
-        batch.flush();
-        drop(batch);
+        let read = read_candidates(repo, chain, opts, &mut out);
+        out.flush();
+        drop(out);
         let changes = interpreter
             .join()
             .unwrap_or_else(|p| std::panic::resume_unwind(p));
@@ -316,37 +410,17 @@ fn read_candidates(
     repo: &Repository,
     chain: &[Link],
     opts: &LogOptions<'_>,
-    tx: &mut Batch,
+    out: &mut Outbox,
 ) -> Result<(), Error> {
     let mut sent: HashSet<Oid> = HashSet::new();
-    // Bounded: an oversized (or non-blob) entry reads as unreadable, never loaded.
-    let mut blob = |id: Oid| -> Option<Read> {
-        sent.insert(id).then(|| {
-            let bytes = crate::config::bounded_blob(repo, id)
-                .ok()
-                .map(|b| b.content().to_vec());
-            Read::Blob(id, bytes)
-        })
-    };
-    let env_dir = |link: Option<&Link>| -> Result<Option<Oid>, git2::Error> {
-        match link {
-            Some(l) => Ok(subtree_id(&repo.find_tree(l.tree)?, "environments")),
-            None => Ok(None),
-        }
+    let odb = repo.odb()?;
+    let env_dir = |link: Option<&Link>| match link {
+        Some(l) => subtree_id(&odb, l.tree, "environments"),
+        None => Ok(None),
     };
     // Each commit's entries serve as the parent side of one comparison and the
     // child side of the next, so every environments/ tree is read once.
-    let entries = |dir: Option<Oid>| -> Result<Vec<(String, Oid)>, git2::Error> {
-        match (dir, opts.env) {
-            (None, _) => Ok(Vec::new()),
-            (Some(d), Some(env)) => Ok(repo
-                .find_tree(d)?
-                .get_name(&format!("{env}.toml"))
-                .map(|e| vec![(env.to_string(), e.id())])
-                .unwrap_or_default()),
-            (Some(_), None) => toml_entries(repo, dir),
-        }
-    };
+    let entries = |dir: Option<Oid>| toml_entries(&odb, dir, opts.env);
     let Some(first) = chain.first() else {
         return Ok(());
     };
@@ -360,30 +434,22 @@ fn read_candidates(
             entries(parent_dir)?
         };
         if dir != parent_dir {
-            let mut commit: Option<Arc<Committed>> = None;
+            let mut commit: Option<(git2::Commit<'_>, Option<String>)> = None;
             for (env, id) in &now {
                 let old = before.iter().find(|(e, _)| e == env).map(|(_, b)| *b);
                 if old == Some(*id) {
                     continue;
                 }
-                for read in [Some(*id), old].into_iter().flatten().filter_map(&mut blob) {
-                    if !tx.send(read) {
+                for blob in [Some(*id), old].into_iter().flatten() {
+                    if sent.insert(blob) && !out.blob(repo, blob) {
                         return Ok(());
                     }
                 }
-                let commit = match &commit {
-                    Some(c) => c.clone(),
-                    None => commit
-                        .insert(Arc::new(committed(repo, link.commit, opts.signers)?))
-                        .clone(),
+                let (commit, signer) = match &commit {
+                    Some(c) => c,
+                    None => commit.insert(committed(repo, link.commit, opts.signers)?),
                 };
-                let candidate = Read::Candidate {
-                    env: env.clone(),
-                    blob: *id,
-                    old,
-                    commit,
-                };
-                if !tx.send(candidate) {
+                if !out.candidate(env, *id, old, commit, signer.as_deref()) {
                     return Ok(());
                 }
             }
@@ -395,104 +461,134 @@ fn read_candidates(
 }
 
 /// The reading side of the hand-over, sending [`BATCH`] reads at a time.
-struct Batch {
-    tx: std::sync::mpsc::SyncSender<Vec<Read>>,
-    reads: Vec<Read>,
-    bytes: usize,
+struct Outbox {
+    tx: std::sync::mpsc::SyncSender<Batch>,
+    back: std::sync::mpsc::Receiver<Batch>,
+    batch: Batch,
 }
 
-impl Batch {
-    /// Queue `read`; false once the interpreter is gone.
-    fn send(&mut self, read: Read) -> bool {
-        if let Read::Blob(_, Some(b)) = &read {
-            self.bytes += b.len();
-        }
-        self.reads.push(read);
-        (self.reads.len() < BATCH && self.bytes < BATCH_BYTES) || self.flush()
+impl Outbox {
+    /// Queue blob `id`'s bytes; false once the interpreter is gone.
+    ///
+    /// Bounded: an oversized (or non-blob) entry reads as unreadable, never loaded.
+    fn blob(&mut self, repo: &Repository, id: Oid) -> bool {
+        let bytes = crate::config::bounded_blob(repo, id)
+            .ok()
+            .map(|b| self.batch.put(&[b.content()]));
+        self.push(Read::Blob(id, bytes))
+    }
+
+    /// Queue a candidate change of `env` made by `commit`; false once the interpreter is gone.
+    fn candidate(
+        &mut self,
+        env: &str,
+        blob: Oid,
+        old: Option<Oid>,
+        commit: &git2::Commit<'_>,
+        signer: Option<&str>,
+    ) -> bool {
+        let b = &mut self.batch;
+        let author = commit.author();
+        let committed = Committed {
+            id: commit.id(),
+            time: commit.committer().when().seconds(),
+            author: b.put(&[author.name_bytes(), b" <", author.email_bytes(), b">"]),
+            message: b.put(&[commit.message_bytes()]),
+            signer: signer.map(|s| b.put(&[s.as_bytes()])),
+            verified: signer.is_some(),
+        };
+        let env = b.put(&[env.as_bytes()]);
+        self.push(Read::Candidate {
+            env,
+            blob,
+            old,
+            commit: committed,
+        })
+    }
+
+    fn push(&mut self, read: Read) -> bool {
+        self.batch.reads.push(read);
+        (self.batch.reads.len() < BATCH && self.batch.bytes.len() < BATCH_BYTES) || self.flush()
     }
 
     /// Hand over what is queued; false once the interpreter is gone.
     fn flush(&mut self) -> bool {
-        let reads = std::mem::replace(&mut self.reads, Vec::with_capacity(BATCH));
-        self.bytes = 0;
-        self.tx.send(reads).is_ok()
+        let fresh = self.back.try_recv().unwrap_or_default();
+        let full = std::mem::replace(&mut self.batch, fresh);
+        self.tx.send(full).is_ok()
     }
 }
 
-/// Parse versions and build the changes, in the order they were read.
-fn interpret(rx: std::sync::mpsc::Receiver<Vec<Read>>) -> Vec<Change> {
+/// Parse versions and build the changes, in the order they were read;
+/// each batch goes back through `back` once done.
+fn interpret(
+    rx: std::sync::mpsc::Receiver<Batch>,
+    back: std::sync::mpsc::Sender<Batch>,
+) -> Vec<Change> {
     let mut versions: HashMap<Oid, String> = HashMap::new();
     let mut out = Vec::new();
-    for read in rx.into_iter().flatten() {
-        match read {
-            Read::Blob(id, bytes) => {
-                let v = match bytes {
-                    Some(b) => parse_version(&b),
-                    None => "(unreadable)".to_string(),
-                };
-                versions.insert(id, v);
-            }
-            Read::Candidate {
-                env,
-                blob,
-                old,
-                commit,
-            } => {
-                // Every blob is sent before the first candidate naming it.
-                let version = versions.get(&blob).cloned().unwrap_or_default();
-                let previous = old.map(|o| versions.get(&o).cloned().unwrap_or_default());
-                // Another key of the file changed; the version did not.
-                if previous.as_deref() == Some(version.as_str()) {
-                    continue;
+    for mut batch in rx {
+        for read in &batch.reads {
+            match *read {
+                Read::Blob(id, bytes) => {
+                    let v = match bytes {
+                        Some(b) => parse_version(&batch.bytes[b.start..b.end]),
+                        None => "(unreadable)".to_string(),
+                    };
+                    versions.insert(id, v);
                 }
-                out.push(Change {
+                Read::Candidate {
                     env,
-                    version,
-                    previous,
-                    commit: commit.id.to_string(),
-                    date: rfc3339(commit.time),
-                    author: commit.author.clone(),
-                    signer: commit.signer.clone(),
-                    verified: commit.verified,
-                    pr: pull_request(&commit.message),
-                    confirmations: Vec::new(),
-                });
+                    blob,
+                    old,
+                    commit,
+                } => {
+                    // Every blob is sent before the first candidate naming it.
+                    let version = versions.get(&blob).cloned().unwrap_or_default();
+                    let previous = old.map(|o| versions.get(&o).cloned().unwrap_or_default());
+                    // Another key of the file changed; the version did not.
+                    if previous.as_deref() == Some(version.as_str()) {
+                        continue;
+                    }
+                    out.push(Change {
+                        env: batch.text(env).into_owned(),
+                        version,
+                        previous,
+                        commit: commit.id.to_string(),
+                        date: rfc3339(commit.time),
+                        author: batch.text(commit.author).into_owned(),
+                        signer: commit.signer.map(|s| batch.text(s).into_owned()),
+                        verified: commit.verified,
+                        pr: pull_request(&batch.text(commit.message)),
+                        confirmations: Vec::new(),
+                    });
+                }
             }
         }
+        batch.reads.clear();
+        batch.bytes.clear();
+        // The reader is gone once it has sent its last batch.
+        let _ = back.send(batch);
     }
     out
 }
 
-/// Read what a change needs from commit `id`, checking its signature when
-/// `signers` are given.
-fn committed(
-    repo: &Repository,
+/// Read commit `id` and, when `signers` are given, the principal that
+/// signed it (`None` when not verified).
+fn committed<'r>(
+    repo: &'r Repository,
     id: Oid,
     signers: Option<&AllowedSigners>,
-) -> Result<Committed, Error> {
-    let (signer, verified) = match signers {
+) -> Result<(git2::Commit<'r>, Option<String>), Error> {
+    let signer = match signers {
         Some(s) => match trust::verify_commit(repo, id, s) {
-            Ok(v) => (Some(v.principal), true),
-            Err(trust::Error::Refused(_)) => (None, false),
+            Ok(v) => Some(v.principal),
+            Err(trust::Error::Refused(_)) => None,
             Err(e) => return Err(e.into()),
         },
-        None => (None, false),
+        None => None,
     };
-    let commit = repo.find_commit(id)?;
-    let author = commit.author();
-    let time = commit.committer().when().seconds();
-    Ok(Committed {
-        id,
-        time,
-        author: format!(
-            "{} <{}>",
-            author.name().unwrap_or(""),
-            author.email().unwrap_or("")
-        ),
-        message: String::from_utf8_lossy(commit.message_bytes()).into_owned(),
-        signer,
-        verified,
-    })
+    Ok((repo.find_commit(id)?, signer))
 }
 
 /// Every standing confirmation in the status store, read by

@@ -277,3 +277,82 @@ fn a_commit_graph_that_lies_is_not_followed() {
     remove_commit_graph(&repo);
     assert_eq!(logged_commits(&repo, "test"), control);
 }
+
+/// `git` in `repo` with `input` on stdin; its stdout, trimmed.
+fn git_stdin(repo: &std::path::Path, args: &[&str], input: &[u8]) -> String {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new("git")
+        .current_dir(repo)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run git");
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "git {args:?}");
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// An `environments/` entry that is not a well-formed tree stops the log with
+/// an error naming the object, as git stops, instead of a panic or a list cut
+/// short: a tree of garbage bytes, and a tree entry that names a blob, each
+/// in a commit under a well-formed HEAD. The history below the bad commit is
+/// the control and logs.
+#[test]
+fn a_malformed_tree_in_the_history_is_refused_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("history");
+    generated_history(&repo, 10);
+    let control = logged_commits(&repo, "stage");
+    assert_eq!(control.len(), 3);
+    let good = git(&repo, &["rev-parse", "HEAD"]).trim().to_owned();
+    let root_toml = git(&repo, &["rev-parse", "HEAD:drover.toml"])
+        .trim()
+        .to_owned();
+    let garbage = git_stdin(
+        &repo,
+        &["hash-object", "-t", "tree", "--literally", "-w", "--stdin"],
+        b"100644 stage.toml",
+    );
+    for bad in [garbage.as_str(), root_toml.as_str()] {
+        // Written raw: `git mktree` refuses a tree entry that names a blob.
+        let mut listing = b"100644 drover.toml\0".to_vec();
+        listing.extend(hex::decode(&root_toml).unwrap());
+        listing.extend(b"40000 environments\0");
+        listing.extend(hex::decode(bad).unwrap());
+        let root = git_stdin(
+            &repo,
+            &["hash-object", "-t", "tree", "--literally", "-w", "--stdin"],
+            &listing,
+        );
+        let bad_commit = git(
+            &repo,
+            &["commit-tree", &root, "-p", &good, "-m", "Bump stage"],
+        );
+        // HEAD itself is well formed: the walk meets the bad tree below it.
+        let tree = format!("{good}^{{tree}}");
+        let head = git(
+            &repo,
+            &[
+                "commit-tree",
+                &tree,
+                "-p",
+                bad_commit.trim(),
+                "-m",
+                "Revert",
+            ],
+        );
+        git(&repo, &["update-ref", "refs/heads/main", head.trim()]);
+        let (code, out, err) = drover_at(&repo, &["--format", "json", "log", "--env", "stage"]);
+        assert_ne!(code, 0, "{out}");
+        assert!(
+            err.contains(&format!("object {bad} is not a well-formed tree")),
+            "{err}"
+        );
+        git(&repo, &["update-ref", "refs/heads/main", &good]);
+        assert_eq!(logged_commits(&repo, "stage"), control);
+    }
+}
