@@ -393,6 +393,7 @@ fn changes_along(
             tx,
             back,
             batch: Batch::default(),
+            sizes: crate::config::PackedSizes::open(repo),
         };
         let read = read_candidates(repo, chain, opts, &mut out);
         out.flush();
@@ -465,6 +466,7 @@ struct Outbox {
     tx: std::sync::mpsc::SyncSender<Batch>,
     back: std::sync::mpsc::Receiver<Batch>,
     batch: Batch,
+    sizes: crate::config::PackedSizes,
 }
 
 impl Outbox {
@@ -472,7 +474,7 @@ impl Outbox {
     ///
     /// Bounded: an oversized (or non-blob) entry reads as unreadable, never loaded.
     fn blob(&mut self, repo: &Repository, id: Oid) -> bool {
-        let bytes = crate::config::bounded_blob(repo, id)
+        let bytes = crate::config::bounded_blob_sized(repo, id, &mut self.sizes)
             .ok()
             .map(|b| self.batch.put(&[b.content()]));
         self.push(Read::Blob(id, bytes))

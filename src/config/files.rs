@@ -7,6 +7,7 @@
 //! The type and size are checked before any byte is read: a FIFO never
 //! blocks, `/dev/zero` is never read, a 50 MB file is never loaded.
 
+use super::packed::PackedSizes;
 use git2::{Blob, ObjectType, Oid, Repository};
 use std::io::Read as _;
 use std::path::{Component, Path, PathBuf};
@@ -331,6 +332,26 @@ pub fn bounded_blob(repo: &Repository, id: Oid) -> Result<Blob<'_>, String> {
     }
     repo.find_blob(id)
         .map_err(|e| format!("cannot read: {}", e.message()))
+}
+
+/// [`bounded_blob`] for one of many blobs of `repo`: the size comes from
+/// `sizes` when the blob is packed, so libgit2 does not walk its delta chain
+/// for it (see [`PackedSizes`]); the type is checked once it is read.
+pub fn bounded_blob_sized<'r>(
+    repo: &'r Repository,
+    id: Oid,
+    sizes: &mut PackedSizes,
+) -> Result<Blob<'r>, String> {
+    let Some(size) = sizes.size(id) else {
+        return bounded_blob(repo, id);
+    };
+    if size > MAX_FILE_BYTES {
+        return Err(too_large(size, CONFIG_FILES));
+    }
+    repo.find_object(id, None)
+        .map_err(|e| format!("cannot read: {}", e.message()))?
+        .into_blob()
+        .map_err(|_| not_regular(EntryKind::Directory, CONFIG_FILES))
 }
 
 impl Files for GitTreeFiles<'_> {

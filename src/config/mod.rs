@@ -8,6 +8,7 @@ mod files;
 mod health;
 mod load;
 mod model;
+mod packed;
 mod pin;
 mod root;
 mod selector;
@@ -18,11 +19,13 @@ mod values;
 mod windows;
 
 pub use files::{
-    bounded_blob, read_regular, DirEntry, DirFiles, EntryKind, Files, GitTreeFiles, MAX_FILE_BYTES,
+    bounded_blob, bounded_blob_sized, read_regular, DirEntry, DirFiles, EntryKind, Files,
+    GitTreeFiles, MAX_FILE_BYTES,
 };
 pub use health::{HealthSpec, OnUnreachable, PrometheusCheck};
 pub use load::{load, load_at, parse_env, parse_root};
 pub use model::*;
+pub use packed::PackedSizes;
 pub use pin::{read_pin, Pin};
 pub use selector::{LabelSelector, Requirement, SelectorError};
 /// The rule for an exact version pin, shared with `drover revoke VERSION`.

@@ -356,3 +356,124 @@ fn a_malformed_tree_in_the_history_is_refused_by_name() {
         assert_eq!(logged_commits(&repo, "stage"), control);
     }
 }
+
+/// Run `drover --repo REPO args`: its exit code, stdout and peak resident
+/// memory in KiB.
+///
+/// A small python3 process starts drover and reports the peak of its one
+/// child: a process keeps across `exec` the peak of the memory it was
+/// started with, and a child of this test process would start with the
+/// test's (other tests' histories included).
+fn drover_peak_kib(repo: &std::path::Path, args: &[&str]) -> (i32, String, u64) {
+    const PARENT: &str = "import resource, subprocess, sys\n\
+        r = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE)\n\
+        sys.stdout.buffer.write(r.stdout)\n\
+        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n\
+        sys.stderr.write('%d %d' % (r.returncode, peak))\n";
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(PARENT)
+        .arg(env!("CARGO_BIN_EXE_drover"))
+        .arg("--repo")
+        .arg(repo)
+        .args(args)
+        .output()
+        .expect("run python3");
+    let report = String::from_utf8_lossy(&out.stderr);
+    let mut numbers = report
+        .split_whitespace()
+        .rev()
+        .take(2)
+        .map(|n| n.parse::<i64>().unwrap_or(-1));
+    let peak = numbers.next().unwrap_or(-1);
+    let code = numbers.next().unwrap_or(-1);
+    assert!(peak > 0, "{report}");
+    (
+        code as i32,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        peak as u64,
+    )
+}
+
+/// Versions of `drover log --env ENV --format json`, newest first.
+fn logged_versions(out: &str) -> Vec<String> {
+    let changes: Vec<serde_json::Value> = serde_json::from_str(out).unwrap();
+    changes
+        .iter()
+        .map(|c| c["version"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Two 32 MiB versions of a file in the history, loose and then packed (one
+/// as a whole object, one as a 2 KiB delta against it): both read as
+/// unreadable and neither is inflated (the peak memory stays within 16 MiB
+/// of the log's without them; inflating one takes 32 MiB), while the
+/// versions around them read.
+#[test]
+fn an_oversized_version_is_refused_unread_loose_or_packed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("history");
+    generated_history(&repo, 10);
+    let args = ["--format", "json", "log", "--env", "stage"];
+    let (code, out, control_kib) = drover_peak_kib(&repo, &args);
+    assert_eq!(code, 0);
+    assert_eq!(logged_versions(&out), ["1.0.2", "1.0.1", "1.0.0"]);
+    let file = repo.join("environments/stage.toml");
+    let small = std::fs::read_to_string(&file).unwrap();
+    let pad = "# padding padding padding padding padding padding padding\n";
+    let big = small.replace("1.0.2", "5.0.0") + &pad.repeat(32 * 1024 * 1024 / pad.len());
+    std::fs::write(&file, &big).unwrap();
+    git(&repo, &["commit", "-qam", "Bump stage to 5.0.0"]);
+    std::fs::write(&file, big.replace("5.0.0", "5.0.1")).unwrap();
+    git(&repo, &["commit", "-qam", "Bump stage to 5.0.1"]);
+    std::fs::write(&file, small.replace("1.0.2", "6.0.0")).unwrap();
+    git(&repo, &["commit", "-qam", "Bump stage to 6.0.0"]);
+    drop(big);
+    for packed in [false, true] {
+        if packed {
+            git(&repo, &["gc", "-q"]);
+            let packs = git(&repo, &["count-objects", "-v"]);
+            assert!(
+                packs.lines().any(|l| l == "count: 0"),
+                "all packed: {packs}"
+            );
+        }
+        let (code, out, kib) = drover_peak_kib(&repo, &args);
+        assert_eq!(code, 0, "packed: {packed}");
+        // The two big versions read alike, so the second is no change of version.
+        assert_eq!(
+            logged_versions(&out),
+            ["6.0.0", "(unreadable)", "1.0.2", "1.0.1", "1.0.0"],
+            "packed: {packed}"
+        );
+        assert!(
+            kib < control_kib + 16 * 1024,
+            "packed: {packed}: {kib} KiB at peak, {control_kib} KiB without the big versions"
+        );
+    }
+}
+
+/// The sizes read from the pack files agree with libgit2's object headers
+/// for every object of a packed history, deltas 50 deep included, and every
+/// object is found there.
+#[test]
+fn packed_sizes_agree_with_libgit2_for_every_object() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo_dir = tmp.path().join("history");
+    generated_history(&repo_dir, 600);
+    let repo = git2::Repository::open(&repo_dir).unwrap();
+    let odb = repo.odb().unwrap();
+    let mut ids = Vec::new();
+    odb.foreach(|id| {
+        ids.push(*id);
+        true
+    })
+    .unwrap();
+    assert!(ids.len() > 1_800, "{} objects", ids.len());
+    let mut sizes = drover::config::PackedSizes::open(&repo);
+    for id in ids {
+        let (size, _) = odb.read_header(id).unwrap();
+        assert_eq!(sizes.size(id), Some(size as u64), "{id}");
+    }
+    assert_eq!(sizes.size(git2::Oid::from_bytes(&[7; 20]).unwrap()), None);
+}
