@@ -10,7 +10,10 @@
 //! pack reader. The type is checked once the blob is read.
 //!
 //! A blob not found in the pack files (loose, in an alternate) is left to
-//! libgit2's header, as is any entry this reader cannot parse.
+//! libgit2's header, as is any entry this reader cannot parse. So is every
+//! blob of a pack whose index is not version 2 or whose large-offset
+//! references point past their table: gix-pack follows those unchecked, and
+//! a damaged index must cost the slower path, not a panic.
 
 use git2::{Oid, Repository};
 
@@ -38,9 +41,15 @@ impl PackedSizes {
                 continue;
             }
             let kind = gix_hash::Kind::Sha1;
-            let index = gix_pack::index::File::at(&path, kind);
-            let data = gix_pack::data::File::at(path.with_extension("pack"), kind);
-            if let (Ok(index), Ok(data)) = (index, data) {
+            let Ok(index) = gix_pack::index::File::at(&path, kind) else {
+                continue;
+            };
+            if index.version() != gix_pack::index::Version::V2
+                || !large_offsets_in_bounds(&path, u64::from(index.num_objects()))
+            {
+                continue;
+            }
+            if let Ok(data) = gix_pack::data::File::at(path.with_extension("pack"), kind) {
                 packs.push((index, data));
             }
         }
@@ -70,6 +79,43 @@ impl PackedSizes {
         let _base = delta_size(&mut header)?;
         delta_size(&mut header)
     }
+}
+
+/// Whether every large-offset reference in version-2 pack index `path` of
+/// `objects` entries points inside the index's large-offset table.
+///
+/// The layout (git's `gitformat-pack`): an 8-byte header, 256 fan-out
+/// counts, then per object a 20-byte id and a CRC, then per object a 4-byte
+/// offset, whose top bit set makes the rest a position in the table of
+/// 8-byte offsets that follows; two 20-byte checksums end the file.
+fn large_offsets_in_bounds(path: &std::path::Path, objects: u64) -> bool {
+    use std::io::{Read as _, Seek as _};
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let Ok(len) = file.metadata().map(|m| m.len()) else {
+        return false;
+    };
+    let small = 8 + 256 * 4 + objects * (20 + 4);
+    let Some(large_bytes) = len.checked_sub(small + objects * 4 + 2 * 20) else {
+        return false;
+    };
+    let large = large_bytes / 8;
+    if file.seek(std::io::SeekFrom::Start(small)).is_err() {
+        return false;
+    }
+    let mut offsets = std::io::BufReader::with_capacity(64 * 1024, file).take(objects * 4);
+    let mut entry = [0u8; 4];
+    for _ in 0..objects {
+        if offsets.read_exact(&mut entry).is_err() {
+            return false;
+        }
+        let offset = u32::from_be_bytes(entry);
+        if offset & 0x8000_0000 != 0 && u64::from(offset & 0x7fff_ffff) >= large {
+            return false;
+        }
+    }
+    true
 }
 
 /// One size of a delta's header (7 bits a byte, least significant first);

@@ -477,3 +477,49 @@ fn packed_sizes_agree_with_libgit2_for_every_object() {
     }
     assert_eq!(sizes.size(git2::Oid::from_bytes(&[7; 20]).unwrap()), None);
 }
+
+/// A pack index whose large-offset reference points past its table (a
+/// damaged file) is not read for sizes: every look-up goes to libgit2, and
+/// the log is the same as with the sound index, without a panic. The sound
+/// index, read first, is the control.
+#[test]
+fn a_damaged_pack_index_is_left_to_libgit2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo_dir = tmp.path().join("history");
+    generated_history(&repo_dir, 30);
+    let control = logged_commits(&repo_dir, "stage");
+    let repo = git2::Repository::open(&repo_dir).unwrap();
+    let head_stage = repo
+        .revparse_single("HEAD:environments/stage.toml")
+        .unwrap()
+        .id();
+    assert!(drover::config::PackedSizes::open(&repo)
+        .size(head_stage)
+        .is_some());
+    // An old version of test.toml: an object the stage log never reads.
+    let unread = git(&repo_dir, &["rev-parse", "HEAD~20:environments/test.toml"]);
+    let pack_dir = repo_dir.join(".git/objects/pack");
+    let idx = std::fs::read_dir(&pack_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "idx"))
+        .unwrap();
+    let listing = git_stdin(&repo_dir, &["show-index"], &std::fs::read(&idx).unwrap());
+    let mut ids: Vec<&str> = listing
+        .lines()
+        .map(|l| l.split_whitespace().nth(1).unwrap())
+        .collect();
+    ids.sort_unstable();
+    let position = ids.iter().position(|id| *id == unread.trim()).unwrap();
+    let mut bytes = std::fs::read(&idx).unwrap();
+    let offsets = 8 + 256 * 4 + ids.len() * 24;
+    bytes[offsets + position * 4..][..4].copy_from_slice(&0x8000_0100u32.to_be_bytes());
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&idx, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::write(&idx, &bytes).unwrap();
+    assert_eq!(
+        drover::config::PackedSizes::open(&repo).size(head_stage),
+        None
+    );
+    assert_eq!(logged_commits(&repo_dir, "stage"), control);
+}
