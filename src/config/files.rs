@@ -84,6 +84,11 @@ fn too_large(size: u64, what: &str) -> String {
     format!("the file is {size} bytes; {what} must be at most {MAX_FILE_BYTES} bytes (1 MiB)")
 }
 
+/// The message for a git object that could not be read.
+fn cannot_read(e: git2::Error) -> String {
+    format!("cannot read: {}", e.message())
+}
+
 fn not_regular(kind: EntryKind, what: &str) -> String {
     format!("this is {}; {what} must be regular files", kind.describe())
 }
@@ -266,7 +271,7 @@ impl<'r> GitTreeFiles<'r> {
             let entry = match self.tree.get_path(&path) {
                 Ok(e) => e,
                 Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(None),
-                Err(e) => return Err(format!("cannot read: {}", e.message())),
+                Err(e) => return Err(cannot_read(e)),
             };
             match (entry.kind(), entry.filemode()) {
                 (Some(ObjectType::Blob), 0o120000) => {
@@ -318,20 +323,15 @@ fn normalize(path: &Path) -> Option<PathBuf> {
 /// from the object header first, so an oversized blob is never inflated.
 /// The error says how large it is and what would be valid.
 pub fn bounded_blob(repo: &Repository, id: Oid) -> Result<Blob<'_>, String> {
-    let odb = repo
-        .odb()
-        .map_err(|e| format!("cannot read: {}", e.message()))?;
-    let (size, kind) = odb
-        .read_header(id)
-        .map_err(|e| format!("cannot read: {}", e.message()))?;
+    let odb = repo.odb().map_err(cannot_read)?;
+    let (size, kind) = odb.read_header(id).map_err(cannot_read)?;
     if kind != ObjectType::Blob {
         return Err(not_regular(EntryKind::Directory, CONFIG_FILES));
     }
     if size as u64 > MAX_FILE_BYTES {
         return Err(too_large(size as u64, CONFIG_FILES));
     }
-    repo.find_blob(id)
-        .map_err(|e| format!("cannot read: {}", e.message()))
+    repo.find_blob(id).map_err(cannot_read)
 }
 
 /// [`bounded_blob`] for one of many blobs of `repo`: the size comes from
@@ -349,7 +349,7 @@ pub fn bounded_blob_sized<'r>(
         return Err(too_large(size, CONFIG_FILES));
     }
     repo.find_object(id, None)
-        .map_err(|e| format!("cannot read: {}", e.message()))?
+        .map_err(cannot_read)?
         .into_blob()
         .map_err(|_| not_regular(EntryKind::Directory, CONFIG_FILES))
 }
