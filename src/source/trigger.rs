@@ -75,6 +75,11 @@ pub struct Trigger {
     pending: Option<Reason>,
     /// When [`Trigger::next`] last returned.
     last: Option<tokio::time::Instant>,
+    /// When the next poll is due. Owned here, across calls, because the
+    /// agent's loop drops `next()` whenever something else wakes it first
+    /// (the tick, a cluster change): a sleep armed per call would restart on
+    /// every turn and a poll longer than the tick would never fire.
+    poll_at: Option<tokio::time::Instant>,
     tx: mpsc::Sender<Reason>,
     rx: mpsc::Receiver<Reason>,
     watcher: Option<notify::RecommendedWatcher>,
@@ -100,6 +105,7 @@ impl Trigger {
             min_interval: DEFAULT_MIN_INTERVAL,
             pending: None,
             last: None,
+            poll_at: None,
             tx,
             rx,
             watcher: None,
@@ -150,9 +156,16 @@ impl Trigger {
     /// Wait for the next reason to fetch. Nudges coalesce: one is kept
     /// while it waits for the minimum interval, the others are dropped.
     /// Cancel-safe: a nudge received before cancellation is kept for the
-    /// next call.
+    /// next call, and the poll stays due when it was due, however often the
+    /// caller drops this future to serve something else.
     pub async fn next(&mut self) -> Reason {
-        let poll = tokio::time::sleep(self.next_delay());
+        let due = match self.poll_at {
+            Some(t) => t,
+            None => *self
+                .poll_at
+                .insert(tokio::time::Instant::now() + self.next_delay()),
+        };
+        let poll = tokio::time::sleep_until(due);
         tokio::pin!(poll);
         loop {
             if let Some(r) = self.pending {
@@ -180,9 +193,13 @@ impl Trigger {
         }
     }
 
+    /// Every answer is a fetch, so the next poll is due a (jittered) poll
+    /// interval after it, as Flux requeues after any reconcile.
     fn answered(&mut self, r: Reason) -> Reason {
+        let now = tokio::time::Instant::now();
         self.pending = None;
-        self.last = Some(tokio::time::Instant::now());
+        self.last = Some(now);
+        self.poll_at = Some(now + self.next_delay());
         r
     }
 }
@@ -327,5 +344,61 @@ pub fn authenticate(cfg: &WebhookConfig, headers: &HeaderMap, body: &[u8]) -> bo
             mac.update(body);
             mac.verify_slice(&given).is_ok()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::time::{sleep, Instant};
+
+    /// The agent's loop: `next()` raced against a shorter tick, dropped and
+    /// called anew on every turn. The poll must still fire on its own
+    /// schedule (the defect: it never did once the tick was shorter).
+    #[tokio::test(start_paused = true)]
+    async fn poll_fires_while_a_shorter_tick_keeps_winning() {
+        let poll = Duration::from_secs(60);
+        let mut trigger = Trigger::new(poll);
+        let start = Instant::now();
+        let mut polls = Vec::new();
+        while start.elapsed() < Duration::from_secs(600) {
+            tokio::select! {
+                r = trigger.next() => {
+                    assert_eq!(r, Reason::Poll);
+                    polls.push(start.elapsed());
+                }
+                _ = sleep(Duration::from_secs(30)) => {}
+            }
+        }
+        // Ten minutes at 60 s ± 10 %: 9 or 10 polls, each within its interval.
+        assert!((9..=10).contains(&polls.len()), "polls at {polls:?}");
+        let mut prev = Duration::ZERO;
+        for at in &polls {
+            let gap = *at - prev;
+            assert!(
+                gap >= poll.mul_f64(0.9) && gap <= poll.mul_f64(1.1),
+                "a poll {gap:?} after the previous one: {polls:?}"
+            );
+            prev = *at;
+        }
+    }
+
+    /// A nudge answers at once and the next poll is a full interval after it.
+    #[tokio::test(start_paused = true)]
+    async fn a_nudge_is_answered_and_moves_the_next_poll() {
+        let mut trigger = Trigger::new(Duration::from_secs(60));
+        trigger.set_min_interval(Duration::ZERO);
+        let nudger = trigger.nudger();
+        sleep(Duration::from_secs(20)).await;
+        nudger.nudge(Reason::Webhook);
+        let start = Instant::now();
+        assert_eq!(trigger.next().await, Reason::Webhook);
+        assert!(start.elapsed() < Duration::from_secs(1));
+        assert_eq!(trigger.next().await, Reason::Poll);
+        let gap = start.elapsed();
+        assert!(
+            gap >= Duration::from_secs(54) && gap <= Duration::from_secs(66),
+            "{gap:?}"
+        );
     }
 }

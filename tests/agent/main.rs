@@ -11,6 +11,7 @@ mod agent_give_back;
 mod agent_health;
 mod agent_key_validity;
 mod agent_outage;
+mod agent_poll;
 mod agent_rbac;
 mod agent_revoked;
 mod agent_story;

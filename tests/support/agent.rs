@@ -323,13 +323,15 @@ pub fn agent_config(
             .with_signing_key_file(key)
             .unwrap();
     }
-    cfg.poll = Duration::from_secs(1);
+    // The poll is longer than the tick, as with the shipped defaults (60 s
+    // and 30 s): every agent test runs the loop the way production does.
+    cfg.poll = Duration::from_millis(2500);
     cfg.tick = Duration::from_secs(2);
     cfg.evict_retry = Duration::from_millis(250);
     cfg.debounce = Duration::from_millis(50);
     cfg.lease_duration = Duration::from_secs(3);
     cfg.listen = "127.0.0.1:0".parse().unwrap();
-    // Tests poll every second; webhooks right after a poll should not wait the default 5 s.
+    // Tests poll every 2.5 s; webhooks right after a poll should not wait the default 5 s.
     cfg.webhook_min_interval = Duration::from_millis(500);
     cfg.webhook = Some(WebhookConfig {
         hmac_secret: None,
