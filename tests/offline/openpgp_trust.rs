@@ -175,6 +175,43 @@ fn rsa_and_eddsa_signatures_verify_beside_ssh_ones_and_name_their_signer() {
     let json = f.assert_ok(&["--mode", "head"]);
     assert_eq!(json["head"], head);
     assert_eq!(json["signer"], "Release Bot <release@example.com>");
+
+    // `drover log` names the same signers, SSH and OpenPGP alike.
+    let (code, out, err) = drover(&[
+        "--repo",
+        f.work.dir.to_str().unwrap(),
+        "--format",
+        "json",
+        "log",
+        "--allowed-signers",
+        f.allowed.to_str().unwrap(),
+        "--openpgp-keys",
+        f.keys.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let log: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let signers: Vec<(&str, &str, bool)> = log
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["previous"].is_string())
+        .map(|e| {
+            (
+                e["env"].as_str().unwrap(),
+                e["signer"].as_str().unwrap_or("-"),
+                e["verified"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        signers,
+        vec![
+            ("stage", "Release Bot <release@example.com>", true),
+            ("test", "Dana Dev <dana@example.com>", true),
+            ("stage", "sam@example.com", true),
+            ("test", "Release Bot <release@example.com>", true),
+        ]
+    );
 }
 
 #[test]
