@@ -483,6 +483,16 @@ impl Cert {
     }
 }
 
+/// Whether `sig` names `primary` as its issuer (or names none): a key taken
+/// from a keyserver may carry hundreds of third parties' certifications,
+/// and checking each against the primary key would only cost time.
+fn self_issued(sig: &Signature, primary: &PublicKey) -> bool {
+    let (fprs, ids) = (sig.issuer_fingerprint(), sig.issuer_key_id());
+    (fprs.is_empty() && ids.is_empty())
+        || fprs.contains(&&primary.fingerprint())
+        || ids.contains(&&primary.legacy_key_id())
+}
+
 /// The newest verified self-signature of the primary key (a direct-key
 /// signature or a user ID certification), and the user ID to name it by:
 /// the one marked primary, else the first certified.
@@ -497,7 +507,7 @@ fn primary_binding(cert: &SignedPublicKey) -> Option<(&Signature, Option<String>
     let certified = cert.details.users.iter().flat_map(|u| {
         u.signatures
             .iter()
-            .filter(|s| s.is_certification())
+            .filter(|s| s.is_certification() && self_issued(s, primary))
             .filter(|s| s.verify_certification(primary, Tag::UserId, &u.id).is_ok())
             .map(move |s| (s, Some(u)))
     });

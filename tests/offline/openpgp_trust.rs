@@ -219,7 +219,7 @@ fn a_key_not_listed_is_refused_even_under_a_listed_name() {
     let f = fixture();
     let listed = f.gpg.key(
         "GitHub <noreply@github.com>",
-        "rsa2048",
+        "ed25519",
         "sign",
         "never",
         None,
@@ -227,11 +227,12 @@ fn a_key_not_listed_is_refused_even_under_a_listed_name() {
     // The impostor's key claims the same user ID.
     let impostor = f.gpg.key(
         "GitHub <noreply@github.com>",
-        "rsa2048",
+        "ed25519",
         "sign",
         "never",
         None,
     );
+    // (RSA impostors: tests/agent/agent_github_merge.rs.)
     f.list(&[&listed]);
     f.bump("test", "1.1.0", &listed, None);
     f.assert_ok(&["--since", &f.root]);
@@ -302,7 +303,7 @@ fn an_expired_key_is_refused_for_what_is_first_seen_after_its_expiry() {
     );
     let current = f.gpg.key(
         "Bot <bot@example.com>",
-        "rsa2048",
+        "ed25519",
         "sign",
         "30d",
         Some(made),
