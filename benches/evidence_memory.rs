@@ -193,7 +193,7 @@ fn child_agent(url: &str, cache: &str) -> Res<()> {
         "production",
         &drover::admit::TrustCheck {
             mode: drover::trust::Mode::Off,
-            signers: &drover::trust::AllowedSigners::default(),
+            signers: drover::trust::Signers::NONE,
             first_seen: &|_| 0,
         },
         NOW.parse()?,

@@ -80,8 +80,8 @@ pub struct Change {
 pub struct LogOptions<'a> {
     /// Only this environment.
     pub env: Option<&'a str>,
-    /// Verify signers against these.
-    pub signers: Option<&'a AllowedSigners>,
+    /// Verify signers against these (SSH and OpenPGP keys).
+    pub signers: Option<trust::Signers<'a>>,
     /// Status store whose confirmations to attach.
     pub status: Option<&'a crate::status::Store>,
     /// Keys whose reports count (`report_signers` of the config); `None` trusts none.
@@ -580,7 +580,7 @@ fn interpret(
 fn committed<'r>(
     repo: &'r Repository,
     id: Oid,
-    signers: Option<&AllowedSigners>,
+    signers: Option<trust::Signers<'_>>,
 ) -> Result<(git2::Commit<'r>, Option<String>), Error> {
     let signer = match signers {
         Some(s) => match trust::verify_commit(repo, id, s) {

@@ -360,8 +360,8 @@ fn reject(stage: Stage, code: &str, message: String) -> Rejection {
 pub struct TrustCheck<'a> {
     /// `off`, `head` or `all`.
     pub mode: trust::Mode,
-    /// The allowed signers the agent was configured with.
-    pub signers: &'a AllowedSigners,
+    /// The signers the agent was configured with (SSH and OpenPGP keys).
+    pub signers: trust::Signers<'a>,
     /// When this cache first fetched a commit (Unix seconds), so a key's
     /// validity is judged at that time as well as at the commit's.
     pub first_seen: &'a dyn Fn(Oid) -> i64,

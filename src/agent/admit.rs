@@ -7,7 +7,7 @@ use super::events::Severity;
 use super::{blocking, lock, recover, short, Acting, Active, ClusterBackend};
 use crate::cluster::Cluster;
 use crate::config::{self, EnvConfig};
-use crate::trust::{self, AllowedSigners};
+use crate::trust::{self, AllowedSigners, OpenPgpKeys, Signers};
 use git2::Oid;
 use std::future::Future;
 
@@ -278,6 +278,7 @@ impl<B: ClusterBackend> Acting<B> {
         let env_name = self.cfg.env.clone();
         let mode = self.cfg.verify;
         let signers_path = self.cfg.allowed_signers.clone();
+        let openpgp_path = self.cfg.openpgp_keys.clone();
         let now = self.clock.now();
         let head_s = head.to_string();
         let flag = self.cfg.status_branch.clone();
@@ -296,22 +297,24 @@ impl<B: ClusterBackend> Acting<B> {
         let work = blocking(move || {
             let s = lock(&src);
             let repo = s.repo();
-            let signers = match (&signers_path, mode) {
-                (_, trust::Mode::Off) => AllowedSigners::default(),
-                (Some(p), _) => match AllowedSigners::load(p) {
-                    Ok(x) => x,
-                    Err(e) => return refuse("trust", "signers", e.to_string(), None),
-                },
-                (None, _) => {
-                    return refuse("trust", "signers", "no allowed-signers file".into(), None)
-                }
+            // Re-read for every head, so a rotated Secret counts at once.
+            let loaded = match mode {
+                trust::Mode::Off => Ok(Default::default()),
+                _ => load_signers(signers_path.as_deref(), openpgp_path.as_deref()),
+            };
+            let (ssh, openpgp) = match loaded {
+                Ok(x) => x,
+                Err(e) => return refuse("trust", "signers", e, None),
             };
             // Keys are also judged at when this cache first fetched each commit.
             let seen = s.seen();
             let first_seen = |oid| seen.first_seen(oid).unwrap_or(now.timestamp());
             let trusted = crate::admit::TrustCheck {
                 mode,
-                signers: &signers,
+                signers: Signers {
+                    ssh: &ssh,
+                    openpgp: &openpgp,
+                },
                 first_seen: &first_seen,
             };
             let admitted = if adopt {
@@ -365,4 +368,23 @@ fn revoked_reason(cfg: &config::RepoConfig, env: &EnvConfig) -> Option<String> {
         .iter()
         .find(|r| r.version == env.version)
         .map(|r| r.reason.clone())
+}
+
+/// The signer files the agent is configured with; at least one must be.
+fn load_signers(
+    ssh: Option<&std::path::Path>,
+    openpgp: Option<&std::path::Path>,
+) -> Result<(AllowedSigners, OpenPgpKeys), String> {
+    if ssh.is_none() && openpgp.is_none() {
+        return Err("no allowed-signers file and no OpenPGP key file".into());
+    }
+    let ssh = ssh
+        .map(AllowedSigners::load)
+        .transpose()
+        .map_err(|e| e.to_string())?;
+    let openpgp = openpgp
+        .map(OpenPgpKeys::load)
+        .transpose()
+        .map_err(|e| e.to_string())?;
+    Ok((ssh.unwrap_or_default(), openpgp.unwrap_or_default()))
 }

@@ -74,8 +74,8 @@ pub enum Error {
     /// The HTTP server failed.
     #[error(transparent)]
     Http(#[from] http::Error),
-    /// The allowed-signers file is required for the verify mode.
-    #[error("verify mode {0:?} needs --allowed-signers")]
+    /// A signers file is required for the verify mode.
+    #[error("verify mode {0:?} needs --allowed-signers, --openpgp-keys or both")]
     NoSigners(trust::Mode),
 }
 
@@ -96,6 +96,9 @@ pub struct AgentConfig {
     pub verify: trust::Mode,
     /// Allowed-signers file (git's SSH format); re-read for every new head.
     pub allowed_signers: Option<PathBuf>,
+    /// Armored OpenPGP public keys (e.g. the forge's merge-button key);
+    /// re-read for every new head.
+    pub openpgp_keys: Option<PathBuf>,
     /// `--status-branch`: the status branch comes from the policy in force;
     /// when given, a head whose policy names another branch is refused.
     pub status_branch: Option<String>,
@@ -148,6 +151,7 @@ impl AgentConfig {
             source: SourceConfig::new(url, cache_dir),
             verify: trust::Mode::All,
             allowed_signers: None,
+            openpgp_keys: None,
             status_branch: None,
             publish: PublishOptions::default(),
             poll: Duration::from_secs(60),
@@ -195,7 +199,10 @@ impl<B: ClusterBackend> Agent<B> {
         backend: B,
         clock: SharedClock,
     ) -> Result<Self, Error> {
-        if cfg.verify != trust::Mode::Off && cfg.allowed_signers.is_none() {
+        if cfg.verify != trust::Mode::Off
+            && cfg.allowed_signers.is_none()
+            && cfg.openpgp_keys.is_none()
+        {
             return Err(Error::NoSigners(cfg.verify));
         }
         let source = {

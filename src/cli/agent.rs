@@ -51,6 +51,10 @@ pub struct Args {
     /// Allowed-signers file (git's SSH format), mounted from a Secret.
     #[arg(long, env = "DROVER_ALLOWED_SIGNERS")]
     pub allowed_signers: Option<PathBuf>,
+    /// Armored OpenPGP public keys (e.g. GitHub's web-flow key): a file, or
+    /// a directory of them (every file of a mounted Secret).
+    #[arg(long, env = "DROVER_OPENPGP_KEYS")]
+    pub openpgp_keys: Option<PathBuf>,
     /// HTTPS token file (sent as user x-access-token).
     #[arg(long, env = "DROVER_GIT_TOKEN_FILE")]
     pub git_token_file: Option<PathBuf>,
@@ -148,6 +152,7 @@ impl Args {
             cache_dir: self.cache_dir.or(f.cache_dir),
             verify: self.verify.or(f.verify),
             allowed_signers: self.allowed_signers.or(f.allowed_signers),
+            openpgp_keys: self.openpgp_keys.or(f.openpgp_keys),
             git_token_file: self.git_token_file.or(f.git_token_file),
             git_username: self.git_username.or(f.git_username),
             git_password_file: self.git_password_file.or(f.git_password_file),
@@ -203,6 +208,7 @@ impl Args {
             cfg.verify = v.parse::<trust::Mode>().map_err(anyhow::Error::msg)?;
         }
         cfg.allowed_signers = self.allowed_signers.clone();
+        cfg.openpgp_keys = self.openpgp_keys.clone();
         if let Some(k) = &self.status_signing_key {
             cfg.publish = PublishOptions::default().with_signing_key_file(k)?;
         }
@@ -452,6 +458,28 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         a: Args,
+    }
+
+    #[test]
+    fn openpgp_keys_come_from_the_flag_or_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("agent.toml");
+        std::fs::write(
+            &file,
+            "env = \"test\"\ncluster = \"test-1\"\nrepo-url = \"git://127.0.0.1/r.git\"\nopenpgp-keys = \"/etc/drover/openpgp\"\n",
+        )
+        .unwrap();
+        let config = |extra: &[&str]| {
+            let mut argv = vec!["x", "--config", file.to_str().unwrap()];
+            argv.extend_from_slice(extra);
+            let cfg = Cli::parse_from(argv).a.merged().unwrap();
+            cfg.to_config(None).unwrap().openpgp_keys
+        };
+        assert_eq!(config(&[]), Some(PathBuf::from("/etc/drover/openpgp")));
+        assert_eq!(
+            config(&["--openpgp-keys", "/keys/web-flow.asc"]),
+            Some(PathBuf::from("/keys/web-flow.asc"))
+        );
     }
 
     #[test]

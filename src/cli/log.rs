@@ -3,7 +3,7 @@
 use super::{print_json, Format, Global, Outcome};
 use crate::audit::{self, LogOptions};
 use crate::config::Files as _;
-use crate::trust::AllowedSigners;
+use crate::trust::{AllowedSigners, OpenPgpKeys, Signers};
 use anyhow::Context;
 use std::path::PathBuf;
 
@@ -13,9 +13,13 @@ pub struct Args {
     /// Only this environment.
     #[arg(long)]
     pub env: Option<String>,
-    /// Verify commit signatures against this allowed-signers file.
+    /// Verify commit signatures against this allowed-signers file (SSH keys).
     #[arg(long, value_name = "FILE")]
     pub allowed_signers: Option<PathBuf>,
+    /// Verify commit signatures against these armored OpenPGP keys (a file or
+    /// a directory of files), e.g. GitHub's web-flow key.
+    #[arg(long, value_name = "FILE")]
+    pub openpgp_keys: Option<PathBuf>,
     /// Branch holding the status reports whose confirmations are shown
     /// (default: `[promotion] status_branch` of the config at HEAD).
     #[arg(long)]
@@ -52,11 +56,21 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
             return super::reject(g, vec![super::unknown_env(env, &known)]);
         }
     }
-    let signers = args
+    let ssh = args
         .allowed_signers
         .as_deref()
         .map(AllowedSigners::load)
         .transpose()?;
+    let openpgp = args
+        .openpgp_keys
+        .as_deref()
+        .map(OpenPgpKeys::load)
+        .transpose()?;
+    // Signers are shown only when some were given; either kind may be missing.
+    let signers = (ssh.is_some() || openpgp.is_some()).then(|| Signers {
+        ssh: ssh.as_ref().unwrap_or(Signers::NONE.ssh),
+        openpgp: openpgp.as_ref().unwrap_or(Signers::NONE.openpgp),
+    });
     // Confirmations are read as the gate reads them: the status branch and
     // the report signers of the policy at HEAD.
     let policy = crate::admit::snapshot(&repo, head, chrono::Utc::now())
@@ -77,7 +91,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         .filter(|s| !s.is_empty());
     let opts = LogOptions {
         env: args.env.as_deref(),
-        signers: signers.as_ref(),
+        signers,
         status: store.as_ref(),
         report_signers: report_signers.as_ref(),
     };

@@ -3,19 +3,30 @@
 //! Without `--since`, `--mode all` checks every commit reachable from HEAD
 //! (the whole history must be signed); with it, the commits after `--since`,
 //! and HEAD must descend from `--since`.
+//!
+//! A commit is trusted when its SSH signature verifies against
+//! `--allowed-signers` or its OpenPGP signature against `--openpgp-keys`
+//! (e.g. GitHub's web-flow key, which signs what the merge button makes);
+//! at least one of the two is required.
 
 use super::{print_json, Format, Global, Outcome};
-use crate::trust::{self, AllowedSigners, Mode};
+use crate::trust::{self, AllowedSigners, Mode, OpenPgpKeys, Signers};
 use anyhow::Context;
 use serde_json::json;
 use std::path::PathBuf;
 
 /// Arguments of `drover verify`.
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("signers").required(true).multiple(true)))]
 pub struct Args {
-    /// Allowed-signers file in git's SSH format.
-    #[arg(long, value_name = "FILE")]
-    pub allowed_signers: PathBuf,
+    /// Allowed-signers file in git's SSH format: who may sign with SSH keys.
+    #[arg(long, value_name = "FILE", group = "signers")]
+    pub allowed_signers: Option<PathBuf>,
+    /// Armored OpenPGP public keys (one or more, e.g. GitHub's
+    /// https://github.com/web-flow.gpg), or a directory of such files: who
+    /// may sign with OpenPGP keys.
+    #[arg(long, value_name = "FILE", group = "signers")]
+    pub openpgp_keys: Option<PathBuf>,
     /// The last trusted commit: check only what came after it.
     #[arg(long, value_name = "REV")]
     pub since: Option<String>,
@@ -35,7 +46,18 @@ pub enum VerifyMode {
 
 /// Run `drover verify`.
 pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
-    let signers = AllowedSigners::load(&args.allowed_signers)?;
+    let ssh = match &args.allowed_signers {
+        Some(p) => AllowedSigners::load(p)?,
+        None => AllowedSigners::default(),
+    };
+    let openpgp = match &args.openpgp_keys {
+        Some(p) => OpenPgpKeys::load(p)?,
+        None => OpenPgpKeys::default(),
+    };
+    let signers = Signers {
+        ssh: &ssh,
+        openpgp: &openpgp,
+    };
     let repo = git2::Repository::open(&g.repo)
         .with_context(|| format!("cannot open the repository at {}", g.repo.display()))?;
     let head = repo
@@ -60,7 +82,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
     // No fetch history here: every checked commit counts as first seen now,
     // so a key past its valid-before refuses even a backdated commit.
     let now = chrono::Utc::now().timestamp();
-    let result = trust::check(&repo, mode, &signers, since, head, &|_| now);
+    let result = trust::check(&repo, mode, signers, since, head, &|_| now);
     let (ok, checked, signer, error) = match result {
         Ok(c) => (true, c.checked, c.head_signer, None),
         Err(trust::Error::Refused(r)) => (false, 0, None, Some(r)),

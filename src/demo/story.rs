@@ -309,7 +309,7 @@ impl Story {
                     &env,
                     &crate::admit::TrustCheck {
                         mode: crate::trust::Mode::Off,
-                        signers: &crate::trust::AllowedSigners::default(),
+                        signers: crate::trust::Signers::NONE,
                         first_seen: &|_| at.timestamp(),
                     },
                     at,

@@ -1,11 +1,23 @@
-//! Trust (docs/design.md §6): SSH commit signatures against an allowed-signers file, and ancestry checks.
+//! Trust (docs/design.md §6): commit signatures against the listed signers,
+//! and ancestry checks.
 //!
-//! Signatures are checked in pure Rust (sshsig format, namespace `git`), so
-//! the agent image needs no `ssh-keygen`. The signed data is the commit
-//! object without its `gpgsig` header, as git itself signs it.
+//! A commit is trusted when its signature verifies against a listed key of
+//! its own kind: an SSH signature (sshsig, namespace `git`) against git's
+//! allowed-signers file, an OpenPGP signature (what a forge's merge button
+//! makes) against a file of armored OpenPGP public keys. Both are checked
+//! in pure Rust, so the agent image needs neither `ssh-keygen` nor `gpg`,
+//! and no keyring or agent state can change a verdict. The signed data is
+//! the commit object without its `gpgsig` header, as git itself signs it.
+//!
+//! Either kind of key has a validity window, from the allowed-signers line
+//! (`valid-after`, `valid-before`) or from the OpenPGP key itself
+//! (creation, expiry, revocation; `openpgp.rs`), and the key must be valid
+//! both at the time the commit claims and when the commit was first seen.
 
+mod openpgp;
 mod signers;
 
+pub use openpgp::OpenPgpKeys;
 pub use signers::{AllowedSigners, SignerEntry};
 
 use git2::{Oid, Repository, Sort};
@@ -22,7 +34,7 @@ pub enum Error {
     /// A commit was refused; the change must not be applied.
     #[error("{0}")]
     Refused(Refusal),
-    /// The allowed-signers file could not be read or parsed.
+    /// A signers file (allowed signers, OpenPGP keys) could not be read or parsed.
     #[error("{path}:{line}: {message}")]
     Signers {
         /// File path.
@@ -70,14 +82,14 @@ impl std::str::FromStr for Mode {
 pub enum Reason {
     /// The commit carries no signature.
     Unsigned,
-    /// The signature is not an SSH signature or cannot be parsed.
+    /// The signature is neither an SSH nor an OpenPGP signature, or cannot be parsed.
     UnsupportedSignature {
         /// Detail.
         detail: String,
     },
-    /// The signing key is not in the allowed-signers file.
+    /// The signing key is not listed (for its kind: SSH or OpenPGP).
     UnknownKey {
-        /// SHA256 fingerprint of the signing key.
+        /// SHA256 fingerprint of the SSH key, or `OpenPGP key <fingerprint>`.
         fingerprint: String,
     },
     /// The signature does not match the commit.
@@ -92,31 +104,49 @@ pub enum Reason {
         /// Principal of the key.
         principal: String,
     },
-    /// The key's `valid-before` is at or before the commit time.
+    /// The key's end (`valid-before`, an OpenPGP expiry) is at or before
+    /// the commit time (for OpenPGP, also the signature's own time).
     Expired {
         /// Principal of the key.
         principal: String,
+        /// Which end: `valid-before`, or the OpenPGP expiry with its time.
+        limit: String,
     },
-    /// The key's `valid-after` is after the commit time.
+    /// The key's start (`valid-after`, an OpenPGP key's creation) is after the commit time.
     NotYetValid {
         /// Principal of the key.
         principal: String,
+        /// Which start: `valid-after`, or the OpenPGP creation with its time.
+        limit: String,
     },
-    /// The key's `valid-before` had passed when the commit was first seen
-    /// (fetched by the agent; for `drover verify`, the time of the check),
-    /// whatever its commit time says: a backdated commit by a retired key.
+    /// The key's end had passed when the commit was first seen (fetched by
+    /// the agent; for `drover verify`, the time of the check), whatever its
+    /// commit time says: a backdated commit by a retired key.
     ExpiredWhenSeen {
         /// Principal of the key.
         principal: String,
         /// When the commit was first seen (RFC 3339).
         seen: String,
+        /// Which end.
+        limit: String,
     },
-    /// The key's `valid-after` was still ahead when the commit was first seen.
+    /// The key's start was still ahead when the commit was first seen.
     NotYetValidWhenSeen {
         /// Principal of the key.
         principal: String,
         /// When the commit was first seen (RFC 3339).
         seen: String,
+        /// Which start.
+        limit: String,
+    },
+    /// The OpenPGP key (or its primary key) is revoked: for a compromised
+    /// key whenever the commit was made, for a superseded or retired one
+    /// from the revocation's time (at the commit time or when first seen).
+    Revoked {
+        /// Principal of the key.
+        principal: String,
+        /// The revocation: its reason and, when it counts from a time, which.
+        detail: String,
     },
     /// The new head does not descend from the last applied commit (force-push or rollback).
     NotDescendant {
@@ -136,6 +166,7 @@ impl Reason {
             Reason::WrongNamespace { .. } => "wrong_namespace",
             Reason::Expired { .. } | Reason::ExpiredWhenSeen { .. } => "expired_key",
             Reason::NotYetValid { .. } | Reason::NotYetValidWhenSeen { .. } => "key_not_yet_valid",
+            Reason::Revoked { .. } => "revoked_key",
             Reason::NotDescendant { .. } => "not_descendant",
         }
     }
@@ -146,9 +177,10 @@ impl fmt::Display for Reason {
         match self {
             Reason::Unsigned => write!(f, "unsigned: the commit carries no signature"),
             Reason::UnsupportedSignature { detail } => write!(f, "unsupported signature: {detail}"),
-            Reason::UnknownKey { fingerprint } => {
-                write!(f, "unknown key: {fingerprint} is not in the allowed signers")
-            }
+            Reason::UnknownKey { fingerprint } => write!(
+                f,
+                "unknown key: {fingerprint} is not listed (SSH keys in --allowed-signers, OpenPGP keys in --openpgp-keys)"
+            ),
             Reason::BadSignature { principal } => write!(
                 f,
                 "bad signature: the signature by {principal}'s key does not match the commit"
@@ -157,20 +189,23 @@ impl fmt::Display for Reason {
                 f,
                 "wrong namespace: signed in namespace `{namespace}` by {principal}, expected `git` and a key allowed for it"
             ),
-            Reason::Expired { principal } => {
-                write!(f, "expired key: {principal}'s key was no longer valid at the commit time (valid-before)")
+            Reason::Expired { principal, limit } => {
+                write!(f, "expired key: {principal}'s key was no longer valid at the commit time ({limit})")
             }
-            Reason::NotYetValid { principal } => {
-                write!(f, "key not yet valid: {principal}'s key was not valid yet at the commit time (valid-after)")
+            Reason::NotYetValid { principal, limit } => {
+                write!(f, "key not yet valid: {principal}'s key was not valid yet at the commit time ({limit})")
             }
-            Reason::ExpiredWhenSeen { principal, seen } => write!(
+            Reason::ExpiredWhenSeen { principal, seen, limit } => write!(
                 f,
-                "expired key: {principal}'s key was no longer valid when the commit was first seen at {seen} (valid-before), whatever its commit time says"
+                "expired key: {principal}'s key was no longer valid when the commit was first seen at {seen} ({limit}), whatever its commit time says"
             ),
-            Reason::NotYetValidWhenSeen { principal, seen } => write!(
+            Reason::NotYetValidWhenSeen { principal, seen, limit } => write!(
                 f,
-                "key not yet valid: {principal}'s key was not valid yet when the commit was first seen at {seen} (valid-after)"
+                "key not yet valid: {principal}'s key was not valid yet when the commit was first seen at {seen} ({limit})"
             ),
+            Reason::Revoked { principal, detail } => {
+                write!(f, "revoked key: {principal}'s OpenPGP key {detail}")
+            }
             Reason::NotDescendant { last } => write!(
                 f,
                 "not descending: the new head does not descend from the last trusted commit {last} (force-push or rollback)"
@@ -207,39 +242,67 @@ fn refused(commit: Oid, reason: Reason) -> Error {
 pub struct Verified {
     /// The commit.
     pub commit: String,
-    /// Principals of the allowed-signers line that matched.
+    /// Principals of the allowed-signers line that matched, or the OpenPGP key's user ID.
     pub principal: String,
-    /// SHA256 fingerprint of the key.
+    /// SHA256 fingerprint of the SSH key, or the OpenPGP signing key's fingerprint (hex).
     pub fingerprint: String,
 }
 
-/// Verify one commit's SSH signature against `signers`, at the commit's
+/// Who may sign: the SSH keys of an allowed-signers file and the keys of an
+/// OpenPGP key file. Each kind vouches only for signatures of its kind.
+#[derive(Debug, Clone, Copy)]
+pub struct Signers<'a> {
+    /// git's SSH allowed signers.
+    pub ssh: &'a AllowedSigners,
+    /// Armored OpenPGP public keys.
+    pub openpgp: &'a OpenPgpKeys,
+}
+
+impl Signers<'static> {
+    /// Nobody: every signature is refused (for `verify = off`, where none is read).
+    pub const NONE: Signers<'static> = Signers {
+        ssh: &AllowedSigners::EMPTY,
+        openpgp: &OpenPgpKeys::EMPTY,
+    };
+}
+
+impl<'a> From<&'a AllowedSigners> for Signers<'a> {
+    /// SSH signers only (status reports, `drover log --allowed-signers`).
+    fn from(ssh: &'a AllowedSigners) -> Self {
+        Signers {
+            ssh,
+            openpgp: Signers::NONE.openpgp,
+        }
+    }
+}
+
+/// Verify one commit's signature against `signers`, at the commit's
 /// committer time only (for showing who signed; the trust check of
 /// [`check`] also uses when the commit was first seen, [`verify_commit_seen`]).
-pub fn verify_commit(
+pub fn verify_commit<'a>(
     repo: &Repository,
     oid: Oid,
-    signers: &AllowedSigners,
+    signers: impl Into<Signers<'a>>,
 ) -> Result<Verified, Error> {
-    verify_commit_inner(repo, oid, signers, None)
+    verify_commit_inner(repo, oid, signers.into(), None)
 }
 
 /// [`verify_commit`], with the key's validity also checked at `seen`
 /// (seconds since the epoch): when the commit was first seen, a time the
 /// signer cannot choose.
-pub fn verify_commit_seen(
+pub fn verify_commit_seen<'a>(
     repo: &Repository,
     oid: Oid,
-    signers: &AllowedSigners,
+    signers: impl Into<Signers<'a>>,
     seen: i64,
 ) -> Result<Verified, Error> {
-    verify_commit_inner(repo, oid, signers, Some(seen))
+    verify_commit_inner(repo, oid, signers.into(), Some(seen))
 }
 
 fn verify_commit_inner(
     repo: &Repository,
     oid: Oid,
-    signers: &AllowedSigners,
+    signers: Signers<'_>,
     seen: Option<i64>,
 ) -> Result<Verified, Error> {
     let (sig, data) = match repo.extract_signature(&oid, None) {
@@ -252,38 +315,56 @@ fn verify_commit_inner(
         Err(e) => return Err(e.into()),
     };
     let time = repo.find_commit(oid)?.committer().when().seconds();
-    verify_buffer(oid, &sig, &data, time, seen, signers)
+    verify_buffer(oid, &sig, &data, time, seen, signers).map_err(|r| refused(oid, r))
 }
 
-/// Verify an sshsig `armored` signature over `data` made at `time`, first
-/// seen at `seen` when known (seconds since the epoch).
+/// The largest signature read: an RSA-4096 OpenPGP signature is under 1 KiB
+/// armored, and the commit is attacker-controlled.
+const MAX_SIGNATURE_BYTES: usize = 16 * 1024;
+
+/// Verify the armored signature `armored` over `data` made at `time`, first
+/// seen at `seen` when known (seconds since the epoch), with the listed keys of its kind.
 fn verify_buffer(
     oid: Oid,
     armored: &[u8],
     data: &[u8],
     time: i64,
     seen: Option<i64>,
-    signers: &AllowedSigners,
-) -> Result<Verified, Error> {
-    let text = std::str::from_utf8(armored).unwrap_or("");
-    if !text
-        .trim_start()
-        .starts_with("-----BEGIN SSH SIGNATURE-----")
-    {
-        let detail = if text.contains("BEGIN PGP") {
-            "OpenPGP signature; only SSH signatures (gpg.format=ssh) are supported".to_string()
-        } else {
-            "not an SSH signature".to_string()
-        };
-        return Err(refused(oid, Reason::UnsupportedSignature { detail }));
+    signers: Signers<'_>,
+) -> Result<Verified, Reason> {
+    let unsupported = |detail: &str| Reason::UnsupportedSignature {
+        detail: detail.into(),
+    };
+    if armored.len() > MAX_SIGNATURE_BYTES {
+        return Err(unsupported(&format!(
+            "a signature of {} bytes; at most {} KiB are read",
+            armored.len(),
+            MAX_SIGNATURE_BYTES / 1024
+        )));
     }
-    let sshsig = SshSig::from_pem(text.trim()).map_err(|e| {
-        refused(
-            oid,
-            Reason::UnsupportedSignature {
-                detail: format!("cannot parse the SSH signature: {e}"),
-            },
-        )
+    let text = std::str::from_utf8(armored).unwrap_or("").trim();
+    if text.starts_with("-----BEGIN SSH SIGNATURE-----") {
+        verify_ssh(oid, text, data, time, seen, signers.ssh)
+    } else if text.starts_with("-----BEGIN PGP SIGNATURE-----") {
+        verify_openpgp(oid, text, data, time, seen, signers.openpgp)
+    } else {
+        Err(unsupported(
+            "neither an SSH nor an OpenPGP signature (X.509 signatures are not supported)",
+        ))
+    }
+}
+
+/// An sshsig signature, against the allowed-signers lines of its key.
+fn verify_ssh(
+    oid: Oid,
+    text: &str,
+    data: &[u8],
+    time: i64,
+    seen: Option<i64>,
+    signers: &AllowedSigners,
+) -> Result<Verified, Reason> {
+    let sshsig = SshSig::from_pem(text).map_err(|e| Reason::UnsupportedSignature {
+        detail: format!("cannot parse the SSH signature: {e}"),
     })?;
     let key = sshsig.public_key();
     let entries: Vec<&SignerEntry> = signers.for_key(key).collect();
@@ -291,67 +372,185 @@ fn verify_buffer(
         let fingerprint = ssh_key::PublicKey::from(key.clone())
             .fingerprint(HashAlg::Sha256)
             .to_string();
-        return Err(refused(oid, Reason::UnknownKey { fingerprint }));
+        return Err(Reason::UnknownKey { fingerprint });
     };
     if sshsig.namespace() != GIT_NAMESPACE {
-        return Err(refused(
-            oid,
-            Reason::WrongNamespace {
-                namespace: sshsig.namespace().to_string(),
-                principal: first.principal(),
-            },
-        ));
+        return Err(Reason::WrongNamespace {
+            namespace: sshsig.namespace().to_string(),
+            principal: first.principal(),
+        });
     }
     if first.key.verify(GIT_NAMESPACE, data, &sshsig).is_err() {
-        return Err(refused(
-            oid,
-            Reason::BadSignature {
-                principal: first.principal(),
-            },
-        ));
+        return Err(Reason::BadSignature {
+            principal: first.principal(),
+        });
     }
     // A key may be listed on several lines (e.g. rotated validity); any line
     // that admits the signature is enough, otherwise report the first line's fault.
     let mut fault = None;
     for e in &entries {
-        let reason = if !e.allows_namespace(GIT_NAMESPACE) {
-            Reason::WrongNamespace {
+        let verdict = if e.allows_namespace(GIT_NAMESPACE) {
+            e.validity().judge((time, time), seen)
+        } else {
+            Err(Reason::WrongNamespace {
                 namespace: sshsig.namespace().to_string(),
                 principal: e.principal(),
-            }
-        } else if e.valid_after.is_some_and(|t| time < t) {
-            Reason::NotYetValid {
-                principal: e.principal(),
-            }
-        } else if e.valid_before.is_some_and(|t| time >= t) {
-            Reason::Expired {
-                principal: e.principal(),
-            }
-        } else if let Some(s) = seen.filter(|s| e.valid_after.is_some_and(|t| *s < t)) {
-            Reason::NotYetValidWhenSeen {
-                principal: e.principal(),
-                seen: rfc3339(s),
-            }
-        } else if let Some(s) = seen.filter(|s| e.valid_before.is_some_and(|t| *s >= t)) {
-            Reason::ExpiredWhenSeen {
-                principal: e.principal(),
-                seen: rfc3339(s),
-            }
-        } else {
-            return Ok(Verified {
-                commit: oid.to_string(),
-                principal: e.principal(),
-                fingerprint: e.key.fingerprint(HashAlg::Sha256).to_string(),
-            });
+            })
         };
-        fault.get_or_insert(reason);
+        match verdict {
+            Ok(()) => {
+                return Ok(Verified {
+                    commit: oid.to_string(),
+                    principal: e.principal(),
+                    fingerprint: e.key.fingerprint(HashAlg::Sha256).to_string(),
+                })
+            }
+            Err(reason) => {
+                fault.get_or_insert(reason);
+            }
+        }
     }
-    Err(refused(
-        oid,
-        fault.unwrap_or(Reason::BadSignature {
-            principal: first.principal(),
-        }),
-    ))
+    Err(fault.unwrap_or(Reason::BadSignature {
+        principal: first.principal(),
+    }))
+}
+
+/// An OpenPGP signature, against the listed OpenPGP key that made it. The
+/// key must be valid at the commit time and at the signature's own time
+/// (both the signer's claims), and when the commit was first seen.
+fn verify_openpgp(
+    oid: Oid,
+    text: &str,
+    data: &[u8],
+    time: i64,
+    seen: Option<i64>,
+    keys: &OpenPgpKeys,
+) -> Result<Verified, Reason> {
+    let found = keys.verify(text, data)?;
+    if let Some(why) = found.hard_revocation() {
+        return Err(Reason::Revoked {
+            principal: found.principal().to_string(),
+            detail: format!("is revoked ({why}): nothing it signed is trusted, whenever"),
+        });
+    }
+    let claimed = (time.min(found.signed), time.max(found.signed));
+    found.validity().judge(claimed, seen)?;
+    Ok(Verified {
+        commit: oid.to_string(),
+        principal: found.principal().to_string(),
+        fingerprint: found.fingerprint(),
+    })
+}
+
+/// When a listed key may sign, from its list entry or from the key itself.
+struct Validity {
+    principal: String,
+    after: Option<Bound>,
+    before: Option<Bound>,
+}
+
+/// One end of a key's validity.
+struct Bound {
+    at: i64,
+    limit: Limit,
+}
+
+/// What sets a [`Bound`].
+enum Limit {
+    ValidAfter,
+    ValidBefore,
+    Created,
+    Expires,
+    /// A soft OpenPGP revocation (superseded, retired), with its reason.
+    Revoked(String),
+}
+
+impl Bound {
+    fn describe(&self) -> String {
+        match &self.limit {
+            Limit::ValidAfter => "valid-after".into(),
+            Limit::ValidBefore => "valid-before".into(),
+            Limit::Created => format!("OpenPGP key created {}", rfc3339(self.at)),
+            Limit::Expires => format!("OpenPGP key expired {}", rfc3339(self.at)),
+            Limit::Revoked(why) => why.clone(),
+        }
+    }
+
+    /// The refusal for a time at or past this end; `seen` when that time is the first sighting.
+    fn passed(&self, principal: &str, seen: Option<i64>) -> Reason {
+        let principal = principal.to_string();
+        match (&self.limit, seen) {
+            (Limit::Revoked(why), None) => Reason::Revoked {
+                principal,
+                detail: format!(
+                    "was revoked ({why}) at {}, before the commit time",
+                    rfc3339(self.at)
+                ),
+            },
+            (Limit::Revoked(why), Some(s)) => Reason::Revoked {
+                principal,
+                detail: format!(
+                    "was revoked ({why}) at {}, before the commit was first seen at {}",
+                    rfc3339(self.at),
+                    rfc3339(s)
+                ),
+            },
+            (_, None) => Reason::Expired {
+                principal,
+                limit: self.describe(),
+            },
+            (_, Some(s)) => Reason::ExpiredWhenSeen {
+                principal,
+                seen: rfc3339(s),
+                limit: self.describe(),
+            },
+        }
+    }
+}
+
+impl Validity {
+    /// Whether the key was valid over `claimed` (the earliest and latest
+    /// time the signer states) and at `seen`, when the commit was first seen.
+    fn judge(&self, claimed: (i64, i64), seen: Option<i64>) -> Result<(), Reason> {
+        let principal = || self.principal.clone();
+        if let Some(a) = self.after.as_ref().filter(|a| claimed.0 < a.at) {
+            return Err(Reason::NotYetValid {
+                principal: principal(),
+                limit: a.describe(),
+            });
+        }
+        if let Some(b) = self.before.as_ref().filter(|b| claimed.1 >= b.at) {
+            return Err(b.passed(&self.principal, None));
+        }
+        let Some(s) = seen else { return Ok(()) };
+        if let Some(a) = self.after.as_ref().filter(|a| s < a.at) {
+            return Err(Reason::NotYetValidWhenSeen {
+                principal: principal(),
+                seen: rfc3339(s),
+                limit: a.describe(),
+            });
+        }
+        if let Some(b) = self.before.as_ref().filter(|b| s >= b.at) {
+            return Err(b.passed(&self.principal, Some(s)));
+        }
+        Ok(())
+    }
+}
+
+impl SignerEntry {
+    fn validity(&self) -> Validity {
+        Validity {
+            principal: self.principal(),
+            after: self.valid_after.map(|at| Bound {
+                at,
+                limit: Limit::ValidAfter,
+            }),
+            before: self.valid_before.map(|at| Bound {
+                at,
+                limit: Limit::ValidBefore,
+            }),
+        }
+    }
 }
 
 fn rfc3339(secs: i64) -> String {
@@ -384,14 +583,15 @@ pub struct Checked {
 /// `seen(commit)`, when the checker first saw the commit (seconds since the
 /// epoch): the agent's fetch record, or the time of the check where there
 /// is no such record (`drover verify`).
-pub fn check(
+pub fn check<'a>(
     repo: &Repository,
     mode: Mode,
-    signers: &AllowedSigners,
+    signers: impl Into<Signers<'a>>,
     last: Option<Oid>,
     head: Oid,
     seen: &dyn Fn(Oid) -> i64,
 ) -> Result<Checked, Error> {
+    let signers = signers.into();
     let mut out = Checked {
         head: head.to_string(),
         checked: 0,

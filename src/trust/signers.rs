@@ -45,6 +45,11 @@ pub struct AllowedSigners {
 }
 
 impl AllowedSigners {
+    /// No signers.
+    pub const EMPTY: AllowedSigners = AllowedSigners {
+        entries: Vec::new(),
+    };
+
     /// Read and parse an allowed-signers file.
     pub fn load(path: &Path) -> Result<Self, Error> {
         // Bounded like a config file: CI may point this at a file of the

@@ -459,7 +459,7 @@ fn the_agent_judges_its_config_with_the_same_evidence() {
             "stage",
             &drover::admit::TrustCheck {
                 mode: drover::trust::Mode::Off,
-                signers: &drover::trust::AllowedSigners::default(),
+                signers: drover::trust::Signers::NONE,
                 first_seen: &|_| t(now).timestamp(),
             },
             t(now),

@@ -9,6 +9,7 @@
 mod support {
     pub mod cli;
     pub mod git;
+    pub mod gpg;
     pub mod time;
 }
 
@@ -29,6 +30,7 @@ mod git_trigger;
 mod git_trust;
 mod hostile_files;
 mod key_validity;
+mod openpgp_trust;
 mod promote;
 mod rollout_props;
 mod rollout_sim;

@@ -6,6 +6,8 @@
 //! - [`cli`]: the drover binary as a command.
 //! - [`git`]: `git()`, SSH keys, signed commits, config repositories, git
 //!   servers on loopback.
+//! - [`gpg`]: OpenPGP keys and signed commits (merge-button merges
+//!   included) made by a real `gpg` in a keyring of its own.
 //! - [`time`]: `t()`, an instant from RFC 3339 text.
 //! - [`kube`]: the real kube-apiserver (one control plane per test binary),
 //!   clients, namespaces, waits on watches.
@@ -25,6 +27,7 @@ pub mod backend;
 pub mod bottlerocket_api;
 pub mod cli;
 pub mod git;
+pub mod gpg;
 pub mod kube;
 pub mod kubelet;
 pub mod prometheus;
