@@ -333,10 +333,35 @@ impl<'a> Ctx<'a> {
                         "`command` applies only to kind = \"job\"; leave it empty ([]) or set kind = \"job\"",
                     );
                 }
+                if let (Some(v), Some(s)) = (get("image"), image.as_deref()) {
+                    if !pinned_by_digest(s) {
+                        self.err(
+                            &v.span(),
+                            format!(
+                                "`image` of kind = \"bottlerocket\" must be pinned by digest, such as \
+                                 \"registry.example.com/bottlerocket-updater@sha256:<64 hex digits>\": \
+                                 the bottlerocket-host-access admission policy admits only the \
+                                 updater image's digest (docs/drivers.md); found \"{s}\""
+                            ),
+                        );
+                    }
+                }
                 DriverSpec::Bottlerocket {
                     image: image.unwrap_or_else(|| DEFAULT_BOTTLEROCKET_IMAGE.to_owned()),
                 }
             }
         }
     }
+}
+
+/// `REPOSITORY@sha256:<64 lowercase hex digits>`: what the admission policy
+/// of `deploy/components/bottlerocket-host-access` compares.
+pub(super) fn pinned_by_digest(image: &str) -> bool {
+    image.rsplit_once("@sha256:").is_some_and(|(repo, hex)| {
+        !repo.is_empty()
+            && hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
 }

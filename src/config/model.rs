@@ -35,10 +35,13 @@ pub const DEFAULT_NODE_SELECTOR: &str = "";
 pub const DEFAULT_ON_DRAIN_TIMEOUT: OnDrainTimeout = OnDrainTimeout::Skip;
 /// Default `[promotion] soak` of an environment file.
 pub const DEFAULT_SOAK: Duration = Duration::from_secs(24 * 3600);
-/// Default `[driver] image` (both for `kind = "bottlerocket"` and as the
-/// documented value; `kind = "job"` requires its own image): the updater
-/// image built from `deploy/updater/Dockerfile`.
-pub const DEFAULT_BOTTLEROCKET_IMAGE: &str = "public.ecr.aws/drover/bottlerocket-updater:v0.1.0";
+/// Default `[driver] image` of `kind = "bottlerocket"` (`kind = "job"`
+/// requires its own image): the updater image built from
+/// `deploy/updater/Dockerfile`, pinned by digest. The admission policy of
+/// `deploy/components/bottlerocket-host-access` admits exactly this digest,
+/// read from its `updater.env`; `deploy/updater/pin` writes both when a
+/// release pushes the image, and a test keeps them equal.
+pub const DEFAULT_BOTTLEROCKET_IMAGE: &str = "ghcr.io/drover-dev/bottlerocket-updater@sha256:0000000000000000000000000000000000000000000000000000000000000000";
 /// Default `[nodes] version_regex`.
 pub const DEFAULT_VERSION_REGEX: &str = r"(\d+\.\d+\.\d+)";
 

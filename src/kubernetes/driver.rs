@@ -40,12 +40,15 @@ pub const STATE_MOUNT: &str = "/drover-state";
 /// to cancel an activated update when its Job is deleted.
 pub const GRACE_SECONDS: i64 = 30;
 
-/// The Bottlerocket driver's script (`bash -c`), `src/kubernetes/bottlerocket.sh`:
-/// follows the update API's state machine with the host's own `apiclient`,
-/// and is idempotent, so the pod that the Job starts again after the reboot
-/// (see the Job's `podFailurePolicy`) finishes the attempt instead of
-/// updating a second time.
-pub const BOTTLEROCKET_SCRIPT: &str = include_str!("bottlerocket.sh");
+/// The Bottlerocket driver's command: its script
+/// (`deploy/updater/bottlerocket-update.sh`), baked into the updater image at
+/// this path. It follows the update API's state machine with the host's own
+/// `apiclient` and is idempotent, so the pod that the Job starts again after
+/// the reboot finishes the attempt instead of updating a second time. The
+/// command is fixed, not text in the Job, so that the admission policy of
+/// `deploy/components/bottlerocket-host-access` can pin it with the image's
+/// digest: a Job from the agent's token runs this script or nothing.
+pub const BOTTLEROCKET_COMMAND: &str = "/usr/local/bin/drover-bottlerocket-update";
 
 /// The upgrade Job moving `node` to `p.target` for attempt `p.started_at`.
 pub fn upgrade_job(
@@ -72,7 +75,7 @@ pub fn upgrade_job(
             json!({
                 "name": CONTAINER,
                 "image": image,
-                "command": ["/bin/bash", "-c", BOTTLEROCKET_SCRIPT],
+                "command": [BOTTLEROCKET_COMMAND],
                 "env": env,
                 "volumeMounts": [
                     { "name": "api-socket", "mountPath": API_SOCKET },
