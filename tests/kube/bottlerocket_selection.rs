@@ -55,7 +55,7 @@ async fn the_bottlerocket_driver_leaves_a_node_of_another_os_alone_unless_told_o
         .into_iter()
         .map(|n| n.name)
         .collect();
-    assert_eq!(names, [bottlerocket.clone()]);
+    assert_eq!(names, std::slice::from_ref(&bottlerocket));
     let engine = engine(policy("1.13.0", 1, MINUTE, MINUTE));
     let out = drive(&engine, &cluster, &open_window(), 2 * MINUTE, |o| {
         o.decision.state == RolloutState::Confirmed
