@@ -142,12 +142,12 @@ update_command() {
 }
 
 # updog_wrote STATUS: the version updog reported writing in the last
-# prepare's stderr ("Starting update to V"), "none" for "No update required",
-# or nothing when it reported neither.
+# prepare's stderr ("Starting update to V"), "no update" for "No update
+# required", or nothing when it reported neither.
 updog_wrote() {
   jq -r '.most_recent_command.stderr // "" | split("\n") |
     (map(select(startswith("Starting update to ")))[0] // null | if . then ltrimstr("Starting update to ") else null end) //
-    (if any(. == "No update required") then "none" else "" end)' <<<"$1"
+    (if any(. == "No update required") then "no update" else "" end)' <<<"$1"
 }
 
 # cancel_ready: if an update is activated (Ready), deactivate it, so that no
@@ -214,8 +214,8 @@ upgrade() {
   [ "$(api GET /settings | jq -r '.updates["version-lock"]')" = "$target" ] ||
     fail "the version lock did not read back as $target"
 
-  # 3. Refresh until the update chosen is exactly the target, then download
-  #    and write it to the staging partition (prepare). The API answers the
+  # 3. and 4. Refresh until the update chosen is exactly the target, then
+  #    download and write it to the staging partition (prepare). The API answers the
   #    commit before the files the update tools read are rendered again
   #    (thar-be-settings runs in the background), so two things are checked:
   #    - the refresh's choice: a refresh that ran before the lock was applied

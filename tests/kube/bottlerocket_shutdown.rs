@@ -45,7 +45,15 @@ async fn pod_reasons(client: &kube::Client, ns: &str, job: &str) -> Vec<String> 
         .await
         .unwrap()
         .items;
-    pods.sort_by_key(|p| p.metadata.creation_timestamp.clone().map(|t| t.0));
+    // Each pod is done before the next is made, so the order of their last
+    // writes is the order they were made in (creation timestamps have only
+    // seconds); the API server's resourceVersions are etcd revisions.
+    pods.sort_by_key(|p| {
+        p.metadata
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse::<u64>().ok())
+    });
     pods.iter()
         .map(|p| {
             let st = p.status.clone().unwrap_or_default();
