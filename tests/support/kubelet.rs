@@ -38,7 +38,8 @@
 //! [`NODE_LABEL`]`=N` (`drover.dev/node`) and [`TARGET_VERSION_LABEL`]`=V`
 //! (`drover.dev/target-version`, a semver), and its pod template has
 //! `spec.nodeName=N`. The version is read from the label only. No Pods are
-//! created for it (there is no scheduler); the Job's status is the whole answer:
+//! created for it (there is no scheduler), unless the simulator plays the
+//! graceful node shutdown (below); the Job's status is the whole answer:
 //!
 //! 1. `status.startTime` and `status.active=1` are set; the node's Ready
 //!    condition goes False (reason [`NOT_READY_REASON`], message
