@@ -27,7 +27,10 @@ drover.dev/node=<node>, drover.dev/target-version=<semver>, whose pod template h
 spec.nodeName=<node>. The node goes NotReady (reason KubeletNotReady, \"rebooting for
 OS update\") for --reboot, comes back Ready at the target version, and the Job is marked
 complete (succeeded=1, conditions SuccessCriteriaMet and Complete). A Job for a node
-already at the version completes at once. No pods are created for Jobs.
+already at the version completes at once. No pods are created for Jobs, unless
+--graceful-shutdown is given: then the Job's pods are created, the node shuts down
+gracefully before the reboot (killing the pod, rejecting new ones) and the Job's
+podFailurePolicy and backoffLimit decide, as the Job controller would.
 
 Runs until interrupted (Ctrl-C), then deletes its nodes unless --keep-nodes.";
 
@@ -95,6 +98,15 @@ struct Args {
     /// Leave the nodes registered on exit.
     #[arg(long)]
     keep_nodes: bool,
+    /// Play the kubelet's graceful node shutdown for this long before each
+    /// reboot (killed pods marked DisruptionTarget, new ones rejected with
+    /// NodeShutdown) and the Job controller for upgrade Jobs: their pods are
+    /// created and judged by the Job's podFailurePolicy and backoffLimit.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    graceful_shutdown: Option<Duration>,
+    /// The Job controller's pod failure backoff, doubled per failure.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    job_backoff: Duration,
 }
 
 fn parse_labels(raw: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
@@ -142,6 +154,8 @@ async fn main() -> anyhow::Result<()> {
         pdb_controller: !args.no_pdb_controller,
         pdb_namespace: args.pdb_namespace.clone(),
         remove_nodes_on_shutdown: !args.keep_nodes,
+        graceful_shutdown: args.graceful_shutdown,
+        job_backoff: args.job_backoff,
     };
     let faults = parse_faults(&args.faults)?;
 
@@ -181,6 +195,7 @@ async fn main() -> anyhow::Result<()> {
                 Ok(SimEvent::JobCompleted { namespace, job }) => println!("job {namespace}/{job}: complete"),
                 Ok(SimEvent::JobFailed { namespace, job, reason }) => println!("job {namespace}/{job}: failed ({reason})"),
                 Ok(SimEvent::PodTerminated { namespace, pod }) => println!("pod {namespace}/{pod}: terminated"),
+                Ok(SimEvent::PodRejected { namespace, pod, reason }) => println!("pod {namespace}/{pod}: rejected ({reason})"),
                 Err(_) => {}
             },
         }

@@ -7,9 +7,9 @@ use super::spanned::{Ctx, Value};
 use super::values::parse_version;
 use super::{
     DriverSpec, EnvConfig, MaxUnavailable, NodesSpec, OnDrainTimeout, PromotionSpec, RolloutSpec,
-    DEFAULT_BOTTLEROCKET_IMAGE, DEFAULT_DRAIN_TIMEOUT, DEFAULT_MAX_UNAVAILABLE,
-    DEFAULT_NODE_SELECTOR, DEFAULT_NODE_TIMEOUT, DEFAULT_ON_DRAIN_TIMEOUT, DEFAULT_SOAK,
-    DEFAULT_VERSION_REGEX,
+    DEFAULT_BOTTLEROCKET_IMAGE, DEFAULT_BOTTLEROCKET_OS_IMAGE_REGEX, DEFAULT_DRAIN_TIMEOUT,
+    DEFAULT_MAX_UNAVAILABLE, DEFAULT_NODE_SELECTOR, DEFAULT_NODE_TIMEOUT, DEFAULT_ON_DRAIN_TIMEOUT,
+    DEFAULT_SOAK, DEFAULT_VERSION_REGEX,
 };
 use crate::diag::Diagnostic;
 use toml::de::{DeTable, DeValue};
@@ -45,7 +45,7 @@ pub(super) const ENV_KEYS: &[(&str, &[&str])] = &[
     ),
     ("promotion", &["soak"]),
     ("driver", &["kind", "image", "command"]),
-    ("nodes", &["version_regex"]),
+    ("nodes", &["version_regex", "os_image_regex"]),
 ];
 
 pub(super) fn env_inner(file: &str, name: &str, text: &str) -> Result<EnvConfig, Vec<Diagnostic>> {
@@ -175,6 +175,37 @@ pub(super) fn env_inner(file: &str, name: &str, text: &str) -> Result<EnvConfig,
             }),
     };
 
+    let os_image_regex = match nodes.and_then(|t| t.get("os_image_regex")) {
+        None => match driver {
+            DriverSpec::Bottlerocket { .. } => {
+                regex::Regex::new(DEFAULT_BOTTLEROCKET_OS_IMAGE_REGEX).ok()
+            }
+            DriverSpec::Job { .. } => None,
+        },
+        Some(v) => cx
+            .want_str(
+                "os_image_regex",
+                v,
+                "a regular expression string such as '^Bottlerocket OS ', or \"\" for every node",
+            )
+            .filter(|s| !s.is_empty())
+            .and_then(|s| match regex::Regex::new(s) {
+                Ok(re) => Some(re),
+                Err(e) => {
+                    let detail = e.to_string().replace('\n', " ");
+                    cx.err(
+                        &v.span(),
+                        format!(
+                            "`os_image_regex` must be a valid regular expression matched against \
+                             a node's status.nodeInfo.osImage, such as '^Bottlerocket OS ', or \"\" \
+                             for every node; found '{s}': {detail}"
+                        ),
+                    );
+                    None
+                }
+            }),
+    };
+
     let health = super::health::parse_health(file, text, doc, &mut cx.diags);
 
     match (version, version_regex) {
@@ -194,7 +225,10 @@ pub(super) fn env_inner(file: &str, name: &str, text: &str) -> Result<EnvConfig,
             },
             promotion: PromotionSpec { soak },
             driver,
-            nodes: NodesSpec { version_regex },
+            nodes: NodesSpec {
+                version_regex,
+                os_image_regex,
+            },
             health,
         }),
         _ if cx.diags.is_empty() => Err(vec![Diagnostic::file(file, "invalid environment file")]),
@@ -333,10 +367,35 @@ impl<'a> Ctx<'a> {
                         "`command` applies only to kind = \"job\"; leave it empty ([]) or set kind = \"job\"",
                     );
                 }
+                if let (Some(v), Some(s)) = (get("image"), image.as_deref()) {
+                    if !pinned_by_digest(s) {
+                        self.err(
+                            &v.span(),
+                            format!(
+                                "`image` of kind = \"bottlerocket\" must be pinned by digest, such as \
+                                 \"registry.example.com/bottlerocket-updater@sha256:<64 hex digits>\": \
+                                 the bottlerocket-host-access admission policy admits only the \
+                                 updater image's digest (docs/drivers.md); found \"{s}\""
+                            ),
+                        );
+                    }
+                }
                 DriverSpec::Bottlerocket {
                     image: image.unwrap_or_else(|| DEFAULT_BOTTLEROCKET_IMAGE.to_owned()),
                 }
             }
         }
     }
+}
+
+/// `REPOSITORY@sha256:<64 lowercase hex digits>`: what the admission policy
+/// of `deploy/components/bottlerocket-host-access` compares.
+pub(super) fn pinned_by_digest(image: &str) -> bool {
+    image.rsplit_once("@sha256:").is_some_and(|(repo, hex)| {
+        !repo.is_empty()
+            && hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
 }

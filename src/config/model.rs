@@ -35,12 +35,20 @@ pub const DEFAULT_NODE_SELECTOR: &str = "";
 pub const DEFAULT_ON_DRAIN_TIMEOUT: OnDrainTimeout = OnDrainTimeout::Skip;
 /// Default `[promotion] soak` of an environment file.
 pub const DEFAULT_SOAK: Duration = Duration::from_secs(24 * 3600);
-/// Default `[driver] image` (both for `kind = "bottlerocket"` and as the
-/// documented value; `kind = "job"` requires its own image): the updater
-/// image built from `deploy/updater/Dockerfile`.
-pub const DEFAULT_BOTTLEROCKET_IMAGE: &str = "public.ecr.aws/drover/bottlerocket-updater:v0.1.0";
+/// Default `[driver] image` of `kind = "bottlerocket"` (`kind = "job"`
+/// requires its own image): the updater image built from
+/// `deploy/updater/Dockerfile`, pinned by digest. The admission policy of
+/// `deploy/components/bottlerocket-host-access` admits exactly this digest,
+/// read from its `updater.env`; `deploy/updater/pin` writes both when a
+/// release pushes the image, and a test keeps them equal.
+pub const DEFAULT_BOTTLEROCKET_IMAGE: &str = "ghcr.io/drover-dev/bottlerocket-updater@sha256:0000000000000000000000000000000000000000000000000000000000000000";
 /// Default `[nodes] version_regex`.
 pub const DEFAULT_VERSION_REGEX: &str = r"(\d+\.\d+\.\d+)";
+/// Default `[nodes] os_image_regex` of `kind = "bottlerocket"`: the start of
+/// Bottlerocket's `PRETTY_NAME`, which the kubelet reports as `osImage`
+/// ("Bottlerocket OS 1.26.0 (aws-k8s-1.31)"). `kind = "job"` selects every
+/// node by default.
+pub const DEFAULT_BOTTLEROCKET_OS_IMAGE_REGEX: &str = "^Bottlerocket OS ";
 
 /// The whole config repository at one commit.
 #[derive(Debug, Clone, PartialEq)]
@@ -209,15 +217,29 @@ pub struct NodesSpec {
     /// Applied to `status.nodeInfo.osImage`; the first capture group is the
     /// version. Default `(\d+\.\d+\.\d+)`.
     pub version_regex: regex::Regex,
+    /// Of the nodes `[rollout] node_selector` selects, only those whose
+    /// `status.nodeInfo.osImage` matches are drover's; None takes every one.
+    /// Default [`DEFAULT_BOTTLEROCKET_OS_IMAGE_REGEX`] for the Bottlerocket
+    /// driver (its Job could only fail elsewhere), None for `kind = "job"`.
+    pub os_image_regex: Option<regex::Regex>,
 }
 
 impl PartialEq for NodesSpec {
     fn eq(&self, other: &Self) -> bool {
         self.version_regex.as_str() == other.version_regex.as_str()
+            && self.os_image_regex.as_ref().map(regex::Regex::as_str)
+                == other.os_image_regex.as_ref().map(regex::Regex::as_str)
     }
 }
 
 impl NodesSpec {
+    /// Whether a node whose `osImage` is `os_image` is one of drover's.
+    pub fn selects(&self, os_image: &str) -> bool {
+        self.os_image_regex
+            .as_ref()
+            .is_none_or(|re| re.is_match(os_image))
+    }
+
     /// The version in an `osImage` string, if the regex finds a valid one.
     pub fn version_of(&self, os_image: &str) -> Option<semver::Version> {
         let caps = self.version_regex.captures(os_image)?;
@@ -264,11 +286,16 @@ impl Default for DriverSpec {
 }
 
 impl Default for NodesSpec {
+    /// The defaults of the default driver (Bottlerocket).
     fn default() -> Self {
         Self {
-            // A constant known to compile (unit-tested), not input.
+            // Constants known to compile (unit-tested), not input.
             version_regex: regex::Regex::new(DEFAULT_VERSION_REGEX)
                 .expect("the default version regex compiles"),
+            os_image_regex: Some(
+                regex::Regex::new(DEFAULT_BOTTLEROCKET_OS_IMAGE_REGEX)
+                    .expect("the default OS image regex compiles"),
+            ),
         }
     }
 }

@@ -198,3 +198,80 @@ fn suggestions_catch_typos_only() {
     );
     assert_eq!(nearest("zzz", ["max_unavailable", "drain_timeout"]), None);
 }
+
+#[test]
+fn the_bottlerocket_driver_selects_bottlerocket_nodes_unless_told_otherwise() {
+    let env = |extra: &str| {
+        parse_env(
+            "environments/x.toml",
+            "x",
+            &format!("version = \"1.2.3\"\n{extra}"),
+        )
+    };
+    let bottlerocket = "Bottlerocket OS 1.26.0 (aws-k8s-1.31)";
+    let ubuntu = "Ubuntu 22.04.4 LTS";
+
+    let default = env("").expect("valid");
+    assert!(default.nodes.selects(bottlerocket));
+    assert!(
+        !default.nodes.selects(ubuntu),
+        "another OS is not the Bottlerocket driver's"
+    );
+    assert_eq!(default.nodes, NodesSpec::default());
+
+    let every = env("[nodes]\nos_image_regex = \"\"\n").expect("valid");
+    assert!(every.nodes.selects(ubuntu) && every.nodes.selects(bottlerocket));
+    assert_ne!(
+        every.nodes, default.nodes,
+        "a change of the key is a change of the config"
+    );
+
+    let job =
+        env("[driver]\nkind = \"job\"\nimage = \"u:1\"\ncommand = [\"/u\"]\n").expect("valid");
+    assert!(
+        job.nodes.selects(ubuntu),
+        "kind = \"job\" selects every node by default"
+    );
+
+    let flatcar = env("[nodes]\nos_image_regex = '^Flatcar'\n[driver]\nkind = \"job\"\nimage = \"u:1\"\ncommand = [\"/u\"]\n")
+        .expect("valid");
+    assert!(flatcar
+        .nodes
+        .selects("Flatcar Container Linux by Kinvolk 3975.2.0"));
+    assert!(!flatcar.nodes.selects(bottlerocket));
+
+    let errs = env("[nodes]\nos_image_regex = '(Bottlerocket'\n").expect_err("bad regex");
+    let text = format!("{errs:?}");
+    assert!(
+        text.contains("`os_image_regex` must be a valid regular expression"),
+        "{text}"
+    );
+    assert!(errs.iter().any(|d| d.line == 3), "{text}");
+    let errs = env("[nodes]\nos_image_regex = 1\n").expect_err("not a string");
+    assert!(format!("{errs:?}").contains("os_image_regex"), "{errs:?}");
+}
+
+#[test]
+fn a_bottlerocket_image_must_be_pinned_by_digest() {
+    let env = |image: &str| {
+        parse_env(
+            "environments/x.toml",
+            "x",
+            &format!("version = \"1.2.3\"\n[driver]\nimage = \"{image}\"\n"),
+        )
+    };
+    let digest = "a".repeat(64);
+    assert!(env(&format!("mirror.example.com/updater@sha256:{digest}")).is_ok());
+    for bad in [
+        "ghcr.io/drover-dev/bottlerocket-updater:v0.1.0".to_string(),
+        format!("ghcr.io/x@sha256:{}", &digest[1..]),
+        format!("ghcr.io/x@sha256:{}", "A".repeat(64)),
+        format!("@sha256:{digest}"),
+    ] {
+        let errs = env(&bad).expect_err(&bad);
+        assert!(
+            format!("{errs:?}").contains("must be pinned by digest"),
+            "{bad}: {errs:?}"
+        );
+    }
+}

@@ -40,12 +40,26 @@ pub const STATE_MOUNT: &str = "/drover-state";
 /// to cancel an activated update when its Job is deleted.
 pub const GRACE_SECONDS: i64 = 30;
 
-/// The Bottlerocket driver's script (`bash -c`), `src/kubernetes/bottlerocket.sh`:
-/// follows the update API's state machine with the host's own `apiclient`,
-/// and is idempotent, so the pod that the Job starts again after the reboot
-/// (see the Job's `podFailurePolicy`) finishes the attempt instead of
-/// updating a second time.
-pub const BOTTLEROCKET_SCRIPT: &str = include_str!("bottlerocket.sh");
+/// The Bottlerocket driver's command: its script
+/// (`deploy/updater/bottlerocket-update.sh`), baked into the updater image at
+/// this path. It follows the update API's state machine with the host's own
+/// `apiclient` and is idempotent, so the pod that the Job starts again after
+/// the reboot finishes the attempt instead of updating a second time. The
+/// command is fixed, not text in the Job, so that the admission policy of
+/// `deploy/components/bottlerocket-host-access` can pin it with the image's
+/// digest: a Job from the agent's token runs this script or nothing.
+pub const BOTTLEROCKET_COMMAND: &str = "/usr/local/bin/drover-bottlerocket-update";
+
+/// Pod failures, other than the driver's own exit, that an upgrade Job
+/// survives. A pod the kubelet refuses to admit (`status.reason:
+/// NodeShutdown` while the node shuts down for the reboot) carries neither an
+/// exit code nor a condition, so no `podFailurePolicy` rule can match it and
+/// the Job controller counts it. Its replacements come 10 s, 20 s, 40 s, ...
+/// after the last failure (kube-controller-manager's pod failure backoff):
+/// six cover a shutdown of about 20 minutes, far beyond any
+/// `shutdown-grace-period`, and the kubelet's rejections of a pod it cannot
+/// admit right after it starts again.
+pub const BACKOFF_LIMIT: i32 = 6;
 
 /// The upgrade Job moving `node` to `p.target` for attempt `p.started_at`.
 pub fn upgrade_job(
@@ -72,7 +86,7 @@ pub fn upgrade_job(
             json!({
                 "name": CONTAINER,
                 "image": image,
-                "command": ["/bin/bash", "-c", BOTTLEROCKET_SCRIPT],
+                "command": [BOTTLEROCKET_COMMAND],
                 "env": env,
                 "volumeMounts": [
                     { "name": "api-socket", "mountPath": API_SOCKET },
@@ -103,15 +117,9 @@ pub fn upgrade_job(
         json!([{ "apiVersion": "v1", "kind": "Node", "name": name, "uid": uid }])
     });
     let mut spec = json!({
-        "backoffLimit": 0,
+        "backoffLimit": BACKOFF_LIMIT,
         "ttlSecondsAfterFinished": opts.job_ttl.as_secs(),
-        // A pod killed by the reboot (the kubelet's graceful shutdown marks
-        // it DisruptionTarget, the container gets SIGTERM/SIGKILL) is not a
-        // failure: the Job starts it again and the idempotent driver finishes.
-        "podFailurePolicy": { "rules": [
-            { "action": "Ignore", "onPodConditions": [{ "type": "DisruptionTarget", "status": "True" }] },
-            { "action": "Ignore", "onExitCodes": { "containerName": CONTAINER, "operator": "In", "values": [137, 143] } },
-        ]},
+        "podFailurePolicy": pod_failure_policy(),
         "template": {
             "metadata": { "labels": { MANAGED_BY_LABEL: MANAGED_BY_VALUE, NODE_LABEL: name } },
             "spec": {
@@ -145,6 +153,31 @@ pub fn upgrade_job(
         node: name,
         why: e.to_string(),
     })
+}
+
+/// How an upgrade Job judges a failed pod; the rules are tried in order and
+/// the first that matches decides (the Job controller's
+/// `matchPodFailurePolicy`).
+///
+/// 1. A pod the reboot killed is no failure: the kubelet's graceful node
+///    shutdown marks it `DisruptionTarget` (reason `TerminationByKubelet`),
+///    as do evictions and preemptions. The Job starts it again and the
+///    idempotent driver finishes.
+/// 2. So is a container ended by SIGTERM or SIGKILL (exit 143 or 137): a
+///    reboot without graceful shutdown, or the kubelet finding the
+///    container gone after it.
+/// 3. Any other exit of the driver fails the Job at once, with the exit code
+///    in its message: the driver said the update failed.
+/// 4. What matches no rule counts against [`BACKOFF_LIMIT`]: a pod the kubelet
+///    rejected before starting it (`NodeShutdown` during the reboot), which
+///    has no exit code and no condition to match.
+fn pod_failure_policy() -> Value {
+    let killed = json!([137, 143]);
+    json!({ "rules": [
+        { "action": "Ignore", "onPodConditions": [{ "type": "DisruptionTarget", "status": "True" }] },
+        { "action": "Ignore", "onExitCodes": { "containerName": CONTAINER, "operator": "In", "values": killed } },
+        { "action": "FailJob", "onExitCodes": { "containerName": CONTAINER, "operator": "NotIn", "values": killed } },
+    ]})
 }
 
 /// Start the driver for `node`'s attempt, unless its Job exists.

@@ -307,7 +307,18 @@ impl Observer {
 
     /// All selected nodes, each as its newest known copy.
     fn current_nodes(&self) -> Vec<Arc<ObservedNode>> {
-        let stored = self.nodes.state();
+        // `[nodes] os_image_regex` narrows the label selection (no selector
+        // can match osImage); a node drover is already upgrading stays until
+        // it is done or given back.
+        let stored: Vec<_> = self
+            .nodes
+            .state()
+            .into_iter()
+            .filter(|n| {
+                self.opts.nodes.selects(&n.os_image)
+                    || n.annotations().contains_key(crate::cluster::ANN_STATE)
+            })
+            .collect();
         let mut overlay = lock(&self.node_overlay);
         let names: HashSet<String> = stored.iter().map(|n| n.name_any()).collect();
         // A node that left the selection (or the cluster) is no longer ours to overlay.

@@ -1,8 +1,9 @@
-//! The upgrade Jobs' namespace with the Bottlerocket component: the agent's
-//! ServiceAccount can create the Job the driver builds, and nothing that
-//! would give it the host (a hostPath outside the driver's two, privileged
-//! mode, the host's PID namespace). Against the real API server, with the
-//! manifests of deploy/ applied as they ship.
+//! The upgrade Jobs' namespace with the Bottlerocket component, against the
+//! real API server with the manifests of deploy/ applied as they ship: the
+//! agent's ServiceAccount can create the Job the driver builds and nothing
+//! else. Every refusal docs/install.md lists ("Refused by the admission
+//! policy": the field of drover's Job and the value tried) is tried here, so
+//! the document's security claims are what the policy enforces.
 
 use std::time::{Duration, Instant};
 
@@ -11,18 +12,142 @@ use crate::support::backend::{kube_options, pool_options, start_sim};
 use crate::support::kube::{apply_deploy_file, ControlPlane, TestNamespace, WAIT};
 use chrono::Utc;
 use drover::cluster::{NodeProgress, ProgressState};
+use drover::config::{DriverSpec, DEFAULT_BOTTLEROCKET_IMAGE};
 use drover::kubernetes::driver::upgrade_job;
 use drover::kubernetes::node::ObservedNode;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::{json, Value};
 
 const SERVICE_ACCOUNT: &str = "system:serviceaccount:drover-system:drover";
+const COMPONENT: &str = "deploy/components/bottlerocket-host-access";
+/// Every refusal of the policy says this (or names the ConfigMap).
+const REFUSED: &str = "drover's upgrade Jobs";
 
-fn with(job: &Job, name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> Job {
+fn repo_file(path: &str) -> String {
+    std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path))
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// `updater.env` read as kustomize's configMapGenerator reads `envs`:
+/// KEY=VALUE lines, blank lines and `#` comments skipped.
+fn updater_env() -> Vec<(String, String)> {
+    repo_file(&format!("{COMPONENT}/updater.env"))
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let (k, v) = l.split_once('=').expect("KEY=VALUE");
+            (k.to_string(), v.to_string())
+        })
+        .collect()
+}
+
+/// The ConfigMap the component generates from `updater.env`.
+fn updater_config_map(image: &str) -> ConfigMap {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": { "name": "drover-updater", "namespace": "drover-upgrades" },
+        "data": { "image": image },
+    }))
+    .unwrap()
+}
+
+/// One row of docs/install.md's "Refused by the admission policy" table.
+struct Refusal {
+    what: String,
+    /// JSON pointer into the pod template's spec.
+    pointer: String,
+    value: Value,
+    /// What the refusal's message says after "drover's upgrade Jobs ".
+    says: String,
+}
+
+fn documented_refusals() -> Vec<Refusal> {
+    let docs = repo_file("docs/install.md");
+    let start = docs
+        .find("**Refused by the admission policy**")
+        .expect("docs/install.md lists the policy's refusals");
+    let rows: Vec<Refusal> = docs[start..]
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .map(|l| {
+            let cells: Vec<&str> = l.trim_matches('|').split('|').map(str::trim).collect();
+            assert_eq!(cells.len(), 4, "{l}");
+            let unquote = |c: &str| c.trim_matches('`').to_string();
+            let value = serde_json::from_str(&unquote(cells[2]))
+                .unwrap_or_else(|e| panic!("{l}: the value is not JSON: {e}"));
+            Refusal {
+                what: cells[0].to_string(),
+                pointer: unquote(cells[1]),
+                value,
+                says: format!("{REFUSED} {}", cells[3]),
+            }
+        })
+        .collect();
+    assert!(rows.len() >= 20, "only {} documented refusals", rows.len());
+    rows
+}
+
+/// Set `pointer` (RFC 6901, `-` appends to an array) in `doc` to `value`,
+/// creating missing objects on the way.
+fn set_pointer(doc: &mut Value, pointer: &str, value: Value) {
+    let mut parts: Vec<&str> = pointer.trim_start_matches('/').split('/').collect();
+    let last = parts.pop().expect("a non-empty pointer");
+    let mut at = doc;
+    for p in parts {
+        at = match at {
+            Value::Array(a) => &mut a[p.parse::<usize>().expect("an index")],
+            other => {
+                if other.get(p).is_none() {
+                    other[p] = json!({});
+                }
+                &mut other[p]
+            }
+        };
+    }
+    match at {
+        Value::Array(a) if last == "-" => a.push(value),
+        Value::Array(a) => a[last.parse::<usize>().expect("an index")] = value,
+        other => other[last] = value,
+    }
+}
+
+fn forged(job: &Job, name: &str, edit: impl FnOnce(&mut Value)) -> Job {
     let mut v = serde_json::to_value(job).unwrap();
     v["metadata"]["name"] = name.into();
     edit(&mut v["spec"]["template"]["spec"]);
     serde_json::from_value(v).unwrap()
+}
+
+/// The refusal's message, or None if the Job was admitted.
+async fn refusal(jobs: &Api<Job>, job: &Job) -> Option<String> {
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    match jobs.create(&dry, job).await {
+        Ok(_) => None,
+        Err(kube::Error::Api(s)) => Some(s.message),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Poll (the policy's state shows in no watch) until `job`'s admission is
+/// `refused`: the API server applies a new policy or parameter shortly after
+/// it is written.
+async fn until_admission(jobs: &Api<Job>, job: &Job, refused: bool, what: &str) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if refusal(jobs, job).await.is_some() == refused {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: never took effect");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[tokio::test]
@@ -37,16 +162,34 @@ async fn the_agent_can_create_the_driver_job_and_nothing_that_takes_the_host() {
     ] {
         apply_deploy_file(&admin, f, "default").await;
     }
-    // The component's namespace patch.
+    // The component's namespace patch and its generated ConfigMap.
     let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(admin.clone());
     ns.patch(
         "drover-upgrades",
         &PatchParams::default(),
-        &Patch::Merge(&serde_json::json!({ "metadata": { "labels": {
+        &Patch::Merge(&json!({ "metadata": { "labels": {
             "pod-security.kubernetes.io/enforce": "privileged" } } })),
     )
     .await
     .unwrap();
+    let env = updater_env();
+    assert_eq!(env.len(), 1, "{env:?}");
+    assert_eq!(env[0].0, "image");
+    let pinned = env[0].1.clone();
+    assert_eq!(
+        pinned, DEFAULT_BOTTLEROCKET_IMAGE,
+        "the policy's parameter and drover's default image name the same updater"
+    );
+    let config_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), "drover-upgrades");
+    let apply = PatchParams::apply("drover-install").force();
+    config_maps
+        .patch(
+            "drover-updater",
+            &apply,
+            &Patch::Apply(&updater_config_map(&pinned)),
+        )
+        .await
+        .unwrap();
 
     let pool = TestNamespace::create(&admin, "jobs-policy").await;
     let sim = start_sim(&admin, pool_options(pool.name(), 1)).await;
@@ -54,6 +197,9 @@ async fn the_agent_can_create_the_driver_job_and_nothing_that_takes_the_host() {
     let node: ObservedNode = Api::all(admin.clone()).get(&node_name).await.unwrap();
     let mut opts = kube_options(pool.name());
     opts.namespace = "drover-upgrades".into();
+    opts.driver = DriverSpec::Bottlerocket {
+        image: DEFAULT_BOTTLEROCKET_IMAGE.into(),
+    };
     let progress = NodeProgress {
         state: ProgressState::Upgrading,
         target: semver::Version::new(1, 13, 0),
@@ -65,64 +211,46 @@ async fn the_agent_can_create_the_driver_job_and_nothing_that_takes_the_host() {
     let driver_job = upgrade_job(&opts, &node, &progress).unwrap();
 
     let agent = client_as(Some(SERVICE_ACCOUNT)).await;
-    let jobs: Api<Job> = Api::namespaced(agent, "drover-upgrades");
-    let forged = [
-        with(&driver_job, "host-root", |p| {
-            p["volumes"][0]["hostPath"]["path"] = "/".into();
-        }),
-        with(&driver_job, "privileged", |p| {
-            p["containers"][0]["securityContext"]["privileged"] = true.into();
-        }),
-        with(&driver_job, "host-pid", |p| {
-            p["hostPID"] = true.into();
-        }),
-        with(&driver_job, "with-token", |p| {
-            p["automountServiceAccountToken"] = true.into();
-        }),
-    ];
-    // The policy takes effect shortly after it is created: wait until the
-    // first forged Job is refused, then every other must be refused too.
-    // Server-side dry runs: admission runs in full, nothing is stored.
-    let dry = PostParams {
-        dry_run: true,
-        ..Default::default()
-    };
-    let deadline = Instant::now() + WAIT;
-    loop {
-        match jobs.create(&dry, &forged[0]).await {
-            Err(kube::Error::Api(s)) if s.message.contains("drover's upgrade Jobs") => break,
-            Ok(_) => {}
-            Err(e) => panic!("unexpected refusal: {e}"),
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the admission policy never took effect"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    for job in &forged {
-        let name = job.metadata.name.clone().unwrap();
-        match jobs.create(&dry, job).await {
-            Err(kube::Error::Api(s)) => {
-                assert!(
-                    s.message.contains("drover's upgrade Jobs"),
-                    "{name}: {}",
-                    s.message
-                )
-            }
-            other => panic!("{name} was admitted: {other:?}"),
+    let jobs: Api<Job> = Api::namespaced(agent.clone(), "drover-upgrades");
+    let documented = documented_refusals();
+    let first = forged(&driver_job, "first", |p| {
+        set_pointer(p, &documented[0].pointer, documented[0].value.clone())
+    });
+    until_admission(&jobs, &first, true, "the admission policy").await;
+
+    let mut wrong = Vec::new();
+    for (i, r) in documented.iter().enumerate() {
+        let job = forged(&driver_job, &format!("forged-{i}"), |p| {
+            set_pointer(p, &r.pointer, r.value.clone())
+        });
+        match refusal(&jobs, &job).await {
+            Some(m) if m.contains(&r.says) => {}
+            other => wrong.push(format!(
+                "{} ({} = {}): expected a refusal saying {:?}, got {other:?}",
+                r.what, r.pointer, r.value, r.says
+            )),
         }
     }
-    // Control: the Job the driver builds is admitted, under the same policy.
+    assert!(wrong.is_empty(), "{wrong:#?}");
+
+    // Controls, under the same policy: the same image by its digest from a
+    // mirror, and drover's own Job, created for real.
+    let digest = pinned.rsplit_once('@').unwrap().1;
+    let mirrored = forged(&driver_job, "mirrored", |p| {
+        p["containers"][0]["image"] = format!("mirror.example.com/updater@{digest}").into();
+    });
+    assert_eq!(refusal(&jobs, &mirrored).await, None, "the mirrored image");
     jobs.create(&PostParams::default(), &driver_job)
         .await
         .unwrap_or_else(|e| panic!("the driver's own Job was refused: {e}"));
-    // And the agent cannot create Jobs anywhere else.
-    let elsewhere: Api<Job> = Api::namespaced(client_as(Some(SERVICE_ACCOUNT)).await, pool.name());
-    let err = elsewhere
-        .create(
-            &PostParams::default(),
-            &with(&driver_job, "elsewhere", |_| {}),
+
+    // The agent can change none of this, nor create anything elsewhere.
+    let as_agent: Api<ConfigMap> = Api::namespaced(agent.clone(), "drover-upgrades");
+    let err = as_agent
+        .patch(
+            "drover-updater",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "data": { "image": "evil.example.com/x:1" } })),
         )
         .await
         .unwrap_err();
@@ -130,5 +258,98 @@ async fn the_agent_can_create_the_driver_job_and_nothing_that_takes_the_host() {
         matches!(err, kube::Error::Api(ref s) if s.code == 403),
         "{err}"
     );
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": { "name": "direct" },
+        "spec": driver_job.spec.as_ref().unwrap().template.spec.clone(),
+    }))
+    .unwrap();
+    let err = Api::<Pod>::namespaced(agent.clone(), "drover-upgrades")
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 403),
+        "{err}"
+    );
+    let elsewhere: Api<Job> = Api::namespaced(agent, pool.name());
+    let err = elsewhere
+        .create(
+            &PostParams::default(),
+            &forged(&driver_job, "elsewhere", |_| {}),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 403),
+        "{err}"
+    );
+
+    // A parameter naming a tag pins nothing: every Job is refused, drover's
+    // own included, until a digest is back.
+    config_maps
+        .patch(
+            "drover-updater",
+            &apply,
+            &Patch::Apply(&updater_config_map(
+                "ghcr.io/drover-dev/bottlerocket-updater:v0.1.0",
+            )),
+        )
+        .await
+        .unwrap();
+    let again = forged(&driver_job, "again", |_| {});
+    until_admission(&jobs, &again, true, "the tag in the parameter").await;
+    let m = refusal(&jobs, &again).await.unwrap();
+    assert!(m.contains("must pin the updater image by digest"), "{m}");
+    config_maps
+        .patch(
+            "drover-updater",
+            &apply,
+            &Patch::Apply(&updater_config_map(&pinned)),
+        )
+        .await
+        .unwrap();
+    until_admission(&jobs, &again, false, "the digest back in the parameter").await;
     sim.shutdown().await;
+}
+
+#[test]
+fn the_pinned_updater_is_the_same_image_everywhere() {
+    // The policy's parameter, drover's default and example-repo's "default
+    // shown" name one image, by digest (deploy/updater/pin writes all three).
+    let env = updater_env();
+    assert_eq!(
+        env,
+        [("image".to_string(), DEFAULT_BOTTLEROCKET_IMAGE.to_string())]
+    );
+    let (_, hex) = DEFAULT_BOTTLEROCKET_IMAGE
+        .rsplit_once("@sha256:")
+        .expect("pinned by digest");
+    assert!(
+        hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    );
+    for env in ["test", "stage", "production"] {
+        let text = repo_file(&format!("example-repo/environments/{env}.toml"));
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("image = "))
+            .expect("example-repo shows the image");
+        assert!(
+            line.starts_with(&format!("image = \"{DEFAULT_BOTTLEROCKET_IMAGE}\"")),
+            "{env}: {line}"
+        );
+    }
+    let kustomization = repo_file(&format!("{COMPONENT}/kustomization.yaml"));
+    assert!(kustomization.contains("- updater.env"), "{kustomization}");
+    let policy = repo_file(&format!("{COMPONENT}/admission-policy.yaml"));
+    assert!(
+        policy.contains(&format!(
+            "['{}']",
+            drover::kubernetes::driver::BOTTLEROCKET_COMMAND
+        )),
+        "the policy requires the driver's command"
+    );
 }

@@ -1,8 +1,10 @@
-//! The Bottlerocket driver script, exactly as drover puts it in the upgrade
-//! Job, run against a simulated Bottlerocket API (support/bottlerocket_api.rs)
-//! through a stand-in `apiclient` (support/bottlerocket/apiclient), with the
-//! faults a real node shows. Each fault runs the previous script too
-//! (support/bottlerocket/old_driver.sh), to show the failure it had.
+//! The Bottlerocket driver script, exactly as the updater image holds it
+//! (deploy/updater/bottlerocket-update.sh, the upgrade Job's command), run
+//! against a simulated Bottlerocket API (support/bottlerocket_api.rs) through
+//! a stand-in `apiclient` (support/bottlerocket/apiclient), with the faults a
+//! real node shows. Each fault runs an earlier script too, to show the
+//! failure it had: the first one (support/bottlerocket/old_driver.sh), or the
+//! one before the last change (support/bottlerocket/previous_driver.sh).
 //!
 //! A run follows the pod's life: the script starts; when it asks for the
 //! reboot, the test stops it with SIGTERM (the node's graceful shutdown),
@@ -20,20 +22,33 @@ use crate::support::bottlerocket_api::{v, BottlerocketApi, Scenario};
 use chrono::{DateTime, Utc};
 use drover::cluster::{NodeProgress, ProgressState};
 use drover::config::{DriverSpec, NodesSpec, DEFAULT_BOTTLEROCKET_IMAGE};
-use drover::kubernetes::driver::{self, BOTTLEROCKET_SCRIPT};
+use drover::kubernetes::driver::{self, BOTTLEROCKET_COMMAND};
 use drover::kubernetes::node::ObservedNode;
 use drover::kubernetes::KubeOptions;
 use serde_json::Value;
 
 const OLD_SCRIPT: &str = include_str!("../support/bottlerocket/old_driver.sh");
+const PREVIOUS_SCRIPT: &str = include_str!("../support/bottlerocket/previous_driver.sh");
+
+/// The driver script as the updater image holds it.
+fn script_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/updater/bottlerocket-update.sh")
+}
+
+fn script_text() -> String {
+    fs::read_to_string(script_path()).expect("the driver script")
+}
 /// Bound for one run of a script (the slowest fault takes ~12 s).
 const RUN_LIMIT: Duration = Duration::from_secs(60);
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Script {
-    /// The script before this change (`/bin/sh -c`).
+    /// The first script (`/bin/sh -c`).
     Old,
-    /// `BOTTLEROCKET_SCRIPT` (`/bin/bash -c`, as in the Job).
+    /// The script before it refused to activate what updog did not say it
+    /// wrote (`/bin/bash -c`, as the Job ran it then).
+    Previous,
+    /// `deploy/updater/bottlerocket-update.sh`, executed as the Job's command.
     New,
 }
 
@@ -75,18 +90,23 @@ fn spawn_with_unit(
         stand_in_dir().display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let (shell, text) = match script {
-        Script::New => ("bash", BOTTLEROCKET_SCRIPT.to_string()),
+    let mut command = match script {
+        Script::New => Command::new(script_path()),
+        Script::Previous => {
+            let mut c = Command::new("bash");
+            c.arg("-c").arg(PREVIOUS_SCRIPT);
+            c
+        }
         // The old script names the container's mount point itself.
-        Script::Old => (
-            "sh",
-            OLD_SCRIPT.replace("/drover-state", &state.display().to_string()),
-        ),
+        Script::Old => {
+            let mut c = Command::new("sh");
+            c.arg("-c")
+                .arg(OLD_SCRIPT.replace("/drover-state", &state.display().to_string()));
+            c
+        }
     };
     let out = fs::File::create(dir.join(format!("run-{n}.log"))).unwrap();
-    Command::new(shell)
-        .arg("-c")
-        .arg(text)
+    command
         .env("PATH", path)
         .env("APICLIENT_SOCKET", api.socket())
         .env("DROVER_TARGET_VERSION", target)
@@ -165,7 +185,7 @@ fn run(script: Script, api: &BottlerocketApi, dir: &Path, target: &str, unit: &s
             let code = first.exit(Duration::from_secs(30));
             assert!(
                 code == 143 || script == Script::Old,
-                "the new script exits 143 on the shutdown's SIGTERM, got {code}"
+                "the script exits 143 on the shutdown's SIGTERM, got {code}"
             );
             api.reboot_now();
             let second = watch(spawn_with_unit(script, api, dir, target, 2, unit));
@@ -205,6 +225,19 @@ fn both_with_unit(
     (Outcome, BottlerocketApi, tempfile::TempDir),
     (Outcome, BottlerocketApi, tempfile::TempDir),
 ) {
+    pair(Script::Old, scenario, target, unit)
+}
+
+/// Run `earlier` and the new script, each against its own node from `scenario`.
+fn pair(
+    earlier: Script,
+    scenario: Scenario,
+    target: &str,
+    unit: &str,
+) -> (
+    (Outcome, BottlerocketApi, tempfile::TempDir),
+    (Outcome, BottlerocketApi, tempfile::TempDir),
+) {
     let go = |script| {
         let dir = tempfile::tempdir().unwrap();
         let api = BottlerocketApi::start(dir.path(), scenario.clone());
@@ -212,7 +245,7 @@ fn both_with_unit(
         (outcome, api, dir)
     };
     thread::scope(|s| {
-        let old = s.spawn(|| go(Script::Old));
+        let old = s.spawn(|| go(earlier));
         let new = s.spawn(|| go(Script::New));
         (old.join().unwrap(), new.join().unwrap())
     })
@@ -262,7 +295,9 @@ fn a_lock_applied_late_never_stages_the_newest_release_in_the_wave() {
     // 1.20.1 is in this node's wave, the target 1.20.3 not yet: until the
     // lock and ignore-waves are rendered, a refresh chooses 1.20.1.
     let mut scenario = Scenario::new("1.22.0", &["1.22.1", "1.22.3"]).out_of_wave("1.22.3");
-    scenario.settings_delay = Duration::from_secs(3);
+    // Rendered only once a second refresh was asked for: the old script
+    // refreshes once, then prepares.
+    scenario.render_after = Some(("POST /actions/refresh-updates", 2));
     let ((old, old_api, _d1), (new, new_api, _d2)) = both(scenario, "1.22.3");
 
     assert_eq!(old_api.staged(), vec![v("1.22.1")], "{}", old.output);
@@ -285,8 +320,8 @@ fn a_lock_applied_late_never_stages_the_newest_release_in_the_wave() {
 fn a_refresh_offering_only_a_newer_release_stages_nothing() {
     // The target is not in the repository (withdrawn, or a typo in the pin).
     let mut scenario = Scenario::new("1.22.0", &["1.22.5"]);
-    // Long enough for the old script's refresh and prepare to run before it.
-    scenario.settings_delay = Duration::from_secs(4);
+    // The old script's refresh and prepare both run before the rendering.
+    scenario.render_after = Some(("POST /actions/prepare-update", 1));
     let ((old, old_api, _d1), (new, new_api, _d2)) = both(scenario, "1.22.3");
 
     assert_eq!(
@@ -307,6 +342,100 @@ fn a_refresh_offering_only_a_newer_release_stages_nothing() {
     assert!(new_api.staged().is_empty(), "nothing written");
     assert!(new_api.boots().is_empty() && new_api.reboot_requests() == 0);
     assert_eq!(new_api.running(), v("1.22.0"));
+}
+
+// --- Failure 2b: before 1.20, the refresh read the lock before updog did ---
+
+/// The requests to prepare, and how long after the version lock's commit
+/// the last one was made.
+fn prepares_after_commit(api: &BottlerocketApi) -> (usize, Duration) {
+    let log = api.timed_requests();
+    let committed = log
+        .iter()
+        .find(|(_, r)| r.starts_with("POST /tx/commit_and_apply"))
+        .map(|(t, _)| *t)
+        .expect("the lock was committed");
+    let prepares: Vec<Instant> = log
+        .iter()
+        .filter(|(_, r)| r == "POST /actions/prepare-update -> 204")
+        .map(|(t, _)| *t)
+        .collect();
+    let last = prepares.last().copied().unwrap_or(committed);
+    (prepares.len(), last.duration_since(committed))
+}
+
+#[test]
+fn a_1_19_node_boots_exactly_its_pin_although_its_refresh_reads_the_lock_before_updog() {
+    // The node: 1.19.4 pinned to 1.19.5, 1.26.0 the newest release.
+    // Its refresh chooses from the API's settings, committed at once, while
+    // updog writes what /etc/updog.toml says, rendered only after the first
+    // prepare was answered (and then at once).
+    let mut scenario = Scenario::new("1.19.4", &["1.19.5", "1.26.0"]);
+    scenario.render_after = Some(("POST /actions/prepare-update", 1));
+    let ((prev, prev_api, _d1), (new, new_api, _d2)) =
+        pair(Script::Previous, scenario, "1.19.5", UNIT);
+
+    // Control: the stand-in reproduces the failure the script had.
+    assert_eq!(
+        prev_api.boots(),
+        vec![v("1.26.0")],
+        "the previous script booted the newest release: {}",
+        prev.output
+    );
+
+    assert_upgraded(&new, &new_api, "1.19.5", 1);
+    assert_eq!(
+        new_api.staged()[0],
+        v("1.26.0"),
+        "the first prepare came before the lock reached updog"
+    );
+    assert!(
+        new.output.contains(
+            "updog wrote 1.26.0 for a refresh that chose 1.19.5: the lock to 1.19.5 is not yet applied"
+        ),
+        "{}",
+        new.output
+    );
+    let (prepares, after) = prepares_after_commit(&new_api);
+    eprintln!(
+        "1.19, the lock rendered after the first prepare: {prepares} prepares, the good one {after:?} after the commit"
+    );
+    assert_eq!(prepares, 2, "{:#?}", new_api.requests());
+}
+
+#[test]
+fn a_1_19_node_whose_lock_never_reaches_updog_is_failed_without_a_reboot() {
+    let mut scenario = Scenario::new("1.19.4", &["1.19.5", "1.26.0"]);
+    scenario.settings_delay = Duration::from_secs(3600);
+    let dir = tempfile::tempdir().unwrap();
+    let api = BottlerocketApi::start(dir.path(), scenario);
+    let o = run(Script::New, &api, dir.path(), "1.19.5", UNIT);
+
+    assert_eq!(o.exit, 1, "{}", o.output);
+    assert!(!o.rebooted, "{}", o.output);
+    assert!(
+        o.output
+            .contains("updog never wrote 1.19.5 (last: 1.26.0); nothing was activated"),
+        "{}",
+        o.output
+    );
+    assert_eq!(
+        api.update_state(),
+        ("Staged".into(), false),
+        "never activated"
+    );
+    assert_eq!(api.reboot_requests(), 0);
+    api.reboot_now();
+    assert_eq!(api.running(), v("1.19.4"), "the node stays as it was");
+}
+
+#[test]
+fn a_1_19_node_whose_lock_is_rendered_at_once_prepares_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = BottlerocketApi::start(dir.path(), Scenario::new("1.19.4", &["1.19.5", "1.26.0"]));
+    let o = run(Script::New, &api, dir.path(), "1.19.5", UNIT);
+    assert_upgraded(&o, &api, "1.19.5", 0);
+    assert_eq!(prepares_after_commit(&api).0, 1, "{:#?}", api.requests());
 }
 
 // --- Failure 3: an activated update left behind ---
@@ -365,9 +494,11 @@ fn a_failed_reboot_leaves_the_update_cancelled() {
 
 #[test]
 fn a_held_update_lock_is_waited_for() {
-    // Another caller's refresh holds the lock for the first 1.5 s: 423s.
+    // Another caller's refresh holds the lock at first, until three calls
+    // were refused with 423.
     let mut scenario = Scenario::new("1.22.0", &["1.22.3"]);
-    scenario.locked_at_start = Duration::from_millis(1500);
+    scenario.locked_at_start = Duration::from_millis(1);
+    scenario.locked_for_refusals = 3;
     let ((old, old_api, _d1), (new, new_api, _d2)) = both(scenario, "1.22.3");
 
     assert_eq!(old.exit, 1, "{}", old.output);
@@ -413,7 +544,7 @@ fn a_job_deleted_while_the_update_is_activated_leaves_it_cancelled() {
                 api.reboot_now();
                 assert_eq!(api.running(), v("1.22.3"), "booted behind drover's back");
             }
-            Script::New => {
+            Script::New | Script::Previous => {
                 assert_eq!(code, 143, "{log}");
                 assert!(log.contains("update cancelled"), "{log}");
                 assert_eq!(api.update_state(), ("Staged".into(), false), "{log}");
@@ -565,8 +696,8 @@ fn the_job_has_the_mounts_and_selinux_options_docs_drivers_md_documents() {
     let job = bottlerocket_job();
     let pod = &job["spec"]["template"]["spec"];
     let c = &pod["containers"][0];
-    assert_eq!(c["command"][0], "/bin/bash");
-    assert_eq!(c["command"][2], BOTTLEROCKET_SCRIPT);
+    assert_eq!(c["command"], serde_json::json!([BOTTLEROCKET_COMMAND]));
+    assert!(c.get("args").is_none());
     assert_eq!(c["image"], DEFAULT_BOTTLEROCKET_IMAGE);
     assert_eq!(pod["terminationGracePeriodSeconds"], 30);
 
@@ -626,7 +757,7 @@ fn the_job_has_the_mounts_and_selinux_options_docs_drivers_md_documents() {
 }
 
 #[test]
-fn the_updater_image_holds_what_the_script_runs_and_nothing_else() {
+fn the_updater_image_holds_the_script_the_job_runs_and_what_it_runs_and_nothing_else() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dockerfile = fs::read_to_string(root.join("deploy/updater/Dockerfile")).unwrap();
     let froms: Vec<&str> = dockerfile
@@ -654,14 +785,35 @@ fn the_updater_image_holds_what_the_script_runs_and_nothing_else() {
         .collect();
     packages.sort();
     assert_eq!(packages, ["bash", "coreutils", "jq"], "{install}");
+    let repository = DEFAULT_BOTTLEROCKET_IMAGE.split('@').next().unwrap();
     assert!(
-        dockerfile.contains(DEFAULT_BOTTLEROCKET_IMAGE.split(':').next().unwrap()),
-        "the Dockerfile names the default image it builds"
+        dockerfile.contains(&format!("-t {repository}:")),
+        "the Dockerfile names the default image's repository it builds"
     );
-    assert!(!dockerfile.contains("apiclient\n") || dockerfile.contains("host's"));
+
+    // The script beside the Dockerfile is copied, executable, to the one
+    // path the Job runs (and the admission policy requires).
+    let copy: Vec<&str> = dockerfile
+        .lines()
+        .find(|l| l.starts_with("COPY") && l.contains("bottlerocket-update.sh"))
+        .expect("the script is copied into the image")
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        copy,
+        [
+            "COPY",
+            "--chmod=0555",
+            "bottlerocket-update.sh",
+            BOTTLEROCKET_COMMAND
+        ]
+    );
+    assert!(dockerfile.contains(&format!("ENTRYPOINT [\"{BOTTLEROCKET_COMMAND}\"]")));
 
     // Every program the script starts is in those packages or is the
     // host's apiclient; no text tool the image lacks.
+    let script = script_text();
+    assert!(script.starts_with("#!/bin/bash\n"), "run by its shebang");
     for word in [
         "jq ",
         "date ",
@@ -672,19 +824,16 @@ fn the_updater_image_holds_what_the_script_runs_and_nothing_else() {
         "cat ",
         "apiclient raw",
     ] {
-        assert!(BOTTLEROCKET_SCRIPT.contains(word), "{word}");
+        assert!(script.contains(word), "{word}");
     }
-    let words: Vec<&str> = BOTTLEROCKET_SCRIPT
+    let words: Vec<&str> = script
         .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
         .collect();
     for absent in ["sed", "awk", "grep", "curl", "python", "perl"] {
         assert!(!words.contains(&absent), "the script uses {absent}");
     }
     for absent in ["apiclient get", "apiclient set", "apiclient update"] {
-        assert!(
-            !BOTTLEROCKET_SCRIPT.contains(absent),
-            "the script uses {absent}"
-        );
+        assert!(!script.contains(absent), "the script uses {absent}");
     }
-    assert!(BOTTLEROCKET_SCRIPT.contains("set -euo pipefail"));
+    assert!(script.contains("set -euo pipefail"));
 }

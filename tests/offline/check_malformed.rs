@@ -126,6 +126,10 @@ fn cases() -> Vec<Case> {
             "has no capture group; wrap the version part in parentheses"),
         case("bad regex", vec![Replace(STAGE, r"version_regex = '(\d+\.\d+\.\d+)'", r"version_regex = '(\d+'")], STAGE, "version_regex",
             "`version_regex` must be a valid regular expression with a capture group"),
+        case("bad os_image_regex", vec![Replace(STAGE, "os_image_regex = '^Bottlerocket OS '", "os_image_regex = '^Bottlerocket (OS '")], STAGE, "os_image_regex",
+            "`os_image_regex` must be a valid regular expression matched against a node's status.nodeInfo.osImage"),
+        case("bottlerocket image by tag", vec![Replace(PROD, "@sha256:", ":v0.1.0\" # @sha256:")], PROD, "image =",
+            "`image` of kind = \"bottlerocket\" must be pinned by digest"),
         case("unknown driver kind", vec![Replace(TEST, "kind = \"bottlerocket\"", "kind = \"ansible\"")], TEST, "kind =",
             "`kind` must be \"bottlerocket\" or \"job\"; found \"ansible\""),
         case("job driver without image", vec![

@@ -47,6 +47,7 @@ pub fn kube_options(ns: &str) -> KubeOptions {
         node_selector: format!("{POOL_LABEL}={ns}"),
         nodes: NodesSpec {
             version_regex: regex::Regex::new(r"(\d+\.\d+\.\d+)").unwrap(),
+            ..NodesSpec::default()
         },
         driver: DriverSpec::Bottlerocket {
             image: "registry.example/drover-bottlerocket:1".into(),

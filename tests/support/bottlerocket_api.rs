@@ -13,9 +13,19 @@
 //! - the update state machine, its lock and its status file:
 //!   `sources/api/thar-be-updates/src/main.rs` (`drive_state_machine`,
 //!   `fork_and_return!`) and `src/status.rs` (`update_available_updates`);
-//! - which release updog offers and writes (waves, version lock):
+//! - which release updog offers and writes (waves, version lock), and what
+//!   it says about it on stderr ("Starting update to V", "No update
+//!   required"), which thar-be-updates keeps in the status' command result:
 //!   `sources/updater/updog/src/main.rs` (`applicable_updates`,
-//!   `update_required`).
+//!   `update_required`, `main_inner`) and thar-be-updates' `status.rs`
+//!   (`set_recent_command_info`);
+//! - before Bottlerocket 1.20.0, a refresh chose the update from the API's
+//!   committed settings (`GET /settings`) instead of a rendered file, while
+//!   updog read `/etc/updog.toml`: bottlerocket-os/bottlerocket commit
+//!   01c5e345 ("thar-be-updates: migrate to use configuration file", first
+//!   released in v1.20.0) changed `update_available_updates` to read
+//!   `/etc/thar-be-updates.toml`, rendered by the same thar-be-settings run
+//!   as updog's file.
 //!
 //! Time runs on the wall clock: an action holds the update lock for its
 //! configured duration and its result appears when it ends, as with the
@@ -40,6 +50,9 @@ const MAX_REQUEST: usize = 64 * 1024;
 /// The first release whose API server has `PATCH /settings/keypair`
 /// (mod.rs route added in Bottlerocket 1.21.0).
 const KEYPAIR_SINCE: Version = Version::new(1, 21, 0);
+/// The first release whose refresh reads the version lock from a rendered
+/// file rather than the API's committed settings (see the module doc).
+pub const CONFIG_FILE_SINCE: Version = Version::new(1, 20, 0);
 
 /// A release in the update repository.
 #[derive(Clone, Debug)]
@@ -57,8 +70,14 @@ pub struct Scenario {
     pub running: Version,
     /// The update repository.
     pub releases: Vec<Release>,
-    /// How long after `commit_and_apply` answered `/etc/updog.toml` shows the change.
+    /// How long after `commit_and_apply` answered `/etc/updog.toml` shows the change
+    /// (after the request of [`Scenario::render_after`], when that is set).
     pub settings_delay: Duration,
+    /// The rendering loses the race to these requests: it starts only once
+    /// the Nth request since the commit whose "METHOD URI" starts with this
+    /// has been answered. A test that needs an update tool to read the old
+    /// file uses this rather than a delay the machine's load could outrun.
+    pub render_after: Option<(&'static str, usize)>,
     /// How long a refresh holds the update lock.
     pub refresh_takes: Duration,
     /// How long a prepare (download and write) holds the update lock.
@@ -70,6 +89,10 @@ pub struct Scenario {
     /// Another caller holds the update lock for this long from the start
     /// (e.g. a refresh of its own): every update call meanwhile gets 423.
     pub locked_at_start: Duration,
+    /// ... and keeps it until this many requests were answered 423 (0: for
+    /// `locked_at_start` only), so that a test sees the refusals however
+    /// slowly the machine runs the script.
+    pub locked_for_refusals: usize,
     /// `systemctl reboot` fails (e.g. a shutdown inhibitor): 500.
     pub reboot_fails: bool,
     /// How long the API does not answer after a reboot.
@@ -89,11 +112,13 @@ impl Scenario {
                 })
                 .collect(),
             settings_delay: Duration::ZERO,
+            render_after: None,
             refresh_takes: Duration::from_millis(100),
             prepare_takes: Duration::from_millis(200),
             activate_takes: Duration::from_millis(100),
             stale_ready: None,
             locked_at_start: Duration::ZERO,
+            locked_for_refusals: 0,
             reboot_fails: false,
             reboot_downtime: Duration::from_millis(300),
         }
@@ -171,11 +196,16 @@ struct State {
     updog: UpdogConfig,
     render_at: Option<(Instant, UpdogConfig)>,
     settings_delay: Duration,
+    /// A rendering waiting for [`Scenario::render_after`]'s requests.
+    render_gate: Option<(&'static str, usize)>,
+    render_waits: Option<(usize, UpdogConfig)>,
     takes: [Duration; 3],
     /// `None` until the first update command since boot (the status file lives in /run).
     status: Option<UpdateStatus>,
     running: Option<Running>,
     locked_until: Option<Instant>,
+    /// 423 answers still due before `locked_until` is lifted.
+    refusals_left: usize,
     disk: Disk,
     reboot_fails: bool,
     reboot_downtime: Duration,
@@ -189,6 +219,8 @@ struct State {
     boots: Vec<Version>,
     /// Requests served, as "METHOD URI STATUS".
     log: Vec<String>,
+    /// When each request of `log` was served.
+    log_at: Vec<Instant>,
 }
 
 impl State {
@@ -200,7 +232,7 @@ impl State {
                 self.render_at = None;
             }
         }
-        if self.locked_until.is_some_and(|t| now >= t) {
+        if self.refusals_left == 0 && self.locked_until.is_some_and(|t| now >= t) {
             self.locked_until = None;
         }
         if self.running.as_ref().is_some_and(|r| now >= r.until) {
@@ -227,17 +259,32 @@ impl State {
         out
     }
 
-    /// The release a version lock selects: status.rs
+    /// The release updog's rendered config selects (what prepare writes).
+    fn selected(&self) -> Option<Version> {
+        self.selected_by(&self.updog.version_lock)
+    }
+
+    /// The release a refresh chooses: from the rendered config since 1.20.0,
+    /// from the API's committed settings before (see the module doc).
+    fn chosen_by_refresh(&self) -> Option<Version> {
+        if self.disk.active < CONFIG_FILE_SINCE {
+            self.selected_by(&self.datastore.version_lock)
+        } else {
+            self.selected()
+        }
+    }
+
+    /// The release a version lock selects among what updog offers: status.rs
     /// `update_available_updates` (refresh) and updog's `update_required`
     /// (prepare) agree on it: the newest newer one for "latest", else the
     /// locked version if offered and not running.
-    fn selected(&self) -> Option<Version> {
+    fn selected_by(&self, lock: &str) -> Option<Version> {
         let running = &self.disk.active;
         let offered = self.applicable();
-        if self.updog.version_lock == "latest" {
+        if lock == "latest" {
             return offered.into_iter().find(|u| u > running);
         }
-        let lock = Version::parse(self.updog.version_lock.trim_start_matches('v')).ok()?;
+        let lock = Version::parse(lock.trim_start_matches('v')).ok()?;
         if &lock == running {
             return None;
         }
@@ -307,12 +354,14 @@ impl State {
             recent: None,
         });
         let mut disk = self.disk.clone();
+        let mut stderr = String::new();
         let takes;
         match (cmd, status.state) {
             ("refresh", state) => {
-                // status.rs update_available_updates, from the config updog reads now.
+                // `updog whats --all` lists from the config updog reads now;
+                // status.rs update_available_updates chooses among them.
                 status.available = self.applicable();
-                status.chosen = self.selected();
+                status.chosen = self.chosen_by_refresh();
                 if state == "Idle" || state == "Available" {
                     status.state = if status.chosen.is_some() {
                         "Available"
@@ -329,10 +378,14 @@ impl State {
                 // updog update-image writes what *its* config selects ("No
                 // update required" writes nothing); thar-be-updates records
                 // chosen_update as staged either way (main.rs prepare).
+                // Its stderr is kept as the command's (set_recent_command_info).
                 if let Some(written) = self.selected() {
+                    stderr = format!("Starting update to {written}\n");
                     disk.staging = Some(written.clone());
                     disk.staging_next = false;
                     self.staged.push(written);
+                } else {
+                    stderr = "No update required\n".into();
                 }
                 status.staging = Some((chosen, false));
                 status.state = "Staged";
@@ -367,7 +420,7 @@ impl State {
             cmd_type: cmd,
             ok: true,
             timestamp: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
-            stderr: String::new(),
+            stderr,
         });
         if self.status.is_none() {
             self.status = Some(UpdateStatus {
@@ -403,6 +456,7 @@ impl State {
         self.running = None;
         self.locked_until = None;
         self.render_at = None;
+        self.render_waits = None;
         self.updog = self.datastore.clone();
         self.down_until = Some(now + self.reboot_downtime);
     }
@@ -488,7 +542,12 @@ impl State {
                 }
                 // controller.rs apply_changes: thar-be-settings --daemon renders
                 // the files after the API answered.
-                self.render_at = Some((now + self.settings_delay, self.datastore.clone()));
+                match self.render_gate {
+                    Some(_) => self.render_waits = Some((0, self.datastore.clone())),
+                    None => {
+                        self.render_at = Some((now + self.settings_delay, self.datastore.clone()))
+                    }
+                }
                 (
                     200,
                     json!([
@@ -530,6 +589,25 @@ impl State {
     }
 }
 
+impl State {
+    /// After `request` was answered: start a rendering that waited for it.
+    fn answered(&mut self, request: &str, now: Instant) {
+        let Some((prefix, nth)) = self.render_gate else {
+            return;
+        };
+        if let Some((seen, cfg)) = self.render_waits.as_mut() {
+            if request.starts_with(prefix) {
+                *seen += 1;
+                if *seen >= nth {
+                    let cfg = cfg.clone();
+                    self.render_waits = None;
+                    self.render_at = Some((now + self.settings_delay, cfg));
+                }
+            }
+        }
+    }
+}
+
 fn merge(into: &mut Value, from: Value) {
     match (into, from) {
         (Value::Object(a), Value::Object(b)) => {
@@ -567,6 +645,8 @@ impl BottlerocketApi {
             updog: lock,
             render_at: None,
             settings_delay: scenario.settings_delay,
+            render_gate: scenario.render_after,
+            render_waits: None,
             takes: [
                 scenario.refresh_takes,
                 scenario.prepare_takes,
@@ -576,6 +656,7 @@ impl BottlerocketApi {
             running: None,
             locked_until: (!scenario.locked_at_start.is_zero())
                 .then(|| now + scenario.locked_at_start),
+            refusals_left: scenario.locked_for_refusals,
             disk: Disk {
                 active: scenario.running,
                 staging: None,
@@ -589,6 +670,7 @@ impl BottlerocketApi {
             staged: vec![],
             boots: vec![],
             log: vec![],
+            log_at: vec![],
         };
         if let Some(stale) = scenario.stale_ready {
             // An earlier attempt prepared and activated `stale`, then stopped.
@@ -722,6 +804,16 @@ impl BottlerocketApi {
     pub fn requests(&self) -> Vec<String> {
         self.lock().log.clone()
     }
+
+    /// Requests served so far, each with when it was served.
+    pub fn timed_requests(&self) -> Vec<(Instant, String)> {
+        let s = self.lock();
+        s.log_at
+            .iter()
+            .copied()
+            .zip(s.log.iter().cloned())
+            .collect()
+    }
 }
 
 impl Drop for BottlerocketApi {
@@ -780,10 +872,16 @@ fn serve(conn: UnixStream, state: &(Mutex<State>, Condvar)) {
             // Rebooting: the API server is not up yet; the connection drops.
             s.log
                 .push(format!("{method} {uri} -> no answer (rebooting)"));
+            s.log_at.push(now);
             None
         } else {
             let (code, text) = s.handle(method, uri, &body);
+            s.answered(&format!("{method} {uri}"), now);
+            if code == 423 && s.refusals_left > 0 && s.running.is_none() {
+                s.refusals_left -= 1;
+            }
             s.log.push(format!("{method} {uri} -> {code}"));
+            s.log_at.push(now);
             Some((code, text))
         }
     };

@@ -38,7 +38,8 @@
 //! [`NODE_LABEL`]`=N` (`drover.dev/node`) and [`TARGET_VERSION_LABEL`]`=V`
 //! (`drover.dev/target-version`, a semver), and its pod template has
 //! `spec.nodeName=N`. The version is read from the label only. No Pods are
-//! created for it (there is no scheduler); the Job's status is the whole answer:
+//! created for it (there is no scheduler), unless the simulator plays the
+//! graceful node shutdown (below); the Job's status is the whole answer:
 //!
 //! 1. `status.startTime` and `status.active=1` are set; the node's Ready
 //!    condition goes False (reason [`NOT_READY_REASON`], message
@@ -65,6 +66,43 @@
 //! [`CRASH_INTERVAL`]), and `condition:TYPE` turns node condition TYPE
 //! (`MemoryPressure`, or any other type) True.
 //!
+//! # Graceful node shutdown ([`KubeletOptions::graceful_shutdown`])
+//!
+//! In this mode the simulator also plays the kubelet's graceful node
+//! shutdown and, for upgrade Jobs, the Job controller, so that a Job's
+//! `podFailurePolicy` and `backoffLimit` decide as they do in a cluster.
+//! Upstream behaviour (kubernetes v1.36.3):
+//!
+//! - **Job controller** (`pkg/controller/job`): creates the Job's pod from its
+//!   template; judges each failed pod by the first `podFailurePolicy` rule
+//!   that matches (`matchPodFailurePolicy`: `onExitCodes` against terminated
+//!   containers with a non-zero exit code, `onPodConditions` against the
+//!   pod's conditions): `Ignore` does not count it, `FailJob` fails the Job
+//!   (reason `PodFailurePolicy`), `Count` or no match counts it in
+//!   `status.failed`, and more than `backoffLimit` counted failures fail the
+//!   Job (`BackoffLimitExceeded`). A replacement pod is created
+//!   [`KubeletOptions::job_backoff`] × 2^(n-1) after the n-th failure, ignored
+//!   ones included (`backoff_utils.go`: 10 s doubling to 10 min upstream).
+//!   A succeeded pod completes the Job.
+//! - **kubelet** (`pkg/kubelet/nodeshutdown`, `kubelet.go` `rejectPod`): when
+//!   the driver asks for the reboot, the node shuts down for
+//!   `graceful_shutdown`: its Ready condition turns False ("node is shutting
+//!   down"), the running pod is killed (phase `Failed`, reason `Terminated`,
+//!   condition `DisruptionTarget` with reason `TerminationByKubelet`, the
+//!   container terminated with exit code 143), and every pod bound to the
+//!   node meanwhile is rejected at admission (phase `Failed`, reason
+//!   `NodeShutdown`, "Pod was rejected: Pod was rejected as the node is
+//!   shutting down.", no container status and no condition). Then the node is
+//!   down for [`KubeletOptions::reboot`]; a pod bound to it stays Pending
+//!   until it is back.
+//! - **the driver** (the pod): on a node below the Job's version it asks for
+//!   the reboot; on a node at the version it exits 0; on a node that already
+//!   rebooted for this Job and runs another version it exits 1, as drover's
+//!   Bottlerocket script does (so does [`Fault::JobFails`], without a reboot).
+//!
+//! Only the Job's own pod is played; other pods on the node are left as they
+//! are, as in the default mode.
+//!
 //! Several simulators may share one API server (one per test): each handles
 //! only pods and Jobs bound to its own nodes, and [`KubeletOptions::pdb_namespace`]
 //! keeps their disruption controllers apart.
@@ -81,9 +119,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use futures::StreamExt;
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{Job, PodFailurePolicy};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, PodStatus};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -111,6 +149,14 @@ pub const SLOW_TERMINATION_ANNOTATION: &str = "sim.drover.dev/slow-termination";
 pub const NOT_READY_REASON: &str = "KubeletNotReady";
 /// Ready condition message while a node reboots.
 pub const REBOOT_MESSAGE: &str = "rebooting for OS update";
+/// Ready condition message during a graceful node shutdown (the kubelet's own).
+pub const SHUTDOWN_MESSAGE: &str = "node is shutting down";
+/// `status.reason` of a pod the kubelet rejects while the node shuts down.
+pub const NODE_SHUTDOWN_REASON: &str = "NodeShutdown";
+/// `status.reason` of a pod the kubelet's graceful shutdown killed.
+pub const SHUTDOWN_KILLED_REASON: &str = "Terminated";
+/// Label the Job controller puts on its pods (and the simulator reads).
+pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
 /// Namespace of node heartbeat Leases.
 pub const LEASE_NAMESPACE: &str = "kube-node-lease";
 /// How long the disruption controller honours a `status.disruptedPods` entry.
@@ -153,6 +199,12 @@ pub struct KubeletOptions {
     pub pdb_namespace: Option<String>,
     /// Delete the nodes and their Leases on [`Kubelet::shutdown`].
     pub remove_nodes_on_shutdown: bool,
+    /// Play the kubelet's graceful node shutdown for this long before each
+    /// reboot, and the Job controller for upgrade Jobs (module docs); None:
+    /// Jobs complete without pods.
+    pub graceful_shutdown: Option<Duration>,
+    /// The Job controller's pod failure backoff, doubled per failure (10 s upstream).
+    pub job_backoff: Duration,
 }
 
 impl Default for KubeletOptions {
@@ -172,6 +224,8 @@ impl Default for KubeletOptions {
             pdb_controller: true,
             pdb_namespace: None,
             remove_nodes_on_shutdown: true,
+            graceful_shutdown: None,
+            job_backoff: Duration::from_secs(10),
         }
     }
 }
@@ -256,6 +310,12 @@ pub enum SimEvent {
         job: String,
         reason: String,
     },
+    /// The kubelet rejected a pod at admission (graceful shutdown mode).
+    PodRejected {
+        namespace: String,
+        pod: String,
+        reason: String,
+    },
     /// A terminating pod was deleted for good.
     PodTerminated { namespace: String, pod: String },
 }
@@ -279,6 +339,9 @@ struct Inner {
     // Restart counts of crash-looping pods, by uid.
     crash_restarts: Mutex<HashMap<String, i32>>,
     jobs_seen: Mutex<HashSet<String>>,
+    // "namespace/name" of the pods the Job controller part created: their
+    // status is the Job's task's to write, not handle_pod's.
+    job_pods: Mutex<HashSet<String>>,
     pod_rescan: Notify,
     job_rescan: Notify,
     pdb_dirty: Notify,
@@ -294,6 +357,8 @@ struct SimNode {
     write_lock: tokio::sync::Mutex<()>,
     // Serialises upgrades of one node, so a duplicate Job sees the finished one.
     upgrade_lock: tokio::sync::Mutex<()>,
+    // Woken whenever `state` changes (a pod waiting for the node to return).
+    changed: Notify,
 }
 
 #[derive(Clone)]
@@ -302,6 +367,8 @@ struct NodeState {
     ready: bool,
     // Rebooting or stuck: no lease renewals, no heartbeats.
     down: bool,
+    // In a graceful shutdown: NotReady, rejecting pods, still heartbeating.
+    shutting_down: bool,
     transition: String,
     boot_id: String,
     // Health faults in force since the last upgrade returned.
@@ -391,6 +458,7 @@ impl Kubelet {
             pods_terminating: Mutex::new(HashSet::new()),
             crash_restarts: Mutex::new(HashMap::new()),
             jobs_seen: Mutex::new(HashSet::new()),
+            job_pods: Mutex::new(HashSet::new()),
             pod_rescan: Notify::new(),
             job_rescan: Notify::new(),
             pdb_dirty: Notify::new(),
@@ -421,6 +489,7 @@ impl Kubelet {
                     version: self.inner.opts.version.clone(),
                     ready: true,
                     down: false,
+                    shutting_down: false,
                     transition: now_rfc3339(),
                     boot_id: random_uuid(),
                     crashloop: false,
@@ -428,6 +497,7 @@ impl Kubelet {
                 }),
                 write_lock: tokio::sync::Mutex::new(()),
                 upgrade_lock: tokio::sync::Mutex::new(()),
+                changed: Notify::new(),
             });
             self.inner.register(&node).await?;
             self.inner
@@ -631,7 +701,7 @@ impl Inner {
         } else {
             json!({
                 "type": "Ready", "status": "False", "reason": NOT_READY_REASON,
-                "message": REBOOT_MESSAGE,
+                "message": if st.shutting_down { SHUTDOWN_MESSAGE } else { REBOOT_MESSAGE },
                 "lastHeartbeatTime": now, "lastTransitionTime": st.transition,
             })
         };
@@ -724,6 +794,7 @@ impl Inner {
                 st.transition = now_rfc3339();
             }
         }
+        node.changed.notify_waiters();
         if let Err(e) = self.write_node_status(node).await {
             tracing::warn!(node = %node.name, error = %e, "node status not written");
         }
@@ -801,6 +872,10 @@ impl Inner {
             return;
         }
         let Some(uid) = pod.uid() else { return };
+        let key = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
+        if self.job_pods.lock().unwrap().contains(&key) {
+            return;
+        }
         if pod.metadata.deletion_timestamp.is_some() {
             if self.pods_terminating.lock().unwrap().insert(uid) {
                 self.spawn(Inner::finish_deletion(self.clone(), pod.clone()));
@@ -991,8 +1066,14 @@ impl Inner {
                 let message = format!(
                     "not a drover upgrade job: {TARGET_VERSION_LABEL}={t:?}, template nodeName={p:?}, {NODE_LABEL}={node_name:?}"
                 );
-                self.fail_job(&job, &job_start_time(&job), "InvalidUpgradeJob", &message)
-                    .await;
+                self.fail_job(
+                    &job,
+                    &job_start_time(&job),
+                    "InvalidUpgradeJob",
+                    &message,
+                    1,
+                )
+                .await;
                 return;
             }
         };
@@ -1000,6 +1081,10 @@ impl Inner {
         let _one_at_a_time = node.upgrade_lock.lock().await;
         // Computed once: startTime is immutable once set on an unsuspended Job.
         let start = job_start_time(&job);
+        if self.opts.graceful_shutdown.is_some() {
+            self.run_job_pods(&job, &node, &target, &start).await;
+            return;
+        }
         let current = node.state.lock().unwrap().version.clone();
         if current == target {
             self.complete_job(&job, &start, &node_name).await;
@@ -1007,53 +1092,75 @@ impl Inner {
         }
         if self.fault(&node_name) == Fault::JobFails {
             let message = format!("simulated failure updating {node_name} to {target}");
-            self.fail_job(&job, &start, "UpdateFailed", &message).await;
+            self.fail_job(&job, &start, "UpdateFailed", &message, 1)
+                .await;
             return;
         }
 
-        *self
-            .upgrades
-            .lock()
-            .unwrap()
-            .entry(node_name.clone())
-            .or_default() += 1;
         self.patch_job_status(
             &job,
             json!({ "status": { "startTime": start, "active": 1 } }),
         )
         .await;
-        self.set_node(&node, |st| {
+        self.start_reboot(&node, &target, false).await;
+        tokio::time::sleep(self.opts.reboot).await;
+        if self.finish_reboot(&node, &current, &target).await {
+            self.complete_job(&job, &start, &node_name).await;
+        }
+    }
+
+    /// The node goes down for an upgrade to `target` (NotReady, no
+    /// heartbeats; with `graceful`, first shutting down: NotReady but
+    /// heartbeating and rejecting pods).
+    async fn start_reboot(&self, node: &SimNode, target: &str, graceful: bool) {
+        *self
+            .upgrades
+            .lock()
+            .unwrap()
+            .entry(node.name.clone())
+            .or_default() += 1;
+        self.set_node(node, |st| {
             st.ready = false;
-            st.down = true;
+            st.down = !graceful;
+            st.shutting_down = graceful;
             st.crashloop = false;
             st.condition = None;
         })
         .await;
         self.emit(SimEvent::UpgradeStarted {
-            node: node_name.clone(),
-            target: target.clone(),
+            node: node.name.clone(),
+            target: target.to_string(),
         });
+    }
 
-        tokio::time::sleep(self.opts.reboot).await;
-
+    /// The end of a reboot from `current` towards `target`: the node comes
+    /// back as its fault says; false if it stays down ([`Fault::NeverReady`]).
+    async fn finish_reboot(
+        self: &Arc<Self>,
+        node: &Arc<SimNode>,
+        current: &str,
+        target: &str,
+    ) -> bool {
+        let node_name = node.name.clone();
         // Read now, not at the start, so a test can break a node mid-reboot.
         let fault = self.fault(&node_name);
         let version = match fault.clone() {
             Fault::NeverReady => {
                 self.emit(SimEvent::NodeStaysDown { node: node_name });
-                return;
+                return false;
             }
-            Fault::OldVersion => current,
+            Fault::OldVersion => current.to_string(),
             Fault::WrongVersion(v) => v,
             Fault::None | Fault::JobFails | Fault::CrashLoopAfterUpgrade | Fault::Condition(_) => {
-                target
+                target.to_string()
             }
         };
         let crashloop = fault == Fault::CrashLoopAfterUpgrade;
-        self.set_node(&node, |st| {
+        self.set_node(node, |st| {
             st.version = version.clone();
             st.ready = true;
             st.down = false;
+            st.shutting_down = false;
             st.boot_id = random_uuid();
             st.crashloop = crashloop;
             st.condition = match &fault {
@@ -1069,10 +1176,242 @@ impl Inner {
             tracing::warn!(node = %node_name, error = %e, "lease renewal after reboot failed");
         }
         self.emit(SimEvent::NodeReturned {
-            node: node_name.clone(),
+            node: node_name,
             version,
         });
-        self.complete_job(&job, &start, &node_name).await;
+        true
+    }
+
+    // ---- graceful shutdown mode: the Job controller and the kubelet ----
+
+    /// The Job controller's loop for one upgrade Job (module docs): a pod at
+    /// a time, each judged by the Job's `podFailurePolicy` when it fails.
+    async fn run_job_pods(
+        self: &Arc<Self>,
+        job: &Job,
+        node: &Arc<SimNode>,
+        target: &str,
+        start: &Value,
+    ) {
+        let spec = job.spec.clone().unwrap_or_default();
+        let backoff_limit = spec.backoff_limit.unwrap_or(6);
+        let (mut counted, mut failures) = (0i32, 0u32);
+        let mut rebooted = false;
+        self.patch_job_status(
+            job,
+            json!({ "status": { "startTime": start, "active": 1 } }),
+        )
+        .await;
+        loop {
+            if failures > 0 {
+                // backoff_utils.go: base × 2^(failures-1), at most 10 minutes.
+                let delay = self
+                    .opts
+                    .job_backoff
+                    .saturating_mul(1 << (failures - 1).min(6))
+                    .min(Duration::from_secs(600));
+                tokio::time::sleep(delay).await;
+            }
+            if !self.job_exists(job) {
+                return;
+            }
+            let Some(pod) = self.create_job_pod(job).await else {
+                return;
+            };
+            let status = self.kubelet_runs(&pod, node, target, &mut rebooted).await;
+            let Some(status) = status else { return };
+            if status.phase.as_deref() == Some("Succeeded") {
+                self.complete_job(job, start, &node.name).await;
+                return;
+            }
+            failures += 1;
+            match pod_failure_action(spec.pod_failure_policy.as_ref(), &status, &pod) {
+                FailureAction::Ignore => {}
+                FailureAction::FailJob(message) => {
+                    self.fail_job(job, start, "PodFailurePolicy", &message, counted + 1)
+                        .await;
+                    return;
+                }
+                FailureAction::Count => {
+                    counted += 1;
+                    if counted > backoff_limit {
+                        let message = "Job has reached the specified backoff limit";
+                        self.fail_job(job, start, "BackoffLimitExceeded", message, counted)
+                            .await;
+                        return;
+                    }
+                    self.patch_job_status(job, json!({ "status": { "failed": counted } }))
+                        .await;
+                }
+            }
+        }
+    }
+
+    /// Whether `job` (this very object) still exists and is not being deleted.
+    fn job_exists(&self, job: &Job) -> bool {
+        let key =
+            reflector::ObjectRef::new(&job.name_any()).within(&job.namespace().unwrap_or_default());
+        self.jobs
+            .get(&key)
+            .is_some_and(|j| j.uid() == job.uid() && j.metadata.deletion_timestamp.is_none())
+    }
+
+    /// The Job's next pod, from its template, as the Job controller makes it.
+    async fn create_job_pod(&self, job: &Job) -> Option<Pod> {
+        let ns = job.namespace().unwrap_or_default();
+        let name = format!("{}-{}", job.name_any(), random_hex(3));
+        let template = job.spec.as_ref()?.template.clone();
+        let mut labels = template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.labels.clone())
+            .unwrap_or_default();
+        labels.insert(JOB_NAME_LABEL.into(), job.name_any());
+        labels.insert(
+            "batch.kubernetes.io/controller-uid".into(),
+            job.uid().unwrap_or_default(),
+        );
+        let pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": name, "namespace": ns, "labels": labels,
+                "ownerReferences": [{
+                    "apiVersion": "batch/v1", "kind": "Job", "name": job.name_any(),
+                    "uid": job.uid().unwrap_or_default(), "controller": true, "blockOwnerDeletion": true,
+                }],
+            },
+            "spec": template.spec,
+        }))
+        .ok()?;
+        self.job_pods.lock().unwrap().insert(format!("{ns}/{name}"));
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        match api.create(&PostParams::default(), &pod).await {
+            Ok(created) => Some(created),
+            Err(e) => {
+                tracing::warn!(job = %job.name_any(), error = %e, "could not create the Job's pod");
+                None
+            }
+        }
+    }
+
+    /// The kubelet's part for one pod of an upgrade Job: its final status
+    /// (None if the node never comes back). The pod plays the driver.
+    async fn kubelet_runs(
+        self: &Arc<Self>,
+        pod: &Pod,
+        node: &Arc<SimNode>,
+        target: &str,
+        rebooted: &mut bool,
+    ) -> Option<PodStatus> {
+        // Admission: wait while the node is down (no kubelet runs).
+        let st = loop {
+            let changed = node.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let st = node.state.lock().unwrap().clone();
+            if !st.down {
+                break st;
+            }
+            changed.await;
+        };
+        let now = now_rfc3339();
+        if st.shutting_down {
+            // kubelet.go rejectPod with the shutdown manager's Admit result.
+            let status = json!({
+                "phase": "Failed", "reason": NODE_SHUTDOWN_REASON,
+                "message": "Pod was rejected: Pod was rejected as the node is shutting down.",
+                "startTime": now,
+            });
+            self.emit(SimEvent::PodRejected {
+                namespace: pod.namespace().unwrap_or_default(),
+                pod: pod.name_any(),
+                reason: NODE_SHUTDOWN_REASON.into(),
+            });
+            return self.write_pod_status(pod, status).await;
+        }
+        Inner::make_running(self.clone(), pod.clone()).await;
+        let container = |code: i32, reason: &str| {
+            json!([{
+                "name": pod.spec.as_ref().map(|s| s.containers[0].name.clone()).unwrap_or_default(),
+                "image": pod.spec.as_ref().and_then(|s| s.containers[0].image.clone()).unwrap_or_default(),
+                "imageID": "", "ready": false, "restartCount": 0, "started": false,
+                "containerID": format!("containerd://{}", random_hex(32)),
+                "state": { "terminated": { "exitCode": code, "reason": reason, "startedAt": now, "finishedAt": now_rfc3339() } },
+            }])
+        };
+        let not_ready = |reason: &str| {
+            json!([
+                { "type": "Ready", "status": "False", "reason": reason, "lastTransitionTime": now },
+                { "type": "ContainersReady", "status": "False", "reason": reason, "lastTransitionTime": now },
+                { "type": "Initialized", "status": "True", "lastTransitionTime": now },
+                { "type": "PodScheduled", "status": "True", "lastTransitionTime": now },
+            ])
+        };
+        if st.version == target {
+            let status = json!({
+                "phase": "Succeeded", "conditions": not_ready("PodCompleted"),
+                "containerStatuses": container(0, "Completed"),
+            });
+            return self.write_pod_status(pod, status).await;
+        }
+        if *rebooted || self.fault(&node.name) == Fault::JobFails {
+            let status = json!({
+                "phase": "Failed", "conditions": not_ready("PodFailed"),
+                "containerStatuses": container(1, "Error"),
+            });
+            return self.write_pod_status(pod, status).await;
+        }
+        // The driver asks for the reboot: the graceful shutdown kills this
+        // pod, then the node is down, then back (in the background, while the
+        // Job controller goes on).
+        *rebooted = true;
+        self.start_reboot(node, target, true).await;
+        let mut conditions = not_ready("PodFailed");
+        conditions.as_array_mut().expect("a list").push(json!({
+            "type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",
+            "message": "Pod was terminated in response to imminent node shutdown.",
+            "lastTransitionTime": now,
+        }));
+        let status = json!({
+            "phase": "Failed", "reason": SHUTDOWN_KILLED_REASON,
+            "message": "Pod was terminated in response to imminent node shutdown.",
+            "conditions": conditions, "containerStatuses": container(143, "Error"),
+        });
+        let written = self.write_pod_status(pod, status).await;
+        let (me, node, target) = (self.clone(), node.clone(), target.to_string());
+        let window = self.opts.graceful_shutdown.unwrap_or_default();
+        self.spawn(async move {
+            tokio::time::sleep(window).await;
+            let current = node.state.lock().unwrap().version.clone();
+            me.set_node(&node, |st| {
+                st.shutting_down = false;
+                st.down = true;
+            })
+            .await;
+            tokio::time::sleep(me.opts.reboot).await;
+            me.finish_reboot(&node, &current, &target).await;
+        });
+        written
+    }
+
+    /// Writes `status` as the pod's status; returns it as the API server stored it.
+    async fn write_pod_status(&self, pod: &Pod, status: Value) -> Option<PodStatus> {
+        let api: Api<Pod> =
+            Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+        match api
+            .patch_status(
+                &pod.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&json!({ "status": status })),
+            )
+            .await
+        {
+            Ok(p) => p.status,
+            Err(e) => {
+                tracing::warn!(pod = %pod.name_any(), error = %e, "pod status not written");
+                None
+            }
+        }
     }
 
     /// While `node` has its crash-loop fault, restarts every pod on it each
@@ -1185,7 +1524,7 @@ impl Inner {
         }
     }
 
-    async fn fail_job(&self, job: &Job, start: &Value, reason: &str, message: &str) {
+    async fn fail_job(&self, job: &Job, start: &Value, reason: &str, message: &str, failed: i32) {
         let now = now_rfc3339();
         let cond = |t: &str| {
             json!({
@@ -1195,7 +1534,7 @@ impl Inner {
         };
         let status = json!({ "status": {
             "startTime": start,
-            "active": 0, "failed": 1,
+            "active": 0, "failed": failed,
             "conditions": [cond("FailureTarget"), cond("Failed")],
         }});
         if self.patch_job_status(job, status).await {
@@ -1304,6 +1643,80 @@ impl Inner {
             }
         }
     }
+}
+
+/// What the Job controller does with a failed pod (`matchPodFailurePolicy`,
+/// pkg/controller/job/pod_failure_policy.go).
+#[derive(Debug, PartialEq)]
+enum FailureAction {
+    Ignore,
+    Count,
+    FailJob(String),
+}
+
+/// The first rule of `policy` that matches the failed pod decides; no
+/// policy, or no rule matching, counts the failure.
+fn pod_failure_action(
+    policy: Option<&PodFailurePolicy>,
+    status: &PodStatus,
+    pod: &Pod,
+) -> FailureAction {
+    let Some(policy) = policy else {
+        return FailureAction::Count;
+    };
+    let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
+    for (index, rule) in policy.rules.iter().enumerate() {
+        let matched = if let Some(req) = &rule.on_exit_codes {
+            // Terminated containers with a non-zero exit code only.
+            status
+                .container_statuses
+                .iter()
+                .flatten()
+                .chain(status.init_container_statuses.iter().flatten())
+                .filter(|c| req.container_name.as_ref().is_none_or(|n| *n == c.name))
+                .filter_map(|c| Some((c.name.clone(), c.state.as_ref()?.terminated.as_ref()?.exit_code)))
+                .find(|(_, code)| {
+                    *code != 0
+                        && match req.operator.as_str() {
+                            "In" => req.values.contains(code),
+                            "NotIn" => !req.values.contains(code),
+                            _ => false,
+                        }
+                })
+                .map(|(c, code)| {
+                    format!(
+                        "Container {c} for pod {ns}/{name} failed with exit code {code} matching {} rule at index {index}",
+                        rule.action
+                    )
+                })
+        } else if let Some(patterns) = &rule.on_pod_conditions {
+            status
+                .conditions
+                .iter()
+                .flatten()
+                .find(|c| {
+                    patterns.iter().any(|p| {
+                        p.type_ == c.type_ && p.status.as_deref().unwrap_or("True") == c.status
+                    })
+                })
+                .map(|c| {
+                    format!(
+                        "Pod {ns}/{name} has condition {} matching {} rule at index {index}",
+                        c.type_, rule.action
+                    )
+                })
+        } else {
+            None
+        };
+        if let Some(message) = matched {
+            return match rule.action.as_str() {
+                "Ignore" => FailureAction::Ignore,
+                "FailJob" => FailureAction::FailJob(message),
+                _ => FailureAction::Count,
+            };
+        }
+    }
+    FailureAction::Count
 }
 
 fn job_start_time(job: &Job) -> Value {
