@@ -787,10 +787,9 @@ pub fn failures(
             status_commit: t.commit.to_string(),
         };
         // Every report of one failed run has the same `since`: keep the first.
-        if !out
-            .iter()
-            .any(|o| (&o.env, &o.cluster, &o.version, &o.since) == (&f.env, &f.cluster, &f.version, &f.since))
-        {
+        if !out.iter().any(|o| {
+            (&o.env, &o.cluster, &o.version, &o.since) == (&f.env, &f.cluster, &f.version, &f.since)
+        }) {
             out.push(f);
         }
     })?;
@@ -801,7 +800,12 @@ pub fn failures(
 /// The change a report of `version` in `env` at `at` concerns: the newest
 /// change of that environment to that version made before it, else the
 /// oldest such change.
-fn concerned<'c>(changes: &'c mut [Change], env: &str, version: &str, at: &str) -> Option<&'c mut Change> {
+fn concerned<'c>(
+    changes: &'c mut [Change],
+    env: &str,
+    version: &str,
+    at: &str,
+) -> Option<&'c mut Change> {
     // Changes are newest first; RFC 3339 UTC strings of equal shape compare as times.
     let i = changes
         .iter()

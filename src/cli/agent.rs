@@ -442,7 +442,10 @@ fn log_filter(spec: &str) -> tracing_subscriber::EnvFilter {
     };
     let mut quiet = Vec::new();
     if !spec.contains("kube_client") {
-        quiet.extend(["kube_client::client::builder=off", "kube_client::client=error"]);
+        quiet.extend([
+            "kube_client::client::builder=off",
+            "kube_client::client=error",
+        ]);
     }
     if !spec.contains("notify") {
         quiet.push("notify=warn");
@@ -495,13 +498,25 @@ mod tests {
     fn the_shipped_rust_log_carries_no_inotify_noise() {
         for spec in ["info", "", "drover=debug,info"] {
             let lines = passes(spec, true);
-            assert!(!lines.iter().any(|l| l.contains("watch descriptor")), "{spec}: {lines:?}");
-            assert!(lines.iter().any(|l| l.contains("queue overflow")), "{spec}: {lines:?}");
-            assert!(lines.iter().any(|l| l.contains("reconciled")), "{spec}: {lines:?}");
+            assert!(
+                !lines.iter().any(|l| l.contains("watch descriptor")),
+                "{spec}: {lines:?}"
+            );
+            assert!(
+                lines.iter().any(|l| l.contains("queue overflow")),
+                "{spec}: {lines:?}"
+            );
+            assert!(
+                lines.iter().any(|l| l.contains("reconciled")),
+                "{spec}: {lines:?}"
+            );
         }
         // Asked for by name, it is there.
         let lines = passes("info,notify=info", true);
-        assert!(lines.iter().any(|l| l.contains("watch descriptor")), "{lines:?}");
+        assert!(
+            lines.iter().any(|l| l.contains("watch descriptor")),
+            "{lines:?}"
+        );
     }
 
     #[derive(Parser)]

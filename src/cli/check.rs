@@ -61,6 +61,9 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
     std::fs::read_dir(repo)
         .with_context(|| format!("cannot read the config repository {}", repo.display()))?;
 
+    if let Some(p) = super::no_repo_found(g) {
+        return super::reject(g, vec![p]);
+    }
     let now = args.now.unwrap_or_else(Utc::now);
     let (config, mut errors) = match config::load_at(&DirFiles::new(repo), now) {
         Ok(c) => (Some(c), Vec::new()),

@@ -62,7 +62,11 @@ pub fn man(g: &Global, cmd: clap::Command) -> anyhow::Result<Outcome> {
 }
 
 /// `buf` on stdout, or inside the document `doc` makes of it.
-fn emit<T: Serialize>(g: &Global, buf: Vec<u8>, doc: impl FnOnce(String) -> T) -> anyhow::Result<Outcome> {
+fn emit<T: Serialize>(
+    g: &Global,
+    buf: Vec<u8>,
+    doc: impl FnOnce(String) -> T,
+) -> anyhow::Result<Outcome> {
     if g.format.is_document() {
         print_ok(g.format, &doc(String::from_utf8_lossy(&buf).into_owned()))?;
     } else {

@@ -120,7 +120,9 @@ mod tests {
 
     #[test]
     fn other_errors_are_said_once_each() {
-        let err = anyhow::anyhow!("inner").context("outer: inner").context("top");
+        let err = anyhow::anyhow!("inner")
+            .context("outer: inner")
+            .context("top");
         assert_eq!(explain(&err), "top: outer: inner");
     }
 }

@@ -108,7 +108,13 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
 /// and revocations merged newest first; `wide` keeps commit ids whole.
 fn print_text(h: &History, verifying: bool, wide: bool) -> anyhow::Result<()> {
     use std::io::Write;
-    let short = |c: &str| if wide { c.to_owned() } else { c[..c.len().min(10)].to_owned() };
+    let short = |c: &str| {
+        if wide {
+            c.to_owned()
+        } else {
+            c[..c.len().min(10)].to_owned()
+        }
+    };
     let signer = |s: &Option<String>, verified: bool| match (s, verified) {
         (Some(s), true) => s.clone(),
         _ if verifying => "(not verified)".into(),
@@ -132,7 +138,11 @@ fn print_text(h: &History, verifying: bool, wide: bool) -> anyhow::Result<()> {
                 .iter()
                 .map(|k| format!("{} confirmed {}", k.cluster, k.since))
                 .collect();
-            reports.extend(ch.failures.iter().map(|f| format!("{} FAILED {}", f.cluster, f.since)));
+            reports.extend(
+                ch.failures
+                    .iter()
+                    .map(|f| format!("{} FAILED {}", f.cluster, f.since)),
+            );
             rows.push([
                 ch.date.clone(),
                 ch.env.clone(),
@@ -142,7 +152,11 @@ fn print_text(h: &History, verifying: bool, wide: bool) -> anyhow::Result<()> {
                 pr(ch.pr),
                 ch.author.clone(),
                 signer(&ch.signer, ch.verified),
-                if reports.is_empty() { "-".into() } else { reports.join(", ") },
+                if reports.is_empty() {
+                    "-".into()
+                } else {
+                    reports.join(", ")
+                },
             ]);
         } else {
             let Some(rv) = r.next() else { break };

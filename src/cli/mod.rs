@@ -43,7 +43,12 @@ pub struct Cli {
 pub struct Global {
     /// The config repository (a git work tree); default: the nearest
     /// directory holding drover.toml, from the current one upward.
-    #[arg(long = "repo", global = true, env = "DROVER_REPO_DIR", value_name = "DIR")]
+    #[arg(
+        long = "repo",
+        global = true,
+        env = "DROVER_REPO_DIR",
+        value_name = "DIR"
+    )]
     pub repo_arg: Option<PathBuf>,
     /// The config repository, resolved from `--repo` or found upward.
     #[arg(skip)]
@@ -161,7 +166,12 @@ fn usage_error(e: clap::Error, format: Format) -> ExitCode {
 fn resolve_repo(cli: &mut Cli) -> anyhow::Result<()> {
     let searches = !matches!(
         cli.command,
-        Command::Init(_) | Command::Agent(_) | Command::Demo(_) | Command::Completion(_) | Command::Man | Command::Version
+        Command::Init(_)
+            | Command::Agent(_)
+            | Command::Demo(_)
+            | Command::Completion(_)
+            | Command::Man
+            | Command::Version
     );
     cli.global.repo = match &cli.global.repo_arg {
         Some(dir) => dir.clone(),
@@ -314,6 +324,21 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
     }
 }
 
+/// With no `--repo` and no `drover.toml` found upward: the rejection that
+/// says so (rather than "missing file drover.toml" about the current directory).
+pub fn no_repo_found(g: &Global) -> Option<Problem> {
+    if g.repo_arg.is_some() || g.repo.join(crate::config::ROOT_FILE).exists() {
+        return None;
+    }
+    let here = std::env::current_dir().unwrap_or_else(|_| g.repo.clone());
+    Some(Problem::from(format!(
+        "no {} in {} or any directory above it: run drover inside a config \
+         repository, pass --repo DIR, or start one with `drover init --version V`",
+        crate::config::ROOT_FILE,
+        here.display()
+    )))
+}
+
 /// Load and validate the config repository at `--repo`. When it is invalid,
 /// its diagnostics are reported as a rejection ([`reject`]) and `None` comes
 /// back: the command exits 1.
@@ -326,6 +351,10 @@ pub fn load_repo_at(
     g: &Global,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Option<crate::config::RepoConfig> {
+    if let Some(p) = no_repo_found(g) {
+        let _ = reject(g, vec![p]);
+        return None;
+    }
     match crate::config::load_at(&crate::config::DirFiles::new(&g.repo), now) {
         Ok(cfg) => Some(cfg),
         Err(diags) => {

@@ -134,9 +134,9 @@ pub fn print_document<T: Serialize>(
     let doc = Envelope { ok, errors, body };
     match format {
         Format::Json => print_json(&doc),
-        Format::Yaml => write_stdout(|out| {
-            yaml_serde::to_writer(out, &doc).map_err(std::io::Error::other)
-        }),
+        Format::Yaml => {
+            write_stdout(|out| yaml_serde::to_writer(out, &doc).map_err(std::io::Error::other))
+        }
         Format::Text | Format::Wide => Ok(()),
     }
 }

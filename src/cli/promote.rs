@@ -57,14 +57,17 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         Some(promote::write_branch(&g.repo, &proposal, None)?)
     };
     match g.format {
-        f if f.is_document() => output::print_ok(f, &json!({
-            "env": proposal.env,
-            "from": proposal.from.to_string(),
-            "to": proposal.to.to_string(),
-            "branch": proposal.branch,
-            "commit": commit,
-            "evidence": proposal.allowed.to_string(),
-        }))?,
+        f if f.is_document() => output::print_ok(
+            f,
+            &json!({
+                "env": proposal.env,
+                "from": proposal.from.to_string(),
+                "to": proposal.to.to_string(),
+                "branch": proposal.branch,
+                "commit": commit,
+                "evidence": proposal.allowed.to_string(),
+            }),
+        )?,
         _ => {
             println!("{}", proposal.allowed);
             match &commit {

@@ -44,13 +44,16 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         branch,
     } = &revocation;
     match g.format.is_document() {
-        true => print_ok(g.format, &json!({
-            "version": entry.version.to_string(),
-            "reason": entry.reason,
-            "pinned": pinned,
-            "branch": branch,
-            "commit": commit,
-        }))?,
+        true => print_ok(
+            g.format,
+            &json!({
+                "version": entry.version.to_string(),
+                "reason": entry.reason,
+                "pinned": pinned,
+                "branch": branch,
+                "commit": commit,
+            }),
+        )?,
         false => {
             println!(
                 "revoking {}: {} (no environment may move to it once merged)",

@@ -39,6 +39,9 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
     let now = args.now.unwrap_or_else(Utc::now);
     std::fs::read_dir(&g.repo)
         .with_context(|| format!("cannot read the config repository {}", g.repo.display()))?;
+    if let Some(p) = super::no_repo_found(g) {
+        return super::reject(g, vec![p]);
+    }
     let cfg = match config::load_at(&DirFiles::new(&g.repo), now) {
         Ok(c) => c,
         Err(d) => return reject(g, &d),
@@ -60,7 +63,9 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         super::wait::fetch_status(&g.repo, &cfg.root.status_branch);
         let now = args.now.unwrap_or_else(Utc::now);
         let view = fleet::gather(&repo, &cfg, now, args.env.as_deref())?;
-        let same = last.as_ref().is_some_and(|l| fleet::Fleet { now, ..l.clone() } == view);
+        let same = last
+            .as_ref()
+            .is_some_and(|l| fleet::Fleet { now, ..l.clone() } == view);
         if !same {
             if last.is_some() && !g.format.is_document() {
                 println!();

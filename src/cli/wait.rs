@@ -156,7 +156,10 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
                     println!(
                         "{} confirmed {target} on every cluster waited for ({})",
                         env.name,
-                        rows.iter().map(|r| r.cluster.as_str()).collect::<Vec<_>>().join(", ")
+                        rows.iter()
+                            .map(|r| r.cluster.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     );
                 }
                 return Ok(Outcome::Ok);
@@ -261,7 +264,10 @@ pub fn fetch_status(repo: &Path, status_branch: &str) {
     }
     let ns = crate::status::cluster_namespace(status_branch);
     let per_cluster = format!("+refs/heads/{ns}*:refs/remotes/origin/{ns}*");
-    if let Err(e) = crate::promote::git(repo, &["fetch", "--quiet", "--no-tags", "origin", &per_cluster]) {
+    if let Err(e) = crate::promote::git(
+        repo,
+        &["fetch", "--quiet", "--no-tags", "origin", &per_cluster],
+    ) {
         eprintln!("drover: warning: fetching the status branches from origin: {e}");
     }
     // The single branch of the older layout, where one still exists.

@@ -103,19 +103,22 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         }
     };
     match g.format.is_document() {
-        true => print_ok(g.format, &Output {
-            env: args.env.clone(),
-            timezone: tz.name().to_owned(),
-            paused: env.rollout.paused,
-            windows: list
-                .iter()
-                .map(|w| WindowOut {
-                    start: utc(w.start),
-                    end: utc(w.end),
-                    patch_only: w.patch_only.clone(),
-                })
-                .collect(),
-        })
+        true => print_ok(
+            g.format,
+            &Output {
+                env: args.env.clone(),
+                timezone: tz.name().to_owned(),
+                paused: env.rollout.paused,
+                windows: list
+                    .iter()
+                    .map(|w| WindowOut {
+                        start: utc(w.start),
+                        end: utc(w.end),
+                        patch_only: w.patch_only.clone(),
+                    })
+                    .collect(),
+            },
+        )
         .context("writing JSON")?,
         false => {
             let specs: Vec<String> = env

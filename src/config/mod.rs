@@ -27,7 +27,7 @@ pub use load::{load, load_at, parse_env, parse_root};
 pub use model::*;
 pub use packed::PackedSizes;
 pub use pin::{read_pin, Pin};
-pub use values::{nearest, parse_version as parse_exact_version};
 pub use selector::{LabelSelector, Requirement, SelectorError};
 /// The rule for an exact version pin, shared with `drover revoke VERSION`.
 pub(crate) use values::parse_version;
+pub use values::{nearest, parse_version as parse_exact_version};

@@ -80,10 +80,7 @@ pub(super) fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 /// The candidate closest to `word`, if it is close enough to be a typo.
-pub fn nearest<'a>(
-    word: &str,
-    candidates: impl IntoIterator<Item = &'a str>,
-) -> Option<&'a str> {
+pub fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     let w = word.to_lowercase();
     let limit = (w.chars().count() / 3).max(2);
     // An abbreviation (`prod` for `production`) is as likely as a typo.
