@@ -1,4 +1,6 @@
-//! The audit trail: version changes from git history, with signers and confirmations (`drover log`).
+//! The audit trail: version changes from git history, with signers,
+//! confirmations and failures from the status branches, and the
+//! revocations of `[promotion] revoked` (`drover log`).
 //!
 //! Fast on long histories: it walks first parents only (merges of reviewed
 //! pull requests are the changes), taking each commit's tree and parent from
@@ -73,6 +75,55 @@ pub struct Change {
     pub pr: Option<u64>,
     /// Confirmations of this version by the environment's clusters.
     pub confirmations: Vec<Confirmation>,
+    /// `failed` reports of this version by the environment's clusters.
+    pub failures: Vec<Failure>,
+}
+
+/// A cluster's `failed` report of a version, from the status branch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Failure {
+    /// Environment.
+    pub env: String,
+    /// Cluster.
+    pub cluster: String,
+    /// The version it failed to reach.
+    pub version: String,
+    /// When the rollout failed (RFC 3339 UTC).
+    pub since: String,
+    /// Why, as the agent reported it.
+    pub message: String,
+    /// Status-branch commit that recorded the failure.
+    pub status_commit: String,
+}
+
+/// A version added to `[promotion] revoked` of drover.toml.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Revocation {
+    /// The revoked version.
+    pub version: String,
+    /// Why, as recorded.
+    pub reason: String,
+    /// The commit (on the first-parent history) that revoked it.
+    pub commit: String,
+    /// Committer date, RFC 3339 UTC.
+    pub date: String,
+    /// Author, `Name <email>`.
+    pub author: String,
+    /// Principal of the verified signer.
+    pub signer: Option<String>,
+    /// Whether the signature verified against the allowed signers.
+    pub verified: bool,
+    /// Pull request number from the message.
+    pub pr: Option<u64>,
+}
+
+/// What `drover log` lists: the version changes and the revocations, each newest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct History {
+    /// Version changes, newest first.
+    pub changes: Vec<Change>,
+    /// Revocations, newest first.
+    pub revocations: Vec<Revocation>,
 }
 
 /// What to list.
@@ -139,18 +190,6 @@ fn to_oid(id: &gix_hash::oid) -> Oid {
     Oid::from_bytes(id.as_bytes()).expect("a tree entry id is 20 bytes")
 }
 
-/// Id of the subtree `name` of tree `id`.
-fn subtree_id(odb: &git2::Odb<'_>, id: Oid, name: &str) -> Result<Option<Oid>, Error> {
-    let raw = raw_tree(odb, id)?;
-    for e in tree_entries(id, raw.data()) {
-        let e = e?;
-        if e.filename == name.as_bytes() {
-            return Ok(e.mode.is_tree().then(|| to_oid(e.oid)));
-        }
-    }
-    Ok(None)
-}
-
 /// `(file name, blob id)` of the `.toml` files in tree `dir`, or only of
 /// `<only>.toml`.
 fn toml_entries(
@@ -194,15 +233,34 @@ pub fn version_history(
     head: Oid,
     opts: &LogOptions<'_>,
 ) -> Result<Vec<Change>, Error> {
+    Ok(history(repo, head, opts)?.changes)
+}
+
+/// Version changes and revocations reachable from `head` along first
+/// parents, newest first, with the status branches' confirmations and
+/// failures beside the changes they concern.
+pub fn history(repo: &Repository, head: Oid, opts: &LogOptions<'_>) -> Result<History, Error> {
     let chain = first_parents(repo, head)?;
     // Objects are read on this thread only: libgit2 shares one reader per
     // pack file among all handles, behind mutexes, so a second reading thread
     // only waited on the first (BENCHMARKS.md, "drover log").
-    let mut out = changes_along(repo, &chain, opts)?;
+    let (mut changes, revocations) = changes_along(repo, &chain, opts)?;
     if let Some(store) = opts.status {
-        attach(&mut out, confirmations(repo, store, opts.report_signers)?);
+        for c in confirmations(repo, store, opts.report_signers)? {
+            if let Some(ch) = concerned(&mut changes, &c.env, &c.version, &c.since) {
+                ch.confirmations.push(c);
+            }
+        }
+        for f in failures(repo, store, opts.report_signers)? {
+            if let Some(ch) = concerned(&mut changes, &f.env, &f.version, &f.since) {
+                ch.failures.push(f);
+            }
+        }
     }
-    Ok(out)
+    Ok(History {
+        changes,
+        revocations,
+    })
 }
 
 /// The first-parent chain from `head` down to the root, newest first.
@@ -384,7 +442,7 @@ fn changes_along(
     repo: &Repository,
     chain: &[Link],
     opts: &LogOptions<'_>,
-) -> Result<Vec<Change>, Error> {
+) -> Result<(Vec<Change>, Vec<Revocation>), Error> {
     let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(IN_FLIGHT);
     let (back_tx, back) = std::sync::mpsc::channel::<Batch>();
     std::thread::scope(|s| {
@@ -401,34 +459,50 @@ fn changes_along(
         let changes = interpreter
             .join()
             .unwrap_or_else(|p| std::panic::resume_unwind(p));
-        read.map(|()| changes)
+        read.map(|revocations| (changes, revocations))
     })
 }
 
 /// Walk `chain` and send every blob and candidate change the interpreter
-/// needs, in order. Stops early, without error, if the interpreter is gone.
+/// needs, in order; return the revocations (drover.toml changes are rare,
+/// so they are read here). Stops early, without error, if the interpreter
+/// is gone.
 fn read_candidates(
     repo: &Repository,
     chain: &[Link],
     opts: &LogOptions<'_>,
     out: &mut Outbox,
-) -> Result<(), Error> {
+) -> Result<Vec<Revocation>, Error> {
     let mut sent: HashSet<Oid> = HashSet::new();
+    let mut revocations = Vec::new();
     let odb = repo.odb()?;
-    let env_dir = |link: Option<&Link>| match link {
-        Some(l) => subtree_id(&odb, l.tree, "environments"),
-        None => Ok(None),
+    // One scan of each root tree finds both environments/ and drover.toml.
+    let root = |link: Option<&Link>| match link {
+        Some(l) => root_ids(&odb, l.tree),
+        None => Ok((None, None)),
     };
     // Each commit's entries serve as the parent side of one comparison and the
     // child side of the next, so every environments/ tree is read once.
     let entries = |dir: Option<Oid>| toml_entries(&odb, dir, opts.env);
     let Some(first) = chain.first() else {
-        return Ok(());
+        return Ok(revocations);
     };
-    let mut dir = env_dir(Some(first))?;
+    let (mut dir, mut root_file) = root(Some(first))?;
     let mut now = entries(dir)?;
     for (i, link) in chain.iter().enumerate() {
-        let parent_dir = env_dir(chain.get(i + 1))?;
+        let (parent_dir, parent_root_file) = root(chain.get(i + 1))?;
+        if root_file != parent_root_file {
+            if let Some(id) = root_file {
+                let added = revoked_between(repo, parent_root_file, id);
+                if !added.is_empty() {
+                    let (commit, signer) = committed(repo, link.commit, opts.signers)?;
+                    for (version, reason) in added {
+                        revocations.push(revocation(&commit, signer.clone(), version, reason));
+                    }
+                }
+            }
+        }
+        root_file = parent_root_file;
         let before = if parent_dir == dir {
             now.clone()
         } else {
@@ -443,7 +517,7 @@ fn read_candidates(
                 }
                 for blob in [Some(*id), old].into_iter().flatten() {
                     if sent.insert(blob) && !out.blob(repo, blob) {
-                        return Ok(());
+                        return Ok(revocations);
                     }
                 }
                 let (commit, signer) = match &commit {
@@ -451,14 +525,85 @@ fn read_candidates(
                     None => commit.insert(committed(repo, link.commit, opts.signers)?),
                 };
                 if !out.candidate(env, *id, old, commit, signer.as_deref()) {
-                    return Ok(());
+                    return Ok(revocations);
                 }
             }
         }
         dir = parent_dir;
         now = before;
     }
-    Ok(())
+    Ok(revocations)
+}
+
+/// Ids of `environments/` and `drover.toml` in root tree `id`.
+fn root_ids(odb: &git2::Odb<'_>, id: Oid) -> Result<(Option<Oid>, Option<Oid>), Error> {
+    let raw = raw_tree(odb, id)?;
+    let (mut dir, mut file) = (None, None);
+    for e in tree_entries(id, raw.data()) {
+        let e = e?;
+        if e.filename == crate::config::ENV_DIR.as_bytes() && e.mode.is_tree() {
+            dir = Some(to_oid(e.oid));
+        } else if e.filename == crate::config::ROOT_FILE.as_bytes() && e.mode.is_blob() {
+            file = Some(to_oid(e.oid));
+        }
+    }
+    Ok((dir, file))
+}
+
+/// The `[promotion] revoked` entries (version, reason) of drover.toml
+/// blob `after` that blob `before` does not have. Read leniently, as a pin
+/// is: an unreadable file revokes nothing here.
+fn revoked_between(repo: &Repository, before: Option<Oid>, after: Oid) -> Vec<(String, String)> {
+    let list = |id: Option<Oid>| -> Vec<(String, String)> {
+        let Some(blob) = id.and_then(|id| crate::config::bounded_blob(repo, id).ok()) else {
+            return Vec::new();
+        };
+        let text = String::from_utf8_lossy(blob.content());
+        let Ok(doc) = text.parse::<toml::Table>() else {
+            return Vec::new();
+        };
+        let entries = doc
+            .get("promotion")
+            .and_then(|p| p.get("revoked"))
+            .and_then(toml::Value::as_array);
+        entries
+            .into_iter()
+            .flatten()
+            .filter_map(|e| {
+                let v = e.get("version")?.as_str()?.to_owned();
+                let r = e.get("reason").and_then(|r| r.as_str()).unwrap_or("");
+                Some((v, r.to_owned()))
+            })
+            .collect()
+    };
+    let old = list(before);
+    list(Some(after))
+        .into_iter()
+        .filter(|(v, _)| !old.iter().any(|(o, _)| o == v))
+        .collect()
+}
+
+fn revocation(
+    commit: &git2::Commit<'_>,
+    signer: Option<String>,
+    version: String,
+    reason: String,
+) -> Revocation {
+    let author = commit.author();
+    Revocation {
+        version,
+        reason,
+        commit: commit.id().to_string(),
+        date: rfc3339(commit.committer().when().seconds()),
+        author: format!(
+            "{} <{}>",
+            String::from_utf8_lossy(author.name_bytes()),
+            String::from_utf8_lossy(author.email_bytes())
+        ),
+        verified: signer.is_some(),
+        signer,
+        pr: pull_request(&String::from_utf8_lossy(commit.message_bytes())),
+    }
 }
 
 /// The reading side of the hand-over, sending [`BATCH`] reads at a time.
@@ -563,6 +708,7 @@ fn interpret(
                         verified: commit.verified,
                         pr: pull_request(&batch.text(commit.message)),
                         confirmations: Vec::new(),
+                        failures: Vec::new(),
                     });
                 }
             }
@@ -618,25 +764,58 @@ pub fn confirmations(
     Ok(out)
 }
 
-/// Put each confirmation beside the change it confirms: the newest change of
-/// that environment to that version made before the confirmation.
-fn attach(changes: &mut [Change], confirmations: Vec<Confirmation>) {
-    for c in confirmations {
-        let mut candidates = changes
-            .iter_mut()
-            .filter(|ch| ch.env == c.env && ch.version == c.version);
-        // Changes are newest first; RFC 3339 UTC strings of equal shape compare as times.
-        let pick = candidates.find(|ch| ch.date <= c.since);
-        if let Some(ch) = pick {
-            ch.confirmations.push(c);
-        } else if let Some(ch) = changes
-            .iter_mut()
-            .rev()
-            .find(|ch| ch.env == c.env && ch.version == c.version)
-        {
-            ch.confirmations.push(c);
+/// Every `failed` report in the status store, once per failed run (the
+/// reader's trusted reports only: signed by their own cluster's key).
+pub fn failures(
+    repo: &Repository,
+    status: &crate::status::Store,
+    report_signers: Option<&AllowedSigners>,
+) -> Result<Vec<Failure>, Error> {
+    let mut ignored = Vec::new();
+    let mut out: Vec<Failure> = Vec::new();
+    crate::status::walk_store_reports(repo, status, report_signers, &mut ignored, |t| {
+        let r = &t.report;
+        if r.state != crate::rollout::RolloutState::Failed {
+            return;
         }
-    }
+        let f = Failure {
+            env: r.env.clone(),
+            cluster: r.cluster.clone(),
+            version: r.version.to_string(),
+            since: r.since.to_rfc3339_opts(SecondsFormat::Secs, true),
+            message: r.message.clone(),
+            status_commit: t.commit.to_string(),
+        };
+        // Every report of one failed run has the same `since`: keep the first.
+        if !out.iter().any(|o| {
+            (&o.env, &o.cluster, &o.version, &o.since) == (&f.env, &f.cluster, &f.version, &f.since)
+        }) {
+            out.push(f);
+        }
+    })?;
+    out.sort_by(|a, b| (&a.since, &a.cluster).cmp(&(&b.since, &b.cluster)));
+    Ok(out)
+}
+
+/// The change a report of `version` in `env` at `at` concerns: the newest
+/// change of that environment to that version made before it, else the
+/// oldest such change.
+fn concerned<'c>(
+    changes: &'c mut [Change],
+    env: &str,
+    version: &str,
+    at: &str,
+) -> Option<&'c mut Change> {
+    // Changes are newest first; RFC 3339 UTC strings of equal shape compare as times.
+    let i = changes
+        .iter()
+        .position(|ch| ch.env == env && ch.version == version && ch.date.as_str() <= at)
+        .or_else(|| {
+            changes
+                .iter()
+                .rposition(|ch| ch.env == env && ch.version == version)
+        })?;
+    changes.get_mut(i)
 }
 
 #[cfg(test)]

@@ -189,6 +189,8 @@ pub struct ChangeReport {
     pub decisions: Vec<(String, Decision)>,
     /// Status reports that were ignored, one line each (path, commit, why).
     pub warnings: Vec<String>,
+    /// The same reports as values, for a document.
+    pub ignored: Vec<crate::status::Ignored>,
 }
 
 /// A diagnostic at the `version` value of `environments/<env>.toml` in `tree`.
@@ -284,6 +286,7 @@ pub fn check_base(repo_path: &Path, base: &str, now: DateTime<Utc>) -> Result<Ch
         }
     }
     out.warnings = ev.ignored().iter().map(ToString::to_string).collect();
+    out.ignored = ev.ignored().to_vec();
     Ok(out)
 }
 

@@ -351,7 +351,7 @@ fn fix_mmap_threshold() {
 pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
     let args = args.merged()?;
     init_logging(args.log_format.as_deref().unwrap_or("json"))?;
-    let global_repo = (g.repo != Path::new(".")).then_some(g.repo.as_path());
+    let global_repo = g.repo_arg.as_deref();
     let cfg = args.to_config(global_repo)?;
     let clock = args.clock()?;
     fix_mmap_threshold();
@@ -407,32 +407,8 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
 }
 
 /// JSON (or text) logs filtered by `RUST_LOG` (default `info`).
-///
-/// kube's client logs every failed request (`kube_client::client`), which
-/// during an API server outage is a line per retry; drover logs each kind
-/// of failure itself, once a minute with a count. Those two targets are
-/// therefore off unless `RUST_LOG` names `kube_client`.
 fn init_logging(format: &str) -> anyhow::Result<()> {
-    use tracing_subscriber::EnvFilter;
-    // notify logs "unable to remove watch descriptor" at info for every
-    // file a config change replaces (the watch went with the file): noise.
-    let spec = std::env::var("RUST_LOG").unwrap_or_default();
-    let mut filter = EnvFilter::try_new(if spec.trim().is_empty() {
-        "info,notify::inotify=warn"
-    } else {
-        spec.as_str()
-    })
-    .unwrap_or_else(|_| EnvFilter::new("info,notify::inotify=warn"));
-    if !spec.contains("kube_client") {
-        for quiet in [
-            "kube_client::client::builder=off",
-            "kube_client::client=error",
-        ] {
-            if let Ok(d) = quiet.parse() {
-                filter = filter.add_directive(d);
-            }
-        }
-    }
+    let filter = log_filter(&std::env::var("RUST_LOG").unwrap_or_default());
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     let result = match format {
         // Every line inside a reconcile carries the whole span list, so the
@@ -449,10 +425,99 @@ fn init_logging(format: &str) -> anyhow::Result<()> {
     result.map_err(|e| anyhow::anyhow!("initialising logging: {e}"))
 }
 
+/// The log filter for `RUST_LOG` = `spec` (`info` when empty or invalid).
+///
+/// Two libraries are quieter than `spec` says unless it names them: kube's
+/// client logs every failed request (`kube_client::client`), which during
+/// an API server outage is a line per retry, while drover logs each kind of
+/// failure itself, once a minute with a count; and notify's inotify backend
+/// logs "unable to remove watch descriptor" at info for every file a config
+/// change replaces (the watch went with the file), at the shipped
+/// `RUST_LOG=info` too.
+fn log_filter(spec: &str) -> tracing_subscriber::EnvFilter {
+    use tracing_subscriber::EnvFilter;
+    let mut filter = match spec.trim() {
+        "" => EnvFilter::new("info"),
+        s => EnvFilter::try_new(s).unwrap_or_else(|_| EnvFilter::new("info")),
+    };
+    let mut quiet = Vec::new();
+    if !spec.contains("kube_client") {
+        quiet.extend([
+            "kube_client::client::builder=off",
+            "kube_client::client=error",
+        ]);
+    }
+    if !spec.contains("notify") {
+        quiet.push("notify=warn");
+    }
+    for q in quiet {
+        if let Ok(d) = q.parse() {
+            filter = filter.add_directive(d);
+        }
+    }
+    filter
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::Parser;
+
+    /// What `filter` lets through of one event per (target, level).
+    fn passes(spec: &str, target_info: bool) -> Vec<String> {
+        use std::sync::{Arc, Mutex};
+        use tracing_subscriber::layer::SubscriberExt as _;
+        #[derive(Clone, Default)]
+        struct Buf(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let writer = buf.clone();
+        let subscriber = tracing_subscriber::registry()
+            .with(log_filter(spec))
+            .with(tracing_subscriber::fmt::layer().with_writer(move || writer.clone()));
+        tracing::subscriber::with_default(subscriber, || {
+            if target_info {
+                tracing::info!(target: "notify::inotify", "unable to remove watch descriptor");
+                tracing::warn!(target: "notify::inotify", "inotify queue overflow");
+            }
+            tracing::info!(target: "drover::agent", "reconciled");
+        });
+        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        text.lines().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn the_shipped_rust_log_carries_no_inotify_noise() {
+        for spec in ["info", "", "drover=debug,info"] {
+            let lines = passes(spec, true);
+            assert!(
+                !lines.iter().any(|l| l.contains("watch descriptor")),
+                "{spec}: {lines:?}"
+            );
+            assert!(
+                lines.iter().any(|l| l.contains("queue overflow")),
+                "{spec}: {lines:?}"
+            );
+            assert!(
+                lines.iter().any(|l| l.contains("reconciled")),
+                "{spec}: {lines:?}"
+            );
+        }
+        // Asked for by name, it is there.
+        let lines = passes("info,notify=info", true);
+        assert!(
+            lines.iter().any(|l| l.contains("watch descriptor")),
+            "{lines:?}"
+        );
+    }
 
     #[derive(Parser)]
     struct Cli {

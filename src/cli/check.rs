@@ -1,9 +1,8 @@
 //! `drover check`: validate the config repository's working tree and, with
 //! `--base`, judge version changes against the promotion gate (docs/design.md §4).
 
-use super::{parse_time, print_json, Format, Global, Outcome};
+use super::{output, parse_time, Global, Outcome, Problem};
 use crate::config::{self, DirFiles, RepoConfig};
-use crate::diag::Diagnostic;
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -21,14 +20,37 @@ pub struct Args {
     pub now: Option<DateTime<Utc>>,
 }
 
-/// The JSON document of docs/design.md §7, plus the status reports the
-/// gate ignored (each with its path, commit and why).
+/// The fields `drover check` adds to the document (docs/cli.schema.json):
+/// the status reports the gate ignored, each with its path, commit and why.
 #[derive(Debug, Serialize)]
 struct Report<'a> {
-    ok: bool,
-    errors: &'a [Diagnostic],
-    #[serde(skip_serializing_if = "<[String]>::is_empty")]
-    ignored_reports: &'a [String],
+    #[serde(skip_serializing_if = "<[IgnoredReport]>::is_empty")]
+    ignored_reports: &'a [IgnoredReport],
+}
+
+/// A status report the gate did not count, and why.
+#[derive(Debug, Serialize)]
+struct IgnoredReport {
+    env: String,
+    cluster: String,
+    /// The report's file on the status branch.
+    path: String,
+    /// The status commit that wrote it.
+    commit: String,
+    /// Why it does not count.
+    reason: String,
+}
+
+impl From<&crate::status::Ignored> for IgnoredReport {
+    fn from(i: &crate::status::Ignored) -> Self {
+        IgnoredReport {
+            env: i.env.clone(),
+            cluster: i.cluster.clone(),
+            path: crate::status::report_path(&i.env, &i.cluster),
+            commit: i.commit.clone(),
+            reason: i.why.clone(),
+        }
+    }
 }
 
 /// Run `drover check`.
@@ -39,6 +61,9 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
     std::fs::read_dir(repo)
         .with_context(|| format!("cannot read the config repository {}", repo.display()))?;
 
+    if let Some(p) = super::no_repo_found(g) {
+        return super::reject(g, vec![p]);
+    }
     let now = args.now.unwrap_or_else(Utc::now);
     let (config, mut errors) = match config::load_at(&DirFiles::new(repo), now) {
         Ok(c) => (Some(c), Vec::new()),
@@ -48,31 +73,38 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
     // The gate judges versions of a config that is known to be valid; on
     // an invalid tree its verdicts would be noise on top of the real errors.
     let mut ignored = Vec::new();
+    let mut ignored_reports = Vec::new();
     if let (Some(base), Some(_)) = (&args.base, &config) {
         let gate = crate::admit::check_base(repo, base, now)
             .with_context(|| format!("cannot judge the changes since {base}"))?;
         errors.extend(gate.diagnostics);
         ignored = gate.warnings;
+        ignored_reports = gate.ignored.iter().map(IgnoredReport::from).collect();
     }
 
     let ok = errors.is_empty();
     if !ok {
         super::mark_rejected();
     }
-    if g.format == Format::Text {
+    if !g.format.is_document() {
         // Named whether or not the check passes: an ignored report is a
         // forgery, a misconfigured agent, or a key that needs listing.
         for i in &ignored {
             eprintln!("note: ignored status report {i}");
         }
     }
-    match g.format {
-        Format::Json => print_json(&Report {
+    if g.format.is_document() {
+        let problems: Vec<Problem> = errors.iter().cloned().map(Problem::from).collect();
+        output::print_document(
+            g.format,
             ok,
-            errors: &errors,
-            ignored_reports: &ignored,
-        })?,
-        Format::Text => match (&config, ok) {
+            &problems,
+            &Report {
+                ignored_reports: &ignored_reports,
+            },
+        )?;
+    } else {
+        match (&config, ok) {
             (Some(c), true) => println!("{}", summary(c)),
             _ => {
                 for e in &errors {
@@ -81,7 +113,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
                 let n = errors.len();
                 eprintln!("drover check: {n} error{}", if n == 1 { "" } else { "s" });
             }
-        },
+        }
     }
     Ok(if ok { Outcome::Ok } else { Outcome::Rejected })
 }

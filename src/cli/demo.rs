@@ -1,6 +1,6 @@
 //! `drover demo`: the controlled-upgrade story end to end on simulated clusters.
 
-use super::{print_json, Format, Global, Outcome};
+use super::{Global, Outcome, Problem};
 use crate::demo::{self, Options};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -72,9 +72,15 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
             picture,
         )?;
     }
-    match g.format {
-        Format::Json => print_json(&report)?,
-        Format::Text => print!("{}", text(&report)),
+    if g.format.is_document() {
+        let errors: Vec<Problem> = report
+            .violations
+            .iter()
+            .map(|v| Problem::from(format!("invariant broken: {v}")))
+            .collect();
+        super::output::print_document(g.format, errors.is_empty(), &errors, &report)?;
+    } else {
+        print!("{}", text(&report));
     }
     Ok(if report.violations.is_empty() {
         Outcome::Ok
@@ -98,8 +104,8 @@ pub fn text(report: &demo::Report) -> String {
             out,
             "{:<17}  {:<20}  {:<10}  {}",
             l.at.format("%Y-%m-%d %H:%M"),
-            if l.local.is_empty() { "-" } else { &l.local },
-            l.env,
+            l.local.as_deref().unwrap_or("-"),
+            l.env.as_deref().unwrap_or("-"),
             l.event
         );
     }
@@ -113,7 +119,7 @@ pub fn text(report: &demo::Report) -> String {
         let confirmed: Vec<String> = c
             .confirmed
             .iter()
-            .map(|(v, t)| format!("{v} {}", t.format("%m-%d %H:%M")))
+            .map(|k| format!("{} {}", k.version, k.at.format("%m-%d %H:%M")))
             .collect();
         let _ = writeln!(
             out,
@@ -122,7 +128,7 @@ pub fn text(report: &demo::Report) -> String {
             c.cluster,
             c.nodes,
             versions.join(", "),
-            c.state,
+            c.state.as_deref().unwrap_or("-"),
             if confirmed.is_empty() {
                 "-".to_owned()
             } else {

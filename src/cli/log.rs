@@ -1,10 +1,10 @@
-//! `drover log`: version history from git, newest first (docs/design.md §7).
+//! `drover log`: version history from git, newest first (docs/design.md §7),
+//! with the status branches' confirmations and failures and the revocations.
 
-use super::{print_json, Format, Global, Outcome};
-use crate::audit::{self, LogOptions};
+use super::{print_ok, Format, Global, Outcome};
+use crate::audit::{self, History, LogOptions};
 use crate::config::Files as _;
 use crate::trust::{AllowedSigners, OpenPgpKeys, Signers};
-use anyhow::Context;
 use std::path::PathBuf;
 
 /// Arguments of `drover log`.
@@ -35,13 +35,8 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
     // inserts and a large free at exit.
     git2::opts::enable_caching(false);
     no_fastbins();
-    let repo = git2::Repository::open(&g.repo)
-        .with_context(|| format!("cannot open the repository at {}", g.repo.display()))?;
-    let head = repo
-        .head()?
-        .peel_to_commit()
-        .context("HEAD is not a commit")?
-        .id();
+    let repo = super::open_git(g)?;
+    let head = super::head_commit(g, &repo)?;
     // An unknown environment is a rejection, as in `windows` and `plan`; the
     // environments are those with a file at HEAD.
     if let Some(env) = &args.env {
@@ -95,55 +90,119 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         status: store.as_ref(),
         report_signers: report_signers.as_ref(),
     };
-    let changes = audit::version_history(&repo, head, &opts)?;
-    match g.format {
-        Format::Json => print_json(&changes)?,
-        Format::Text => {
-            use std::io::Write;
-            let mut out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
-            writeln!(
-                out,
-                "{:<20}  {:<12} {:<10} {:<10} {:<10} {:>6}  {:<28} {:<24} CONFIRMED BY",
-                "DATE", "ENV", "VERSION", "PREVIOUS", "COMMIT", "PR", "AUTHOR", "SIGNER"
-            )?;
-            for c in &changes {
-                let signer = match (&c.signer, c.verified) {
-                    (Some(s), true) => s.clone(),
-                    _ if signers.is_some() => "(not verified)".into(),
-                    _ => "-".into(),
-                };
-                let confirmed: Vec<String> = c
-                    .confirmations
-                    .iter()
-                    .map(|k| format!("{} {}", k.cluster, k.since))
-                    .collect();
-                writeln!(
-                    out,
-                    "{:<20}  {:<12} {:<10} {:<10} {:<10} {:>6}  {:<28} {:<24} {}",
-                    c.date,
-                    c.env,
-                    c.version,
-                    c.previous.as_deref().unwrap_or("-"),
-                    &c.commit[..10],
-                    c.pr.map(|n| format!("#{n}")).unwrap_or_else(|| "-".into()),
-                    c.author,
-                    signer,
-                    if confirmed.is_empty() {
-                        "-".into()
-                    } else {
-                        confirmed.join(", ")
-                    }
-                )?;
-            }
-            out.flush()?;
-        }
+    let history = audit::history(&repo, head, &opts)?;
+    if g.format.is_document() {
+        print_ok(g.format, &history)?;
+    } else {
+        print_text(&history, signers.is_some(), g.format == Format::Wide)?;
     }
     // The process exits next: freeing the changes and libgit2's delta-base
     // cache one allocation at a time took 8% of a 100,000-commit log, and the
     // kernel takes the pages back at once anyway.
-    std::mem::forget(changes);
+    std::mem::forget(history);
     std::mem::forget(repo);
     Ok(Outcome::Ok)
+}
+
+/// The history as a table whose columns fit their widest value, changes
+/// and revocations merged newest first; `wide` keeps commit ids whole.
+fn print_text(h: &History, verifying: bool, wide: bool) -> anyhow::Result<()> {
+    use std::io::Write;
+    let short = |c: &str| {
+        if wide {
+            c.to_owned()
+        } else {
+            c[..c.len().min(10)].to_owned()
+        }
+    };
+    let signer = |s: &Option<String>, verified: bool| match (s, verified) {
+        (Some(s), true) => s.clone(),
+        _ if verifying => "(not verified)".into(),
+        _ => "-".into(),
+    };
+    let pr = |n: Option<u64>| n.map_or_else(|| "-".into(), |n| format!("#{n}"));
+    let mut rows: Vec<[String; 9]> = Vec::with_capacity(h.changes.len() + h.revocations.len());
+    let (mut c, mut r) = (h.changes.iter().peekable(), h.revocations.iter().peekable());
+    loop {
+        // Both lists are newest first; take the newer head.
+        let take_change = match (c.peek(), r.peek()) {
+            (Some(ch), Some(rv)) => ch.date >= rv.date,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => break,
+        };
+        if take_change {
+            let Some(ch) = c.next() else { break };
+            let mut reports: Vec<String> = ch
+                .confirmations
+                .iter()
+                .map(|k| format!("{} confirmed {}", k.cluster, k.since))
+                .collect();
+            reports.extend(
+                ch.failures
+                    .iter()
+                    .map(|f| format!("{} FAILED {}", f.cluster, f.since)),
+            );
+            rows.push([
+                ch.date.clone(),
+                ch.env.clone(),
+                ch.version.clone(),
+                ch.previous.clone().unwrap_or_else(|| "-".into()),
+                short(&ch.commit),
+                pr(ch.pr),
+                ch.author.clone(),
+                signer(&ch.signer, ch.verified),
+                if reports.is_empty() {
+                    "-".into()
+                } else {
+                    reports.join(", ")
+                },
+            ]);
+        } else {
+            let Some(rv) = r.next() else { break };
+            rows.push([
+                rv.date.clone(),
+                "(all)".into(),
+                rv.version.clone(),
+                "-".into(),
+                short(&rv.commit),
+                pr(rv.pr),
+                rv.author.clone(),
+                signer(&rv.signer, rv.verified),
+                format!("REVOKED: {}", rv.reason),
+            ]);
+        }
+    }
+    let header = [
+        "DATE", "ENV", "VERSION", "PREVIOUS", "COMMIT", "PR", "AUTHOR", "SIGNER", "REPORTS",
+    ];
+    let mut width = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in width.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: [&str; 9]| {
+        let mut s = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                s.push_str(cell);
+            } else {
+                let pad = width[i] - cell.chars().count();
+                s.push_str(cell);
+                s.push_str(&" ".repeat(pad + 2));
+            }
+        }
+        s.push('\n');
+        s
+    };
+    let mut out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
+    out.write_all(line(header).as_bytes())?;
+    for row in &rows {
+        out.write_all(line(row.each_ref().map(String::as_str)).as_bytes())?;
+    }
+    out.flush()?;
+    Ok(())
 }
 
 /// Turn off glibc's fastbins for this short-lived process.

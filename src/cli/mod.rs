@@ -1,26 +1,36 @@
-//! The command line (docs/design.md §7). Each command lives in its own file with its
-//! arguments and its `run`; this file owns the shared flags, output format
-//! and exit codes: 0 success, 1 input rejected, 2 could not run.
+//! The command line (docs/design.md §7, docs/cli.md). Each command lives in
+//! its own file with its arguments and its `run`; this file owns the shared
+//! flags (`--repo`, found upward like git; `-o`), the exit codes (0 success,
+//! 1 input rejected, 2 could not run) and the translation of what failed
+//! into what the user did and what to do ([`explain`]); [`output`] owns the
+//! one document every command prints in JSON and YAML.
 
-use clap::{Parser, Subcommand, ValueEnum};
-use serde::Serialize;
-use std::path::PathBuf;
+use clap::{CommandFactory, Parser, Subcommand};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 pub mod agent;
 pub mod check;
+pub mod completion;
 pub mod demo;
+pub mod explain;
+pub mod init;
 pub mod log;
+pub mod output;
 pub mod plan;
 pub mod promote;
 pub mod revoke;
 pub mod status;
 pub mod verify;
+pub mod version;
+pub mod wait;
 pub mod windows;
+
+pub use output::{print_json, print_ok, Format, Problem};
 
 /// drover: a controlled upgrade path for Kubernetes node OS versions.
 #[derive(Debug, Parser)]
-#[command(name = "drover", version, about, long_about = None)]
+#[command(name = "drover", version = version::SHORT.as_str(), long_version = version::LONG.as_str(), about, long_about = None)]
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,
@@ -31,21 +41,28 @@ pub struct Cli {
 /// Flags every command takes.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Global {
-    /// The config repository (a git work tree).
-    #[arg(long, global = true, default_value = ".", env = "DROVER_REPO_DIR")]
+    /// The config repository (a git work tree); default: the nearest
+    /// directory holding drover.toml, from the current one upward.
+    #[arg(
+        long = "repo",
+        global = true,
+        env = "DROVER_REPO_DIR",
+        value_name = "DIR"
+    )]
+    pub repo_arg: Option<PathBuf>,
+    /// The config repository, resolved from `--repo` or found upward.
+    #[arg(skip)]
     pub repo: PathBuf,
-    /// Output format.
-    #[arg(long, global = true, value_enum, default_value_t = Format::Text)]
+    /// Output format: text, wide (text, unabridged), json or yaml.
+    #[arg(
+        long,
+        short = 'o',
+        visible_alias = "output",
+        global = true,
+        value_enum,
+        default_value_t = Format::Text
+    )]
     pub format: Format,
-}
-
-/// Output format of a command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// Human-readable text.
-    Text,
-    /// One JSON document on stdout.
-    Json,
 }
 
 /// The commands.
@@ -55,7 +72,7 @@ pub enum Command {
     Check(check::Args),
     /// List the next maintenance windows of an environment.
     Windows(windows::Args),
-    /// Version history from git, newest first.
+    /// Version history from git, newest first, with confirmations, failures and revocations.
     Log(log::Args),
     /// Check commit signatures against an allowed-signers file.
     Verify(verify::Args),
@@ -67,10 +84,20 @@ pub enum Command {
     Plan(plan::Args),
     /// The fleet at a glance: every environment and cluster, next windows, the gate's answers.
     Status(status::Args),
+    /// Wait until an environment's clusters confirm its version (like `kubectl rollout status`).
+    Wait(wait::Args),
+    /// Start a config repository: drover.toml, environments/, report signers.
+    Init(init::Args),
     /// Run the in-cluster agent.
     Agent(Box<agent::Args>),
     /// The controlled-upgrade story end to end on simulated clusters.
     Demo(demo::Args),
+    /// Print a shell completion script (bash, zsh or fish).
+    Completion(completion::Args),
+    /// Print the manual page (roff), generated from these flags.
+    Man,
+    /// The version, the commit it was built from and the build date.
+    Version,
 }
 
 /// How a command that ran ended.
@@ -85,17 +112,91 @@ pub enum Outcome {
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     quiet_on_closed_pipe();
-    let cli = Cli::parse();
-    match run(cli) {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let mut cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e, Format::sniff(&args[1..])),
+    };
+    let format = cli.global.format;
+    let result = resolve_repo(&mut cli).and_then(|()| run(cli));
+    match result {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,
         Ok(Outcome::Rejected) => ExitCode::from(1),
         // `drover log | head`: the reader had what it wanted.
         Err(err) if is_broken_pipe(&err) => exit_on_closed_pipe(),
         Err(err) => {
-            eprintln!("drover: error: {}", render_error(&err));
+            let message = explain::explain(&err);
+            if format.is_document() {
+                let _ = output::print_failure(format, &[Problem::from(message.clone())]);
+            }
+            eprintln!("drover: error: {message}");
             ExitCode::from(2)
         }
     }
+}
+
+/// A command line clap refused (exit 2), or `--help`/`--version` (exit 0).
+/// Under `-o json|yaml` a refusal is the failure document on stdout as well.
+fn usage_error(e: clap::Error, format: Format) -> ExitCode {
+    use clap::error::ErrorKind;
+    let usage = !matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    );
+    if usage && format.is_document() {
+        let text = e.render().to_string();
+        let message = text
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("invalid command line")
+            .trim_start_matches("error: ")
+            .to_owned();
+        let _ = output::print_failure(format, &[Problem::from(message)]);
+    }
+    let _ = e.print();
+    ExitCode::from(if usage { 2 } else { 0 })
+}
+
+/// Set `global.repo`: `--repo` (or `DROVER_REPO_DIR`) as given, else the
+/// nearest directory holding `drover.toml` from the current one upward (as
+/// git finds its work tree), else the current directory, whose error then
+/// says none was found. `drover init` and the agent never search.
+fn resolve_repo(cli: &mut Cli) -> anyhow::Result<()> {
+    let searches = !matches!(
+        cli.command,
+        Command::Init(_)
+            | Command::Agent(_)
+            | Command::Demo(_)
+            | Command::Completion(_)
+            | Command::Man
+            | Command::Version
+    );
+    cli.global.repo = match &cli.global.repo_arg {
+        Some(dir) => dir.clone(),
+        None if searches => {
+            let cwd = std::env::current_dir()?;
+            find_repo_root(&cwd).unwrap_or_else(|| PathBuf::from("."))
+        }
+        None => PathBuf::from("."),
+    };
+    Ok(())
+}
+
+/// The nearest directory from `start` upward that holds `drover.toml`.
+/// Stops at the root of the git work tree `start` is in (a `.git` entry),
+/// as a config repository is one.
+pub fn find_repo_root(start: &Path) -> Option<PathBuf> {
+    for dir in start.ancestors() {
+        if dir.join(crate::config::ROOT_FILE).is_file() {
+            return Some(dir.to_path_buf());
+        }
+        if dir.join(".git").exists() {
+            return None;
+        }
+    }
+    None
 }
 
 /// Set once a command has judged its input rejected, before it prints why.
@@ -152,64 +253,16 @@ fn quiet_on_closed_pipe() {
     }));
 }
 
-/// The error and its causes, each said once: many errors already include
-/// their source's text (`git: {0}`), and `{:#}` would print libgit2's
-/// message a second time.
-pub fn render_error(err: &anyhow::Error) -> String {
-    let mut out = String::new();
-    for cause in err.chain() {
-        let text = cause.to_string();
-        if text.is_empty() || out.contains(&text) {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str(": ");
-        }
-        out.push_str(&text);
-    }
-    out
-}
-
-/// One reason a command rejected its input: a problem in a config file
-/// (file, line, column, message) or in the command line (message only).
-#[derive(Debug, Clone, Serialize)]
-#[serde(untagged)]
-pub enum Problem {
-    /// A problem at a place in the config repository.
-    File(crate::diag::Diagnostic),
-    /// A problem with the command line or the repository as a whole.
-    Message {
-        /// What is wrong and what would be valid.
-        message: String,
-    },
-}
-
-impl From<crate::diag::Diagnostic> for Problem {
-    fn from(d: crate::diag::Diagnostic) -> Self {
-        Problem::File(d)
-    }
-}
-
-impl From<String> for Problem {
-    fn from(message: String) -> Self {
-        Problem::Message { message }
-    }
-}
-
 /// Report a rejection and return [`Outcome::Rejected`] (exit 1): in text,
-/// each problem on stderr; in JSON, `{"ok": false, "errors": [...]}` on
-/// stdout, the same document every command gives for a rejection.
+/// each problem on stderr; in JSON and YAML the failure document on stdout,
+/// the same document every command gives for a rejection.
 pub fn reject(g: &Global, problems: Vec<Problem>) -> anyhow::Result<Outcome> {
     mark_rejected();
-    match g.format {
-        Format::Json => print_json(&serde_json::json!({ "ok": false, "errors": problems }))?,
-        Format::Text => {
-            for p in &problems {
-                match p {
-                    Problem::File(d) => eprintln!("{d}"),
-                    Problem::Message { message } => eprintln!("drover: error: {message}"),
-                }
-            }
+    if g.format.is_document() {
+        output::print_failure(g.format, &problems)?;
+    } else {
+        for p in &problems {
+            eprintln!("{}", p.text());
         }
     }
     Ok(Outcome::Rejected)
@@ -223,17 +276,29 @@ pub fn known_env<'c>(
 ) -> Result<&'c crate::config::EnvConfig, anyhow::Result<Outcome>> {
     cfg.envs
         .get(name)
-        .ok_or_else(|| reject(g, vec![unknown_env(name, cfg.envs.keys())]))
+        .ok_or_else(|| reject(g, vec![unknown_env(name, &cfg.root.chain)]))
 }
 
-/// The problem of an unknown `--env`, listing the environments there are.
+/// The problem of an unknown `--env`, with the nearest valid name when it
+/// looks like a typo, and the valid ones.
 pub fn unknown_env<'a>(name: &str, valid: impl IntoIterator<Item = &'a String>) -> Problem {
+    unknown("environment", name, valid)
+}
+
+/// The problem of an unknown `what` (`environment`, `cluster`) called
+/// `name`: "did you mean" the nearest of `valid`, and the list.
+pub fn unknown<'a>(what: &str, name: &str, valid: impl IntoIterator<Item = &'a String>) -> Problem {
     let valid: Vec<&str> = valid.into_iter().map(String::as_str).collect();
+    let hint = crate::config::nearest(name, valid.iter().copied())
+        .map(|n| format!("did you mean {n:?}? "))
+        .unwrap_or_default();
+    let list = if valid.is_empty() {
+        "none".to_owned()
+    } else {
+        valid.join(", ")
+    };
     Problem::Message {
-        message: format!(
-            "unknown environment {name:?}; valid environments: {}",
-            valid.join(", ")
-        ),
+        message: format!("unknown {what} {name:?}; {hint}valid {what}s: {list}"),
     }
 }
 
@@ -249,32 +314,48 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Revoke(a) => revoke::run(g, a),
         Command::Plan(a) => plan::run(g, a),
         Command::Status(a) => status::run(g, a),
+        Command::Wait(a) => wait::run(g, a),
+        Command::Init(a) => init::run(g, a),
         Command::Agent(a) => agent::run(g, *a),
         Command::Demo(a) => demo::run(g, a),
+        Command::Completion(a) => completion::run(g, a, Cli::command()),
+        Command::Man => completion::man(g, Cli::command()),
+        Command::Version => version::run(g),
     }
 }
 
-/// Print `value` as pretty JSON on stdout. A reader that went away
-/// (`drover log --format json | head`) is not an error.
-pub fn print_json<T: Serialize>(value: &T) -> anyhow::Result<()> {
-    use std::io::Write;
-    // Streamed: a long `drover log` is megabytes of JSON.
-    let mut out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
-    let written = serde_json::to_writer_pretty(&mut out, value)
-        .map_err(std::io::Error::from)
-        .and_then(|()| writeln!(out))
-        .and_then(|()| out.flush());
-    match written {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
-        _ => Ok(()),
+/// With no `--repo` and no `drover.toml` found upward: the rejection that
+/// says so (rather than "missing file drover.toml" about the current directory).
+pub fn no_repo_found(g: &Global) -> Option<Problem> {
+    if g.repo_arg.is_some() || g.repo.join(crate::config::ROOT_FILE).exists() {
+        return None;
     }
+    let here = std::env::current_dir().unwrap_or_else(|_| g.repo.clone());
+    Some(Problem::from(format!(
+        "no {} in {} or any directory above it: run drover inside a config \
+         repository, pass --repo DIR, or start one with `drover init --version V`",
+        crate::config::ROOT_FILE,
+        here.display()
+    )))
 }
 
 /// Load and validate the config repository at `--repo`. When it is invalid,
 /// its diagnostics are reported as a rejection ([`reject`]) and `None` comes
 /// back: the command exits 1.
 pub fn load_repo(g: &Global) -> Option<crate::config::RepoConfig> {
-    match crate::config::load(&crate::config::DirFiles::new(&g.repo)) {
+    load_repo_at(g, chrono::Utc::now())
+}
+
+/// [`load_repo`], with freezes and the like judged at `now`.
+pub fn load_repo_at(
+    g: &Global,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Option<crate::config::RepoConfig> {
+    if let Some(p) = no_repo_found(g) {
+        let _ = reject(g, vec![p]);
+        return None;
+    }
+    match crate::config::load_at(&crate::config::DirFiles::new(&g.repo), now) {
         Ok(cfg) => Some(cfg),
         Err(diags) => {
             // A failed write of the report still ends in exit 1.
@@ -284,9 +365,42 @@ pub fn load_repo(g: &Global) -> Option<crate::config::RepoConfig> {
     }
 }
 
-/// Parse an RFC 3339 timestamp given on the command line.
+/// Open the config repository's git repository (at `--repo`, not above it).
+pub fn open_git(g: &Global) -> anyhow::Result<git2::Repository> {
+    git2::Repository::open(&g.repo).map_err(|e| explain::repository(&g.repo, e))
+}
+
+/// The commit HEAD points at, or why there is none, said for people.
+pub fn head_commit(g: &Global, repo: &git2::Repository) -> anyhow::Result<git2::Oid> {
+    let head = repo
+        .head()
+        .and_then(|h| h.peel_to_commit())
+        .map_err(|e| explain::head(&g.repo, e))?;
+    Ok(head.id())
+}
+
+/// Parse a time given on the command line: RFC 3339 with a zone
+/// (`2026-12-01T02:00:00Z`, `2026-12-01T03:00:00+01:00`), or a date alone,
+/// meaning 00:00 UTC that day.
 pub fn parse_time(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
-    chrono::DateTime::parse_from_rfc3339(s)
-        .map(|t| t.with_timezone(&chrono::Utc))
-        .map_err(|e| format!("expected an RFC 3339 time such as 2026-12-01T02:00:00Z: {e}"))
+    let s = s.trim();
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
+        return Ok(t.with_timezone(&chrono::Utc));
+    }
+    if let Ok(d) = chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d") {
+        if let Some(t) = d.and_hms_opt(0, 0, 0) {
+            return Ok(t.and_utc());
+        }
+    }
+    let zone = if chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S").is_ok()
+        || chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M").is_ok()
+    {
+        " (a time needs its zone: add Z for UTC or an offset such as +01:00)"
+    } else {
+        ""
+    };
+    Err(format!(
+        "{s:?} is not a time{zone}; give an RFC 3339 time such as 2026-12-01T02:00:00Z \
+         or 2026-12-01T03:00:00+01:00, or a date such as 2026-12-01 (00:00 UTC)"
+    ))
 }

@@ -4,13 +4,13 @@
 //! simulated one built from `--nodes`/`--version-now`. The forecast itself is
 //! [`crate::forecast`]; this file reads the arguments and prints it.
 
-use super::{parse_time, print_json, Global, Outcome};
+use super::{parse_time, print_ok, Global, Outcome};
 use crate::config::EnvConfig;
 use crate::forecast::{plan, Plan};
 use crate::rollout::VirtualClock;
 use crate::sim::Sim;
 use anyhow::Context as _;
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use futures::executor::block_on;
 use semver::Version;
 use std::time::Duration;
@@ -120,9 +120,9 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
                 .context("observing the cluster")?
         }
     };
-    match g.format {
-        super::Format::Json => print_json(&plan)?,
-        super::Format::Text => print!("{}", render(&plan, args.node_time)),
+    match g.format.is_document() {
+        true => print_ok(g.format, &plan)?,
+        false => print!("{}", render(&plan, args.node_time, env)),
     }
     Ok(Outcome::Ok)
 }
@@ -145,12 +145,25 @@ fn windows_ahead(
         .collect())
 }
 
-fn ts(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
+/// An instant as `status` and `windows` print one: in the environment's
+/// zone and in UTC, to the minute (`Tue 2026-12-08 02:00 CET (01:00 UTC)`).
+fn when(t: DateTime<Utc>, env: &EnvConfig) -> String {
+    let tz = env.windows[0].timezone;
+    let local = t.with_timezone(&tz);
+    let utc = if local.date_naive() == t.date_naive() {
+        t.format("%H:%M UTC").to_string()
+    } else {
+        t.format("%Y-%m-%d %H:%M UTC").to_string()
+    };
+    if tz == chrono_tz::Tz::UTC {
+        return t.format("%a %Y-%m-%d %H:%M UTC").to_string();
+    }
+    format!("{} ({utc})", local.format("%a %Y-%m-%d %H:%M %Z"))
 }
 
-fn render(p: &Plan, node_time: Duration) -> String {
+fn render(p: &Plan, node_time: Duration, env: &EnvConfig) -> String {
     use std::fmt::Write as _;
+    let ts = |t: DateTime<Utc>| when(t, env);
     let d = &p.decision;
     let f = &p.forecast;
     let mut s = String::new();
@@ -189,11 +202,11 @@ fn render(p: &Plan, node_time: Duration) -> String {
         f.fit_per_window
     );
     for w in &f.windows {
+        let view = crate::fleet::gather::window_view(env, w.start, w.end, p.now);
         let _ = writeln!(
             s,
-            "  window {} – {}: {} started, {} done",
-            ts(w.start),
-            ts(w.end),
+            "  window {}: {} started, {} done",
+            crate::fleet::text::window_line(&view),
             w.started,
             w.completed
         );

@@ -1,9 +1,8 @@
 //! `drover promote ENV [--to VERSION]`: prepare the pull request a person
 //! would otherwise write by hand.
 
-use super::{parse_time, print_json, Format, Global, Outcome};
+use super::{output, parse_time, Format, Global, Outcome, Problem};
 use crate::promote::{self, Choice};
-use anyhow::Context;
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
@@ -30,11 +29,12 @@ fn parse_version(s: &str) -> Result<semver::Version, String> {
 /// Run `drover promote`.
 pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
     let Some(cfg) = super::load_repo(g) else {
-        eprintln!("drover promote: the repository does not pass `drover check`; fix it first");
+        if !g.format.is_document() {
+            eprintln!("drover promote: the repository does not pass `drover check`; fix it first");
+        }
         return Ok(Outcome::Rejected);
     };
-    let repo = git2::Repository::open(&g.repo)
-        .with_context(|| format!("{} is not a git repository", g.repo.display()))?;
+    let repo = super::open_git(g)?;
     let now = args.now.unwrap_or_else(Utc::now);
     let choice = match promote::choose(&repo, &cfg, &args.env, args.to.as_ref(), now) {
         Ok(c) => c,
@@ -57,16 +57,18 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         Some(promote::write_branch(&g.repo, &proposal, None)?)
     };
     match g.format {
-        Format::Json => print_json(&json!({
-            "ok": true,
-            "env": proposal.env,
-            "from": proposal.from.to_string(),
-            "to": proposal.to.to_string(),
-            "branch": proposal.branch,
-            "commit": commit,
-            "evidence": proposal.allowed.to_string(),
-        }))?,
-        Format::Text => {
+        f if f.is_document() => output::print_ok(
+            f,
+            &json!({
+                "env": proposal.env,
+                "from": proposal.from.to_string(),
+                "to": proposal.to.to_string(),
+                "branch": proposal.branch,
+                "commit": commit,
+                "evidence": proposal.allowed.to_string(),
+            }),
+        )?,
+        _ => {
             println!("{}", proposal.allowed);
             match &commit {
                 Some(c) => println!(
@@ -84,13 +86,11 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
 fn report_refusal(format: Format, env: &str, why: &[String]) -> anyhow::Result<()> {
     super::mark_rejected();
     match format {
-        Format::Json => print_json(&json!({
-            "ok": false,
-            "env": env,
-            "refusals": why,
-            "errors": why.iter().map(|w| json!({ "message": w })).collect::<Vec<_>>(),
-        })),
-        Format::Text => {
+        f if f.is_document() => {
+            let errors: Vec<Problem> = why.iter().cloned().map(Problem::from).collect();
+            output::print_document(f, false, &errors, &json!({ "env": env, "refusals": why }))
+        }
+        _ => {
             println!("nothing to promote for {env}:");
             for w in why {
                 println!("  - {w}");

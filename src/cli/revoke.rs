@@ -1,7 +1,7 @@
 //! `drover revoke VERSION --reason TEXT`: prepare the pull request that
 //! stops a bad OS release fleet-wide, as `drover promote` prepares one.
 
-use super::{print_json, reject, Format, Global, Outcome, Problem};
+use super::{print_ok, reject, Global, Outcome, Problem};
 use crate::revoke;
 use serde_json::json;
 
@@ -21,7 +21,9 @@ pub struct Args {
 /// Run `drover revoke`.
 pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
     let Some(cfg) = super::load_repo(g) else {
-        eprintln!("drover revoke: the repository does not pass `drover check`; fix it first");
+        if !g.format.is_document() {
+            eprintln!("drover revoke: the repository does not pass `drover check`; fix it first");
+        }
         return Ok(Outcome::Rejected);
     };
     let written = revoke::prepare(&cfg, &args.version, &args.reason).and_then(|r| {
@@ -41,16 +43,18 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         pinned,
         branch,
     } = &revocation;
-    match g.format {
-        Format::Json => print_json(&json!({
-            "ok": true,
-            "version": entry.version.to_string(),
-            "reason": entry.reason,
-            "pinned": pinned,
-            "branch": branch,
-            "commit": commit,
-        }))?,
-        Format::Text => {
+    match g.format.is_document() {
+        true => print_ok(
+            g.format,
+            &json!({
+                "version": entry.version.to_string(),
+                "reason": entry.reason,
+                "pinned": pinned,
+                "branch": branch,
+                "commit": commit,
+            }),
+        )?,
+        false => {
             println!(
                 "revoking {}: {} (no environment may move to it once merged)",
                 entry.version, entry.reason

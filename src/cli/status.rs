@@ -1,12 +1,11 @@
 //! `drover status`: the fleet as the status branch tells it (docs/design.md §7).
 
-use super::{parse_time, print_json, Format, Global, Outcome};
-use crate::config::{self, DirFiles, ROOT_FILE};
+use super::{parse_time, print_ok, Global, Outcome, Problem};
+use crate::config::{self, DirFiles};
 use crate::diag::Diagnostic;
 use crate::fleet;
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
-use serde::Serialize;
 use std::path::{Path, PathBuf};
 
 /// Arguments of `drover status`.
@@ -21,24 +20,18 @@ pub struct Args {
     /// The instant to show the fleet at (windows, soaks); default now.
     #[arg(long, value_name = "RFC3339", value_parser = parse_time)]
     pub now: Option<DateTime<Utc>>,
-}
-
-#[derive(Serialize)]
-struct Rejection<'a> {
-    ok: bool,
-    errors: &'a [Diagnostic],
+    /// Keep watching: fetch the status branches from origin every
+    /// --interval and print the fleet again each time it changed (JSON: one
+    /// document per line), until interrupted.
+    #[arg(long, short = 'w')]
+    pub watch: bool,
+    /// How often --watch reads again.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, requires = "watch")]
+    pub interval: std::time::Duration,
 }
 
 fn reject(g: &Global, errors: &[Diagnostic]) -> anyhow::Result<Outcome> {
-    match g.format {
-        Format::Json => print_json(&Rejection { ok: false, errors })?,
-        Format::Text => {
-            for e in errors {
-                eprintln!("{e}");
-            }
-        }
-    }
-    Ok(Outcome::Rejected)
+    super::reject(g, errors.iter().cloned().map(Problem::from).collect())
 }
 
 /// Run `drover status`.
@@ -46,49 +39,80 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
     let now = args.now.unwrap_or_else(Utc::now);
     std::fs::read_dir(&g.repo)
         .with_context(|| format!("cannot read the config repository {}", g.repo.display()))?;
+    if let Some(p) = super::no_repo_found(g) {
+        return super::reject(g, vec![p]);
+    }
     let cfg = match config::load_at(&DirFiles::new(&g.repo), now) {
         Ok(c) => c,
         Err(d) => return reject(g, &d),
     };
     if let Some(env) = &args.env {
         if !cfg.root.chain.contains(env) {
-            return reject(
-                g,
-                &[Diagnostic::file(
-                    ROOT_FILE,
-                    format!(
-                        "unknown environment {env:?}; valid environments: {}",
-                        cfg.root.chain.join(", ")
-                    ),
-                )],
-            );
+            return super::reject(g, vec![super::unknown_env(env, &cfg.root.chain)]);
         }
     }
-    let repo = git2::Repository::open(&g.repo).with_context(|| {
-        format!(
-            "{} is not a git repository: the status branch is read from git",
-            g.repo.display()
-        )
-    })?;
-    let view = fleet::gather(&repo, &cfg, now, args.env.as_deref())?;
+    let repo = super::open_git(g)?;
+    if !args.watch {
+        let view = fleet::gather(&repo, &cfg, now, args.env.as_deref())?;
+        return show(g, &args, &repo, &cfg, view).map(|()| Outcome::Ok);
+    }
+    // --watch: fetch and read again every interval; print the fleet each
+    // time it changed (the instant it was read for aside), until interrupted.
+    let mut last: Option<fleet::Fleet> = None;
+    loop {
+        super::wait::fetch_status(&g.repo, &cfg.root.status_branch);
+        let now = args.now.unwrap_or_else(Utc::now);
+        let view = fleet::gather(&repo, &cfg, now, args.env.as_deref())?;
+        let same = last
+            .as_ref()
+            .is_some_and(|l| fleet::Fleet { now, ..l.clone() } == view);
+        if !same {
+            if last.is_some() && !g.format.is_document() {
+                println!();
+            }
+            show(g, &args, &repo, &cfg, view.clone())?;
+            last = Some(view);
+        }
+        std::thread::sleep(args.interval.max(std::time::Duration::from_millis(10)));
+    }
+}
+
+/// Print `view` (and write the page with `--html`). Under `--watch` a JSON
+/// document is one line, so each change is one line of the stream.
+fn show(
+    g: &Global,
+    args: &Args,
+    repo: &git2::Repository,
+    cfg: &config::RepoConfig,
+    view: fleet::Fleet,
+) -> anyhow::Result<()> {
     if let Some(path) = &args.html {
-        let (timeline, warnings) = fleet::timeline(&repo, &cfg, now, args.env.as_deref())?;
+        let (timeline, warnings) = fleet::timeline(repo, cfg, view.now, args.env.as_deref())?;
         let mut view = view.clone();
         view.warnings.extend(warnings);
         write_page(path, "drover: the fleet at a glance", &view, &timeline)?;
     }
-    match g.format {
-        Format::Json => print_json(&view)?,
-        Format::Text => {
+    match (g.format, args.watch) {
+        (super::Format::Json, true) => super::output::print_line(&view)?,
+        (super::Format::Yaml, true) => {
+            println!("---");
+            print_ok(g.format, &view)?
+        }
+        (f, _) if f.is_document() => print_ok(g.format, &view)?,
+        _ => {
             use std::io::Write;
-            let text = fleet::text::render(&view);
-            match std::io::stdout().lock().write_all(text.as_bytes()) {
+            let mut text = fleet::text::render(&view);
+            if args.watch {
+                text = format!("{}\n{text}", view.now.format("%Y-%m-%d %H:%M:%S UTC"));
+            }
+            let mut out = std::io::stdout().lock();
+            match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
                 Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => return Err(e.into()),
                 _ => {}
             }
         }
     }
-    Ok(Outcome::Ok)
+    Ok(())
 }
 
 /// Write the timeline page to `path` (through a temporary file in the same

@@ -9,7 +9,7 @@
 //! (e.g. GitHub's web-flow key, which signs what the merge button makes);
 //! at least one of the two is required.
 
-use super::{print_json, Format, Global, Outcome};
+use super::{output, Global, Outcome, Problem};
 use crate::trust::{self, AllowedSigners, Mode, OpenPgpKeys, Signers};
 use anyhow::Context;
 use serde_json::json;
@@ -58,13 +58,8 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         ssh: &ssh,
         openpgp: &openpgp,
     };
-    let repo = git2::Repository::open(&g.repo)
-        .with_context(|| format!("cannot open the repository at {}", g.repo.display()))?;
-    let head = repo
-        .head()?
-        .peel_to_commit()
-        .context("HEAD is not a commit")?
-        .id();
+    let repo = super::open_git(g)?;
+    let head = super::head_commit(g, &repo)?;
     let since = match &args.since {
         Some(rev) => Some(
             repo.revparse_single(rev)
@@ -91,34 +86,38 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
     if !ok {
         super::mark_rejected();
     }
-    match g.format {
-        Format::Json => print_json(&json!({
-            "ok": ok,
+    if g.format.is_document() {
+        let errors: Vec<Problem> = error
+            .iter()
+            .map(|r| Problem::Commit {
+                message: r.to_string(),
+                commit: r.commit.clone(),
+                reason: r.reason.code().to_owned(),
+            })
+            .collect();
+        let body = json!({
             "mode": mode_name,
             "head": head.to_string(),
             "since": since.map(|s| s.to_string()),
             "checked": checked,
             "signer": signer.as_ref().map(|s| &s.principal),
+            // The first error again, where scripts written before `errors` look.
             "error": error.as_ref().map(|r| json!({
                 "commit": r.commit,
                 "reason": r.reason.code(),
                 "message": r.to_string(),
             })),
-            // The rejection document every command gives (`ok`, `errors`).
-            "errors": error.iter().map(|r| json!({
-                "commit": r.commit,
-                "reason": r.reason.code(),
-                "message": r.to_string(),
-            })).collect::<Vec<_>>(),
-        }))?,
-        Format::Text => match (&error, &signer) {
+        });
+        output::print_document(g.format, ok, &errors, &body)?;
+    } else {
+        match (&error, &signer) {
             (Some(r), _) => println!("refused: {r}"),
             (None, Some(s)) => println!(
                 "ok: {checked} commit(s) verified; HEAD {head} signed by {} ({})",
                 s.principal, s.fingerprint
             ),
             (None, None) => println!("ok: {checked} commit(s) verified"),
-        },
+        }
     }
     Ok(if ok { Outcome::Ok } else { Outcome::Rejected })
 }

@@ -2,7 +2,7 @@
 //! [`crate::window::Calendar`] — merged windows, clipped by `all` freezes,
 //! with the stretches under a `minor` freeze marked "patch only".
 
-use super::{parse_time, print_json, Format, Global, Outcome};
+use super::{parse_time, print_ok, Global, Outcome};
 use crate::config;
 use crate::window::{self, Calendar, Period};
 use anyhow::Context as _;
@@ -27,7 +27,7 @@ pub struct Args {
 /// the list is built in memory, so the count needs a bound.
 pub const MAX_COUNT: u64 = 10_000;
 
-/// The JSON document `drover --format json windows` prints.
+/// The fields `drover windows -o json` adds to the document.
 #[derive(Debug, Serialize)]
 pub struct Output {
     /// Environment name.
@@ -102,22 +102,25 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
             );
         }
     };
-    match g.format {
-        Format::Json => print_json(&Output {
-            env: args.env.clone(),
-            timezone: tz.name().to_owned(),
-            paused: env.rollout.paused,
-            windows: list
-                .iter()
-                .map(|w| WindowOut {
-                    start: utc(w.start),
-                    end: utc(w.end),
-                    patch_only: w.patch_only.clone(),
-                })
-                .collect(),
-        })
+    match g.format.is_document() {
+        true => print_ok(
+            g.format,
+            &Output {
+                env: args.env.clone(),
+                timezone: tz.name().to_owned(),
+                paused: env.rollout.paused,
+                windows: list
+                    .iter()
+                    .map(|w| WindowOut {
+                        start: utc(w.start),
+                        end: utc(w.end),
+                        patch_only: w.patch_only.clone(),
+                    })
+                    .collect(),
+            },
+        )
         .context("writing JSON")?,
-        Format::Text => {
+        false => {
             let specs: Vec<String> = env
                 .windows
                 .iter()

@@ -30,3 +30,4 @@ pub use pin::{read_pin, Pin};
 pub use selector::{LabelSelector, Requirement, SelectorError};
 /// The rule for an exact version pin, shared with `drover revoke VERSION`.
 pub(crate) use values::parse_version;
+pub use values::{nearest, parse_version as parse_exact_version};

@@ -58,6 +58,10 @@ impl<'a> Ctx<'a> {
             if let Some(key) = snippet.filter(|_| e.message().contains("duplicate key")) {
                 msg = format!("{msg} `{key}`: each key may appear once per table");
             }
+            if let Some(hint) = e.span().and_then(|r| unquoted_hint(self.text, r.start)) {
+                // TOML's own words ("invalid float") describe its grammar, not the mistake.
+                msg = format!("invalid TOML: {hint}");
+            }
             match e.span() {
                 Some(span) => self.err(&span, msg),
                 None => self.err_at(0, msg),
@@ -216,4 +220,27 @@ impl<'a> Ctx<'a> {
             }
         }
     }
+}
+
+/// For a syntax error on a line `key = value` whose value is text written
+/// without quotes (`version = 1.13.2`, TOML's "invalid float"): say so, and
+/// show the line as it should be.
+fn unquoted_hint(text: &str, offset: usize) -> Option<String> {
+    let start = text.get(..offset)?.rfind('\n').map_or(0, |i| i + 1);
+    let line = text.get(start..)?.lines().next()?;
+    let (key, value) = line.split_once('=')?;
+    let key = key.trim();
+    // The value up to a comment, if any.
+    let value = value.split(" #").next()?.trim();
+    let plain = |c: char| c.is_ascii_alphanumeric() || "._-+:/".contains(c);
+    if key.is_empty() || value.is_empty() || !value.chars().all(plain) {
+        return None;
+    }
+    // A value TOML accepts unquoted (a number, a boolean, a date) is not the problem.
+    if format!("v = {value}").parse::<toml::Table>().is_ok() {
+        return None;
+    }
+    Some(format!(
+        "`{key} = {value}`: text must be quoted, as in {key} = \"{value}\""
+    ))
 }

@@ -7,7 +7,7 @@ use toml::de::DeValue;
 pub(super) const DURATION_SYNTAX: &str = "a duration string such as \"20m\", \"6h\" or \"1h30m\"";
 
 /// A version pin: an exact semver version, nothing that could float.
-pub(crate) fn parse_version(s: &str) -> Result<semver::Version, String> {
+pub fn parse_version(s: &str) -> Result<semver::Version, String> {
     let err = |why: &str| {
         format!("version must be an exact version such as \"1.13.2\"; found \"{s}\" ({why})")
     };
@@ -80,10 +80,7 @@ pub(super) fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 /// The candidate closest to `word`, if it is close enough to be a typo.
-pub(super) fn nearest<'a>(
-    word: &str,
-    candidates: impl IntoIterator<Item = &'a str>,
-) -> Option<&'a str> {
+pub fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     let w = word.to_lowercase();
     let limit = (w.chars().count() / 3).max(2);
     // An abbreviation (`prod` for `production`) is as likely as a typo.

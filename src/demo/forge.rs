@@ -18,7 +18,9 @@ pub(super) struct Forge {
 
 impl Forge {
     /// A bare origin holding example-repo's first commit, and a clone to
-    /// work in (at `keep` when given, else in `tmp`).
+    /// work in (at `keep` when given, else in `tmp`). A kept work tree keeps
+    /// its origin too, inside its `.git` (`.git/drover-demo-origin.git`), so
+    /// `git fetch` and `drover status --watch` work there after the story.
     pub(super) fn create(
         tmp: &Path,
         keep: Option<&Path>,
@@ -27,8 +29,13 @@ impl Forge {
         cfg: &RepoConfig,
         keys: &BTreeMap<(String, String), ssh_key::PrivateKey>,
     ) -> Result<Self, Error> {
-        let origin = tmp.join("origin.git");
         let work = keep.map_or_else(|| tmp.join("config"), Path::to_path_buf);
+        copy_dir(example, &work)?;
+        git(&work, &["init", "--quiet", "-b", "main"])?;
+        let origin = match keep {
+            Some(_) => std::path::absolute(work.join(".git/drover-demo-origin.git"))?,
+            None => tmp.join("origin.git"),
+        };
         git(
             tmp,
             &[
@@ -40,7 +47,6 @@ impl Forge {
                 path_str(&origin)?,
             ],
         )?;
-        copy_dir(example, &work)?;
         if let Some(file) = &cfg.root.report_signers {
             let path = work.join(file);
             let mut text = std::fs::read_to_string(&path).unwrap_or_default();
@@ -54,8 +60,7 @@ impl Forge {
             std::fs::write(path, text)?;
         }
         for args in [
-            &["init", "--quiet", "-b", "main"][..],
-            &["config", "user.name", "Platform Team"],
+            &["config", "user.name", "Platform Team"][..],
             &["config", "user.email", "platform@example.com"],
             &["config", "commit.gpgsign", "false"],
             &["remote", "add", "origin", path_str(&origin)?],
@@ -132,39 +137,6 @@ impl Forge {
         let mut text = std::fs::read_to_string(&path)?;
         text.push_str(block);
         std::fs::write(&path, text)?;
-        git_at(&self.work, &["commit", "--quiet", "-am", title], Some(at))?;
-        Ok(self.pr)
-    }
-
-    pub(super) fn open_revoke_pr(
-        &mut self,
-        version: &str,
-        reason: &str,
-        title: &str,
-        at: DateTime<Utc>,
-    ) -> Result<u32, Error> {
-        self.pr += 1;
-        let branch = format!("revoke-{version}");
-        git(&self.work, &["switch", "--quiet", "-c", &branch])?;
-        let path = self.work.join("drover.toml");
-        let text = std::fs::read_to_string(&path)?;
-        let entry = format!("revoked = [{{ version = \"{version}\", reason = \"{reason}\" }}]");
-        let new: Vec<String> = text
-            .lines()
-            .map(|l| {
-                if l.trim_start().starts_with("revoked") {
-                    entry.clone()
-                } else {
-                    l.to_owned()
-                }
-            })
-            .collect();
-        if !new.contains(&entry) {
-            return Err(Error::Config(
-                "drover.toml has no `revoked` line to edit".into(),
-            ));
-        }
-        std::fs::write(&path, new.join("\n") + "\n")?;
         git_at(&self.work, &["commit", "--quiet", "-am", title], Some(at))?;
         Ok(self.pr)
     }

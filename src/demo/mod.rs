@@ -94,12 +94,21 @@ pub struct Options {
 pub struct Line {
     /// When (virtual time, UTC).
     pub at: DateTime<Utc>,
-    /// Environment it concerns (`-` for the whole fleet).
-    pub env: String,
-    /// `at` in the environment's time zone (`Tue 12-08 02:00 CET`); empty for the whole fleet.
-    pub local: String,
+    /// Environment it concerns; `None` for the whole fleet.
+    pub env: Option<String>,
+    /// `at` in the environment's time zone (`Tue 12-08 02:00 CET`); `None` for the whole fleet.
+    pub local: Option<String>,
     /// What happened.
     pub event: String,
+}
+
+/// A version a cluster confirmed, and when it first did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Confirmed {
+    /// The version.
+    pub version: String,
+    /// The first confirmation's time.
+    pub at: DateTime<Utc>,
 }
 
 /// One cluster at the end of the story.
@@ -113,10 +122,10 @@ pub struct ClusterRow {
     pub nodes: usize,
     /// Versions its nodes run, with how many run each.
     pub versions: BTreeMap<String, usize>,
-    /// Its last status report's state.
-    pub state: String,
+    /// Its last status report: state and version (`failed 1.13.3`); `None` before the first.
+    pub state: Option<String>,
     /// Versions it confirmed, with the first confirmation's time.
-    pub confirmed: Vec<(String, DateTime<Utc>)>,
+    pub confirmed: Vec<Confirmed>,
 }
 
 /// What the demo showed.
@@ -188,8 +197,7 @@ pub async fn run(opts: &Options) -> Result<Report, Error> {
             story.add_agent(tmp.path(), env, cluster, opts, &from, key)?;
         }
     }
-    story.say(
-        "-",
+    story.say_fleet(
         format!(
             "fleet: {} clusters of {} nodes, all at {from}; test upgrades on the 1st, stage on the 8th, production on the 20th",
             story.agents.len(),
@@ -199,11 +207,11 @@ pub async fn run(opts: &Options) -> Result<Report, Error> {
     story.tick().await?;
 
     story.advance_to("2026-11-27T10:00:00Z").await?;
-    story.say("-", "OS 1.13.2 is released".into());
+    story.say_fleet("OS 1.13.2 is released".into());
     story.bump("test", "1.13.2", "Bump test to 1.13.2")?;
 
     story.advance_to("2026-12-03T10:00:00Z").await?;
-    story.say("-", "OS 1.13.3 is released".into());
+    story.say_fleet("OS 1.13.3 is released".into());
     story.bump("test", "1.13.3", "Bump test to 1.13.3")?;
 
     story.advance_to("2026-12-04T09:00:00Z").await?;
@@ -247,7 +255,7 @@ pub async fn run(opts: &Options) -> Result<Report, Error> {
     )?;
 
     story.advance_to("2027-01-12T10:00:00Z").await?;
-    story.say("-", "OS 1.13.4 is released".into());
+    story.say_fleet("OS 1.13.4 is released".into());
     story.bump("test", "1.13.4", "Bump test to 1.13.4")?;
     story.advance_to("2027-02-03T09:00:00Z").await?;
     story.promote("stage")?;

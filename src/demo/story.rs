@@ -3,7 +3,7 @@
 //! at the end.
 
 use super::forge::{short, Forge};
-use super::{ts, ClusterRow, Error, Line, Options, Report};
+use super::{ts, ClusterRow, Confirmed, Error, Line, Options, Report};
 use crate::admit;
 use crate::config::{self, DirFiles};
 use crate::gate::{Decision, Reason};
@@ -54,13 +54,24 @@ impl Story {
         self.say_at(self.now, env, event);
     }
 
-    pub(super) fn say_at(&mut self, at: DateTime<Utc>, env: &str, event: String) {
-        let local = self.zones.get(env).map_or_else(String::new, |tz| {
-            at.with_timezone(tz).format("%a %m-%d %H:%M %Z").to_string()
+    /// A line about the whole fleet (no environment, no local time).
+    pub(super) fn say_fleet(&mut self, event: String) {
+        self.lines.push(Line {
+            at: self.now,
+            env: None,
+            local: None,
+            event,
         });
+    }
+
+    pub(super) fn say_at(&mut self, at: DateTime<Utc>, env: &str, event: String) {
+        let local = self
+            .zones
+            .get(env)
+            .map(|tz| at.with_timezone(tz).format("%a %m-%d %H:%M %Z").to_string());
         self.lines.push(Line {
             at,
-            env: env.to_owned(),
+            env: Some(env.to_owned()),
             local,
             event,
         });
@@ -135,14 +146,14 @@ impl Story {
             .parse()
             .map_err(|e| Error::Config(format!("{version}: {e}")))?;
         let pr = self.forge.open_pr(env, &to, title, self.now)?;
-        self.review(env, pr, title)
+        self.review(Some(env), pr, title)
     }
 
     /// A pull request adding a `[[freeze]]` to `env`; CI and merge as above,
     /// then what `drover windows` lists next.
     pub(super) fn freeze(&mut self, env: &str, block: &str, title: &str) -> Result<(), Error> {
         let pr = self.forge.open_edit_pr(env, block, title, self.now)?;
-        self.review(env, pr, title)?;
+        self.review(Some(env), pr, title)?;
         let cfg = self.forge.config()?;
         let env_cfg = cfg
             .envs
@@ -168,14 +179,22 @@ impl Story {
         Ok(())
     }
 
-    /// A pull request adding `version` to `[promotion] revoked` in
-    /// drover.toml (what `drover revoke` prepares); CI and merge as above.
+    /// `drover revoke VERSION --reason TEXT` prepares the pull request
+    /// adding `version` to `[promotion] revoked`; CI and merge as above.
     pub(super) fn revoke(&mut self, version: &str, reason: &str) -> Result<(), Error> {
+        let cfg = self.forge.config()?;
+        let work = self.forge.work.clone();
+        let r = crate::revoke::prepare(&cfg, version, reason)
+            .map_err(|e| Error::Config(format!("drover revoke {version}: {e}")))?;
+        crate::revoke::write_branch(&work, &r, Some(self.now))
+            .map_err(|e| Error::Config(format!("drover revoke {version}: {e}")))?;
+        self.forge.pr += 1;
+        let pr = self.forge.pr;
         let title = format!("Revoke {version}");
-        let pr = self
-            .forge
-            .open_revoke_pr(version, reason, &title, self.now)?;
-        self.review("-", pr, &title)
+        self.say_fleet(format!(
+            "`drover revoke {version} --reason ...` opens PR #{pr} \"{title}\""
+        ));
+        self.review(None, pr, &title)
     }
 
     /// `drover promote env` prepares the pull request; CI and merge as above.
@@ -202,13 +221,14 @@ impl Story {
                     env,
                     format!("`drover promote {env}` opens PR #{pr} \"{title}\""),
                 );
-                self.review(env, pr, &title)
+                self.review(Some(env), pr, &title)
             }
         }
     }
 
-    /// CI on the open pull request (the work tree's current branch), then merge or close.
-    pub(super) fn review(&mut self, env: &str, pr: u32, title: &str) -> Result<(), Error> {
+    /// CI on the open pull request (the work tree's current branch), then
+    /// merge or close; the lines concern `env`, or the whole fleet.
+    pub(super) fn review(&mut self, env: Option<&str>, pr: u32, title: &str) -> Result<(), Error> {
         let work = self.forge.work.clone();
         git(&work, &["fetch", "--quiet", "origin"])?;
         let invalid = match config::load(&DirFiles::new(&work)) {
@@ -235,19 +255,21 @@ impl Story {
                 Some(self.now),
             )?;
             git(&work, &["push", "--quiet", "origin", "main"])?;
-            self.say(
-                env,
-                format!("PR #{pr} \"{title}\": `drover check --base main` passes; merged"),
-            );
+            let line = format!("PR #{pr} \"{title}\": `drover check --base main` passes; merged");
+            match env {
+                Some(env) => self.say(env, line),
+                None => self.say_fleet(line),
+            }
         } else {
             git(&work, &["branch", "--quiet", "-D", &branch])?;
-            self.say(
-                env,
-                format!(
-                    "PR #{pr} \"{title}\": `drover check --base main` refuses it, closed: {}",
-                    refusals.join("; ")
-                ),
+            let line = format!(
+                "PR #{pr} \"{title}\": `drover check --base main` refuses it, closed: {}",
+                refusals.join("; ")
             );
+            match env {
+                Some(env) => self.say(env, line),
+                None => self.say_fleet(line),
+            }
         }
         Ok(())
     }
@@ -405,13 +427,18 @@ impl Story {
             let published = status::publish(source, &line, &self.agents[i].publish)?;
             self.agents[i].last_report = Some(key);
             if published.commit.is_some() {
+                let branch = status::cluster_branch(
+                    &self.agents[i].source.config().status_branch,
+                    &env,
+                    &cluster,
+                );
                 let what = match state {
                     RolloutState::Confirmed => format!(
-                        "all {} nodes Ready at {}: confirmation signed with {cluster}'s key, pushed to drover/status.d/{env}/{cluster}",
+                        "all {} nodes Ready at {}: confirmation signed with {cluster}'s key, pushed to {branch}",
                         line.nodes, line.version
                     ),
                     other => format!(
-                        "{} {} ({}/{} nodes at version) reported to drover/status {}",
+                        "{} {} ({}/{} nodes at version) reported to {branch} {}",
                         other.as_str(),
                         line.version,
                         line.nodes_at_version,
@@ -512,13 +539,16 @@ impl Story {
             let head = admit::snapshot(a.source.repo(), applied, self.now)?
                 .map_err(|d| Error::Config(join(&d)))?;
             let conf = evidence.confirmations(&head.policy)?;
-            let mut confirmed: Vec<(String, DateTime<Utc>)> = conf
+            let mut confirmed: Vec<Confirmed> = conf
                 .for_env(&a.env)
                 .into_iter()
                 .filter(|(c, _, _)| *c == a.cluster)
-                .map(|(_, v, t)| (v.to_string(), t))
+                .map(|(_, v, t)| Confirmed {
+                    version: v.to_string(),
+                    at: t,
+                })
                 .collect();
-            confirmed.sort_by_key(|(_, t)| *t);
+            confirmed.sort_by_key(|c| c.at);
             rows.push(ClusterRow {
                 env: a.env.clone(),
                 cluster: a.cluster.clone(),
@@ -527,7 +557,7 @@ impl Story {
                 state: a
                     .last_report
                     .as_ref()
-                    .map_or("none".into(), |(s, v)| format!("{} {v}", s.as_str())),
+                    .map(|(s, v)| format!("{} {v}", s.as_str())),
                 confirmed,
             });
         }

@@ -150,7 +150,6 @@ pub fn gather(
         });
     }
     Ok(Fleet {
-        ok: true,
         now,
         status_branch: StatusBranch {
             name: cfg.root.status_branch.clone(),

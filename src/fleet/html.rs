@@ -712,7 +712,6 @@ mod tests {
             promotions: vec![],
         };
         let fleet = Fleet {
-            ok: true,
             now: timeline.now,
             status_branch: StatusBranch {
                 name: evil.into(),

@@ -3,7 +3,8 @@
 //! here reads git or the clock, so the renderers are tested on values alone.
 //!
 //! The JSON form of [`Fleet`] is a documented, stable contract
-//! (docs/status.md): fields are only ever added, never renamed or removed.
+//! (docs/status.md, docs/cli.schema.json): fields are only ever added, never
+//! renamed or removed. `ok` and `errors` are the command line's envelope.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -11,8 +12,6 @@ use serde::Serialize;
 /// The whole fleet as the config and the status branch tell it at one instant.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Fleet {
-    /// Always `true` (a rejection prints `{"ok": false, "errors": [...]}` instead).
-    pub ok: bool,
     /// The instant the view was computed for (`--now`, default the clock).
     pub now: DateTime<Utc>,
     /// Where the reports were read from.

@@ -181,7 +181,6 @@ mod tests {
 
     fn fleet(message: &str, open: bool) -> Fleet {
         Fleet {
-            ok: true,
             now: t("2026-12-08T03:00:00Z"),
             status_branch: StatusBranch {
                 name: "drover/status".into(),

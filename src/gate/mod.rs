@@ -385,7 +385,8 @@ impl fmt::Display for Refusal {
                 missing,
             } => write!(
                 f,
-                "{env} may not take {v}: not every cluster of {lower} has confirmed it on {branch}; not confirmed by: {}; confirmed by: {}",
+                "{env} may not take {v}: not every cluster of {lower} has confirmed it on its status branch ({}); not confirmed by: {}; confirmed by: {}",
+                crate::status::cluster_branch(branch, lower, "<cluster>"),
                 missing
                     .iter()
                     .map(|(c, why)| match why {

@@ -53,7 +53,35 @@ fn parse_cron(s: &str) -> Result<Cron, String> {
         .year(croner::parser::Year::Disallowed)
         .build()
         .parse(s)
-        .map_err(|e| format!("`schedule` must be {syntax}; found \"{s}\": {e}"))
+        .map_err(|e| match out_of_range(s) {
+            // croner says only "Number out of bounds": name the field.
+            Some(why) => format!("`schedule` must be {syntax}; found \"{s}\": {why}"),
+            None => format!("`schedule` must be {syntax}; found \"{s}\": {e}"),
+        })
+}
+
+/// The first number of a five-field cron line outside its field's range,
+/// said as `the hour 25 is out of range 0–23`.
+fn out_of_range(s: &str) -> Option<String> {
+    const FIELDS: [(&str, u32, u32); 5] = [
+        ("minute", 0, 59),
+        ("hour", 0, 23),
+        ("day of the month", 1, 31),
+        ("month", 1, 12),
+        ("day of the week", 0, 7),
+    ];
+    for (field, (name, lo, hi)) in s.split_whitespace().zip(FIELDS) {
+        for part in field.split(',') {
+            // A step (`*/5`) is not a value of the field.
+            let values = part.split('/').next().unwrap_or("");
+            for n in values.split('-').filter_map(|v| v.parse::<u32>().ok()) {
+                if n < lo || n > hi {
+                    return Some(format!("the {name} {n} is out of range {lo}–{hi}"));
+                }
+            }
+        }
+    }
+    None
 }
 
 /// Whether classic cron treats the line as fixed-time: neither the minute

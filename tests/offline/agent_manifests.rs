@@ -224,6 +224,11 @@ fn dockerfile_ships_the_dist_binary_with_every_library_it_links() {
             "{dir}/ not copied into the build stage"
         );
     }
+    // The build script (`drover version`'s commit and date) too.
+    assert!(
+        dockerfile.contains("COPY Cargo.toml Cargo.lock build.rs ./"),
+        "build.rs not copied into the build stage"
+    );
     let out = std::process::Command::new("readelf")
         .args(["-d", env!("CARGO_BIN_EXE_drover")])
         .output()

@@ -18,6 +18,11 @@ fn demo_tells_the_whole_story() {
         String::from_utf8_lossy(&out.stderr)
     );
     let report: Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    crate::cli_schema::assert_valid("demo", &report);
+    assert_eq!(
+        (&report["ok"], &report["errors"]),
+        (&Value::Bool(true), &Value::Array(vec![]))
+    );
     assert_eq!(report["violations"], Value::Array(vec![]));
     assert_eq!(report["peak_unavailable"], 1);
 
@@ -26,9 +31,10 @@ fn demo_tells_the_whole_story() {
         .unwrap()
         .iter()
         .map(|l| {
+            // A line about the whole fleet has no environment (null, never "-").
             (
                 l["at"].as_str().unwrap().to_owned(),
-                l["env"].as_str().unwrap().to_owned(),
+                l["env"].as_str().unwrap_or("(fleet)").to_owned(),
                 l["event"].as_str().unwrap().to_owned(),
             )
         })
@@ -86,10 +92,17 @@ fn demo_tells_the_whole_story() {
         "production",
         "\"Bump production to 1.13.3\": `drover check --base main` refuses it",
     );
+    // The revocation is prepared by `drover revoke`, not by hand.
+    find("(fleet)", "`drover revoke 1.13.3 --reason");
     find(
-        "-",
+        "(fleet)",
         "\"Revoke 1.13.3\": `drover check --base main` passes; merged",
     );
+    // Reports go to each cluster's own branch, never the single branch of the older layout.
+    for (_, _, ev) in &events {
+        assert!(!ev.contains("drover/status "), "{ev}");
+    }
+    find("stage", "reported to drover/status.d/stage/stage-1");
     assert!(find("test", "all 5 nodes Ready at 1.13.4").starts_with("2027-02-01"));
     assert!(find("stage", "all 5 nodes Ready at 1.13.4").starts_with("2027-02-08"));
 
@@ -115,6 +128,26 @@ fn demo_tells_the_whole_story() {
         assert_eq!(got, &serde_json::json!({ v: 5 }), "{cluster}");
     }
     status_commits_carry_the_story_time(&repo);
+    origin_still_works(&repo);
+}
+
+/// `--keep-repo` keeps the story's origin with the work tree: fetching
+/// from it works after the demo's temporary directory is gone.
+fn origin_still_works(repo: &std::path::Path) {
+    use crate::support::git::git;
+    git(repo, &["fetch", "--quiet", "origin"]);
+    let remote = git(repo, &["ls-remote", "--heads", "origin"]);
+    assert!(remote.contains("refs/heads/main"), "{remote}");
+    assert_eq!(
+        remote.matches("refs/heads/drover/status.d/").count(),
+        4,
+        "{remote}"
+    );
+    // `drover status` reads the fetched branches from origin/ as well.
+    let (code, out, err) = crate::support::cli::drover_at(repo, &["-o", "json", "status"]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    crate::cli_schema::assert_valid("status", &v);
 }
 
 /// Evidence counts from its commit's time, so the demo's status commits are

@@ -100,7 +100,11 @@ fn log_lists_changes_newest_first_with_signers_and_confirmations() {
     ]);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let list = v.as_array().unwrap();
+    assert_eq!(
+        (&v["ok"], &v["errors"]),
+        (&serde_json::json!(true), &serde_json::json!([]))
+    );
+    let list = v["changes"].as_array().unwrap();
     let summary: Vec<(&str, &str, Option<&str>, &str)> = list
         .iter()
         .map(|e| {
@@ -139,6 +143,7 @@ fn log_lists_changes_newest_first_with_signers_and_confirmations() {
     let (code, out, _) = drover(&["--repo", repo, "--format", "json", "log", "--env", "test"]);
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let v = &v["changes"];
     assert_eq!(v.as_array().unwrap().len(), 2);
     assert_eq!(
         v[0]["signer"],
@@ -150,7 +155,7 @@ fn log_lists_changes_newest_first_with_signers_and_confirmations() {
     assert_eq!(code, 0);
     assert!(
         out.lines().nth(1).unwrap().contains("stage")
-            && out.contains("stage-1 2099-01-01T00:00:00Z"),
+            && out.contains("stage-1 confirmed 2099-01-01T00:00:00Z"),
         "{out}"
     );
 }
@@ -176,8 +181,10 @@ fn generated_history(dir: &std::path::Path, count: u32) {
 fn logged_commits(repo: &std::path::Path, env: &str) -> Vec<String> {
     let (code, out, err) = drover_at(repo, &["--format", "json", "log", "--env", env]);
     assert_eq!(code, 0, "{err}");
-    let changes: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
-    changes
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    doc["changes"]
+        .as_array()
+        .unwrap()
         .iter()
         .map(|c| c["commit"].as_str().unwrap().to_owned())
         .collect()
@@ -397,7 +404,8 @@ fn drover_peak_kib(repo: &std::path::Path, args: &[&str]) -> (i32, String, u64) 
 
 /// Versions of `drover log --env ENV --format json`, newest first.
 fn logged_versions(out: &str) -> Vec<String> {
-    let changes: Vec<serde_json::Value> = serde_json::from_str(out).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(out).unwrap();
+    let changes = doc["changes"].as_array().unwrap();
     changes
         .iter()
         .map(|c| c["version"].as_str().unwrap().to_owned())

@@ -190,7 +190,7 @@ fn rsa_and_eddsa_signatures_verify_beside_ssh_ones_and_name_their_signer() {
     ]);
     assert_eq!(code, 0, "{err}");
     let log: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let signers: Vec<(&str, &str, bool)> = log
+    let signers: Vec<(&str, &str, bool)> = log["changes"]
         .as_array()
         .unwrap()
         .iter()

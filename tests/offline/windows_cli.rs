@@ -56,6 +56,8 @@ fn json_lists_the_next_windows_in_utc() {
     assert_eq!(
         v,
         serde_json::json!({
+            "ok": true,
+            "errors": [],
             "env": "stage",
             "timezone": "Europe/Madrid",
             "paused": false,
@@ -127,7 +129,10 @@ fn unknown_env_is_rejected_with_the_valid_ones() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("\"prod\"") && err.contains("stage, test"),
+        err.contains("\"prod\"")
+            && err.contains("valid environments: ")
+            && err.contains("stage")
+            && err.contains("test"),
         "{err}"
     );
 }
