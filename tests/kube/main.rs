@@ -12,6 +12,7 @@ mod support;
 mod agent_jobs_policy;
 mod agent_leader;
 mod agent_watch_backoff;
+mod install_docs;
 mod bottlerocket_driver;
 mod bottlerocket_selection;
 mod bottlerocket_shutdown;
