@@ -97,8 +97,10 @@ fn install_doc() -> Vec<Block> {
 /// (a copy of this repository's deploy/ beside `clusters/`), after checking
 /// that each names this release's tag.
 fn localize(text: &str) -> String {
-    let re = regex::Regex::new(r"https://github\.com/drover-dev/drover//(deploy/[a-z0-9/-]+)\?ref=(\S+)")
-        .unwrap();
+    let re = regex::Regex::new(
+        r"https://github\.com/drover-dev/drover//(deploy/[a-z0-9/-]+)\?ref=(\S+)",
+    )
+    .unwrap();
     for c in re.captures_iter(text) {
         assert_eq!(
             &c[2],
@@ -316,10 +318,14 @@ fn assert_wired(objects: &[Value], what: &str) {
         }
     }
     for (var, secret, key) in secret_files(dep) {
-        let s = find(objects, "Secret", &secret)
-            .unwrap_or_else(|| panic!("{what}: {var} reads Secret {secret}, which is not rendered"));
+        let s = find(objects, "Secret", &secret).unwrap_or_else(|| {
+            panic!("{what}: {var} reads Secret {secret}, which is not rendered")
+        });
         let v = s["data"][&key].as_str().unwrap_or_else(|| {
-            panic!("{what}: {var} reads key {key} of {secret}, which has {:?}", s["data"])
+            panic!(
+                "{what}: {var} reads key {key} of {secret}, which has {:?}",
+                s["data"]
+            )
         });
         assert!(!v.is_empty(), "{what}: {secret}/{key} is empty");
     }
@@ -342,7 +348,11 @@ async fn every_kustomization_renders_and_the_api_server_accepts_it() {
     }
     let ns_of = |kind: &str, name: &str| {
         base.iter()
-            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name && o["metadata"]["namespace"].is_string())
+            .find(|o| {
+                o["kind"] == kind
+                    && o["metadata"]["name"] == name
+                    && o["metadata"]["namespace"].is_string()
+            })
             .map(|o| o["metadata"]["namespace"].as_str().unwrap().to_owned())
     };
     assert!(find(&base, "Namespace", "drover-system").is_some());
@@ -358,7 +368,10 @@ async fn every_kustomization_renders_and_the_api_server_accepts_it() {
         })
         .collect();
     assert_eq!(roles["drover-upgrades"], "drover-upgrades", "{roles:?}");
-    assert_eq!(ns_of("Deployment", "drover").as_deref(), Some("drover-system"));
+    assert_eq!(
+        ns_of("Deployment", "drover").as_deref(),
+        Some("drover-system")
+    );
     assert_agent_reads(&base, "deploy/base");
 
     // Each component over the base, in an overlay of its own.
@@ -404,7 +417,10 @@ async fn every_kustomization_renders_and_the_api_server_accepts_it() {
         renders.push((path.to_owned(), objects));
         overlays += 1;
     }
-    assert!(overlays >= 2, "docs/install.md shows the HTTPS and the SSH overlay");
+    assert!(
+        overlays >= 2,
+        "docs/install.md shows the HTTPS and the SSH overlay"
+    );
     let ssh = &renders.last().unwrap().1;
     let env: Vec<&str> = agent_container(find(ssh, "Deployment", "drover").unwrap())["env"]
         .as_array()
@@ -412,7 +428,10 @@ async fn every_kustomization_renders_and_the_api_server_accepts_it() {
         .iter()
         .map(|e| e["name"].as_str().unwrap())
         .collect();
-    assert!(env.contains(&"DROVER_SSH_KEY") && !env.contains(&"DROVER_GIT_TOKEN_FILE"), "{env:?}");
+    assert!(
+        env.contains(&"DROVER_SSH_KEY") && !env.contains(&"DROVER_GIT_TOKEN_FILE"),
+        "{env:?}"
+    );
 
     // The API server: validated and admitted, nothing stored but the two
     // namespaces (created bare if absent, so other tests' labels stand)
@@ -452,17 +471,30 @@ async fn install_servicemonitor_kind(client: &Client) {
             }]
         }
     });
-    apply_yaml(client, &serde_yaml::to_string(&crd).unwrap(), "default", false)
-        .await
-        .unwrap();
+    apply_yaml(
+        client,
+        &serde_yaml::to_string(&crd).unwrap(),
+        "default",
+        false,
+    )
+    .await
+    .unwrap();
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
         Api::all(client.clone());
-    crate::support::kube::await_object(&crds, "servicemonitors.monitoring.coreos.com", "established", |c| {
-        c.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True"))
-    })
+    crate::support::kube::await_object(
+        &crds,
+        "servicemonitors.monitoring.coreos.com",
+        "established",
+        |c| {
+            c.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True")
+                })
+        },
+    )
     .await;
 }
 
@@ -498,12 +530,18 @@ async fn the_install_steps_of_docs_install_md_work_in_order() {
             ran += 1;
         }
     }
-    assert!(ran >= 4, "docs/install.md's Install section has {ran} sh steps");
+    assert!(
+        ran >= 4,
+        "docs/install.md's Install section has {ran} sh steps"
+    );
     let apply_step = apply_step.expect("a step that runs kubectl apply");
 
     // The Namespaces, at the Pod Security levels the document promises.
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    for (ns, level) in [("drover-system", "restricted"), ("drover-upgrades", "privileged")] {
+    for (ns, level) in [
+        ("drover-system", "restricted"),
+        ("drover-upgrades", "privileged"),
+    ] {
         let n = namespaces.get(ns).await.unwrap();
         assert_eq!(
             n.metadata.labels.unwrap_or_default()["pod-security.kubernetes.io/enforce"],

@@ -165,7 +165,10 @@ fn deployment_is_locked_down_and_wired() {
     assert!(env.contains("POD_NAME"), "missing env POD_NAME");
     // The overlay's ConfigMap sets these; an `env` entry would override it.
     for overlay in ["DROVER_ENV", "DROVER_CLUSTER", "DROVER_REPO"] {
-        assert!(!env.contains(overlay), "{overlay} is the overlay's, not the base's");
+        assert!(
+            !env.contains(overlay),
+            "{overlay} is the overlay's, not the base's"
+        );
     }
     assert_eq!(
         c["envFrom"][0]["configMapRef"]["name"].as_str(),
@@ -365,5 +368,8 @@ fn the_base_ships_no_secret() {
             assert_ne!(d["kind"].as_str(), Some("Secret"), "{r:?} ships a Secret");
         }
     }
-    assert!(k.get("namespace").is_none(), "a namespace transformer renames drover-upgrades");
+    assert!(
+        k.get("namespace").is_none(),
+        "a namespace transformer renames drover-upgrades"
+    );
 }

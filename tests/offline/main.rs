@@ -13,6 +13,7 @@ mod support {
     pub mod time;
 }
 
+mod action_check;
 mod admit_forgery;
 mod admit_judge;
 mod agent_http;

@@ -530,7 +530,10 @@ pub async fn apply_yaml(
             continue;
         }
         let obj: DynamicObject = serde_json::from_value(value).map_err(|e| e.to_string())?;
-        let tm = obj.types.clone().ok_or("an object without apiVersion/kind")?;
+        let tm = obj
+            .types
+            .clone()
+            .ok_or("an object without apiVersion/kind")?;
         let (group, version) = match tm.api_version.split_once('/') {
             Some((g, v)) => (g.to_string(), v.to_string()),
             None => (String::new(), tm.api_version.clone()),
