@@ -18,9 +18,24 @@ pub mod status;
 pub mod verify;
 pub mod windows;
 
+/// `drover --version`: the version, and the updater image this build
+/// defaults to (a release pins it by digest, docs/install.md).
+static LONG_VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let image = crate::config::DEFAULT_BOTTLEROCKET_IMAGE;
+    let pinned = if image.contains("@sha256:") {
+        ""
+    } else {
+        " (not pinned by digest)"
+    };
+    format!(
+        "{}\nupdater image: {image}{pinned}",
+        env!("CARGO_PKG_VERSION")
+    )
+});
+
 /// drover: a controlled upgrade path for Kubernetes node OS versions.
 #[derive(Debug, Parser)]
-#[command(name = "drover", version, about, long_about = None)]
+#[command(name = "drover", version, long_version = LONG_VERSION.as_str(), about, long_about = None)]
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,

@@ -11,6 +11,8 @@ mod agent_jobs_policy;
 mod agent_leader;
 mod agent_watch_backoff;
 mod bottlerocket_driver;
+mod bottlerocket_selection;
+mod bottlerocket_shutdown;
 mod install_docs;
 mod k8s_backend_crash;
 mod k8s_backend_ops;

@@ -40,3 +40,4 @@ mod status_store;
 mod windows_cli;
 mod windows_differential;
 mod windows_schedule;
+mod workflows;
