@@ -262,6 +262,19 @@ fn release_builds_both_architectures_and_pins_the_updater_into_the_agent() {
         assert!(steps.contains("push-by-digest=true"), "{job} pushes by tag");
         assert!(steps.contains("sbom: true"), "{job} has no SBOM");
     }
+    // `drover --version` says which updater image this build defaults to.
+    let out = Command::new(env!("CARGO_BIN_EXE_drover"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "updater image: {}",
+            drover::config::DEFAULT_BOTTLEROCKET_IMAGE
+        )),
+        "{text}"
+    );
     // And the default config names the updater image the release pushes.
     assert!(
         drover::config::DEFAULT_BOTTLEROCKET_IMAGE.starts_with(&format!(
