@@ -236,7 +236,9 @@ fn agent_container(dep: &Value) -> &Value {
 
 /// Every `DROVER_*` file the agent is told to read: (variable, Secret, key).
 /// Each must sit on a mounted Secret volume; a path outside every mount is
-/// a broken install.
+/// a broken install. A variable naming a whole mount (a directory of keys,
+/// such as `DROVER_OPENPGP_KEYS`) must be on an optional Secret, whose
+/// absence the agent reads as "none".
 fn secret_files(dep: &Value) -> Vec<(String, String, String)> {
     let pod = &dep["spec"]["template"]["spec"];
     let c = agent_container(dep);
@@ -248,19 +250,30 @@ fn secret_files(dep: &Value) -> Vec<(String, String, String)> {
         if !value.starts_with("/etc/drover/") {
             continue;
         }
-        let mount = c["volumeMounts"]
-            .as_array()
-            .unwrap()
+        let mounts = c["volumeMounts"].as_array().unwrap();
+        let volume_of = |m: &Value| {
+            pod["volumes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|v| v["name"] == m["name"])
+                .unwrap()
+                .clone()
+        };
+        if let Some(dir) = mounts.iter().find(|m| m["mountPath"] == value) {
+            assert_eq!(
+                volume_of(dir)["secret"]["optional"],
+                true,
+                "{name}={value} is a whole mount: its Secret must be optional"
+            );
+            continue;
+        }
+        let mount = mounts
             .iter()
             .find(|m| value.starts_with(&format!("{}/", m["mountPath"].as_str().unwrap())))
             .unwrap_or_else(|| panic!("{name}={value} is on no volume mount"));
         let key = &value[mount["mountPath"].as_str().unwrap().len() + 1..];
-        let volume = pod["volumes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|v| v["name"] == mount["name"])
-            .unwrap();
+        let volume = volume_of(mount);
         let secret = volume["secret"]["secretName"]
             .as_str()
             .unwrap_or_else(|| panic!("{name}={value} is not on a Secret volume"));
