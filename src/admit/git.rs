@@ -191,6 +191,46 @@ pub struct ChangeReport {
     pub warnings: Vec<String>,
     /// The same reports as values, for a document.
     pub ignored: Vec<crate::status::Ignored>,
+    /// Each judged environment's version before the change (absent: new).
+    pub previous: BTreeMap<String, Version>,
+    /// Where each confirmation the decisions name came from, so a reviewer
+    /// sees the signed report behind a verdict, not only its time.
+    pub sources: Vec<ConfirmationSource>,
+    /// The status evidence the decisions needed: `None` when none needed
+    /// any (history evidence, first environment, refused before the gate).
+    pub status: Option<StatusRead>,
+}
+
+/// The status branches a judgement read.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StatusRead {
+    /// `[promotion] status_branch` of the policy in force.
+    pub branch: String,
+    /// The refs read (local or `refs/remotes/origin/`); empty when none
+    /// exists, which in CI usually means none was fetched.
+    pub refs: Vec<String>,
+}
+
+/// One standing confirmation, as the status branch holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfirmationSource {
+    /// The lower environment.
+    pub env: String,
+    /// Its cluster.
+    pub cluster: String,
+    /// The version confirmed.
+    pub version: Version,
+    /// When it counts from.
+    pub at: DateTime<Utc>,
+    /// The signed status commit that wrote it.
+    pub status_commit: String,
+    /// The config commit that cluster was applying.
+    pub config_commit: String,
+    /// The branch it was read from.
+    pub branch: Option<String>,
+    /// The SHA256 fingerprint of the key that signed it (listed for
+    /// `<env>/<cluster>` in the report signers of the policy in force).
+    pub signer: Option<String>,
 }
 
 /// A diagnostic at the `version` value of `environments/<env>.toml` in `tree`.
@@ -287,7 +327,102 @@ pub fn check_base(repo_path: &Path, base: &str, now: DateTime<Utc>) -> Result<Ch
     }
     out.warnings = ev.ignored().iter().map(ToString::to_string).collect();
     out.ignored = ev.ignored().to_vec();
+    let policy = change.before.map_or(&after.policy, |(_, p)| p);
+    for (env, _) in &out.decisions {
+        if let Some(v) = before.as_ref().and_then(|b| b.config.envs.get(env)) {
+            out.previous.insert(env.clone(), v.version.clone());
+        }
+    }
+    evidence_sources(&repo, policy, &mut ev, &mut out)?;
     Ok(out)
+}
+
+/// Fill `out.status` and `out.sources` for the decisions that read status
+/// evidence: which branches were there, and each named confirmation's
+/// signed report (one signature check per confirmation named).
+fn evidence_sources(
+    repo: &Repository,
+    policy: &Policy,
+    ev: &mut GitEvidence<'_>,
+    out: &mut ChangeReport,
+) -> Result<(), Error> {
+    use crate::gate::{Basis, Reason};
+    let mut named: Vec<(String, Version, String)> = Vec::new();
+    let mut needed = false;
+    for (_, d) in &out.decisions {
+        let (version, lower, confirmed) = match d {
+            Decision::Allowed(a) => match &a.basis {
+                Basis::Confirmed {
+                    lower, confirmed, ..
+                } => (&a.version, lower, confirmed),
+                _ => continue,
+            },
+            Decision::Refused(r) => match &r.reason {
+                Reason::NotConfirmed {
+                    lower, confirmed, ..
+                }
+                | Reason::Soaking {
+                    lower, confirmed, ..
+                } => (&r.version, lower, confirmed),
+                _ => continue,
+            },
+            Decision::Unchanged => continue,
+        };
+        needed = true;
+        for (cluster, _) in confirmed {
+            named.push((lower.clone(), version.clone(), cluster.clone()));
+        }
+    }
+    if !needed {
+        return Ok(());
+    }
+    let store = status::find_store(repo, &policy.status_branch)?;
+    let mut refs: Vec<String> = store
+        .clusters
+        .iter()
+        .map(|c| c.branch.refname.clone())
+        .collect();
+    refs.extend(store.legacy.iter().map(|b| b.refname.clone()));
+    out.status = Some(StatusRead {
+        branch: policy.status_branch.clone(),
+        refs,
+    });
+    let signers = match &policy.signers_text {
+        Some(t) => AllowedSigners::parse(t).ok(),
+        None => None,
+    };
+    let conf = ev.confirmations(policy)?;
+    for (env, version, cluster) in named {
+        let Some((_, _, _, standing)) = conf
+            .standing()
+            .find(|(e, c, v, _)| *e == env && *c == cluster && **v == version)
+        else {
+            continue;
+        };
+        let signer = signers.as_ref().and_then(|all| {
+            let own = all.for_principal(&format!("{env}/{cluster}"));
+            trust::verify_commit(repo, standing.status_commit, &own)
+                .ok()
+                .map(|v| v.fingerprint)
+        });
+        let branch = store
+            .clusters
+            .iter()
+            .find(|c| c.env == env && c.cluster == cluster)
+            .map(|c| c.branch.refname.clone())
+            .or_else(|| store.legacy.as_ref().map(|b| b.refname.clone()));
+        out.sources.push(ConfirmationSource {
+            env,
+            cluster,
+            version,
+            at: standing.at,
+            status_commit: standing.status_commit.to_string(),
+            config_commit: standing.config_commit.clone(),
+            branch,
+            signer,
+        });
+    }
+    Ok(())
 }
 
 /// Which check refused a head.

@@ -37,8 +37,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 pub use git::{
-    admit_adoption, admit_head, check_base, snapshot, Admitted, ChangeReport, GitEvidence,
-    Rejection, Snapshot, Stage, TrustCheck,
+    admit_adoption, admit_head, check_base, snapshot, Admitted, ChangeReport, ConfirmationSource,
+    GitEvidence, Rejection, Snapshot, Stage, StatusRead, TrustCheck,
 };
 pub use history::{lower_history, HistoryError};
 

@@ -20,13 +20,25 @@ pub static SHORT: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// `drover --version`: the short line, then the full commit.
+/// `drover --version`: the short line, then the full commit and the updater
+/// image this build defaults to (a release pins it by digest, docs/install.md).
 pub static LONG: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "{}\ncommit: {COMMIT}\nbuilt: {BUILD_DATE}",
-        env!("CARGO_PKG_VERSION")
+        "{}\ncommit: {COMMIT}\nbuilt: {BUILD_DATE}\nupdater image: {}",
+        env!("CARGO_PKG_VERSION"),
+        updater_image()
     )
 });
+
+/// The default `[driver] image` of the Bottlerocket driver, said unpinned when it is.
+fn updater_image() -> String {
+    let image = crate::config::DEFAULT_BOTTLEROCKET_IMAGE;
+    if image.contains("@sha256:") {
+        image.to_owned()
+    } else {
+        format!("{image} (not pinned by digest)")
+    }
+}
 
 /// The document of `drover version -o json`.
 #[derive(Debug, Serialize)]
@@ -34,6 +46,7 @@ struct Output {
     version: &'static str,
     commit: &'static str,
     build_date: &'static str,
+    updater_image: String,
 }
 
 /// Run `drover version`.
@@ -42,6 +55,7 @@ pub fn run(g: &Global) -> anyhow::Result<Outcome> {
         version: env!("CARGO_PKG_VERSION"),
         commit: COMMIT,
         build_date: BUILD_DATE,
+        updater_image: updater_image(),
     };
     if g.format.is_document() {
         print_ok(g.format, &out)?;
@@ -49,6 +63,7 @@ pub fn run(g: &Global) -> anyhow::Result<Outcome> {
         println!("drover {}", out.version);
         println!("commit: {}", out.commit);
         println!("built: {}", out.build_date);
+        println!("updater image: {}", out.updater_image);
     }
     Ok(Outcome::Ok)
 }

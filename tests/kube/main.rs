@@ -1,10 +1,8 @@
 //! Tests against the real kube-apiserver (one control plane for the whole
 //! binary, a namespace per test): the test support itself, the simulated
 //! kubelet's faults, the Kubernetes backend, `drover plan` on a cluster, the
-//! admission policy for upgrade Jobs, leadership, the status watch, the
-//! Bottlerocket driver script against a simulated node API, upgrade Jobs
-//! under the kubelet's graceful node shutdown, and the nodes the Bottlerocket
-//! driver takes.
+//! admission policy for upgrade Jobs, leadership, the status watch, and the
+//! Bottlerocket driver script against a simulated node API.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -15,6 +13,7 @@ mod agent_watch_backoff;
 mod bottlerocket_driver;
 mod bottlerocket_selection;
 mod bottlerocket_shutdown;
+mod install_docs;
 mod k8s_backend_crash;
 mod k8s_backend_ops;
 mod k8s_backend_rollout;

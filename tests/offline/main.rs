@@ -13,6 +13,7 @@ mod support {
     pub mod time;
 }
 
+mod action_check;
 mod admit_forgery;
 mod admit_judge;
 mod agent_http;
@@ -43,3 +44,4 @@ mod status_store;
 mod windows_cli;
 mod windows_differential;
 mod windows_schedule;
+mod workflows;

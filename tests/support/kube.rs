@@ -62,6 +62,14 @@ impl ControlPlane {
         }
     }
 
+    /// A control plane of the caller's own, stopped when it is dropped (or
+    /// when the test binary exits): for a test that must start from an
+    /// empty cluster or owns cluster-wide names, such as docs/install.md's
+    /// steps. Costs a start (~10 s); prefer [`ControlPlane::get`].
+    pub fn start_own() -> anyhow::Result<ControlPlane> {
+        ControlPlane::start()
+    }
+
     fn start() -> anyhow::Result<ControlPlane> {
         let harness = harness_dir();
         let (start, stop) = (harness.join("start"), harness.join("stop"));
@@ -498,20 +506,42 @@ pub async fn apply_deploy_file(client: &Client, file: &str, default_ns: &str) ->
         .join("deploy")
         .join(file);
     let text = std::fs::read_to_string(&path).unwrap();
+    apply_yaml(client, &text, default_ns, false)
+        .await
+        .unwrap_or_else(|e| panic!("{file}: {e}"))
+}
+
+/// Server-side apply (field manager `drover-install`, forced) every document
+/// of the multi-document YAML `text`, in order; an object without a
+/// namespace goes to `default_ns`. `dry_run`: the API server validates and
+/// admits each object (schema, unknown fields, admission) and stores none.
+/// Returns `Kind/name` of each object, or the first refusal.
+pub async fn apply_yaml(
+    client: &Client,
+    text: &str,
+    default_ns: &str,
+    dry_run: bool,
+) -> Result<Vec<String>, String> {
     let mut applied = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let value: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
+    for doc in serde_yaml::Deserializer::from_str(text) {
+        let value: serde_json::Value =
+            serde::Deserialize::deserialize(doc).map_err(|e| e.to_string())?;
         if value.is_null() {
             continue;
         }
-        let obj: DynamicObject = serde_json::from_value(value).unwrap();
-        let tm = obj.types.clone().unwrap();
+        let obj: DynamicObject = serde_json::from_value(value).map_err(|e| e.to_string())?;
+        let tm = obj
+            .types
+            .clone()
+            .ok_or("an object without apiVersion/kind")?;
         let (group, version) = match tm.api_version.split_once('/') {
             Some((g, v)) => (g.to_string(), v.to_string()),
             None => (String::new(), tm.api_version.clone()),
         };
         let gvk = GroupVersionKind::gvk(&group, &version, &tm.kind);
-        let (ar, caps) = pinned_kind(client, &gvk).await.unwrap();
+        let (ar, caps) = pinned_kind(client, &gvk)
+            .await
+            .map_err(|e| format!("{}: {e}", tm.kind))?;
         let api: Api<DynamicObject> = match caps.scope {
             Scope::Namespaced => Api::namespaced_with(
                 client.clone(),
@@ -520,17 +550,15 @@ pub async fn apply_deploy_file(client: &Client, file: &str, default_ns: &str) ->
             ),
             Scope::Cluster => Api::all_with(client.clone(), &ar),
         };
-        let name = obj.metadata.name.clone().unwrap();
-        api.patch(
-            &name,
-            &PatchParams::apply("drover-install").force(),
-            &Patch::Apply(&obj),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("server-side apply of {} {name} from {file}: {e}", tm.kind));
+        let name = obj.metadata.name.clone().unwrap_or_default();
+        let mut pp = PatchParams::apply("drover-install").force();
+        pp.dry_run = dry_run;
+        api.patch(&name, &pp, &Patch::Apply(&obj))
+            .await
+            .map_err(|e| format!("server-side apply of {} {name}: {e}", tm.kind))?;
         applied.push(format!("{}/{name}", tm.kind));
     }
-    applied
+    Ok(applied)
 }
 
 /// Whether the node is cordoned (`spec.unschedulable`), by whoever.

@@ -1,0 +1,359 @@
+//! What a release and CI run on GitHub, checked here: the workflows and the
+//! action pass actionlint (with shellcheck over their `run:` scripts), the
+//! scripts they call pass shellcheck, the Dockerfiles pass hadolint, and
+//! every artefact the docs, the example workflow, the manifests and the
+//! default config name is one .github/workflows/release.yml produces, at
+//! this version.
+//!
+//! actionlint and hadolint come from tests/tools/build (built once into
+//! ~/.cache/drover/tools, as scripts/test does); shellcheck is Debian's.
+
+use regex::Regex;
+use serde_yaml::Value;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn tools() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let out = Command::new(root().join("tests/tools/build"))
+            .output()
+            .expect("running tests/tools/build");
+        assert!(
+            out.status.success(),
+            "tests/tools/build failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    })
+}
+
+fn run_clean(cmd: &mut Command, what: &str) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} found problems:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn workflows() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for dir in [".github/workflows", "example-repo/.github/workflows"] {
+        for e in std::fs::read_dir(root().join(dir)).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "yml" || x == "yaml") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn yaml(path: &Path) -> Value {
+    serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn actionlint_accepts_every_workflow_and_the_action() {
+    let files = workflows();
+    assert!(files.len() >= 2, "{files:?}");
+    // The action's metadata through a workflow that uses it as `./`, with
+    // the inputs the example workflow gives it: actionlint reads action.yml
+    // and checks both.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(root().join("action.yml"), dir.path().join("action.yml")).unwrap();
+    std::fs::create_dir_all(dir.path().join(".github/workflows")).unwrap();
+    let uses = |with: &str| {
+        format!("on: pull_request\njobs:\n  check:\n    runs-on: ubuntu-24.04\n    steps:\n      - uses: ./\n        with:\n{with}")
+    };
+    let workflow = dir.path().join(".github/workflows/uses-action.yml");
+    assert!(Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(dir.path())
+        .status()
+        .unwrap()
+        .success());
+    // The control: an input action.yml does not have is refused.
+    std::fs::write(&workflow, uses("          bsae: main\n")).unwrap();
+    let out = Command::new(tools().join("actionlint"))
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stdout).contains("bsae"),
+        "actionlint did not read action.yml: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    std::fs::write(
+        &workflow,
+        uses("          base: main\n          path: .\n          status-branch: drover/status\n"),
+    )
+    .unwrap();
+    let mut cmd = Command::new(tools().join("actionlint"));
+    cmd.arg("-shellcheck")
+        .arg(which("shellcheck"))
+        .args(&files)
+        .current_dir(root());
+    run_clean(&mut cmd, "actionlint");
+    let mut cmd = Command::new(tools().join("actionlint"));
+    cmd.arg("-shellcheck")
+        .arg(which("shellcheck"))
+        .current_dir(dir.path());
+    run_clean(&mut cmd, "actionlint (action.yml)");
+}
+
+fn which(bin: &str) -> String {
+    for dir in std::env::var("PATH").unwrap_or_default().split(':') {
+        let p = Path::new(dir).join(bin);
+        if p.is_file() {
+            return p.to_string_lossy().into_owned();
+        }
+    }
+    panic!("{bin} not found on PATH (scripts/test installs it)");
+}
+
+#[test]
+fn shellcheck_accepts_the_scripts_the_workflows_run() {
+    let mut files = vec![root().join("action/check")];
+    for e in std::fs::read_dir(root().join(".github/release")).unwrap() {
+        files.push(e.unwrap().path());
+    }
+    files.push(root().join("tests/tools/build"));
+    run_clean(Command::new(which("shellcheck")).args(&files), "shellcheck");
+}
+
+#[test]
+fn hadolint_accepts_the_dockerfiles() {
+    run_clean(
+        Command::new(tools().join("hadolint"))
+            .args(["deploy/Dockerfile", "deploy/updater/Dockerfile"])
+            .current_dir(root()),
+        "hadolint",
+    );
+}
+
+/// The example workflow gives the action only inputs it has, names the
+/// action at this release, and pins every other action by commit.
+#[test]
+fn the_example_workflow_uses_the_action_as_it_is() {
+    let action = yaml(&root().join("action.yml"));
+    let inputs: BTreeSet<&str> = action["inputs"]
+        .as_mapping()
+        .unwrap()
+        .keys()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    let mut used = false;
+    let sha = Regex::new(r"^[a-z0-9-]+/[a-z0-9-]+@[0-9a-f]{40}$").unwrap();
+    for wf in workflows() {
+        let w = yaml(&wf);
+        for (_, job) in w["jobs"].as_mapping().unwrap() {
+            for step in job["steps"].as_sequence().into_iter().flatten() {
+                let Some(uses) = step["uses"].as_str() else {
+                    continue;
+                };
+                if let Some(reference) = uses.strip_prefix("drover-dev/drover@") {
+                    assert_eq!(reference, format!("v{VERSION}"), "{}", wf.display());
+                    for k in step["with"]
+                        .as_mapping()
+                        .into_iter()
+                        .flatten()
+                        .map(|(k, _)| k)
+                    {
+                        assert!(
+                            inputs.contains(k.as_str().unwrap()),
+                            "{k:?} is no input of action.yml"
+                        );
+                    }
+                    used = true;
+                } else {
+                    assert!(
+                        sha.is_match(uses),
+                        "{}: {uses} is not pinned by commit",
+                        wf.display()
+                    );
+                }
+            }
+        }
+    }
+    assert!(used, "the example workflow does not use the action");
+    // On a schedule too, so a soak refusal is judged again without a push.
+    let example = yaml(&root().join("example-repo/.github/workflows/drover-check.yml"));
+    assert!(example["on"]["schedule"].is_sequence(), "no schedule");
+    assert!(
+        example["on"]["pull_request"].is_mapping(),
+        "no pull_request"
+    );
+}
+
+/// What release.yml publishes: (images, release assets).
+fn published() -> (BTreeSet<String>, BTreeSet<String>) {
+    let w = yaml(&root().join(".github/workflows/release.yml"));
+    let images: BTreeSet<String> = ["UPDATER_IMAGE", "AGENT_IMAGE"]
+        .iter()
+        .map(|k| w["env"][k].as_str().unwrap().to_owned())
+        .collect();
+    let binaries = &w["jobs"]["binaries"];
+    let mut assets = BTreeSet::from([
+        "SHA256SUMS".to_owned(),
+        "SHA256SUMS.sigstore.json".to_owned(),
+    ]);
+    for m in binaries["strategy"]["matrix"]["include"]
+        .as_sequence()
+        .unwrap()
+    {
+        let t = m["target"].as_str().unwrap();
+        assets.insert(format!("drover-{t}"));
+        assets.insert(format!("drover-{t}.cdx.json"));
+    }
+    (images, assets)
+}
+
+#[test]
+fn release_builds_both_architectures_and_pins_the_updater_into_the_agent() {
+    let w = yaml(&root().join(".github/workflows/release.yml"));
+    let (_, assets) = published();
+    for a in [
+        "drover-x86_64-unknown-linux-musl",
+        "drover-aarch64-unknown-linux-musl",
+    ] {
+        assert!(assets.contains(a), "{assets:?}");
+    }
+    for job in ["updater", "agent"] {
+        let platforms: BTreeSet<&str> = w["jobs"][job]["strategy"]["matrix"]["include"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|m| m["platform"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            platforms,
+            BTreeSet::from(["linux/amd64", "linux/arm64"]),
+            "{job}"
+        );
+    }
+    // The updater's index is the digest deploy/updater/pin committed.
+    let text = std::fs::read_to_string(root().join(".github/workflows/release.yml")).unwrap();
+    assert!(
+        text.contains("deploy/updater/pin committed"),
+        "updater-index checks the pin"
+    );
+    for job in ["updater-index", "agent-index"] {
+        let steps = serde_yaml::to_string(&w["jobs"][job]["steps"]).unwrap();
+        assert!(steps.contains("cosign sign --yes"), "{job} does not sign");
+        assert!(
+            steps.contains("attest-build-provenance"),
+            "{job} does not attest"
+        );
+    }
+    for job in ["updater", "agent"] {
+        let steps = serde_yaml::to_string(&w["jobs"][job]["steps"]).unwrap();
+        assert!(steps.contains("push-by-digest=true"), "{job} pushes by tag");
+        assert!(steps.contains("sbom: true"), "{job} has no SBOM");
+    }
+    // `drover --version` says which updater image this build defaults to.
+    let out = Command::new(env!("CARGO_BIN_EXE_drover"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "updater image: {}",
+            drover::config::DEFAULT_BOTTLEROCKET_IMAGE
+        )),
+        "{text}"
+    );
+    // And the default config names the updater image the release pushes.
+    assert!(
+        drover::config::DEFAULT_BOTTLEROCKET_IMAGE.starts_with(&format!(
+            "{}@sha256:",
+            w["env"]["UPDATER_IMAGE"].as_str().unwrap()
+        )),
+        "{}",
+        drover::config::DEFAULT_BOTTLEROCKET_IMAGE
+    );
+}
+
+/// Every image and release asset named in the docs, the manifests, the
+/// example repository and the action is one the release workflow
+/// publishes, at this version.
+#[test]
+fn everything_the_docs_reference_is_what_the_release_produces() {
+    let (images, assets) = published();
+    let image_re = Regex::new(r"ghcr\.io/drover-dev/[a-z0-9-]+(?::[A-Za-z0-9._<>-]+)?").unwrap();
+    let asset_re =
+        Regex::new(r"github\.com/drover-dev/drover/releases/download/([^/\s]+)/([A-Za-z0-9._$-]+)")
+            .unwrap();
+    let mut files = vec![
+        root().join("README.md"),
+        root().join("action.yml"),
+        root().join("action/check"),
+    ];
+    for dir in ["docs", "deploy", "example-repo"] {
+        collect(&root().join(dir), &mut files);
+    }
+    let mut seen = 0;
+    for f in files {
+        let Ok(text) = std::fs::read_to_string(&f) else {
+            continue;
+        };
+        let name = f.strip_prefix(root()).unwrap().display().to_string();
+        for m in image_re.find_iter(&text) {
+            let (image, tag) = m.as_str().split_once(':').unwrap_or((m.as_str(), ""));
+            assert!(
+                images.contains(image),
+                "{name} names {image}, which no release publishes"
+            );
+            if !tag.is_empty() {
+                assert!(
+                    tag == format!("v{VERSION}") || tag.starts_with("v<") || tag == "v",
+                    "{name} names {image}:{tag}, not this release's v{VERSION}"
+                );
+            }
+            seen += 1;
+        }
+        for c in asset_re.captures_iter(&text) {
+            assert_eq!(&c[1], format!("v{VERSION}"), "{name}");
+            assert!(
+                assets.contains(&c[2]),
+                "{name} downloads {}, which no release publishes",
+                &c[2]
+            );
+            seen += 1;
+        }
+    }
+    assert!(seen >= 5, "found only {seen} references");
+    // action/check builds its download URL from pieces: the asset names it
+    // can form are published ones.
+    let script = std::fs::read_to_string(root().join("action/check")).unwrap();
+    assert!(script.contains(r#"asset="drover-$arch-unknown-linux-musl""#));
+    for arch in ["x86_64", "aarch64"] {
+        assert!(script.contains(&format!(") arch={arch} ;;")), "{arch}");
+        assert!(assets.contains(&format!("drover-{arch}-unknown-linux-musl")));
+    }
+    assert!(script.contains("SHA256SUMS") && assets.contains("SHA256SUMS"));
+    assert!(script.contains(".github/workflows/release.yml"));
+}
+
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            collect(&p, out);
+        } else {
+            out.push(p);
+        }
+    }
+}
