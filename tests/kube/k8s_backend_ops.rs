@@ -195,7 +195,13 @@ async fn the_upgrade_job_is_accepted_run_once_and_reported() {
         p.started_at.timestamp().to_string()
     );
     let spec = job.spec.clone().unwrap();
-    assert_eq!(spec.backoff_limit, Some(0));
+    // Retries only for what the podFailurePolicy cannot judge (a pod the kubelet
+    // rejected while the node shut down); a failing driver fails the Job at once.
+    assert_eq!(
+        spec.backoff_limit,
+        Some(drover::kubernetes::driver::BACKOFF_LIMIT)
+    );
+    assert!(spec.pod_failure_policy.is_some());
     assert!(spec.ttl_seconds_after_finished.is_some());
     let pod = spec.template.spec.unwrap();
     assert_eq!(pod.node_name.as_deref(), Some(node.as_str()));

@@ -240,7 +240,10 @@ fn log_shows_failures_and_revocations_in_aligned_columns() {
         }
     }
     assert!(
-        rows[0].contains("(all)") && rows[0].contains("REVOKED: its pods crash-loop on stage-1"),
+        // The revocation is dated by the clock the test runs at, so where it sorts among the
+        // fixture's fixed dates depends on the day; that it is shown is what matters.
+        rows.iter()
+            .any(|r| r.contains("(all)") && r.contains("REVOKED: its pods crash-loop on stage-1")),
         "{out}"
     );
     assert!(rows.iter().any(|r| r.contains("Maximiliana")), "{out}");
