@@ -100,6 +100,23 @@ async fn the_upgrade_job_survives_the_pods_the_shutdown_rejects_and_the_node_upg
         .into_iter()
         .collect();
     assert_eq!(jobs.len(), 1, "one Job: {jobs:?}");
+    // The node's new version can be seen before the kubelet reports its pod
+    // finished: the story is read once every pod has ended.
+    let pods = Api::<Pod>::namespaced(client.clone(), ns.name());
+    let selector = format!("{JOB_NAME_LABEL}={}", jobs[0]);
+    for pod in pods
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .unwrap()
+    {
+        await_object(&pods, &pod.name_any(), "the Job's pod ended", |p: &Pod| {
+            matches!(
+                p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded" | "Failed")
+            )
+        })
+        .await;
+    }
     let reasons = pod_reasons(&client, ns.name(), &jobs[0]).await;
     let rejected = format!("Failed {NODE_SHUTDOWN_REASON}");
     assert_eq!(
