@@ -75,6 +75,7 @@ fn healthy(name: &str) -> NodeSeen {
             restarts: 0,
             waiting_reason: None,
         }],
+        unread: None,
     }
 }
 
