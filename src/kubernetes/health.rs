@@ -6,7 +6,7 @@
 //! [`NodeSeen::unread`], and the checks hold rather than judge part of them.
 //!
 //! - Pods: a node in its `watching` phase keeps a pod watch (within
-//!   [`super::observe::MAX_POD_WATCHES`]), which also wakes the agent when a
+//!   [`super::KubeOptions::pod_watches`]), which also wakes the agent when a
 //!   pod changes, so a crash loop is seen as soon as the kubelet reports it.
 //!   Any other node (a settling cluster's, one beyond the cap, one whose
 //!   watch has not synced yet) has its pods listed with a field selector on

@@ -159,6 +159,9 @@ pub struct KubeOptions {
     pub job_ttl: Duration,
     /// Longest wait for a watch's initial list.
     pub ready_timeout: Duration,
+    /// Most pod watches held at once ([`observe::MAX_POD_WATCHES`]); the
+    /// nodes beyond have their pods listed instead.
+    pub pod_watches: usize,
 }
 
 impl KubeOptions {
@@ -173,6 +176,7 @@ impl KubeOptions {
             job_deadline: Some(env.rollout.node_timeout),
             job_ttl: Duration::from_secs(7 * 24 * 3600),
             ready_timeout: Duration::from_secs(60),
+            pod_watches: observe::MAX_POD_WATCHES,
         }
     }
 }
@@ -238,9 +242,14 @@ impl KubeCluster {
         &self.inner.opts
     }
 
-    /// Pod watches running now (at most [`observe::MAX_POD_WATCHES`]).
+    /// Pod watches running now (at most [`KubeOptions::pod_watches`]).
     pub fn pod_watches(&self) -> usize {
         self.inner.pod_watches()
+    }
+
+    /// Whether every pod watch running has delivered its first list.
+    pub fn pod_watches_synced(&self) -> bool {
+        self.inner.pod_watches_synced()
     }
 }
 

@@ -100,9 +100,10 @@ const LIST_PAGE_SIZE: u32 = 100;
 /// A node with more is an error, never a drain that counts some of its pods.
 pub(crate) const MAX_DRAIN_PODS: usize = 1000;
 
-/// Most pod watches held at once, one API connection each: the nodes in
-/// their health watch first (a crash loop is seen as the kubelet reports
-/// it), then blocked nodes whose first retry may come early.
+/// Most pod watches held at once by default ([`KubeOptions::pod_watches`]),
+/// one API connection each: the nodes in their health watch first (a crash
+/// loop is seen as the kubelet reports it), then blocked nodes whose first
+/// retry may come early.
 pub const MAX_POD_WATCHES: usize = 32;
 
 /// How often a blocked node beyond [`MAX_POD_WATCHES`] has its pods listed
@@ -505,7 +506,7 @@ impl Observer {
     }
 
     // Plan the pod watches (`watching` first, then `blocked`, at most
-    // MAX_POD_WATCHES) and stop the others; forget the evictions of nodes no
+    // KubeOptions::pod_watches) and stop the others; forget the evictions of nodes no
     // longer draining and the polls of nodes no longer blocked.
     fn plan_pod_watches(
         &self,
@@ -516,7 +517,7 @@ impl Observer {
         let plan: HashSet<String> = watching
             .iter()
             .chain(blocked)
-            .take(MAX_POD_WATCHES)
+            .take(self.opts.pod_watches)
             .cloned()
             .collect();
         lock(&self.evicted).retain(|node, _| draining.contains(node));
@@ -534,6 +535,13 @@ impl Observer {
     /// Pod watches running now.
     pub fn pod_watches(&self) -> usize {
         lock(&self.pod_watches).len()
+    }
+
+    /// Whether every pod watch running has delivered its first list.
+    pub fn pod_watches_synced(&self) -> bool {
+        lock(&self.pod_watches)
+            .values()
+            .all(|w| matches!(w.store.wait_until_ready().now_or_never(), Some(Ok(()))))
     }
 
     /// The status of the driver's run for `node`'s current attempt.

@@ -9,17 +9,19 @@
 //!
 //! And a give-back deletes the node's running Job before it uncordons: a
 //! delete that fails keeps the node cordoned, held, and is tried again on
-//! every pass until the Job is gone.
+//! every pass until the Job is gone. Blocked nodes' pod watches are capped,
+//! the nodes beyond the cap polled.
 
 use std::time::{Duration, Instant};
 
-use drover::cluster::{Cluster, ProgressState, ANN_RETRY};
+use drover::cluster::{Cluster, NodeProgress, ProgressState, ANN_RETRY};
 use drover::kubernetes::KubeCluster;
 use drover::rollout::RolloutState;
 use futures::StreamExt;
 use http::Method;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
@@ -289,5 +291,91 @@ async fn a_give_back_deletes_the_running_job_first_and_retries_until_it_can() {
         "{}",
         out.decision.message
     );
+    sim.shutdown().await;
+}
+
+/// Whether every budget covering its pods allows a drain, per node, once
+/// every planned pod watch has synced (a watch not synced yet answers no).
+async fn budgets_allow(cluster: &KubeCluster, names: &[String]) -> Vec<bool> {
+    let mut changes = cluster.changes();
+    loop {
+        // Synced before the observation (the first one starts the watches),
+        // so the answers read come from synced watches.
+        let synced = cluster.pod_watches() > 0 && cluster.pod_watches_synced();
+        let views = cluster.observe().await.unwrap();
+        let allow: Vec<bool> = names
+            .iter()
+            .map(|n| {
+                views
+                    .iter()
+                    .find(|v| v.name == *n)
+                    .unwrap()
+                    .budgets_allow_drain
+            })
+            .collect();
+        if synced {
+            return allow;
+        }
+        tokio::time::timeout(WAIT, changes.changed())
+            .await
+            .expect("a pod watch syncs")
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn blocked_nodes_beyond_the_watch_cap_are_polled() {
+    let (client, ns) = setup("watch-cap").await;
+    let sim = start_sim(&client, pool_options(ns.name(), 3)).await;
+    let names = sim.node_names();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    for (i, n) in names.iter().enumerate() {
+        create(&pods, &pod_on(&format!("web-{i}"), n, &[("app", "web")], 1)).await;
+    }
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns.name());
+    create(&pdbs, &pdb_min_available("web", "web", json!(3))).await;
+    await_pdb(&client, ns.name(), "web", "0 allowed", |p| {
+        pdb_settled(p, |s| {
+            s.current_healthy == Some(3) && s.disruptions_allowed == Some(0)
+        })
+    })
+    .await;
+    let mut opts = kube_options(ns.name());
+    opts.pod_watches = 2;
+    let blocked = NodeProgress {
+        state: ProgressState::Blocked,
+        target: semver::Version::new(1, 13, 0),
+        started_at: chrono::Utc::now(),
+        cordoned_by_drover: false,
+        message: "drain did not finish".into(),
+        attempts: 0,
+    };
+    let cluster = KubeCluster::new(admin_config().await, opts.clone())
+        .await
+        .unwrap();
+    for n in &names {
+        cluster.set_progress(n, Some(&blocked)).await.unwrap();
+    }
+    // Control: the budget allows nothing, for the two watched nodes and the
+    // polled one alike.
+    assert_eq!(budgets_allow(&cluster, &names).await, [false, false, false]);
+    assert_eq!(cluster.pod_watches(), 2, "at most the cap");
+    drop(cluster);
+
+    // The budget relents: each node sees it, the third by a list.
+    pdbs.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "spec": { "minAvailable": 0 } })),
+    )
+    .await
+    .unwrap();
+    await_pdb(&client, ns.name(), "web", "3 allowed", |p| {
+        pdb_settled(p, |s| s.disruptions_allowed == Some(3))
+    })
+    .await;
+    let cluster = KubeCluster::new(admin_config().await, opts).await.unwrap();
+    assert_eq!(budgets_allow(&cluster, &names).await, [true, true, true]);
+    assert_eq!(cluster.pod_watches(), 2);
     sim.shutdown().await;
 }

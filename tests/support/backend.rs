@@ -55,6 +55,7 @@ pub fn kube_options(ns: &str) -> KubeOptions {
         job_deadline: Some(Duration::from_secs(600)),
         job_ttl: Duration::from_secs(3600),
         ready_timeout: Duration::from_secs(60),
+        pod_watches: drover::kubernetes::observe::MAX_POD_WATCHES,
     }
 }
 
