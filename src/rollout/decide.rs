@@ -220,7 +220,7 @@ fn node<'a>(ctx: &Ctx<'_>, n: &'a NodeView, t: &mut Tally<'a>) {
         t.held.push(h.clone());
     }
     let Some(p) = progress else {
-        return idle(n, at_target, hold.as_ref(), t);
+        return idle(n, at_target, t);
     };
     if ctx.health.is_some()
         && p.state == ProgressState::Passed
@@ -238,14 +238,12 @@ fn node<'a>(ctx: &Ctx<'_>, n: &'a NodeView, t: &mut Tally<'a>) {
         ProgressState::Draining => in_flight::draining(ctx, n, p, hold.as_ref(), t),
         ProgressState::Upgrading => in_flight::upgrading(ctx, n, p, at_target, hold.as_ref(), t),
         ProgressState::Watching | ProgressState::Passed => watch::watched(ctx, n, p, at_target, t),
-        ProgressState::Blocked | ProgressState::Failed => {
-            given_back::node(ctx, n, p, at_target, hold.as_ref(), t)
-        }
+        ProgressState::Blocked | ProgressState::Failed => given_back::node(ctx, n, p, at_target, t),
     }
 }
 
 /// A node drover has no record on: done, skipped, or a candidate to start.
-fn idle<'a>(n: &'a NodeView, at_target: bool, hold: Option<&Held>, t: &mut Tally<'a>) {
+fn idle<'a>(n: &'a NodeView, at_target: bool, t: &mut Tally<'a>) {
     t.unavailable += usize::from(!n.ready);
     if n.ready && at_target {
         return;
@@ -259,9 +257,12 @@ fn idle<'a>(n: &'a NodeView, at_target: bool, hold: Option<&Held>, t: &mut Tally
         t.skipped.push(skip(n, "cordoned by someone else".into()));
     } else if !n.ready {
         t.skipped.push(skip(n, "NotReady".into()));
-    } else if let Some(h) = hold {
-        held::skip(n, h, t);
+    } else if let Some(f) = &n.fault {
+        // Not a view to start a node on.
+        t.skipped.push(skip(n, format!("held: {f}")));
     } else {
+        // A node whose start failed a moment ago is a candidate still,
+        // after the others (start.rs).
         t.fresh.push(n);
     }
 }

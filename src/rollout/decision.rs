@@ -74,10 +74,10 @@ pub struct Inputs {
     pub held: Vec<Held>,
 }
 
-/// How long a node that is not in flight waits, after a call that would
-/// have started it failed, before it is tried again: long enough that a
-/// node whose cordon keeps failing never takes the turn of the nodes behind
-/// it, short enough that a passing fault costs a minute.
+/// How long a node that is not in flight goes after the other candidates
+/// once a call that would have started it failed: a node whose cordon keeps
+/// failing never takes the turn of the nodes behind it, and when every start
+/// failed (an outage) the first is tried again at once.
 pub const HELD_RETRY: Duration = Duration::from_secs(60);
 
 /// A node held by a fault of its own: its observation was incomplete (its
@@ -93,8 +93,8 @@ pub struct Held {
     pub why: String,
     /// When the node was first held (kept while it stays held).
     pub since: DateTime<Utc>,
-    /// When it failed last; a node that is not in flight is tried again
-    /// [`HELD_RETRY`] after it.
+    /// When it failed last; a node that is not in flight goes after the
+    /// other candidates to start until [`HELD_RETRY`] after it.
     pub last: DateTime<Utc>,
 }
 

@@ -201,7 +201,7 @@ pub async fn reconcile<C: Cluster>(
     let (rest, starts) = decision.actions.split_at(first_start);
     let mut failed_give_backs = 0;
     for action in rest {
-        if !run.step(cluster, action, &nodes, now).await && action.gives_back() {
+        if !run.step(cluster, action, &nodes, &decision.held, now).await && action.gives_back() {
             failed_give_backs += 1;
         }
     }
@@ -213,7 +213,7 @@ pub async fn reconcile<C: Cluster>(
         );
     }
     for action in &starts[..room] {
-        run.step(cluster, action, &nodes, now).await;
+        run.step(cluster, action, &nodes, &decision.held, now).await;
     }
     let held = run.held(&decision.held, &inputs.held, now);
     decision.actions = run.landed;
@@ -238,29 +238,38 @@ struct Run {
 }
 
 impl Run {
-    /// Apply `action`; false when it failed (its node is then held).
+    /// Apply `action`; false when it failed (its node is then held, unless
+    /// the action only recorded a hold: the hold stands as it was).
     async fn step<C: Cluster>(
         &mut self,
         cluster: &C,
         action: &Action,
         nodes: &[NodeView],
+        held: &[Held],
         now: DateTime<Utc>,
     ) -> bool {
         let pass = match apply(cluster, action).await {
             Ok(pass) => pass,
             Err(e) => {
-                let why = match &e {
+                let why = bounded(match &e {
                     EngineError::Apply { source, .. } => source.to_string(),
                     other => other.to_string(),
-                };
-                tracing::warn!(
-                    action = action.kind(),
-                    node = action.node(),
-                    error = %why,
-                    "call failed; the node is held, the others go on"
-                );
-                self.failures
-                    .push((action.node().to_string(), bounded(why)));
+                });
+                let node = action.node();
+                // Once per hold and reason: a fault that lasts is not news at every pass.
+                if held.iter().any(|h| h.node == node && h.why == why) {
+                    tracing::debug!(action = action.kind(), node, error = %why, "call failed again");
+                } else {
+                    tracing::warn!(
+                        action = action.kind(),
+                        node,
+                        error = %why,
+                        "call failed; the node is held, the others go on"
+                    );
+                }
+                if !matches!(action, Action::Note { .. }) {
+                    self.failures.push((node.to_string(), why));
+                }
                 return false;
             }
         };

@@ -17,7 +17,7 @@
 //!   `[health]`) rather than taken for healthy.
 
 use super::decide::{add, rfc3339, skip, Ctx, Tally};
-use super::decision::{Action, Held};
+use super::decision::Action;
 use super::held;
 use crate::cluster::{NodeProgress, NodeView, ProgressState};
 use crate::config::OnDrainTimeout;
@@ -37,7 +37,6 @@ pub(super) fn node<'a>(
     n: &'a NodeView,
     p: &NodeProgress,
     at_target: bool,
-    hold: Option<&Held>,
     t: &mut Tally<'a>,
 ) {
     let target = ctx.target;
@@ -74,17 +73,11 @@ pub(super) fn node<'a>(
         t.skipped.push(skip(n, format!("failed: {}", p.message)));
         return;
     }
-    blocked(ctx, n, p, hold, t);
+    blocked(ctx, n, p, t);
 }
 
 /// A blocked node: waiting out its backoff, held by `stop`, or ready to retry.
-fn blocked<'a>(
-    ctx: &Ctx<'_>,
-    n: &'a NodeView,
-    p: &NodeProgress,
-    hold: Option<&Held>,
-    t: &mut Tally<'a>,
-) {
+fn blocked<'a>(ctx: &Ctx<'_>, n: &'a NodeView, p: &NodeProgress, t: &mut Tally<'a>) {
     let policy = ctx.policy;
     t.blocked_count += 1;
     let held_by_stop = match policy.on_drain_timeout {
@@ -130,8 +123,8 @@ fn blocked<'a>(
             .push(skip(n, "blocked, and cordoned by someone else".into()));
     } else if !n.ready {
         t.skipped.push(skip(n, "blocked, and NotReady".into()));
-    } else if let Some(h) = hold {
-        held::skip(n, h, t);
+    } else if let Some(f) = &n.fault {
+        t.skipped.push(skip(n, format!("blocked, and held: {f}")));
     } else {
         t.blocked_retry.push(n);
     }

@@ -9,17 +9,17 @@
 //!   `node_timeout` give it back if the fault lasts. Its record's message
 //!   says why it is held ([`HELD_PREFIX`]) until it no longer is.
 //! - A node not in flight (idle, or blocked and due for a retry) whose start
-//!   failed is not a candidate again before [`HELD_RETRY`] has passed, so a
-//!   node whose cordon keeps failing never takes the turn of the nodes
-//!   behind it.
+//!   failed stays a candidate, after the others ([`start_order`]), for
+//!   [`HELD_RETRY`]; then its hold lapses.
 //! - The decision names the held nodes ([`Decision::held`](super::Decision::held)),
 //!   the first of them in the state message while nothing more pressing is
 //!   said; the agent publishes an Event when a node is newly held.
 
-use super::decide::{self, add, rfc3339, Ctx, Tally};
+use super::decide::{add, rfc3339, Ctx};
 use super::decision::{Action, Held, HELD_RETRY};
 use super::health::bounded;
 use crate::cluster::{NodeProgress, NodeView, ProgressState};
+use chrono::{DateTime, Utc};
 
 /// How the message of a held node's record begins.
 pub const HELD_PREFIX: &str = "held: ";
@@ -45,14 +45,16 @@ pub(super) fn of(ctx: &Ctx<'_>, n: &NodeView, progress: Option<&NodeProgress>) -
     Some(h.clone())
 }
 
-/// Skip `n`, a candidate to start, while its hold lasts.
-pub(super) fn skip(n: &NodeView, h: &Held, t: &mut Tally<'_>) {
-    let retry_at = add(h.last, HELD_RETRY);
-    t.wake.at(retry_at);
-    t.skipped.push(decide::skip(
-        n,
-        format!("held: {}; next try after {}", h.why, rfc3339(retry_at)),
-    ));
+/// The order candidates to start are tried in: those not held first (in
+/// name order), then those whose start failed, the longest ago first. A node
+/// whose cordon keeps failing never takes the turn of the nodes behind it,
+/// and when every start failed (the API server was unreachable) the first
+/// is tried again at once.
+pub(super) fn start_order(n: &NodeView, held: &[Held]) -> (bool, DateTime<Utc>) {
+    match held.iter().find(|h| h.node == n.name) {
+        Some(h) => (true, h.last),
+        None => (false, DateTime::<Utc>::MIN_UTC),
+    }
 }
 
 /// What a held node's record says about its hold.

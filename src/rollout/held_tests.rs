@@ -16,7 +16,12 @@ use semver::Version;
 use std::time::Duration;
 
 fn t(s: &str) -> DateTime<Utc> {
-    format!("2026-12-08T{s}:00Z").parse().unwrap()
+    let s = if s.len() == 5 {
+        format!("{s}:00")
+    } else {
+        s.into()
+    };
+    format!("2026-12-08T{s}Z").parse().unwrap()
 }
 
 fn v(s: &str) -> Version {
@@ -177,27 +182,41 @@ fn an_upgrading_node_that_cannot_be_confirmed_fails_only_at_its_timeout() {
 }
 
 #[test]
-fn a_node_whose_start_failed_waits_and_the_next_one_starts() {
-    let nodes = [idle("a", "1.12.0"), idle("b", "1.12.0")];
-    let held = Held {
-        node: "a".into(),
+fn a_node_whose_start_failed_goes_after_the_others() {
+    let nodes = [
+        idle("a", "1.12.0"),
+        idle("b", "1.12.0"),
+        idle("c", "1.12.0"),
+    ];
+    let failed = |node: &str, last: &str| Held {
+        node: node.into(),
         why: "cordon failed: admission webhook denied".into(),
-        since: t("03:00"),
-        last: t("03:00"),
+        since: t("02:50"),
+        last: t(last),
     };
     let inputs = Inputs {
-        held: vec![held],
+        held: vec![failed("a", "03:00")],
         ..open()
     };
     let d = decide(&policy(1), &inputs, &nodes, t("03:00"));
     assert_eq!(kinds(&d), [("cordon", "b".into())]);
-    assert_eq!(d.skipped[0].node, "a");
-    assert!(d.skipped[0].reason.starts_with("held: cordon failed"));
-    assert_eq!(d.wake_at, Some(t("03:01")));
-    // After HELD_RETRY it is a candidate again (and no longer held).
+    assert_eq!(d.held.len(), 1, "still named while its hold lasts");
+    // After HELD_RETRY its hold lapses: back in name order.
     let d = decide(&policy(1), &inputs, &nodes, t("03:01"));
     assert_eq!(kinds(&d), [("cordon", "a".into())]);
     assert!(d.held.is_empty());
+    // When every start failed (the API server was gone for a moment), the
+    // first is tried again at once: the one that failed longest ago.
+    let inputs = Inputs {
+        held: vec![
+            failed("a", "03:00:30"),
+            failed("b", "03:00:10"),
+            failed("c", "03:00:20"),
+        ],
+        ..open()
+    };
+    let d = decide(&policy(1), &inputs, &nodes, t("03:00:40"));
+    assert_eq!(kinds(&d), [("cordon", "b".into())]);
     // Control: without the hold, `a` comes first.
     let d = decide(&policy(1), &open(), &nodes, t("03:00"));
     assert_eq!(kinds(&d), [("cordon", "a".into())]);

@@ -2,10 +2,12 @@
 //! failed node, a `stop` block, a health hold, the gate and trust, the
 //! window, each in that order of precedence), and the candidates that fit
 //! the budget: never-attempted nodes in name order, then blocked ones due
-//! for a retry (`skip`), or blocked ones first (`stop`).
+//! for a retry (`skip`), or blocked ones first (`stop`); a node whose start
+//! just failed goes after the others (`held.rs`).
 
 use super::decide::{Ctx, Tally};
 use super::decision::Action;
+use super::held;
 use super::RolloutState;
 use crate::cluster::{NodeProgress, NodeView, ProgressState};
 use crate::config::OnDrainTimeout;
@@ -52,7 +54,7 @@ pub(super) fn hold(ctx: &Ctx<'_>, t: &Tally<'_>) -> Option<(RolloutState, String
 
 /// The starts that fit the budget now, counted against it.
 pub(super) fn starts(ctx: &Ctx<'_>, t: &mut Tally<'_>, budget: usize) -> Vec<Action> {
-    let candidates: Vec<&NodeView> = match ctx.policy.on_drain_timeout {
+    let mut candidates: Vec<&NodeView> = match ctx.policy.on_drain_timeout {
         OnDrainTimeout::Stop => t
             .blocked_retry
             .iter()
@@ -62,6 +64,8 @@ pub(super) fn starts(ctx: &Ctx<'_>, t: &mut Tally<'_>, budget: usize) -> Vec<Act
         OnDrainTimeout::Skip if t.fresh.is_empty() => t.blocked_retry.clone(),
         OnDrainTimeout::Skip => t.fresh.clone(),
     };
+    // Stable: name order (or blocked first, with `stop`) within each group.
+    candidates.sort_by_key(|n| held::start_order(n, &t.held));
     let mut starts = Vec::new();
     for n in candidates {
         if t.unavailable >= budget {
