@@ -1,14 +1,19 @@
 //! The Kubernetes implementation of the cluster interface: observe, cordon, drain, OS update drivers.
 //!
-//! - **Observation** ([`observe`]) reads only from watch-fed stores (kube-rs
+//! - **Observation** ([`observe`]) reads from watch-fed stores (kube-rs
 //!   reflectors): the selected nodes, drover's upgrade Jobs, the
-//!   PodDisruptionBudgets, and the pods of the nodes being drained (one
-//!   field-selected watch per draining node, so an idle cluster costs no pod
-//!   traffic at all). `observe()` makes no API request; our own writes are
-//!   overlaid on the stores until the watches catch up, so the engine always
-//!   reads its own writes and never decides twice from a stale view.
-//!   Nodes are decoded as [`node::ObservedNode`], only the fields drover
-//!   reads, which keeps the store at ~2 KiB per node.
+//!   PodDisruptionBudgets, and the pods of the nodes whose health is watched
+//!   or whose blocked drain may retry early (capped, see
+//!   [`KubeOptions::pod_watches`]); the only API requests it makes are one
+//!   field-selected list of pods per node being drained, and a fresh read
+//!   confirming a version the node and Job watches disagree on. An idle
+//!   cluster costs no pod traffic at all. Our own writes are overlaid on the
+//!   stores until the watches catch up, so the engine always reads its own
+//!   writes and never decides twice from a stale view. A read about one node
+//!   that fails is that node's [`crate::cluster::NodeView::fault`], never an
+//!   error of the whole observation. Nodes are decoded as
+//!   [`node::ObservedNode`], only the fields drover reads, which keeps the
+//!   store at ~2 KiB per node.
 //! - **Cordon / uncordon / progress** ([`cordon`]) are merge patches of
 //!   `spec.unschedulable` and drover's annotations in one request, each with a
 //!   `resourceVersion` precondition so the check that justifies the write
@@ -29,9 +34,6 @@
 //! node keeps its in-flight record and its cordon, so the engine gives it
 //! back again on its next pass until the Jobs are gone, and a late driver
 //! can never reboot a node that is back in service.
-//!
-//! One node's failing reads never fail the observation of the others: see
-//! [`observe`] and [`crate::cluster::NodeView::fault`].
 
 pub mod cordon;
 pub mod drain;
