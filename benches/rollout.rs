@@ -64,6 +64,7 @@ fn nodes(n: usize) -> Vec<NodeView> {
                 retry: false,
                 pods_to_evict: 0,
                 budgets_allow_drain: false,
+                fault: None,
             }
         })
         .collect()

@@ -10,11 +10,17 @@
 //! rollout take milliseconds. Annotations are read and written with the same
 //! functions the Kubernetes backend uses.
 //!
+//! Faults of the cluster's API about one node can be injected for a while
+//! ([`CallFault`], [`Sim::inject`]): its pods cannot be listed, its
+//! evictions, writes, driver start or health reads fail, as one node's
+//! trouble looks to drover on a real API server.
+//!
 //! The sim also watches the invariants from the outside: it logs every
 //! cordon, uncordon, eviction and driver start with its time, records the
 //! peak number of nodes unavailable because of drover, and notes any
 //! violation (uncordoning a node drover did not cordon, an eviction past a
-//! PDB, a second driver run for the same attempt).
+//! PDB, a second driver run for the same attempt, a driver started on a node
+//! that still runs pods).
 
 mod drive;
 
@@ -51,6 +57,24 @@ pub enum HealthFault {
     CrashLoop,
     /// The node condition of this type turns True.
     Condition(String),
+}
+
+/// A fault of the cluster's API about one node (see [`Sim::inject`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallFault {
+    /// Its pods cannot be listed: while drover has it in flight (the only
+    /// nodes whose pods an observation reads, as on a real API server) it is
+    /// observed with a fault and no pod count.
+    Observe,
+    /// Every eviction on it fails (as one answering 403 does).
+    Evict,
+    /// Every write to it fails (cordon, uncordon, progress), changing nothing.
+    Write,
+    /// Its driver cannot be started.
+    Start,
+    /// Its health inputs cannot be read.
+    Health,
 }
 
 /// A pod; evicted pods are rescheduled onto another schedulable Ready node.
@@ -212,6 +236,14 @@ pub enum SimError {
     /// The node does not exist.
     #[error("no node named {0}")]
     NoSuchNode(String),
+    /// An injected fault ([`Sim::inject`]).
+    #[error("injected fault: {fault:?} on node {node}")]
+    Injected {
+        /// The node.
+        node: String,
+        /// The fault.
+        fault: CallFault,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -222,6 +254,8 @@ struct State {
     log: Vec<Event>,
     violations: Vec<String>,
     peak_unavailable: usize,
+    /// Injected faults: node, fault, `[from, until)`.
+    faults: Vec<(String, CallFault, DateTime<Utc>, DateTime<Utc>)>,
 }
 
 /// A simulated cluster.
@@ -312,6 +346,13 @@ impl Sim {
         }
     }
 
+    /// Make `fault` hit `node` from `from` until `until` (exclusive).
+    pub fn inject(&self, node: &str, fault: CallFault, from: DateTime<Utc>, until: DateTime<Utc>) {
+        self.lock()
+            .faults
+            .push((node.to_string(), fault, from, until));
+    }
+
     /// Add a PodDisruptionBudget.
     pub fn add_pdb(&self, name: impl Into<String>, pdb: Pdb) {
         self.lock().pdbs.insert(name.into(), pdb);
@@ -368,11 +409,32 @@ impl Sim {
             .filter(|r| r.status == UpgradeStatus::Running)
             .filter_map(|r| r.done_at);
         let pdbs = s.pdbs.values().filter_map(|p| p.blocked_until);
-        runs.chain(pdbs).filter(|t| *t > now).min()
+        let faults = s
+            .faults
+            .iter()
+            .flat_map(|(_, _, from, until)| [*from, *until]);
+        runs.chain(pdbs).chain(faults).filter(|t| *t > now).min()
     }
 }
 
 impl State {
+    fn faulty(&self, node: &str, fault: CallFault, now: DateTime<Utc>) -> bool {
+        self.faults
+            .iter()
+            .any(|(n, f, from, until)| n == node && *f == fault && *from <= now && now < *until)
+    }
+
+    /// `Err` when `fault` hits `node` at `now`.
+    fn check(&self, node: &str, fault: CallFault, now: DateTime<Utc>) -> Result<(), SimError> {
+        if self.faulty(node, fault, now) {
+            return Err(SimError::Injected {
+                node: node.to_string(),
+                fault,
+            });
+        }
+        Ok(())
+    }
+
     fn node(&mut self, name: &str) -> Result<&mut SimNode, SimError> {
         self.nodes
             .get_mut(name)
@@ -489,6 +551,7 @@ impl Cluster for Sim {
                         .map_or(UpgradeStatus::NotStarted, |r| r.status.clone()),
                     _ => UpgradeStatus::NotStarted,
                 };
+                let unlisted = n.in_flight() && s.faulty(&n.name, CallFault::Observe, now);
                 NodeView {
                     name: n.name.clone(),
                     version: n.version.clone(),
@@ -496,18 +559,21 @@ impl Cluster for Sim {
                     unschedulable: n.unschedulable,
                     progress,
                     retry: crate::cluster::retry_requested(&n.annotations),
-                    pods_to_evict: n.pods.len(),
+                    // What a backend reports when the list failed: no count.
+                    pods_to_evict: if unlisted { 0 } else { n.pods.len() },
+                    fault: unlisted.then(|| "injected: its pods cannot be listed".to_string()),
                     upgrade,
                     // The same test as an eviction's, for every pod left.
-                    budgets_allow_drain: n.pods.iter().all(|pod| {
-                        pod.pdb
-                            .as_ref()
-                            .and_then(|name| s.pdbs.get(name).map(|b| (name, b)))
-                            .is_none_or(|(name, b)| {
-                                b.blocked_until.is_none_or(|t| now >= t)
-                                    && s.healthy(name) > b.min_available
-                            })
-                    }),
+                    budgets_allow_drain: !unlisted
+                        && n.pods.iter().all(|pod| {
+                            pod.pdb
+                                .as_ref()
+                                .and_then(|name| s.pdbs.get(name).map(|b| (name, b)))
+                                .is_none_or(|(name, b)| {
+                                    b.blocked_until.is_none_or(|t| now >= t)
+                                        && s.healthy(name) > b.min_available
+                                })
+                        }),
                 }
             })
             .collect())
@@ -517,6 +583,8 @@ impl Cluster for Sim {
         let now = self.clock.now();
         let mut s = self.lock();
         s.settle(now);
+        s.node(node)?;
+        s.check(node, CallFault::Write, now)?;
         let n = s.node(node)?;
         let kind = if n.unschedulable {
             EventKind::Adopt
@@ -539,6 +607,8 @@ impl Cluster for Sim {
         let now = self.clock.now();
         let mut s = self.lock();
         s.settle(now);
+        s.node(node)?;
+        s.check(node, CallFault::Write, now)?;
         let n = s.node(node)?;
         let by = n.cordoned_by;
         n.unschedulable = false;
@@ -567,6 +637,8 @@ impl Cluster for Sim {
         let now = self.clock.now();
         let mut s = self.lock();
         s.settle(now);
+        s.node(node)?;
+        s.check(node, CallFault::Write, now)?;
         s.write(node, progress)?;
         s.measure();
         Ok(())
@@ -576,6 +648,8 @@ impl Cluster for Sim {
         let now = self.clock.now();
         let mut s = self.lock();
         s.settle(now);
+        s.node(node)?;
+        s.check(node, CallFault::Evict, now)?;
         let mut blocked_by = Vec::new();
         let mut refused_pods = Vec::new();
         let mut i = 0;
@@ -622,6 +696,8 @@ impl Cluster for Sim {
         let now = self.clock.now();
         let mut s = self.lock();
         s.settle(now);
+        s.node(node)?;
+        s.check(node, CallFault::Start, now)?;
         let n = s.node(node)?;
         if n.runs
             .iter()
@@ -629,6 +705,13 @@ impl Cluster for Sim {
         {
             return Ok(());
         }
+        if !n.pods.is_empty() {
+            let pods = n.pods.len();
+            s.violations.push(format!(
+                "{now}: driver started on {node}, which still runs {pods} pods"
+            ));
+        }
+        let n = s.node(node)?;
         let done = chrono::Duration::from_std(n.node_time)
             .ok()
             .and_then(|d| now.checked_add_signed(d));
@@ -666,6 +749,9 @@ impl Cluster for Sim {
             .iter()
             .filter_map(|name| s.nodes.get(name))
             .map(|n| {
+                if s.faulty(&n.name, CallFault::Health, now) {
+                    return NodeSeen::unread(n.name.clone(), "injected: cannot read its health");
+                }
                 // When its last upgrade brought it back: the fault shows from then.
                 let returned = n
                     .runs
@@ -705,6 +791,7 @@ impl Cluster for Sim {
                     name: n.name.clone(),
                     conditions,
                     pods,
+                    unread: None,
                 }
             })
             .collect())

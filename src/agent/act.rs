@@ -1,31 +1,29 @@
 //! Stage 3, act: the engine on the applied config, through the guard, with
 //! the window and health inputs of this moment; says when to pass again.
 
+use super::events::Severity;
 use super::guard::Guarded;
 use super::health;
 use super::hooks::ClockRef;
 use super::{Acting, ClusterBackend, Next};
 use crate::config::EnvConfig;
-use crate::rollout::{Engine, Inputs, Labels, Policy, WindowState};
+use crate::rollout::{Engine, Held, Inputs, Labels, Policy, WindowState};
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 use tokio::sync::watch;
 
 impl<B: ClusterBackend> Acting<B> {
-    /// (Re)build the cluster view when the node settings change; false when unavailable.
+    /// (Re)build the cluster view when any setting that reaches it changes
+    /// (the backend says which: [`ClusterBackend::Settings`]); false when
+    /// unavailable.
     pub(super) async fn ensure_cluster(&mut self, env: &EnvConfig) -> bool {
-        let key = format!(
-            "{:?}|{:?}|{}",
-            env.rollout.node_selector,
-            env.driver,
-            env.nodes.version_regex.as_str()
-        );
-        if matches!(&self.connected, Some((k, _)) if *k == key) {
+        let settings = self.backend.settings(&self.cfg.cluster, env);
+        if matches!(&self.connected, Some((s, _)) if *s == settings) {
             return true;
         }
-        match self.backend.connect(&self.cfg.cluster, env).await {
+        match self.backend.connect(&settings).await {
             Ok(c) => {
-                self.connected = Some((key, c));
+                self.connected = Some((settings, c));
                 true
             }
             Err(e) => {
@@ -82,6 +80,7 @@ impl<B: ClusterBackend> Acting<B> {
             window: window.clone(),
             patch_window,
             queries: health::evaluate_queries(&active.env, self.last_published.as_ref()).await,
+            held: self.held.clone(),
             ..Default::default()
         };
         let engine = Engine::new(
@@ -116,17 +115,32 @@ impl<B: ClusterBackend> Acting<B> {
                 };
             }
         };
-        self.reconcile_backoff.reset();
+        if *cancel.borrow() {
+            // The term ended mid-step: what it did not do is no news, and
+            // nothing more is written for it.
+            return tick;
+        }
         self.metrics.reconciled("ok");
+        self.report_holds(&outcome.held).await;
         self.report(&active, &outcome, &window, &observed, now)
             .await;
         let d = &outcome.decision;
+        // A call that failed is tried again at the reconcile backoff's pace
+        // (its node is held meanwhile; the others went on).
+        let retry_failed = outcome
+            .held
+            .iter()
+            .any(|h| h.last >= now)
+            .then(|| self.reconcile_backoff.next_delay());
+        if retry_failed.is_none() {
+            self.reconcile_backoff.reset();
+        }
         if outcome.again {
             return Next {
                 after: Duration::ZERO,
             };
         }
-        let mut after = self.cfg.tick;
+        let mut after = retry_failed.map_or(self.cfg.tick, |d| d.min(self.cfg.tick));
         if outcome.retry_evictions {
             after = after.min(self.cfg.evict_retry);
         }
@@ -137,5 +151,28 @@ impl<B: ClusterBackend> Acting<B> {
             after = after.min(crate::rollout::health::HEALTH_RECHECK);
         }
         Next { after }
+    }
+
+    /// A Warning Event on each node newly held (or held for another reason),
+    /// then carry the holds into the next reconcile.
+    async fn report_holds(&mut self, held: &[Held]) {
+        for h in held {
+            let known = self.held.iter().any(|p| p.node == h.node && p.why == h.why);
+            if !known {
+                self.events
+                    .on_node(
+                        &h.node,
+                        Severity::Warning,
+                        "NodeHeld",
+                        "Hold",
+                        format!(
+                            "held: {}; the other nodes go on, its timeouts still apply",
+                            h.why
+                        ),
+                    )
+                    .await;
+            }
+        }
+        self.held = held.to_vec();
     }
 }

@@ -1,5 +1,5 @@
 //! The Kubernetes backend factory: builds the cluster view the engine drives
-//! for an environment's node settings, and rebuilds it when they change.
+//! for an environment's settings, and rebuilds it when any of them changes.
 
 use crate::cluster::Cluster;
 use crate::config::EnvConfig;
@@ -15,18 +15,25 @@ pub struct Connected<C> {
     pub changes: BoxStream<'static, ()>,
 }
 
-/// Builds the cluster view for an environment (node selector, driver, version regex).
+/// Builds the cluster view for an environment's settings.
 pub trait ClusterBackend: Send + 'static {
     /// The cluster type.
     type Cluster: Cluster + Send + Sync + 'static;
     /// Why a cluster view could not be built.
     type Error: std::error::Error + Send + Sync + 'static;
+    /// Everything of an environment's config that reaches the cluster view
+    /// (selector, driver, version regex, the Jobs' deadline, ...): the agent
+    /// keeps a view while these are equal and builds a new one when they
+    /// differ, so no setting is ever left behind in a cached view.
+    type Settings: PartialEq + Clone + Send + Sync + 'static;
 
-    /// Build the cluster view for `env`; called again when those settings change.
+    /// The settings `env` gives the view of cluster `cluster_name`.
+    fn settings(&self, cluster_name: &str, env: &EnvConfig) -> Self::Settings;
+
+    /// Build the cluster view for `settings`.
     fn connect(
         &mut self,
-        cluster_name: &str,
-        env: &EnvConfig,
+        settings: &Self::Settings,
     ) -> impl Future<Output = Result<Connected<Self::Cluster>, Self::Error>> + Send;
 }
 
@@ -59,14 +66,18 @@ impl KubeBackend {
 impl ClusterBackend for KubeBackend {
     type Cluster = crate::kubernetes::KubeCluster;
     type Error = crate::kubernetes::Error;
+    type Settings = crate::kubernetes::KubeOptions;
+
+    fn settings(&self, cluster_name: &str, env: &EnvConfig) -> Self::Settings {
+        crate::kubernetes::KubeOptions::from_env(cluster_name, &self.namespace, env)
+    }
 
     async fn connect(
         &mut self,
-        cluster_name: &str,
-        env: &EnvConfig,
+        opts: &Self::Settings,
     ) -> Result<Connected<Self::Cluster>, Self::Error> {
-        let opts = crate::kubernetes::KubeOptions::from_env(cluster_name, &self.namespace, env);
-        let cluster = crate::kubernetes::KubeCluster::new(self.config.clone(), opts).await?;
+        let cluster =
+            crate::kubernetes::KubeCluster::new(self.config.clone(), opts.clone()).await?;
         let rx = cluster.changes();
         let changes = futures::stream::unfold(rx, |mut rx| async move {
             rx.changed().await.ok()?;

@@ -339,7 +339,9 @@ impl Events {
                 "Draining",
                 format!("cordoned and draining to move to {}", progress.target),
             ),
-            Action::Evict { .. } => return,
+            // Eviction passes are too frequent; a hold's note has its own
+            // Event (`NodeHeld`, published with the outcome's holds).
+            Action::Evict { .. } | Action::Note { .. } => return,
             Action::StartUpgrade { progress, .. } => (
                 Severity::Normal,
                 "UpgradeStarted",

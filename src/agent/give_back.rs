@@ -146,6 +146,7 @@ mod tests {
             pods_to_evict: 0,
             budgets_allow_drain: false,
             upgrade: UpgradeStatus::NotStarted,
+            fault: None,
         }
     }
 

@@ -296,6 +296,7 @@ impl<B: ClusterBackend> Agent<B> {
             active: None,
             refused_cache: None,
             connected: None,
+            held: Vec::new(),
             last_published: None,
             publish_pending: false,
             pushed: None,
@@ -344,7 +345,11 @@ struct Acting<B: ClusterBackend> {
     active: Option<Active>,
     /// A trust or config refusal, remembered for its commit.
     refused_cache: Option<(Oid, Refused)>,
-    connected: Option<(String, Connected<B::Cluster>)>,
+    /// The cluster view and the settings it was built for.
+    connected: Option<(B::Settings, Connected<B::Cluster>)>,
+    /// Nodes held by a fault of their own after the last reconcile
+    /// (`rollout::Outcome::held`), carried into the next one.
+    held: Vec<crate::rollout::Held>,
     last_published: Option<StatusReport>,
     publish_pending: bool,
     /// The last report that reached the remote, and when (status::cadence).

@@ -214,10 +214,10 @@ impl Args {
         }
         cfg.publish.name = format!("drover agent ({env}/{cluster})");
         if let Some(d) = &self.poll_interval {
-            cfg.poll = duration("poll-interval", d)?;
+            cfg.poll = duration("poll-interval", d, POLL_RANGE)?;
         }
         if let Some(d) = &self.tick {
-            cfg.tick = duration("tick", d)?;
+            cfg.tick = duration("tick", d, TICK_RANGE)?;
         }
         if let Some(ns) = &self.namespace {
             cfg.namespace = ns.clone();
@@ -229,7 +229,7 @@ impl Args {
             cfg.lease_name = l.clone();
         }
         if let Some(d) = &self.lease_duration {
-            cfg.lease_duration = duration("lease-duration", d)?;
+            cfg.lease_duration = duration("lease-duration", d, LEASE_RANGE)?;
         }
         cfg.leader_election = !self.no_leader_election.unwrap_or(false);
         if let Some(s) = &self.status_name {
@@ -308,12 +308,37 @@ fn read_secret(p: &Path) -> anyhow::Result<Option<Vec<u8>>> {
     Ok((!s.is_empty()).then(|| s.as_bytes().to_vec()))
 }
 
-fn duration(flag: &str, s: &str) -> anyhow::Result<Duration> {
-    humantime::parse_duration(s)
-        .with_context(|| format!("--{flag}: expected a duration such as 30s or 5m, got {s:?}"))
+/// The range a duration flag accepts, inclusive.
+type Range = (Duration, Duration);
+
+const DAY: u64 = 86_400;
+/// `--poll-interval`: a second to a month (a webhook-driven agent may poll rarely).
+const POLL_RANGE: Range = (Duration::from_secs(1), Duration::from_secs(30 * DAY));
+/// `--tick`: a second to a day.
+const TICK_RANGE: Range = (Duration::from_secs(1), Duration::from_secs(DAY));
+/// `--lease-duration`: a second to an hour.
+const LEASE_RANGE: Range = (Duration::from_secs(1), Duration::from_secs(3600));
+/// `--clock-offset`: a century either way.
+const OFFSET_MAX: Duration = Duration::from_secs(36_500 * DAY);
+
+/// A duration flag's value, within `range`: the arithmetic it feeds (the
+/// poll's jitter, the lease's renewal, the report cadence) then never
+/// overflows, and a typo such as `30000000s` is an error rather than an
+/// agent that never polls.
+fn duration(flag: &str, s: &str, (min, max): Range) -> anyhow::Result<Duration> {
+    let d = humantime::parse_duration(s)
+        .with_context(|| format!("--{flag}: expected a duration such as 30s or 5m, got {s:?}"))?;
+    if d < min || d > max {
+        bail!(
+            "--{flag}: {s:?} is out of range: expected between {} and {}",
+            humantime::format_duration(min),
+            humantime::format_duration(max)
+        );
+    }
+    Ok(d)
 }
 
-/// Parse `+30d`, `-2h` or `90m` into a signed offset.
+/// Parse `+30d`, `-2h` or `90m` into a signed offset of at most a century.
 pub fn parse_offset(s: &str) -> anyhow::Result<chrono::Duration> {
     let (neg, rest) = match s.strip_prefix('-') {
         Some(r) => (true, r),
@@ -321,6 +346,9 @@ pub fn parse_offset(s: &str) -> anyhow::Result<chrono::Duration> {
     };
     let d = humantime::parse_duration(rest.trim())
         .with_context(|| format!("--clock-offset: expected e.g. +30d or -2h, got {s:?}"))?;
+    if d > OFFSET_MAX {
+        bail!("--clock-offset: {s:?} is out of range: expected at most 36500d either way");
+    }
     let d = chrono::Duration::from_std(d).context("--clock-offset is too large")?;
     Ok(if neg { -d } else { d })
 }
@@ -576,6 +604,135 @@ mod tests {
         assert!(!cfg.leader_election);
         assert_eq!(parse_offset("-2h").unwrap(), chrono::Duration::hours(-2));
         assert_eq!(parse_offset("+30d").unwrap(), chrono::Duration::days(30));
+    }
+
+    #[test]
+    fn durations_out_of_range_are_errors_naming_the_range() {
+        let cli = Cli::parse_from([
+            "x",
+            "--env",
+            "e",
+            "--cluster",
+            "c",
+            "--poll-interval",
+            "100years",
+        ]);
+        let err = cli.a.to_config(Some(Path::new("/r"))).unwrap_err();
+        assert!(
+            err.to_string().contains(
+                "--poll-interval: \"100years\" is out of range: expected between 1s and 30days"
+            ),
+            "{err:#}"
+        );
+        for (flag, value) in [
+            ("--tick", "0s"),
+            ("--lease-duration", "2h"),
+            ("--tick", "2days"),
+        ] {
+            let cli = Cli::parse_from(["x", "--env", "e", "--cluster", "c", flag, value]);
+            let err = cli.a.to_config(Some(Path::new("/r"))).unwrap_err();
+            assert!(
+                err.to_string().contains("out of range"),
+                "{flag} {value}: {err:#}"
+            );
+        }
+        let cli = Cli::parse_from(["x", "--clock-offset", "+200000000d"]);
+        assert!(cli.a.clock().is_err());
+        // Control: the bounds themselves are accepted.
+        let cli = Cli::parse_from([
+            "x",
+            "--env",
+            "e",
+            "--cluster",
+            "c",
+            "--poll-interval",
+            "30d",
+            "--tick",
+            "1s",
+            "--lease-duration",
+            "1h",
+            "--clock-offset",
+            "-36500d",
+        ]);
+        let cfg = cli.a.to_config(Some(Path::new("/r"))).unwrap();
+        assert_eq!(cfg.poll, Duration::from_secs(30 * DAY));
+        assert!(cli.a.clock().is_ok());
+    }
+
+    /// Text a duration flag may be given: anything, or a number with a unit,
+    /// signed or not, up to far past what the calendar holds.
+    fn flag_value() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let units = prop::sample::select(vec![
+            "", "ns", "ms", "s", "m", "h", "d", "w", "M", "y", "years",
+        ]);
+        prop_oneof![
+            1 => any::<String>(),
+            // The edges of what humantime and Duration hold.
+            1 => prop::sample::select(vec![
+                "18446744073709551615s", "9223372036854775808s", "18446744073709551615ns",
+                "584542046090years", "+292471208677years", "-9223372036854775807ms", "0s",
+            ]).prop_map(String::from),
+            1 => (prop::sample::select(vec!["", "+", "-"]), any::<u64>(), units.clone())
+                .prop_map(|(sign, n, u)| format!("{sign}{n}{u}")),
+            2 => (1u64..100_000, units).prop_map(|(n, u)| format!("{n}{u}")),
+            4 => (1u64..=60, prop::sample::select(vec!["s", "m"]))
+                .prop_map(|(n, u)| format!("{n}{u}")),
+        ]
+    }
+
+    proptest::proptest! {
+        /// No flag value makes the agent panic: parsing, the range checks,
+        /// and the arithmetic the values feed (the clock's offset, the
+        /// poll's jitter, the lease's renewal times, the report cadence).
+        #[test]
+        fn no_flag_value_panics(
+            poll in flag_value(),
+            tick in flag_value(),
+            lease in flag_value(),
+            offset in flag_value(),
+            listen in proptest::prop_oneof![
+                proptest::strategy::Just("127.0.0.1:0".to_string()),
+                proptest::prelude::any::<String>(),
+            ],
+            pushed in proptest::prelude::any::<i64>(),
+            later in proptest::prelude::any::<u32>(),
+        ) {
+            let argv = [
+                "x", "--env", "e", "--cluster", "c", "--repo-url", "git://127.0.0.1/r.git",
+                "--poll-interval", &poll, "--tick", &tick, "--lease-duration", &lease,
+                "--clock-offset", &offset, "--listen", &listen,
+            ];
+            let Ok(cli) = Cli::try_parse_from(argv) else { return Ok(()) };
+            let args = cli.a.merged().unwrap();
+            if let Ok(clock) = args.clock() {
+                let _ = clock.now();
+            }
+            let Ok(cfg) = args.to_config(None) else { return Ok(()) };
+            let _ = crate::source::trigger::Trigger::new(cfg.poll).next_delay();
+            let _ = crate::agent::leader::LeaseConfig::new("ns", "l", "id", cfg.lease_duration);
+            let (lo, hi) = (
+                chrono::DateTime::<chrono::Utc>::MIN_UTC.timestamp(),
+                chrono::DateTime::<chrono::Utc>::MAX_UTC.timestamp(),
+            );
+            let at = chrono::DateTime::from_timestamp(pushed.clamp(lo, hi), 0).unwrap();
+            let now = at
+                .checked_add_signed(chrono::Duration::seconds(i64::from(later)))
+                .unwrap_or(at);
+            let report = |n| crate::status::StatusReport {
+                env: "e".into(),
+                cluster: "c".into(),
+                config_commit: "a".repeat(40),
+                version: semver::Version::new(1, 2, 3),
+                state: crate::rollout::RolloutState::Rolling,
+                since: at,
+                nodes: 2,
+                nodes_at_version: n,
+                message: String::new(),
+                detail: Default::default(),
+            };
+            let _ = crate::status::cadence::decide(Some((&report(0), at)), &report(1), now, cfg.poll);
+        }
     }
 
     #[test]

@@ -290,6 +290,11 @@ pub struct NodeView {
     /// pods a drain would evict allows a disruption now, so a retry need not
     /// wait out its backoff.
     pub budgets_allow_drain: bool,
+    /// Why this node could not be observed in full this time (its pods could
+    /// not be listed, its version not confirmed): the decision holds it,
+    /// taking no step that needs the missing part, while its timeouts still
+    /// run. `None` when everything the decision reads of it was read.
+    pub fault: Option<String>,
 }
 
 fn ser_progress<S: serde::Serializer>(
@@ -323,6 +328,7 @@ impl NodeView {
             pods_to_evict,
             upgrade,
             budgets_allow_drain: false,
+            fault: None,
         }
     }
 }
@@ -350,7 +356,11 @@ pub trait Cluster {
     /// The cluster's name, for logs and status reports.
     fn name(&self) -> &str;
 
-    /// The nodes the environment's selector chooses, in any order, as they are now.
+    /// The nodes the environment's selector chooses, in any order, as they
+    /// are now. A node whose own part of the observation fails (its pods
+    /// cannot be listed, it vanished mid-read) is returned with
+    /// [`NodeView::fault`] set, never as an error of the whole call: one
+    /// node's trouble must not stop every other node.
     fn observe(&self) -> impl Future<Output = Result<Vec<NodeView>, Self::Error>> + Send;
 
     /// Cordon `node` and record `progress`, in one patch so that a crash can
@@ -395,9 +405,10 @@ pub trait Cluster {
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
 
     /// The health inputs of `nodes` (docs/design.md §5a): their conditions
-    /// and the watched pods bound to them. A node that vanished is left
-    /// out. The default, for backends without workloads, reports no pods
-    /// and no conditions.
+    /// and the watched pods bound to them, each node read whole or marked
+    /// [`NodeSeen::unread`] with why, never in part. A node that vanished is
+    /// left out. The default, for backends without workloads, reports no
+    /// pods and no conditions.
     fn health(
         &self,
         nodes: &[String],
@@ -408,6 +419,7 @@ pub trait Cluster {
                 name: n.clone(),
                 conditions: Vec::new(),
                 pods: Vec::new(),
+                unread: None,
             })
             .collect();
         async move { Ok(seen) }

@@ -94,6 +94,22 @@ pub struct NodeSeen {
     pub conditions: Vec<(String, String)>,
     /// The watched pods bound to it (see [`is_watched`]).
     pub pods: Vec<PodSeen>,
+    /// Why its inputs could not be read in full (a failed list, more pods
+    /// than a read takes): then `conditions` and `pods` are empty and the
+    /// checks hold rather than judge part of them.
+    pub unread: Option<String>,
+}
+
+impl NodeSeen {
+    /// Node `name`, whose inputs could not be read in full, and why.
+    pub fn unread(name: impl Into<String>, why: impl Into<String>) -> Self {
+        NodeSeen {
+            name: name.into(),
+            conditions: Vec::new(),
+            pods: Vec::new(),
+            unread: Some(why.into()),
+        }
+    }
 }
 
 /// A pod on a node as a backend reports it.

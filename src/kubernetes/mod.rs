@@ -1,14 +1,19 @@
 //! The Kubernetes implementation of the cluster interface: observe, cordon, drain, OS update drivers.
 //!
-//! - **Observation** ([`observe`]) reads only from watch-fed stores (kube-rs
+//! - **Observation** ([`observe`]) reads from watch-fed stores (kube-rs
 //!   reflectors): the selected nodes, drover's upgrade Jobs, the
-//!   PodDisruptionBudgets, and the pods of the nodes being drained (one
-//!   field-selected watch per draining node, so an idle cluster costs no pod
-//!   traffic at all). `observe()` makes no API request; our own writes are
-//!   overlaid on the stores until the watches catch up, so the engine always
-//!   reads its own writes and never decides twice from a stale view.
-//!   Nodes are decoded as [`node::ObservedNode`], only the fields drover
-//!   reads, which keeps the store at ~2 KiB per node.
+//!   PodDisruptionBudgets, and the pods of the nodes whose health is watched
+//!   or whose blocked drain may retry early (capped, see
+//!   [`KubeOptions::pod_watches`]); the only API requests it makes are one
+//!   field-selected list of pods per node being drained, and a fresh read
+//!   confirming a version the node and Job watches disagree on. An idle
+//!   cluster costs no pod traffic at all. Our own writes are overlaid on the
+//!   stores until the watches catch up, so the engine always reads its own
+//!   writes and never decides twice from a stale view. A read about one node
+//!   that fails is that node's [`crate::cluster::NodeView::fault`], never an
+//!   error of the whole observation. Nodes are decoded as
+//!   [`node::ObservedNode`], only the fields drover reads, which keeps the
+//!   store at ~2 KiB per node.
 //! - **Cordon / uncordon / progress** ([`cordon`]) are merge patches of
 //!   `spec.unschedulable` and drover's annotations in one request, each with a
 //!   `resourceVersion` precondition so the check that justifies the write
@@ -19,13 +24,16 @@
 //! - **Drivers** ([`driver`]) are Jobs pinned to the node, named per node,
 //!   version and attempt so a repeated start is a 409 and never a second run.
 //!
-//! Job cleanup: when the engine clears a node's progress (`uncordon` or
-//! `set_progress` with `None`, i.e. the node completed or a blocked/failed
-//! record is forgotten) every drover Job for that node is deleted (propagation
-//! Background). When a node is given back blocked or failed, Jobs of that node
-//! that are still running are deleted, so a late driver can never reboot a
-//! node that is back in service; finished Jobs are kept for inspection until
-//! their `ttlSecondsAfterFinished`.
+//! Job cleanup comes first in a give-back: before the write that hands a
+//! node back (`uncordon`, or `set_progress` to `blocked`, `failed`,
+//! `watching` or none) the node's drover Jobs are deleted (propagation
+//! Background): every one when its record is cleared or its watch begins
+//! (the run is over), those still running when it is given back blocked or
+//! failed (finished ones are kept for inspection until their
+//! `ttlSecondsAfterFinished`). A delete that fails fails the give-back: the
+//! node keeps its in-flight record and its cordon, so the engine gives it
+//! back again on its next pass until the Jobs are gone, and a late driver
+//! can never reboot a node that is back in service.
 
 pub mod cordon;
 pub mod drain;
@@ -56,7 +64,7 @@ pub enum Error {
     #[error("cannot build the Kubernetes client: {0}")]
     Client(#[source] kube::Error),
     /// An API call about a node failed.
-    #[error("{call} on node {node} failed: {source}")]
+    #[error("{call} on node {node} failed: {}", brief(.source))]
     Node {
         /// The node.
         node: String,
@@ -67,7 +75,7 @@ pub enum Error {
         source: kube::Error,
     },
     /// An API call not tied to one node failed.
-    #[error("{call} failed: {source}")]
+    #[error("{call} failed: {}", brief(.source))]
     Api {
         /// The call and its object.
         call: String,
@@ -113,8 +121,8 @@ pub enum Error {
         /// How long we waited.
         timeout: Duration,
     },
-    /// A node being drained has more pods than a drain pass reads.
-    #[error("node {node} has more than {limit} pods; a drain pass reads at most {limit}")]
+    /// A node has more pods than drover reads of one node (a drain pass, a health read).
+    #[error("node {node} has more than {limit} pods; drover reads at most {limit} of a node's pods, never part of them")]
     TooManyPods {
         /// The node.
         node: String,
@@ -131,8 +139,11 @@ pub enum Error {
     },
 }
 
-/// How a [`KubeCluster`] talks to one cluster for one environment.
-#[derive(Debug, Clone)]
+/// How a [`KubeCluster`] talks to one cluster for one environment: all of
+/// the environment's config that reaches the cluster view, so two views
+/// built from equal options behave alike (the agent rebuilds its view when
+/// they differ).
+#[derive(Debug, Clone, PartialEq)]
 pub struct KubeOptions {
     /// The cluster's name, for logs and status reports.
     pub cluster_name: String,
@@ -150,6 +161,9 @@ pub struct KubeOptions {
     pub job_ttl: Duration,
     /// Longest wait for a watch's initial list.
     pub ready_timeout: Duration,
+    /// Most pod watches held at once ([`observe::MAX_POD_WATCHES`]); the
+    /// nodes beyond have their pods listed instead.
+    pub pod_watches: usize,
 }
 
 impl KubeOptions {
@@ -164,6 +178,7 @@ impl KubeOptions {
             job_deadline: Some(env.rollout.node_timeout),
             job_ttl: Duration::from_secs(7 * 24 * 3600),
             ready_timeout: Duration::from_secs(60),
+            pod_watches: observe::MAX_POD_WATCHES,
         }
     }
 }
@@ -223,6 +238,21 @@ impl KubeCluster {
     pub fn namespace(&self) -> &str {
         &self.inner.opts.namespace
     }
+
+    /// The options it was built with.
+    pub fn options(&self) -> &KubeOptions {
+        &self.inner.opts
+    }
+
+    /// Pod watches running now (at most [`KubeOptions::pod_watches`]).
+    pub fn pod_watches(&self) -> usize {
+        self.inner.pod_watches()
+    }
+
+    /// Whether every pod watch running has delivered its first list.
+    pub fn pod_watches_synced(&self) -> bool {
+        self.inner.pod_watches_synced()
+    }
 }
 
 impl Cluster for KubeCluster {
@@ -246,8 +276,8 @@ impl Cluster for KubeCluster {
     async fn uncordon(&self, node: &str, progress: Option<&NodeProgress>) -> Result<(), Error> {
         let span = tracing::info_span!("uncordon", node = %node, state = progress.map(|p| p.state.as_str()).unwrap_or("cleared"));
         async {
-            cordon::uncordon(&self.inner, node, progress).await?;
-            self.after_give_back(node, progress).await
+            self.before_give_back(node, progress).await?;
+            cordon::uncordon(&self.inner, node, progress).await
         }
         .instrument(span)
         .await
@@ -256,8 +286,8 @@ impl Cluster for KubeCluster {
     async fn set_progress(&self, node: &str, progress: Option<&NodeProgress>) -> Result<(), Error> {
         let span = tracing::info_span!("set_progress", node = %node, state = progress.map(|p| p.state.as_str()).unwrap_or("cleared"));
         async {
-            cordon::set_progress(&self.inner, node, progress).await?;
-            self.after_give_back(node, progress).await
+            self.before_give_back(node, progress).await?;
+            cordon::set_progress(&self.inner, node, progress).await
         }
         .instrument(span)
         .await
@@ -281,8 +311,8 @@ impl Cluster for KubeCluster {
 }
 
 impl KubeCluster {
-    // Job cleanup after a node leaves drover's hands (see the module docs).
-    async fn after_give_back(
+    // Job cleanup before a node leaves drover's hands (see the module docs).
+    async fn before_give_back(
         &self,
         node: &str,
         progress: Option<&NodeProgress>,
@@ -298,6 +328,16 @@ impl KubeCluster {
                 Ok(())
             }
         }
+    }
+}
+
+/// An API error in one line: the server's message, code and reason,
+/// without the whole `Status` object kube's own text appends (this text
+/// ends up in node records, Events and the status).
+pub(crate) fn brief(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({} {})", s.message, s.code, s.reason),
+        other => other.to_string(),
     }
 }
 

@@ -1,10 +1,19 @@
 //! Observation through watches: reflector stores for the selected nodes,
-//! drover's Jobs and the PodDisruptionBudgets, plus one field-selected pod
-//! watch per node whose drain is blocked or whose health is watched (at most
-//! `max_unavailable`). The pods of a node being drained are listed fresh each
-//! pass instead ([`Observer::list_pods`]): a watch per draining node held one
-//! API connection each (50 in flight, 50 connections with their TLS and read
-//! buffers), and a drain re-steps every few seconds while pods remain anyway.
+//! drover's Jobs and the PodDisruptionBudgets, plus field-selected pod
+//! watches for the nodes whose health is watched and the blocked nodes whose
+//! first retry may come early, at most [`MAX_POD_WATCHES`] of them (health
+//! first); beyond that their pods are listed instead, a blocked node's at
+//! most every [`BLOCKED_POLL`]. The pods of a node being drained are listed
+//! fresh each pass ([`Observer::list_pods`]): a watch per draining node held
+//! one API connection each (50 in flight, 50 connections with their TLS and
+//! read buffers), and a drain re-steps every few seconds while pods remain
+//! anyway.
+//!
+//! Nothing here waits for a pod watch to sync: a watch not ready yet counts
+//! as no answer (a blocked node waits out its backoff, a watched node's pods
+//! are listed once), and its first list wakes the engine when it arrives.
+//! A node whose own reads fail is returned with [`NodeView::fault`] set, so
+//! one node's trouble never fails the observation of the others.
 
 use super::node::ObservedNode;
 use super::objects::{
@@ -13,6 +22,7 @@ use super::objects::{
 };
 use super::{Error, KubeOptions};
 use crate::cluster::{NodeProgress, NodeView, ProgressState, UpgradeStatus};
+use futures::FutureExt;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
@@ -25,7 +35,7 @@ use serde::de::DeserializeOwned;
 use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
@@ -46,6 +56,11 @@ pub struct Observer {
     /// evicts a pod twice while the watch has not shown its deletionTimestamp yet.
     pub(crate) evicted: Mutex<HashMap<String, HashSet<String>>>,
     pod_watches: Mutex<HashMap<String, PodWatch>>,
+    /// The nodes that may hold a pod watch now (set by each observation).
+    watch_plan: Mutex<HashSet<String>>,
+    /// Blocked nodes beyond the watch cap: when their pods were last listed,
+    /// and whether their budgets allowed a drain then.
+    polled: Mutex<HashMap<String, (Instant, bool)>>,
     tasks: Vec<AbortHandle>,
 }
 
@@ -84,6 +99,17 @@ const LIST_PAGE_SIZE: u32 = 100;
 /// is 110 and few raise it past 250, so this only bounds a hostile case.
 /// A node with more is an error, never a drain that counts some of its pods.
 pub(crate) const MAX_DRAIN_PODS: usize = 1000;
+
+/// Most pod watches held at once by default ([`KubeOptions::pod_watches`]),
+/// one API connection each: the nodes in their health watch first (a crash
+/// loop is seen as the kubelet reports it), then blocked nodes whose first
+/// retry may come early.
+pub const MAX_POD_WATCHES: usize = 32;
+
+/// How often a blocked node beyond [`MAX_POD_WATCHES`] has its pods listed
+/// to see whether its budgets relent (a relenting budget may then be seen
+/// this much later; the retry backoff is minutes).
+pub const BLOCKED_POLL: Duration = Duration::from_secs(30);
 
 // Run a reflector for `api`, calling `on_event` on every event it applies.
 fn spawn_reflector<K>(
@@ -266,6 +292,8 @@ impl Observer {
             job_overlay: Mutex::new(HashMap::new()),
             evicted: Mutex::new(HashMap::new()),
             pod_watches: Mutex::new(HashMap::new()),
+            watch_plan: Mutex::new(HashSet::new()),
+            polled: Mutex::new(HashMap::new()),
             tasks,
         });
         let t = obs.opts.ready_timeout;
@@ -373,14 +401,19 @@ impl Observer {
         jobs
     }
 
-    /// The pod store of `node`, starting its watch (and waiting for its
-    /// initial list) if there is none yet.
-    pub(crate) async fn pods_of(&self, node: &str) -> Result<Store<Pod>, Error> {
+    /// The pod store of `node` if its watch has delivered its first list:
+    /// the watch is started when the node is in the watch plan and has none;
+    /// `None` while it syncs (its first list wakes the engine) and for a node
+    /// beyond the plan. Never waits.
+    pub(crate) fn pod_store(&self, node: &str) -> Option<Store<Pod>> {
         let store = {
             let mut watches = lock(&self.pod_watches);
             match watches.get(node) {
                 Some(w) => w.store.clone(),
                 None => {
+                    if !lock(&self.watch_plan).contains(node) {
+                        return None;
+                    }
                     let (store, writer) = reflector::store::<Pod>();
                     let tx = self.changes.clone();
                     let task = spawn_reflector(
@@ -406,13 +439,38 @@ impl Observer {
                 }
             }
         };
-        ready(
-            &store,
-            &format!("pods on node {node}"),
-            self.opts.ready_timeout,
-        )
-        .await?;
-        Ok(store)
+        matches!(store.wait_until_ready().now_or_never(), Some(Ok(()))).then_some(store)
+    }
+
+    /// Whether every budget covering the pods a drain of blocked `node`
+    /// would evict allows a disruption now: from its pod watch, or beyond
+    /// the cap from a list made at most every [`BLOCKED_POLL`]. No answer
+    /// (the watch syncing, the list failing) is `false`: the node then waits
+    /// out its backoff, which is only ever shortened by this.
+    async fn blocked_budgets_allow(&self, node: &str) -> bool {
+        if let Some(store) = self.pod_store(node) {
+            return budgets_allow(&self.pdbs.state(), &store.state());
+        }
+        if lock(&self.watch_plan).contains(node) {
+            return false;
+        }
+        if let Some((at, allow)) = lock(&self.polled).get(node) {
+            if at.elapsed() < BLOCKED_POLL {
+                return *allow;
+            }
+        }
+        let allow = match self.list_pods(node).await {
+            Ok(pods) => {
+                let pods: Vec<Arc<Pod>> = pods.into_iter().map(Arc::new).collect();
+                budgets_allow(&self.pdbs.state(), &pods)
+            }
+            Err(e) => {
+                tracing::debug!(node, error = %e, "cannot list a blocked node's pods");
+                false
+            }
+        };
+        lock(&self.polled).insert(node.to_string(), (Instant::now(), allow));
+        allow
     }
 
     /// The pods bound to `node`, listed now (pages of [`LIST_PAGE_SIZE`], at
@@ -447,22 +505,43 @@ impl Observer {
         }
     }
 
-    /// Whether `node` has a pod watch running (drain blocked or health watched).
-    pub(crate) fn has_pod_watch(&self, node: &str) -> bool {
-        lock(&self.pod_watches).contains_key(node)
-    }
-
-    // Stop the pod watches of nodes no longer blocked or watched; forget
-    // the evictions of nodes no longer draining.
-    fn retain_pod_watches(&self, draining: &HashSet<String>, blocked: &HashSet<String>) {
+    // Plan the pod watches (`watching` first, then `blocked`, at most
+    // KubeOptions::pod_watches) and stop the others; forget the evictions of nodes no
+    // longer draining and the polls of nodes no longer blocked.
+    fn plan_pod_watches(
+        &self,
+        draining: &HashSet<String>,
+        watching: &[String],
+        blocked: &[String],
+    ) {
+        let plan: HashSet<String> = watching
+            .iter()
+            .chain(blocked)
+            .take(self.opts.pod_watches)
+            .cloned()
+            .collect();
         lock(&self.evicted).retain(|node, _| draining.contains(node));
+        lock(&self.polled).retain(|node, _| blocked.contains(node));
         lock(&self.pod_watches).retain(|node, w| {
-            let keep = blocked.contains(node);
+            let keep = plan.contains(node);
             if !keep {
                 w.task.abort();
             }
             keep
         });
+        *lock(&self.watch_plan) = plan;
+    }
+
+    /// Pod watches running now.
+    pub fn pod_watches(&self) -> usize {
+        lock(&self.pod_watches).len()
+    }
+
+    /// Whether every pod watch running has delivered its first list.
+    pub fn pod_watches_synced(&self) -> bool {
+        lock(&self.pod_watches)
+            .values()
+            .all(|w| matches!(w.store.wait_until_ready().now_or_never(), Some(Ok(()))))
     }
 
     /// The status of the driver's run for `node`'s current attempt.
@@ -478,32 +557,33 @@ impl Observer {
     /// The selected nodes as they are now (see [`crate::cluster::Cluster::observe`]).
     ///
     /// `pods_to_evict` is counted for nodes drover is draining (the only
-    /// ones it is read for); it is 0 for the others, where no drain runs.
+    /// ones it is read for); it is 0 for the others, where no drain runs. A
+    /// node whose pods cannot be listed, or whose version cannot be confirmed,
+    /// carries the reason in [`NodeView::fault`].
     pub async fn observe(&self) -> Result<Vec<NodeView>, Error> {
-        let nodes = self.current_nodes();
+        let mut nodes = self.current_nodes();
+        nodes.sort_by_key(|n| n.name_any());
         let progress: Vec<_> = nodes
             .iter()
             .map(|n| NodeProgress::decode(n.annotations()))
             .collect();
-        let draining: HashSet<String> = nodes
-            .iter()
-            .zip(&progress)
-            .filter(|(_, p)| matches!(p, Ok(Some(p)) if p.state == ProgressState::Draining))
-            .map(|(n, _)| n.name_any())
+        let named = |keep: &dyn Fn(&NodeProgress) -> bool| -> Vec<String> {
+            nodes
+                .iter()
+                .zip(&progress)
+                .filter(|(_, p)| matches!(p, Ok(Some(p)) if keep(p)))
+                .map(|(n, _)| n.name_any())
+                .collect()
+        };
+        let draining: HashSet<String> = named(&|p| p.state == ProgressState::Draining)
+            .into_iter()
             .collect();
-        // Blocked nodes' pods are watched, to see when their budgets
-        // relent; so are the pods of nodes in their health watch (a settling
-        // cluster's are listed instead, see kubernetes/health.rs).
-        let blocked: HashSet<String> = nodes
-            .iter()
-            .zip(&progress)
-            .filter(|(_, p)| {
-                matches!(p, Ok(Some(p)) if matches!(p.state,
-                    ProgressState::Blocked | ProgressState::Watching))
-            })
-            .map(|(n, _)| n.name_any())
-            .collect();
-        self.retain_pod_watches(&draining, &blocked);
+        // The pods of nodes in their health watch are watched, and so are
+        // a blocked node's while its budgets may cut its first backoff short
+        // (a settling cluster's are listed instead, see kubernetes/health.rs).
+        let watching = named(&|p| p.state == ProgressState::Watching);
+        let blocked = named(&|p| p.state == ProgressState::Blocked && p.attempts == 0);
+        self.plan_pod_watches(&draining, &watching, &blocked);
 
         let mut views = Vec::with_capacity(nodes.len());
         for (mut node, progress) in nodes.into_iter().zip(progress) {
@@ -511,18 +591,16 @@ impl Observer {
             let mut upgrade = UpgradeStatus::NotStarted;
             let mut pods_to_evict = 0;
             let mut budgets_allow_drain = false;
+            let mut fault = None;
             if let Ok(Some(p)) = &progress {
-                if p.state == ProgressState::Blocked {
-                    let store = self.pods_of(&name).await?;
-                    budgets_allow_drain = budgets_allow(&self.pdbs.state(), &store.state());
+                if p.state == ProgressState::Blocked && p.attempts == 0 {
+                    budgets_allow_drain = self.blocked_budgets_allow(&name).await;
                 }
                 if p.state == ProgressState::Draining {
-                    pods_to_evict = self
-                        .list_pods(&name)
-                        .await?
-                        .iter()
-                        .filter(|p| must_evict(p))
-                        .count();
+                    match self.list_pods(&name).await {
+                        Ok(pods) => pods_to_evict = pods.iter().filter(|p| must_evict(p)).count(),
+                        Err(e) => fault = Some(format!("its pods cannot be listed: {e}")),
+                    }
                 }
                 if p.state.in_flight() {
                     upgrade = self.upgrade_status(&name, p);
@@ -535,13 +613,19 @@ impl Observer {
                         // The verdict would be "failed, wrong version": the
                         // node and Job watches are independent, so confirm
                         // with a fresh read before the engine acts on it.
-                        node = self.get_node(&name, "confirm version").await?;
+                        match self.get_node(&name, "confirm version").await {
+                            Ok(n) => node = n,
+                            Err(e) => fault = Some(format!("its version cannot be confirmed: {e}")),
+                        }
                     }
                 }
             }
             let version = self.opts.nodes.version_of(&node.os_image);
             if version.is_none() {
                 tracing::debug!(node = %name, os_image = %node.os_image, "OS version cannot be read");
+            }
+            if let Some(f) = &fault {
+                tracing::debug!(node = %name, fault = %f, "node observed in part");
             }
             let mut view = NodeView::from_annotations(
                 name,
@@ -553,6 +637,7 @@ impl Observer {
                 upgrade,
             );
             view.budgets_allow_drain = budgets_allow_drain;
+            view.fault = fault;
             views.push(view);
         }
         Ok(views)

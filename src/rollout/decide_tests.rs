@@ -55,6 +55,7 @@ pub(super) fn idle(name: &str, ver: &str) -> NodeView {
         pods_to_evict: 0,
         upgrade: UpgradeStatus::NotStarted,
         budgets_allow_drain: false,
+        fault: None,
     }
 }
 

@@ -1,6 +1,7 @@
 //! The decision's vocabulary: what [`super::decide`] reads ([`Policy`],
 //! [`Inputs`], [`WindowState`]) and what it says ([`Decision`], [`Action`],
-//! [`Skipped`]). Values only; how a decision is reached lives in `decide.rs`.
+//! [`Skipped`], [`Held`]). Values only; how a decision is reached lives in
+//! `decide.rs` and the modules it names.
 
 use super::RolloutState;
 use crate::cluster::{NodeProgress, NodeSeen};
@@ -67,6 +68,34 @@ pub struct Inputs {
     /// The latest outcome of every `[[health.prometheus]]` check, evaluated
     /// by the caller.
     pub queries: Vec<(PrometheusCheck, QueryOutcome)>,
+    /// The nodes held by a fault of their own at the end of the previous
+    /// step ([`super::Outcome::held`]); empty after a restart, which costs
+    /// each failing call one more try.
+    pub held: Vec<Held>,
+}
+
+/// How long a node that is not in flight goes after the other candidates
+/// once a call that would have started it failed: a node whose cordon keeps
+/// failing never takes the turn of the nodes behind it, and when every start
+/// failed (an outage) the first is tried again at once.
+pub const HELD_RETRY: Duration = Duration::from_secs(60);
+
+/// A node held by a fault of its own: its observation was incomplete (its
+/// pods could not be listed, its version not confirmed) or a call on it
+/// failed (an eviction answered 403, its patch was refused). It keeps its
+/// place (and its budget slot while in flight) and its timeouts; every other
+/// node proceeds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Held {
+    /// Node name.
+    pub node: String,
+    /// What failed, bounded ([`super::health::MAX_FAILURE_MESSAGE`]).
+    pub why: String,
+    /// When the node was first held (kept while it stays held).
+    pub since: DateTime<Utc>,
+    /// When it failed last; a node that is not in flight goes after the
+    /// other candidates to start until [`HELD_RETRY`] after it.
+    pub last: DateTime<Utc>,
 }
 
 /// One thing the engine must do to a node.
@@ -153,6 +182,14 @@ pub enum Action {
         /// Why.
         reason: String,
     },
+    /// Record why an in-flight node is held, or that it no longer is, in its
+    /// message; its state and cordon stay as they are.
+    Note {
+        /// Node name.
+        node: String,
+        /// The progress to write (only its message differs).
+        progress: NodeProgress,
+    },
 }
 
 impl Action {
@@ -168,7 +205,8 @@ impl Action {
             | Action::Watch { node, .. }
             | Action::Pass { node, .. }
             | Action::Unhealthy { node, .. }
-            | Action::Clear { node, .. } => node,
+            | Action::Clear { node, .. }
+            | Action::Note { node, .. } => node,
         }
     }
 
@@ -185,7 +223,23 @@ impl Action {
             Action::Pass { .. } => "pass",
             Action::Unhealthy { .. } => "unhealthy",
             Action::Clear { .. } => "clear",
+            Action::Note { .. } => "note",
         }
+    }
+
+    /// Whether the decision stops counting the node against the budget once
+    /// this action lands: if it fails, the node still counts (see
+    /// [`Decision::starts_within_budget`]).
+    pub fn gives_back(&self) -> bool {
+        matches!(
+            self,
+            Action::Block { .. }
+                | Action::Fail { .. }
+                | Action::Complete { .. }
+                | Action::Pass { .. }
+                | Action::Unhealthy { .. }
+                | Action::Clear { .. }
+        )
     }
 }
 
@@ -201,7 +255,8 @@ pub struct Skipped {
 /// The decision for one step.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Decision {
-    /// What to do, in order: give nodes back first, then advance, then start new ones.
+    /// What to do, in order: give nodes back first, then advance, then start
+    /// new ones (the starts, [`Action::Cordon`], always come last).
     pub actions: Vec<Action>,
     /// The environment's state for the status report.
     pub state: RolloutState,
@@ -224,4 +279,24 @@ pub struct Decision {
     /// so decide again within [`super::health::HEALTH_RECHECK`] (a backend
     /// whose health changes only at its own events may ignore this).
     pub poll_health: bool,
+    /// Nodes held by a fault of their own, by name: an incomplete
+    /// observation now, or a failed call of an earlier step that still holds.
+    pub held: Vec<Held>,
+}
+
+impl Decision {
+    /// How many of the decision's starts may still be applied once `failed`
+    /// of its give-backs ([`Action::gives_back`]) did not land: each of those
+    /// nodes still counts against the budget the starts were chosen within,
+    /// so the last starts are dropped until the budget holds again.
+    pub fn starts_within_budget(&self, failed: usize) -> usize {
+        let starts = self
+            .actions
+            .iter()
+            .filter(|a| matches!(a, Action::Cordon { .. }))
+            .count();
+        let before = (self.unavailable as usize).saturating_sub(starts);
+        let room = (self.max_unavailable as usize).saturating_sub(before.saturating_add(failed));
+        starts.min(room)
+    }
 }

@@ -3,10 +3,12 @@
 //! restarted engine resumes from what the nodes record.
 
 use super::decide::decide;
-use super::decision::{Action, Decision, Inputs, Policy};
-use crate::cluster::{Cluster, NodeProgress, ProgressState};
+use super::decision::{Action, Decision, Held, Inputs, Policy};
+use super::health::bounded;
+use crate::cluster::{Cluster, NodeProgress, NodeSeen, NodeView, ProgressState};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use tracing::Instrument;
 
@@ -57,7 +59,8 @@ pub enum EngineError<E: std::error::Error + 'static> {
     /// The nodes could not be observed; nothing was done.
     #[error("cannot observe the nodes: {0}")]
     Observe(#[source] E),
-    /// An action failed; the actions before it were applied, the rest were not.
+    /// An action failed (from [`apply`]; a reconcile step holds the node
+    /// instead and goes on with the others).
     #[error("{action} on node {node} failed: {source}")]
     Apply {
         /// The action's kind.
@@ -73,7 +76,9 @@ pub enum EngineError<E: std::error::Error + 'static> {
 /// What one reconcile step did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Outcome {
-    /// The decision taken (state, counts, actions, next wake-up).
+    /// The decision taken (state, counts, next wake-up); its actions are the
+    /// ones that landed: a call that failed holds its node (`held`), and a
+    /// start the budget no longer had room for (a give-back failed) is dropped.
     pub decision: Decision,
     /// Drains that PodDisruptionBudgets newly hold back (or hold back
     /// differently): (node, the message recorded on the node). A budget that
@@ -84,6 +89,10 @@ pub struct Outcome {
     pub again: bool,
     /// Some drain still has pods that could not be evicted: retry soon.
     pub retry_evictions: bool,
+    /// The nodes held by a fault of their own after this step, by name: the
+    /// decision's holds, less the nodes whose call landed now, plus the calls
+    /// that failed. Pass them as the next step's [`Inputs::held`].
+    pub held: Vec<Held>,
 }
 
 /// Labels for the reconcile span.
@@ -141,6 +150,12 @@ impl<K: Clock> Engine<K> {
 }
 
 /// One step: observe → decide → apply, at `now`.
+///
+/// One node's trouble stays that node's: a node the backend could not
+/// observe in full is held by the decision, and a call that fails holds its
+/// node (in [`Outcome::held`]) while the step goes on with every other
+/// action. Only when a give-back failed are starts dropped, as many as it
+/// takes for the nodes still out to fit the budget.
 pub async fn reconcile<C: Cluster>(
     cluster: &C,
     policy: &Policy,
@@ -153,70 +168,182 @@ pub async fn reconcile<C: Cluster>(
     let inputs = if watched.is_empty() {
         inputs
     } else {
-        let health = cluster
-            .health(&watched)
-            .await
-            .map_err(EngineError::Observe)?;
+        // A failed read holds the verdicts of the nodes it was for; it
+        // stops no timeout, give-back or other node.
+        let health = match cluster.health(&watched).await {
+            Ok(h) => h,
+            Err(e) => watched
+                .iter()
+                .map(|n| NodeSeen::unread(n.clone(), format!("cannot read its health: {e}")))
+                .collect(),
+        };
         with_health = Inputs {
             health,
             ..inputs.clone()
         };
         &with_health
     };
-    let decision = decide(policy, inputs, &nodes, now);
+    let mut decision = decide(policy, inputs, &nodes, now);
     tracing::debug!(
         state = ?decision.state,
         nodes = decision.nodes,
         at_version = decision.nodes_at_version,
         actions = decision.actions.len(),
+        held = decision.held.len(),
         "decided"
     );
-    let mut evictions_blocked = Vec::new();
-    let mut again = false;
-    let mut retry_evictions = false;
-    for action in &decision.actions {
-        match apply(cluster, action).await? {
-            Some(pass) if pass.remaining > 0 => {
-                retry_evictions = true;
-                let progress = nodes
-                    .iter()
-                    .find(|n| n.name == action.node())
-                    .and_then(|n| n.progress.as_ref().ok().cloned().flatten());
-                if let (false, Some(p)) = (pass.blocked_by.is_empty(), progress) {
-                    if let Some(msg) = refusal_message(&p.message, &pass, now) {
-                        let node = action.node().to_string();
-                        let recorded = NodeProgress {
-                            message: msg.clone(),
-                            ..p
-                        };
-                        cluster
-                            .set_progress(&node, Some(&recorded))
-                            .await
-                            .map_err(|source| EngineError::Apply {
-                                action: "record_refusal",
-                                node: node.clone(),
-                                source,
-                            })?;
-                        evictions_blocked.push((node, msg));
-                    }
-                }
-            }
-            // A drain that emptied the node: the upgrade can start now.
-            _ => again = true,
+    let mut run = Run::default();
+    let first_start = decision
+        .actions
+        .iter()
+        .position(|a| matches!(a, Action::Cordon { .. }))
+        .unwrap_or(decision.actions.len());
+    let (rest, starts) = decision.actions.split_at(first_start);
+    let mut failed_give_backs = 0;
+    for action in rest {
+        if !run.step(cluster, action, &nodes, &decision.held, now).await && action.gives_back() {
+            failed_give_backs += 1;
         }
     }
+    let room = decision.starts_within_budget(failed_give_backs);
+    if room < starts.len() {
+        tracing::warn!(
+            withheld = starts.len() - room,
+            "starts withheld: nodes whose give-back failed still count against the budget"
+        );
+    }
+    for action in &starts[..room] {
+        run.step(cluster, action, &nodes, &decision.held, now).await;
+    }
+    let held = run.held(&decision.held, &inputs.held, now);
+    decision.actions = run.landed;
     Ok(Outcome {
         decision,
-        evictions_blocked,
-        again,
-        retry_evictions,
+        evictions_blocked: run.evictions_blocked,
+        again: run.again,
+        retry_evictions: run.retry_evictions,
+        held,
     })
+}
+
+/// What the actions of one step came to.
+#[derive(Default)]
+struct Run {
+    landed: Vec<Action>,
+    /// (node, why) of each call that failed.
+    failures: Vec<(String, String)>,
+    evictions_blocked: Vec<(String, String)>,
+    again: bool,
+    retry_evictions: bool,
+}
+
+impl Run {
+    /// Apply `action`; false when it failed (its node is then held, unless
+    /// the action only recorded a hold: the hold stands as it was).
+    async fn step<C: Cluster>(
+        &mut self,
+        cluster: &C,
+        action: &Action,
+        nodes: &[NodeView],
+        held: &[Held],
+        now: DateTime<Utc>,
+    ) -> bool {
+        let pass = match apply(cluster, action).await {
+            Ok(pass) => pass,
+            Err(e) => {
+                let why = bounded(match &e {
+                    EngineError::Apply { source, .. } => source.to_string(),
+                    other => other.to_string(),
+                });
+                let node = action.node();
+                // Once per hold and reason: a fault that lasts is not news at every pass.
+                if held.iter().any(|h| h.node == node && h.why == why) {
+                    tracing::debug!(action = action.kind(), node, error = %why, "call failed again");
+                } else {
+                    tracing::warn!(
+                        action = action.kind(),
+                        node,
+                        error = %why,
+                        "call failed; the node is held, the others go on"
+                    );
+                }
+                if !matches!(action, Action::Note { .. }) {
+                    self.failures.push((node.to_string(), why));
+                }
+                return false;
+            }
+        };
+        self.landed.push(action.clone());
+        let Some(pass) = pass.filter(|p| p.remaining > 0) else {
+            // Something changed (a drain that emptied the node: the upgrade
+            // can start now).
+            self.again = true;
+            return true;
+        };
+        self.retry_evictions = true;
+        let progress = nodes
+            .iter()
+            .find(|n| n.name == action.node())
+            .and_then(|n| n.progress.as_ref().ok().cloned().flatten());
+        let (false, Some(p)) = (pass.blocked_by.is_empty(), progress) else {
+            return true;
+        };
+        let Some(msg) = refusal_message(&p.message, &pass, now) else {
+            return true;
+        };
+        let node = action.node().to_string();
+        let recorded = NodeProgress {
+            message: msg.clone(),
+            ..p
+        };
+        match cluster.set_progress(&node, Some(&recorded)).await {
+            Ok(()) => self.evictions_blocked.push((node, msg)),
+            Err(e) => {
+                tracing::warn!(node = %node, error = %e, "could not record the refusal");
+                self.failures
+                    .push((node, bounded(format!("recording the refusal: {e}"))));
+            }
+        }
+        true
+    }
+
+    /// The holds after the step: `decided`, less the nodes whose call
+    /// landed (a note only records a hold), plus the failures; a node held
+    /// before keeps its `since`.
+    fn held(&self, decided: &[Held], carried: &[Held], now: DateTime<Utc>) -> Vec<Held> {
+        let mut held: BTreeMap<String, Held> = decided
+            .iter()
+            .map(|h| (h.node.clone(), h.clone()))
+            .collect();
+        for a in &self.landed {
+            if !matches!(a, Action::Note { .. }) {
+                held.remove(a.node());
+            }
+        }
+        for (node, why) in &self.failures {
+            let since = decided
+                .iter()
+                .chain(carried)
+                .find(|h| h.node == *node)
+                .map_or(now, |h| h.since);
+            held.insert(
+                node.clone(),
+                Held {
+                    node: node.clone(),
+                    why: why.clone(),
+                    since,
+                    last: now,
+                },
+            );
+        }
+        held.into_values().collect()
+    }
 }
 
 /// The nodes whose health the decision judges: with `[health]`, those
 /// `watching` at the target, and once every node is done (Ready at the
 /// target, passed or idle) the `passed` ones, for settle.
-pub fn watched_nodes(policy: &Policy, nodes: &[crate::cluster::NodeView]) -> Vec<String> {
+pub fn watched_nodes(policy: &Policy, nodes: &[NodeView]) -> Vec<String> {
     if policy.health.is_none() {
         return Vec::new();
     }
@@ -328,6 +455,10 @@ pub async fn apply<C: Cluster>(
             .await
             .map_err(err)?,
         Action::Clear { node, .. } => cluster.set_progress(node, None).await.map_err(err)?,
+        Action::Note { node, progress } => cluster
+            .set_progress(node, Some(progress))
+            .await
+            .map_err(err)?,
     }
     Ok(None)
 }

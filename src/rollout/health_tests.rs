@@ -75,6 +75,7 @@ fn healthy(name: &str) -> NodeSeen {
             restarts: 0,
             waiting_reason: None,
         }],
+        unread: None,
     }
 }
 
@@ -271,6 +272,60 @@ fn without_an_observation_a_watch_holds_rather_than_passes() {
         "{}",
         d.message
     );
+}
+
+#[test]
+fn a_health_read_in_part_holds_rather_than_judges() {
+    // A watched node whose pods could not be read in full: no pass on what
+    // was read, even well past its pod_ready_timeout.
+    let watched = [
+        with(node("a", "1.13.2"), ProgressState::Watching, "03:00:00"),
+        node("b", "1.12.0"),
+    ];
+    let unread = Inputs {
+        health: vec![NodeSeen::unread(
+            "a",
+            "its pods cannot be read: more than 1000",
+        )],
+        ..open()
+    };
+    let d = decide(&policy(2), &unread, &watched, t("04:00:00"));
+    assert!(kinds(&d).is_empty(), "{:?}", d.actions);
+    assert!(
+        d.message
+            .starts_with("held: node a: its pods cannot be read: more than 1000"),
+        "{}",
+        d.message
+    );
+    assert!(d.poll_health);
+    // Control: read whole, it passes and the next node starts.
+    let whole = Inputs {
+        health: vec![healthy("a")],
+        ..open()
+    };
+    let d = decide(&policy(2), &whole, &watched, t("04:00:00"));
+    assert_eq!(kinds(&d), [("pass", "a".into()), ("cordon", "b".into())]);
+
+    // During settle, one node read in part holds the confirmation, and
+    // settle is read again at its own pace, not the watch's.
+    let passed = [
+        with(node("a", "1.13.2"), ProgressState::Passed, "03:15:00"),
+        with(node("b", "1.13.2"), ProgressState::Passed, "03:30:00"),
+    ];
+    let inputs = Inputs {
+        health: vec![healthy("a"), NodeSeen::unread("b", "cannot list its pods")],
+        ..open()
+    };
+    let d = decide(&policy(1), &inputs, &passed, t("04:30:00"));
+    assert_ne!(d.state, RolloutState::Confirmed);
+    assert!(kinds(&d).is_empty(), "{:?}", d.actions);
+    assert!(
+        d.message.contains("node b: cannot list its pods"),
+        "{}",
+        d.message
+    );
+    assert!(!d.poll_health);
+    assert_eq!(d.wake_at, Some(t("04:30:30")));
 }
 
 #[test]

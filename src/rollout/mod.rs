@@ -1,20 +1,34 @@
 //! The rollout: a pure decision core over observed nodes ([`decide`]), and
 //! the engine that applies its decisions to a [`crate::cluster::Cluster`].
+//!
+//! The core is split by question, not by size: `decide.rs` runs the
+//! questions over the nodes and concludes; `in_flight.rs` (what a draining or
+//! upgrading node needs next), `given_back.rs` (blocked and failed nodes),
+//! `watch.rs` (health watch and settle), `held.rs` (nodes held by a fault of
+//! their own) and `start.rs` (which nodes may start) answer them.
 
 pub mod decide;
 pub mod decision;
 pub mod engine;
+mod given_back;
 pub mod health;
+mod held;
+mod in_flight;
+mod start;
 mod state;
+mod watch;
 
 #[cfg(test)]
 mod decide_tests;
 #[cfg(test)]
 mod health_tests;
+#[cfg(test)]
+mod held_tests;
 
 pub use decide::decide;
-pub use decision::{Action, Decision, Inputs, Policy, Skipped, WindowState};
+pub use decision::{Action, Decision, Held, Inputs, Policy, Skipped, WindowState, HELD_RETRY};
 pub use engine::{
     apply, reconcile, Clock, Engine, EngineError, Labels, Outcome, SystemClock, VirtualClock,
 };
+pub use held::HELD_PREFIX;
 pub use state::RolloutState;

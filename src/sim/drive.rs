@@ -87,9 +87,15 @@ pub async fn drive(
 ) -> Result<DriveReport, EngineError<SimError>> {
     let mut steps = 0;
     let mut same_instant = 0;
+    let mut held = Vec::new();
     loop {
         let now = sim.clock.now();
-        let out = engine.reconcile(sim, &schedule.inputs(now)).await?;
+        let inputs = Inputs {
+            held: std::mem::take(&mut held),
+            ..schedule.inputs(now)
+        };
+        let out = engine.reconcile(sim, &inputs).await?;
+        held = out.held.clone();
         steps += 1;
         let finished = matches!(
             out.decision.state,

@@ -126,7 +126,12 @@ pub fn decide(
     if !progress_only {
         return Push::Now;
     }
-    let due = pushed_at + chrono::Duration::from_std(interval).unwrap_or(chrono::Duration::MAX);
+    // Checked: an interval too long for the calendar is never due (a state
+    // change still goes out at once), where adding it would panic.
+    let due = chrono::Duration::from_std(interval)
+        .ok()
+        .and_then(|d| pushed_at.checked_add_signed(d))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC);
     if now >= due {
         Push::Now
     } else {
@@ -283,6 +288,55 @@ mod tests {
         assert!((12..=14).contains(&commits), "{commits} commits");
     }
 
+    #[test]
+    fn any_interval_is_arithmetic_without_a_panic() {
+        let at0 = t("2026-12-08T02:00:00Z");
+        let rolling = rep(RolloutState::Rolling, 10);
+        let more = rep(RolloutState::Rolling, 11);
+        // Past what chrono can add (the old fallback overflowed as well):
+        // progress is held, never pushed by time alone.
+        for interval in [Duration::MAX, Duration::from_secs(u64::MAX / 2)] {
+            assert_eq!(
+                decide(Some((&rolling, at0)), &more, at0, interval),
+                Push::At(DateTime::<Utc>::MAX_UTC)
+            );
+        }
+        // Control: a long but representable interval is honoured as given.
+        let year = Duration::from_secs(365 * 86_400);
+        assert_eq!(
+            decide(Some((&rolling, at0)), &more, at0, year),
+            Push::At(at0 + chrono::Duration::days(365))
+        );
+        // A state change goes out at once whatever the interval.
+        assert_eq!(
+            decide(
+                Some((&rolling, at0)),
+                &rep(RolloutState::Confirmed, 200),
+                at0,
+                Duration::MAX
+            ),
+            Push::Now
+        );
+    }
+
+    proptest::proptest! {
+        /// Any interval, any instants: an answer, never a panic.
+        #[test]
+        fn the_cadence_never_panics(
+            secs in proptest::prelude::any::<u64>(),
+            nanos in 0u32..1_000_000_000,
+            pushed in proptest::prelude::any::<i64>(),
+            now in proptest::prelude::any::<i64>(),
+        ) {
+            let (lo, hi) = (DateTime::<Utc>::MIN_UTC.timestamp(), DateTime::<Utc>::MAX_UTC.timestamp());
+            let at = |s: i64| DateTime::from_timestamp(s.clamp(lo, hi), 0).unwrap();
+            let interval = Duration::new(secs, nanos);
+            let rolling = rep(RolloutState::Rolling, 10);
+            let more = rep(RolloutState::Rolling, 11);
+            let _ = decide(Some((&rolling, at(pushed))), &more, at(now), interval);
+        }
+    }
+
     fn node(name: &str, version: &str, ready: bool, cordoned: bool) -> NodeView {
         NodeView {
             name: name.into(),
@@ -294,6 +348,7 @@ mod tests {
             pods_to_evict: 0,
             upgrade: UpgradeStatus::NotStarted,
             budgets_allow_drain: true,
+            fault: None,
         }
     }
 

@@ -10,6 +10,7 @@ mod agent_evidence;
 mod agent_github_merge;
 mod agent_give_back;
 mod agent_health;
+mod agent_held;
 mod agent_key_validity;
 mod agent_outage;
 mod agent_poll;

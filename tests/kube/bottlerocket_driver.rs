@@ -657,6 +657,7 @@ fn bottlerocket_job() -> Value {
         job_deadline: Some(Duration::from_secs(1800)),
         job_ttl: Duration::from_secs(3600),
         ready_timeout: Duration::from_secs(60),
+        pod_watches: 32,
     };
     let mut node = ObservedNode::default();
     node.metadata.name = Some("node-1".into());

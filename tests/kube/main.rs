@@ -15,6 +15,7 @@ mod bottlerocket_selection;
 mod bottlerocket_shutdown;
 mod install_docs;
 mod k8s_backend_crash;
+mod k8s_backend_isolation;
 mod k8s_backend_ops;
 mod k8s_backend_rollout;
 mod k8s_smoke;

@@ -1,10 +1,14 @@
 //! Property tests of docs/design.md §8's invariants: random clusters, configs,
-//! failures, PDBs, and engine crashes at arbitrary points (the engine has no
+//! failures, PDBs, engine crashes at arbitrary points (the engine has no
 //! memory, so a restart is a new engine; a crash mid-step applies only a
-//! prefix of the step's actions, possibly half of the last one).
+//! prefix of the step's actions, possibly half of the last one), and faults
+//! of the API about one node for a while (its pods cannot be listed, its
+//! evictions, writes or driver start fail), which must hold that node only.
 //!
-//! `invariants_hold_across_crashes` runs 512 cases and
-//! `rollout_completes_when_nothing_fails` 256; together about 10 s in debug.
+//! `invariants_hold_across_crashes` runs 512 cases,
+//! `rollout_completes_when_nothing_fails` 256 and
+//! `rollout_completes_through_passing_faults` 128; together about 20 s in
+//! debug on a loaded 2-core machine.
 
 use chrono::{DateTime, Duration as D, Utc};
 use drover::cluster::{Cluster, NodeProgress};
@@ -12,7 +16,7 @@ use drover::config::{MaxUnavailable, OnDrainTimeout};
 use drover::rollout::{
     apply, decide, Action, Clock, Engine, Labels, Policy, RolloutState, VirtualClock,
 };
-use drover::sim::{CordonedBy, EventKind, Failure, Pdb, Pod, Sim, SimNode, Timeline};
+use drover::sim::{CallFault, CordonedBy, EventKind, Failure, Pdb, Pod, Sim, SimNode, Timeline};
 use futures::executor::block_on;
 use proptest::prelude::*;
 use semver::Version;
@@ -48,6 +52,22 @@ struct Case {
     gate_after_h: u16,
     crashes: BTreeSet<usize>,
     prefix: usize,
+    /// (node index, fault, from minute, for minutes).
+    faults: Vec<(usize, CallFault, u16, u16)>,
+}
+
+fn fault() -> impl Strategy<Value = (usize, CallFault, u16, u16)> {
+    (
+        0usize..40,
+        prop::sample::select(vec![
+            CallFault::Observe,
+            CallFault::Evict,
+            CallFault::Write,
+            CallFault::Start,
+        ]),
+        0u16..2000,
+        1u16..600,
+    )
 }
 
 fn node_spec(fail: bool) -> impl Strategy<Value = NodeSpec> {
@@ -88,9 +108,21 @@ fn case(fail: bool) -> impl Strategy<Value = Case> {
         0u16..30,
         prop::collection::btree_set(0usize..400, 0..6),
         0usize..4,
+        prop::collection::vec(fault(), 0..10),
     )
         .prop_map(
-            |(nodes, pdbs, max, (drain_min, node_min), stop, windows, gate, crashes, prefix)| {
+            |(
+                nodes,
+                pdbs,
+                max,
+                (drain_min, node_min),
+                stop,
+                windows,
+                gate,
+                crashes,
+                prefix,
+                faults,
+            )| {
                 Case {
                     nodes,
                     pdbs,
@@ -102,6 +134,7 @@ fn case(fail: bool) -> impl Strategy<Value = Case> {
                     gate_after_h: gate,
                     crashes,
                     prefix,
+                    faults,
                 }
             },
         )
@@ -167,6 +200,11 @@ fn build(c: &Case, clock: &VirtualClock) -> (Sim, Policy) {
         };
         sim.add_node(node);
     }
+    for (i, f, from, len) in &c.faults {
+        let from = start() + D::minutes(i64::from(*from));
+        let node = format!("n{:02}", i % c.nodes.len());
+        sim.inject(&node, *f, from, from + D::minutes(i64::from(*len)));
+    }
     let policy = Policy {
         target: target(),
         max_unavailable: c.max,
@@ -190,27 +228,41 @@ fn run(
     sched: &Timeline,
     clock: &VirtualClock,
 ) -> RolloutState {
-    let horizon = sched.windows.last().map_or(start(), |w| w.1) + D::hours(6);
+    let faults_end = c
+        .faults
+        .iter()
+        .map(|(_, _, from, len)| start() + D::minutes(i64::from(*from) + i64::from(*len)))
+        .max()
+        .unwrap_or(start());
+    let windows_end = sched.windows.last().map_or(start(), |w| w.1);
+    let horizon = windows_end.max(faults_end) + D::hours(6);
     let mut engine = Engine::new(policy.clone(), Labels::default(), clock.clone());
     let mut same_instant = 0;
     let mut state = RolloutState::Rolling;
+    // What the agent carries from one step to the next; a restart forgets it.
+    let mut held = Vec::new();
     for step in 0..5000 {
         let now = clock.now();
-        let inputs = sched.inputs(now);
+        let inputs = drover::rollout::Inputs {
+            held: std::mem::take(&mut held),
+            ..sched.inputs(now)
+        };
         if c.crashes.contains(&step) {
-            // Crash mid-step: only a prefix of the actions lands, maybe half of the next one.
+            // Crash mid-step: only a prefix of the actions lands, maybe half
+            // of the next one (each may fail on an injected fault).
             let nodes = block_on(sim.observe()).unwrap();
             let d = decide(policy, &inputs, &nodes, now);
             for a in d.actions.iter().take(c.prefix) {
-                block_on(apply(sim, a)).unwrap();
+                let _ = block_on(apply(sim, a));
             }
             if let Some(Action::StartUpgrade { node, progress }) = d.actions.get(c.prefix) {
-                block_on(sim.set_progress(node, Some(progress))).unwrap();
+                let _ = block_on(sim.set_progress(node, Some(progress)));
             }
             engine = Engine::new(policy.clone(), Labels::default(), clock.clone());
             continue;
         }
         let out = block_on(engine.reconcile(sim, &inputs)).unwrap();
+        held = out.held.clone();
         state = out.decision.state;
         if matches!(state, RolloutState::Confirmed | RolloutState::Failed) && sim.in_flight() == 0 {
             break;
@@ -297,23 +349,62 @@ proptest! {
     }
 }
 
+/// Make `c` a case that must complete: enough window time, budgets that can
+/// always let one pod go and relent within ten hours, a node_timeout that
+/// leaves room for the reboot (and for `slack` more minutes).
+fn completable(c: &mut Case, slack: u16) {
+    c.windows = vec![(12, 720); 30];
+    // A node_timeout shorter than the node's reboot is a failure, not what this tests.
+    c.node_min = c.node_min.max(c.drain_min + 60) + slack;
+    // A single node is drained only if its budgets let every pod go at
+    // once: evicted pods have nowhere else to become healthy.
+    let alone = c.nodes.len() == 1;
+    for (i, (m, _)) in c.pdbs.iter_mut().enumerate() {
+        let pods = c
+            .nodes
+            .iter()
+            .flat_map(|n| &n.pods)
+            .filter(|p| **p == Some(i as u8))
+            .count();
+        *m = if alone {
+            0
+        } else {
+            (*m).min(pods.saturating_sub(1) as u8)
+        };
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    #[test]
+    fn rollout_completes_through_passing_faults(mut c in case(false)) {
+        // Faults of up to 20 minutes each: a node held that long must still
+        // finish (node_timeout leaves it the room), and so must every other.
+        completable(&mut c, 30);
+        for f in &mut c.faults {
+            f.3 = f.3 % 20 + 1;
+        }
+        let clock = VirtualClock::new(start());
+        let (sim, policy) = build(&c, &clock);
+        let sched = schedule(&c);
+        let state = run(&c, &sim, &policy, &sched, &clock);
+        check_invariants(&c, &sim, &policy, &sched);
+        prop_assert_eq!(state, RolloutState::Confirmed);
+        for n in sim.nodes() {
+            prop_assert_eq!(n.version, Some(target()), "{}", n.name);
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
     fn rollout_completes_when_nothing_fails(mut c in case(false)) {
-        // Enough window time: thirty 12-hour windows, one a day; PDBs that can
-        // always let one pod go and relent within ten hours.
-        c.windows = vec![(12, 720); 30];
-        // A node_timeout shorter than the node's reboot is a failure, not what this tests.
-        c.node_min = c.node_min.max(c.drain_min + 60);
-        // A single node is drained only if its budgets let every pod go at
-        // once: evicted pods have nowhere else to become healthy.
-        let alone = c.nodes.len() == 1;
-        for (i, (m, _)) in c.pdbs.iter_mut().enumerate() {
-            let pods = c.nodes.iter().flat_map(|n| &n.pods).filter(|p| **p == Some(i as u8)).count();
-            *m = if alone { 0 } else { (*m).min(pods.saturating_sub(1) as u8) };
-        }
+        // Enough window time: thirty 12-hour windows, one a day.
+        completable(&mut c, 0);
+        c.faults.clear();
         let clock = VirtualClock::new(start());
         let (sim, policy) = build(&c, &clock);
         let sched = schedule(&c);

@@ -55,6 +55,7 @@ pub fn kube_options(ns: &str) -> KubeOptions {
         job_deadline: Some(Duration::from_secs(600)),
         job_ttl: Duration::from_secs(3600),
         ready_timeout: Duration::from_secs(60),
+        pod_watches: drover::kubernetes::observe::MAX_POD_WATCHES,
     }
 }
 
@@ -127,16 +128,24 @@ pub async fn drive(
     let mut rx = cluster.changes();
     let mut last = None;
     let run = async {
+        // The holds one step leaves for the next, as the agent carries them.
+        let mut held = Vec::new();
         loop {
             rx.borrow_and_update();
-            let out = match engine.reconcile(cluster, inputs).await {
+            let step = Inputs {
+                held: std::mem::take(&mut held),
+                ..inputs.clone()
+            };
+            let out = match engine.reconcile(cluster, &step).await {
                 Ok(out) => out,
                 Err(e) => {
                     eprintln!("reconcile failed (retrying): {e}");
+                    held = step.held;
                     tokio::time::sleep(TICK).await;
                     continue;
                 }
             };
+            held = out.held.clone();
             last = Some(out.clone());
             if done(&out) {
                 return out;

@@ -18,11 +18,14 @@
 //!   `git daemon`, the CRD, agents in-process or as processes.
 //! - [`prometheus`]: a real Prometheus scraping an exporter the test sets.
 //! - [`bottlerocket_api`]: a node's Bottlerocket API on a Unix socket.
+//! - [`apiproxy`]: an HTTP proxy in front of the API server that fails the
+//!   requests a test picks (one node's pod list, say).
 
 // Each test binary and bench uses a different part of the tree.
 #![allow(dead_code)]
 
 pub mod agent;
+pub mod apiproxy;
 pub mod backend;
 pub mod bottlerocket_api;
 pub mod cli;

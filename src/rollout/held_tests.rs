@@ -1,0 +1,386 @@
+//! Nodes held by a fault of their own (`held.rs`), step by step: the held
+//! node keeps its slot and its timeouts, every other node proceeds; then the
+//! engine against the sim with one node's calls failing.
+
+use super::decide::*;
+use super::decide_tests::idle;
+use super::decision::*;
+use super::engine::{reconcile, Outcome};
+use super::{Clock, RolloutState, VirtualClock, HELD_PREFIX};
+use crate::cluster::{Cluster, NodeProgress, NodeView, ProgressState, UpgradeStatus};
+use crate::config::{MaxUnavailable, OnDrainTimeout};
+use crate::sim::{CallFault, Pod, Sim, SimNode};
+use chrono::{DateTime, Utc};
+use futures::executor::block_on;
+use semver::Version;
+use std::time::Duration;
+
+fn t(s: &str) -> DateTime<Utc> {
+    let s = if s.len() == 5 {
+        format!("{s}:00")
+    } else {
+        s.into()
+    };
+    format!("2026-12-08T{s}Z").parse().unwrap()
+}
+
+fn v(s: &str) -> Version {
+    s.parse().unwrap()
+}
+
+fn policy(max: u32) -> Policy {
+    Policy {
+        target: v("1.13.2"),
+        max_unavailable: MaxUnavailable::Count(max),
+        drain_timeout: Duration::from_secs(20 * 60),
+        node_timeout: Duration::from_secs(45 * 60),
+        on_drain_timeout: OnDrainTimeout::Skip,
+        health: None,
+    }
+}
+
+fn open() -> Inputs {
+    Inputs {
+        may_start: true,
+        window: WindowState {
+            opened_at: Some(t("02:00")),
+            closes_at: Some(t("08:00")),
+            ..WindowState::default()
+        },
+        ..Inputs::default()
+    }
+}
+
+fn with(mut n: NodeView, state: ProgressState, started: &str, message: &str) -> NodeView {
+    n.progress = Ok(Some(NodeProgress {
+        state,
+        target: v("1.13.2"),
+        started_at: t(started),
+        cordoned_by_drover: state.in_flight(),
+        message: message.into(),
+        attempts: 0,
+    }));
+    n.unschedulable = state.in_flight();
+    n
+}
+
+fn kinds(d: &Decision) -> Vec<(&'static str, String)> {
+    d.actions
+        .iter()
+        .map(|a| (a.kind(), a.node().to_string()))
+        .collect()
+}
+
+fn draining_with_pods(name: &str, pods: usize) -> NodeView {
+    let mut n = with(idle(name, "1.12.0"), ProgressState::Draining, "03:00", "");
+    n.pods_to_evict = pods;
+    n
+}
+
+#[test]
+fn a_node_whose_pods_cannot_be_listed_holds_only_itself() {
+    let mut a = draining_with_pods("a", 0);
+    a.fault = Some("its pods cannot be listed: 500".into());
+    let b = draining_with_pods("b", 2);
+    let nodes = [a, b, idle("c", "1.12.0")];
+    let d = decide(&policy(3), &open(), &nodes, t("03:05"));
+    // `a` takes no step that needs its pods (no upgrade on a guessed zero),
+    // records why it is held; `b` evicts and `c` starts in a's presence.
+    assert_eq!(
+        kinds(&d),
+        [
+            ("note", "a".into()),
+            ("evict", "b".into()),
+            ("cordon", "c".into())
+        ]
+    );
+    let Action::Note { progress, .. } = &d.actions[0] else {
+        unreachable!()
+    };
+    assert_eq!(progress.state, ProgressState::Draining);
+    assert!(progress.cordoned_by_drover);
+    assert_eq!(
+        progress.message,
+        "held: its pods cannot be listed: 500 (since 2026-12-08T03:05:00Z)"
+    );
+    // It keeps its budget slot: three of three.
+    assert_eq!(d.unavailable, 3);
+    assert_eq!(d.held.len(), 1);
+    assert_eq!(d.held[0].node, "a");
+    assert_eq!(d.state, RolloutState::Rolling);
+    assert!(
+        d.message
+            .starts_with("node a held since 2026-12-08T03:05:00Z"),
+        "{}",
+        d.message
+    );
+
+    // Control: listed, with nothing left on it, the same node is upgraded.
+    let nodes = [draining_with_pods("a", 0)];
+    let d = decide(&policy(3), &open(), &nodes, t("03:05"));
+    assert_eq!(kinds(&d), [("start_upgrade", "a".into())]);
+}
+
+#[test]
+fn a_held_draining_node_is_given_back_at_its_drain_timeout() {
+    let mut a = with(
+        idle("a", "1.12.0"),
+        ProgressState::Draining,
+        "03:00",
+        "held: its pods cannot be listed: 500 (since 2026-12-08T03:01:00Z)",
+    );
+    a.fault = Some("its pods cannot be listed: 500".into());
+    let carried = Held {
+        node: "a".into(),
+        why: "its pods cannot be listed: 500".into(),
+        since: t("03:01"),
+        last: t("03:19"),
+    };
+    let inputs = Inputs {
+        held: vec![carried],
+        ..open()
+    };
+    // Before the timeout: the message is already recorded, nothing to write.
+    let d = decide(&policy(1), &inputs, std::slice::from_ref(&a), t("03:19"));
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+    assert_eq!(d.wake_at, Some(t("03:20")));
+    assert_eq!(d.held[0].since, t("03:01"), "a hold keeps its since");
+    // At the timeout it is given back like any drain that did not finish.
+    let d = decide(&policy(1), &inputs, &[a], t("03:20"));
+    let Action::Block {
+        progress, uncordon, ..
+    } = &d.actions[0]
+    else {
+        panic!("{:?}", d.actions)
+    };
+    assert!(*uncordon);
+    assert!(
+        progress
+            .message
+            .starts_with("drain did not finish within drain_timeout (20m): its pods could not be listed; held: its pods cannot be listed: 500"),
+        "{}",
+        progress.message
+    );
+}
+
+#[test]
+fn an_upgrading_node_that_cannot_be_confirmed_fails_only_at_its_timeout() {
+    let mut a = with(idle("a", "1.13.1"), ProgressState::Upgrading, "03:00", "");
+    a.upgrade = UpgradeStatus::Succeeded;
+    // Ready at the wrong version is a failure... unless the read confirming
+    // it failed: then no verdict on it but the timeout's.
+    let control = decide(&policy(1), &open(), std::slice::from_ref(&a), t("03:10"));
+    assert_eq!(kinds(&control), [("fail", "a".into())]);
+    a.fault = Some("its version cannot be confirmed: timeout".into());
+    let d = decide(&policy(1), &open(), std::slice::from_ref(&a), t("03:10"));
+    assert_eq!(kinds(&d), [("note", "a".into())]);
+    assert_eq!(d.state, RolloutState::Rolling);
+    assert_eq!(d.wake_at, Some(t("03:45")));
+    let d = decide(&policy(1), &open(), &[a], t("03:45"));
+    assert_eq!(kinds(&d), [("fail", "a".into())]);
+    assert_eq!(d.state, RolloutState::Failed);
+}
+
+#[test]
+fn a_node_whose_start_failed_goes_after_the_others() {
+    let nodes = [
+        idle("a", "1.12.0"),
+        idle("b", "1.12.0"),
+        idle("c", "1.12.0"),
+    ];
+    let failed = |node: &str, last: &str| Held {
+        node: node.into(),
+        why: "cordon failed: admission webhook denied".into(),
+        since: t("02:50"),
+        last: t(last),
+    };
+    let inputs = Inputs {
+        held: vec![failed("a", "03:00")],
+        ..open()
+    };
+    let d = decide(&policy(1), &inputs, &nodes, t("03:00"));
+    assert_eq!(kinds(&d), [("cordon", "b".into())]);
+    assert_eq!(d.held.len(), 1, "still named while its hold lasts");
+    // After HELD_RETRY its hold lapses: back in name order.
+    let d = decide(&policy(1), &inputs, &nodes, t("03:01"));
+    assert_eq!(kinds(&d), [("cordon", "a".into())]);
+    assert!(d.held.is_empty());
+    // When every start failed (the API server was gone for a moment), the
+    // first is tried again at once: the one that failed longest ago.
+    let inputs = Inputs {
+        held: vec![
+            failed("a", "03:00:30"),
+            failed("b", "03:00:10"),
+            failed("c", "03:00:20"),
+        ],
+        ..open()
+    };
+    let d = decide(&policy(1), &inputs, &nodes, t("03:00:40"));
+    assert_eq!(kinds(&d), [("cordon", "b".into())]);
+    // Control: without the hold, `a` comes first.
+    let d = decide(&policy(1), &open(), &nodes, t("03:00"));
+    assert_eq!(kinds(&d), [("cordon", "a".into())]);
+}
+
+#[test]
+fn a_hold_that_ended_clears_its_note() {
+    let b = with(
+        idle("b", "1.12.0"),
+        ProgressState::Draining,
+        "03:00",
+        &format!("{HELD_PREFIX}evict pod x failed (since 2026-12-08T03:01:00Z)"),
+    );
+    let mut evicting = b.clone();
+    evicting.pods_to_evict = 1;
+    let d = decide(&policy(1), &open(), &[evicting], t("03:05"));
+    assert_eq!(kinds(&d), [("note", "b".into()), ("evict", "b".into())]);
+    let Action::Note { progress, .. } = &d.actions[0] else {
+        unreachable!()
+    };
+    assert_eq!(progress.message, "");
+    // Drained: the upgrade's own record carries the cleared message.
+    let d = decide(&policy(1), &open(), &[b], t("03:05"));
+    let Action::StartUpgrade { progress, .. } = &d.actions[0] else {
+        panic!("{:?}", d.actions)
+    };
+    assert_eq!(progress.message, "");
+}
+
+#[test]
+fn failed_give_backs_take_the_room_of_the_last_starts() {
+    let mut complete = with(idle("a", "1.13.2"), ProgressState::Upgrading, "03:00", "");
+    complete.upgrade = UpgradeStatus::Succeeded;
+    let nodes = [
+        complete,
+        idle("b", "1.12.0"),
+        idle("c", "1.12.0"),
+        idle("d", "1.12.0"),
+    ];
+    let d = decide(&policy(2), &open(), &nodes, t("03:10"));
+    assert_eq!(
+        kinds(&d),
+        [
+            ("complete", "a".into()),
+            ("cordon", "b".into()),
+            ("cordon", "c".into())
+        ]
+    );
+    assert!(d.actions[0].gives_back());
+    assert_eq!(d.starts_within_budget(0), 2);
+    // `a` is still cordoned if its uncordon failed: one start fits.
+    assert_eq!(d.starts_within_budget(1), 1);
+    assert_eq!(d.starts_within_budget(5), 0);
+}
+
+fn sim_with(clock: &VirtualClock, nodes: &[(&str, usize)]) -> Sim {
+    let sim = Sim::new("held", clock.clone());
+    for (name, pods) in nodes {
+        sim.add_node(
+            SimNode::new(*name, Some(v("1.12.0")), Duration::from_secs(5 * 60)).with_pods(
+                (0..*pods)
+                    .map(|i| Pod {
+                        name: format!("{name}-{i}"),
+                        pdb: None,
+                    })
+                    .collect(),
+            ),
+        );
+    }
+    sim
+}
+
+/// Run the engine, carrying holds, until every node is done or `until`.
+fn run(sim: &Sim, clock: &VirtualClock, p: &Policy, until: DateTime<Utc>) -> Vec<Outcome> {
+    let mut outs: Vec<Outcome> = Vec::new();
+    for _ in 0..500 {
+        let now = clock.now();
+        let inputs = Inputs {
+            held: outs.last().map(|o| o.held.clone()).unwrap_or_default(),
+            ..open()
+        };
+        let out = block_on(reconcile(sim, p, &inputs, now)).expect("observation never fails");
+        let again = out.again;
+        let next = [sim.next_event(now), out.decision.wake_at]
+            .into_iter()
+            .flatten()
+            .filter(|w| *w > now)
+            .min();
+        outs.push(out);
+        if again {
+            continue;
+        }
+        match next {
+            Some(w) if w <= until => clock.set(w),
+            _ => break,
+        }
+        if now > until {
+            break;
+        }
+    }
+    outs
+}
+
+#[test]
+fn one_nodes_failing_evictions_hold_it_while_the_others_finish() {
+    let clock = VirtualClock::new(t("03:00"));
+    let sim = sim_with(&clock, &[("a", 1), ("b", 1), ("c", 1)]);
+    sim.inject("a", CallFault::Evict, t("00:00"), t("23:00"));
+    let p = policy(3);
+    // Until just after a's drain timeout (its retry would come at 03:25).
+    let outs = run(&sim, &clock, &p, t("03:22"));
+    let nodes = block_on(sim.observe()).unwrap();
+    let at = |n: &str| nodes.iter().find(|x| x.name == n).unwrap().clone();
+    for n in ["b", "c"] {
+        assert_eq!(at(n).version, Some(v("1.13.2")), "{n} finished");
+        assert!(!at(n).unschedulable);
+    }
+    // `a` was held from its first failed eviction, then given back at its
+    // drain timeout (20 minutes after its start), uncordoned, blocked.
+    let first = outs.iter().find(|o| !o.held.is_empty()).unwrap();
+    assert_eq!(first.held[0].node, "a");
+    assert!(
+        first.held[0].why.contains("injected fault: Evict"),
+        "{:?}",
+        first.held
+    );
+    let a = at("a");
+    assert!(!a.unschedulable);
+    let p_a = a.progress.unwrap().unwrap();
+    assert_eq!(p_a.state, ProgressState::Blocked);
+    assert_eq!(p_a.started_at, t("03:20"));
+    assert!(
+        p_a.message.contains("injected fault: Evict"),
+        "{}",
+        p_a.message
+    );
+    assert_eq!(sim.violations(), Vec::<String>::new());
+    assert!(sim.peak_unavailable() <= 3);
+}
+
+#[test]
+fn a_failed_uncordon_keeps_its_slot_and_the_budget_holds() {
+    let clock = VirtualClock::new(t("03:00"));
+    let sim = sim_with(&clock, &[("a", 0), ("b", 0), ("c", 0)]);
+    // `a`'s writes fail from 03:03 (after its cordon, before its return):
+    // it stays cordoned and counts, so `b` waits rather than exceed the budget.
+    sim.inject("a", CallFault::Write, t("03:03"), t("03:30"));
+    let p = policy(1);
+    run(&sim, &clock, &p, t("06:00"));
+    assert_eq!(sim.violations(), Vec::<String>::new());
+    assert_eq!(
+        sim.peak_unavailable(),
+        1,
+        "never two nodes out with a budget of one"
+    );
+    let nodes = block_on(sim.observe()).unwrap();
+    assert!(nodes
+        .iter()
+        .all(|n| n.version == Some(v("1.13.2")) && !n.unschedulable));
+    // `b` started only once `a` was given back, after the fault ended.
+    let b_start = sim
+        .log()
+        .into_iter()
+        .find(|e| e.node == "b" && e.kind == crate::sim::EventKind::Cordon)
+        .unwrap();
+    assert!(b_start.at >= t("03:30"), "{}", b_start.at);
+}

@@ -1,0 +1,207 @@
+//! What a node drover has in flight needs next: a draining node is evicted,
+//! then upgraded, or given back blocked at `drain_timeout`; an upgrading
+//! node completes (or is watched) once Ready at its target, and fails on a
+//! driver failure, the wrong version or `node_timeout`.
+//!
+//! A node whose observation is incomplete ([`NodeView::fault`]) takes no
+//! step that needs the missing part (no eviction or upgrade on a pod list
+//! that failed, no verdict on a version that could not be confirmed), but
+//! its timeouts still give it back.
+
+use super::decide::{elapsed, fmt_duration, given_back_as, rfc3339, Ctx, Tally};
+use super::decision::{Action, Held};
+use super::given_back::retry_backoff;
+use super::{decide, held};
+use crate::cluster::{NodeProgress, NodeView, ProgressState, UpgradeStatus};
+use crate::config::OnDrainTimeout;
+
+/// A node being drained.
+pub(super) fn draining(
+    ctx: &Ctx<'_>,
+    n: &NodeView,
+    p: &NodeProgress,
+    hold: Option<&Held>,
+    t: &mut Tally<'_>,
+) {
+    let policy = ctx.policy;
+    let (timed_out, deadline) = elapsed(ctx.now, p.started_at, policy.drain_timeout);
+    if timed_out {
+        return drain_timed_out(ctx, n, p, hold, t);
+    }
+    t.wake.at(deadline);
+    t.in_flight += 1;
+    t.unavailable += 1;
+    let message = held::message_for(p, hold);
+    if n.fault.is_some() {
+        // Its pods could not be listed: neither evict nor upgrade on a
+        // guess; the drain timeout gives it back if this lasts.
+        if let Some(m) = message {
+            t.advances.push(held::note(n, p, m));
+        }
+        return;
+    }
+    if n.pods_to_evict > 0 {
+        if let Some(m) = message {
+            t.advances.push(held::note(n, p, m));
+        }
+        t.advances.push(Action::Evict {
+            node: n.name.clone(),
+        });
+    } else {
+        t.advances.push(Action::StartUpgrade {
+            node: n.name.clone(),
+            progress: NodeProgress {
+                state: ProgressState::Upgrading,
+                target: ctx.target.clone(),
+                message: message.unwrap_or_else(|| p.message.clone()),
+                ..p.clone()
+            },
+        });
+    }
+}
+
+/// The drain did not finish in time: give the node back, blocked.
+fn drain_timed_out(
+    ctx: &Ctx<'_>,
+    n: &NodeView,
+    p: &NodeProgress,
+    hold: Option<&Held>,
+    t: &mut Tally<'_>,
+) {
+    let policy = ctx.policy;
+    let now = ctx.now;
+    let left = match &n.fault {
+        Some(_) => "its pods could not be listed".to_string(),
+        None => format!("{} pods left", n.pods_to_evict),
+    };
+    // Why: the hold, or what the engine recorded while draining (which
+    // budgets refused which pods, and since when).
+    let detail = match hold {
+        Some(h) => held::record(h),
+        None if p.message.starts_with(held::HELD_PREFIX) => String::new(),
+        None => p.message.clone(),
+    };
+    let why = if detail.is_empty() {
+        left
+    } else {
+        format!("{left}; {detail}")
+    };
+    let msg = super::health::bounded(format!(
+        "drain did not finish within drain_timeout ({}): {why}",
+        fmt_duration(policy.drain_timeout),
+    ));
+    let retry_at = decide::add(now, retry_backoff(p.attempts));
+    t.blocked_msg.get_or_insert_with(|| {
+        format!(
+            "node {} blocked since {}: {msg}; next try after {}",
+            n.name,
+            rfc3339(now),
+            rfc3339(retry_at)
+        )
+    });
+    if policy.on_drain_timeout == OnDrainTimeout::Skip {
+        t.wake.at(retry_at);
+    }
+    t.releases.push(Action::Block {
+        node: n.name.clone(),
+        progress: given_back_as(p, ProgressState::Blocked, now, msg),
+        uncordon: p.cordoned_by_drover,
+    });
+    t.blocked_count += 1;
+    t.unavailable += usize::from(!n.ready);
+    if policy.on_drain_timeout == OnDrainTimeout::Stop {
+        t.stop_blocked
+            .get_or_insert((n.name.clone(), "drain timed out".into()));
+    }
+}
+
+/// A node whose OS driver is moving it to its target.
+pub(super) fn upgrading(
+    ctx: &Ctx<'_>,
+    n: &NodeView,
+    p: &NodeProgress,
+    at_target: bool,
+    hold: Option<&Held>,
+    t: &mut Tally<'_>,
+) {
+    let policy = ctx.policy;
+    let name = n.name.clone();
+    let node_at_own_target = n.version.as_ref() == Some(&p.target);
+    let (timed_out, deadline) = elapsed(ctx.now, p.started_at, policy.node_timeout);
+    let failure = if let Some(f) = &n.fault {
+        // What the node shows could not be confirmed: no verdict on it but
+        // the timeout's.
+        timed_out.then(|| {
+            format!(
+                "node did not return Ready at {} within node_timeout ({}); {f}",
+                p.target,
+                fmt_duration(policy.node_timeout)
+            )
+        })
+    } else if n.ready && node_at_own_target && ctx.health.is_some() && at_target {
+        // Back at the version: its health is watched next, and it keeps
+        // counting against the budget meanwhile.
+        t.releases.push(Action::Watch {
+            node: name,
+            progress: super::watch::watching(p, ctx.now),
+            uncordon: p.cordoned_by_drover,
+        });
+        t.in_flight += 1;
+        t.unavailable += 1;
+        t.poll_health = true;
+        return;
+    } else if n.ready && node_at_own_target {
+        t.releases.push(Action::Complete {
+            node: name,
+            uncordon: p.cordoned_by_drover,
+        });
+        return;
+    } else if let UpgradeStatus::Failed(m) = &n.upgrade {
+        Some(format!("upgrade driver failed: {m}"))
+    } else if n.upgrade == UpgradeStatus::Succeeded && n.ready {
+        Some(match &n.version {
+            Some(v) => format!("node returned Ready at {v} instead of {}", p.target),
+            None => format!(
+                "node returned Ready but its OS version cannot be read (expected {})",
+                p.target
+            ),
+        })
+    } else if timed_out {
+        Some(format!(
+            "node did not return Ready at {} within node_timeout ({})",
+            p.target,
+            fmt_duration(policy.node_timeout)
+        ))
+    } else {
+        None
+    };
+    if let Some(msg) = failure {
+        let msg = super::health::bounded(msg);
+        if p.target == *ctx.target {
+            t.failed.get_or_insert((n.name.clone(), msg.clone()));
+        }
+        t.releases.push(Action::Fail {
+            node: name,
+            progress: given_back_as(p, ProgressState::Failed, ctx.now, msg),
+            uncordon: p.cordoned_by_drover,
+        });
+        t.unavailable += usize::from(!n.ready);
+        return;
+    }
+    t.wake.at(deadline);
+    t.in_flight += 1;
+    t.unavailable += 1;
+    let message = held::message_for(p, hold);
+    if n.fault.is_none() && n.upgrade == UpgradeStatus::NotStarted {
+        // A crash between recording `upgrading` and starting the driver.
+        t.advances.push(Action::StartUpgrade {
+            node: name,
+            progress: NodeProgress {
+                message: message.unwrap_or_else(|| p.message.clone()),
+                ..p.clone()
+            },
+        });
+    } else if let Some(m) = message {
+        t.advances.push(held::note(n, p, m));
+    }
+}

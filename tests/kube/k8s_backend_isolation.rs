@@ -1,0 +1,381 @@
+//! One node's trouble stays that node's (invariant 2 of docs/design.md §8:
+//! no node left cordoned by a fault, and the others proceed), against the
+//! real API server: a draining node whose pod list fails (a proxy in front
+//! of the API server answers it 500) and one whose eviction answers 403 (its
+//! pod lives in a namespace being deleted, which the API server refuses new
+//! content in). Both are held with their own error on their record, given
+//! back at their drain timeout, never upgraded; the other nodes finish in
+//! the same steps. Control: with the faults gone, a retry moves both.
+//!
+//! And a give-back deletes the node's running Job before it uncordons: a
+//! delete that fails keeps the node cordoned, held, and is tried again on
+//! every pass until the Job is gone. Blocked nodes' pod watches are capped,
+//! the nodes beyond the cap polled.
+
+use std::time::{Duration, Instant};
+
+use drover::cluster::{Cluster, NodeProgress, ProgressState, ANN_RETRY};
+use drover::kubernetes::KubeCluster;
+use drover::rollout::RolloutState;
+use futures::StreamExt;
+use http::Method;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::ResourceExt;
+use serde_json::json;
+
+use crate::support::apiproxy::{pod_list_of, ApiProxy};
+use crate::support::backend::*;
+use crate::support::kube::*;
+use crate::support::kubelet::Fault;
+
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[tokio::test]
+async fn a_failing_pod_list_and_a_refused_eviction_hold_only_their_nodes() {
+    let (client, ns) = setup("isolation").await;
+    let sim = start_sim(&client, pool_options(ns.name(), 4)).await;
+    let names = sim.node_names();
+    let (unlisted, refused) = (names[0].clone(), names[1].clone());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    for (i, n) in names.iter().enumerate() {
+        create(&pods, &pod_on(&format!("app-{i}"), n, &[("app", "app")], 1)).await;
+    }
+    // The refused node also runs a pod of a namespace being deleted: the API
+    // server refuses its eviction (403, NamespaceTerminating), as kubectl
+    // drain sees when a team deletes its namespace mid-drain.
+    let doomed = TestNamespace::create(&client, "isolation-doomed").await;
+    let doomed_pods: Api<Pod> = Api::namespaced(client.clone(), doomed.name());
+    create(
+        &doomed_pods,
+        &pod_on("stuck", &refused, &[("app", "stuck")], 1),
+    )
+    .await;
+    await_pod(
+        &client,
+        doomed.name(),
+        "stuck",
+        "Running and Ready",
+        pod_running_ready,
+    )
+    .await;
+    Api::<Namespace>::all(client.clone())
+        .delete(doomed.name(), &DeleteParams::default())
+        .await
+        .unwrap();
+
+    // The backend reaches the API server through the proxy, which fails the
+    // unlisted node's pod list (not its watch) with a 500.
+    let proxy = ApiProxy::start().await;
+    let list_rule = proxy.answer(500, "etcdserver: request timed out", pod_list_of(&unlisted));
+    let cluster = KubeCluster::new(proxy.config().await, kube_options(ns.name()))
+        .await
+        .expect("backend starts");
+    let watch = BudgetWatch::start(&client, ns.name()).await;
+    let engine = engine(policy("1.13.0", 4, DRAIN_TIMEOUT, Duration::from_secs(60)));
+
+    let started = Instant::now();
+    let t0 = chrono::Utc::now();
+    let out = drive(
+        &engine,
+        &cluster,
+        &open_window(),
+        Duration::from_secs(60),
+        |o| o.decision.state == RolloutState::Blocked && o.decision.nodes_at_version == 2,
+    )
+    .await;
+    eprintln!("two nodes done, two given back in {:?}", started.elapsed());
+    assert!(list_rule.hits() > 0, "the pod list was failed for real");
+
+    // The other nodes finished: upgraded once, uncordoned, no record left.
+    for n in &names[2..] {
+        let node = Api::<Node>::all(client.clone()).get(n).await.unwrap();
+        assert!(
+            os_image(&node).contains("1.13.0"),
+            "{n}: {}",
+            os_image(&node)
+        );
+        assert!(!unschedulable(&node), "{n} left cordoned");
+        assert!(
+            no_drover_annotations(&node),
+            "{n}: {:?}",
+            node.annotations()
+        );
+        assert_eq!(sim.upgrades_started(n), 1);
+    }
+    // The held nodes: given back at their drain timeout, blocked, each
+    // naming its own error; never upgraded.
+    for (n, why) in [
+        (
+            &unlisted,
+            "its pods could not be listed; held: its pods cannot be listed",
+        ),
+        (&refused, "held: evict pod"),
+    ] {
+        let node = Api::<Node>::all(client.clone()).get(n).await.unwrap();
+        assert!(!unschedulable(&node), "{n} left cordoned");
+        let p = progress_of(&node).expect("a blocked record");
+        assert_eq!(p.state, ProgressState::Blocked, "{n}");
+        assert!(p.message.contains(why), "{n}: {}", p.message);
+        // Given back at its drain timeout (its drain began within the first
+        // steps), not earlier and not much later.
+        let timeout = chrono::Duration::from_std(DRAIN_TIMEOUT).unwrap();
+        assert!(
+            p.started_at >= t0 + timeout,
+            "{n} given back at {}",
+            p.started_at
+        );
+        assert!(
+            p.started_at <= t0 + timeout + chrono::Duration::seconds(15),
+            "{n} given back at {} (drive began {t0})",
+            p.started_at
+        );
+        assert_eq!(sim.upgrades_started(n), 0, "{n} never upgraded");
+    }
+    let p = progress_of(
+        &Api::<Node>::all(client.clone())
+            .get(&refused)
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(
+        p.message.contains("being terminated"),
+        "the 403 is named: {}",
+        p.message
+    );
+    let p = progress_of(
+        &Api::<Node>::all(client.clone())
+            .get(&unlisted)
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(
+        p.message.contains("etcdserver: request timed out"),
+        "{}",
+        p.message
+    );
+    // Held, not failed: the rollout is blocked by them, and their holds are gone
+    // with the give-back (the blocked record says why).
+    assert_eq!(out.decision.state, RolloutState::Blocked);
+    let (peak, which) = watch.peak();
+    assert!(peak <= 4, "{peak}: {which:?}");
+
+    // Control: the faults gone (the list answered, the stuck pod gone), a
+    // retry moves both nodes like any other.
+    proxy.clear();
+    doomed_pods
+        .delete("stuck", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+    for n in [&unlisted, &refused] {
+        nodes
+            .patch(
+                n,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "metadata": { "annotations": { ANN_RETRY: "1" } } })),
+            )
+            .await
+            .unwrap();
+    }
+    let out = drive(
+        &engine,
+        &cluster,
+        &open_window(),
+        Duration::from_secs(60),
+        |o| o.decision.state == RolloutState::Confirmed,
+    )
+    .await;
+    assert_eq!(out.decision.nodes_at_version, 4);
+    assert!(out.held.is_empty(), "{:?}", out.held);
+    for n in [&unlisted, &refused] {
+        assert_eq!(sim.upgrades_started(n), 1, "{n}");
+        let views = cluster.observe().await.unwrap();
+        let v = views.iter().find(|v| v.name == *n).unwrap();
+        assert_eq!(v.fault, None);
+    }
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_give_back_deletes_the_running_job_first_and_retries_until_it_can() {
+    let (client, ns) = setup("giveback-order").await;
+    let sim = start_sim(&client, pool_options(ns.name(), 1)).await;
+    let node = sim.node_names()[0].clone();
+    // The node never comes back from its reboot: its Job stays active, and
+    // node_timeout gives the node back failed while its driver still runs.
+    sim.set_fault(&node, Fault::NeverReady);
+    let proxy = ApiProxy::start().await;
+    let jobs_path = format!("/apis/batch/v1/namespaces/{}/jobs/", ns.name());
+    let deletes = proxy.answer(500, "etcdserver: leader changed", move |m, path, _| {
+        *m == Method::DELETE && path.starts_with(&jobs_path)
+    });
+    let cluster = KubeCluster::new(proxy.config().await, kube_options(ns.name()))
+        .await
+        .expect("backend starts");
+    let engine = engine(policy(
+        "1.13.0",
+        1,
+        Duration::from_secs(5),
+        Duration::from_secs(6),
+    ));
+    let tried = deletes.clone();
+    let out = drive(
+        &engine,
+        &cluster,
+        &open_window(),
+        Duration::from_secs(60),
+        move |_| tried.hits() >= 2,
+    )
+    .await;
+    // Tried twice, refused twice: still out of service, with its in-flight
+    // record and its running Job, held with the error.
+    let nodes: Api<Node> = Api::all(client.clone());
+    let n = nodes.get(&node).await.unwrap();
+    assert!(unschedulable(&n), "not uncordoned before its Job is gone");
+    assert_eq!(progress_of(&n).unwrap().state, ProgressState::Upgrading);
+    let jobs: Api<Job> = Api::namespaced(client.clone(), ns.name());
+    let live = |list: Vec<Job>| {
+        list.into_iter()
+            .filter(|j| j.metadata.deletion_timestamp.is_none())
+            .count()
+    };
+    assert_eq!(
+        live(jobs.list(&ListParams::default()).await.unwrap().items),
+        1
+    );
+    let held = out.held.iter().find(|h| h.node == node).expect("held");
+    assert!(held.why.contains("leader changed"), "{held:?}");
+
+    // The deletes go through: the Job is gone by the time the node is back
+    // in service (seen from a watch of the node).
+    let seen = {
+        let (nodes, jobs, node) = (nodes.clone(), jobs.clone(), node.clone());
+        tokio::spawn(async move {
+            let cfg = watcher::Config::default().fields(&format!("metadata.name={node}"));
+            let updates = watcher(nodes, cfg).applied_objects();
+            futures::pin_mut!(updates);
+            while let Some(n) = updates.next().await {
+                if n.is_ok_and(|n| !unschedulable(&n)) {
+                    return live(jobs.list(&ListParams::default()).await.unwrap().items);
+                }
+            }
+            unreachable!("the node watch ended")
+        })
+    };
+    proxy.clear();
+    let out = drive(
+        &engine,
+        &cluster,
+        &open_window(),
+        Duration::from_secs(60),
+        |o| o.decision.state == RolloutState::Failed && o.held.is_empty(),
+    )
+    .await;
+    let jobs_when_uncordoned = tokio::time::timeout(WAIT, seen).await.unwrap().unwrap();
+    assert_eq!(
+        jobs_when_uncordoned, 0,
+        "the Job went before the node came back"
+    );
+    let n = nodes.get(&node).await.unwrap();
+    let p = progress_of(&n).unwrap();
+    assert_eq!(p.state, ProgressState::Failed);
+    assert!(p.message.contains("within node_timeout"), "{}", p.message);
+    assert!(
+        out.decision.message.contains(&node),
+        "{}",
+        out.decision.message
+    );
+    sim.shutdown().await;
+}
+
+/// Whether every budget covering its pods allows a drain, per node, once
+/// every planned pod watch has synced (a watch not synced yet answers no).
+async fn budgets_allow(cluster: &KubeCluster, names: &[String]) -> Vec<bool> {
+    let mut changes = cluster.changes();
+    loop {
+        // Synced before the observation (the first one starts the watches),
+        // so the answers read come from synced watches.
+        let synced = cluster.pod_watches() > 0 && cluster.pod_watches_synced();
+        let views = cluster.observe().await.unwrap();
+        let allow: Vec<bool> = names
+            .iter()
+            .map(|n| {
+                views
+                    .iter()
+                    .find(|v| v.name == *n)
+                    .unwrap()
+                    .budgets_allow_drain
+            })
+            .collect();
+        if synced {
+            return allow;
+        }
+        tokio::time::timeout(WAIT, changes.changed())
+            .await
+            .expect("a pod watch syncs")
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn blocked_nodes_beyond_the_watch_cap_are_polled() {
+    let (client, ns) = setup("watch-cap").await;
+    let sim = start_sim(&client, pool_options(ns.name(), 3)).await;
+    let names = sim.node_names();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    for (i, n) in names.iter().enumerate() {
+        create(&pods, &pod_on(&format!("web-{i}"), n, &[("app", "web")], 1)).await;
+    }
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns.name());
+    create(&pdbs, &pdb_min_available("web", "web", json!(3))).await;
+    await_pdb(&client, ns.name(), "web", "0 allowed", |p| {
+        pdb_settled(p, |s| {
+            s.current_healthy == Some(3) && s.disruptions_allowed == Some(0)
+        })
+    })
+    .await;
+    let mut opts = kube_options(ns.name());
+    opts.pod_watches = 2;
+    let blocked = NodeProgress {
+        state: ProgressState::Blocked,
+        target: semver::Version::new(1, 13, 0),
+        started_at: chrono::Utc::now(),
+        cordoned_by_drover: false,
+        message: "drain did not finish".into(),
+        attempts: 0,
+    };
+    let cluster = KubeCluster::new(admin_config().await, opts.clone())
+        .await
+        .unwrap();
+    for n in &names {
+        cluster.set_progress(n, Some(&blocked)).await.unwrap();
+    }
+    // Control: the budget allows nothing, for the two watched nodes and the
+    // polled one alike.
+    assert_eq!(budgets_allow(&cluster, &names).await, [false, false, false]);
+    assert_eq!(cluster.pod_watches(), 2, "at most the cap");
+    drop(cluster);
+
+    // The budget relents: each node sees it, the third by a list.
+    pdbs.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "spec": { "minAvailable": 0 } })),
+    )
+    .await
+    .unwrap();
+    await_pdb(&client, ns.name(), "web", "3 allowed", |p| {
+        pdb_settled(p, |s| s.disruptions_allowed == Some(3))
+    })
+    .await;
+    let cluster = KubeCluster::new(admin_config().await, opts).await.unwrap();
+    assert_eq!(budgets_allow(&cluster, &names).await, [true, true, true]);
+    assert_eq!(cluster.pod_watches(), 2);
+    sim.shutdown().await;
+}
