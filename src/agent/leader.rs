@@ -69,6 +69,15 @@ impl LeaseConfig {
         }
     }
 
+    /// The longest an acting replica may wait for one write: four fifths of
+    /// the time between giving up the lease (`renew_deadline` after the
+    /// last renewal was sent) and the lease expiring for the others
+    /// (`duration` after it). A write started while leading is therefore
+    /// given up before another replica can take over (docs/design.md §9a).
+    pub fn write_timeout(&self) -> Duration {
+        self.duration.saturating_sub(self.renew_deadline) * 4 / 5
+    }
+
     fn validate(&self) -> Result<(), Error> {
         if self.duration.as_secs() < 1 {
             return Err(Error::Timing(
@@ -370,18 +379,21 @@ impl Elector {
             let limit = deadline
                 .map(|d| d.saturating_duration_since(tokio::time::Instant::now()))
                 .unwrap_or(self.cfg.duration);
+            // The renewal counts from before it was sent, as the renewTime it
+            // writes does: a slow answer must not stretch the deadline past
+            // the lease's real expiry.
+            let sent = tokio::time::Instant::now();
             let attempt = tokio::select! {
                 r = tokio::time::timeout(limit, self.try_once()) => r,
                 _ = shutdown.changed() => return,
             };
-            let now = tokio::time::Instant::now();
             let succeeded = matches!(attempt, Ok(Ok(_)));
             let wait = match attempt {
                 Ok(Ok(Attempt::Leader)) => {
                     if renewed_at.is_none() {
                         tracing::info!(lease = %self.cfg.name, identity = %self.cfg.identity, "acquired the lease");
                     }
-                    renewed_at = Some(now);
+                    renewed_at = Some(sent);
                     leader.send_if_modified(|v| !std::mem::replace(v, true));
                     self.cfg.renew_every
                 }

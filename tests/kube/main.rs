@@ -9,6 +9,7 @@ mod support;
 
 mod agent_jobs_policy;
 mod agent_leader;
+mod agent_status_writes;
 mod agent_watch_backoff;
 mod bottlerocket_driver;
 mod bottlerocket_selection;
