@@ -550,8 +550,13 @@ struct Writer {
 /// How one write ended.
 enum Written {
     Done,
-    /// Another replica's status is there: not written.
-    Superseded(Box<DroverStatus>),
+    /// A status this term did not read is there (another replica wrote it,
+    /// or the term could not read the object when it began): not written.
+    Superseded {
+        found: Box<DroverStatus>,
+        /// The term had read the object, and another writer changed it since.
+        by_another: bool,
+    },
 }
 
 impl Writer {
@@ -587,14 +592,21 @@ impl Writer {
                     quiet.reset();
                     self.progress.send_modify(|p| p.written = seq);
                 }
-                Ok(Written::Superseded(obj)) => {
-                    tracing::warn!(
-                        object = %format!("{}/{}", self.object.namespace, self.object.name),
-                        reporter = obj.status.as_ref().and_then(|s| s.reporter.as_deref()).unwrap_or(""),
-                        "another replica wrote the status since this term read it; reloading, not overwriting"
-                    );
+                Ok(Written::Superseded { found, by_another }) => {
+                    let object = format!("{}/{}", self.object.namespace, self.object.name);
+                    let reporter = found
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.reporter.as_deref())
+                        .unwrap_or("")
+                        .to_string();
+                    if by_another {
+                        tracing::warn!(%object, %reporter, "another replica wrote the status since this term read it; going on from it, not overwriting it");
+                    } else {
+                        tracing::info!(%object, "the status object was read only now; going on from it");
+                    }
                     self.hold_through = seq;
-                    *self.superseded_by.lock().unwrap_or_else(|e| e.into_inner()) = Some(*obj);
+                    *self.superseded_by.lock().unwrap_or_else(|e| e.into_inner()) = Some(*found);
                     self.progress.send_modify(|p| p.superseded = seq);
                 }
                 Err(e) => {
@@ -627,7 +639,10 @@ impl Writer {
                         resource_version: fresh.resource_version().unwrap_or_default(),
                         status: fresh.status.clone(),
                     });
-                    return Ok(Written::Superseded(Box::new(fresh)));
+                    return Ok(Written::Superseded {
+                        found: Box::new(fresh),
+                        by_another: false,
+                    });
                 }
             };
             if known.status.as_ref() == Some(status) {
@@ -649,7 +664,10 @@ impl Writer {
                         status: fresh.status.clone(),
                     });
                     if !same {
-                        return Ok(Written::Superseded(Box::new(fresh)));
+                        return Ok(Written::Superseded {
+                            found: Box::new(fresh),
+                            by_another: true,
+                        });
                     }
                 }
                 Err(e) => return Err(e),

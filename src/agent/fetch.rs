@@ -39,6 +39,8 @@ pub(super) async fn wait(fetching: &mut Option<InFlight>) -> Joined {
 pub(super) struct InFlight {
     /// What asked for it.
     pub reason: Reason,
+    /// The leadership term it was started in (`None`: by the follower).
+    term: Option<u64>,
     /// Stops its transfer at the next progress report.
     abort: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<(Source, Result<FetchResult, crate::source::Error>)>,
@@ -73,6 +75,7 @@ impl<B: ClusterBackend> Acting<B> {
         });
         self.fetching = Some(InFlight {
             reason,
+            term: self.term.as_ref().map(|_| self.terms),
             abort,
             task,
         });
@@ -81,7 +84,11 @@ impl<B: ClusterBackend> Acting<B> {
     /// Record how the fetch that `wait` saw end went, start the one asked
     /// for meanwhile, and return what asked for the one that ended.
     pub(super) fn finish_fetch(&mut self, joined: Joined) -> Reason {
-        let reason = self.fetching.take().map_or(Reason::Poll, |f| f.reason);
+        let (reason, this_term) = self
+            .fetching
+            .take()
+            .map_or((Reason::Poll, None), |f| (f.reason, f.term));
+        let this_term = self.term.is_some() && this_term == Some(self.terms);
         let result = match joined {
             Ok((source, r)) => {
                 self.fetch_source = Some(source);
@@ -90,6 +97,11 @@ impl<B: ClusterBackend> Acting<B> {
             Err(e) => Err(format!("the fetch task failed: {e}")),
         };
         self.record_fetch(result);
+        // A head read before this term began may be older than what the
+        // last leader applied since: it is not judged (the next fetch is).
+        if this_term {
+            self.term_fetched = true;
+        }
         if let Some(again) = self.fetch_again.take() {
             self.start_fetch(again);
         }
@@ -141,7 +153,6 @@ impl<B: ClusterBackend> Acting<B> {
             result: result_text,
         });
         self.fetched_once = true;
-        self.term_fetched = true;
         self.ready.set_fetched();
     }
 }

@@ -218,6 +218,7 @@ impl<B: ClusterBackend> Acting<B> {
             reporter,
             tasks,
         });
+        self.terms += 1;
         // Everything is told afresh to this term's writers.
         self.last_published = None;
         self.window_seen = None;

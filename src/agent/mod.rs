@@ -307,8 +307,7 @@ impl<B: ClusterBackend> Agent<B> {
                 environment: cfg.env.clone(),
                 cluster: cfg.cluster.clone(),
             },
-        )
-        .with_timeout(cfg.write_timeout());
+        );
         let mut events = Events::new(
             Some(client),
             &cfg.identity,
@@ -334,6 +333,7 @@ impl<B: ClusterBackend> Agent<B> {
             backend,
             crd_status: DroverStatusStatus::default(),
             term: None,
+            terms: 0,
             acting: acting_tx,
             active: None,
             refused_cache: None,
@@ -391,6 +391,8 @@ struct Acting<B: ClusterBackend> {
     crd_status: DroverStatusStatus,
     /// The running term's writers (status object, status reports, Events).
     term: Option<TermTasks>,
+    /// Leadership terms begun so far (the running one's number).
+    terms: u64,
     /// True while a term runs (for [`AgentHandle::acting`]).
     acting: tokio::sync::watch::Sender<bool>,
     active: Option<Active>,

@@ -341,3 +341,53 @@ fn capitalise(s: &str) -> String {
         None => String::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn health(last: Option<Verdict>) -> PushHealth {
+        PushHealth { waiting: 1, last }
+    }
+
+    #[test]
+    fn the_report_condition_says_refused_with_the_remotes_words_and_keeps_its_transition_time() {
+        assert_eq!(report_condition(&health(None), None, "t0"), None);
+        let refused = report_condition(
+            &health(Some(Verdict::Refused("pre-receive hook declined".into()))),
+            None,
+            "t1",
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                refused.status.as_str(),
+                refused.reason.as_str(),
+                refused.last_transition_time.as_str()
+            ),
+            ("False", "Refused", "t1")
+        );
+        assert!(refused.message.contains("pre-receive hook declined"));
+        // Still False (now failing to connect): the transition time stays.
+        let failing = report_condition(
+            &health(Some(Verdict::Failing("connection refused".into()))),
+            Some(&refused),
+            "t2",
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                failing.reason.as_str(),
+                failing.last_transition_time.as_str()
+            ),
+            ("Unreachable", "t1")
+        );
+        // Pushed: True, from now.
+        let pushed =
+            report_condition(&health(Some(Verdict::Pushed)), Some(&failing), "t3").unwrap();
+        assert_eq!(
+            (pushed.status.as_str(), pushed.last_transition_time.as_str()),
+            ("True", "t3")
+        );
+    }
+}
