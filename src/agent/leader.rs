@@ -69,11 +69,12 @@ impl LeaseConfig {
         }
     }
 
-    /// The longest an acting replica may wait for one write: four fifths of
-    /// the time between giving up the lease (`renew_deadline` after the
-    /// last renewal was sent) and the lease expiring for the others
-    /// (`duration` after it). A write started while leading is therefore
-    /// given up before another replica can take over (docs/design.md §9a).
+    /// The longest an acting replica's engine may wait for one write: four
+    /// fifths of the time between giving up the lease (`renew_deadline`
+    /// after the last renewal was sent) and the lease expiring for the
+    /// others (`duration` after it). A write started while leading is
+    /// therefore given up before another replica can take over, even if
+    /// the loss of leadership were noticed late (docs/design.md §9a).
     pub fn write_timeout(&self) -> Duration {
         self.duration.saturating_sub(self.renew_deadline) * 4 / 5
     }
@@ -395,7 +396,10 @@ impl Elector {
                     }
                     renewed_at = Some(sent);
                     leader.send_if_modified(|v| !std::mem::replace(v, true));
-                    self.cfg.renew_every
+                    // The next renewal is due `renew_every` after this one
+                    // was sent, so a slow answer does not eat the time the
+                    // next one has before the deadline.
+                    self.cfg.renew_every.saturating_sub(sent.elapsed())
                 }
                 Ok(Ok(Attempt::Follower { holder, until })) => {
                     if renewed_at.take().is_some() {

@@ -5,9 +5,10 @@
 //! A term ends the moment leadership is lost (or shutdown begins): every
 //! call it has in flight is given up rather than awaited (the guard, the
 //! status writer, the Event publisher and the reporter all race the term's
-//! cancel, and each write is bound by the client's write timeout, below the
-//! time between giving up the lease and another replica taking it), and
-//! nothing of the term writes after that. See docs/design.md §9a.
+//! cancel, and each of the engine's writes is also bound by the backend
+//! client's write timeout, below the time between giving up the lease and
+//! another replica taking it), and nothing of the term writes after that.
+//! See docs/design.md §9a.
 
 use super::events::Severity;
 use super::fetch;
@@ -113,7 +114,7 @@ impl<B: ClusterBackend> Agent<B> {
                 if *leader_rx.borrow() {
                     // Its Events go out through a publisher of its own.
                     let (stop_tx, stop_rx) = watch::channel(false);
-                    let publisher = state.events.start(stop_rx, state.cfg.write_timeout());
+                    let publisher = state.events.start(stop_rx, super::API_CALL_TIMEOUT);
                     state.give_back_on_stop().await;
                     let _ =
                         tokio::time::timeout(Duration::from_secs(2), state.events.flushed()).await;
@@ -195,7 +196,7 @@ impl<B: ClusterBackend> Acting<B> {
     /// Start the term's writers: the status object's, the status report's
     /// and the Events'; each stops when `cancel` reads true.
     fn start_term(&mut self, loaded: Option<&crd::DroverStatus>, cancel: &watch::Receiver<bool>) {
-        let limit = self.cfg.write_timeout();
+        let limit = super::API_CALL_TIMEOUT;
         let mut tasks = Vec::new();
         tasks.extend(self.events.start(cancel.clone(), limit));
         let (writer, w) =

@@ -141,6 +141,11 @@ pub struct AgentConfig {
     pub watch_local: bool,
 }
 
+/// The longest one call of the status object's writer, the Event
+/// publisher or the webhook relay may take. They race the end of their
+/// term, so this bounds a slow API server, not the handover.
+pub const API_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// An identity no other replica has: `drover-` and 64 random bits (a
 /// process id is `1` in most containers, and so is every other replica's).
 pub fn default_identity() -> String {
@@ -148,10 +153,12 @@ pub fn default_identity() -> String {
 }
 
 impl AgentConfig {
-    /// The longest the agent waits for one write to the API server: below
-    /// the time between giving up the lease and another replica taking it
-    /// (see [`leader::LeaseConfig::write_timeout`]), with or without
-    /// election, so a single replica keeps the same bounds.
+    /// The longest the engine waits for one write to the API server (a
+    /// cordon, an eviction, a Job): below the time between giving up the
+    /// lease and another replica taking it (see
+    /// [`leader::LeaseConfig::write_timeout`]), with or without election,
+    /// so a single replica keeps the same bounds. Give it to the backend
+    /// ([`KubeBackend::with_write_timeout`]).
     pub fn write_timeout(&self) -> Duration {
         leader::LeaseConfig::new(
             &self.namespace,
@@ -220,7 +227,9 @@ impl<B: ClusterBackend> Agent<B> {
     /// Open the git cache, bind the HTTP server and prepare leader election.
     /// `kube_config` reaches the API server for the Lease, the status object
     /// and Events, through a client built by [`crate::kubernetes::client`]
-    /// (no retry layer, writes bound by [`AgentConfig::write_timeout`]).
+    /// without a retry layer; each of those calls is bounded where it is
+    /// made (the lease by its renew deadline, the others by
+    /// [`API_CALL_TIMEOUT`]).
     pub async fn new(
         cfg: AgentConfig,
         kube_config: kube::Config,
@@ -233,7 +242,7 @@ impl<B: ClusterBackend> Agent<B> {
         {
             return Err(Error::NoSigners(cfg.verify));
         }
-        let client = crate::kubernetes::client(kube_config, cfg.write_timeout())?;
+        let client = crate::kubernetes::client(kube_config, None)?;
         // Two handles on the cache: the control loop's, and the fetch's own,
         // so a fetch waiting on the network never holds the loop's lock.
         let (source, fetch_source) = {

@@ -244,15 +244,14 @@ impl<B: ClusterBackend> Acting<B> {
     }
 
     /// Write the CRD status and wait until it is stored: for what must be
-    /// durable before the agent acts on it (a newly applied commit). Bounded
-    /// by three write bounds (a write waiting ahead of it, a read, this
-    /// write); false when it failed, timed out, was superseded or the term
-    /// ended.
+    /// durable before the agent acts on it (a newly applied commit).
+    /// Bounded by one API call's timeout; false when it failed, timed out,
+    /// was superseded or the term ended (the next pass tries again).
     pub(super) async fn write_crd_status(&mut self) -> bool {
         let Some(t) = &self.term else { return false };
         let ok = t
             .writer
-            .write(&self.crd_status, self.cfg.write_timeout() * 3)
+            .write(&self.crd_status, super::API_CALL_TIMEOUT)
             .await;
         if !ok {
             if let Some(n) = self.pace.allow("status-write") {

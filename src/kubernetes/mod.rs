@@ -218,7 +218,7 @@ impl KubeCluster {
         opts: KubeOptions,
         write_timeout: Duration,
     ) -> Result<KubeCluster, Error> {
-        let client = client(config, write_timeout)?;
+        let client = client(config, Some(write_timeout))?;
         let inner = observe::Observer::start(client, opts).await?;
         Ok(KubeCluster { inner })
     }
@@ -352,16 +352,19 @@ pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(4);
 ///   API priority and fairness would hold whatever awaits them. drover
 ///   retries at its own cadence (the engine's next step, the status
 ///   writer's and the Event publisher's own loops) and says so.
-/// - with every request that is not a read (anything but GET and HEAD)
-///   given up when its answer has not started within `write_timeout`: a
+/// - with `write_timeout`, every request that is not a read (anything but
+///   GET and HEAD) given up when its answer has not started in time: a
 ///   write stuck on a stalled connection cannot land long after the
-///   decision that made it (the agent sets this below the time between
-///   losing and handing over the lease). Reads and watches are not bound
-///   here: a watch's answer streams for minutes, and a read changes nothing.
+///   decision that made it (the backend's client, whose writes are the
+///   engine's, gets a bound below the time between losing and handing over
+///   the lease). Reads and watches are not bound here: a watch's answer
+///   streams for minutes, and a read changes nothing. Callers that bound
+///   each call themselves (the lease's renewal, by its own deadline) pass
+///   `None`.
 /// - naming drover in its User-Agent (kube-rs sends none), unless
 ///   `config` already sets one, so API server logs and audit events show
 ///   who made each call.
-pub fn client(mut config: kube::Config, write_timeout: Duration) -> Result<Client, Error> {
+pub fn client(mut config: kube::Config, write_timeout: Option<Duration>) -> Result<Client, Error> {
     config.default_retry = false;
     if !config
         .headers
@@ -374,9 +377,10 @@ pub fn client(mut config: kube::Config, write_timeout: Duration) -> Result<Clien
         ));
     }
     let builder = kube::client::ClientBuilder::try_from(config).map_err(Error::Client)?;
-    Ok(builder
-        .with_layer(&bound::WriteTimeoutLayer(write_timeout))
-        .build())
+    Ok(match write_timeout {
+        Some(limit) => builder.with_layer(&bound::WriteTimeoutLayer(limit)).build(),
+        None => builder.build(),
+    })
 }
 
 /// The tower layer behind [`client`]'s write bound.
