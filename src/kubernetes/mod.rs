@@ -205,14 +205,17 @@ impl KubeCluster {
     ///
     /// It builds its own client from `config` with [`client`]: no retry
     /// layer (an eviction refused by a PodDisruptionBudget is reported, and
-    /// drover retries at the engine's step cadence) and every write bound
-    /// by [`DEFAULT_WRITE_TIMEOUT`].
+    /// drover retries at the engine's step cadence); its writes are not
+    /// bound in time (`drover plan` only reads; the agent builds its
+    /// clusters with [`KubeCluster::with_write_timeout`]).
     pub async fn new(config: kube::Config, opts: KubeOptions) -> Result<KubeCluster, Error> {
-        Self::with_write_timeout(config, opts, DEFAULT_WRITE_TIMEOUT).await
+        let inner = observe::Observer::start(client(config, None)?, opts).await?;
+        Ok(KubeCluster { inner })
     }
 
-    /// [`KubeCluster::new`] with writes bound by `write_timeout` (the agent
-    /// derives it from its lease, see [`client`]).
+    /// [`KubeCluster::new`] with each write bound by `write_timeout`: the
+    /// agent's backend, whose writes must not outlive its lease (it derives
+    /// the bound from the lease, see [`client`]).
     pub async fn with_write_timeout(
         config: kube::Config,
         opts: KubeOptions,
@@ -338,10 +341,10 @@ pub(crate) fn brief(e: &kube::Error) -> String {
     }
 }
 
-/// The write bound of a client built without one from the agent: the
-/// agent's default lease (15 s, given up at 10 s without renewal) leaves
-/// 5 s between giving up and another replica taking over; a write must
-/// be answered well inside that.
+/// The agent backend's write bound when it is not given one: the agent's
+/// default lease (15 s, given up at 10 s without renewal) leaves 5 s
+/// between giving up and another replica taking over; a write must be
+/// answered well inside that.
 pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(4);
 
 /// The API client every part of drover uses, built from `config`:

@@ -20,5 +20,6 @@ mod k8s_backend_isolation;
 mod k8s_backend_ops;
 mod k8s_backend_rollout;
 mod k8s_smoke;
+mod k8s_write_bound;
 mod kubelet_faults;
 mod plan_kube;
