@@ -4,6 +4,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::support::agent::*;
 use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
@@ -85,6 +86,10 @@ async fn the_agent_needs_nothing_beyond_its_service_account() {
     cfg.lease_name = format!("drover-{}", pool.name());
     // As deploy/base wires it: upgrade Jobs in their own namespace.
     cfg.job_namespace = Some("drover-upgrades".into());
+    // The shipped lease: its writes get the shipped 4 s bound, so an API
+    // server slowed by a loaded machine is not taken for a missing
+    // permission (the tests' 3 s lease bounds writes at 0.8 s).
+    cfg.lease_duration = Duration::from_secs(15);
     let agent = RunningAgent::start(cfg.clone(), clock, Some(SERVICE_ACCOUNT));
 
     // As the ServiceAccount: confirm the current version, then roll to the next.
