@@ -43,6 +43,7 @@ pub trait ClusterBackend: Send + 'static {
 pub struct KubeBackend {
     config: kube::Config,
     namespace: String,
+    write_timeout: std::time::Duration,
 }
 
 impl std::fmt::Debug for KubeBackend {
@@ -59,7 +60,15 @@ impl KubeBackend {
         KubeBackend {
             config,
             namespace: namespace.to_string(),
+            write_timeout: crate::kubernetes::DEFAULT_WRITE_TIMEOUT,
         }
+    }
+
+    /// Bound every write of the clusters it builds by `limit` (the agent's
+    /// [`AgentConfig::write_timeout`](super::AgentConfig::write_timeout)).
+    pub fn with_write_timeout(mut self, limit: std::time::Duration) -> Self {
+        self.write_timeout = limit;
+        self
     }
 }
 
@@ -76,8 +85,12 @@ impl ClusterBackend for KubeBackend {
         &mut self,
         opts: &Self::Settings,
     ) -> Result<Connected<Self::Cluster>, Self::Error> {
-        let cluster =
-            crate::kubernetes::KubeCluster::new(self.config.clone(), opts.clone()).await?;
+        let cluster = crate::kubernetes::KubeCluster::with_write_timeout(
+            self.config.clone(),
+            opts.clone(),
+            self.write_timeout,
+        )
+        .await?;
         let rx = cluster.changes();
         let changes = futures::stream::unfold(rx, |mut rx| async move {
             rx.changed().await.ok()?;

@@ -1,11 +1,24 @@
 //! The `DroverStatus` custom resource: the agent's state readable with
 //! `kubectl get dst`, and the durable home of the last applied commit (the
 //! git cache is an emptyDir and memory does not survive a restart).
+//!
+//! Its status has one writer per leadership term, [`StatusWriter`]: a task
+//! that takes the newest status the term wants (a newer one replaces a
+//! waiting one: the status is a whole, not a log) and writes it off the
+//! control loop. Every write carries the `resourceVersion` it was computed
+//! against, so a write never overwrites a status it did not see: when the
+//! object changed only in its metadata (a follower's fetch request, a
+//! person's annotation) the write is made again on the new version; when
+//! another replica wrote the status, nothing is written and the term
+//! reloads from what that replica left.
 
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::{Client, CustomResource, CustomResourceExt};
+use kube::{Client, CustomResource, CustomResourceExt, ResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
 
 /// Field manager of every write the agent makes to its status object.
 pub const FIELD_MANAGER: &str = "drover-agent";
@@ -103,6 +116,28 @@ pub struct DroverStatusStatus {
     /// Pod name of the replica that wrote this status (the leader).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reporter: Option<String>,
+    /// Conditions that need a person: `ReportPushed` (False while the git
+    /// server refuses or cannot take the status report).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// A condition in the shape of Kubernetes' `metav1.Condition`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// The condition's name, e.g. `ReportPushed`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// One word saying why, e.g. `Rejected`.
+    pub reason: String,
+    /// What happened, in a sentence.
+    #[serde(default)]
+    pub message: String,
+    /// When `status` last changed (RFC 3339).
+    pub last_transition_time: String,
 }
 
 /// A config head the agent refused to apply.
@@ -157,6 +192,31 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// Every write met a newer version of the object.
+    #[error("status object {namespace}/{name}: changed under every write; retrying")]
+    Contended {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+    },
+    /// The API server did not answer in time.
+    #[error("status object {namespace}/{name}: no answer within {limit:?}")]
+    Timeout {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// How long we waited.
+        limit: Duration,
+    },
+}
+
+impl Error {
+    /// The write's `resourceVersion` was not the object's (409).
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Error::Api { source: kube::Error::Api(s), .. } if s.code == 409)
+    }
 }
 
 /// The agent's status object: `<namespace>/<name>`, one per agent.
@@ -166,6 +226,8 @@ pub struct StatusObject {
     name: String,
     namespace: String,
     spec: DroverStatusSpec,
+    /// Longest wait for one call.
+    timeout: Duration,
 }
 
 impl std::fmt::Debug for StatusObject {
@@ -182,6 +244,28 @@ impl StatusObject {
             name: name.to_string(),
             namespace: namespace.to_string(),
             spec,
+            timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Give up each call after `limit` (default 10 s).
+    pub fn with_timeout(mut self, limit: Duration) -> Self {
+        self.timeout = limit;
+        self
+    }
+
+    // One call, bounded by the timeout.
+    async fn bounded<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, Error> {
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(r) => r.map_err(|e| self.err(e)),
+            Err(_) => Err(Error::Timeout {
+                namespace: self.namespace.clone(),
+                name: self.name.clone(),
+                limit: self.timeout,
+            }),
         }
     }
 
@@ -205,23 +289,24 @@ impl StatusObject {
 
     /// Read the object, creating it (empty status) when absent.
     pub async fn load_or_create(&self) -> Result<DroverStatus, Error> {
-        if let Some(obj) = self
-            .api
-            .get_opt(&self.name)
-            .await
-            .map_err(|e| self.err(e))?
-        {
+        if let Some(obj) = self.read().await? {
             return Ok(obj);
         }
         let obj = DroverStatus::new(&self.name, self.spec.clone());
-        match self.api.create(&PostParams::default(), &obj).await {
+        match self
+            .bounded(self.api.create(&PostParams::default(), &obj))
+            .await
+        {
             Ok(o) => Ok(o),
             // Another replica created it between our get and create.
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                self.api.get(&self.name).await.map_err(|e| self.err(e))
-            }
-            Err(e) => Err(self.err(e)),
+            Err(e) if e.is_conflict() => self.bounded(self.api.get(&self.name)).await,
+            Err(e) => Err(e),
         }
+    }
+
+    /// Read the object, if it exists.
+    pub async fn read(&self) -> Result<Option<DroverStatus>, Error> {
+        self.bounded(self.api.get_opt(&self.name)).await
     }
 
     /// Ask the leader to fetch now (a follower received a webhook).
@@ -229,17 +314,15 @@ impl StatusObject {
         let stamp = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
         let patch =
             serde_json::json!({ "metadata": { "annotations": { ANN_FETCH_REQUESTED: stamp } } });
-        self.api
-            .patch(
-                &self.name,
-                &PatchParams {
-                    field_manager: Some(FIELD_MANAGER.into()),
-                    ..Default::default()
-                },
-                &Patch::Merge(&patch),
-            )
-            .await
-            .map_err(|e| self.err(e))?;
+        self.bounded(self.api.patch(
+            &self.name,
+            &PatchParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..Default::default()
+            },
+            &Patch::Merge(&patch),
+        ))
+        .await?;
         Ok(())
     }
 
@@ -287,10 +370,16 @@ impl StatusObject {
             .boxed()
     }
 
-    /// Replace the status (merge patch of the whole status subresource).
-    pub async fn write(&self, status: &DroverStatusStatus) -> Result<(), Error> {
-        // A merge patch with explicit nulls for absent fields, so a cleared
-        // field (e.g. `refused`) is removed rather than kept from before.
+    /// Replace the status (a merge patch of the whole status subresource)
+    /// if the object is still at `resource_version`; returns the new one.
+    /// A changed object is refused by the API server: [`Error::is_conflict`].
+    pub async fn write_at(
+        &self,
+        status: &DroverStatusStatus,
+        resource_version: &str,
+    ) -> Result<String, Error> {
+        // Explicit nulls for absent fields, so a cleared field (e.g.
+        // `refused`) is removed rather than kept from before.
         let mut value = serde_json::to_value(status).unwrap_or_default();
         if let serde_json::Value::Object(map) = &mut value {
             for key in [
@@ -307,20 +396,287 @@ impl StatusObject {
                 "message",
                 "lastFetch",
                 "reporter",
+                "conditions",
             ] {
                 map.entry(key).or_insert(serde_json::Value::Null);
             }
         }
-        let patch = serde_json::json!({ "status": value });
-        self.api
-            .patch_status(
+        // The resourceVersion in a merge patch is a precondition: the API
+        // server answers 409 unless the object is still at that version.
+        let patch = serde_json::json!({
+            "metadata": { "resourceVersion": resource_version },
+            "status": value,
+        });
+        let written = self
+            .bounded(self.api.patch_status(
                 &self.name,
                 &PatchParams::apply(FIELD_MANAGER),
                 &Patch::Merge(&patch),
-            )
-            .await
-            .map_err(|e| self.err(e))?;
-        Ok(())
+            ))
+            .await?;
+        Ok(written.resource_version().unwrap_or_default())
+    }
+}
+
+/// What the writer has done, for those waiting on a write.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Progress {
+    /// The newest offer written (or already in place).
+    written: u64,
+    /// The newest offer whose write failed.
+    failed: u64,
+    /// The newest offer not written because another replica wrote the status.
+    superseded: u64,
+}
+
+/// The status as the writer last saw it on the API server.
+#[derive(Clone)]
+struct Known {
+    resource_version: String,
+    status: Option<DroverStatusStatus>,
+}
+
+/// The one writer of the status during a leadership term: offers replace
+/// each other (the newest wins), each write is made on the
+/// `resourceVersion` of the status it saw, and it stops with its term.
+pub struct StatusWriter {
+    desired: watch::Sender<(u64, Option<DroverStatusStatus>)>,
+    progress: watch::Receiver<Progress>,
+    /// What another replica left, when a write found that it wrote.
+    superseded_by: Arc<Mutex<Option<DroverStatus>>>,
+    stop: watch::Receiver<bool>,
+}
+
+impl StatusWriter {
+    /// Start writing `object`, as last read in `loaded` (`None`: not read
+    /// in this term; the first write reads it first), each call given up
+    /// after `limit`, until `stop` reads true.
+    pub fn start(
+        object: StatusObject,
+        loaded: Option<&DroverStatus>,
+        stop: watch::Receiver<bool>,
+        limit: Duration,
+    ) -> (Self, tokio::task::JoinHandle<()>) {
+        let (desired, desired_rx) = watch::channel((0, None));
+        let (progress_tx, progress) = watch::channel(Progress::default());
+        let superseded_by = Arc::new(Mutex::new(None));
+        let known = loaded.map(|o| Known {
+            resource_version: o.resource_version().unwrap_or_default(),
+            status: o.status.clone(),
+        });
+        let task = Writer {
+            object: object.with_timeout(limit),
+            known,
+            progress: progress_tx,
+            superseded_by: superseded_by.clone(),
+            hold_through: 0,
+        };
+        let handle = tokio::spawn(task.run(desired_rx, stop.clone()));
+        (
+            StatusWriter {
+                desired,
+                progress,
+                superseded_by,
+                stop,
+            },
+            handle,
+        )
+    }
+
+    /// Hand `status` over to be written; returns at once. A status equal
+    /// to the one waiting is not offered again.
+    pub fn offer(&self, status: &DroverStatusStatus) -> u64 {
+        let mut seq = 0;
+        self.desired.send_if_modified(|(n, s)| {
+            if s.as_ref() == Some(status) {
+                seq = *n;
+                return false;
+            }
+            *n += 1;
+            *s = Some(status.clone());
+            seq = *n;
+            true
+        });
+        seq
+    }
+
+    /// Offer `status` and wait until it is written (true), or its write
+    /// failed, was superseded, the term ended or `within` passed (false).
+    pub async fn write(&self, status: &DroverStatusStatus, within: Duration) -> bool {
+        let seq = self.offer(status);
+        let mut progress = self.progress.clone();
+        let mut stop = self.stop.clone();
+        let done = async {
+            progress
+                .wait_for(|p| p.written >= seq || p.failed >= seq || p.superseded >= seq)
+                .await
+                .map(|p| p.written >= seq)
+                .unwrap_or(false)
+        };
+        tokio::select! {
+            biased;
+            _ = stop.wait_for(|s| *s) => false,
+            r = tokio::time::timeout(within, done) => r.unwrap_or(false),
+        }
+    }
+
+    /// What another replica left in the status, when a write found that it
+    /// had written one since this term read it: the term reloads from it
+    /// before offering again. Taken once.
+    pub fn take_superseded(&self) -> Option<DroverStatus> {
+        let taken = self
+            .superseded_by
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if taken.is_some() {
+            // The next offer is new, even if it equals the one held back.
+            self.desired.send_modify(|(_, s)| *s = None);
+        }
+        taken
+    }
+}
+
+/// The writer task.
+struct Writer {
+    object: StatusObject,
+    known: Option<Known>,
+    progress: watch::Sender<Progress>,
+    superseded_by: Arc<Mutex<Option<DroverStatus>>>,
+    /// Offers up to this one were made before the term reloaded: not written.
+    hold_through: u64,
+}
+
+/// How one write ended.
+enum Written {
+    Done,
+    /// A status this term did not read is there (another replica wrote it,
+    /// or the term could not read the object when it began): not written.
+    Superseded {
+        found: Box<DroverStatus>,
+        /// The term had read the object, and another writer changed it since.
+        by_another: bool,
+    },
+}
+
+impl Writer {
+    async fn run(
+        mut self,
+        mut desired: watch::Receiver<(u64, Option<DroverStatusStatus>)>,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        let mut backoff =
+            crate::retry::Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
+        let mut quiet = crate::retry::Quiet::new(Duration::from_secs(60));
+        loop {
+            let (seq, status) = desired.borrow_and_update().clone();
+            let pending =
+                status.filter(|_| seq > self.progress.borrow().written.max(self.hold_through));
+            let Some(status) = pending else {
+                tokio::select! {
+                    biased;
+                    _ = stop.wait_for(|s| *s) => return,
+                    r = desired.changed() => if r.is_err() { return },
+                }
+                continue;
+            };
+            let outcome = tokio::select! {
+                biased;
+                // A write in flight when the term ends is given up with it.
+                _ = stop.wait_for(|s| *s) => return,
+                r = self.write(&status) => r,
+            };
+            match outcome {
+                Ok(Written::Done) => {
+                    backoff.reset();
+                    quiet.reset();
+                    self.progress.send_modify(|p| p.written = seq);
+                }
+                Ok(Written::Superseded { found, by_another }) => {
+                    let object = format!("{}/{}", self.object.namespace, self.object.name);
+                    let reporter = found
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.reporter.as_deref())
+                        .unwrap_or("")
+                        .to_string();
+                    if by_another {
+                        tracing::warn!(%object, %reporter, "another replica wrote the status since this term read it; going on from it, not overwriting it");
+                    } else {
+                        tracing::info!(%object, "the status object was read only now; going on from it");
+                    }
+                    self.hold_through = seq;
+                    *self.superseded_by.lock().unwrap_or_else(|e| e.into_inner()) = Some(*found);
+                    self.progress.send_modify(|p| p.superseded = seq);
+                }
+                Err(e) => {
+                    self.progress.send_modify(|p| p.failed = seq);
+                    if let Some(n) = quiet.allow() {
+                        tracing::warn!(error = %e, suppressed = n, "cannot write the status object; retrying");
+                    }
+                    let delay = backoff.next_delay();
+                    tokio::select! {
+                        biased;
+                        _ = stop.wait_for(|s| *s) => return,
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    async fn write(&mut self, status: &DroverStatusStatus) -> Result<Written, Error> {
+        // A write meeting only a metadata change (a fetch request, an
+        // annotation) is made again on the new version; a few of those in
+        // a row are retried at the loop's pace.
+        for _ in 0..3 {
+            let known = match self.known.clone() {
+                Some(k) => k,
+                None => {
+                    // Not read in this term: whatever is there was not seen.
+                    let fresh = self.object.load_or_create().await?;
+                    self.known = Some(Known {
+                        resource_version: fresh.resource_version().unwrap_or_default(),
+                        status: fresh.status.clone(),
+                    });
+                    return Ok(Written::Superseded {
+                        found: Box::new(fresh),
+                        by_another: false,
+                    });
+                }
+            };
+            if known.status.as_ref() == Some(status) {
+                return Ok(Written::Done);
+            }
+            match self.object.write_at(status, &known.resource_version).await {
+                Ok(rv) => {
+                    self.known = Some(Known {
+                        resource_version: rv,
+                        status: Some(status.clone()),
+                    });
+                    return Ok(Written::Done);
+                }
+                Err(e) if e.is_conflict() => {
+                    let fresh = self.object.load_or_create().await?;
+                    let same = fresh.status == known.status;
+                    self.known = Some(Known {
+                        resource_version: fresh.resource_version().unwrap_or_default(),
+                        status: fresh.status.clone(),
+                    });
+                    if !same {
+                        return Ok(Written::Superseded {
+                            found: Box::new(fresh),
+                            by_another: true,
+                        });
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Error::Contended {
+            namespace: self.object.namespace.clone(),
+            name: self.object.name.clone(),
+        })
     }
 }
 

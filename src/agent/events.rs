@@ -1,7 +1,14 @@
 //! Kubernetes Events (events.k8s.io/v1) for every transition and refusal:
 //! on the nodes for what drover did to them, and on the status object for
-//! the rollout and the config. Publishing is best effort: a refused Event
-//! is logged and never stops the agent.
+//! the rollout and the config. Publishing is best effort and never holds
+//! the control loop: an Event is logged at once and queued (at most
+//! [`QUEUE`] waiting; past that it is dropped and counted in
+//! `drover_events_dropped_total`), and a publisher task of the leadership
+//! term sends the queue in order, each call bounded by the term's write
+//! bound and without retry (a refused or throttled Event is logged once a
+//! minute and counted in `drover_event_failures_total`). The publisher stops
+//! with its term: nothing is published after leadership is lost, and what
+//! was still queued is dropped with it.
 //!
 //! A repeat of an Event (same object, type, reason and action) within
 //! [`SERIES_WINDOW`] is counted into the first one's `series` with a patch
@@ -10,6 +17,12 @@
 //! at most [`SERIES_CAPACITY`] of them. (kube's `Recorder` kept a full
 //! copy of every Event it published for its window, about 5 per node during
 //! a rollout: megabytes with 1,000 nodes, see BENCHMARKS.md "Agent under load".)
+//!
+//! Why not kube-rs's runtime (`kube::runtime::events::Recorder`): its
+//! `publish` is awaited by the caller, on a client whose retry layer turns a
+//! throttled Event into minutes, and it keeps every Event of its window.
+//! drover needs the caller never to wait and the memory bounded, so the
+//! queue, the publisher loop and the series cache are its own.
 
 use crate::rollout::Action;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -18,10 +31,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
+use prometheus_client::metrics::counter::Counter;
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot, watch};
 
 /// `reportingController` of drover's Events.
 const CONTROLLER: &str = "drover.dev/agent";
@@ -30,8 +45,12 @@ pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
 /// Most Events remembered for series counting; past it the least recently
 /// seen one is forgotten (its next repeat starts a new Event).
 pub const SERIES_CAPACITY: usize = 512;
+/// Most Events waiting for the publisher: a rollout step makes a few, an
+/// API server that throttles every Event for minutes drops the excess.
+pub const QUEUE: usize = 256;
 
-/// Publishes the agent's Events; without a client (simulations) it only logs.
+/// Publishes the agent's Events; without a client (simulations), or between
+/// leadership terms, it only logs.
 #[derive(Clone)]
 pub struct Events {
     client: Option<Client>,
@@ -39,8 +58,21 @@ pub struct Events {
     instance: Arc<str>,
     series: Arc<Mutex<SeriesCache>>,
     status_ref: ObjectReference,
+    /// The running publisher's queue.
+    queue: Option<mpsc::Sender<Queued>>,
     /// Failed publications are logged once a minute (an API outage fails them all).
-    failures: std::sync::Arc<crate::retry::Paced>,
+    failures: Arc<crate::retry::Paced>,
+    counters: Counters,
+}
+
+/// Where dropped and failed Events are counted (`drover_events_dropped_total`,
+/// `drover_event_failures_total`).
+#[derive(Clone, Default)]
+pub struct Counters {
+    /// Events dropped because the queue was full.
+    pub dropped: Counter,
+    /// Events the API server refused or did not answer in time.
+    pub failed: Counter,
 }
 
 impl std::fmt::Debug for Events {
@@ -49,6 +81,22 @@ impl std::fmt::Debug for Events {
             .field("status_ref", &self.status_ref)
             .finish()
     }
+}
+
+/// What the publisher is handed.
+enum Queued {
+    Event(Box<Pending>),
+    /// Answered once everything queued before it was published or given up.
+    Flush(oneshot::Sender<()>),
+}
+
+/// One Event to publish.
+struct Pending {
+    reference: ObjectReference,
+    severity: Severity,
+    reason: String,
+    action: String,
+    note: String,
 }
 
 /// Severity of an Event.
@@ -168,7 +216,8 @@ fn series_key(reference: &ObjectReference, severity: Severity, reason: &str, act
 }
 
 impl Events {
-    /// Events reported by `instance` (the pod name) about the status object `namespace/name`.
+    /// Events reported by `instance` (the pod name) about the status object
+    /// `namespace/name`; they are only logged until [`Events::start`].
     pub fn new(client: Option<Client>, instance: &str, namespace: &str, name: &str) -> Self {
         Events {
             client,
@@ -181,8 +230,15 @@ impl Events {
                 namespace: Some(namespace.into()),
                 ..Default::default()
             },
+            queue: None,
             failures: Default::default(),
+            counters: Counters::default(),
         }
+    }
+
+    /// Count dropped and failed Events in `counters` (the agent's metrics).
+    pub fn count_in(&mut self, counters: Counters) {
+        self.counters = counters;
     }
 
     /// Set the status object's uid once known, so `kubectl describe` finds the Events.
@@ -190,7 +246,45 @@ impl Events {
         self.status_ref.uid = uid;
     }
 
-    async fn publish(
+    /// Start publishing: a task sends what is queued, in order, each call
+    /// given up after `limit`, until `stop` reads true; then it ends and
+    /// what is still queued is dropped. Without a client nothing starts.
+    pub fn start(
+        &mut self,
+        stop: watch::Receiver<bool>,
+        limit: Duration,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let client = self.client.clone()?;
+        let (tx, rx) = mpsc::channel(QUEUE);
+        self.queue = Some(tx);
+        let publisher = Publisher {
+            client,
+            instance: self.instance.clone(),
+            series: self.series.clone(),
+            failures: self.failures.clone(),
+            failed: self.counters.failed.clone(),
+            limit,
+        };
+        Some(tokio::spawn(publisher.run(rx, stop)))
+    }
+
+    /// Stop queueing for the publisher (its task ends with its term).
+    pub fn stop(&mut self) {
+        self.queue = None;
+    }
+
+    /// Wait until what was queued before this call is published or given up
+    /// (for tests; the agent never waits for its Events).
+    pub async fn flushed(&self) {
+        let Some(q) = &self.queue else { return };
+        let (tx, rx) = oneshot::channel();
+        if q.send(Queued::Flush(tx)).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    // Log the Event now and queue it for the publisher; never waits.
+    fn publish(
         &self,
         reference: &ObjectReference,
         severity: Severity,
@@ -203,113 +297,34 @@ impl Events {
             Severity::Normal => tracing::info!(object = what, reason, note = %note, "event"),
             Severity::Warning => tracing::warn!(object = what, reason, note = %note, "event"),
         }
-        let Some(client) = &self.client else { return };
-        // The API caps notes at 1 kB.
-        let mut note = note;
-        if note.len() > 1000 {
-            let mut cut = 1000;
-            while !note.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            note.truncate(cut);
-        }
-        let key = series_key(reference, severity, reason, action);
-        let publication = lock(&self.series).lookup(key, Instant::now());
-        let result = match publication {
-            Publication::Repeat {
-                namespace,
-                name,
-                count,
-            } => match self.repeat(client, &namespace, &name, count).await {
-                Ok(()) => Ok((namespace, name, count)),
-                // The Event expired on the server (or was deleted): a new one.
-                Err(kube::Error::Api(s)) if s.code == 404 => {
-                    self.create(client, reference, severity, reason, action, note)
-                        .await
-                }
-                Err(e) => Err(e),
-            },
-            Publication::Create => {
-                self.create(client, reference, severity, reason, action, note)
-                    .await
-            }
+        let Some(queue) = &self.queue else { return };
+        let pending = Pending {
+            reference: reference.clone(),
+            severity,
+            reason: reason.to_string(),
+            action: action.to_string(),
+            note,
         };
-        match result {
-            Ok((namespace, name, count)) => {
-                lock(&self.series).record(key, &namespace, &name, count, Instant::now())
-            }
-            Err(e) => {
-                if let Some(n) = self.failures.allow("event") {
-                    tracing::warn!(error = %e, reason, suppressed = n, "could not publish an Event");
+        match queue.try_send(Queued::Event(Box::new(pending))) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.counters.dropped.inc();
+                if let Some(n) = self.failures.allow("event-queue") {
+                    tracing::warn!(
+                        reason,
+                        suppressed = n,
+                        "too many Events waiting for the API server; dropping this one"
+                    );
                 }
             }
+            // The term ended: nothing more is published.
+            Err(mpsc::error::TrySendError::Closed(_)) => {}
         }
-    }
-
-    // Create a new Event; returns its namespace, name and count (1).
-    async fn create(
-        &self,
-        client: &Client,
-        reference: &ObjectReference,
-        severity: Severity,
-        reason: &str,
-        action: &str,
-        note: String,
-    ) -> Result<(String, String, i32), kube::Error> {
-        let now = Timestamp::now();
-        // Node Events go to `default`, as kubectl describe looks for them there.
-        let namespace = reference.namespace.as_deref().unwrap_or("default");
-        let name = format!(
-            "{}.{:x}",
-            reference.name.as_deref().unwrap_or("drover"),
-            now.as_nanosecond()
-        );
-        let event = K8sEvent {
-            action: Some(action.into()),
-            reason: Some(reason.into()),
-            event_time: Some(MicroTime(now)),
-            regarding: Some(reference.clone()),
-            note: Some(note),
-            metadata: ObjectMeta {
-                namespace: Some(namespace.into()),
-                name: Some(name.clone()),
-                ..Default::default()
-            },
-            reporting_controller: Some(CONTROLLER.into()),
-            reporting_instance: Some(self.instance.to_string()),
-            type_: Some(severity.as_str().into()),
-            ..Default::default()
-        };
-        Api::<K8sEvent>::namespaced(client.clone(), namespace)
-            .create(&PostParams::default(), &event)
-            .await?;
-        Ok((namespace.to_string(), name, 1))
-    }
-
-    // Count a repeat into the published Event `namespace/name`.
-    async fn repeat(
-        &self,
-        client: &Client,
-        namespace: &str,
-        name: &str,
-        count: i32,
-    ) -> Result<(), kube::Error> {
-        let patch = serde_json::json!({
-            "series": EventSeries {
-                count,
-                last_observed_time: MicroTime(Timestamp::now()),
-            }
-        });
-        Api::<K8sEvent>::namespaced(client.clone(), namespace)
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
-        Ok(())
     }
 
     /// An Event on the status object.
     pub async fn on_status(&self, severity: Severity, reason: &str, action: &str, note: String) {
-        self.publish(&self.status_ref.clone(), severity, reason, action, note)
-            .await;
+        self.publish(&self.status_ref, severity, reason, action, note);
     }
 
     /// An Event on a node.
@@ -327,8 +342,7 @@ impl Events {
             name: Some(node.into()),
             ..Default::default()
         };
-        self.publish(&reference, severity, reason, action, note)
-            .await;
+        self.publish(&reference, severity, reason, action, note);
     }
 
     /// The Event for an engine action on a node; `None` for actions too frequent to record (eviction passes).
@@ -388,6 +402,131 @@ impl Events {
         };
         self.on_node(action.node(), sev, reason, action.kind(), note)
             .await;
+    }
+}
+
+/// The publisher task of one leadership term.
+struct Publisher {
+    client: Client,
+    instance: Arc<str>,
+    series: Arc<Mutex<SeriesCache>>,
+    failures: Arc<crate::retry::Paced>,
+    failed: Counter,
+    limit: Duration,
+}
+
+impl Publisher {
+    async fn run(self, mut queue: mpsc::Receiver<Queued>, mut stop: watch::Receiver<bool>) {
+        loop {
+            let next = tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => return,
+                q = queue.recv() => q,
+            };
+            let pending = match next {
+                None => return,
+                Some(Queued::Flush(done)) => {
+                    let _ = done.send(());
+                    continue;
+                }
+                Some(Queued::Event(p)) => *p,
+            };
+            // An Event in flight when the term ends is given up with it.
+            let outcome = tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => return,
+                r = tokio::time::timeout(self.limit, self.send(&pending)) => r,
+            };
+            let error = match outcome {
+                Ok(Ok(())) => continue,
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => format!("no answer within {:?}", self.limit),
+            };
+            self.failed.inc();
+            if let Some(n) = self.failures.allow("event") {
+                tracing::warn!(error = %error, reason = %pending.reason, suppressed = n, "could not publish an Event");
+            }
+        }
+    }
+
+    // Create the Event, or count it into the series of an earlier one.
+    async fn send(&self, p: &Pending) -> Result<(), kube::Error> {
+        // The API caps notes at 1 kB.
+        let mut note = p.note.clone();
+        if note.len() > 1000 {
+            let mut cut = 1000;
+            while !note.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            note.truncate(cut);
+        }
+        let key = series_key(&p.reference, p.severity, &p.reason, &p.action);
+        let publication = lock(&self.series).lookup(key, Instant::now());
+        let (namespace, name, count) = match publication {
+            Publication::Repeat {
+                namespace,
+                name,
+                count,
+            } => match self.repeat(&namespace, &name, count).await {
+                Ok(()) => (namespace, name, count),
+                // The Event expired on the server (or was deleted): a new one.
+                Err(kube::Error::Api(s)) if s.code == 404 => self.create(p, note).await?,
+                Err(e) => return Err(e),
+            },
+            Publication::Create => self.create(p, note).await?,
+        };
+        lock(&self.series).record(key, &namespace, &name, count, Instant::now());
+        Ok(())
+    }
+
+    // Create a new Event; returns its namespace, name and count (1).
+    async fn create(
+        &self,
+        p: &Pending,
+        note: String,
+    ) -> Result<(String, String, i32), kube::Error> {
+        let now = Timestamp::now();
+        // Node Events go to `default`, as kubectl describe looks for them there.
+        let namespace = p.reference.namespace.as_deref().unwrap_or("default");
+        let name = format!(
+            "{}.{:x}",
+            p.reference.name.as_deref().unwrap_or("drover"),
+            now.as_nanosecond()
+        );
+        let event = K8sEvent {
+            action: Some(p.action.clone()),
+            reason: Some(p.reason.clone()),
+            event_time: Some(MicroTime(now)),
+            regarding: Some(p.reference.clone()),
+            note: Some(note),
+            metadata: ObjectMeta {
+                namespace: Some(namespace.into()),
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            reporting_controller: Some(CONTROLLER.into()),
+            reporting_instance: Some(self.instance.to_string()),
+            type_: Some(p.severity.as_str().into()),
+            ..Default::default()
+        };
+        Api::<K8sEvent>::namespaced(self.client.clone(), namespace)
+            .create(&PostParams::default(), &event)
+            .await?;
+        Ok((namespace.to_string(), name, 1))
+    }
+
+    // Count a repeat into the published Event `namespace/name`.
+    async fn repeat(&self, namespace: &str, name: &str, count: i32) -> Result<(), kube::Error> {
+        let patch = serde_json::json!({
+            "series": EventSeries {
+                count,
+                last_observed_time: MicroTime(Timestamp::now()),
+            }
+        });
+        Api::<K8sEvent>::namespaced(self.client.clone(), namespace)
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        Ok(())
     }
 }
 

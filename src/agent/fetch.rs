@@ -1,38 +1,145 @@
-//! Stage 1, fetch: bring the config repository's head into the cache and
-//! record the outcome (CRD status `lastFetch`, metrics, readiness).
+//! Stage 1, fetch: bring the config repository's head into the cache, off
+//! the control loop, and record the outcome (CRD status `lastFetch`,
+//! metrics, readiness).
+//!
+//! A trigger (poll, webhook, local change, a new term) starts a fetch on
+//! the blocking pool with the fetch's own handle on the cache, and the loop
+//! goes on: passes for cluster changes and timers (a health check that
+//! fails, a drain that times out) run while a slow or stalled git server
+//! holds the fetch. When it ends, a pass judges what it brought. One fetch
+//! runs at a time; a trigger meanwhile asks for one more after it, since a
+//! webhook may announce a commit pushed after the running fetch read the
+//! refs. A fetch still running when a term ends is told to stop (its
+//! transfer ends at the next progress report; a server that sends nothing
+//! is cut by the socket timeout) and is not waited for.
 
 use super::crd::FetchRecord;
-use super::{blocking, lock, rfc3339, Acting, ClusterBackend};
+use super::{lock, rfc3339, Acting, ClusterBackend};
+use crate::source::trigger::Reason;
+use crate::source::{FetchResult, Source};
 use chrono::Utc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use tokio::sync::watch;
 
+/// How a fetch task ended: the fetch's handle on the cache back, and what it found.
+pub(super) type Joined =
+    Result<(Source, Result<FetchResult, crate::source::Error>), tokio::task::JoinError>;
+
+/// Until the fetch in `fetching` ends (forever when none runs); it stays
+/// in flight if this is dropped first. Then call [`Acting::finish_fetch`].
+pub(super) async fn wait(fetching: &mut Option<InFlight>) -> Joined {
+    match fetching.as_mut() {
+        Some(f) => (&mut f.task).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A fetch under way.
+pub(super) struct InFlight {
+    /// What asked for it.
+    pub reason: Reason,
+    /// The leadership term it was started in (`None`: by the follower).
+    term: Option<u64>,
+    /// Stops its transfer at the next progress report.
+    abort: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<(Source, Result<FetchResult, crate::source::Error>)>,
+}
+
 impl<B: ClusterBackend> Acting<B> {
-    /// Fetch and record the outcome; false when `cancel` stopped it first.
-    ///
-    /// A cancelled fetch is abandoned, not awaited: a slow or stalled server
-    /// must not hold a SIGTERM past the pod's grace period or keep a replica
-    /// that lost its lease busy. The abort flag ends the transfer at its next
-    /// progress callback; a server that sends nothing is bounded by the
-    /// source's socket timeout, on a blocking thread nobody waits for.
-    pub(super) async fn fetch(&mut self, cancel: &watch::Receiver<bool>) -> bool {
-        use std::sync::atomic::Ordering;
-        let src = self.source.clone();
-        self.source_abort.store(false, Ordering::Relaxed);
-        let mut cancel = cancel.clone();
-        let result = tokio::select! {
-            r = blocking(move || lock(&src).fetch()) => r,
-            Ok(_) = cancel.wait_for(|c| *c) => {
-                self.source_abort.store(true, Ordering::Relaxed);
-                tracing::info!("fetch abandoned: the agent stops acting");
-                return false;
-            }
+    /// Start a fetch for `reason` unless one runs; then one more follows it.
+    pub(super) fn start_fetch(&mut self, reason: Reason) {
+        if self.fetching.is_some() {
+            self.fetch_again = Some(reason);
+            return;
+        }
+        let source = match self.fetch_source.take() {
+            Some(s) => s,
+            // The last fetch task was lost (a panic): open the cache again.
+            None => match Source::open(self.cfg.source.clone()) {
+                Ok(s) => s,
+                Err(e) => {
+                    self.record_fetch(Err(e.to_string()));
+                    return;
+                }
+            },
         };
+        let abort = source.abort_flag();
+        abort.store(false, Ordering::Relaxed);
+        let branch = lock(&self.source).config().status_branch.clone();
+        let task = tokio::task::spawn_blocking(move || {
+            let mut source = source;
+            source.set_status_branch(&branch);
+            let r = source.fetch();
+            (source, r)
+        });
+        self.fetching = Some(InFlight {
+            reason,
+            term: self.term.as_ref().map(|_| self.terms),
+            abort,
+            task,
+        });
+    }
+
+    /// Record how the fetch that `wait` saw end went, start the one asked
+    /// for meanwhile, and return what asked for the one that ended.
+    pub(super) fn finish_fetch(&mut self, joined: Joined) -> Reason {
+        let (reason, this_term) = self
+            .fetching
+            .take()
+            .map_or((Reason::Poll, None), |f| (f.reason, f.term));
+        let this_term = self.term.is_some() && this_term == Some(self.terms);
+        let result = match joined {
+            Ok((source, r)) => {
+                self.fetch_source = Some(source);
+                r.map(|_| ()).map_err(|e| e.to_string())
+            }
+            Err(e) => Err(format!("the fetch task failed: {e}")),
+        };
+        self.record_fetch(result);
+        // A head read before this term began may be older than what the
+        // last leader applied since: it is not judged (the next fetch is).
+        if this_term {
+            self.term_fetched = true;
+        }
+        if let Some(again) = self.fetch_again.take() {
+            self.start_fetch(again);
+        }
+        reason
+    }
+
+    /// Fetch and wait for it (a follower warming up), false when `cancel`
+    /// came first (the fetch goes on, and the next wait picks it up).
+    pub(super) async fn fetch(&mut self, cancel: &watch::Receiver<bool>) -> bool {
+        if self.fetching.is_none() {
+            self.start_fetch(Reason::Poll);
+        }
+        let mut cancel = cancel.clone();
+        let joined = tokio::select! {
+            biased;
+            Ok(_) = cancel.wait_for(|c| *c) => return false,
+            j = wait(&mut self.fetching) => j,
+        };
+        self.finish_fetch(joined);
+        true
+    }
+
+    /// The term ends: the running fetch stops at its next progress report
+    /// and is not waited for.
+    pub(super) fn stop_fetch(&mut self) {
+        if let Some(f) = &self.fetching {
+            f.abort.store(true, Ordering::Relaxed);
+            tracing::info!("fetch abandoned: the agent stops acting");
+        }
+        self.fetch_again = None;
+    }
+
+    fn record_fetch(&mut self, result: Result<(), String>) {
         let now = Utc::now();
-        let ok = matches!(result, Some(Ok(_)));
-        let result_text = match &result {
-            Some(Ok(_)) => "ok".to_string(),
-            Some(Err(e)) => e.to_string(),
-            None => "the fetch task failed".to_string(),
+        let ok = result.is_ok();
+        let result_text = match result {
+            Ok(()) => "ok".to_string(),
+            Err(e) => e,
         };
         if !ok {
             if let Some(n) = self.pace.allow("fetch") {
@@ -47,6 +154,5 @@ impl<B: ClusterBackend> Acting<B> {
         });
         self.fetched_once = true;
         self.ready.set_fetched();
-        true
     }
 }

@@ -1,6 +1,10 @@
 //! The guard between the engine and the cluster: once leadership is lost or
-//! shutdown began, no new call reaches the cluster (the one in flight
-//! finishes); it also keeps what the engine observed, for metrics and reports.
+//! shutdown began, no new call reaches the cluster and the one in flight is
+//! given up at once rather than awaited (a cordon or an eviction must not
+//! land after another replica may have taken over; each write request is
+//! also bound by the client's write timeout, below the time between giving
+//! up the lease and its expiry, see `kubernetes::client`). It also keeps
+//! what the engine observed, for metrics and reports.
 
 use crate::cluster::{Cluster, EvictionPass, NodeProgress, NodeSeen, NodeView};
 use std::sync::Mutex;
@@ -17,9 +21,11 @@ pub enum GuardError<E: std::error::Error + 'static> {
     Cluster(E),
 }
 
-/// A cluster whose mutating calls check, before each one, that the agent
-/// may still act: after leadership is lost no new call starts, while the
-/// one in flight finishes. It also keeps the nodes the engine observed.
+/// A cluster whose calls check, before each one, that the agent may still
+/// act, and race that for as long as they run: after leadership is lost no
+/// new call starts and the one in flight is dropped (a request it had
+/// already sent may still be answered; its effect is then what the next
+/// leader observes). It also keeps the nodes the engine observed.
 pub(super) struct Guarded<'a, C> {
     inner: &'a C,
     cancel: watch::Receiver<bool>,
@@ -50,6 +56,20 @@ impl<'a, C: Cluster + Sync> Guarded<'a, C> {
             Ok(())
         }
     }
+
+    /// `call`, unless the agent stops acting first (checked before it starts).
+    async fn guarded<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, C::Error>>,
+    ) -> Result<T, GuardError<C::Error>> {
+        self.check()?;
+        let mut cancel = self.cancel.clone();
+        tokio::select! {
+            biased;
+            _ = cancel.wait_for(|c| *c) => Err(GuardError::Stopped),
+            r = call => r.map_err(GuardError::Cluster),
+        }
+    }
 }
 
 impl<C: Cluster + Sync> Cluster for Guarded<'_, C> {
@@ -60,18 +80,13 @@ impl<C: Cluster + Sync> Cluster for Guarded<'_, C> {
     }
 
     async fn observe(&self) -> Result<Vec<NodeView>, Self::Error> {
-        self.check()?;
-        let nodes = self.inner.observe().await.map_err(GuardError::Cluster)?;
+        let nodes = self.guarded(self.inner.observe()).await?;
         *self.observed.lock().unwrap_or_else(|e| e.into_inner()) = nodes.clone();
         Ok(nodes)
     }
 
     async fn cordon(&self, node: &str, progress: &NodeProgress) -> Result<(), Self::Error> {
-        self.check()?;
-        self.inner
-            .cordon(node, progress)
-            .await
-            .map_err(GuardError::Cluster)
+        self.guarded(self.inner.cordon(node, progress)).await
     }
 
     async fn uncordon(
@@ -79,11 +94,7 @@ impl<C: Cluster + Sync> Cluster for Guarded<'_, C> {
         node: &str,
         progress: Option<&NodeProgress>,
     ) -> Result<(), Self::Error> {
-        self.check()?;
-        self.inner
-            .uncordon(node, progress)
-            .await
-            .map_err(GuardError::Cluster)
+        self.guarded(self.inner.uncordon(node, progress)).await
     }
 
     async fn set_progress(
@@ -91,28 +102,18 @@ impl<C: Cluster + Sync> Cluster for Guarded<'_, C> {
         node: &str,
         progress: Option<&NodeProgress>,
     ) -> Result<(), Self::Error> {
-        self.check()?;
-        self.inner
-            .set_progress(node, progress)
-            .await
-            .map_err(GuardError::Cluster)
+        self.guarded(self.inner.set_progress(node, progress)).await
     }
 
     async fn evict(&self, node: &str) -> Result<EvictionPass, Self::Error> {
-        self.check()?;
-        self.inner.evict(node).await.map_err(GuardError::Cluster)
+        self.guarded(self.inner.evict(node)).await
     }
 
     async fn start_upgrade(&self, node: &str, progress: &NodeProgress) -> Result<(), Self::Error> {
-        self.check()?;
-        self.inner
-            .start_upgrade(node, progress)
-            .await
-            .map_err(GuardError::Cluster)
+        self.guarded(self.inner.start_upgrade(node, progress)).await
     }
 
     async fn health(&self, nodes: &[String]) -> Result<Vec<NodeSeen>, Self::Error> {
-        self.check()?;
-        self.inner.health(nodes).await.map_err(GuardError::Cluster)
+        self.guarded(self.inner.health(nodes)).await
     }
 }

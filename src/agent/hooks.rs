@@ -54,6 +54,7 @@ pub struct AgentHandle {
     pub(super) metrics: Arc<Metrics>,
     pub(super) addr: Option<SocketAddr>,
     pub(super) webhook_addr: Option<SocketAddr>,
+    pub(super) acting: tokio::sync::watch::Receiver<bool>,
 }
 
 impl AgentHandle {
@@ -80,6 +81,12 @@ impl AgentHandle {
     /// Where the HTTP server listens.
     pub fn http_addr(&self) -> Option<SocketAddr> {
         self.addr
+    }
+
+    /// True while this replica acts (a leadership term runs); false once a
+    /// term has ended, every call of it given up and its writers stopped.
+    pub fn acting(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.acting.clone()
     }
 
     /// Where `/webhook` is served (the HTTP server's address unless it has its own).

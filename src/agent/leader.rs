@@ -69,6 +69,16 @@ impl LeaseConfig {
         }
     }
 
+    /// The longest an acting replica's engine may wait for one write: four
+    /// fifths of the time between giving up the lease (`renew_deadline`
+    /// after the last renewal was sent) and the lease expiring for the
+    /// others (`duration` after it). A write started while leading is
+    /// therefore given up before another replica can take over, even if
+    /// the loss of leadership were noticed late (docs/design.md §9a).
+    pub fn write_timeout(&self) -> Duration {
+        self.duration.saturating_sub(self.renew_deadline) * 4 / 5
+    }
+
     fn validate(&self) -> Result<(), Error> {
         if self.duration.as_secs() < 1 {
             return Err(Error::Timing(
@@ -370,20 +380,26 @@ impl Elector {
             let limit = deadline
                 .map(|d| d.saturating_duration_since(tokio::time::Instant::now()))
                 .unwrap_or(self.cfg.duration);
+            // The renewal counts from before it was sent, as the renewTime it
+            // writes does: a slow answer must not stretch the deadline past
+            // the lease's real expiry.
+            let sent = tokio::time::Instant::now();
             let attempt = tokio::select! {
                 r = tokio::time::timeout(limit, self.try_once()) => r,
                 _ = shutdown.changed() => return,
             };
-            let now = tokio::time::Instant::now();
             let succeeded = matches!(attempt, Ok(Ok(_)));
             let wait = match attempt {
                 Ok(Ok(Attempt::Leader)) => {
                     if renewed_at.is_none() {
                         tracing::info!(lease = %self.cfg.name, identity = %self.cfg.identity, "acquired the lease");
                     }
-                    renewed_at = Some(now);
+                    renewed_at = Some(sent);
                     leader.send_if_modified(|v| !std::mem::replace(v, true));
-                    self.cfg.renew_every
+                    // The next renewal is due `renew_every` after this one
+                    // was sent, so a slow answer does not eat the time the
+                    // next one has before the deadline.
+                    self.cfg.renew_every.saturating_sub(sent.elapsed())
                 }
                 Ok(Ok(Attempt::Follower { holder, until })) => {
                     if renewed_at.take().is_some() {

@@ -1,15 +1,26 @@
 //! Leadership lifecycle: serve HTTP, follow the election, keep a follower's
 //! cache warm, and run one leadership term (pass after pass) while this
 //! replica holds the lease; on stop, give back and release the lease.
+//!
+//! A term ends the moment leadership is lost (or shutdown begins): every
+//! call it has in flight is given up rather than awaited (the guard, the
+//! status writer, the Event publisher and the reporter all race the term's
+//! cancel, and each of the engine's writes is also bound by the backend
+//! client's write timeout, below the time between giving up the lease and
+//! another replica taking it), and nothing of the term writes after that.
+//! See docs/design.md §9a.
 
 use super::events::Severity;
+use super::fetch;
 use super::hooks::Wake;
+use super::reporter::{Reporter, ReporterConfig};
 use super::{blocking, lock};
-use super::{crd, recover, Acting, Agent, ClusterBackend, Error};
+use super::{crd, recover, Acting, Agent, ClusterBackend, Error, TermTasks};
 use crate::cluster::Cluster;
 use crate::config;
 use crate::source::trigger::{Reason, Trigger};
 use futures::StreamExt;
+use std::time::Duration;
 use tokio::sync::watch;
 
 impl<B: ClusterBackend> Agent<B> {
@@ -34,9 +45,14 @@ impl<B: ClusterBackend> Agent<B> {
         let mut trigger = self.trigger;
         let mut manual_rx = self.manual_rx;
         loop {
-            // Follower: keep the cache warm and become ready, but touch nothing.
+            // Follower: keep the cache warm and become ready, but touch
+            // nothing; leadership arriving meanwhile is not kept waiting.
             if !*leader_rx.borrow() && !state.ready.is_ready() {
-                state.warm_up(&shutdown_rx).await;
+                let mut leading = leader_rx.clone();
+                tokio::select! {
+                    _ = state.warm_up(&shutdown_rx) => {}
+                    _ = leading.wait_for(|l| *l) => {}
+                }
             }
             state.metrics.leader.set(0);
             tokio::select! {
@@ -76,7 +92,7 @@ impl<B: ClusterBackend> Agent<B> {
                 }
                 _ = shutdown_rx.wait_for(|s| *s) => {}
             }
-            // No engine call starts after this; the one in flight finishes.
+            // No call starts after this, and the ones in flight are given up.
             let _ = cancel_tx.send(true);
             match term.await {
                 Ok((s, t, m)) => {
@@ -89,13 +105,24 @@ impl<B: ClusterBackend> Agent<B> {
                     break;
                 }
             }
+            state.acting.send_replace(false);
             if *shutdown_rx.borrow() {
                 // Still the lease holder (released below): hand back nodes
                 // that are only cordoned, so that no node stays out of
                 // service if no replica takes over. Not after losing the
                 // lease: the nodes are another replica's to act on then.
                 if *leader_rx.borrow() {
+                    // Its Events go out through a publisher of its own.
+                    let (stop_tx, stop_rx) = watch::channel(false);
+                    let publisher = state.events.start(stop_rx, super::API_CALL_TIMEOUT);
                     state.give_back_on_stop().await;
+                    let _ =
+                        tokio::time::timeout(Duration::from_secs(2), state.events.flushed()).await;
+                    let _ = stop_tx.send(true);
+                    state.events.stop();
+                    if let Some(p) = publisher {
+                        let _ = p.await;
+                    }
                 }
                 break;
             }
@@ -153,11 +180,76 @@ impl<B: ClusterBackend> Acting<B> {
         &mut self,
         trigger: &mut Trigger,
         manual: &mut tokio::sync::mpsc::Receiver<()>,
-        mut cancel: watch::Receiver<bool>,
+        cancel: watch::Receiver<bool>,
     ) {
         // A takeover: another replica may have applied newer commits meanwhile.
-        let seen = self.reload_crd_status().await;
+        let loaded = self.reload_crd_status(&cancel).await;
+        if *cancel.borrow() {
+            return;
+        }
+        self.start_term(loaded.as_ref(), &cancel);
+        let seen = loaded.as_ref().and_then(crd::fetch_request_stamp);
+        self.run_term(trigger, manual, cancel, seen).await;
+        self.end_term().await;
+    }
+
+    /// Start the term's writers: the status object's, the status report's
+    /// and the Events'; each stops when `cancel` reads true.
+    fn start_term(&mut self, loaded: Option<&crd::DroverStatus>, cancel: &watch::Receiver<bool>) {
+        let limit = super::API_CALL_TIMEOUT;
+        let mut tasks = Vec::new();
+        tasks.extend(self.events.start(cancel.clone(), limit));
+        let (writer, w) =
+            crd::StatusWriter::start(self.status_object.clone(), loaded, cancel.clone(), limit);
+        tasks.push(w);
+        let (reporter, r) = Reporter::start(
+            ReporterConfig {
+                source: self.cfg.source.clone(),
+                publish: self.cfg.publish.clone(),
+                poll: self.cfg.poll,
+                clock: self.clock.clone(),
+                events: self.events.clone(),
+                metrics: self.metrics.clone(),
+            },
+            cancel.clone(),
+        );
+        tasks.push(r);
+        self.term = Some(TermTasks {
+            writer,
+            reporter,
+            tasks,
+        });
+        self.terms += 1;
+        // Everything is told afresh to this term's writers.
+        self.last_published = None;
         self.window_seen = None;
+        self.term_fetched = false;
+        self.acting.send_replace(true);
+    }
+
+    /// The term ended (its cancel was sent): its writers are stopping at
+    /// their next step; wait for that, briefly, and drop them.
+    async fn end_term(&mut self) {
+        self.stop_fetch();
+        self.events.stop();
+        if let Some(t) = self.term.take() {
+            let all = futures::future::join_all(t.tasks);
+            if tokio::time::timeout(Duration::from_secs(1), all)
+                .await
+                .is_err()
+            {
+                tracing::warn!("a writer of the ended term did not stop within 1s");
+            }
+        }
+    }
+
+    async fn run_term(
+        &mut self,
+        trigger: &mut Trigger,
+        manual: &mut tokio::sync::mpsc::Receiver<()>,
+        mut cancel: watch::Receiver<bool>,
+        seen: Option<String>,
+    ) {
         self.events
             .on_status(
                 Severity::Normal,
@@ -167,35 +259,51 @@ impl<B: ClusterBackend> Acting<B> {
             )
             .await;
         let mut relayed = self.status_object.fetch_requests(seen);
+        // The term's first fetch (always made) runs while its first pass
+        // acts on the applied commit.
+        self.start_fetch(Reason::Poll);
         let mut wake = Wake::Start;
         loop {
             if *cancel.borrow() {
                 return;
             }
-            let next = self.pass(wake, &cancel).await;
-            if *cancel.borrow() {
-                return;
-            }
+            // A pass in the middle of anything (a slow Prometheus query, a
+            // call on a stalled connection) is dropped when the term ends:
+            // everything it writes goes through cancel-aware writers, and
+            // the next term starts from the status object, not from it.
+            let mut ended = cancel.clone();
+            let next = tokio::select! {
+                biased;
+                _ = ended.wait_for(|c| *c) => return,
+                n = self.pass(wake, &cancel) => n,
+            };
             let sleep = tokio::time::sleep(next.after.min(self.cfg.tick));
             tokio::pin!(sleep);
-            let changes = async {
-                match self.connected.as_mut() {
-                    Some((_, c)) => {
-                        if c.changes.next().await.is_none() {
-                            // The stream ended; the tick still covers us.
-                            std::future::pending::<()>().await;
+            wake = loop {
+                let connected = &mut self.connected;
+                let changes = async {
+                    match connected.as_mut() {
+                        Some((_, c)) => {
+                            if c.changes.next().await.is_none() {
+                                // The stream ended; the tick still covers us.
+                                std::future::pending::<()>().await;
+                            }
                         }
+                        None => std::future::pending::<()>().await,
                     }
-                    None => std::future::pending::<()>().await,
+                };
+                tokio::select! {
+                    _ = cancel.wait_for(|c| *c) => return,
+                    joined = fetch::wait(&mut self.fetching) => {
+                        break Wake::Source(self.finish_fetch(joined));
+                    }
+                    // A trigger starts a fetch; its pass comes when it ends.
+                    r = trigger.next() => self.start_fetch(r),
+                    Some(()) = relayed.next() => self.start_fetch(Reason::Webhook),
+                    _ = changes => break Wake::Cluster,
+                    Some(()) = manual.recv() => break Wake::Manual,
+                    _ = &mut sleep => break Wake::Timer,
                 }
-            };
-            wake = tokio::select! {
-                _ = cancel.wait_for(|c| *c) => return,
-                r = trigger.next() => Wake::Source(r),
-                Some(()) = relayed.next() => Wake::Source(Reason::Webhook),
-                _ = changes => Wake::Cluster,
-                Some(()) = manual.recv() => Wake::Manual,
-                _ = &mut sleep => Wake::Timer,
             };
             if wake == Wake::Cluster && !self.cfg.debounce.is_zero() {
                 // Let a burst of changes settle, draining what piles up meanwhile.
@@ -209,27 +317,22 @@ impl<B: ClusterBackend> Acting<B> {
         }
     }
 
-    /// Read the status object back; returns the fetch request stamped on it,
-    /// which the term's first fetch (always made) answers.
-    pub(super) async fn reload_crd_status(&mut self) -> Option<String> {
-        match self.status_object.load_or_create().await {
+    /// Read the status object back (bounded, given up on `cancel`) and take
+    /// it as this term's starting point; `None` when it could not be read.
+    pub(super) async fn reload_crd_status(
+        &mut self,
+        cancel: &watch::Receiver<bool>,
+    ) -> Option<crd::DroverStatus> {
+        let mut cancel = cancel.clone();
+        let read = tokio::select! {
+            biased;
+            _ = cancel.wait_for(|c| *c) => return None,
+            r = self.status_object.load_or_create() => r,
+        };
+        match read {
             Ok(obj) => {
-                let stamp = crd::fetch_request_stamp(&obj);
-                self.trust_annotation = obj
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(recover::TRUST_ANNOTATION))
-                    .cloned();
-                self.events.set_status_uid(obj.metadata.uid.clone());
-                let st = obj.status.unwrap_or_default();
-                let changed = st.last_applied_commit != self.crd_status.last_applied_commit;
-                self.crd_status = st.clone();
-                self.crd_written = Some(st);
-                if changed {
-                    self.active = None;
-                }
-                stamp
+                self.adopt_status(&obj);
+                Some(obj)
             }
             Err(e) => {
                 if let Some(n) = self.pace.allow("status-read") {
@@ -237,6 +340,23 @@ impl<B: ClusterBackend> Acting<B> {
                 }
                 None
             }
+        }
+    }
+
+    /// Take `obj` (the status object as read) as the state to go on from.
+    pub(super) fn adopt_status(&mut self, obj: &crd::DroverStatus) {
+        self.trust_annotation = obj
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(recover::TRUST_ANNOTATION))
+            .cloned();
+        self.events.set_status_uid(obj.metadata.uid.clone());
+        let st = obj.status.clone().unwrap_or_default();
+        let changed = st.last_applied_commit != self.crd_status.last_applied_commit;
+        self.crd_status = st;
+        if changed {
+            self.active = None;
         }
     }
 }

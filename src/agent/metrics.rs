@@ -45,6 +45,18 @@ pub struct Metrics {
     /// `drover_health_failures_total{env,check}`: health checks that failed
     /// a node (docs/design.md §5a), by kind of check.
     pub health_failures: Family<Labels, Counter>,
+    /// `drover_status_pushes_total{result}`: status report push attempts by
+    /// result (`ok`, `unchanged`, `failed`, `refused`).
+    pub status_pushes: Family<Labels, Counter>,
+    /// `drover_status_reports_waiting`: status reports not yet pushed.
+    pub status_reports_waiting: Gauge,
+    /// `drover_status_push_refused`: 1 while the git server refuses the
+    /// status report (a hook, a protected branch, credentials).
+    pub status_push_refused: Gauge,
+    /// `drover_events_dropped_total`: Events dropped because too many waited.
+    pub events_dropped: Counter,
+    /// `drover_event_failures_total`: Events the API server refused or did not answer.
+    pub event_failures: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -74,6 +86,13 @@ impl Metrics {
             .inc();
     }
 
+    /// Count a status report push attempt ending in `result`.
+    pub fn status_pushed(&self, result: &str) {
+        self.status_pushes
+            .get_or_create(&labels(&[("result", result)]))
+            .inc();
+    }
+
     /// A fresh registry with every metric registered under the `drover_` prefix.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("drover");
@@ -93,6 +112,11 @@ impl Metrics {
             // 10 s .. ~45 h: an upgrade includes a reboot.
             upgrade_duration: Histogram::new(exponential_buckets(10.0, 2.0, 15)),
             health_failures: Family::default(),
+            status_pushes: Family::default(),
+            status_reports_waiting: Gauge::default(),
+            status_push_refused: Gauge::default(),
+            events_dropped: Counter::default(),
+            event_failures: Counter::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -155,6 +179,31 @@ impl Metrics {
             "node_upgrade_duration_seconds",
             "Time from drain start to the node Ready at the target version",
             m.upgrade_duration.clone(),
+        );
+        registry.register(
+            "status_pushes",
+            "Status report push attempts by result (ok, unchanged, failed, refused)",
+            m.status_pushes.clone(),
+        );
+        registry.register(
+            "status_reports_waiting",
+            "Status reports not yet pushed to the git server",
+            m.status_reports_waiting.clone(),
+        );
+        registry.register(
+            "status_push_refused",
+            "1 while the git server refuses the status report (a hook, a protected branch, credentials)",
+            m.status_push_refused.clone(),
+        );
+        registry.register(
+            "events_dropped",
+            "Events dropped because too many waited for the API server",
+            m.events_dropped.clone(),
+        );
+        registry.register(
+            "event_failures",
+            "Events the API server refused or did not answer in time",
+            m.event_failures.clone(),
         );
         Metrics { registry, ..m }
     }

@@ -36,6 +36,7 @@ mod pass;
 mod rbac;
 pub mod recover;
 mod report;
+mod reporter;
 use crate::retry;
 
 pub use backend::{ClusterBackend, Connected, KubeBackend};
@@ -44,7 +45,7 @@ pub use hooks::{AgentHandle, OffsetClock, PassRecord, SharedClock, Wake};
 pub use rbac::{Permission, CLUSTER_PERMISSIONS, JOB_NAMESPACE_PERMISSIONS, NAMESPACE_PERMISSIONS};
 
 use crate::config::EnvConfig;
-use crate::source::trigger::{Trigger, WebhookConfig};
+use crate::source::trigger::{Reason, Trigger, WebhookConfig};
 use crate::source::{Source, SourceConfig};
 use crate::status::{PublishOptions, StatusReport};
 use crate::trust;
@@ -74,6 +75,9 @@ pub enum Error {
     /// The HTTP server failed.
     #[error(transparent)]
     Http(#[from] http::Error),
+    /// The API client could not be built.
+    #[error(transparent)]
+    Client(#[from] crate::kubernetes::Error),
     /// A signers file is required for the verify mode.
     #[error("verify mode {0:?} needs --allowed-signers, --openpgp-keys or both")]
     NoSigners(trust::Mode),
@@ -88,7 +92,9 @@ pub struct AgentConfig {
     pub cluster: String,
     /// Namespace of the Lease and the status object.
     pub namespace: String,
-    /// This replica's identity (pod name).
+    /// This replica's identity in the Lease and in Events: the pod name
+    /// (`POD_NAME`); by default `drover-` and 64 random bits, so that two
+    /// replicas never share one.
     pub identity: String,
     /// The config repository.
     pub source: SourceConfig,
@@ -135,7 +141,34 @@ pub struct AgentConfig {
     pub watch_local: bool,
 }
 
+/// The longest one call of the status object's writer, the Event
+/// publisher or the webhook relay may take. They race the end of their
+/// term, so this bounds a slow API server, not the handover.
+pub const API_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An identity no other replica has: `drover-` and 64 random bits (a
+/// process id is `1` in most containers, and so is every other replica's).
+pub fn default_identity() -> String {
+    format!("drover-{:016x}", rand::random::<u64>())
+}
+
 impl AgentConfig {
+    /// The longest the engine waits for one write to the API server (a
+    /// cordon, an eviction, a Job): below the time between giving up the
+    /// lease and another replica taking it (see
+    /// [`leader::LeaseConfig::write_timeout`]), with or without election,
+    /// so a single replica keeps the same bounds. Give it to the backend
+    /// ([`KubeBackend::with_write_timeout`]).
+    pub fn write_timeout(&self) -> Duration {
+        leader::LeaseConfig::new(
+            &self.namespace,
+            &self.lease_name,
+            &self.identity,
+            self.lease_duration,
+        )
+        .write_timeout()
+    }
+
     /// Where the upgrade Jobs run: `job_namespace`, else the agent's namespace.
     pub fn jobs_namespace(&self) -> &str {
         self.job_namespace.as_deref().unwrap_or(&self.namespace)
@@ -147,7 +180,7 @@ impl AgentConfig {
             env: env.into(),
             cluster: cluster.into(),
             namespace: "drover-system".into(),
-            identity: format!("drover-{}", std::process::id()),
+            identity: default_identity(),
             source: SourceConfig::new(url, cache_dir),
             verify: trust::Mode::All,
             allowed_signers: None,
@@ -192,10 +225,14 @@ impl<B: ClusterBackend> std::fmt::Debug for Agent<B> {
 
 impl<B: ClusterBackend> Agent<B> {
     /// Open the git cache, bind the HTTP server and prepare leader election.
-    /// `client` is the API server for the Lease, the status object and Events.
+    /// `kube_config` reaches the API server for the Lease, the status object
+    /// and Events, through a client built by [`crate::kubernetes::client`]
+    /// without a retry layer; each of those calls is bounded where it is
+    /// made (the lease by its renew deadline, the others by
+    /// [`API_CALL_TIMEOUT`]).
     pub async fn new(
         cfg: AgentConfig,
-        client: kube::Client,
+        kube_config: kube::Config,
         backend: B,
         clock: SharedClock,
     ) -> Result<Self, Error> {
@@ -205,15 +242,18 @@ impl<B: ClusterBackend> Agent<B> {
         {
             return Err(Error::NoSigners(cfg.verify));
         }
-        let source = {
+        let client = crate::kubernetes::client(kube_config, None)?;
+        // Two handles on the cache: the control loop's, and the fetch's own,
+        // so a fetch waiting on the network never holds the loop's lock.
+        let (source, fetch_source) = {
             let sc = cfg.source.clone();
-            tokio::task::spawn_blocking(move || Source::open(sc))
-                .await
-                .map_err(|e| {
-                    crate::source::Error::Git(git2::Error::from_str(&format!(
-                        "opening the cache: {e}"
-                    )))
-                })??
+            tokio::task::spawn_blocking(move || {
+                Ok::<_, crate::source::Error>((Source::open(sc.clone())?, Source::open(sc)?))
+            })
+            .await
+            .map_err(|e| {
+                crate::source::Error::Git(git2::Error::from_str(&format!("opening the cache: {e}")))
+            })??
         };
         let mut trigger = Trigger::new(cfg.poll);
         trigger.set_min_interval(cfg.webhook_min_interval);
@@ -258,6 +298,7 @@ impl<B: ClusterBackend> Agent<B> {
         };
         let (passes, _) = broadcast::channel(256);
         let (manual, manual_rx) = tokio::sync::mpsc::channel(1);
+        let (acting_tx, acting) = tokio::sync::watch::channel(false);
         let handle = AgentHandle {
             nudger: trigger.nudger(),
             manual,
@@ -265,6 +306,7 @@ impl<B: ClusterBackend> Agent<B> {
             metrics: metrics.clone(),
             addr,
             webhook_addr,
+            acting,
         };
         let store = StatusObject::new(
             client.clone(),
@@ -275,16 +317,23 @@ impl<B: ClusterBackend> Agent<B> {
                 cluster: cfg.cluster.clone(),
             },
         );
-        let events = Events::new(
+        let mut events = Events::new(
             Some(client),
             &cfg.identity,
             &cfg.namespace,
             &cfg.status_name,
         );
+        events.count_in(events::Counters {
+            dropped: metrics.events_dropped.clone(),
+            failed: metrics.event_failures.clone(),
+        });
         let state = Acting {
             cfg,
-            source_abort: source.abort_flag(),
             source: Arc::new(Mutex::new(source)),
+            fetch_source: Some(fetch_source),
+            fetching: None,
+            fetch_again: None,
+            term_fetched: false,
             status_object: store,
             events,
             metrics,
@@ -292,15 +341,14 @@ impl<B: ClusterBackend> Agent<B> {
             clock,
             backend,
             crd_status: DroverStatusStatus::default(),
-            crd_written: None,
+            term: None,
+            terms: 0,
+            acting: acting_tx,
             active: None,
             refused_cache: None,
             connected: None,
             held: Vec::new(),
             last_published: None,
-            publish_pending: false,
-            pushed: None,
-            publish_due: None,
             passes,
             fetched_once: false,
             window_seen: None,
@@ -328,10 +376,20 @@ impl<B: ClusterBackend> Agent<B> {
 /// The acting side: everything one leadership term needs, kept across terms.
 struct Acting<B: ClusterBackend> {
     cfg: AgentConfig,
+    /// The control loop's handle on the git cache (local work only: trust,
+    /// config, gate; the network is the fetch's and the reporter's).
     source: Arc<Mutex<Source>>,
-    /// Stops the fetch in progress; set when a term or the process ends.
-    source_abort: Arc<std::sync::atomic::AtomicBool>,
-    /// The DroverStatus object this agent writes.
+    /// The fetch's own handle on the cache, while no fetch runs.
+    fetch_source: Option<Source>,
+    /// The fetch running off the loop, if any.
+    fetching: Option<fetch::InFlight>,
+    /// Another fetch to start when the running one ends, and why.
+    fetch_again: Option<Reason>,
+    /// Whether a fetch ended in this term: a head fetched before it (by a
+    /// follower, or in an older term) is not judged, the applied commit may
+    /// have moved since.
+    term_fetched: bool,
+    /// The DroverStatus object this agent writes (through its term's writer).
     status_object: StatusObject,
     events: Events,
     metrics: Arc<Metrics>,
@@ -340,8 +398,12 @@ struct Acting<B: ClusterBackend> {
     backend: B,
     /// The CRD status as this term wants it.
     crd_status: DroverStatusStatus,
-    /// The CRD status as last written.
-    crd_written: Option<DroverStatusStatus>,
+    /// The running term's writers (status object, status reports, Events).
+    term: Option<TermTasks>,
+    /// Leadership terms begun so far (the running one's number).
+    terms: u64,
+    /// True while a term runs (for [`AgentHandle::acting`]).
+    acting: tokio::sync::watch::Sender<bool>,
     active: Option<Active>,
     /// A trust or config refusal, remembered for its commit.
     refused_cache: Option<(Oid, Refused)>,
@@ -350,12 +412,8 @@ struct Acting<B: ClusterBackend> {
     /// Nodes held by a fault of their own after the last reconcile
     /// (`rollout::Outcome::held`), carried into the next one.
     held: Vec<crate::rollout::Held>,
+    /// The newest status report handed to the reporter.
     last_published: Option<StatusReport>,
-    publish_pending: bool,
-    /// The last report that reached the remote, and when (status::cadence).
-    pushed: Option<(StatusReport, DateTime<Utc>)>,
-    /// When a held progress report is due (status::cadence).
-    publish_due: Option<DateTime<Utc>>,
     passes: broadcast::Sender<PassRecord>,
     fetched_once: bool,
     /// Whether the window was open at the last reconcile of this term.
@@ -368,6 +426,16 @@ struct Acting<B: ClusterBackend> {
     pace: retry::Paced,
     /// Spaces reconcile attempts while the cluster keeps failing them.
     reconcile_backoff: retry::Backoff,
+}
+
+/// What writes for a leadership term, off the control loop; each task
+/// stops when the term's cancel reads true.
+struct TermTasks {
+    /// The status object's one writer.
+    writer: crd::StatusWriter,
+    /// The status reports' way to git.
+    reporter: reporter::Reporter,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// The config being applied.

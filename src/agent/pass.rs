@@ -1,29 +1,33 @@
-//! One pass, as an ordered list of stages: fetch ([`super::fetch`]) →
-//! admit ([`super::admit`]: trust → config → gate) → act ([`super::act`]:
-//! the engine) → report ([`super::report`]: CRD status, status report,
-//! Events, metrics), in one `reconcile` tracing span.
+//! One pass, as an ordered list of stages: fetch ([`super::fetch`], which
+//! runs off the loop and ends in a pass of its own) → admit
+//! ([`super::admit`]: trust → config → gate) → act ([`super::act`]: the
+//! engine) → report ([`super::report`]: CRD status, status report, Events,
+//! metrics, handed to the term's writers without waiting), in one
+//! `reconcile` tracing span.
 
 use super::hooks::{PassRecord, Wake};
 use super::{lock, short, Acting, ClusterBackend, Next};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::sync::watch;
 use tracing::Instrument;
 
 impl<B: ClusterBackend> Acting<B> {
-    /// One pass: fetch if asked, judge a new head, reconcile, report.
+    /// One pass: judge the newest head fetched in this term, reconcile, report.
     pub(super) async fn pass(&mut self, wake: Wake, cancel: &watch::Receiver<bool>) -> Next {
-        if (matches!(wake, Wake::Start | Wake::Source(_)) || !self.fetched_once)
-            && !self.fetch(cancel).await
-        {
-            // Cancelled: the term ends without touching the source, which
-            // the abandoned fetch still holds.
-            return Next {
-                after: Duration::ZERO,
-            };
-        }
         let started = Instant::now();
-        let head = { lock(&self.source).fetched() };
-        self.crd_status.head_commit = head.map(|h| h.to_string());
+        // Another replica wrote the status since this term read it: start
+        // from what it left rather than overwrite it.
+        self.adopt_superseded();
+        // A head fetched before this term (by the follower, or long ago)
+        // is not judged: the applied commit may have moved since.
+        let head = if self.term_fetched {
+            lock(&self.source).fetched()
+        } else {
+            None
+        };
+        if let Some(h) = head {
+            self.crd_status.head_commit = Some(h.to_string());
+        }
         // `commit` is the applied commit, updated in the span if this pass applies a new one.
         let applied = self
             .crd_status
@@ -50,8 +54,7 @@ impl<B: ClusterBackend> Acting<B> {
                 ),
             );
             let next = self.reconcile(cancel).await;
-            self.write_crd_status().await;
-            self.publish().await;
+            self.hand_over();
             next
         }
         .instrument(span)
@@ -64,16 +67,6 @@ impl<B: ClusterBackend> Acting<B> {
             state: self.last_published.as_ref().map(|r| r.state),
             refused: self.crd_status.refused.clone(),
         });
-        if self.publish_pending {
-            // A held progress report waits for its time; a failed push retries soon.
-            let wait = self
-                .publish_due
-                .and_then(|t| (t - self.clock.now()).to_std().ok())
-                .unwrap_or(Duration::from_secs(5));
-            return Next {
-                after: next.after.min(wait),
-            };
-        }
         next
     }
 }

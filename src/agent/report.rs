@@ -1,16 +1,24 @@
 //! Stage 4, report: one function from a decision and its window to what the
 //! agent tells — the CRD status (`DroverStatus.status`), the status report
-//! (the status branch file), Events and metrics — and the writes and pushes
-//! that carry them out.
+//! (the status branch file), Events and metrics — handed to the term's
+//! writers (`crd::StatusWriter`, `reporter::Reporter`, the Events
+//! publisher), which carry them out off the control loop: a pass never
+//! waits for git, an Event or a status write, except the one write that
+//! must be durable before the agent acts on a newly applied commit.
 
+use super::crd::Condition;
 use super::events::Severity;
 use super::health;
-use super::{blocking, lock, rfc3339, short, Acting, Active, ClusterBackend};
+use super::reporter::{Outgoing, PushHealth, Verdict};
+use super::{rfc3339, short, Acting, Active, ClusterBackend};
 use crate::cluster::{NodeView, ProgressState};
 use crate::rollout::{Outcome, RolloutState, WindowState};
 use crate::status::StatusReport;
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
+
+/// The condition saying whether the status report reaches the git server.
+pub const REPORT_PUSHED: &str = "ReportPushed";
 
 impl<B: ClusterBackend> Acting<B> {
     /// Tell what a reconcile decided: Events for its actions and for state
@@ -156,8 +164,13 @@ impl<B: ClusterBackend> Acting<B> {
             } == *p
         });
         if !same {
-            self.last_published = Some(report);
-            self.publish_pending = true;
+            self.last_published = Some(report.clone());
+            if let Some(t) = &self.term {
+                t.reporter.offer(Outgoing {
+                    report,
+                    branch: active.status_branch.clone(),
+                });
+            }
         }
     }
 
@@ -230,83 +243,94 @@ impl<B: ClusterBackend> Acting<B> {
         }
     }
 
-    /// Write the status object if it changed; false when the write failed.
+    /// Write the CRD status and wait until it is stored: for what must be
+    /// durable before the agent acts on it (a newly applied commit).
+    /// Bounded by one API call's timeout; false when it failed, timed out,
+    /// was superseded or the term ended (the next pass tries again).
     pub(super) async fn write_crd_status(&mut self) -> bool {
-        if self.crd_written.as_ref() == Some(&self.crd_status) {
-            return true;
-        }
-        match self.status_object.write(&self.crd_status).await {
-            Ok(()) => {
-                self.crd_written = Some(self.crd_status.clone());
-                true
-            }
-            Err(e) => {
-                if let Some(n) = self.pace.allow("status-write") {
-                    tracing::warn!(error = %e, suppressed = n, "cannot write the status object");
-                }
-                false
+        let Some(t) = &self.term else { return false };
+        let ok = t
+            .writer
+            .write(&self.crd_status, super::API_CALL_TIMEOUT)
+            .await;
+        if !ok {
+            if let Some(n) = self.pace.allow("status-write") {
+                tracing::warn!(
+                    suppressed = n,
+                    "the status object could not be written; not acting on it yet"
+                );
             }
         }
+        ok
     }
 
-    /// Push the status report if it changed since the last successful push.
-    pub(super) async fn publish(&mut self) {
-        if !self.publish_pending {
-            return;
+    /// Hand the pass's CRD status to the term's writer; returns at once.
+    pub(super) fn hand_over(&mut self) {
+        let Some(t) = &self.term else { return };
+        let now = rfc3339(chrono::Utc::now());
+        let previous = self
+            .crd_status
+            .conditions
+            .iter()
+            .find(|c| c.kind == REPORT_PUSHED)
+            .cloned();
+        if let Some(c) = report_condition(&t.reporter.health(), previous.as_ref(), &now) {
+            self.crd_status
+                .conditions
+                .retain(|c| c.kind != REPORT_PUSHED);
+            self.crd_status.conditions.push(c);
         }
-        let Some(report) = self.last_published.clone() else {
-            return;
-        };
-        // State changes go out at once, rolling progress at most once per poll interval.
-        let now = self.clock.now();
-        let last = self.pushed.as_ref().map(|(r, t)| (r, *t));
-        self.publish_due = None;
-        match crate::status::cadence::decide(last, &report, now, self.cfg.poll) {
-            crate::status::cadence::Push::Nothing => {
-                self.publish_pending = false;
-                return;
-            }
-            crate::status::cadence::Push::At(due) => {
-                self.publish_due = Some(due);
-                return;
-            }
-            crate::status::cadence::Push::Now => {}
-        }
-        let src = self.source.clone();
-        let opts = self.cfg.publish.clone();
-        let r = report.clone();
-        match blocking(move || crate::status::publish(&lock(&src), &r, &opts)).await {
-            Some(Ok(p)) => {
-                self.publish_pending = false;
-                self.pushed = Some((report.clone(), now));
-                if let Some(c) = p.commit {
-                    tracing::info!(commit = %c, state = ?report.state, "status report pushed");
-                }
-                if report.state == RolloutState::Confirmed && p.commit.is_some() {
-                    self.events
-                        .on_status(
-                            Severity::Normal,
-                            "Confirmed",
-                            "Report",
-                            format!(
-                                "confirmed {} on {}; recorded on the status branch",
-                                report.version,
-                                self.active
-                                    .as_ref()
-                                    .map_or(&self.cfg.source.status_branch, |a| &a.status_branch)
-                            ),
-                        )
-                        .await;
-                }
-            }
-            Some(Err(e)) => {
-                if let Some(n) = self.pace.allow("push") {
-                    tracing::warn!(error = %e, suppressed = n, "status push failed; will retry")
-                }
-            }
-            None => tracing::warn!("status push task failed; will retry"),
+        t.writer.offer(&self.crd_status);
+    }
+
+    /// When a write found that another replica wrote the status since this
+    /// term read it: take what it left as this term's starting point.
+    pub(super) fn adopt_superseded(&mut self) {
+        let obj = self.term.as_ref().and_then(|t| t.writer.take_superseded());
+        if let Some(obj) = obj {
+            self.adopt_status(&obj);
         }
     }
+}
+
+/// The `ReportPushed` condition for `health`, keeping `previous`'s
+/// transition time while its status holds; `None` before any attempt.
+pub(super) fn report_condition(
+    health: &PushHealth,
+    previous: Option<&Condition>,
+    now: &str,
+) -> Option<Condition> {
+    let (status, reason, message) = match health.last.as_ref()? {
+        Verdict::Pushed => (
+            "True",
+            "Pushed",
+            "the status branch holds the latest report".to_string(),
+        ),
+        Verdict::Failing(m) => (
+            "False",
+            "Unreachable",
+            format!("{} report(s) waiting, retried with backoff: {m}", health.waiting),
+        ),
+        Verdict::Refused(m) => (
+            "False",
+            "Refused",
+            format!(
+                "{} report(s) waiting; not retried until the next report or five poll intervals: {m}",
+                health.waiting
+            ),
+        ),
+    };
+    let since = match previous {
+        Some(p) if p.status == status => p.last_transition_time.clone(),
+        _ => now.to_string(),
+    };
+    Some(Condition {
+        kind: REPORT_PUSHED.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message,
+        last_transition_time: since,
+    })
 }
 
 fn capitalise(s: &str) -> String {
@@ -314,5 +338,55 @@ fn capitalise(s: &str) -> String {
     match c.next() {
         Some(f) => f.to_uppercase().chain(c).collect(),
         None => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn health(last: Option<Verdict>) -> PushHealth {
+        PushHealth { waiting: 1, last }
+    }
+
+    #[test]
+    fn the_report_condition_says_refused_with_the_remotes_words_and_keeps_its_transition_time() {
+        assert_eq!(report_condition(&health(None), None, "t0"), None);
+        let refused = report_condition(
+            &health(Some(Verdict::Refused("pre-receive hook declined".into()))),
+            None,
+            "t1",
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                refused.status.as_str(),
+                refused.reason.as_str(),
+                refused.last_transition_time.as_str()
+            ),
+            ("False", "Refused", "t1")
+        );
+        assert!(refused.message.contains("pre-receive hook declined"));
+        // Still False (now failing to connect): the transition time stays.
+        let failing = report_condition(
+            &health(Some(Verdict::Failing("connection refused".into()))),
+            Some(&refused),
+            "t2",
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                failing.reason.as_str(),
+                failing.last_transition_time.as_str()
+            ),
+            ("Unreachable", "t1")
+        );
+        // Pushed: True, from now.
+        let pushed =
+            report_condition(&health(Some(Verdict::Pushed)), Some(&failing), "t3").unwrap();
+        assert_eq!(
+            (pushed.status.as_str(), pushed.last_transition_time.as_str()),
+            ("True", "t3")
+        );
     }
 }

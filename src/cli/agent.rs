@@ -401,10 +401,9 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         let kube_config = kube::Config::infer()
             .await
             .context("finding the API server (in-cluster or KUBECONFIG)")?;
-        let client =
-            kube::Client::try_from(kube_config.clone()).context("connecting to the API server")?;
-        let backend = agent::KubeBackend::new(kube_config, cfg.jobs_namespace());
-        let agent = agent::Agent::new(cfg, client, backend, clock).await?;
+        let backend = agent::KubeBackend::new(kube_config.clone(), cfg.jobs_namespace())
+            .with_write_timeout(cfg.write_timeout());
+        let agent = agent::Agent::new(cfg, kube_config, backend, clock).await?;
         agent.run(rx).await?;
         anyhow::Ok(())
     });

@@ -203,25 +203,25 @@ impl KubeCluster {
     /// wait until each has delivered its initial list. The watches stop when
     /// the last clone is dropped.
     ///
-    /// It builds its own client from `config` with kube's default retry
-    /// layer turned off: that layer re-sends a 429 up to 15 times with
-    /// backoff growing to minutes, so an eviction refused by a
-    /// PodDisruptionBudget would hang the drain instead of being reported.
-    /// drover retries at the engine's step cadence instead.
-    pub async fn new(mut config: kube::Config, opts: KubeOptions) -> Result<KubeCluster, Error> {
-        config.default_retry = false;
-        // kube-rs sends no User-Agent: name drover in API server logs and audit events.
-        if !config
-            .headers
-            .iter()
-            .any(|(k, _)| k == http::header::USER_AGENT)
-        {
-            config.headers.push((
-                http::header::USER_AGENT,
-                http::HeaderValue::from_static(USER_AGENT),
-            ));
-        }
-        let client = Client::try_from(config).map_err(Error::Client)?;
+    /// It builds its own client from `config` with [`client`]: no retry
+    /// layer (an eviction refused by a PodDisruptionBudget is reported, and
+    /// drover retries at the engine's step cadence); its writes are not
+    /// bound in time (`drover plan` only reads; the agent builds its
+    /// clusters with [`KubeCluster::with_write_timeout`]).
+    pub async fn new(config: kube::Config, opts: KubeOptions) -> Result<KubeCluster, Error> {
+        let inner = observe::Observer::start(client(config, None)?, opts).await?;
+        Ok(KubeCluster { inner })
+    }
+
+    /// [`KubeCluster::new`] with each write bound by `write_timeout`: the
+    /// agent's backend, whose writes must not outlive its lease (it derives
+    /// the bound from the lease, see [`client`]).
+    pub async fn with_write_timeout(
+        config: kube::Config,
+        opts: KubeOptions,
+        write_timeout: Duration,
+    ) -> Result<KubeCluster, Error> {
+        let client = client(config, Some(write_timeout))?;
         let inner = observe::Observer::start(client, opts).await?;
         Ok(KubeCluster { inner })
     }
@@ -338,6 +338,124 @@ pub(crate) fn brief(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(s) => format!("{} ({} {})", s.message, s.code, s.reason),
         other => other.to_string(),
+    }
+}
+
+/// The agent backend's write bound when it is not given one: the agent's
+/// default lease (15 s, given up at 10 s without renewal) leaves 5 s
+/// between giving up and another replica taking over; a write must be
+/// answered well inside that.
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// The API client every part of drover uses, built from `config`:
+///
+/// - without kube's default retry layer, which re-sends a 429, 503 or 504
+///   up to 15 times with a backoff growing to minutes: an eviction refused
+///   by a PodDisruptionBudget would hang the drain, and Events throttled by
+///   API priority and fairness would hold whatever awaits them. drover
+///   retries at its own cadence (the engine's next step, the status
+///   writer's and the Event publisher's own loops) and says so.
+/// - with `write_timeout`, every request that is not a read (anything but
+///   GET and HEAD) given up when its answer has not started in time: a
+///   write stuck on a stalled connection cannot land long after the
+///   decision that made it (the backend's client, whose writes are the
+///   engine's, gets a bound below the time between losing and handing over
+///   the lease). Reads and watches are not bound here: a watch's answer
+///   streams for minutes, and a read changes nothing. Callers that bound
+///   each call themselves (the lease's renewal, by its own deadline) pass
+///   `None`.
+/// - naming drover in its User-Agent (kube-rs sends none), unless
+///   `config` already sets one, so API server logs and audit events show
+///   who made each call.
+pub fn client(mut config: kube::Config, write_timeout: Option<Duration>) -> Result<Client, Error> {
+    config.default_retry = false;
+    if !config
+        .headers
+        .iter()
+        .any(|(k, _)| k == http::header::USER_AGENT)
+    {
+        config.headers.push((
+            http::header::USER_AGENT,
+            http::HeaderValue::from_static(USER_AGENT),
+        ));
+    }
+    let builder = kube::client::ClientBuilder::try_from(config).map_err(Error::Client)?;
+    Ok(match write_timeout {
+        Some(limit) => builder.with_layer(&bound::WriteTimeoutLayer(limit)).build(),
+        None => builder.build(),
+    })
+}
+
+/// The tower layer behind [`client`]'s write bound.
+mod bound {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+    use std::time::Duration;
+    use tower::{BoxError, Layer, Service};
+
+    /// A write whose answer did not start in time.
+    #[derive(Debug, thiserror::Error)]
+    #[error("{method} {path}: no answer within {limit:?} (write given up)")]
+    pub struct WriteTimedOut {
+        method: http::Method,
+        path: String,
+        limit: Duration,
+    }
+
+    pub struct WriteTimeoutLayer(pub Duration);
+
+    impl<S> Layer<S> for WriteTimeoutLayer {
+        type Service = WriteTimeout<S>;
+        fn layer(&self, inner: S) -> WriteTimeout<S> {
+            WriteTimeout {
+                inner,
+                limit: self.0,
+            }
+        }
+    }
+
+    #[derive(Clone)]
+    pub struct WriteTimeout<S> {
+        inner: S,
+        limit: Duration,
+    }
+
+    type Answer<R> = Pin<Box<dyn Future<Output = Result<R, BoxError>> + Send>>;
+
+    impl<S, B> Service<http::Request<B>> for WriteTimeout<S>
+    where
+        S: Service<http::Request<B>>,
+        S::Error: Into<BoxError>,
+        S::Future: Send + 'static,
+    {
+        type Response = S::Response;
+        type Error = BoxError;
+        type Future = Answer<S::Response>;
+
+        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+            self.inner.poll_ready(cx).map_err(Into::into)
+        }
+
+        fn call(&mut self, req: http::Request<B>) -> Self::Future {
+            let read = matches!(*req.method(), http::Method::GET | http::Method::HEAD);
+            let (method, path) = (req.method().clone(), req.uri().path().to_string());
+            let limit = self.limit;
+            let answer = self.inner.call(req);
+            Box::pin(async move {
+                if read {
+                    return answer.await.map_err(Into::into);
+                }
+                match tokio::time::timeout(limit, answer).await {
+                    Ok(r) => r.map_err(Into::into),
+                    Err(_) => Err(Box::new(WriteTimedOut {
+                        method,
+                        path,
+                        limit,
+                    }) as BoxError),
+                }
+            })
+        }
     }
 }
 

@@ -18,7 +18,9 @@ pub use store::{
     walk_store_reports, ClusterBranch, Store, Walk, MAX_STATUS_BRANCHES,
 };
 mod push;
-pub use push::{build_commit, publish, PublishOptions, Published, PushError};
+pub use push::{
+    build_commit, classify, publish, publish_until, PublishOptions, Published, PushError, Rejection,
+};
 
 use crate::rollout::RolloutState;
 pub use cadence::NodeDetail;

@@ -1,22 +1,34 @@
 //! Publishing status reports: one commit per change on the cluster's own
 //! status branch (`<status_branch>.d/<env>/<cluster>`), pushed fast-forward.
+//!
 //! No other agent writes that branch, so a push is not raced; a rejection
-//! (a stale cache, a second agent for the same cluster) is rebuilt on the
-//! new tip.
+//! is classified ([`classify`]): a stale tip (a second replica of the same
+//! cluster, a cache behind the remote) is rebuilt on the new tip and pushed
+//! again, a few times at most; anything else the remote says no to (a
+//! pre-receive hook, a protected branch, missing permission) is a
+//! [`PushError::Refused`], which no retry will change: the caller stops and
+//! says so. Each call is bounded: by [`PublishOptions::budget`], checked
+//! whenever libgit2 reports progress and between the steps of an attempt,
+//! by a caller's stop flag, and, for a server that says nothing at all, by
+//! the transport's socket timeout (the source's).
 
 use super::StatusReport;
 use crate::source::{self, CallbackState, Source};
 use crate::trust;
 use git2::{
-    build::TreeUpdateBuilder, Commit, FileMode, ObjectType, Oid, PushOptions, Repository, Signature,
+    build::TreeUpdateBuilder, Commit, FetchOptions, FileMode, ObjectType, Oid, PushOptions,
+    Repository, Signature,
 };
 use ssh_key::{HashAlg, LineEnding, PrivateKey};
 use std::cell::RefCell;
 use std::path::Path;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 /// Local ref the outgoing status commit is pushed from.
 const OUTGOING_REF: &str = "refs/drover/status-outgoing";
+/// Local ref a stale push fetches the branch's new tip into.
+const TIP_REF: &str = "refs/drover/status-tip";
 
 /// Errors of status publishing.
 #[derive(Debug, thiserror::Error)]
@@ -27,7 +39,17 @@ pub enum PushError {
     /// Signing the status commit failed.
     #[error("cannot sign the status commit: {0}")]
     Sign(String),
-    /// Every attempt lost the race to other agents.
+    /// The remote refused the update for a reason a retry does not change.
+    #[error("{url} refused the status report on {branch}: {message}")]
+    Refused {
+        /// Remote URL.
+        url: String,
+        /// The branch.
+        branch: String,
+        /// What the remote said (a hook's message, "protected branch", ...).
+        message: String,
+    },
+    /// Every attempt found a newer tip than the one it built on.
     #[error("status push to {url} still rejected after {attempts} attempts: {last}")]
     Exhausted {
         /// Remote URL.
@@ -37,11 +59,72 @@ pub enum PushError {
         /// The last rejection.
         last: String,
     },
+    /// The budget was spent, or the caller asked to stop.
+    #[error("status push to {url} stopped: {why}")]
+    Stopped {
+        /// Remote URL.
+        url: String,
+        /// Budget spent, or stop asked.
+        why: String,
+    },
 }
 
 impl From<git2::Error> for PushError {
     fn from(e: git2::Error) -> Self {
         PushError::Source(source::Error::Git(e))
+    }
+}
+
+impl PushError {
+    /// Whether retrying the same push cannot help until a person acts: the
+    /// remote refused it, or the credentials, host key, URL or signing key
+    /// are wrong. Everything else (unreachable, timed out, stale) may pass
+    /// on a later attempt.
+    pub fn needs_a_person(&self) -> bool {
+        match self {
+            PushError::Refused { .. } | PushError::Sign(_) => true,
+            PushError::Source(e) => matches!(
+                e,
+                source::Error::Auth { .. }
+                    | source::Error::HostKey { .. }
+                    | source::Error::Url(_)
+                    | source::Error::Credential { .. }
+            ),
+            PushError::Exhausted { .. } | PushError::Stopped { .. } => false,
+        }
+    }
+}
+
+/// What a rejected ref update means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejection {
+    /// The tip moved (or is being moved): rebuild on the new tip and push again.
+    Stale,
+    /// The remote will not take it (a hook, a protected branch, a
+    /// permission): stop and say so.
+    Refused,
+}
+
+/// Classify the message a remote gave for rejecting a ref update
+/// (git's receive-pack reports "non-fast-forward", "fetch first", "failed
+/// to lock" for a moving tip; hooks and forges report "pre-receive hook
+/// declined", "protected branch hook declined", "permission denied", ...).
+/// Only a moving tip is worth rebuilding for; anything else, known or not,
+/// is a refusal, because pushing it again unchanged would meet it again.
+pub fn classify(message: &str) -> Rejection {
+    let m = message.to_ascii_lowercase();
+    let stale = [
+        "non-fast-forward",
+        "fetch first",
+        "stale info",
+        "failed to lock",
+        "cannot lock ref",
+        "incorrect old value",
+    ];
+    if stale.iter().any(|s| m.contains(s)) {
+        Rejection::Stale
+    } else {
+        Rejection::Refused
     }
 }
 
@@ -51,10 +134,14 @@ pub struct PublishOptions {
     /// Sign status commits with this key (sshsig, namespace `git`), so the
     /// gate can tell agent confirmations from hand-made ones.
     pub signing_key: Option<PrivateKey>,
-    /// Push attempts before giving up (the caller keeps the report and retries
-    /// later). Each rejection means another agent's push landed, so this bounds
-    /// how many foreign pushes one report waits behind.
+    /// Push attempts on a stale tip before giving up (the caller keeps the
+    /// report and retries later). The branch is this cluster's own, so a
+    /// stale tip means a second writer of it; a few rebuilds settle that.
     pub max_attempts: u32,
+    /// Longest one [`publish`] call may take, checked whenever the
+    /// transport reports progress and between its steps. A server that
+    /// sends nothing is cut by the transport's socket timeout instead.
+    pub budget: Duration,
     /// Committer name.
     pub name: String,
     /// Committer e-mail.
@@ -70,7 +157,8 @@ impl Default for PublishOptions {
     fn default() -> Self {
         Self {
             signing_key: None,
-            max_attempts: 150,
+            max_attempts: 5,
+            budget: Duration::from_secs(20),
             name: "drover agent".into(),
             email: "drover@localhost".into(),
             commit_time: None,
@@ -101,7 +189,41 @@ enum Attempt {
     Pushed(Oid),
     Unchanged,
     NeedFetch,
-    Rejected(String),
+    /// The ref update was refused: the remote's status for it, and that
+    /// status with what the remote printed (for people).
+    Rejected {
+        status: String,
+        message: String,
+    },
+}
+
+/// When a publish must stop: its budget, and the caller's flag.
+struct Limit<'a> {
+    deadline: Instant,
+    stop: &'a AtomicBool,
+    url: String,
+}
+
+impl Limit<'_> {
+    fn go_on(&self) -> bool {
+        Instant::now() < self.deadline && !self.stop.load(Ordering::Relaxed)
+    }
+
+    fn check(&self) -> Result<(), PushError> {
+        if self.stop.load(Ordering::Relaxed) {
+            return Err(PushError::Stopped {
+                url: self.url.clone(),
+                why: "asked to stop".into(),
+            });
+        }
+        if Instant::now() >= self.deadline {
+            return Err(PushError::Stopped {
+                url: self.url.clone(),
+                why: "its time budget is spent".into(),
+            });
+        }
+        Ok(())
+    }
 }
 
 /// Write `report` to `status/<env>/<cluster>.toml` on its cluster's status
@@ -109,16 +231,38 @@ enum Attempt {
 ///
 /// The commit's parent is the remote tip of that branch (an orphan root
 /// when the branch does not exist yet), so its tree holds only this
-/// cluster's file. A rejected push is retried on the new tip with jittered
-/// backoff. Blocking: call from `spawn_blocking`.
+/// cluster's file. A push rejected for a stale tip is rebuilt on the new
+/// tip and retried with a short jittered pause; any other rejection is
+/// [`PushError::Refused`] at once. Blocking: call from a thread of its own.
 pub fn publish(
     source: &Source,
     report: &StatusReport,
     opts: &PublishOptions,
 ) -> Result<Published, PushError> {
+    publish_until(source, report, opts, &AtomicBool::new(false))
+}
+
+/// [`publish`], given up (as [`PushError::Stopped`]) once `stop` is set:
+/// before any step of an attempt, and at the transport's next progress
+/// report. A push already sent when `stop` is set may still land.
+pub fn publish_until(
+    source: &Source,
+    report: &StatusReport,
+    opts: &PublishOptions,
+    stop: &AtomicBool,
+) -> Result<Published, PushError> {
+    let url = source::redact(&source.config().url);
+    let limit = Limit {
+        deadline: Instant::now() + opts.budget,
+        stop,
+        url: url.clone(),
+    };
+    let branch =
+        super::cluster_branch(&source.config().status_branch, &report.env, &report.cluster);
     let mut last = String::new();
     for attempt in 1..=opts.max_attempts.max(1) {
-        match try_once(source, report, opts)? {
+        limit.check()?;
+        match try_once(source, report, opts, &limit)? {
             Attempt::Pushed(oid) => {
                 return Ok(Published {
                     commit: Some(oid),
@@ -133,25 +277,79 @@ pub fn publish(
             }
             Attempt::NeedFetch => {
                 // The tip has commits this cache lacks: get them, then build on it.
-                source.fetch_status()?;
+                fetch_tip(source, &branch, &limit)?;
                 continue;
             }
-            Attempt::Rejected(why) => last = why,
+            Attempt::Rejected { status, message } => match classify(&status) {
+                Rejection::Stale => last = message,
+                Rejection::Refused => {
+                    return Err(PushError::Refused {
+                        url,
+                        branch,
+                        message,
+                    })
+                }
+            },
         }
         std::thread::sleep(backoff(attempt));
     }
     Err(PushError::Exhausted {
-        url: source::redact(&source.config().url),
+        url,
         attempts: opts.max_attempts,
         last,
     })
 }
 
-// Short and not growing with the attempt count: a growing backoff lets agents
-// on their first attempt overtake one that already lost several races, and a
-// loser could starve. Random spread is what breaks the ties.
+// Short and not growing with the attempt count: the branch has one
+// writer, so a stale tip is a rare race that a short random pause breaks.
 fn backoff(_attempt: u32) -> Duration {
     Duration::from_millis(rand::random_range(5..60))
+}
+
+/// Most bytes kept of what the remote prints during a push.
+const REMOTE_SAID_MAX: usize = 1024;
+
+/// A rejection's status followed by what the remote printed (a hook's
+/// reason), on one line: "pre-receive hook declined (remote: frozen)".
+fn with_remote_text(status: String, said: &[u8]) -> String {
+    let text = String::from_utf8_lossy(said);
+    let lines: Vec<&str> = text
+        .split(['\n', '\r'])
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    if lines.is_empty() {
+        status
+    } else {
+        format!("{status} (remote: {})", lines.join("; "))
+    }
+}
+
+/// Fetch only this cluster's branch (into a private ref: the store's refs
+/// are the fetch stage's), so the next attempt can build on its tip.
+fn fetch_tip(source: &Source, branch: &str, limit: &Limit<'_>) -> Result<(), PushError> {
+    let state = CallbackState::default();
+    let result = (|| {
+        let mut remote = source.repo().remote_anonymous(&source.config().url)?;
+        let mut cbs = source.callbacks(&state);
+        cbs.transfer_progress(|_| limit.go_on());
+        cbs.sideband_progress(|_| limit.go_on());
+        let mut fo = FetchOptions::new();
+        fo.remote_callbacks(cbs);
+        fo.download_tags(git2::AutotagOption::None);
+        remote.fetch(
+            &[format!("+refs/heads/{branch}:{TIP_REF}")],
+            Some(&mut fo),
+            None,
+        )
+    })();
+    match result {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            limit.check()?;
+            Err(PushError::Source(state.into_error(e)))
+        }
+    }
 }
 
 /// Build the status commit on `tip` (signed if configured); `None` when unchanged.
@@ -212,6 +410,7 @@ fn try_once(
     source: &Source,
     report: &StatusReport,
     opts: &PublishOptions,
+    limit: &Limit<'_>,
 ) -> Result<Attempt, PushError> {
     let repo = source.repo();
     let branch =
@@ -219,6 +418,9 @@ fn try_once(
     let branch_ref = format!("refs/heads/{branch}");
     let state = CallbackState::default();
     let rejected: RefCell<Option<String>> = RefCell::new(None);
+    // What the remote printed while taking the push (a hook's reason).
+    let remote_said: RefCell<Vec<u8>> = RefCell::new(Vec::new());
+    let stopped = std::cell::Cell::new(false);
     let mut remote = repo.remote_anonymous(&source.config().url)?;
     let result: Result<Attempt, git2::Error> = (|| {
         // Build on the tip this very push connection advertises, so the race
@@ -242,6 +444,11 @@ fn try_once(
         else {
             return Ok(Attempt::Unchanged);
         };
+        // The last moment to give up before anything is sent.
+        if !limit.go_on() {
+            stopped.set(true);
+            return Err(git2::Error::from_str("stopped before pushing"));
+        }
         repo.reference(OUTGOING_REF, oid, true, "drover: status report")?;
         let mut cbs = source.callbacks(&state);
         cbs.push_update_reference(|_name, status| {
@@ -249,6 +456,14 @@ fn try_once(
                 *rejected.borrow_mut() = Some(msg.to_string());
             }
             Ok(())
+        });
+        cbs.sideband_progress(|data| {
+            let mut said = remote_said.borrow_mut();
+            let room = REMOTE_SAID_MAX.saturating_sub(said.len());
+            said.extend_from_slice(&data[..data.len().min(room)]);
+            let go_on = limit.go_on();
+            stopped.set(!go_on);
+            go_on
         });
         let mut po = PushOptions::new();
         po.remote_callbacks(cbs);
@@ -258,23 +473,101 @@ fn try_once(
     })();
     let attempt = match result {
         Ok(Attempt::Pushed(oid)) => match rejected.into_inner() {
-            Some(why) => Attempt::Rejected(why),
+            Some(status) => Attempt::Rejected {
+                message: with_remote_text(status.clone(), &remote_said.into_inner()),
+                status,
+            },
             None => {
-                repo.reference(
+                // The local view of the branch follows the push; best
+                // effort, since the fetch stage may hold the ref's lock now
+                // and its next fetch brings the same tip.
+                let _ = repo.reference(
                     &format!("refs/remotes/origin/{branch}"),
                     oid,
                     true,
                     "drover: status pushed",
-                )?;
+                );
                 Attempt::Pushed(oid)
             }
         },
         Ok(other) => other,
         // libgit2 refuses a non-fast-forward locally when it already knows the newer tip.
-        Err(e) if e.code() == git2::ErrorCode::NotFastForward => {
-            Attempt::Rejected(e.message().to_string())
+        Err(e) if e.code() == git2::ErrorCode::NotFastForward => Attempt::Rejected {
+            status: "non-fast-forward".into(),
+            message: e.message().to_string(),
+        },
+        Err(e) => {
+            // Given up by the budget or the caller: say that, not the
+            // transport's error it caused.
+            if stopped.get() || !limit.go_on() {
+                limit.check()?;
+            }
+            return Err(PushError::Source(state.into_error(e)));
         }
-        Err(e) => return Err(PushError::Source(state.into_error(e))),
     };
     Ok(attempt)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_moving_tip_is_rebuilt_for() {
+        for stale in [
+            "non-fast-forward",
+            "fetch first",
+            "stale info",
+            "failed to lock",
+            "cannot lock ref 'refs/heads/drover/status.d/a/b': is at 1234 but expected 5678",
+        ] {
+            assert_eq!(classify(stale), Rejection::Stale, "{stale}");
+        }
+        for refused in [
+            "pre-receive hook declined",
+            "hook declined",
+            "protected branch hook declined",
+            "deny updating a hidden ref",
+            "permission denied",
+            "shallow update not allowed",
+            "something no forge said before",
+        ] {
+            assert_eq!(classify(refused), Rejection::Refused, "{refused}");
+        }
+    }
+
+    #[test]
+    fn what_the_remote_printed_follows_the_status_on_one_line() {
+        assert_eq!(
+            with_remote_text(
+                "pre-receive hook declined".into(),
+                b"frozen by the change board\n\r\nask #ops\n"
+            ),
+            "pre-receive hook declined (remote: frozen by the change board; ask #ops)"
+        );
+        assert_eq!(
+            with_remote_text("hook declined".into(), b"\n"),
+            "hook declined"
+        );
+    }
+
+    #[test]
+    fn a_refusal_needs_a_person_and_an_outage_does_not() {
+        let refused = PushError::Refused {
+            url: "u".into(),
+            branch: "b".into(),
+            message: "m".into(),
+        };
+        assert!(refused.needs_a_person());
+        assert!(PushError::Sign("bad key".into()).needs_a_person());
+        let down = PushError::Source(source::Error::Git(git2::Error::from_str(
+            "failed to connect",
+        )));
+        assert!(!down.needs_a_person());
+        let stopped = PushError::Stopped {
+            url: "u".into(),
+            why: "budget".into(),
+        };
+        assert!(!stopped.needs_a_person());
+    }
 }

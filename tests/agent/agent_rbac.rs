@@ -4,10 +4,11 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::support::agent::*;
 use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
-use crate::support::kube::{apply_deploy_file, ControlPlane, TestNamespace};
+use crate::support::kube::{apply_deploy_file, retry_until, ControlPlane, TestNamespace};
 use drover::rollout::VirtualClock;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::events::v1::Event;
@@ -85,6 +86,10 @@ async fn the_agent_needs_nothing_beyond_its_service_account() {
     cfg.lease_name = format!("drover-{}", pool.name());
     // As deploy/base wires it: upgrade Jobs in their own namespace.
     cfg.job_namespace = Some("drover-upgrades".into());
+    // The shipped lease: its writes get the shipped 4 s bound, so an API
+    // server slowed by a loaded machine is not taken for a missing
+    // permission (the tests' 3 s lease bounds writes at 0.8 s).
+    cfg.lease_duration = Duration::from_secs(15);
     let agent = RunningAgent::start(cfg.clone(), clock, Some(SERVICE_ACCOUNT));
 
     // As the ServiceAccount: confirm the current version, then roll to the next.
@@ -123,21 +128,23 @@ async fn the_agent_needs_nothing_beyond_its_service_account() {
         lease.spec.unwrap().holder_identity.as_deref(),
         Some("drover-7d9f-abcde")
     );
-    let ev = Api::<Event>::namespaced(admin.clone(), "drover-system")
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items;
-    assert!(ev.iter().any(|e| e.reason.as_deref() == Some("Applied")));
-    let node_ev = Api::<Event>::namespaced(admin.clone(), "default")
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items;
-    assert!(node_ev.iter().any(|e| {
-        e.reason.as_deref() == Some("Upgraded")
-            && e.reporting_instance.as_deref() == Some("drover-7d9f-abcde")
-    }));
+    // Events are published beside the status, not before it: wait for them.
+    for (ns, reason) in [("drover-system", "Applied"), ("default", "Upgraded")] {
+        let events = Api::<Event>::namespaced(admin.clone(), ns);
+        retry_until(&format!("a {reason} Event in {ns}"), || async {
+            let ev = events.list(&ListParams::default()).await.unwrap().items;
+            let found = ev.iter().any(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.reporting_instance.as_deref() == Some("drover-7d9f-abcde")
+            });
+            if found {
+                Ok(())
+            } else {
+                Err("not yet")
+            }
+        })
+        .await;
+    }
     let m = agent.metrics().await;
     assert_eq!(
         sample(&m, r#"drover_reconciles_total{result="error"}"#),

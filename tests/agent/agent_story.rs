@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::support::agent::*;
 use crate::support::backend::nodes_in;
 use crate::support::backend::{pool_options, start_sim, BudgetWatch, POOL_LABEL};
-use crate::support::kube::events_for;
+use crate::support::kube::{events_for, retry_until};
 use crate::support::kube::{ControlPlane, TestNamespace};
 use drover::cluster::ANN_STATE;
 use drover::rollout::VirtualClock;
@@ -245,27 +245,38 @@ async fn a_bump_moves_through_test_stage_and_production_each_in_its_window() {
             "env {i} left nodes cordoned or annotated"
         );
     }
-    // Events on the status object tell the story.
-    let ev = events_for(&client, &names[1], status_name(1)).await;
-    let reasons: Vec<&str> = ev.iter().filter_map(|e| e.reason.as_deref()).collect();
-    assert!(reasons.contains(&"Refused"), "{reasons:?}");
-    assert!(reasons.contains(&"Applied"), "{reasons:?}");
-    assert!(reasons.contains(&"RolloutConfirmed"), "{reasons:?}");
-    // Test saw its window open (it was running before).
-    let ev = events_for(&client, &names[0], status_name(0)).await;
-    assert!(
-        ev.iter()
-            .any(|e| e.reason.as_deref() == Some("WindowOpened")),
-        "{ev:?}"
-    );
-    // And on the nodes.
-    let node_events = events_for(&client, "default", &sims[2].node_names()[0]).await;
-    assert!(
-        node_events
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("Upgraded")),
-        "{node_events:?}"
-    );
+    // Events on the status object tell the story. They are published beside
+    // the status, not before it: wait for them.
+    for (ns, object, reason) in [
+        (names[1].as_str(), status_name(1).to_string(), "Refused"),
+        (names[1].as_str(), status_name(1).to_string(), "Applied"),
+        (
+            names[1].as_str(),
+            status_name(1).to_string(),
+            "RolloutConfirmed",
+        ),
+        // Test saw its window open (it was running before).
+        (
+            names[0].as_str(),
+            status_name(0).to_string(),
+            "WindowOpened",
+        ),
+        // And on the nodes.
+        ("default", sims[2].node_names()[0].clone(), "Upgraded"),
+    ] {
+        retry_until(&format!("Event {reason} on {object}"), || async {
+            let ev = events_for(&client, ns, &object).await;
+            if ev.iter().any(|e| e.reason.as_deref() == Some(reason)) {
+                Ok(())
+            } else {
+                Err(ev
+                    .iter()
+                    .filter_map(|e| e.reason.clone())
+                    .collect::<Vec<_>>())
+            }
+        })
+        .await;
+    }
     for a in agents {
         a.stop();
     }

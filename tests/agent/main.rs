@@ -16,5 +16,6 @@ mod agent_outage;
 mod agent_poll;
 mod agent_rbac;
 mod agent_revoked;
+mod agent_seams;
 mod agent_story;
 mod agent_windows;

@@ -326,7 +326,9 @@ async fn a_repeated_event_is_counted_into_one_series() {
     use drover::agent::events::{Events, Severity};
     use k8s_openapi::api::events::v1::Event;
     let (client, ns) = setup("ops-events").await;
-    let events = Events::new(Some(client.clone()), "agent-0", ns.name(), "test-status");
+    let mut events = Events::new(Some(client.clone()), "agent-0", ns.name(), "test-status");
+    let (_stop, stop) = tokio::sync::watch::channel(false);
+    events.start(stop, std::time::Duration::from_secs(10));
     let api: Api<Event> = Api::namespaced(client.clone(), ns.name());
     events
         .on_status(Severity::Warning, "Refused", "Judge", "unsigned".into())
@@ -341,6 +343,8 @@ async fn a_repeated_event_is_counted_into_one_series() {
     events
         .on_status(Severity::Normal, "Applied", "Apply", "commit abc".into())
         .await;
+    // Published off the caller's task: wait for the queue to drain.
+    events.flushed().await;
     let mut listed = api.list(&Default::default()).await.unwrap().items;
     listed.sort_by_key(|e| e.reason.clone());
     let summary: Vec<_> = listed
@@ -385,6 +389,7 @@ async fn a_repeated_event_is_counted_into_one_series() {
     events
         .on_status(Severity::Warning, "Refused", "Judge", "unsigned".into())
         .await;
+    events.flushed().await;
     let again: Vec<_> = api
         .list(&Default::default())
         .await

@@ -9,6 +9,7 @@ mod support;
 
 mod agent_jobs_policy;
 mod agent_leader;
+mod agent_status_writes;
 mod agent_watch_backoff;
 mod bottlerocket_driver;
 mod bottlerocket_selection;
@@ -19,5 +20,6 @@ mod k8s_backend_isolation;
 mod k8s_backend_ops;
 mod k8s_backend_rollout;
 mod k8s_smoke;
+mod k8s_write_bound;
 mod kubelet_faults;
 mod plan_kube;

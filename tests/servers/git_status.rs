@@ -239,3 +239,79 @@ fn a_remote_with_only_the_older_single_branch_still_works_and_gains_cluster_bran
         "refs/remotes/origin/drover/status"
     );
 }
+
+#[test]
+fn a_stale_cache_is_rebuilt_on_the_new_tip_and_a_hook_refusal_stops_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let daemon = served(tmp.path());
+    let bare = daemon.base.join("config.git");
+    let open = |name: &str| {
+        Source::open(SourceConfig::new(
+            daemon.url("config"),
+            tmp.path().join(name),
+        ))
+        .unwrap()
+    };
+    let (a, b) = (open("cache-a"), open("cache-b"));
+    let opts = PublishOptions::default();
+    let own = "drover/status.d/test/test-1";
+    status::publish(&a, &report("test", "test-1", 1), &opts).unwrap();
+    // A second writer of the branch (a replica with its own cache) moves it on.
+    let theirs = status::publish(&b, &report("test", "test-1", 2), &opts)
+        .unwrap()
+        .commit
+        .unwrap();
+    // A's cache is stale: it fetches the branch's tip and builds on it.
+    let ours = status::publish(&a, &report("test", "test-1", 3), &opts).unwrap();
+    assert_eq!(
+        ours.attempts, 2,
+        "one attempt finds the tip unknown, the next lands"
+    );
+    assert_eq!(
+        git(&bare, &["rev-parse", &format!("{own}^")]),
+        theirs.to_string(),
+        "built on the other writer's commit, nothing lost"
+    );
+
+    // A pre-receive hook says no: refused at once, with its reason, nothing pushed.
+    let hook = bare.join("hooks/pre-receive");
+    std::fs::write(
+        &hook,
+        "#!/bin/sh\necho 'status branches are read-only during the audit' >&2\nexit 1\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let tip = git(&bare, &["rev-parse", own]);
+    let t0 = std::time::Instant::now();
+    let err = status::publish(&a, &report("test", "test-1", 4), &opts).unwrap_err();
+    assert!(
+        matches!(&err, status::PushError::Refused { message, .. }
+            if message.contains("pre-receive hook declined")
+                && message.contains("read-only during the audit")),
+        "{err}"
+    );
+    assert!(err.needs_a_person());
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(git(&bare, &["rev-parse", own]), tip);
+
+    // Control: without the hook the same report lands.
+    std::fs::remove_file(&hook).unwrap();
+    // A caller that asked to stop sends nothing.
+    let stop = std::sync::atomic::AtomicBool::new(true);
+    let stopped = status::publish_until(&a, &report("test", "test-1", 4), &opts, &stop);
+    assert!(
+        matches!(stopped, Err(status::PushError::Stopped { .. })),
+        "{stopped:?}"
+    );
+    assert_eq!(git(&bare, &["rev-parse", own]), tip);
+    let landed = status::publish(&a, &report("test", "test-1", 4), &opts).unwrap();
+    assert_eq!(
+        git(&bare, &["rev-parse", own]),
+        landed.commit.unwrap().to_string()
+    );
+}

@@ -340,6 +340,14 @@ pub fn agent_config(
     cfg
 }
 
+/// How a test agent reaches the API server.
+enum Reach {
+    /// The admin kubeconfig, impersonating this user when given.
+    As(Option<String>),
+    /// This config.
+    Config(Box<Config>),
+}
+
 /// An agent on a runtime (and thread) of its own.
 pub struct RunningAgent {
     pub handle: AgentHandle,
@@ -351,10 +359,19 @@ pub struct RunningAgent {
 impl RunningAgent {
     /// Start an agent with `cfg` on `clock`, as `as_user` when given (impersonation).
     pub fn start(cfg: AgentConfig, clock: SharedClock, as_user: Option<&str>) -> RunningAgent {
+        Self::start_on(cfg, clock, Reach::As(as_user.map(String::from)))
+    }
+
+    /// Start an agent with `cfg` on `clock` that reaches the API server as
+    /// `config` says (through a proxy, with a User-Agent of its own, ...).
+    pub fn start_with_config(cfg: AgentConfig, clock: SharedClock, config: Config) -> RunningAgent {
+        Self::start_on(cfg, clock, Reach::Config(Box::new(config)))
+    }
+
+    fn start_on(cfg: AgentConfig, clock: SharedClock, reach: Reach) -> RunningAgent {
         let (handle_tx, handle_rx) = std::sync::mpsc::channel();
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (kill, kill_rx) = tokio::sync::oneshot::channel::<()>();
-        let as_user = as_user.map(String::from);
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(1)
@@ -362,10 +379,13 @@ impl RunningAgent {
                 .build()
                 .unwrap();
             rt.block_on(async move {
-                let config = config_as(as_user.as_deref()).await;
-                let client = Client::try_from(config.clone()).unwrap();
-                let backend = KubeBackend::new(config, cfg.jobs_namespace());
-                let agent = Agent::new(cfg, client, backend, clock)
+                let config = match reach {
+                    Reach::As(as_user) => config_as(as_user.as_deref()).await,
+                    Reach::Config(c) => *c,
+                };
+                let backend = KubeBackend::new(config.clone(), cfg.jobs_namespace())
+                    .with_write_timeout(cfg.write_timeout());
+                let agent = Agent::new(cfg, config, backend, clock)
                     .await
                     .expect("agent starts");
                 handle_tx.send(agent.handle()).unwrap();

@@ -34,6 +34,60 @@ pub const HARNESS_ENV: &str = "DROVER_CONTROLPLANE_DIR";
 /// Environment variable that, set to 1, keeps the control plane's state directory after the run.
 pub const KEEP_ENV: &str = "DROVER_KEEP_CONTROLPLANE";
 
+/// The audit policy of the tests' control plane: every write, and every
+/// call on a Lease, at Metadata level; not the reads, the API server's own
+/// traffic, nor the simulated kubelets' heartbeats (node and pod status,
+/// node Leases), which would make the log large and tell nothing.
+const AUDIT_WRITES: &str = r#"apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: None
+  users: ["system:apiserver"]
+- level: None
+  namespaces: ["kube-node-lease"]
+- level: Metadata
+  resources:
+  - group: "coordination.k8s.io"
+    resources: ["leases"]
+- level: None
+  verbs: ["get", "list", "watch"]
+- level: None
+  resources:
+  - group: ""
+    resources: ["nodes/status", "pods/status"]
+  - group: "batch"
+    resources: ["jobs/status"]
+  - group: "policy"
+    resources: ["poddisruptionbudgets/status"]
+- level: Metadata
+"#;
+
+/// One request as the API server's audit log recorded it.
+#[derive(Debug, Clone)]
+pub struct Audited {
+    /// The client's User-Agent.
+    pub user_agent: String,
+    /// `create`, `update`, `patch`, `delete`, `get`, ...
+    pub verb: String,
+    /// The resource, with `/subresource` when there is one (`pods/eviction`).
+    pub resource: String,
+    /// The object's namespace and name, as far as the request named them.
+    pub namespace: String,
+    pub name: String,
+    /// When the API server received it.
+    pub received: chrono::DateTime<chrono::Utc>,
+    /// The answer's HTTP status.
+    pub code: u16,
+}
+
+impl Audited {
+    /// Whether it changed or tried to change something.
+    pub fn is_write(&self) -> bool {
+        !matches!(self.verb.as_str(), "get" | "list" | "watch")
+    }
+}
+
 /// The control plane shared by every test in this binary.
 pub struct ControlPlane {
     dir: PathBuf,
@@ -107,10 +161,20 @@ impl ControlPlane {
         let log_path = dir.join("start.log");
         let log = File::create(&log_path)?;
         // --watch-pid: a second way down should the watchdog itself be killed.
-        let status = Command::new(&start)
-            .arg(&dir)
+        let mut cmd = Command::new(&start);
+        cmd.arg(&dir)
             .arg("--watch-pid")
-            .arg(std::process::id().to_string())
+            .arg(std::process::id().to_string());
+        // An audit log of the writes (see `audited`); CONTROLPLANE_AUDIT=1
+        // (benches counting reads) keeps the harness's log-everything policy.
+        if std::env::var("CONTROLPLANE_AUDIT").as_deref() != Ok("1") {
+            let policy = dir.join("audit-writes.yaml");
+            std::fs::write(&policy, AUDIT_WRITES)?;
+            cmd.arg("--audit")
+                .arg("--")
+                .arg(format!("--audit-policy-file={}", policy.display()));
+        }
+        let status = cmd
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -139,6 +203,47 @@ impl ControlPlane {
     /// The control plane's state directory.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Every request in the audit log (writes, and every call on a Lease;
+    /// see [`AUDIT_WRITES`]) up to now: a marker request made through
+    /// `client` is awaited in the log first, so everything answered before
+    /// this call is in.
+    pub async fn audited(&self, client: &Client) -> Vec<Audited> {
+        let marker = format!("audit-marker-{:08x}", rand::random::<u32>());
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+            Api::namespaced(client.clone(), "default");
+        let _ = leases.get_opt(&marker).await;
+        let path = self.dir.join("audit.log");
+        let text = retry_until("the audit log shows the marker request", || async {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            if text.contains(&marker) {
+                Ok(text)
+            } else {
+                Err("not yet")
+            }
+        })
+        .await;
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| e["stage"] == "ResponseComplete")
+            .filter_map(|e| {
+                let o = &e["objectRef"];
+                let sub = o["subresource"].as_str();
+                Some(Audited {
+                    user_agent: e["userAgent"].as_str().unwrap_or("").to_string(),
+                    verb: e["verb"].as_str()?.to_string(),
+                    resource: match sub {
+                        Some(sub) => format!("{}/{sub}", o["resource"].as_str().unwrap_or("")),
+                        None => o["resource"].as_str().unwrap_or("").to_string(),
+                    },
+                    namespace: o["namespace"].as_str().unwrap_or("").to_string(),
+                    name: o["name"].as_str().unwrap_or("").to_string(),
+                    received: e["requestReceivedTimestamp"].as_str()?.parse().ok()?,
+                    code: e["responseStatus"]["code"].as_u64().unwrap_or(0) as u16,
+                })
+            })
+            .collect()
     }
 
     /// Admin kubeconfig (group system:masters).

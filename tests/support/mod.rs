@@ -20,6 +20,8 @@
 //! - [`bottlerocket_api`]: a node's Bottlerocket API on a Unix socket.
 //! - [`apiproxy`]: an HTTP proxy in front of the API server that fails the
 //!   requests a test picks (one node's pod list, say).
+//! - [`proxy`]: faults between a client and a real server: a TCP proxy
+//!   that refuses or stalls, an HTTP front of the API server that throttles.
 
 // Each test binary and bench uses a different part of the tree.
 #![allow(dead_code)]
@@ -34,4 +36,5 @@ pub mod gpg;
 pub mod kube;
 pub mod kubelet;
 pub mod prometheus;
+pub mod proxy;
 pub mod time;

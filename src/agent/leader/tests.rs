@@ -107,3 +107,31 @@ fn timings_must_nest() {
     bad.renew_deadline = Duration::from_secs(20);
     assert!(bad.validate().is_err());
 }
+
+#[test]
+fn a_write_started_while_leading_ends_before_the_lease_can_be_taken() {
+    let c = LeaseConfig::new("ns", "l", "a", Duration::from_secs(15));
+    assert_eq!(c.write_timeout(), Duration::from_secs(4));
+    for secs in [1, 3, 15, 60] {
+        let c = LeaseConfig::new("ns", "l", "a", Duration::from_secs(secs));
+        assert!(
+            c.renew_deadline + c.write_timeout() < c.duration,
+            "{secs}s: {c:?}"
+        );
+        assert!(!c.write_timeout().is_zero());
+    }
+}
+
+#[test]
+fn no_two_replicas_share_the_default_identity() {
+    let (a, b) = (
+        crate::agent::default_identity(),
+        crate::agent::default_identity(),
+    );
+    assert_ne!(a, b);
+    assert!(
+        a.starts_with("drover-") && a.len() == "drover-".len() + 16,
+        "{a}"
+    );
+    assert_ne!(a, format!("drover-{}", std::process::id()));
+}

@@ -1,0 +1,538 @@
+//! The status report's way to the git server, off the control loop: the
+//! pass hands each new report to the term's [`Reporter`] and goes on; the
+//! reporter's task pushes them in order, one attempt at a time, each on a
+//! thread of its own, and says how it goes (the `ReportPushed` condition of
+//! the CRD status, metrics, Events).
+//!
+//! Choices (docs/design.md §5, "Pushing without waiting"):
+//! - **Coalescing.** At most [`MAX_WAITING`] reports wait ([`Outbox`]). A
+//!   new report supersedes every waiting report that is only a state
+//!   (pending, rolling, settling, paused, blocked, refused): the newest
+//!   says everything they said. A `confirmed` or `failed` report is
+//!   evidence the gate reads, so it waits until pushed, superseded only by
+//!   a newer one of the same version and state. The newest report is
+//!   always last, so the branch ends on the cluster's latest state.
+//! - **Cadence.** Rolling progress still goes out at most once per poll
+//!   interval ([`crate::status::cadence`]); everything else at once.
+//! - **Each attempt** may take [`attempt_budget`] (a third of the poll
+//!   interval, 5 s to 20 s: well inside the interval after which its
+//!   progress would be superseded); a server that says nothing is cut by
+//!   the transport's socket timeout. It runs on its own thread, not the
+//!   blocking pool the control loop's git work uses.
+//! - **Failures.** Unreachable, timed out or stale: retried with a backoff
+//!   from 1 s up to the poll interval. Refused (a pre-receive hook, a
+//!   protected branch, credentials or a signing key that do not work):
+//!   pushing the same report again cannot help, so the reporter stops,
+//!   says so (condition `ReportPushed=False` reason `Refused`, the
+//!   `drover_status_push_refused` gauge, a Warning Event), and tries again
+//!   only with the next new report or after five poll intervals, so that
+//!   it resumes by itself once the forge is fixed.
+//! - **Terms.** The reporter belongs to a leadership term: it stops when
+//!   the term ends (a push already on the wire may still land; none starts
+//!   after) and what was waiting is dropped: the next leader reports its
+//!   own view.
+
+use super::events::{Events, Severity};
+use super::hooks::SharedClock;
+use super::metrics::Metrics;
+use crate::retry::Backoff;
+use crate::rollout::RolloutState;
+use crate::source::{Source, SourceConfig};
+use crate::status::cadence::{self, Push};
+use crate::status::{PublishOptions, PushError, StatusReport};
+use chrono::{DateTime, Utc};
+use std::collections::VecDeque;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{oneshot, watch, Notify};
+
+/// Most reports waiting to be pushed (evidence of distinct versions; in
+/// practice one or two wait).
+pub(super) const MAX_WAITING: usize = 16;
+
+/// A report and the status branch it goes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Outgoing {
+    pub report: StatusReport,
+    /// The status branch of the policy in force (`[promotion] status_branch`).
+    pub branch: String,
+}
+
+/// A waiting report, numbered in order of arrival.
+#[derive(Debug, Clone)]
+struct Waiting {
+    seq: u64,
+    out: Outgoing,
+}
+
+/// Reports waiting to be pushed, oldest first; pure (see the module docs).
+#[derive(Debug, Default)]
+pub(super) struct Outbox {
+    queue: VecDeque<Waiting>,
+    next_seq: u64,
+    /// Reports dropped because evidence of more than [`MAX_WAITING`]
+    /// versions waited (never the newest).
+    pub dropped: u64,
+}
+
+/// Evidence the gate reads; never superseded by a report of another kind.
+fn is_evidence(r: &StatusReport) -> bool {
+    matches!(r.state, RolloutState::Confirmed | RolloutState::Failed)
+}
+
+impl Outbox {
+    /// Add `out` as the newest report, dropping what it supersedes.
+    pub fn offer(&mut self, out: Outgoing) {
+        let evidence = is_evidence(&out.report);
+        self.queue.retain(|w| {
+            is_evidence(&w.out.report)
+                && !(evidence
+                    && w.out.branch == out.branch
+                    && w.out.report.version == out.report.version
+                    && w.out.report.state == out.report.state)
+        });
+        self.next_seq += 1;
+        self.queue.push_back(Waiting {
+            seq: self.next_seq,
+            out,
+        });
+        while self.queue.len() > MAX_WAITING {
+            self.queue.pop_front();
+            self.dropped += 1;
+        }
+    }
+
+    fn front(&self) -> Option<Waiting> {
+        self.queue.front().cloned()
+    }
+
+    /// Remove the report numbered `seq` if it is still first.
+    fn done(&mut self, seq: u64) {
+        if self.queue.front().is_some_and(|w| w.seq == seq) {
+            self.queue.pop_front();
+        }
+    }
+
+    /// Reports waiting.
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// The waiting reports, oldest first.
+    #[cfg(test)]
+    fn reports(&self) -> Vec<&StatusReport> {
+        self.queue.iter().map(|w| &w.out.report).collect()
+    }
+}
+
+/// How pushing goes, for the CRD status.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct PushHealth {
+    /// Reports waiting.
+    pub waiting: usize,
+    /// `None` until the first attempt; then whether the last one landed.
+    pub last: Option<Verdict>,
+}
+
+/// The outcome of the last push attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Verdict {
+    /// It landed (or the remote already held the report).
+    Pushed,
+    /// It failed in a way a retry may cure (unreachable, timed out, stale).
+    Failing(String),
+    /// The remote refused it, or the agent's credentials or key do not work.
+    Refused(String),
+}
+
+/// The time one push attempt may take with `poll` as the poll interval.
+pub(super) fn attempt_budget(poll: Duration) -> Duration {
+    (poll / 3).clamp(Duration::from_secs(5), Duration::from_secs(20))
+}
+
+/// What the reporter needs.
+pub(super) struct ReporterConfig {
+    pub source: SourceConfig,
+    pub publish: PublishOptions,
+    pub poll: Duration,
+    pub clock: SharedClock,
+    pub events: Events,
+    pub metrics: Arc<Metrics>,
+}
+
+/// The term's handle on its reporter.
+pub(super) struct Reporter {
+    outbox: Arc<Mutex<Outbox>>,
+    wake: Arc<Notify>,
+    health: watch::Receiver<PushHealth>,
+}
+
+impl Reporter {
+    /// Start the reporter; it stops when `stop` reads true.
+    pub fn start(
+        cfg: ReporterConfig,
+        stop: watch::Receiver<bool>,
+    ) -> (Reporter, tokio::task::JoinHandle<()>) {
+        let outbox = Arc::new(Mutex::new(Outbox::default()));
+        let wake = Arc::new(Notify::new());
+        let (health_tx, health) = watch::channel(PushHealth::default());
+        let task = Task {
+            cfg,
+            outbox: outbox.clone(),
+            wake: wake.clone(),
+            health: health_tx,
+            pushed: None,
+            source: None,
+        };
+        let handle = tokio::spawn(task.run(stop));
+        (
+            Reporter {
+                outbox,
+                wake,
+                health,
+            },
+            handle,
+        )
+    }
+
+    /// Queue `out` to be pushed; returns at once.
+    pub fn offer(&self, out: Outgoing) {
+        lock(&self.outbox).offer(out);
+        self.wake.notify_one();
+    }
+
+    /// How pushing goes.
+    pub fn health(&self) -> PushHealth {
+        self.health.borrow().clone()
+    }
+}
+
+fn lock(o: &Mutex<Outbox>) -> std::sync::MutexGuard<'_, Outbox> {
+    o.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The reporter's task.
+struct Task {
+    cfg: ReporterConfig,
+    outbox: Arc<Mutex<Outbox>>,
+    wake: Arc<Notify>,
+    health: watch::Sender<PushHealth>,
+    /// The last report that reached the remote, and when (for the cadence).
+    pushed: Option<(StatusReport, DateTime<Utc>)>,
+    /// The reporter's own handle on the git cache (not the control loop's).
+    source: Option<Source>,
+}
+
+/// What to do after an attempt.
+enum After {
+    /// Next report now.
+    Next,
+    /// Wait this long (or for a new report when `or_new` is set).
+    Wait { delay: Duration, or_new: bool },
+}
+
+impl Task {
+    async fn run(mut self, mut stop: watch::Receiver<bool>) {
+        let poll = self.cfg.poll;
+        let mut backoff = Backoff::new(
+            Duration::from_secs(1),
+            poll.clamp(Duration::from_secs(1), Duration::from_secs(300)),
+        );
+        let refused_retry = (poll * 5).clamp(Duration::from_secs(5), Duration::from_secs(1800));
+        let mut after = After::Next;
+        let mut last_refusal: Option<String> = None;
+        let mut quiet = crate::retry::Quiet::new(crate::retry::LOG_EVERY);
+        loop {
+            if let After::Wait { delay, or_new } = after {
+                tokio::select! {
+                    biased;
+                    _ = stop.wait_for(|s| *s) => return,
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = self.wake.notified(), if or_new => {}
+                }
+            }
+            after = After::Next;
+            let head = lock(&self.outbox).front();
+            self.health
+                .send_modify(|h| h.waiting = lock(&self.outbox).len());
+            self.cfg
+                .metrics
+                .status_reports_waiting
+                .set(lock(&self.outbox).len() as i64);
+            let Some(head) = head else {
+                tokio::select! {
+                    biased;
+                    _ = stop.wait_for(|s| *s) => return,
+                    _ = self.wake.notified() => {}
+                }
+                continue;
+            };
+            let now = self.cfg.clock.now();
+            let last = self.pushed.as_ref().map(|(r, t)| (r, *t));
+            match cadence::decide(last, &head.out.report, now, poll) {
+                Push::Nothing => {
+                    lock(&self.outbox).done(head.seq);
+                    continue;
+                }
+                Push::At(due) => {
+                    // Held progress: push when due, or sooner with a newer report.
+                    let delay = (due - now).to_std().unwrap_or_default().min(poll);
+                    after = After::Wait {
+                        delay,
+                        or_new: true,
+                    };
+                    continue;
+                }
+                Push::Now => {}
+            }
+            let flag = Arc::new(AtomicBool::new(false));
+            let attempt = self.attempt(&head.out, flag.clone());
+            let result = tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => {
+                    // Nothing more is sent: the attempt stops at its next step.
+                    flag.store(true, std::sync::atomic::Ordering::Relaxed);
+                    return;
+                }
+                r = attempt => r,
+            };
+            let verdict = match result {
+                Ok(published) => {
+                    lock(&self.outbox).done(head.seq);
+                    self.pushed = Some((head.out.report.clone(), now));
+                    backoff.reset();
+                    quiet.reset();
+                    last_refusal = None;
+                    self.cfg.metrics.status_pushed(if published.is_some() {
+                        "ok"
+                    } else {
+                        "unchanged"
+                    });
+                    if let Some(commit) = published {
+                        tracing::info!(%commit, state = ?head.out.report.state, "status report pushed");
+                        if head.out.report.state == RolloutState::Confirmed {
+                            self.cfg
+                                .events
+                                .on_status(
+                                    Severity::Normal,
+                                    "Confirmed",
+                                    "Report",
+                                    format!(
+                                        "confirmed {} on {}; recorded on the status branch",
+                                        head.out.report.version, head.out.branch
+                                    ),
+                                )
+                                .await;
+                        }
+                    }
+                    Verdict::Pushed
+                }
+                Err(e) if e.needs_a_person() => {
+                    let message = e.to_string();
+                    self.cfg.metrics.status_pushed("refused");
+                    if last_refusal.as_deref() != Some(message.as_str()) {
+                        tracing::warn!(error = %message, "the status report was refused; not retried until the next report or {refused_retry:?}");
+                        self.cfg
+                            .events
+                            .on_status(
+                                Severity::Warning,
+                                "ReportRefused",
+                                "Report",
+                                format!("the status report was not pushed: {message}"),
+                            )
+                            .await;
+                        last_refusal = Some(message.clone());
+                    }
+                    after = After::Wait {
+                        delay: refused_retry,
+                        or_new: true,
+                    };
+                    Verdict::Refused(message)
+                }
+                Err(e) => {
+                    let message = e.to_string();
+                    self.cfg.metrics.status_pushed("failed");
+                    let delay = backoff.next_delay();
+                    if let Some(n) = quiet.allow() {
+                        tracing::warn!(error = %message, suppressed = n, retry_in = ?delay, "status push failed; will retry");
+                    }
+                    after = After::Wait {
+                        delay,
+                        or_new: false,
+                    };
+                    Verdict::Failing(message)
+                }
+            };
+            self.cfg
+                .metrics
+                .status_push_refused
+                .set(i64::from(matches!(verdict, Verdict::Refused(_))));
+            self.health.send_modify(|h| {
+                h.last = Some(verdict);
+                h.waiting = lock(&self.outbox).len();
+            });
+        }
+    }
+
+    /// One push of `out` on a thread of its own; `Ok(Some(commit))` when a
+    /// commit landed, `Ok(None)` when the remote already held the report.
+    async fn attempt(
+        &mut self,
+        out: &Outgoing,
+        stop: Arc<AtomicBool>,
+    ) -> Result<Option<git2::Oid>, PushError> {
+        let mut opts = self.cfg.publish.clone();
+        opts.budget = attempt_budget(self.cfg.poll);
+        let source = self.source.take();
+        let mut cfg = self.cfg.source.clone();
+        cfg.status_branch = out.branch.clone();
+        let report = out.report.clone();
+        let (tx, rx) = oneshot::channel();
+        let spawned = std::thread::Builder::new()
+            .name("drover-report".into())
+            .spawn(move || {
+                let result = (|| {
+                    let mut src = match source {
+                        Some(s) => s,
+                        None => Source::open(cfg.clone())?,
+                    };
+                    src.set_status_branch(&cfg.status_branch);
+                    let r = crate::status::publish_until(&src, &report, &opts, &stop);
+                    Ok::<_, PushError>((src, r))
+                })();
+                let _ = tx.send(result);
+            });
+        if let Err(e) = spawned {
+            return Err(PushError::Stopped {
+                url: crate::source::redact(&self.cfg.source.url),
+                why: format!("cannot start the push thread: {e}"),
+            });
+        }
+        match rx.await {
+            Ok(Ok((src, r))) => {
+                self.source = Some(src);
+                r.map(|p| p.commit)
+            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(PushError::Stopped {
+                url: crate::source::redact(&self.cfg.source.url),
+                why: "the push thread ended without an answer".into(),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(version: &str, state: RolloutState, at: u32) -> Outgoing {
+        Outgoing {
+            report: StatusReport {
+                env: "stage".into(),
+                cluster: "stage-1".into(),
+                config_commit: "c".repeat(40),
+                version: version.parse().unwrap(),
+                state,
+                since: "2026-12-08T02:00:00Z".parse().unwrap(),
+                nodes: 4,
+                nodes_at_version: at,
+                message: String::new(),
+                detail: Default::default(),
+            },
+            branch: "drover/status".into(),
+        }
+    }
+
+    fn states(o: &Outbox) -> Vec<(String, RolloutState, u32)> {
+        o.reports()
+            .iter()
+            .map(|r| (r.version.to_string(), r.state, r.nodes_at_version))
+            .collect()
+    }
+
+    #[test]
+    fn a_newer_state_supersedes_waiting_states_and_the_newest_is_last() {
+        let mut o = Outbox::default();
+        o.offer(report("1.13.0", RolloutState::Pending, 0));
+        o.offer(report("1.13.0", RolloutState::Rolling, 1));
+        o.offer(report("1.13.0", RolloutState::Rolling, 2));
+        assert_eq!(states(&o), [("1.13.0".into(), RolloutState::Rolling, 2)]);
+        o.offer(report("1.13.0", RolloutState::Blocked, 2));
+        assert_eq!(states(&o), [("1.13.0".into(), RolloutState::Blocked, 2)]);
+        assert_eq!(o.dropped, 0);
+    }
+
+    #[test]
+    fn evidence_waits_until_pushed_and_only_a_newer_one_of_its_kind_replaces_it() {
+        let mut o = Outbox::default();
+        o.offer(report("1.13.0", RolloutState::Failed, 1));
+        o.offer(report("1.13.0", RolloutState::Rolling, 1));
+        o.offer(report("1.13.0", RolloutState::Confirmed, 4));
+        o.offer(report("1.13.1", RolloutState::Rolling, 0));
+        // The failure and the confirmation of 1.13.0 are both kept, in
+        // order; the newest state is last.
+        assert_eq!(
+            states(&o),
+            [
+                ("1.13.0".into(), RolloutState::Failed, 1),
+                ("1.13.0".into(), RolloutState::Confirmed, 4),
+                ("1.13.1".into(), RolloutState::Rolling, 0),
+            ]
+        );
+        // A newer failure of 1.13.0 replaces the older one and goes last.
+        o.offer(report("1.13.0", RolloutState::Failed, 2));
+        assert_eq!(
+            states(&o),
+            [
+                ("1.13.0".into(), RolloutState::Confirmed, 4),
+                ("1.13.0".into(), RolloutState::Failed, 2),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_outbox_is_bounded_and_never_drops_the_newest() {
+        let mut o = Outbox::default();
+        for minor in 0..40 {
+            o.offer(report(&format!("1.{minor}.0"), RolloutState::Confirmed, 4));
+        }
+        o.offer(report("2.0.0", RolloutState::Rolling, 1));
+        assert_eq!(o.len(), MAX_WAITING);
+        assert_eq!(o.dropped, 40 + 1 - MAX_WAITING as u64);
+        let last = o.reports().last().map(|r| (r.version.to_string(), r.state));
+        assert_eq!(last, Some(("2.0.0".into(), RolloutState::Rolling)));
+    }
+
+    #[test]
+    fn only_the_report_attempted_is_removed_when_it_lands() {
+        let mut o = Outbox::default();
+        o.offer(report("1.13.0", RolloutState::Rolling, 1));
+        let first = o.front().unwrap();
+        // Superseded while its push was under way.
+        o.offer(report("1.13.0", RolloutState::Rolling, 2));
+        o.done(first.seq);
+        assert_eq!(states(&o), [("1.13.0".into(), RolloutState::Rolling, 2)]);
+    }
+
+    #[test]
+    fn an_attempt_takes_a_third_of_the_poll_interval_within_bounds() {
+        assert_eq!(
+            attempt_budget(Duration::from_secs(60)),
+            Duration::from_secs(20)
+        );
+        assert_eq!(
+            attempt_budget(Duration::from_secs(30)),
+            Duration::from_secs(10)
+        );
+        assert_eq!(
+            attempt_budget(Duration::from_millis(2500)),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            attempt_budget(Duration::from_secs(3600)),
+            Duration::from_secs(20)
+        );
+    }
+}
