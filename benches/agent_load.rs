@@ -275,6 +275,12 @@ async fn flood_figure(client: &kube::Client) {
     );
     stop_agent(agent).await;
     sim.shutdown().await;
+    // The work done: every replay was answered, none dropped by the flood.
+    assert_eq!(
+        accepted.load(Ordering::Relaxed),
+        2000,
+        "replays answered 202 under the flood"
+    );
     assert!(started >= 1.0, "the replayed webhooks started no fetch");
     assert!(started <= allowed, "{started} fetches in {window:?}");
     assert!(

@@ -7,7 +7,10 @@
 //!   [`KubeOptions::pod_watches`]); the only API requests it makes are one
 //!   field-selected list of pods per node being drained, and a fresh read
 //!   confirming a version the node and Job watches disagree on. An idle
-//!   cluster costs no pod traffic at all. Our own writes are overlaid on the
+//!   cluster costs no pod traffic at all. The counts per node upgraded and
+//!   per idle minute, the drain's own list of the pods included, are
+//!   measured from the API server's audit log (BENCHMARKS.md, "Kubernetes
+//!   backend"). Our own writes are overlaid on the
 //!   stores until the watches catch up, so the engine always reads its own
 //!   writes and never decides twice from a stale view. A read about one node
 //!   that fails is that node's [`crate::cluster::NodeView::fault`], never an

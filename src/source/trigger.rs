@@ -117,10 +117,12 @@ impl Trigger {
         Nudger(self.tx.clone())
     }
 
-    /// Also wake when anything under `path` changes (local repositories only).
+    /// Also wake when a ref under `path` changes, or anything outside its
+    /// object store and reflogs (local repositories only; see [`announces`]).
     pub fn watch(&mut self, path: &Path) -> Result<(), Error> {
         use notify::{EventKind, RecursiveMode, Watcher};
         let nudger = self.nudger();
+        let root = path.to_path_buf();
         let werr = |source| Error::Watch {
             path: path.display().to_string(),
             source,
@@ -128,7 +130,9 @@ impl Trigger {
         let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
             // Reads (our own fetches open files) must not re-trigger a fetch.
             if let Ok(ev) = res {
-                if !matches!(ev.kind, EventKind::Access(_)) {
+                if !matches!(ev.kind, EventKind::Access(_))
+                    && ev.paths.iter().any(|p| announces(&root, p))
+                {
                     nudger.nudge(Reason::Watch);
                 }
             }
@@ -202,6 +206,24 @@ impl Trigger {
         self.poll_at = Some(now + self.next_delay());
         r
     }
+}
+
+/// Whether a change to `path` in a watched repository can announce a new
+/// commit. A push or a git-sync fetch writes its objects, the reflog and the
+/// ref's lock file before it renames the lock over the ref; a fetch woken by
+/// those earlier writes still sees the old head and spends the minimum
+/// interval between nudged fetches, so the ref change itself waited up to
+/// that interval (2–5 s with the default 5 s, against well under a second
+/// over `git://`). Only ref files, `HEAD`s and anything outside the object
+/// store (a worktree, git-sync's symlink swap) wake the agent.
+fn announces(root: &Path, path: &Path) -> bool {
+    // Names above the watched directory (a volume under /var/logs) are not the repository's.
+    let inside = path.strip_prefix(root).unwrap_or(path);
+    let in_git_internals = inside
+        .components()
+        .any(|c| matches!(c.as_os_str().to_str(), Some("objects" | "logs")));
+    let lock = path.extension().is_some_and(|e| e == "lock");
+    !in_git_internals && !lock
 }
 
 /// Secrets a webhook must prove; at least one must be set or every request is refused.

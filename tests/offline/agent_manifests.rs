@@ -145,7 +145,7 @@ fn deployment_is_locked_down_and_wired() {
     assert_eq!(sc["readOnlyRootFilesystem"].as_bool(), Some(true));
     assert_eq!(sc["capabilities"]["drop"][0].as_str(), Some("ALL"));
     assert_eq!(c["resources"]["requests"]["cpu"].as_str(), Some("10m"));
-    assert_eq!(c["resources"]["requests"]["memory"].as_str(), Some("32Mi"));
+    assert_eq!(c["resources"]["requests"]["memory"].as_str(), Some("48Mi"));
     assert_eq!(c["ports"][0]["name"].as_str(), Some("http"));
     assert_eq!(c["ports"][0]["containerPort"].as_i64(), Some(8080));
     assert_eq!(

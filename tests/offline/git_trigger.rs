@@ -1,4 +1,5 @@
-//! Triggers: webhook authentication and body cap, local watch latency, poll.
+//! Triggers: webhook authentication and body cap, local watch latency (a
+//! push into a watched repository wakes it once the branch moved), poll.
 
 use axum::http::StatusCode;
 use drover::source::trigger::{webhook_router, Reason, Trigger, WebhookConfig, MAX_WEBHOOK_BODY};
@@ -6,6 +7,8 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::support::git::{bare_clone, git, WorkRepo};
 
 fn sign(secret: &[u8], body: &[u8]) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret).unwrap();
@@ -115,6 +118,43 @@ async fn local_repository_change_is_seen_within_a_second() {
         started.elapsed() < Duration::from_secs(1),
         "{:?}",
         started.elapsed()
+    );
+}
+
+/// A push into a watched bare repository (a `file://` source, or git-sync's
+/// volume) writes its objects before it moves the branch. The trigger must
+/// wake once the branch moved: a fetch woken by the object writes would see
+/// the old head and spend the minimum interval between nudged fetches, so
+/// the push would be acted on only 2–5 s later.
+#[tokio::test]
+async fn a_push_into_a_watched_repository_wakes_the_trigger_after_the_branch_moved() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = WorkRepo::init(&tmp.path().join("work"));
+    let bare = bare_clone(&work.dir, tmp.path(), "config");
+    let mut trigger = Trigger::new(Duration::from_secs(3600));
+    trigger.watch(&bare).unwrap();
+    let pushed = work.bump("test", "1.1.0", "Bump test to 1.1.0", None);
+    let (dir, url) = (work.dir.clone(), bare.display().to_string());
+    let push = tokio::task::spawn_blocking(move || {
+        git(&dir, &["push", "-q", &url, "main"]);
+        Instant::now()
+    });
+    let why = tokio::time::timeout(Duration::from_secs(10), trigger.next())
+        .await
+        .expect("the push woke nothing");
+    let woke = Instant::now();
+    // What a fetch started now would see.
+    let head = git(&bare, &["rev-parse", "refs/heads/main"]);
+    let push_done = push.await.unwrap();
+    assert_eq!(why, Reason::Watch);
+    assert_eq!(
+        head, pushed,
+        "the trigger woke before the push moved the branch"
+    );
+    assert!(
+        woke < push_done + Duration::from_secs(1),
+        "woke {:?} after the push ended",
+        woke - push_done
     );
 }
 
