@@ -14,6 +14,7 @@ mod support {
 }
 
 mod action_check;
+mod admit_differential;
 mod admit_forgery;
 mod admit_judge;
 mod agent_http;
