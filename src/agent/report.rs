@@ -161,6 +161,9 @@ impl<B: ClusterBackend> Acting<B> {
                         .unwrap_or(0);
                     message.truncate(cut);
                 }
+                // What `kubectl get dst -o wide` shows: the refusal, not the
+                // applied commit's progress.
+                self.crd_status.message.clone_from(&message);
                 StatusReport {
                     version: v.clone(),
                     state: RolloutState::Refused,
