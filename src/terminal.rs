@@ -13,7 +13,6 @@
 //! its own grammar.
 
 use std::borrow::Cow;
-use std::fmt;
 
 /// Whether `c` must not reach a terminal as is: C0 and C1 controls and DEL
 /// (Unicode's `Cc`), and the bidirectional formatting characters that
@@ -41,16 +40,6 @@ pub fn escape(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// [`escape`] as a `Display` wrapper, for `format!` arguments.
-#[derive(Debug, Clone, Copy)]
-pub struct Escaped<'a>(pub &'a str);
-
-impl fmt::Display for Escaped<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(&escape(self.0))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -66,6 +55,5 @@ mod tests {
             "a\\u{1b}[2K\\u{1b}[1Arow\\r\\nx\\ty\\u{7f}\\u{9b}"
         );
         assert_eq!(escape("abc\u{202e}cba"), "abc\\u{202e}cba");
-        assert_eq!(format!("[{:<6}]", Escaped("a\u{7}")), "[a\\u{7} ]");
     }
 }

@@ -45,7 +45,13 @@ pub(crate) fn config_repo(pool: &str) -> ConfigRepo {
     ])
 }
 
-pub(crate) fn report_text(env: &str, cluster: &str, version: &str, state: &str, since: &str) -> String {
+pub(crate) fn report_text(
+    env: &str,
+    cluster: &str,
+    version: &str,
+    state: &str,
+    since: &str,
+) -> String {
     format!(
         "env = \"{env}\"\ncluster = \"{cluster}\"\nconfig_commit = \"abc\"\nversion = \"{version}\"\nstate = \"{state}\"\nsince = {since}\nnodes = 3\nnodes_at_version = 3\nmessage = \"\"\n"
     )
@@ -371,9 +377,13 @@ async fn forgeries_are_refused_by_the_agent_and_controls_are_applied() {
         if let Some(first) = case.first {
             let c = first(&repo);
             assert_eq!(agent.webhook().await, 202);
-            await_status(&client, ns.name(), &name, "the earlier change applied", |s| {
-                s.last_applied_commit.as_deref() == Some(c.as_str())
-            })
+            await_status(
+                &client,
+                ns.name(),
+                &name,
+                "the earlier change applied",
+                |s| s.last_applied_commit.as_deref() == Some(c.as_str()),
+            )
             .await;
             adopted = c;
         }

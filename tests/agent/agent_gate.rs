@@ -43,7 +43,9 @@ fn set_version(text: String, version: &str) -> String {
 }
 
 fn pin(repo: &ConfigRepo, version: &str) {
-    edit(repo, "environments/production.toml", |t| set_version(t, version));
+    edit(repo, "environments/production.toml", |t| {
+        set_version(t, version)
+    });
 }
 
 /// A signed commit of the work tree (a reviewed merge), not pushed.
@@ -83,8 +85,8 @@ fn splits() -> Vec<Split> {
             policy: |r| {
                 // Commit 1 deletes production (file, chain, clusters); the
                 // bump commit adds it back, first in the chain.
-                let text = std::fs::read_to_string(r.work.join("environments/production.toml"))
-                    .unwrap();
+                let text =
+                    std::fs::read_to_string(r.work.join("environments/production.toml")).unwrap();
                 let root = std::fs::read_to_string(r.work.join("drover.toml")).unwrap();
                 let without = root
                     .replace("\"test\", \"stage\", \"production\"", "\"test\", \"stage\"")
@@ -113,7 +115,10 @@ fn splits() -> Vec<Split> {
             },
             policy: |r| {
                 edit(r, "drover.toml", |t| {
-                    t.replace("\nrevoked = [{ version = \"1.13.3\", reason = \"panics\" }]", "")
+                    t.replace(
+                        "\nrevoked = [{ version = \"1.13.3\", reason = \"panics\" }]",
+                        "",
+                    )
                 })
             },
             version: "1.13.3",
@@ -183,7 +188,8 @@ async fn split_case(
     repo.push();
     let name = format!("split-{i}");
     let clock = VirtualClock::new(open());
-    let (agent, adopted) = start_adopted(client, &repo, ns, &name, &clock, nodes.len() as u32).await;
+    let (agent, adopted) =
+        start_adopted(client, &repo, ns, &name, &clock, nodes.len() as u32).await;
     (case.before)(&repo);
 
     // Two signed commits, pushed at once: the policy half, then the bump.
@@ -207,7 +213,12 @@ async fn split_case(
         case.name,
         r.message
     );
-    assert!(r.message.contains(case.edits), "{}: {}", case.name, r.message);
+    assert!(
+        r.message.contains(case.edits),
+        "{}: {}",
+        case.name,
+        r.message
+    );
     assert_eq!(st.state.as_deref(), Some("refused"), "{}", case.name);
     assert!(
         st.message.contains("policy_and_version"),
@@ -215,14 +226,24 @@ async fn split_case(
         case.name,
         st.message
     );
-    assert_eq!(st.last_applied_commit.as_deref(), Some(adopted.as_str()), "{}", case.name);
-    until_pass(&agent.handle, "refusal reported", Duration::from_secs(60), || {
-        repo.report("production", "prod-1").is_some_and(|rep| {
-            rep.state == RolloutState::Refused
-                && rep.config_commit == adopted
-                && rep.message.contains("policy_and_version")
-        })
-    })
+    assert_eq!(
+        st.last_applied_commit.as_deref(),
+        Some(adopted.as_str()),
+        "{}",
+        case.name
+    );
+    until_pass(
+        &agent.handle,
+        "refusal reported",
+        Duration::from_secs(60),
+        || {
+            repo.report("production", "prod-1").is_some_and(|rep| {
+                rep.state == RolloutState::Refused
+                    && rep.config_commit == adopted
+                    && rep.message.contains("policy_and_version")
+            })
+        },
+    )
     .await;
     let events = events_for(client, ns, &name).await;
     let refused: Vec<_> = events
@@ -246,18 +267,32 @@ async fn split_case(
     // Control, with the window closed: the bump taken back, the policy half
     // alone is applied; the bump pushed again is judged by that policy.
     clock.set(closed());
-    let text = std::fs::read_to_string(repo.dir.path().join("work/environments/production.toml"))
-        .unwrap();
+    let text =
+        std::fs::read_to_string(repo.dir.path().join("work/environments/production.toml")).unwrap();
     pin(&repo, "1.12.0");
     let fix = commit(&repo, "production: back to 1.12.0");
     repo.push();
     assert_eq!(agent.webhook().await, 202);
-    await_applied(client, ns, &name, &format!("{}: the policy half", case.name), &fix).await;
+    await_applied(
+        client,
+        ns,
+        &name,
+        &format!("{}: the policy half", case.name),
+        &fix,
+    )
+    .await;
     std::fs::write(repo.work.join("environments/production.toml"), text).unwrap();
     let again = commit(&repo, &format!("production: {} again", case.version));
     repo.push();
     assert_eq!(agent.webhook().await, 202);
-    await_applied(client, ns, &name, &format!("{}: the bump alone", case.name), &again).await;
+    await_applied(
+        client,
+        ns,
+        &name,
+        &format!("{}: the bump alone", case.name),
+        &again,
+    )
+    .await;
     agent.stop();
 }
 
@@ -372,7 +407,10 @@ async fn the_trust_annotation_takes_a_signed_commit_of_the_branch_and_the_gate_s
         let st =
             refused_annotation(&client, &agent, ns.name(), revspec, revspec, "trust_commit").await;
         assert!(
-            st.refused.unwrap().message.contains("full 40-hex object id"),
+            st.refused
+                .unwrap()
+                .message
+                .contains("full 40-hex object id"),
             "{revspec}"
         );
     }
@@ -424,9 +462,8 @@ async fn a_soak_refusal_is_kept_as_state_over_twenty_passes() {
     let (agent, _) = start_adopted(&client, &repo, ns.name(), "kept", &clock, 1).await;
     let k = repo.report_keys["stage-1"].clone();
     push_report(&repo, "stage-1", "1.13.0", "confirmed", RECENT, Some(&k));
-    let judged = || async {
-        sample(&agent.metrics().await, "drover_admissions_total").unwrap_or(0.0)
-    };
+    let judged =
+        || async { sample(&agent.metrics().await, "drover_admissions_total").unwrap_or(0.0) };
     let before = judged().await;
     let bump = repo.bump("production", "1.13.0", true);
     assert_eq!(agent.webhook().await, 202);
@@ -454,7 +491,11 @@ async fn a_soak_refusal_is_kept_as_state_over_twenty_passes() {
     let st = crate::agent_evidence::status_of(&client, ns.name(), "kept").await;
     assert_eq!(st.since, since, "since unchanged");
     assert_eq!(st.state.as_deref(), Some("refused"));
-    assert_eq!(judged().await, before + 1.0, "the gate read once over 20 passes");
+    assert_eq!(
+        judged().await,
+        before + 1.0,
+        "the gate read once over 20 passes"
+    );
     let refused: Vec<_> = events_for(&client, ns.name(), "kept")
         .await
         .into_iter()

@@ -64,7 +64,10 @@ impl Repo {
             ),
         );
         for e in ["test", "stage", "production"] {
-            r.write(&format!("environments/{e}.toml"), &env_toml("1.12.0", "24h"));
+            r.write(
+                &format!("environments/{e}.toml"),
+                &env_toml("1.12.0", "24h"),
+            );
         }
         r.commit("initial configuration");
         git(&r.path, &["switch", "-q", "-c", "pr"]);
@@ -213,7 +216,11 @@ fn soak_cut_then_bump_is_one_change() {
     let edit = r.commit("production soaks 1h");
     r.write("environments/production.toml", &env_toml("1.13.0", "1h"));
     r.commit("production: 1.13.0");
-    refused(&r, "main", &["also edits the promotion policy (soak of production)"]);
+    refused(
+        &r,
+        "main",
+        &["also edits the promotion policy (soak of production)"],
+    );
     passes(&r, &edit);
     // And the bump alone under the 24h soak is still soaking.
     let r = Repo::new("");
@@ -247,7 +254,10 @@ fn a_revoked_version_is_revoked_under_any_build_metadata() {
     refused(
         &r,
         "main",
-        &["production may not take 1.13.3+rebuild: it is revoked", "kernel panic"],
+        &[
+            "production may not take 1.13.3+rebuild: it is revoked",
+            "kernel panic",
+        ],
     );
     // Control: the next patch release, confirmed, passes.
     let r = Repo::new("{ version = \"1.13.3\", reason = \"kernel panic\" }");

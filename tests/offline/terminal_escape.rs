@@ -40,7 +40,10 @@ fn assert_clean(what: &str, text: &str) {
         !text.contains('\u{1b}') && !text.contains('\r'),
         "{what}: raw control characters reach the terminal: {text:?}"
     );
-    assert!(text.contains("\\u{1b}[2K"), "{what}: not shown escaped: {text}");
+    assert!(
+        text.contains("\\u{1b}[2K"),
+        "{what}: not shown escaped: {text}"
+    );
 }
 
 #[test]
@@ -67,7 +70,13 @@ fn a_report_message_is_escaped_in_status() {
     // Control: JSON carries the message as it is, escaped by JSON's grammar.
     let (_, json, _) = drover_at(
         dir.path(),
-        &["--format", "json", "status", "--now", "2026-12-09T00:00:00Z"],
+        &[
+            "--format",
+            "json",
+            "status",
+            "--now",
+            "2026-12-09T00:00:00Z",
+        ],
     );
     assert!(json.contains("\\u001b[2K"), "{json}");
 }
@@ -108,7 +117,13 @@ fn a_freeze_reason_is_escaped_in_windows() {
     .unwrap();
     let (code, out, err) = drover_at(
         dir.path(),
-        &["windows", "--env", "stage", "--from", "2026-12-01T00:00:00Z"],
+        &[
+            "windows",
+            "--env",
+            "stage",
+            "--from",
+            "2026-12-01T00:00:00Z",
+        ],
     );
     assert_eq!(code, 0, "{err}");
     assert_clean("windows", &out);
