@@ -559,7 +559,7 @@ impl Fleet {
         let first_seen = |_| now.timestamp();
         let trusted = TrustCheck {
             mode: self.mode,
-            signers: &self.signers,
+            signers: (&self.signers).into(),
             first_seen: &first_seen,
         };
         let admitted = admit::admit_head(repo.repo, Some(agent.last), head, env, &trusted, now);
