@@ -25,5 +25,6 @@ pub mod rollout;
 pub mod sim;
 pub mod source;
 pub mod status;
+pub mod terminal;
 pub mod trust;
 pub mod window;

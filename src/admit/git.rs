@@ -1,8 +1,8 @@
 //! Admission's edges over a git repository: configs and policies read at a
-//! commit, status and history evidence, and the two ways a change is
-//! judged — a pull request's whole diff against its base (`drover check
-//! --base`), and the agent's new head commit by commit along the
-//! first-parent path from its last applied commit.
+//! commit, status and history evidence, and the one judgement of a span of
+//! commits ([`judge_span`]) that both `drover check --base` (a pull request
+//! against its base) and the agent (its new head against its last applied
+//! commit) call.
 
 use super::history::lower_history;
 use super::{judge_env, reason_code, Change, Error, EvidenceSource, Policy};
@@ -47,6 +47,96 @@ fn read_small(repo: &Repository, tree: &Tree<'_>, path: &str) -> Result<Option<S
         .map_err(|_| "not UTF-8".to_string())
 }
 
+/// A diagnostic at the value of `[promotion] key` in `drover.toml`'s
+/// `text`, or at the `[promotion]` table when the key is not written (its
+/// default is what is wrong), or at the file when neither can be found.
+pub fn at_promotion_key(text: Option<&str>, key: &str, message: String) -> Diagnostic {
+    let at = text.and_then(|text| {
+        let doc = toml::de::DeTable::parse(text).ok()?;
+        let (table_key, table) = doc
+            .get_ref()
+            .iter()
+            .find(|(k, _)| k.get_ref() == "promotion")?;
+        let toml::de::DeValue::Table(t) = table.get_ref() else {
+            return Some(table_key.span().start);
+        };
+        Some(
+            t.iter()
+                .find(|(k, _)| k.get_ref() == key)
+                .map_or(table_key.span().start, |(_, v)| v.span().start),
+        )
+    });
+    match (text, at) {
+        (Some(text), Some(at)) => Diagnostic::at(ROOT_FILE, text, at, message),
+        _ => Diagnostic::file(ROOT_FILE, message),
+    }
+}
+
+fn missing_signers(root_text: Option<&str>, path: &str) -> Diagnostic {
+    at_promotion_key(
+        root_text,
+        "report_signers",
+        format!(
+            "report_signers names {path}, which does not exist in the repository; \
+             it must be an allowed-signers file naming each cluster's key as <env>/<cluster>"
+        ),
+    )
+}
+
+/// `[promotion] report_signers` as `drover check` validates it
+/// (docs/design.md §2): with `evidence = "status"` and an environment to
+/// gate (a chain of two or more), it is required, and the file it names
+/// must exist, be readable, and hold valid allowed-signers lines. Each
+/// problem is at the key's line of `drover.toml`, or at the file's line.
+pub fn check_report_signers(files: &dyn config::Files, cfg: &RepoConfig) -> Vec<Diagnostic> {
+    let root_text = files
+        .read(ROOT_FILE)
+        .ok()
+        .flatten()
+        .and_then(|b| String::from_utf8(b).ok());
+    let root = root_text.as_deref();
+    let Some(path) = &cfg.root.report_signers else {
+        if cfg.root.evidence == config::Evidence::Status && cfg.root.chain.len() > 1 {
+            return vec![at_promotion_key(
+                root,
+                "evidence",
+                "evidence = \"status\" needs `report_signers` in [promotion]: the path of an \
+                 allowed-signers file naming each cluster's key as <env>/<cluster>, such as \
+                 report_signers = \"agents.allowed_signers\"; without it no status report can \
+                 count and every gate refuses"
+                    .to_owned(),
+            )];
+        }
+        return Vec::new();
+    };
+    let text = match files.read(path) {
+        Ok(Some(bytes)) if bytes.len() as u64 > MAX_REPORT_BYTES as u64 => Err(format!(
+            "{} bytes; an allowed-signers file may have at most {} KiB",
+            bytes.len(),
+            MAX_REPORT_BYTES / 1024
+        )),
+        Ok(Some(bytes)) => String::from_utf8(bytes).map_err(|_| "not UTF-8".to_owned()),
+        Ok(None) => return vec![missing_signers(root, path)],
+        Err(why) => Err(why),
+    };
+    match text {
+        Err(why) => vec![at_promotion_key(
+            root,
+            "report_signers",
+            format!("report_signers names {path}, which cannot be read: {why}"),
+        )],
+        Ok(text) => match AllowedSigners::parse(&text) {
+            Err(trust::Error::Signers { line, message, .. }) => vec![Diagnostic {
+                file: path.clone(),
+                line,
+                column: 1,
+                message: format!("not a valid allowed-signers line: {message}"),
+            }],
+            _ => Vec::new(),
+        },
+    }
+}
+
 /// The config and policy at `commit`; `Ok(Err(..))` when its config is invalid.
 pub fn snapshot(
     repo: &Repository,
@@ -64,10 +154,8 @@ pub fn snapshot(
         Some(path) => match read_small(repo, &tree, path) {
             Ok(Some(t)) => Some(t),
             Ok(None) => {
-                return Ok(Err(vec![Diagnostic::file(
-                    ROOT_FILE,
-                    format!("report_signers names {path}, which does not exist in the repository"),
-                )]))
+                let root = read_small(repo, &tree, ROOT_FILE).ok().flatten();
+                return Ok(Err(vec![missing_signers(root.as_deref(), path)]));
             }
             Err(why) => return Ok(Err(vec![Diagnostic::file(path.clone(), why)])),
         },
@@ -88,6 +176,30 @@ pub fn snapshot(
         config,
         policy,
     }))
+}
+
+/// Configs [`judge_span`] read lately, by commit. A commit id names its
+/// tree and so its config exactly, so an entry never goes stale, whatever
+/// repository it came from; the agent judges each new head over the same
+/// last applied commit and reads that config once, not once per head.
+const RECENT_SNAPSHOTS: usize = 8;
+
+type Loaded = Result<Snapshot, Vec<Diagnostic>>;
+
+static RECENT: std::sync::Mutex<std::collections::VecDeque<(Oid, Loaded)>> =
+    std::sync::Mutex::new(std::collections::VecDeque::new());
+
+/// [`snapshot`], through [`RECENT`].
+fn snapshot_recent(repo: &Repository, commit: Oid, now: DateTime<Utc>) -> Result<Loaded, Error> {
+    let recent = || RECENT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, hit)) = recent().iter().find(|(c, _)| *c == commit) {
+        return Ok(hit.clone());
+    }
+    let loaded = snapshot(repo, commit, now)?;
+    let mut r = recent();
+    r.push_front((commit, loaded.clone()));
+    r.truncate(RECENT_SNAPSHOTS);
+    Ok(loaded)
 }
 
 /// Evidence read from the repository: status reports from the status
@@ -262,74 +374,192 @@ fn commit_of(repo: &Repository, rev: &str) -> Result<Oid, Error> {
         })
 }
 
-/// `drover check --base REV`: judge every environment whose version changed
-/// between `base` and HEAD of the repository at `repo_path`, as one change
-/// judged by the base's policy; each refusal is a diagnostic at the `version` key.
+/// One environment's verdict in a [`Judged`] span.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnvVerdict {
+    /// The gate's decision (`Unchanged` when the span does not move its version).
+    Decided(Decision),
+    /// The environment is not in the chain that places it, so its version
+    /// move cannot be judged: the chain of the policy in force.
+    NotInChain(Vec<String>),
+}
+
+/// A span the one judgement could judge.
+#[derive(Debug, Clone)]
+pub struct Judged {
+    /// The head's config and policy.
+    pub head: Snapshot,
+    /// The base's, when it has a config (else the head's policy is in force).
+    pub base: Option<Snapshot>,
+    /// Each environment of the head that was asked about, with its verdict.
+    pub verdicts: Vec<(String, EnvVerdict)>,
+    /// Status reports the evidence reads ignored, one line each (path, commit, why).
+    pub warnings: Vec<String>,
+}
+
+impl Judged {
+    /// The verdict for `env`, if the head has it and it was asked about.
+    pub fn verdict(&self, env: &str) -> Option<&EnvVerdict> {
+        self.verdicts.iter().find(|(e, _)| e == env).map(|(_, v)| v)
+    }
+}
+
+/// What the one judgement found for a span.
+#[derive(Debug, Clone)]
+pub enum Judgement {
+    /// The head's config is invalid: nothing is judged, nothing may be applied.
+    HeadInvalid(Vec<Diagnostic>),
+    /// The base's config is invalid: there is no policy in force to judge by.
+    BaseInvalid {
+        /// The base.
+        base: Oid,
+        /// Its first error.
+        first: String,
+    },
+    /// Every asked environment judged (boxed: a snapshot is large).
+    Judged(Box<Judged>),
+}
+
+/// The one judgement (docs/design.md §4): the span from `base` to `head`
+/// judged as one change by the policy in force at `base`, whatever the
+/// commits in between did (a split push is judged as the push it adds up
+/// to). `drover check --base` and the agent both call it; the agent's base
+/// is its last applied commit.
+///
+/// `base` `None`, or a base without `drover.toml`, makes the head the first
+/// config, judged by its own policy. History evidence counts only the
+/// commits up to the base (the head when there is none), never those the
+/// span brings. `only` restricts the verdicts to one environment (each
+/// environment is judged on its own, so this changes no verdict).
+pub fn judge_span(
+    repo: &Repository,
+    base: Option<Oid>,
+    head: Oid,
+    only: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<Judgement, Error> {
+    let mut ev = GitEvidence::new(repo, base.unwrap_or(head));
+    judge_span_with(repo, base, head, only, now, &mut ev)
+}
+
+/// [`judge_span`] reading the evidence through `ev` (made for `base`, or
+/// `head` without one), which `check --base` reads again to name the
+/// signed reports behind its verdicts without a second read of the store.
+fn judge_span_with(
+    repo: &Repository,
+    base: Option<Oid>,
+    head: Oid,
+    only: Option<&str>,
+    now: DateTime<Utc>,
+    ev: &mut GitEvidence<'_>,
+) -> Result<Judgement, Error> {
+    let after = match snapshot_recent(repo, head, now)? {
+        Ok(s) => s,
+        Err(d) => return Ok(Judgement::HeadInvalid(d)),
+    };
+    let before = match base {
+        None => None,
+        Some(b)
+            if repo
+                .find_commit(b)?
+                .tree()?
+                .get_path(Path::new(ROOT_FILE))
+                .is_err() =>
+        {
+            None
+        }
+        Some(b) => match snapshot_recent(repo, b, now)? {
+            Ok(s) => Some(s),
+            Err(d) => {
+                return Ok(Judgement::BaseInvalid {
+                    base: b,
+                    first: d.first().map(ToString::to_string).unwrap_or_default(),
+                })
+            }
+        },
+    };
+    let change = Change {
+        before: before.as_ref().map(|s| (&s.config, &s.policy)),
+        after: (&after.config, &after.policy),
+    };
+    let in_force = change.before.map_or(&after.policy, |(_, p)| p);
+    let mut verdicts = Vec::new();
+    for env in after.config.envs.keys() {
+        if only.is_some_and(|o| o != env) {
+            continue;
+        }
+        let verdict = match judge_env(change, env, ev, now) {
+            Ok(d) => EnvVerdict::Decided(d),
+            Err(Error::NotInChain(_)) => EnvVerdict::NotInChain(in_force.chain.clone()),
+            Err(e) => return Err(e),
+        };
+        verdicts.push((env.clone(), verdict));
+    }
+    let warnings = ev.ignored().iter().map(ToString::to_string).collect();
+    Ok(Judgement::Judged(Box::new(Judged {
+        head: after,
+        base: before,
+        verdicts,
+        warnings,
+    })))
+}
+
+/// `drover check --base REV`: the one judgement ([`judge_span`]) of the
+/// span from `base` to HEAD of the repository at `repo_path`; each refusal
+/// is a diagnostic at the `version` key.
 pub fn check_base(repo_path: &Path, base: &str, now: DateTime<Utc>) -> Result<ChangeReport, Error> {
     let repo = Repository::open(repo_path)?;
     let base = commit_of(&repo, base)?;
     let head = commit_of(&repo, "HEAD")?;
     let mut out = ChangeReport::default();
-    let after = match snapshot(&repo, head, now)? {
-        Ok(s) => s,
-        Err(d) => {
+    let mut ev = GitEvidence::new(&repo, base);
+    let judged = match judge_span_with(&repo, Some(base), head, None, now, &mut ev)? {
+        Judgement::HeadInvalid(d) => {
             out.diagnostics.extend(d);
             return Ok(out);
         }
-    };
-    let base_tree = repo.find_commit(base)?.tree()?;
-    let before = if base_tree.get_path(Path::new(ROOT_FILE)).is_err() {
-        // The first config: judged by its own policy.
-        None
-    } else {
-        match snapshot(&repo, base, now)? {
-            Ok(s) => Some(s),
-            Err(d) => {
-                let first = d.first().map(ToString::to_string).unwrap_or_default();
-                out.diagnostics.push(Diagnostic::file(
-                    ROOT_FILE,
-                    format!(
-                        "the config at the base {:.10} is invalid, so there is no policy in force to judge version changes by: {first}",
-                        base
-                    ),
-                ));
-                return Ok(out);
-            }
+        Judgement::BaseInvalid { base, first } => {
+            out.diagnostics.push(Diagnostic::file(
+                ROOT_FILE,
+                format!(
+                    "the config at the base {:.10} is invalid, so there is no policy in force to judge version changes by: {first}",
+                    base
+                ),
+            ));
+            return Ok(out);
         }
+        Judgement::Judged(j) => *j,
     };
     let head_tree = repo.find_commit(head)?.tree()?;
-    let mut ev = GitEvidence::new(&repo, base);
-    let change = Change {
-        before: before.as_ref().map(|s| (&s.config, &s.policy)),
-        after: (&after.config, &after.policy),
-    };
-    for env in after.config.envs.keys() {
-        match judge_env(change, env, &mut ev, now) {
-            Ok(Decision::Unchanged) => {}
-            Ok(d) => {
+    for (env, verdict) in judged.verdicts {
+        match verdict {
+            EnvVerdict::Decided(Decision::Unchanged) => {}
+            EnvVerdict::Decided(d) => {
                 if let Decision::Refused(r) = &d {
                     out.diagnostics
-                        .push(at_version(&repo, &head_tree, env, r.to_string()));
+                        .push(at_version(&repo, &head_tree, &env, r.to_string()));
                 }
-                out.decisions.push((env.clone(), d));
+                out.decisions.push((env, d));
             }
-            Err(Error::NotInChain(_)) => out.diagnostics.push(at_version(
+            EnvVerdict::NotInChain(chain) => out.diagnostics.push(at_version(
                 &repo,
                 &head_tree,
-                env,
+                &env,
                 format!(
                     "{env} is not in the promotion chain of {ROOT_FILE} ({}), so its version change cannot be judged",
-                    change.before.map_or(&after.policy, |(_, p)| p).chain.join(", ")
+                    chain.join(", ")
                 ),
             )),
-            Err(e) => return Err(e),
         }
     }
-    out.warnings = ev.ignored().iter().map(ToString::to_string).collect();
+    out.warnings = judged.warnings;
     out.ignored = ev.ignored().to_vec();
-    let policy = change.before.map_or(&after.policy, |(_, p)| p);
+    let policy = judged
+        .base
+        .as_ref()
+        .map_or(&judged.head.policy, |b| &b.policy);
     for (env, _) in &out.decisions {
-        if let Some(v) = before.as_ref().and_then(|b| b.config.envs.get(env)) {
+        if let Some(v) = judged.base.as_ref().and_then(|b| b.config.envs.get(env)) {
             out.previous.insert(env.clone(), v.version.clone());
         }
     }
@@ -517,11 +747,10 @@ impl TrustCheck<'_> {
 }
 
 /// The agent's admission of `head` for `env` over `last`, its last applied
-/// commit (`None`: nothing applied yet): trust, then the head's config, then
-/// the gate for every first-parent commit from `last` to `head`, each judged
-/// by the policy of the commit before it. History evidence counts only over
-/// the commits up to `last`, the agent's base: never over commits this fetch
-/// brings.
+/// commit (`None`: nothing applied yet): trust over every commit of the
+/// span (docs/design.md §6), then the one judgement of the span
+/// ([`judge_span`]), exactly as `drover check --base <last>` judges it: the
+/// agent never applies a version move that check refuses.
 pub fn admit_head(
     repo: &Repository,
     last: Option<Oid>,
@@ -538,101 +767,59 @@ pub fn admit_head(
         Err(e) => return Err(reject(Stage::Trust, "error", e.to_string())),
     }
     let gate_err = |e: Error| reject(Stage::Gate, "error", e.to_string());
-    let after = match snapshot(repo, head, now).map_err(gate_err)? {
-        Ok(s) => s,
-        Err(diags) => {
-            let msg = diags
-                .iter()
-                .take(5)
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("; ");
-            return Err(reject(Stage::Config, "invalid", msg));
+    let judged = match judge_span(repo, last, head, Some(env), now).map_err(gate_err)? {
+        Judgement::HeadInvalid(diags) => {
+            return Err(reject(Stage::Config, "invalid", first_five(&diags)))
         }
+        Judgement::BaseInvalid { base, first } => {
+            return Err(reject(
+                Stage::Config,
+                "invalid_base",
+                format!("the config at the last applied commit {base:.10} is invalid, so there is no policy in force: {first}"),
+            ))
+        }
+        Judgement::Judged(j) => *j,
     };
-    let Some(version) = after.config.envs.get(env).map(|e| e.version.clone()) else {
+    let Some(version) = judged.head.config.envs.get(env).map(|e| e.version.clone()) else {
         return Err(reject(
             Stage::Config,
             "unknown_env",
             format!("{ENV_DIR}/{env}.toml does not exist"),
         ));
     };
-    // The steps: (before, after) pairs of valid configs along the first-parent path.
-    let mut path = Vec::new();
-    if let Some(last) = last {
-        let mut c = repo.find_commit(head).map_err(|e| gate_err(e.into()))?;
-        let mut found = last == head;
-        while !found {
-            path.push(c.id());
-            match c.parent(0) {
-                Ok(p) if p.id() == last => found = true,
-                Ok(p) => c = p,
-                Err(_) => break,
-            }
+    let decision = match judged.verdict(env) {
+        Some(EnvVerdict::Decided(Decision::Refused(r))) => {
+            let mut rej = reject(Stage::Gate, reason_code(&r.reason), r.to_string());
+            rej.version = Some(version);
+            rej.refusal = Some(Box::new(r.clone()));
+            return Err(rej);
         }
-        if !found {
-            // `last` is reachable only through a merged branch: judge the
-            // whole range as one change.
-            path = vec![head];
+        Some(EnvVerdict::Decided(d)) => d.clone(),
+        // `None` cannot happen (the head has `env` and it was asked about);
+        // refused all the same.
+        Some(EnvVerdict::NotInChain(_)) | None => {
+            let mut rej = reject(
+                Stage::Gate,
+                "not_in_chain",
+                format!("{env} is not in the promotion chain of {ROOT_FILE}"),
+            );
+            rej.version = Some(version);
+            return Err(rej);
         }
-        path.reverse();
-    }
-    let mut before = match last {
-        Some(l) => snapshot(repo, l, now).map_err(gate_err)?.ok(),
-        None => None,
     };
-    let mut ev = GitEvidence::new(repo, last.unwrap_or(head));
-    let mut decision = Decision::Unchanged;
-    let steps: Vec<Oid> = if last.is_none() { vec![head] } else { path };
-    for commit in steps {
-        let snap = if commit == head {
-            Some(after.clone())
-        } else {
-            snapshot(repo, commit, now).map_err(gate_err)?.ok()
-        };
-        // An invalid commit on the way is never applied; the next valid one
-        // is judged against the last valid config before it.
-        let Some(snap) = snap else { continue };
-        if snap.config.envs.contains_key(env) {
-            let change = Change {
-                before: before.as_ref().map(|s| (&s.config, &s.policy)),
-                after: (&snap.config, &snap.policy),
-            };
-            match judge_env(change, env, &mut ev, now) {
-                Ok(Decision::Refused(r)) => {
-                    let mut rej = reject(
-                        Stage::Gate,
-                        reason_code(&r.reason),
-                        if commit == head {
-                            r.to_string()
-                        } else {
-                            format!("at {:.10}: {r}", commit.to_string())
-                        },
-                    );
-                    rej.version = Some(version);
-                    rej.refusal = Some(Box::new(r));
-                    return Err(rej);
-                }
-                Ok(Decision::Unchanged) => {}
-                Ok(d) => decision = d,
-                Err(Error::NotInChain(_)) => {
-                    let mut rej = reject(
-                        Stage::Gate,
-                        "not_in_chain",
-                        format!("{env} is not in the promotion chain of {ROOT_FILE}"),
-                    );
-                    rej.version = Some(version);
-                    return Err(rej);
-                }
-                Err(e) => return Err(gate_err(e)),
-            }
-        }
-        before = Some(snap);
-    }
     Ok(Admitted {
-        snapshot: after,
+        snapshot: judged.head,
         decision,
     })
+}
+
+fn first_five(diags: &[Diagnostic]) -> String {
+    diags
+        .iter()
+        .take(5)
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Adoption (docs/design.md §4, "the gate governs movement"): a cluster
@@ -663,15 +850,7 @@ pub fn admit_adoption(
             "unknown_env",
             format!("{ENV_DIR}/{env}.toml does not exist"),
         )),
-        Ok(Err(d)) => Err(reject(
-            Stage::Config,
-            "invalid",
-            d.iter()
-                .take(5)
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("; "),
-        )),
+        Ok(Err(d)) => Err(reject(Stage::Config, "invalid", first_five(&d))),
         Err(e) => Err(reject(Stage::Gate, "error", e.to_string())),
     }
 }

@@ -11,14 +11,23 @@
 //! - a change is judged by the policy in force before it: `chain`,
 //!   `evidence`, `status_branch`, `report_signers` (the path and the file's
 //!   content), `revoked` and every environment's `soak`; a revoked version
-//!   is refused in every environment, the first of the chain included;
+//!   is refused in every environment, the first of the chain included, and
+//!   a revocation covers every build-metadata variant of its version;
 //! - a change that edits that policy and moves an existing environment's
-//!   version is refused: the two go in separate changes;
-//! - a new environment is judged by the policy of the change that adds it;
+//!   version is refused: the two go in separate changes. Deleting or adding
+//!   an environment edits the chain;
+//! - an environment the policy in force does not have (the change adds it)
+//!   is judged by the policy in force too: only its place in the chain and
+//!   its own soak, which that policy cannot say, come from the change, and
+//!   the change may edit nothing else of the policy;
 //! - `allow_downgrade` is honoured only when the change sets it (it was not
 //!   true before);
 //! - the lower environment's clusters are those listed before or after the
 //!   change (a change cannot drop the cluster that has not confirmed).
+//!
+//! A change is a span of commits judged as one, whatever the commits on the
+//! way did ([`git::judge_span`]): a pull request against its base, or the
+//! agent's new head against its last applied commit.
 //!
 //! Chosen where the design is silent: `[clusters]` is not a policy key (a
 //! cluster may be added beside a version move), but removing one does not
@@ -37,8 +46,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 pub use git::{
-    admit_adoption, admit_head, check_base, snapshot, Admitted, ChangeReport, ConfirmationSource,
-    GitEvidence, Rejection, Snapshot, Stage, StatusRead, TrustCheck,
+    admit_adoption, admit_head, at_promotion_key, check_base, check_report_signers, judge_span,
+    snapshot, Admitted, ChangeReport, ConfirmationSource, EnvVerdict, GitEvidence, Judged,
+    Judgement, Rejection, Snapshot, Stage, StatusRead, TrustCheck,
 };
 pub use history::{lower_history, HistoryError};
 
@@ -147,6 +157,19 @@ impl Policy {
         out
     }
 
+    /// The policy keys `after` changes besides adding environments to the
+    /// chain: what a change that adds an environment may not touch.
+    fn edits_besides_new_envs(&self, after: &Policy) -> Vec<String> {
+        let kept: Vec<&String> = after
+            .chain
+            .iter()
+            .filter(|e| self.chain.contains(e))
+            .collect();
+        let mut same_chain = after.clone();
+        same_chain.chain = kept.into_iter().cloned().collect();
+        self.edits(&same_chain)
+    }
+
     /// The environment below `env` in the chain; `None` for the first.
     fn lower(&self, env: &str) -> Option<Option<&str>> {
         let i = self.chain.iter().position(|e| e == env)?;
@@ -204,23 +227,37 @@ pub fn judge_env(
     if old.is_some_and(|o| o.version == new.version) {
         return Ok(Decision::Unchanged);
     }
-    // A new environment is judged by the policy of the change that adds it.
-    let policy = match (change.before, old) {
+    // `policy` judges; `placed` says where the environment sits in the chain.
+    let (policy, placed) = match (change.before, old) {
         (Some((_, p)), Some(_)) => {
             let edits = p.edits(after_policy);
             if !edits.is_empty() {
                 return refuse(Reason::PolicyAndVersion { edits });
             }
-            p
+            (p, p)
         }
-        _ => after_policy,
+        // An environment the policy in force does not have: that policy
+        // still judges it; only its place in the chain comes from the change.
+        (Some((_, p)), None) => {
+            let edits = p.edits_besides_new_envs(after_policy);
+            if !edits.is_empty() {
+                return refuse(Reason::PolicyAndVersion { edits });
+            }
+            (p, after_policy)
+        }
+        // The first config: there is no policy in force but its own.
+        (None, _) => (after_policy, after_policy),
     };
-    if let Some(r) = policy.revoked.iter().find(|r| r.version == new.version) {
+    if let Some(r) = policy
+        .revoked
+        .iter()
+        .find(|r| crate::gate::revokes(&r.version, &new.version))
+    {
         return refuse(Reason::Revoked {
             why: r.reason.clone(),
         });
     }
-    let Some(lower) = policy.lower(env) else {
+    let Some(lower) = placed.lower(env) else {
         return Err(Error::NotInChain(env.to_owned()));
     };
     let lower = match lower {

@@ -1,15 +1,28 @@
 //! Stage 2, admit: whether a new head replaces the applied commit, through
-//! the one admission path (`crate::admit`: trust → config → gate); recovery
-//! of the applied commit when none is recorded; loading the applied config.
+//! the one admission path (`crate::admit`: trust → config → the one
+//! judgement of the span since the applied commit); recovery of the applied
+//! commit when none is recorded; loading the applied config.
+//!
+//! A refusal is kept as state ([`Kept`]): judged once, then reused, with
+//! one Event and a stable `since`, until something it depends on changes:
+//! the head, the applied commit, the status store the gate read (other
+//! clusters' branches; this cluster's own reports are never its evidence),
+//! or the instant the verdict changes by itself (a soak that passes). The
+//! gate depends on nothing else: windows and freezes decide when nodes
+//! start, never whether a version may be taken.
 
 use super::crd::Refused;
 use super::events::Severity;
 use super::{blocking, lock, recover, short, Acting, Active, ClusterBackend};
+use crate::admit::{Rejection, Stage};
 use crate::cluster::Cluster;
 use crate::config::{self, EnvConfig};
+use crate::gate::Reason;
 use crate::trust::{self, AllowedSigners, OpenPgpKeys, Signers};
-use git2::Oid;
+use chrono::{DateTime, Utc};
+use git2::{Oid, Repository};
 use std::future::Future;
+use std::hash::{DefaultHasher, Hash, Hasher};
 
 /// What judging a new head found.
 enum Verdict {
@@ -19,7 +32,49 @@ enum Verdict {
         status_branch: String,
         revoked: Option<String>,
     },
-    Refuse(Refused, Option<semver::Version>),
+    Refuse(Refusal),
+}
+
+/// A refusal and what it depends on.
+#[derive(Clone, Debug)]
+pub(super) struct Refusal {
+    refused: Refused,
+    /// The version the refused commit pins, when readable.
+    version: Option<semver::Version>,
+    /// Whether the verdict read the status store (a gate verdict).
+    reads_store: bool,
+    /// When the verdict changes by itself (a soak passes).
+    until: Option<DateTime<Utc>>,
+}
+
+/// A refusal kept as state: the verdict for `head` over `applied`.
+#[derive(Clone, Debug)]
+pub(super) struct Kept {
+    head: Oid,
+    applied: Option<Oid>,
+    /// The status store as the verdict read it (see [`store_state`]).
+    store: u64,
+    refusal: Refusal,
+}
+
+impl Kept {
+    /// Whether this verdict still stands for `head` over `applied` at `now`.
+    fn holds(&self, head: Oid, applied: Option<Oid>, store: u64, now: DateTime<Utc>) -> bool {
+        self.head == head
+            && self.applied == applied
+            && (!self.refusal.reads_store || self.store == store)
+            && self.refusal.until.is_none_or(|t| now < t)
+    }
+}
+
+/// What recovery found when no last applied commit is recorded.
+enum Recovery {
+    /// The commit to start from.
+    Found(Oid),
+    /// The commit a person named may not be trusted, and why.
+    Refused(Refusal),
+    /// Nothing: adopt the head if the nodes already run it.
+    Nothing,
 }
 
 impl<B: ClusterBackend> Acting<B> {
@@ -29,7 +84,7 @@ impl<B: ClusterBackend> Acting<B> {
         if self.crd_status.last_applied_commit.is_none() {
             if let Some(head) = head {
                 match self.recover(head).await {
-                    Some(commit) => {
+                    Recovery::Found(commit) => {
                         self.crd_status.last_applied_commit = Some(commit.to_string());
                         self.crd_status.commit = Some(short(&commit.to_string()));
                         if let Some(a) = self.load_active(commit).await {
@@ -41,7 +96,12 @@ impl<B: ClusterBackend> Acting<B> {
                             return;
                         }
                     }
-                    None => adopt = true,
+                    Recovery::Refused(r) => {
+                        self.refused_version = r.version.clone();
+                        self.set_refused(Some(r.refused)).await;
+                        return;
+                    }
+                    Recovery::Nothing => adopt = true,
                 }
             }
         }
@@ -62,18 +122,15 @@ impl<B: ClusterBackend> Acting<B> {
             self.set_refused(None).await;
             return;
         }
-        let verdict = match &self.refused_cache {
-            Some((c, r)) if *c == head => Verdict::Refuse(r.clone(), self.refused_version.clone()),
-            _ if adopt => self.evaluate_adoption(head).await,
-            _ => self.evaluate(head, applied, false).await,
+        let verdict = match self.kept_refusal(head, applied).await {
+            Some(r) => Verdict::Refuse(r),
+            None if adopt => self.evaluate_adoption(head).await,
+            None => self.judged(head, applied).await,
         };
         match verdict {
-            Verdict::Refuse(r, version) => {
-                if r.stage != "gate" && r.reason != "no_trusted_state" {
-                    self.refused_cache = Some((head, r.clone()));
-                }
-                self.refused_version = version;
-                self.set_refused(Some(r)).await;
+            Verdict::Refuse(r) => {
+                self.refused_version = r.version.clone();
+                self.set_refused(Some(r.refused)).await;
             }
             Verdict::Accept {
                 env,
@@ -108,6 +165,7 @@ impl<B: ClusterBackend> Acting<B> {
                 })
                 .await;
                 self.refused_version = None;
+                self.kept = None;
                 self.active = Some(Active {
                     commit: head,
                     env: *env,
@@ -131,11 +189,64 @@ impl<B: ClusterBackend> Acting<B> {
         }
     }
 
+    /// The kept refusal of `head` over `applied`, if it still stands.
+    async fn kept_refusal(&mut self, head: Oid, applied: Option<Oid>) -> Option<Refusal> {
+        let kept = self.kept.clone()?;
+        let store = self.store_state().await;
+        if kept.holds(head, applied, store, self.clock.now()) {
+            return Some(kept.refusal);
+        }
+        self.kept = None;
+        None
+    }
+
+    /// Judge `head` over `applied` and keep a refusal (not one for want of
+    /// trusted state: that depends on the nodes, which change on their own).
+    async fn judged(&mut self, head: Oid, applied: Option<Oid>) -> Verdict {
+        let store = self.store_state().await;
+        let verdict = self.evaluate(head, applied, false).await;
+        if let Verdict::Refuse(r) = &verdict {
+            self.keep(head, applied, store, r);
+        }
+        verdict
+    }
+
+    fn keep(&mut self, head: Oid, applied: Option<Oid>, store: u64, r: &Refusal) {
+        self.kept = Some(Kept {
+            head,
+            applied,
+            store,
+            refusal: r.clone(),
+        });
+    }
+
+    /// The status store the gate reads, as one number: every status
+    /// branch's tip but this cluster's own (see [`store_state`]).
+    fn store_state(&self) -> impl Future<Output = u64> + Send + 'static {
+        let src = self.source.clone();
+        let own = (self.cfg.env.clone(), self.cfg.cluster.clone());
+        let work = blocking(move || {
+            let s = lock(&src);
+            store_state(s.repo(), &s.config().status_branch, (&own.0, &own.1))
+        });
+        async move { work.await.unwrap_or_default() }
+    }
+
+    /// Publish a refusal (`None`: none). One Event per refusal: a refusal
+    /// is its commit, check and reason; a new message for the same refusal
+    /// (another cluster confirmed meanwhile) updates the status, not the Events.
     pub(super) async fn set_refused(&mut self, r: Option<Refused>) {
-        let changed = self.crd_status.refused != r;
+        let same = |a: &Refused, b: &Refused| {
+            (&a.commit, &a.stage, &a.reason) == (&b.commit, &b.stage, &b.reason)
+        };
+        let new = match (&self.crd_status.refused, &r) {
+            (Some(old), Some(r)) => !same(old, r),
+            (None, Some(_)) => true,
+            (_, None) => false,
+        };
         self.metrics
             .set_blocked(r.as_ref().map(|r| (r.stage.as_str(), r.reason.as_str())));
-        if changed {
+        if new {
             if let Some(r) = &r {
                 self.events
                     .on_status(
@@ -158,7 +269,7 @@ impl<B: ClusterBackend> Acting<B> {
 
     /// Without a last applied commit: the one a person confirmed, else the
     /// one this agent's own signed reports name (see [`recover`]).
-    pub(super) async fn recover(&mut self, head: Oid) -> Option<Oid> {
+    async fn recover(&mut self, head: Oid) -> Recovery {
         if self.trust_annotation.is_none() {
             // Read again: the person may have annotated since the term began.
             if let Ok(obj) = self.status_object.load_or_create().await {
@@ -170,8 +281,20 @@ impl<B: ClusterBackend> Acting<B> {
                     .cloned();
             }
         }
+        if let Some(named) = self.trust_annotation.clone() {
+            return match self.annotated(&named, head).await {
+                Ok(commit) => {
+                    self.recovered(commit, head, "confirmed by a person").await;
+                    Recovery::Found(commit)
+                }
+                Err(r) => {
+                    // Read the annotation again next time: the person may correct it.
+                    self.trust_annotation = None;
+                    Recovery::Refused(r)
+                }
+            };
+        }
         let src = self.source.clone();
-        let named = self.trust_annotation.clone();
         let own = self
             .cfg
             .publish
@@ -181,20 +304,22 @@ impl<B: ClusterBackend> Acting<B> {
         let (env, cluster) = (self.cfg.env.clone(), self.cfg.cluster.clone());
         let found = blocking(move || {
             let s = lock(&src);
-            let repo = s.repo();
-            if let Some(c) = named.and_then(|n| repo.revparse_single(n.trim()).ok()) {
-                return c
-                    .peel_to_commit()
-                    .ok()
-                    .map(|c| (c.id(), "confirmed by a person"));
-            }
             let branch = s.config().status_branch.clone();
-            recover::from_own_reports(repo, &branch, &env, &cluster, own.as_ref()?)
-                .map(|c| (c, "recovered from this cluster's signed reports"))
+            recover::from_own_reports(s.repo(), &branch, &env, &cluster, own.as_ref()?)
         })
         .await
         .flatten();
-        let (commit, how) = found?;
+        match found {
+            Some(commit) => {
+                self.recovered(commit, head, "recovered from this cluster's signed reports")
+                    .await;
+                Recovery::Found(commit)
+            }
+            None => Recovery::Nothing,
+        }
+    }
+
+    async fn recovered(&mut self, commit: Oid, head: Oid, how: &str) {
         tracing::info!(commit = %commit, head = %head, "{how}");
         self.events
             .on_status(
@@ -204,28 +329,81 @@ impl<B: ClusterBackend> Acting<B> {
                 format!("last applied commit {} {how}", short(&commit.to_string())),
             )
             .await;
-        Some(commit)
+    }
+
+    /// The commit a person named with [`recover::TRUST_ANNOTATION`], if it
+    /// may be the starting point: its full id, on the tracked branch, then
+    /// admitted as any head without a base is (trust, config, gate), unless
+    /// every selected node already runs its version (it moves nothing).
+    async fn annotated(&mut self, named: &str, head: Oid) -> Result<Oid, Refusal> {
+        let src = self.source.clone();
+        let (value, branch) = (named.to_owned(), self.cfg.source.branch.clone());
+        let found = blocking(move || {
+            let s = lock(&src);
+            recover::annotated_commit(s.repo(), &value, head, &branch)
+        })
+        .await
+        .unwrap_or_else(|| Err("the check task failed".into()));
+        let commit = match found {
+            Ok(c) => c,
+            Err(message) => {
+                return Err(Refusal {
+                    refused: Refused {
+                        commit: named.trim().chars().take(64).collect(),
+                        stage: "trust".into(),
+                        reason: "trust_commit".into(),
+                        message,
+                    },
+                    version: None,
+                    reads_store: false,
+                    until: None,
+                })
+            }
+        };
+        if let Some(r) = self.kept_refusal(commit, None).await {
+            return Err(r);
+        }
+        let store = self.store_state().await;
+        let adopt = match self.load_active(commit).await {
+            Some(a) => self.nodes_at(&a.env).await,
+            None => false,
+        };
+        match self.evaluate(commit, None, adopt).await {
+            Verdict::Accept { .. } => Ok(commit),
+            Verdict::Refuse(r) => {
+                self.keep(commit, None, store, &r);
+                Err(r)
+            }
+        }
+    }
+
+    /// Whether every selected node of `env` already runs its version.
+    async fn nodes_at(&mut self, env: &EnvConfig) -> bool {
+        if !self.ensure_cluster(env).await {
+            return false;
+        }
+        match &self.connected {
+            Some((_, c)) => match c.cluster.observe().await {
+                Ok(nodes) => recover::adoptable(&nodes, &env.version),
+                Err(_) => false,
+            },
+            None => false,
+        }
     }
 
     /// No trusted state: adopt the head when every selected node already
     /// runs the version it pins, otherwise refuse and say how to confirm one.
     async fn evaluate_adoption(&mut self, head: Oid) -> Verdict {
         let pinned = self.load_active(head).await;
-        let mut adoptable = false;
-        if let Some(a) = &pinned {
-            if self.ensure_cluster(&a.env).await {
-                if let Some((_, c)) = &self.connected {
-                    if let Ok(nodes) = c.cluster.observe().await {
-                        adoptable = recover::adoptable(&nodes, &a.env.version);
-                    }
-                }
-            }
-        }
+        let adoptable = match &pinned {
+            Some(a) => self.nodes_at(&a.env).await,
+            None => false,
+        };
         if adoptable {
             return self.evaluate(head, None, true).await;
         }
-        Verdict::Refuse(
-            Refused {
+        Verdict::Refuse(Refusal {
+            refused: Refused {
                 commit: head.to_string(),
                 stage: "trust".into(),
                 reason: "no_trusted_state".into(),
@@ -235,8 +413,10 @@ impl<B: ClusterBackend> Acting<B> {
                     &head.to_string(),
                 ),
             },
-            pinned.map(|a| a.env.version),
-        )
+            version: pinned.map(|a| a.env.version),
+            reads_store: false,
+            until: None,
+        })
     }
 
     // Not `async fn`: the future must not borrow `self` (Acting is not Sync).
@@ -266,14 +446,16 @@ impl<B: ClusterBackend> Acting<B> {
         async move { work.await.flatten() }
     }
 
-    /// Trust, then config, then gate, for `head` over the applied commit:
-    /// the one admission path (`crate::admit`), commit by commit.
+    /// Trust, then config, then the one judgement of the span from the
+    /// applied commit to `head` (`crate::admit`); with `adopt`, trust and
+    /// config only (the nodes already run the version: nothing moves).
     fn evaluate(
         &self,
         head: Oid,
         applied: Option<Oid>,
         adopt: bool,
     ) -> impl Future<Output = Verdict> + Send + 'static {
+        self.metrics.admissions.inc();
         let src = self.source.clone();
         let env_name = self.cfg.env.clone();
         let mode = self.cfg.verify;
@@ -283,15 +465,17 @@ impl<B: ClusterBackend> Acting<B> {
         let head_s = head.to_string();
         let flag = self.cfg.status_branch.clone();
         let refuse = move |stage: &str, reason: &str, message: String, version| {
-            Verdict::Refuse(
-                Refused {
+            Verdict::Refuse(Refusal {
+                refused: Refused {
                     commit: head_s.clone(),
                     stage: stage.into(),
                     reason: reason.into(),
                     message,
                 },
                 version,
-            )
+                reads_store: false,
+                until: None,
+            })
         };
         let refuse2 = refuse.clone();
         let work = blocking(move || {
@@ -351,7 +535,7 @@ impl<B: ClusterBackend> Acting<B> {
                         revoked,
                     }
                 }
-                Err(r) => refuse(r.stage.as_str(), &r.code, r.message, r.version),
+                Err(r) => Verdict::Refuse(refusal_of(&head.to_string(), r)),
             }
         });
         async move {
@@ -361,12 +545,56 @@ impl<B: ClusterBackend> Acting<B> {
     }
 }
 
-/// Why `env`'s pinned version is revoked by `cfg`'s `[promotion] revoked`, if it is.
+/// The agent's refusal of `commit` from the admission's rejection.
+fn refusal_of(commit: &str, r: Rejection) -> Refusal {
+    let until = r.refusal.as_ref().and_then(|g| match &g.reason {
+        Reason::Soaking { passes_at, .. } | Reason::HistorySoaking { passes_at, .. } => {
+            Some(*passes_at)
+        }
+        _ => None,
+    });
+    Refusal {
+        reads_store: r.stage == Stage::Gate,
+        until,
+        version: r.version,
+        refused: Refused {
+            commit: commit.to_owned(),
+            stage: r.stage.as_str().into(),
+            reason: r.code,
+            message: r.message,
+        },
+    }
+}
+
+/// The status store of `status_branch` as one number: every local and
+/// `origin/` status branch (per-cluster and the single one) with its tip,
+/// except `own`'s branch, whose reports are never evidence for its own
+/// environment's gate (its pushes must not make a kept verdict stale).
+pub(super) fn store_state(repo: &Repository, status_branch: &str, own: (&str, &str)) -> u64 {
+    let own_branch = crate::status::cluster_branch(status_branch, own.0, own.1);
+    let mut h = DefaultHasher::new();
+    for prefix in ["refs/heads/", "refs/remotes/origin/"] {
+        let Ok(refs) = repo.references_glob(&format!("{prefix}{status_branch}*")) else {
+            continue;
+        };
+        for r in refs.flatten() {
+            let Ok(name) = r.name() else { continue };
+            if name[prefix.len()..] == own_branch {
+                continue;
+            }
+            (name, r.target()).hash(&mut h);
+        }
+    }
+    h.finish()
+}
+
+/// Why `env`'s pinned version is revoked by `cfg`'s `[promotion] revoked`,
+/// if it is (every build-metadata variant of a revoked version is).
 fn revoked_reason(cfg: &config::RepoConfig, env: &EnvConfig) -> Option<String> {
     cfg.root
         .revoked
         .iter()
-        .find(|r| r.version == env.version)
+        .find(|r| crate::gate::revokes(&r.version, &env.version))
         .map(|r| r.reason.clone())
 }
 

@@ -303,7 +303,9 @@ impl Events {
             severity,
             reason: reason.to_string(),
             action: action.to_string(),
-            note,
+            // kubectl prints notes as they are: a report message or a health
+            // query's label must not carry a terminal's control sequences.
+            note: crate::terminal::escape(&note).into_owned(),
         };
         match queue.try_send(Queued::Event(Box::new(pending))) {
             Ok(()) => {}

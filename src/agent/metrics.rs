@@ -38,6 +38,9 @@ pub struct Metrics {
     pub leader: Gauge,
     /// `drover_reconciles_total{result}`: reconcile passes by result.
     pub reconciles: Family<Labels, Counter>,
+    /// `drover_admissions_total`: new heads judged (trust, config and the
+    /// gate's read of the evidence); a kept refusal is not judged again.
+    pub admissions: Counter,
     /// `drover_drain_duration_seconds`: cordon to drained, per node.
     pub drain_duration: Histogram,
     /// `drover_node_upgrade_duration_seconds`: drain start to Ready at the target, per node.
@@ -107,6 +110,7 @@ impl Metrics {
             applied_commit: Family::default(),
             leader: Gauge::default(),
             reconciles: Family::default(),
+            admissions: Counter::default(),
             // 1 s .. ~9 h: drains take seconds to the drain timeout.
             drain_duration: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
             // 10 s .. ~45 h: an upgrade includes a reboot.
@@ -169,6 +173,11 @@ impl Metrics {
             "reconciles",
             "Reconcile passes by result",
             m.reconciles.clone(),
+        );
+        registry.register(
+            "admissions",
+            "New config heads judged: trust, config and the gate's read of the evidence",
+            m.admissions.clone(),
         );
         registry.register(
             "drain_duration_seconds",

@@ -13,9 +13,9 @@
 //! Choices where the issue is silent:
 //! - A refused new head does not pause the rollout of the last applied
 //!   commit: that commit passed every check when it was applied.
-//! - Trust and config refusals are remembered per commit (they cannot change
-//!   for the same commit); gate refusals are judged again on every pass,
-//!   since confirmations arrive and soaks pass with time.
+//! - A refusal is kept as state (`admit.rs`): judged once, one Event, a
+//!   stable `since`, until the head, the applied commit, the status store or
+//!   the instant a soak passes changes it.
 //! - The status report is published when its content (all but `since`) changes.
 
 mod act;
@@ -50,7 +50,7 @@ use crate::source::{Source, SourceConfig};
 use crate::status::{PublishOptions, StatusReport};
 use crate::trust;
 use chrono::{DateTime, SecondsFormat, Utc};
-use crd::{DroverStatusSpec, DroverStatusStatus, Refused, StatusObject};
+use crd::{DroverStatusSpec, DroverStatusStatus, StatusObject};
 use events::Events;
 use git2::Oid;
 use metrics::Metrics;
@@ -345,7 +345,8 @@ impl<B: ClusterBackend> Agent<B> {
             terms: 0,
             acting: acting_tx,
             active: None,
-            refused_cache: None,
+            kept: None,
+            rollout_seen: None,
             connected: None,
             held: Vec::new(),
             last_published: None,
@@ -405,8 +406,11 @@ struct Acting<B: ClusterBackend> {
     /// True while a term runs (for [`AgentHandle::acting`]).
     acting: tokio::sync::watch::Sender<bool>,
     active: Option<Active>,
-    /// A trust or config refusal, remembered for its commit.
-    refused_cache: Option<(Oid, Refused)>,
+    /// The refusal kept as state until what it depends on changes.
+    kept: Option<admit::Kept>,
+    /// The rollout state of the last decision, whatever the status shows
+    /// (`refused` hides it), for the Events of rollout transitions.
+    rollout_seen: Option<crate::rollout::RolloutState>,
     /// The cluster view and the settings it was built for.
     connected: Option<(B::Settings, Connected<B::Cluster>)>,
     /// Nodes held by a fault of their own after the last reconcile

@@ -3,7 +3,11 @@
 //!
 //! In order:
 //! 1. a person's word: the annotation [`TRUST_ANNOTATION`] on the status
-//!    object names the commit to trust (`kubectl annotate`);
+//!    object names the commit to trust (`kubectl annotate`). It must be the
+//!    full object id of a commit on the tracked branch ([`annotated_commit`]),
+//!    and that commit is then admitted like any other: signed by an allowed
+//!    signer, a valid config, and past the gate unless every selected node
+//!    already runs the version it pins (then it moves nothing, as in 3.);
 //! 2. the agent's own signed reports on the status branch: every report
 //!    carries the config commit the agent was applying, and only a report
 //!    signed by this agent's own key (as `<env>/<cluster>`) counts;
@@ -23,6 +27,55 @@ use ssh_key::PrivateKey;
 /// Annotation on the `DroverStatus` object by which a person names the
 /// commit to trust when the agent has no last applied commit.
 pub const TRUST_ANNOTATION: &str = "drover.dev/trust-commit";
+
+/// Most first-parent commits searched for the annotated commit: the tracked
+/// branch's last 100,000 commits, far more than any fleet's config history
+/// holds between two losses of the agent's state.
+pub const MAX_TRUST_WALK: usize = 100_000;
+
+/// The commit a [`TRUST_ANNOTATION`] value names, if it may be trusted as a
+/// starting point at all: its full object id (no revspec such as `HEAD` or
+/// `main~3`, which would follow whatever the repository says now), of a
+/// commit on the first-parent history of the fetched `head` of `branch`
+/// (not a commit of another branch or one the cache holds for another
+/// reason). Its signature and config are the admission's to check.
+pub fn annotated_commit(
+    repo: &Repository,
+    value: &str,
+    head: Oid,
+    branch: &str,
+) -> Result<Oid, String> {
+    let value = value.trim();
+    let full = value.len() == 40 && value.bytes().all(|b| b.is_ascii_hexdigit());
+    let oid = match Oid::from_str(value) {
+        Ok(o) if full => o,
+        _ => {
+            return Err(format!(
+                "{TRUST_ANNOTATION} must name a commit by its full 40-hex object id                  (git rev-parse <commit>), not {value:?}"
+            ))
+        }
+    };
+    if repo.find_commit(oid).is_err() {
+        return Err(format!(
+            "{TRUST_ANNOTATION} names {oid}, which is not a commit of the fetched repository"
+        ));
+    }
+    let mut c = repo.find_commit(head).map_err(|e| e.to_string())?;
+    for _ in 0..MAX_TRUST_WALK {
+        if c.id() == oid {
+            return Ok(oid);
+        }
+        match c.parent(0) {
+            Ok(p) => c = p,
+            Err(_) => break,
+        }
+    }
+    Err(format!(
+        "{TRUST_ANNOTATION} names {oid}, which is not on {branch} (the first-parent history \
+         of the fetched head {}, searched {MAX_TRUST_WALK} commits deep)",
+        &head.to_string()[..12]
+    ))
+}
 
 /// The allowed signers that accept exactly this agent's own reports.
 pub fn own_signers(key: &PrivateKey, env: &str, cluster: &str) -> Option<AllowedSigners> {

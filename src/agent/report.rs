@@ -51,7 +51,19 @@ impl<B: ClusterBackend> Acting<B> {
                 .await;
         }
         let state = d.state.as_str();
-        if self.crd_status.state.as_deref() != Some(state) {
+        // A refused newer head is what the status shows (docs/design.md §5);
+        // `since` is when the shown state began, so a refusal kept for days
+        // keeps its `since`. Rollout transitions still get their Events while
+        // a refusal hides them (the refusal has its own, `Refused`).
+        let refused = self.crd_status.refused.is_some() && self.refused_version.is_some();
+        let shown = if refused { "refused" } else { state };
+        let moved = if refused {
+            self.rollout_seen.is_some_and(|s| s != d.state)
+        } else {
+            self.crd_status.state.as_deref() != Some(state)
+        };
+        self.rollout_seen = Some(d.state);
+        if moved {
             self.events
                 .on_status(
                     if matches!(d.state, RolloutState::Failed | RolloutState::Blocked) {
@@ -75,6 +87,8 @@ impl<B: ClusterBackend> Acting<B> {
                     ),
                 )
                 .await;
+        }
+        if self.crd_status.state.as_deref() != Some(shown) {
             self.crd_status.since = Some(rfc3339(now));
         }
         // The first observation of a term is no transition (a restart would repeat it).
@@ -97,7 +111,7 @@ impl<B: ClusterBackend> Acting<B> {
                 .await;
         }
         self.metrics.set_rollout_state(state);
-        self.crd_status.state = Some(state.into());
+        self.crd_status.state = Some(shown.into());
         self.crd_status.target = Some(active.env.version.to_string());
         self.crd_status.nodes = d.nodes;
         self.crd_status.nodes_at_version = d.nodes_at_version;
@@ -147,7 +161,9 @@ impl<B: ClusterBackend> Acting<B> {
                         .unwrap_or(0);
                     message.truncate(cut);
                 }
-                self.crd_status.state = Some("refused".into());
+                // What `kubectl get dst -o wide` shows: the refusal, not the
+                // applied commit's progress.
+                self.crd_status.message.clone_from(&message);
                 StatusReport {
                     version: v.clone(),
                     state: RolloutState::Refused,

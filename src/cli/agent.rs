@@ -18,6 +18,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Whether this build has the test hooks (`--clock-offset`): the `test-hooks`
+/// cargo feature, which the tests turn on and no release build has. A cargo
+/// feature rather than `debug_assertions`: the benches run an optimised
+/// build that needs the hook, and a debug build run by hand must not have it.
+const TEST_HOOKS: bool = cfg!(feature = "test-hooks");
+
 /// Arguments of `drover agent`.
 #[derive(Debug, Default, Clone, clap::Args, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
@@ -117,8 +123,15 @@ pub struct Args {
     /// File holding the webhook's plain token (X-Drover-Token).
     #[arg(long, env = "DROVER_WEBHOOK_TOKEN_FILE")]
     pub webhook_token_file: Option<PathBuf>,
-    /// Test hook: shift the agent's clock (windows, gate, timeouts), e.g. "+30d" or "-2h".
-    #[arg(long, env = "DROVER_CLOCK_OFFSET", allow_hyphen_values = true)]
+    /// Test hook, only in builds with the `test-hooks` feature (never a
+    /// release): shift the agent's clock (windows, gate, timeouts), e.g.
+    /// "+30d" or "-2h". Any other build refuses to start when it is set.
+    #[arg(
+        long,
+        env = "DROVER_CLOCK_OFFSET",
+        allow_hyphen_values = true,
+        hide = !TEST_HOOKS
+    )]
     pub clock_offset: Option<String>,
     /// Log format: json or text.
     #[arg(long, env = "DROVER_LOG_FORMAT")]
@@ -286,11 +299,24 @@ impl Args {
         )
     }
 
-    /// The agent's clock: the wall clock, shifted by `--clock-offset`.
+    /// The agent's clock: the wall clock, shifted by `--clock-offset` in a
+    /// build with the test hooks; any other build refuses the setting.
     pub fn clock(&self) -> anyhow::Result<SharedClock> {
-        let offset = match &self.clock_offset {
-            Some(s) => parse_offset(s)?,
-            None => chrono::Duration::zero(),
+        self.clock_in(TEST_HOOKS)
+    }
+
+    fn clock_in(&self, hooks: bool) -> anyhow::Result<SharedClock> {
+        let offset = match (&self.clock_offset, hooks) {
+            (None, _) => chrono::Duration::zero(),
+            (Some(s), true) => parse_offset(s)?,
+            // Parsed rather than unknown, so that an environment variable or
+            // a config file key cannot be ignored silently either.
+            (Some(_), false) => bail!(
+                "--clock-offset (DROVER_CLOCK_OFFSET, clock-offset in --config) is a test hook \
+                 that this build does not have: the gate, the windows and the timeouts read \
+                 the wall clock; remove the setting (builds with the `test-hooks` cargo \
+                 feature, which only the tests use, accept it)"
+            ),
         };
         Ok(Arc::new(OffsetClock(offset)))
     }
@@ -603,6 +629,36 @@ mod tests {
         assert!(!cfg.leader_election);
         assert_eq!(parse_offset("-2h").unwrap(), chrono::Duration::hours(-2));
         assert_eq!(parse_offset("+30d").unwrap(), chrono::Duration::days(30));
+    }
+
+    /// A build without the test hooks refuses the clock offset however it
+    /// is given (flag, environment, config file), before anything starts;
+    /// with them (the tests' build) it shifts the clock.
+    #[test]
+    fn clock_offset_is_refused_without_the_test_hooks() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("agent.toml");
+        std::fs::write(&file, "clock-offset = \"+30d\"\n").unwrap();
+        let flag = Cli::parse_from(["x", "--clock-offset", "+30d"]).a;
+        let from_file = Cli::parse_from(["x", "--config", file.to_str().unwrap()])
+            .a
+            .merged()
+            .unwrap();
+        for args in [&flag, &from_file] {
+            let err = args.clock_in(false).err().expect("refused");
+            assert!(
+                format!("{err:#}").contains("is a test hook that this build does not have"),
+                "{err:#}"
+            );
+            let shifted = args.clock_in(true).unwrap().now() - chrono::Utc::now();
+            assert!(shifted > chrono::Duration::days(29), "{shifted}");
+        }
+        // Unset, every build runs on the wall clock.
+        let plain = Cli::parse_from(["x"]).a;
+        let drift = plain.clock_in(false).unwrap().now() - chrono::Utc::now();
+        assert!(drift.num_seconds().abs() < 5, "{drift}");
+        // This test binary has the hooks on: the tests' agents take the flag.
+        const { assert!(TEST_HOOKS) };
     }
 
     #[test]

@@ -5,6 +5,7 @@ use super::{output, parse_time, Global, Outcome, Problem};
 use crate::admit::{ChangeReport, ConfirmationSource, StatusRead};
 use crate::config::{self, DirFiles, RepoConfig};
 use crate::gate::{Basis, Decision, Reason};
+use crate::terminal::escape;
 use anyhow::Context;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
@@ -126,8 +127,15 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         return super::reject(g, vec![p]);
     }
     let now = args.now.unwrap_or_else(Utc::now);
-    let (config, mut errors) = match config::load_at(&DirFiles::new(repo), now) {
-        Ok(c) => (Some(c), Vec::new()),
+    let files = DirFiles::new(repo);
+    let (config, mut errors) = match config::load_at(&files, now) {
+        // The report signers file is the one file of the repository that
+        // only the gate reads: checked here so that a pull request cannot
+        // pass with a gate that would refuse everything (docs/design.md §2).
+        Ok(c) => match crate::admit::check_report_signers(&files, &c) {
+            d if d.is_empty() => (Some(c), Vec::new()),
+            d => (None, d),
+        },
         Err(d) => (None, d),
     };
 
@@ -164,7 +172,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         // Named whether or not the check passes: an ignored report is a
         // forgery, a misconfigured agent, or a key that needs listing.
         for i in &ignored {
-            eprintln!("note: ignored status report {i}");
+            eprintln!("note: ignored status report {}", escape(i));
         }
         for n in &notes {
             eprintln!("note: {n}");
@@ -188,7 +196,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
             (Some(c), true) => println!("{}", summary(c)),
             _ => {
                 for e in &errors {
-                    println!("{e}");
+                    println!("{}", escape(&e.to_string()));
                 }
             }
         }
@@ -365,9 +373,12 @@ fn evidence_text(c: &Change) -> String {
     }
     for m in &c.missing {
         match &m.why {
+            // A report's own words can be in `why`: escaped.
             Some(why) => out.push_str(&format!(
-                "  {} has not confirmed {}: {why}\n",
-                m.cluster, c.version
+                "  {} has not confirmed {}: {}\n",
+                m.cluster,
+                c.version,
+                escape(why)
             )),
             None => out.push_str(&format!(
                 "  {} has not confirmed {}\n",

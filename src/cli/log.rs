@@ -173,6 +173,13 @@ fn print_text(h: &History, verifying: bool, wide: bool) -> anyhow::Result<()> {
             ]);
         }
     }
+    // Authors, signers and revocation reasons are others' text: escaped
+    // before the columns are measured.
+    for cell in rows.iter_mut().flatten() {
+        if let std::borrow::Cow::Owned(e) = crate::terminal::escape(cell) {
+            *cell = e;
+        }
+    }
     let header = [
         "DATE", "ENV", "VERSION", "PREVIOUS", "COMMIT", "PR", "AUTHOR", "SIGNER", "REPORTS",
     ];

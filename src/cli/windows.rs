@@ -4,6 +4,7 @@
 
 use super::{parse_time, print_ok, Global, Outcome};
 use crate::config;
+use crate::terminal::escape;
 use crate::window::{self, Calendar, Period};
 use anyhow::Context as _;
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -133,13 +134,15 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
                     )
                 })
                 .collect();
-            println!("Windows of {}: {}", args.env, specs.join("; "));
+            // Freeze reasons are free text: no control character reaches the terminal.
+            let line = |text: String| println!("{}", escape(&text));
+            line(format!("Windows of {}: {}", args.env, specs.join("; ")));
             for f in &env.freezes {
-                println!(
+                line(format!(
                     "Freeze from {}: {}",
                     window::local_and_utc(f.start, f.timezone),
                     f.describe()
-                );
+                ));
             }
             if env.rollout.paused {
                 println!("PAUSED ([rollout] paused = true): no node starts in any window below");
@@ -164,13 +167,13 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
                     Some(r) => format!("  patch updates only: {r}"),
                     None => String::new(),
                 };
-                println!(
+                line(format!(
                     "{:<26} {:<26} {:<21} {:<21}{open}{patch}",
                     local(w.start),
                     local(w.end),
                     utc(w.start),
                     utc(w.end)
-                );
+                ));
             }
         }
     }

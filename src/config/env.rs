@@ -9,7 +9,7 @@ use super::{
     DriverSpec, EnvConfig, MaxUnavailable, NodesSpec, OnDrainTimeout, PromotionSpec, RolloutSpec,
     DEFAULT_BOTTLEROCKET_IMAGE, DEFAULT_BOTTLEROCKET_OS_IMAGE_REGEX, DEFAULT_DRAIN_TIMEOUT,
     DEFAULT_MAX_UNAVAILABLE, DEFAULT_NODE_SELECTOR, DEFAULT_NODE_TIMEOUT, DEFAULT_ON_DRAIN_TIMEOUT,
-    DEFAULT_SOAK, DEFAULT_VERSION_REGEX,
+    DEFAULT_SOAK,
 };
 use crate::diag::Diagnostic;
 use toml::de::{DeTable, DeValue};
@@ -142,7 +142,7 @@ pub(super) fn env_inner(file: &str, name: &str, text: &str) -> Result<EnvConfig,
 
     let nodes = cx.section(doc, "nodes", ENV_KEYS);
     let version_regex = match nodes.and_then(|t| t.get("version_regex")) {
-        None => regex::Regex::new(DEFAULT_VERSION_REGEX).ok(),
+        None => Some(super::model::default_version_regex()),
         Some(v) => cx
             .want_str(
                 "version_regex",

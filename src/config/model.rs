@@ -285,13 +285,23 @@ impl Default for DriverSpec {
     }
 }
 
+/// [`DEFAULT_VERSION_REGEX`], compiled once per process: every config load
+/// needs it for each environment that does not set its own, and compiling
+/// it cost more than reading the rest of the config.
+pub fn default_version_regex() -> regex::Regex {
+    static DEFAULT: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        // A constant known to compile (unit-tested), not input.
+        regex::Regex::new(DEFAULT_VERSION_REGEX).expect("the default version regex compiles")
+    });
+    DEFAULT.clone()
+}
+
 impl Default for NodesSpec {
     /// The defaults of the default driver (Bottlerocket).
     fn default() -> Self {
         Self {
-            // Constants known to compile (unit-tested), not input.
-            version_regex: regex::Regex::new(DEFAULT_VERSION_REGEX)
-                .expect("the default version regex compiles"),
+            version_regex: default_version_regex(),
+            // A constant known to compile (unit-tested), not input.
             os_image_regex: Some(
                 regex::Regex::new(DEFAULT_BOTTLEROCKET_OS_IMAGE_REGEX)
                     .expect("the default OS image regex compiles"),

@@ -3,8 +3,8 @@
 //! cluster name widens its table).
 
 use super::model::{EnvView, Fleet, WindowView};
+use crate::terminal::escape;
 use chrono::{DateTime, Utc};
-use std::fmt::Write as _;
 
 /// Terminal width the text is laid out for.
 pub const WIDTH: usize = 80;
@@ -47,6 +47,13 @@ pub fn window_line(w: &WindowView) -> String {
     format!("{local} {utc}")
 }
 
+/// One line of output, its control characters escaped: names, messages
+/// and warnings come from reports and configs others wrote.
+fn put(out: &mut String, line: &str) {
+    out.push_str(&escape(line));
+    out.push('\n');
+}
+
 /// Wrap `text` to [`WIDTH`]: the first line starts with `first`, the
 /// others with as many spaces.
 fn wrap(out: &mut String, first: &str, text: &str) {
@@ -55,7 +62,7 @@ fn wrap(out: &mut String, first: &str, text: &str) {
     let mut empty = true;
     for word in text.split_whitespace() {
         if !empty && line.chars().count() + 1 + word.chars().count() > WIDTH {
-            let _ = writeln!(out, "{line}");
+            put(out, &line);
             line.clone_from(&indent);
             empty = true;
         }
@@ -66,27 +73,31 @@ fn wrap(out: &mut String, first: &str, text: &str) {
         empty = false;
     }
     if !empty {
-        let _ = writeln!(out, "{line}");
+        put(out, &line);
     }
 }
 
 /// One environment's block.
 pub fn env_block(out: &mut String, e: &EnvView) {
-    let _ = writeln!(out, "{} · pins {} · {}", e.name, e.version, e.timezone);
+    put(
+        out,
+        &format!("{} · pins {} · {}", e.name, e.version, e.timezone),
+    );
     match &e.next_window {
         Some(w) => {
             let label = if w.open { "open window" } else { "next window" };
             let (local, utc) = window_parts(w);
             let line = format!("  {label}  {local} {utc}");
             if line.chars().count() <= WIDTH {
-                let _ = writeln!(out, "{line}");
+                put(out, &line);
             } else {
                 // A window crossing midnight UTC names both dates: UTC goes below.
-                let _ = writeln!(out, "  {label}  {local}\n               {utc}");
+                put(out, &format!("  {label}  {local}"));
+                put(out, &format!("               {utc}"));
             }
         }
         None => {
-            let _ = writeln!(out, "  next window  (none: see warnings)");
+            put(out, "  next window  (none: see warnings)");
         }
     }
     wrap(out, "  gate         ", &e.gate.message);
@@ -105,42 +116,48 @@ pub fn env_block(out: &mut String, e: &EnvView) {
         .max()
         .unwrap_or(0)
         .max("NODES".len());
-    let _ = writeln!(
+    put(
         out,
-        "  {:<w$}  {:<9} {:<10} {:<17} {:<n$}  REPORT",
-        "CLUSTER", "VERSION", "STATE", "SINCE (UTC)", "NODES"
+        &format!(
+            "  {:<w$}  {:<9} {:<10} {:<17} {:<n$}  REPORT",
+            "CLUSTER", "VERSION", "STATE", "SINCE (UTC)", "NODES"
+        ),
     );
     if e.clusters.is_empty() {
-        let _ = writeln!(
+        put(
             out,
-            "  (no clusters listed under [clusters] in drover.toml)"
+            "  (no clusters listed under [clusters] in drover.toml)",
         );
     }
     for c in &e.clusters {
         match &c.report {
             Some(r) => {
-                let _ = writeln!(
+                put(
                     out,
-                    "  {:<w$}  {:<9} {:<10} {:<17} {:<n$}  {}",
-                    c.name,
-                    r.version,
-                    r.state,
-                    utc_min(&r.since),
-                    format!("{}/{}", r.nodes_at_version, r.nodes),
-                    // The signer's principal is `<env>/<cluster>` by
-                    // definition, so the text shows only the verdict (JSON
-                    // carries the principal).
-                    c.trust.as_str()
+                    &format!(
+                        "  {:<w$}  {:<9} {:<10} {:<17} {:<n$}  {}",
+                        c.name,
+                        r.version,
+                        r.state,
+                        utc_min(&r.since),
+                        format!("{}/{}", r.nodes_at_version, r.nodes),
+                        // The signer's principal is `<env>/<cluster>` by
+                        // definition, so the text shows only the verdict (JSON
+                        // carries the principal).
+                        c.trust.as_str()
+                    ),
                 );
                 if !r.message.is_empty() {
                     wrap(out, "      ↳ ", &r.message);
                 }
             }
             None => {
-                let _ = writeln!(
+                put(
                     out,
-                    "  {:<w$}  {:<9} {:<10} {:<17} {:<n$}  -",
-                    c.name, "-", "no report", "-", "-"
+                    &format!(
+                        "  {:<w$}  {:<9} {:<10} {:<17} {:<n$}  -",
+                        c.name, "-", "no report", "-", "-"
+                    ),
                 );
             }
         }
@@ -151,18 +168,18 @@ pub fn env_block(out: &mut String, e: &EnvView) {
 pub fn render(f: &Fleet) -> String {
     let mut out = String::new();
     let branch = super::branch_line(&f.status_branch, "not found: no reports yet");
-    let _ = writeln!(
-        out,
-        "drover status at {}Z",
-        utc_min(&f.now).replace(' ', "T")
+    put(
+        &mut out,
+        &format!("drover status at {}Z", utc_min(&f.now).replace(' ', "T")),
     );
-    let _ = writeln!(out, "status branch {branch}");
+    put(&mut out, &format!("status branch {branch}"));
     for e in &f.environments {
-        let _ = writeln!(out);
+        put(&mut out, "");
         env_block(&mut out, e);
     }
     if !f.warnings.is_empty() {
-        let _ = writeln!(out, "\nwarnings:");
+        put(&mut out, "");
+        put(&mut out, "warnings:");
         for w in &f.warnings {
             wrap(&mut out, "  - ", w);
         }

@@ -14,6 +14,8 @@
 //!   evidence from the lower environment as an upgrade.
 //! - A lower environment that lists no clusters gives no status evidence, so
 //!   `evidence = "status"` refuses (rather than passing vacuously).
+//! - A revocation names a release: it covers every build-metadata variant
+//!   of its version ([`revokes`]).
 //! - The soak is measured from the latest of the lower clusters' standing
 //!   confirmations (status), or from the (monotone) commit time of the
 //!   commit that set the lower environment's file to the version (history);
@@ -223,6 +225,14 @@ pub enum Reason {
         /// When it will have passed.
         passes_at: DateTime<Utc>,
     },
+}
+
+/// Whether a `revoked` entry for `revoked` covers `version`: the same
+/// release, whatever build metadata either carries (semver: build metadata
+/// does not make another version), so `1.13.3+rebuild` is as revoked as
+/// `1.13.3`. A pre-release is another version and is revoked by its own entry.
+pub fn revokes(revoked: &Version, version: &Version) -> bool {
+    revoked.cmp_precedence(version) == std::cmp::Ordering::Equal
 }
 
 /// Judge `req`: the pure core of the gate.

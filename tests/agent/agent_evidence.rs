@@ -21,11 +21,11 @@ use kube::api::{Api, DeleteParams};
 use kube::Client;
 
 /// Long enough before the production window (Dec 20) for a 24h soak.
-const OLD: &str = "2026-12-10T12:00:00Z";
+pub(crate) const OLD: &str = "2026-12-10T12:00:00Z";
 /// Younger than the soak at the agent's clock.
-const RECENT: &str = "2026-12-20T02:30:00Z";
+pub(crate) const RECENT: &str = "2026-12-20T02:30:00Z";
 
-fn spec(env: &str, cluster: &str, pool: &str) -> EnvSpec {
+pub(crate) fn spec(env: &str, cluster: &str, pool: &str) -> EnvSpec {
     EnvSpec {
         env: env.into(),
         cluster: cluster.into(),
@@ -37,7 +37,7 @@ fn spec(env: &str, cluster: &str, pool: &str) -> EnvSpec {
     }
 }
 
-fn config_repo(pool: &str) -> ConfigRepo {
+pub(crate) fn config_repo(pool: &str) -> ConfigRepo {
     ConfigRepo::new(&[
         spec("test", "test-1", "none"),
         spec("stage", "stage-1", "none"),
@@ -45,7 +45,13 @@ fn config_repo(pool: &str) -> ConfigRepo {
     ])
 }
 
-fn report_text(env: &str, cluster: &str, version: &str, state: &str, since: &str) -> String {
+pub(crate) fn report_text(
+    env: &str,
+    cluster: &str,
+    version: &str,
+    state: &str,
+    since: &str,
+) -> String {
     format!(
         "env = \"{env}\"\ncluster = \"{cluster}\"\nconfig_commit = \"abc\"\nversion = \"{version}\"\nstate = \"{state}\"\nsince = {since}\nnodes = 3\nnodes_at_version = 3\nmessage = \"\"\n"
     )
@@ -53,7 +59,7 @@ fn report_text(env: &str, cluster: &str, version: &str, state: &str, since: &str
 
 /// One commit on the served `drover/status` writing a report for
 /// `stage/<cluster>`, signed with `key` (unsigned with `None`), dated `since`.
-fn push_report(
+pub(crate) fn push_report(
     repo: &ConfigRepo,
     cluster: &str,
     version: &str,
@@ -74,7 +80,7 @@ fn push_report(
 }
 
 /// Rewrite a file of the work tree.
-fn edit(repo: &ConfigRepo, path: &str, f: impl FnOnce(String) -> String) {
+pub(crate) fn edit(repo: &ConfigRepo, path: &str, f: impl FnOnce(String) -> String) {
     let p = repo.work.join(path);
     let text = std::fs::read_to_string(&p).unwrap();
     std::fs::write(&p, f(text)).unwrap();
@@ -98,6 +104,8 @@ type Setup = fn(&ConfigRepo) -> String;
 
 struct Case {
     name: &'static str,
+    /// A reviewed change the agent applies before the forgery arrives.
+    first: Option<Setup>,
     setup: Setup,
     reason: &'static str,
     says: &'static str,
@@ -111,6 +119,7 @@ fn cases() -> Vec<Case> {
     vec![
         Case {
             name: "unsigned report",
+            first: None,
             setup: |r| {
                 push_report(r, "stage-1", "1.13.0", "confirmed", OLD, None);
                 bump_production(r)
@@ -120,6 +129,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             name: "stage/stage-1 report signed by test/test-1's key",
+            first: None,
             setup: |r| {
                 push_report(
                     r,
@@ -136,6 +146,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             name: "key not in report_signers",
+            first: None,
             setup: |r| {
                 let rogue = keygen(r.dir.path(), "rogue");
                 push_report(r, "stage-1", "1.13.0", "confirmed", OLD, Some(&rogue));
@@ -146,6 +157,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             name: "key added in the change being judged",
+            first: None,
             setup: |r| {
                 let rogue = keygen(r.dir.path(), "rogue");
                 push_report(r, "stage-1", "1.13.0", "confirmed", OLD, Some(&rogue));
@@ -165,6 +177,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             name: "confirmation withdrawn by a later failed",
+            first: None,
             setup: |r| {
                 let k = r.report_keys["stage-1"].clone();
                 push_report(r, "stage-1", "1.13.0", "confirmed", OLD, Some(&k));
@@ -183,6 +196,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             name: "confirmation younger than the soak",
+            first: None,
             setup: |r| {
                 let k = r.report_keys["stage-1"].clone();
                 push_report(r, "stage-1", "1.13.0", "confirmed", RECENT, Some(&k));
@@ -193,6 +207,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             name: "chain reordered with a bump",
+            first: None,
             setup: |r| {
                 edit(r, "drover.toml", |t| {
                     t.replace(
@@ -212,6 +227,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             name: "status_branch pointed at the change",
+            first: None,
             setup: |r| {
                 edit(r, "drover.toml", |t| {
                     t.replace(
@@ -241,11 +257,15 @@ fn cases() -> Vec<Case> {
         },
         Case {
             name: "backdated history inside the change",
-            setup: |r| {
+            first: Some(|r| {
                 edit(r, "drover.toml", |t| {
                     t.replace("evidence = \"status\"", "evidence = \"history\"")
                 });
-                commit_dated(r, "history evidence", "2026-12-19T00:00:00Z");
+                let c = commit_dated(r, "history evidence", "2026-12-19T00:00:00Z");
+                r.push();
+                c
+            }),
+            setup: |r| {
                 edit(r, "environments/test.toml", |t| set_version(t, "1.13.0"));
                 commit_dated(r, "test 1.13.0", "2026-11-02T00:00:00Z");
                 edit(r, "environments/stage.toml", |t| set_version(t, "1.13.0"));
@@ -262,9 +282,9 @@ fn cases() -> Vec<Case> {
         },
         Case {
             name: "stale allow_downgrade",
-            setup: |r| {
-                let k = r.report_keys["stage-1"].clone();
-                push_report(r, "stage-1", "1.0.0", "confirmed", OLD, Some(&k));
+            // The flag set by an earlier change, applied on its own (set in
+            // the same push as the downgrade, it would be the change's own).
+            first: Some(|r| {
                 edit(r, "environments/production.toml", |t| {
                     t.replacen(
                         "version = \"1.12.0\"",
@@ -272,7 +292,13 @@ fn cases() -> Vec<Case> {
                         1,
                     )
                 });
-                r.commit("production may go down", true);
+                let c = r.commit("production may go down", true);
+                r.push();
+                c
+            }),
+            setup: |r| {
+                let k = r.report_keys["stage-1"].clone();
+                push_report(r, "stage-1", "1.0.0", "confirmed", OLD, Some(&k));
                 edit(r, "environments/production.toml", |t| {
                     t.replacen("version = \"1.12.0\"", "version = \"1.0.0\"", 1)
                 });
@@ -286,7 +312,7 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-async fn status_of(client: &Client, ns: &str, name: &str) -> DroverStatusStatus {
+pub(crate) async fn status_of(client: &Client, ns: &str, name: &str) -> DroverStatusStatus {
     Api::<DroverStatus>::namespaced(client.clone(), ns)
         .get(name)
         .await
@@ -296,7 +322,7 @@ async fn status_of(client: &Client, ns: &str, name: &str) -> DroverStatusStatus 
 }
 
 /// Start a production agent for `repo` on `clock`, named `name`; wait until it adopted the cluster.
-async fn start_adopted(
+pub(crate) async fn start_adopted(
     client: &Client,
     repo: &ConfigRepo,
     ns: &str,
@@ -347,7 +373,20 @@ async fn forgeries_are_refused_by_the_agent_and_controls_are_applied() {
     for (i, case) in cases().into_iter().enumerate() {
         let repo = config_repo(ns.name());
         let name = format!("forgery-{i}");
-        let (agent, adopted) = start_adopted(&client, &repo, ns.name(), &name, &open, 2).await;
+        let (agent, mut adopted) = start_adopted(&client, &repo, ns.name(), &name, &open, 2).await;
+        if let Some(first) = case.first {
+            let c = first(&repo);
+            assert_eq!(agent.webhook().await, 202);
+            await_status(
+                &client,
+                ns.name(),
+                &name,
+                "the earlier change applied",
+                |s| s.last_applied_commit.as_deref() == Some(c.as_str()),
+            )
+            .await;
+            adopted = c;
+        }
         let head = (case.setup)(&repo);
         assert_eq!(agent.webhook().await, 202);
         let st = await_status(&client, ns.name(), &name, case.name, |s| {
@@ -614,7 +653,8 @@ async fn without_any_trusted_state_nothing_is_applied_until_a_person_confirms() 
         .last_applied_commit
         .is_none());
 
-    // A person confirms the head as the message says: it is applied and rolled.
+    // A person confirms the head as the message says: the commit is trusted,
+    // and still judged by the gate (stage has not confirmed 1.13.0).
     let api: Api<DroverStatus> = Api::namespaced(client.clone(), ns.name());
     let patch = serde_json::json!({
         "metadata": { "annotations": { "drover.dev/trust-commit": head } }
@@ -627,6 +667,19 @@ async fn without_any_trusted_state_nothing_is_applied_until_a_person_confirms() 
     .await
     .unwrap();
     agent.handle.reconcile();
+    let st = await_status(&client, ns.name(), "notrust", "gate refuses", |s| {
+        s.refused
+            .as_ref()
+            .is_some_and(|r| r.commit == head && r.reason == "not_confirmed")
+    })
+    .await
+    .status
+    .unwrap();
+    assert!(st.last_applied_commit.is_none());
+    // Stage's signed confirmation arrives: the head is applied and rolled.
+    let k = repo.report_keys["stage-1"].clone();
+    push_report(&repo, "stage-1", "1.13.0", "confirmed", OLD, Some(&k));
+    assert_eq!(agent.webhook().await, 202);
     let st = await_status(
         &client,
         ns.name(),

@@ -7,6 +7,7 @@
 mod support;
 
 mod agent_evidence;
+mod agent_gate;
 mod agent_github_merge;
 mod agent_give_back;
 mod agent_health;

@@ -11,17 +11,9 @@ fn log_lists_changes_newest_first_with_signers_and_confirmations() {
     let tmp = tempfile::tempdir().unwrap();
     let work = WorkRepo::init(&tmp.path().join("work"));
     let root = work.head();
-    // stage-1's agent signs its reports with its own key, listed as report signer.
+    // stage-1's agent signs its reports with its own key, listed as report
+    // signer (WorkRepo's drover.toml names agents.allowed_signers).
     let agent_key = keygen(tmp.path(), "stage-1");
-    let toml = std::fs::read_to_string(work.dir.join("drover.toml")).unwrap();
-    std::fs::write(
-        work.dir.join("drover.toml"),
-        toml.replace(
-            "[promotion]\n",
-            "[promotion]\nreport_signers = \"agents.allowed_signers\"\n",
-        ),
-    )
-    .unwrap();
     allowed_signers(
         &work.dir.join("agents.allowed_signers"),
         &[("stage/stage-1", &agent_key)],

@@ -21,7 +21,9 @@ fn example_copy() -> (tempfile::TempDir, PathBuf) {
     let repo = tmp.path().join("repo");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("example-repo");
     std::fs::create_dir_all(repo.join("environments")).unwrap();
-    std::fs::copy(src.join("drover.toml"), repo.join("drover.toml")).unwrap();
+    for f in ["drover.toml", "agents.allowed_signers"] {
+        std::fs::copy(src.join(f), repo.join(f)).unwrap();
+    }
     for e in std::fs::read_dir(src.join("environments")).unwrap() {
         let e = e.unwrap();
         std::fs::copy(e.path(), repo.join("environments").join(e.file_name())).unwrap();

@@ -14,8 +14,10 @@ mod support {
 }
 
 mod action_check;
+mod admit_differential;
 mod admit_forgery;
 mod admit_judge;
+mod admit_split;
 mod agent_http;
 mod agent_manifests;
 mod check_fuzz;
@@ -41,6 +43,7 @@ mod rollout_props;
 mod rollout_sim;
 mod status_cli;
 mod status_store;
+mod terminal_escape;
 mod windows_cli;
 mod windows_differential;
 mod windows_schedule;

@@ -13,9 +13,11 @@ fn repo() -> tempfile::TempDir {
     std::fs::create_dir_all(root.join("environments")).expect("mkdir");
     std::fs::write(
         root.join("drover.toml"),
-        "[promotion]\nchain = [\"test\", \"stage\"]\n\n[clusters]\ntest = [\"test-1\"]\nstage = [\"stage-1\"]\n",
+        "[promotion]\nchain = [\"test\", \"stage\"]\nreport_signers = \"agents.allowed_signers\"\n\n[clusters]\ntest = [\"test-1\"]\nstage = [\"stage-1\"]\n",
     )
     .expect("write");
+    // No cluster reports here: an empty allowed-signers file.
+    std::fs::write(root.join("agents.allowed_signers"), "").expect("write");
     std::fs::write(
         root.join("environments/test.toml"),
         "version = \"1.13.2\"\n\n[window]\nschedule = \"0 2 1 * *\"\nduration = \"6h\"\n",

@@ -208,9 +208,11 @@ impl WorkRepo {
         git(dir, &["init", "-q", "-b", "main"]);
         std::fs::write(
             dir.join("drover.toml"),
-            "[promotion]\nchain = [\"test\", \"stage\"]\n\n[clusters]\ntest = [\"test-1\"]\nstage = [\"stage-1\"]\n",
+            "[promotion]\nchain = [\"test\", \"stage\"]\nreport_signers = \"agents.allowed_signers\"\n\n[clusters]\ntest = [\"test-1\"]\nstage = [\"stage-1\"]\n",
         )
         .unwrap();
+        // No cluster reports in these repositories: no report keys.
+        std::fs::write(dir.join("agents.allowed_signers"), "").unwrap();
         let r = Self {
             dir: dir.to_path_buf(),
         };
