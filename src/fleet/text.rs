@@ -2,7 +2,7 @@
 //! lines kept within 80 columns (long messages wrap; only a very long
 //! cluster name widens its table).
 
-use super::model::{EnvView, Fleet, WindowView};
+use super::model::{EnvView, Fleet, FreezeView, WindowView};
 use chrono::{DateTime, Utc};
 use std::fmt::Write as _;
 
@@ -41,6 +41,24 @@ pub fn window_parts(w: &WindowView) -> (String, String) {
     )
 }
 
+/// A freeze ahead: its reason, scope and interval in its own zone.
+fn freeze_line(f: &FreezeView) -> String {
+    let (sd, st) = local_parts(&f.start_local);
+    let (ed, et) = local_parts(&f.end_local);
+    let reason = if f.reason.is_empty() {
+        String::new()
+    } else {
+        format!("\"{}\" ", f.reason)
+    };
+    format!(
+        "{reason}(scope {}) from {sd} {st} to {ed} {et} {} ({} – {} UTC)",
+        f.scope,
+        f.zone,
+        utc_min(&f.start),
+        utc_min(&f.end)
+    )
+}
+
 /// A window in the environment's zone beside UTC, on one line.
 pub fn window_line(w: &WindowView) -> String {
     let (local, utc) = window_parts(w);
@@ -73,7 +91,16 @@ fn wrap(out: &mut String, first: &str, text: &str) {
 /// One environment's block.
 pub fn env_block(out: &mut String, e: &EnvView) {
     let _ = writeln!(out, "{} · pins {} · {}", e.name, e.version, e.timezone);
+    if let Some(h) = &e.hold {
+        wrap(out, "  held         ", &h.message);
+    }
+    for f in e.freezes.iter().filter(|f| !f.active) {
+        wrap(out, "  freeze       ", &freeze_line(f));
+    }
     match &e.next_window {
+        None if e.paused => {
+            let _ = writeln!(out, "  next window  none while paused");
+        }
         Some(w) => {
             let label = if w.open { "open window" } else { "next window" };
             let (local, utc) = window_parts(w);
@@ -134,6 +161,9 @@ pub fn env_block(out: &mut String, e: &EnvView) {
                 );
                 if !r.message.is_empty() {
                     wrap(out, "      ↳ ", &r.message);
+                }
+                if let Some(why) = &c.untrusted_reason {
+                    wrap(out, "      ↳ ", &format!("untrusted: {why}"));
                 }
             }
             None => {
@@ -200,6 +230,9 @@ mod tests {
                     zone: "EST".into(),
                     open,
                 }),
+                paused: false,
+                hold: None,
+                freezes: vec![],
                 gate: GateView {
                     lower: Some("stage".into()),
                     version: Some("1.13.2".into()),
@@ -221,6 +254,7 @@ mod tests {
                     }),
                     trust: Trust::Trusted,
                     signer: Some("production/prod-eu-1".into()),
+                    untrusted_reason: None,
                 }],
             }],
             warnings: vec![format!("status/production/prod-eu-1.toml in cccccccccc: {}", "long ".repeat(30))],

@@ -11,6 +11,7 @@ mod support {
     pub mod git;
     pub mod gpg;
     pub mod time;
+    pub mod timeline;
 }
 
 mod action_check;
@@ -41,6 +42,7 @@ mod rollout_props;
 mod rollout_sim;
 mod status_cli;
 mod status_store;
+mod timeline_readback;
 mod windows_cli;
 mod windows_differential;
 mod windows_schedule;
