@@ -499,7 +499,7 @@ pub fn timeline(
             timezone: env.windows[0].timezone.name().to_owned(),
             windows,
             freezes,
-            pins: pins(changes, &env.name, from, to),
+            pins: pins(changes, &env.name, from, now, to),
             rows,
         });
     }
@@ -569,20 +569,27 @@ pub fn timeline(
 
 /// The versions `env`'s file pinned over `[from, to]`, from the config's
 /// history (newest first in `changes`).
-fn pins(changes: &[audit::Change], env: &str, from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<Pin> {
+fn pins(
+    changes: &[audit::Change],
+    env: &str,
+    from: DateTime<Utc>,
+    now: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Vec<Pin> {
     let mut mine: Vec<(DateTime<Utc>, &audit::Change)> = changes
         .iter()
         .filter(|c| c.env == env)
         .filter_map(|c| {
             let at = DateTime::parse_from_rfc3339(&c.date).ok()?;
-            Some((at.with_timezone(&Utc), c))
+            // A change made after `now` is not yet the pin (status --now).
+            Some((at.with_timezone(&Utc), c)).filter(|(at, _)| *at <= now)
         })
         .collect();
     mine.reverse(); // oldest first
     let mut out = Vec::new();
     for (i, (start, c)) in mine.iter().enumerate() {
         let end = mine.get(i + 1).map_or(to, |n| n.0.max(*start)).min(to);
-        if end <= from {
+        if end <= from || end <= *start {
             continue;
         }
         out.push(Pin {

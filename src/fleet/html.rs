@@ -705,7 +705,7 @@ fn pin(
             ts(&p.start),
             short(&p.commit)
         )));
-    let mid = now.clamp(p.start, p.end);
+    let mid = now.max(p.start).min(p.end.max(p.start));
     if p.start < mid {
         g = g.add(
             Line::new()

@@ -173,7 +173,11 @@ fn demo_timeline_renders_in_chromium() {
             assert!(rect.x + rect.width <= xn + 0.5, "{}: {rect:?}", r.cluster);
         }
     }
-    assert!(d.groups.iter().any(|g| g == "event revoked"), "{:?}", d.groups);
+    assert!(
+        d.groups.iter().any(|g| g == "event revoked"),
+        "{:?}",
+        d.groups
+    );
     assert!(
         d.groups.iter().any(|g| g.starts_with("event refused")),
         "{:?}",
