@@ -54,6 +54,29 @@ pub fn gather(
     now: DateTime<Utc>,
     only: Option<&str>,
 ) -> Result<Fleet, Error> {
+    collect(repo, cfg, now, only, false)
+}
+
+/// [`gather`] for an instant the user named (`status --now T`): the status
+/// store as it was at `now`, leaving out reports of states entered after
+/// it. Only for a named instant: at the wall clock's now, a report from an
+/// agent whose clock runs ahead is still the newest word.
+pub fn gather_at(
+    repo: &Repository,
+    cfg: &RepoConfig,
+    now: DateTime<Utc>,
+    only: Option<&str>,
+) -> Result<Fleet, Error> {
+    collect(repo, cfg, now, only, true)
+}
+
+fn collect(
+    repo: &Repository,
+    cfg: &RepoConfig,
+    now: DateTime<Utc>,
+    only: Option<&str>,
+    as_of: bool,
+) -> Result<Fleet, Error> {
     let envs = envs(cfg, only);
     let store = status::find_store(repo, &cfg.root.status_branch)?;
     let mut warnings = Vec::new();
@@ -76,7 +99,7 @@ pub fn gather(
             })
             .collect();
         let mut found = reports::walk(repo, cfg, &store, signers.as_ref(), Some(&want))?;
-        if found.entries.iter().any(|e| e.report.since > now) {
+        if as_of && found.entries.iter().any(|e| e.report.since > now) {
             // A newest report younger than `now`: read each cluster's
             // history (bounded by MAX_HISTORY) for the one in force then.
             found = reports::walk(repo, cfg, &store, signers.as_ref(), None)?;
@@ -88,7 +111,7 @@ pub fn gather(
         // a commit's time is the writer's clock, not the cluster's.)
         let mut later = 0;
         for e in found.entries {
-            if e.report.since > now {
+            if as_of && e.report.since > now {
                 later += 1;
                 continue;
             }

@@ -14,7 +14,7 @@ pub mod model;
 pub mod reports;
 pub mod text;
 
-pub use gather::{gather, timeline, Error};
+pub use gather::{gather, gather_at, timeline, Error};
 pub use model::*;
 
 /// One line naming where the reports were read: the per-cluster branches
