@@ -61,7 +61,7 @@ pub fn mix_after(prev: &[VersionCount], r: &crate::status::StatusReport) -> Vec<
 /// Oldest version first, unknown first of all.
 fn sort(mix: &mut [VersionCount]) {
     let key = |c: &VersionCount| c.version.as_deref().and_then(|v| Version::parse(v).ok());
-    mix.sort_by(|a, b| key(a).cmp(&key(b)));
+    mix.sort_by_key(key);
 }
 
 /// One cluster's row from its reports (oldest first), over `[from, now]`;
