@@ -8,6 +8,7 @@ use crate::cluster::{Cluster, NodeView};
 use crate::config::EnvConfig;
 use crate::rollout::{decide, Decision, Engine, Labels, Policy, RolloutState, VirtualClock};
 use crate::sim::{drive, EventKind, Sim, Timeline};
+use crate::window::{Calendar, Change};
 use chrono::{DateTime, Utc};
 use semver::Version;
 use serde::Serialize;
@@ -29,22 +30,36 @@ pub struct WindowForecast {
 /// How the rollout would go.
 #[derive(Debug, Clone, Serialize)]
 pub struct Forecast {
-    /// How the forecast ended: confirmed, failed, blocked, or rolling (ran out of windows).
+    /// How the forecast ended: confirmed, failed, blocked, paused (held
+    /// throughout), or rolling (ran out of windows).
     pub state: RolloutState,
     /// Nodes that need the upgrade.
     pub nodes_to_upgrade: usize,
-    /// Nodes per window by arithmetic: ceil(duration / node_time) × max_unavailable.
+    /// The most nodes the forecast starts in one window.
     pub fit_per_window: usize,
-    /// node_time × ceil(nodes to upgrade / max_unavailable).
+    /// How long one node holds its place in the budget: `node_time`, plus
+    /// its health watch (`[health] pod_ready_timeout`) when `[health]` is on.
+    pub node_cycle: String,
+    /// `[health] settle` after the last node, before `confirmed`; `None`
+    /// without `[health]`.
+    pub settle: Option<String>,
+    /// From the first node's start to the confirmation, ignoring the time
+    /// between windows: node cycles × waves + settle.
     pub ideal_duration: String,
     /// Windows in which some node starts.
     pub windows_needed: usize,
     /// When the last node is Ready at the target.
     pub finishes_at: Option<DateTime<Utc>>,
+    /// When the cluster would report `confirmed` (after the last node's
+    /// watch and the settle).
+    pub confirmed_at: Option<DateTime<Utc>>,
     /// End of the last window used.
     pub last_window_end: Option<DateTime<Utc>>,
     /// The windows used, in order.
     pub windows: Vec<WindowForecast>,
+    /// What holds every node start at the instant planned for (the pause,
+    /// or a freeze), in one line; the forecast counts with it.
+    pub held: Option<String>,
     /// Why the forecast stopped before the rollout ended, if it did
     /// (`windows_needed` is then a lower bound).
     pub cut_short: Option<CutShort>,
@@ -81,23 +96,33 @@ pub struct Plan {
 }
 
 /// Plan against any cluster: decide on its nodes as they are now (without
-/// acting), then forecast on a sim seeded from them.
+/// acting), then forecast on a sim seeded from them, through the first
+/// `max_windows` stretches in which a node may start. Both ask the
+/// environment's calendar exactly as the agent does (windows, freezes and
+/// the pause: [`Calendar::opening`]).
 pub async fn plan<C: Cluster>(
     cluster: &C,
     env: &EnvConfig,
-    windows: &[(DateTime<Utc>, DateTime<Utc>)],
+    calendar: &Calendar,
+    max_windows: usize,
     node_time: Duration,
     now: DateTime<Utc>,
 ) -> Result<Plan, C::Error> {
     let policy = Policy::from_env(env);
     let schedule = Timeline {
-        windows: windows.to_vec(),
-        calendar: None,
+        windows: calendar
+            .periods(now)
+            .take(max_windows)
+            .map(|p| (p.start, p.end))
+            .collect(),
+        calendar: Some(calendar.clone()),
         gate_from: Some(now),
     };
     let views = cluster.observe().await?;
     let decision = decide(&policy, &schedule.inputs(now), &views, now);
-    let forecast = forecast(&policy, env, &views, &schedule, node_time, now).await;
+    let mut forecast = forecast(&policy, &views, &schedule, node_time, now).await;
+    let change = Change::of(&policy.target, views.iter().map(|v| v.version.as_ref()));
+    forecast.held = calendar.opening(now, change).hold.map(|h| h.describe());
     Ok(Plan {
         env: env.name.clone(),
         cluster: cluster.name().to_string(),
@@ -107,11 +132,11 @@ pub async fn plan<C: Cluster>(
         forecast,
     })
 }
+
 /// Run the engine on a sim seeded from `views` through `schedule`, and count
 /// what happened window by window.
 async fn forecast(
     policy: &Policy,
-    env: &EnvConfig,
     views: &[NodeView],
     schedule: &Timeline,
     node_time: Duration,
@@ -123,9 +148,9 @@ async fn forecast(
     let horizon = schedule.windows.last().map_or(now, |w| w.1)
         + chrono::Duration::from_std(policy.node_timeout).unwrap_or(chrono::Duration::zero());
     // The sim cannot fail, and nothing is injected; a blocked forecast still reports.
-    let state = match drive(&sim, &engine, schedule, horizon).await {
-        Ok(r) => r.last.state,
-        Err(_) => RolloutState::Blocked,
+    let (state, ended_at) = match drive(&sim, &engine, schedule, horizon).await {
+        Ok(r) => (r.last.state, r.ended_at),
+        Err(_) => (RolloutState::Blocked, now),
     };
     let log = sim.log();
     let budget = policy.max_unavailable.resolve(views.len()).max(1);
@@ -162,15 +187,21 @@ async fn forecast(
             });
         }
     }
+    let confirmed = state == RolloutState::Confirmed;
     let finishes_at = log
         .iter()
         .filter(|ev| matches!(ev.kind, EventKind::Returned(_)))
         .map(|ev| ev.at)
         .max()
-        .filter(|_| state == RolloutState::Confirmed);
-    let node_ns = node_time.as_nanos().max(1);
-    let fit = env.windows[0].duration.as_nanos().div_ceil(node_ns) as usize * budget;
+        .filter(|_| confirmed);
+    let watch = policy
+        .health
+        .as_ref()
+        .map_or(Duration::ZERO, |h| h.pod_ready_timeout);
+    let settle = policy.health.as_ref().map(|h| h.settle);
+    let cycle = node_time + watch;
     let waves = to_upgrade.div_ceil(budget) as u32;
+    let fit = out.iter().map(|w| w.started).max().unwrap_or(0);
     // Nodes still to upgrade and the last window given was still in use
     // (or none was given): the limit, not the rollout, ended the forecast.
     let done: usize = out.iter().map(|w| w.completed).sum();
@@ -179,7 +210,10 @@ async fn forecast(
         out.last()
             .is_some_and(|w| w.start == last.0 && w.started > 0)
     });
-    let unfinished = !matches!(state, RolloutState::Confirmed | RolloutState::Failed);
+    let unfinished = !matches!(
+        state,
+        RolloutState::Confirmed | RolloutState::Failed | RolloutState::Paused
+    );
     let cut_short = (unfinished && nodes_left > 0 && last_used).then(|| CutShort {
         by: "max_windows",
         limit: schedule.windows.len(),
@@ -190,11 +224,15 @@ async fn forecast(
         state,
         nodes_to_upgrade: to_upgrade,
         fit_per_window: fit,
-        ideal_duration: hours(node_time * waves),
+        node_cycle: hours(cycle),
+        settle: settle.map(hours),
+        ideal_duration: hours(cycle * waves + settle.unwrap_or_default()),
         windows_needed: out.iter().filter(|w| w.started > 0).count(),
         finishes_at,
+        confirmed_at: confirmed.then_some(ended_at),
         last_window_end: out.iter().rev().find(|w| w.started > 0).map(|w| w.end),
         windows: out,
+        held: None,
         cut_short,
     }
 }

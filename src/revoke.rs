@@ -72,17 +72,45 @@ pub struct Revocation {
 }
 
 impl Revocation {
+    /// What a revocation does not do to the environments pinned to the
+    /// version, and how to hold them now; `None` when none is pinned. The
+    /// gate refuses moves *to* a revoked version; an environment already
+    /// pinned to it keeps it (its nodes on it keep running it) until a
+    /// change of its own moves it off, and a pause is the one change that
+    /// stops every node start there at once.
+    pub fn pinned_note(&self) -> Option<String> {
+        if self.pinned.is_empty() {
+            return None;
+        }
+        let version = &self.entry.version;
+        let envs = self.pinned.join(", ");
+        let pause: Vec<String> = self
+            .pinned
+            .iter()
+            .map(|env| {
+                format!(
+                    "sed -i -e '/^paused *=/d' -e '/^\\[rollout\\]/a paused = true' {dir}/{env}.toml && \
+                     git commit -am \"Pause {env}: {version} is revoked\"",
+                    dir = config::ENV_DIR
+                )
+            })
+            .collect();
+        Some(format!(
+            "Pinned to {version} now: {envs}. A revocation moves no node back: their nodes on \
+             {version} keep running it until a change of their own moves them off it. To start \
+             no further node there now, pause them in a change of its own, on a branch of its \
+             own, merged first (a file without [rollout] needs `[rollout]` and `paused = true` \
+             added by hand):\n    {}",
+            pause.join("\n    ")
+        ))
+    }
+
     /// The commit message: a summary line, then what it changes.
     pub fn message(&self) -> String {
         let Revoked { version, reason } = &self.entry;
-        let pinned = if self.pinned.is_empty() {
-            "No environment is pinned to it.".to_owned()
-        } else {
-            format!(
-                "Pinned to it now: {}; move them off it in a separate change.",
-                self.pinned.join(", ")
-            )
-        };
+        let pinned = self
+            .pinned_note()
+            .unwrap_or_else(|| "No environment is pinned to it.".to_owned());
         format!(
             "Revoke {version}: {reason}\n\n\
              Adds {version} to [promotion] revoked in {ROOT_FILE}: from this commit on the \

@@ -146,6 +146,27 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
     let mut judged: Option<(Vec<Change>, Option<StatusRead>)> = None;
     let mut notes = Vec::new();
     if let (Some(base), Some(_)) = (&args.base, &config) {
+        // --base judges commits (HEAD against the base): an edit not yet
+        // committed would be checked above but not judged by the gate, so
+        // a pass would say nothing about it. Refuse, naming the files.
+        let dirty = uncommitted(repo);
+        if !dirty.is_empty() {
+            let shown: Vec<&str> = dirty.iter().take(5).map(String::as_str).collect();
+            let more = dirty.len().saturating_sub(shown.len());
+            let more = if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            };
+            return super::reject(
+                g,
+                vec![format!(
+                    "the working tree differs from HEAD ({}{more}): --base judges HEAD's commits against {base}, not uncommitted edits; commit them (or stash them) and run again (as a git hook, run it from pre-push, which sees commits)",
+                    shown.join(", ")
+                )
+                .into()],
+            );
+        }
         let mut gate = crate::admit::check_base(repo, base, now)
             .with_context(|| format!("cannot judge the changes since {base}"))?;
         if let Some(note) = unfetched(gate.status.as_ref()) {
@@ -417,4 +438,34 @@ fn summary(c: &RepoConfig) -> String {
         if n == 1 { "" } else { "s" },
         envs.join(", ")
     )
+}
+
+/// Files of the working tree that differ from HEAD (modified, staged or
+/// deleted, and new environment files), by path; empty when it cannot tell.
+fn uncommitted(repo: &std::path::Path) -> Vec<String> {
+    let Ok(repo) = git2::Repository::discover(repo) else {
+        return Vec::new();
+    };
+    let mut opts = git2::StatusOptions::new();
+    opts.include_untracked(true)
+        .recurse_untracked_dirs(true)
+        .include_ignored(false);
+    let Ok(statuses) = repo.statuses(Some(&mut opts)) else {
+        return Vec::new();
+    };
+    // Any change to a tracked file; of the new files, only an environment
+    // (config files name the others, and those are tracked once used):
+    // a CI checkout may hold untracked tools beside the config.
+    statuses
+        .iter()
+        .filter_map(|s| {
+            let path = s.path().ok()?;
+            let st = s.status();
+            let new = st == git2::Status::WT_NEW;
+            let counts = st != git2::Status::CURRENT
+                && !st.contains(git2::Status::IGNORED)
+                && (!new || path.starts_with(config::ENV_DIR));
+            counts.then(|| path.to_owned())
+        })
+        .collect()
 }

@@ -80,14 +80,17 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         Err(rejected) => return rejected,
     };
     let now = args.now.unwrap_or_else(Utc::now);
-    let windows = match windows_ahead(env, now, args.max_windows as usize) {
-        Ok(w) => w,
+    // The calendar the agent asks (windows, freezes, pause): the forecast
+    // and the decision below ask it the same way.
+    let calendar = match crate::window::Calendar::of(env) {
+        Ok(c) => c,
         Err(e) => {
             let file = format!("{}/{}.toml", crate::config::ENV_DIR, args.env);
             let d = crate::diag::Diagnostic::file(file, format!("[window]: {e}"));
             return super::reject(g, vec![d.into()]);
         }
     };
+    let max_windows = args.max_windows as usize;
     let plan = match &args.kubeconfig {
         Some(path) => {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -102,7 +105,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
                 // Jobs are never created: plan only observes.
                 let opts = crate::kubernetes::KubeOptions::from_env(&args.cluster, "default", env);
                 let cluster = crate::kubernetes::KubeCluster::new(config, opts).await?;
-                plan(&cluster, env, &windows, args.node_time, now)
+                plan(&cluster, env, &calendar, max_windows, args.node_time, now)
                     .await
                     .context("observing the cluster")
             })?
@@ -116,8 +119,15 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
                 &version_now,
                 args.node_time,
             );
-            block_on(plan(&cluster, env, &windows, args.node_time, now))
-                .context("observing the cluster")?
+            block_on(plan(
+                &cluster,
+                env,
+                &calendar,
+                max_windows,
+                args.node_time,
+                now,
+            ))
+            .context("observing the cluster")?
         }
     };
     match g.format.is_document() {
@@ -125,24 +135,6 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         false => print!("{}", render(&plan, args.node_time, env)),
     }
     Ok(Outcome::Ok)
-}
-
-/// The single place windows come from.
-fn windows_ahead(
-    env: &EnvConfig,
-    from: DateTime<Utc>,
-    count: usize,
-) -> anyhow::Result<Vec<(DateTime<Utc>, DateTime<Utc>)>> {
-    // The periods `drover windows` lists, without those where only a patch
-    // update may start: a forecast does not assume the change is a patch.
-    let cal = crate::window::Calendar::of(env)
-        .with_context(|| format!("computing the windows of {}", env.name))?;
-    Ok(cal
-        .periods(from)
-        .filter(|p| p.patch_only.is_none())
-        .take(count)
-        .map(|w| (w.start, w.end))
-        .collect())
 }
 
 /// An instant as `status` and `windows` print one: in the environment's
@@ -177,7 +169,7 @@ fn render(p: &Plan, node_time: Duration, env: &EnvConfig) -> String {
         d.nodes_at_version,
         ts(p.now)
     );
-    let state = format!("{:?}", d.state).to_lowercase();
+    let state = d.state.as_str();
     if d.message.is_empty() {
         let _ = writeln!(s, "state now: {state}");
     } else {
@@ -192,15 +184,7 @@ fn render(p: &Plan, node_time: Duration, env: &EnvConfig) -> String {
     for sk in &d.skipped {
         let _ = writeln!(s, "  skips {}: {}", sk.node, sk.reason);
     }
-    let _ = writeln!(
-        s,
-        "{} nodes at {} at a time × {} = {}; windows fit {} nodes each",
-        f.nodes_to_upgrade,
-        d.max_unavailable,
-        humantime::format_duration(node_time),
-        f.ideal_duration,
-        f.fit_per_window
-    );
+    let _ = writeln!(s, "{}", headline(p, node_time));
     for w in &f.windows {
         let view = crate::fleet::gather::window_view(env, w.start, w.end, p.now);
         let _ = writeln!(
@@ -213,12 +197,20 @@ fn render(p: &Plan, node_time: Duration, env: &EnvConfig) -> String {
     }
     let end = f.last_window_end.map_or("-".to_string(), ts);
     let fin = f.finishes_at.map_or("-".to_string(), ts);
-    let _ = writeln!(
+    let _ = write!(
         s,
-        "{} windows, last ends {end}; rollout {} (last node Ready at {fin})",
+        "{} windows, last ends {end}; rollout {} (last node Ready at {fin}",
         f.windows_needed,
-        format!("{:?}", f.state).to_lowercase()
+        f.state.as_str()
     );
+    match f.confirmed_at {
+        Some(c) if f.settle.is_some() => {
+            let _ = writeln!(s, ", confirmed at {} after the settle)", ts(c));
+        }
+        _ => {
+            let _ = writeln!(s, ")");
+        }
+    }
     if let Some(c) = &f.cut_short {
         let _ = writeln!(
             s,
@@ -228,4 +220,40 @@ fn render(p: &Plan, node_time: Duration, env: &EnvConfig) -> String {
         );
     }
     s
+}
+
+/// The forecast in one line, from the forecast itself: what holds it, or
+/// how many nodes at a time, how long each holds its place (with its health
+/// watch), how many windows and at most how many nodes in one.
+fn headline(p: &Plan, node_time: Duration) -> String {
+    let f = &p.forecast;
+    let d = &p.decision;
+    if let (Some(held), 0) = (&f.held, f.windows_needed) {
+        return format!(
+            "{held}: the agent starts no node, so the forecast starts none ({} nodes to upgrade)",
+            f.nodes_to_upgrade
+        );
+    }
+    let each = if f.node_cycle == crate::forecast::hours(node_time) {
+        format!("{} each", f.node_cycle)
+    } else {
+        format!(
+            "{} each ({} to Ready, then the [health] watch)",
+            f.node_cycle,
+            humantime::format_duration(node_time)
+        )
+    };
+    let settle = f
+        .settle
+        .as_ref()
+        .map(|s| format!(", then {s} settle"))
+        .unwrap_or_default();
+    let mut line = format!(
+        "{} nodes to upgrade, {} at a time, {each}{settle}: {} windows, at most {} nodes started in one",
+        f.nodes_to_upgrade, d.max_unavailable, f.windows_needed, f.fit_per_window
+    );
+    if let Some(held) = &f.held {
+        line.push_str(&format!("; now {held}"));
+    }
+    line
 }

@@ -59,12 +59,8 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
                 "revoking {}: {} (no environment may move to it once merged)",
                 entry.version, entry.reason
             );
-            if !pinned.is_empty() {
-                println!(
-                    "note: pinned to {} now: {}; move them off it in a separate change",
-                    entry.version,
-                    pinned.join(", ")
-                );
+            if let Some(note) = revocation.pinned_note() {
+                println!("note: {note}");
             }
             match &commit {
                 Some(c) => println!(

@@ -17,7 +17,9 @@ pub struct Args {
     /// Also write the timeline page (one self-contained HTML file) here.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
-    /// The instant to show the fleet at (windows, soaks); default now.
+    /// The instant to show the fleet at (windows, soaks, and the status
+    /// reports as they were then: reports of states entered later are left
+    /// out); default now.
     #[arg(long, value_name = "RFC3339", value_parser = parse_time)]
     pub now: Option<DateTime<Utc>>,
     /// Keep watching: fetch the status branches from origin every
@@ -53,7 +55,11 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
     }
     let repo = super::open_git(g)?;
     if !args.watch {
-        let view = fleet::gather(&repo, &cfg, now, args.env.as_deref())?;
+        let view = match args.now {
+            // The store as it was at the instant named.
+            Some(_) => fleet::gather_at(&repo, &cfg, now, args.env.as_deref())?,
+            None => fleet::gather(&repo, &cfg, now, args.env.as_deref())?,
+        };
         return show(g, &args, &repo, &cfg, view).map(|()| Outcome::Ok);
     }
     // --watch: fetch and read again every interval; print the fleet each

@@ -183,6 +183,7 @@ pub async fn run(opts: &Options) -> Result<Report, Error> {
         violations: Vec::new(),
         now: start,
         starts: Vec::new(),
+        refused: Vec::new(),
     };
     let cfg = story.forge.config()?;
     story.zones = cfg

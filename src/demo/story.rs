@@ -47,6 +47,9 @@ pub(super) struct Story {
     pub(super) starts: Vec<(String, String, DateTime<Utc>, Version)>,
     /// Each environment's time zone, for local times beside UTC.
     pub(super) zones: BTreeMap<String, chrono_tz::Tz>,
+    /// Pull requests `drover check --base` refused, for the timeline page
+    /// (a forge's closed pull requests are not in git).
+    pub(super) refused: Vec<crate::fleet::Event>,
 }
 
 impl Story {
@@ -231,7 +234,12 @@ impl Story {
     pub(super) fn review(&mut self, env: Option<&str>, pr: u32, title: &str) -> Result<(), Error> {
         let work = self.forge.work.clone();
         git(&work, &["fetch", "--quiet", "origin"])?;
-        let invalid = match config::load(&DirFiles::new(&work)) {
+        let loaded = config::load(&DirFiles::new(&work));
+        let version = match (&loaded, env) {
+            (Ok(cfg), Some(env)) => cfg.envs.get(env).map(|e| e.version.to_string()),
+            _ => None,
+        };
+        let invalid = match loaded {
             Ok(_) => Vec::new(),
             Err(d) => d.iter().map(ToString::to_string).collect(),
         };
@@ -266,6 +274,15 @@ impl Story {
                 "PR #{pr} \"{title}\": `drover check --base main` refuses it, closed: {}",
                 refusals.join("; ")
             );
+            self.refused.push(crate::fleet::Event {
+                at: self.now,
+                kind: crate::fleet::EventKind::RefusedPullRequest,
+                env: env.map(str::to_owned),
+                cluster: None,
+                version: version.unwrap_or_default(),
+                message: format!("PR #{pr} \"{title}\": {}", refusals.join("; ")),
+                commit: None,
+            });
             match env {
                 Some(env) => self.say(env, line),
                 None => self.say_fleet(line),
@@ -566,7 +583,9 @@ impl Story {
                 "{peak} nodes were unavailable at once; max_unavailable is 1"
             ));
         }
-        let (fleet, timeline) = self.forge.fleet(self.now)?;
+        let (fleet, mut timeline) = self.forge.fleet(self.now)?;
+        timeline.events.append(&mut self.refused);
+        timeline.events.sort_by_key(|e| e.at);
         Ok(Report {
             timeline: self.lines,
             clusters: rows,

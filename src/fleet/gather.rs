@@ -1,6 +1,7 @@
 //! The thin edge that fills the view model: config, windows, the gate and
 //! the status branch, each through its existing reader.
 
+use super::history;
 use super::model::*;
 use super::reports::{self, Entry};
 use crate::admit::{self, Change, GitEvidence};
@@ -9,7 +10,7 @@ use crate::config::{EnvConfig, RepoConfig};
 use crate::gate::{self, Decision, Reason};
 use crate::status;
 use crate::trust::AllowedSigners;
-use crate::window::Calendar;
+use crate::window::{self, Calendar};
 use chrono::{DateTime, Duration as Span, SecondsFormat, Utc};
 use git2::Repository;
 use std::collections::BTreeMap;
@@ -53,6 +54,29 @@ pub fn gather(
     now: DateTime<Utc>,
     only: Option<&str>,
 ) -> Result<Fleet, Error> {
+    collect(repo, cfg, now, only, false)
+}
+
+/// [`gather`] for an instant the user named (`status --now T`): the status
+/// store as it was at `now`, leaving out reports of states entered after
+/// it. Only for a named instant: at the wall clock's now, a report from an
+/// agent whose clock runs ahead is still the newest word.
+pub fn gather_at(
+    repo: &Repository,
+    cfg: &RepoConfig,
+    now: DateTime<Utc>,
+    only: Option<&str>,
+) -> Result<Fleet, Error> {
+    collect(repo, cfg, now, only, true)
+}
+
+fn collect(
+    repo: &Repository,
+    cfg: &RepoConfig,
+    now: DateTime<Utc>,
+    only: Option<&str>,
+    as_of: bool,
+) -> Result<Fleet, Error> {
     let envs = envs(cfg, only);
     let store = status::find_store(repo, &cfg.root.status_branch)?;
     let mut warnings = Vec::new();
@@ -74,11 +98,31 @@ pub fn gather(
                     .map(|c| (e.name.clone(), c.clone()))
             })
             .collect();
-        let found = reports::walk(repo, cfg, &store, signers.as_ref(), Some(&want))?;
+        let mut found = reports::walk(repo, cfg, &store, signers.as_ref(), Some(&want))?;
+        if as_of && found.entries.iter().any(|e| e.report.since > now) {
+            // A newest report younger than `now`: read each cluster's
+            // history (bounded by MAX_HISTORY) for the one in force then.
+            found = reports::walk(repo, cfg, &store, signers.as_ref(), None)?;
+        }
         warnings.extend(found.warnings);
+        // The store as it was at `now`: a report of a state entered after
+        // it is not shown, and the warnings say how many. (`since`, not the
+        // commit's time: a report is written at or after its `since`, and
+        // a commit's time is the writer's clock, not the cluster's.)
+        let mut later = 0;
         for e in found.entries {
+            if as_of && e.report.since > now {
+                later += 1;
+                continue;
+            }
             let key = (e.report.env.clone(), e.report.cluster.clone());
             latest.entry(key).or_insert(e);
+        }
+        if later > 0 {
+            warnings.push(format!(
+                "{later} report(s) from after {} left out: the status store is read as it was then; the gate and the config are judged as they are now",
+                now.to_rfc3339_opts(SecondsFormat::Secs, true)
+            ));
         }
     }
     let mut environments = Vec::new();
@@ -86,13 +130,11 @@ pub fn gather(
     // read once per invocation, not once per gate.
     let mut evidence = snap.as_ref().map(|s| GitEvidence::new(repo, s.commit));
     for env in envs {
-        let next_window = match Calendar::of(env) {
-            Ok(cal) => cal
-                .window_at_or_after(now)
-                .map(|w| window_view(env, w.start, w.end, now)),
+        let (next_window, hold, freezes) = match Calendar::of(env) {
+            Ok(cal) => when(env, &cal, now),
             Err(e) => {
                 warnings.push(format!("environments/{}.toml: [window]: {e}", env.name));
-                None
+                (None, None, Vec::new())
             }
         };
         let gate = match (&snap, evidence.as_mut(), cfg.lower(&env.name)) {
@@ -137,6 +179,7 @@ pub fn gather(
                     report: entry.map(report_view),
                     trust: entry.map_or(Trust::None, |e| e.trust),
                     signer: entry.and_then(|e| e.signer.clone()),
+                    untrusted_reason: entry.and_then(|e| e.untrusted.clone()),
                 }
             })
             .collect();
@@ -145,6 +188,9 @@ pub fn gather(
             version: env.version.to_string(),
             timezone: env.windows[0].timezone.name().to_owned(),
             next_window,
+            paused: env.rollout.paused,
+            hold,
+            freezes,
             gate,
             clusters,
         });
@@ -160,6 +206,64 @@ pub fn gather(
         environments,
         warnings,
     })
+}
+
+/// When a node of `env` may next start, what holds it now, and the freezes
+/// ahead: all from the calendar's one answer ([`Calendar::opening`]). The
+/// change is taken as a minor one (`status` does not know what every node
+/// runs), so a `minor` freeze holds it, as `drover plan` forecasts.
+fn when(
+    env: &EnvConfig,
+    cal: &Calendar,
+    now: DateTime<Utc>,
+) -> (Option<WindowView>, Option<HoldView>, Vec<FreezeView>) {
+    let opening = cal.opening(now, window::Change::Other);
+    let next = opening
+        .next_start()
+        .map(|w| window_view(env, w.start, w.end, now));
+    let hold = opening.hold.as_ref().map(|h| {
+        let file = format!("{}/{}.toml", crate::config::ENV_DIR, env.name);
+        let (kind, reason, message) = match h {
+            window::Hold::Paused => (
+                HoldKind::Paused,
+                format!("[rollout] paused = true in {file}"),
+                format!(
+                    "paused by [rollout] paused = true in {file}: no node starts \
+                     until a reviewed change sets it back to false"
+                ),
+            ),
+            window::Hold::Freeze(f) => (HoldKind::Freeze, f.reason.clone(), h.describe()),
+        };
+        HoldView {
+            kind,
+            reason,
+            until: h.until(),
+            message,
+        }
+    });
+    let freezes = cal
+        .freezes()
+        .iter()
+        .filter(|f| f.end > now)
+        .take(MAX_FREEZES_SHOWN)
+        .map(|f| {
+            let local = |t: DateTime<Utc>| {
+                t.with_timezone(&f.timezone)
+                    .to_rfc3339_opts(SecondsFormat::Secs, false)
+            };
+            FreezeView {
+                start: f.start,
+                end: f.end,
+                start_local: local(f.start),
+                end_local: local(f.end),
+                zone: f.start.with_timezone(&f.timezone).format("%Z").to_string(),
+                scope: f.scope.as_str().to_owned(),
+                reason: f.reason.clone(),
+                active: f.start <= now,
+            }
+        })
+        .collect();
+    (next, hold, freezes)
 }
 
 fn report_view(e: &Entry) -> ReportView {
@@ -318,10 +422,13 @@ pub fn timeline(
         entries = found.entries;
     }
     entries.reverse(); // oldest first
-    let changes = match repo.head().and_then(|h| h.peel_to_commit()) {
-        Ok(head) => audit::version_history(repo, head.id(), &LogOptions::default())?,
-        Err(_) => Vec::new(),
+                       // Each cluster's reports in the order they were written.
+    entries.sort_by_key(|e| e.committed);
+    let history = match repo.head().and_then(|h| h.peel_to_commit()) {
+        Ok(head) => audit::history(repo, head.id(), &LogOptions::default())?,
+        Err(_) => audit::History::default(),
     };
+    let changes = &history.changes;
     let parse = |s: &str| {
         DateTime::parse_from_rfc3339(s)
             .map(|t| t.with_timezone(&Utc))
@@ -334,25 +441,29 @@ pub fn timeline(
     for e in &entries {
         first = first.min(e.report.since);
     }
-    for c in &changes {
+    for c in changes {
         if cfg.lower(&c.env).is_some() && c.previous.is_some() {
             if let Some(t) = parse(&c.date) {
                 first = first.min(t);
             }
         }
     }
-    let mut last = now;
-    for env in &envs {
-        if let Some(w) = Calendar::of(env)
-            .ok()
-            .and_then(|c| c.window_at_or_after(now))
-        {
-            last = last.max(w.end);
-        }
-    }
+    // When each environment's next window opens and closes.
+    let next: BTreeMap<&str, window::Window> = envs
+        .iter()
+        .filter_map(|env| {
+            let w = Calendar::of(env)
+                .ok()?
+                .opening(now, window::Change::Other)
+                .next_start()?;
+            Some((env.name.as_str(), w))
+        })
+        .collect();
+    let last = next.values().map(|w| w.end).fold(now, DateTime::max);
     let to = last + Span::days(1);
     let from = (first - Span::days(1)).max(to - Span::days(MAX_TIMELINE_SPAN_DAYS));
 
+    let mut events = Vec::new();
     let mut out_envs = Vec::new();
     for env in &envs {
         let cal = Calendar::of(env);
@@ -400,7 +511,10 @@ pub fn timeline(
                     .iter()
                     .filter(|e| e.report.env == env.name && e.report.cluster == *cluster)
                     .collect();
-                row(cluster, &mine, from, to)
+                let opens = next.get(env.name.as_str()).map(|w| w.start);
+                let (row, refused) = history::row(cluster, &env.name, &mine, from, now, opens);
+                events.extend(refused.into_iter().filter(|e| e.at >= from));
+                row
             })
             .collect();
         out_envs.push(TimelineEnv {
@@ -408,9 +522,25 @@ pub fn timeline(
             timezone: env.windows[0].timezone.name().to_owned(),
             windows,
             freezes,
+            pins: pins(changes, &env.name, from, now, to),
             rows,
         });
     }
+    for r in &history.revocations {
+        let Some(at) = parse(&r.date).filter(|t| *t >= from && *t <= now) else {
+            continue;
+        };
+        events.push(Event {
+            at,
+            kind: EventKind::Revoked,
+            env: None,
+            cluster: None,
+            version: r.version.clone(),
+            message: r.reason.clone(),
+            commit: Some(r.commit.clone()),
+        });
+    }
+    events.sort_by_key(|e| e.at);
 
     let mut promotions = Vec::new();
     for c in changes.iter().rev() {
@@ -454,62 +584,45 @@ pub fn timeline(
             now,
             envs: out_envs,
             promotions,
+            events,
         },
         warnings,
     ))
 }
 
-/// One cluster's row from its reports (oldest first): a segment per report
-/// that reaches into `[from, to]`, and a mark per confirmation in it.
-pub fn row(
-    cluster: &str,
-    reports: &[&Entry],
+/// The versions `env`'s file pinned over `[from, to]`, from the config's
+/// history (newest first in `changes`).
+fn pins(
+    changes: &[audit::Change],
+    env: &str,
     from: DateTime<Utc>,
+    now: DateTime<Utc>,
     to: DateTime<Utc>,
-) -> TimelineRow {
-    let mut segments = Vec::new();
-    let mut confirmations = Vec::new();
-    let mut initial_version = None;
-    for (i, e) in reports.iter().enumerate() {
-        let start = e.report.since;
-        let end = reports
-            .get(i + 1)
-            .map_or(to, |n| n.report.since.max(start))
-            .min(to);
-        if end < from || start > to {
-            if start < from {
-                initial_version = Some(e.report.version.to_string());
-            }
+) -> Vec<Pin> {
+    let mut mine: Vec<(DateTime<Utc>, &audit::Change)> = changes
+        .iter()
+        .filter(|c| c.env == env)
+        .filter_map(|c| {
+            let at = DateTime::parse_from_rfc3339(&c.date).ok()?;
+            // A change made after `now` is not yet the pin (status --now).
+            Some((at.with_timezone(&Utc), c)).filter(|(at, _)| *at <= now)
+        })
+        .collect();
+    mine.reverse(); // oldest first
+    let mut out = Vec::new();
+    for (i, (start, c)) in mine.iter().enumerate() {
+        let end = mine.get(i + 1).map_or(to, |n| n.0.max(*start)).min(to);
+        if end <= from || end <= *start {
             continue;
         }
-        segments.push(Segment {
-            start: start.max(from),
+        out.push(Pin {
+            start: (*start).max(from),
             end,
-            version: e.report.version.to_string(),
-            state: e.report.state.as_str().to_owned(),
-            nodes_at_version: e.report.nodes_at_version,
-            nodes: e.report.nodes,
-            message: e.report.message.clone(),
-            status_commit: e.commit.to_string(),
-            trust: e.trust,
-            signer: e.signer.clone(),
+            version: c.version.clone(),
+            commit: c.commit.clone(),
         });
-        if e.report.state == crate::rollout::RolloutState::Confirmed {
-            confirmations.push(Mark {
-                at: start,
-                version: e.report.version.to_string(),
-                status_commit: e.commit.to_string(),
-                trust: e.trust,
-                signer: e.signer.clone(),
-            });
-        }
     }
-    TimelineRow {
-        cluster: cluster.to_owned(),
-        initial_version,
-        segments,
-        confirmations,
-    }
+    out
 }
 
 #[cfg(test)]

@@ -4,15 +4,17 @@
 //!
 //! [`model`] holds plain values; [`gather`] fills them from the config, the
 //! windows, the gate and the status branch (read through [`reports`]);
-//! [`text`] and [`html`] render them without any I/O.
+//! [`history`] turns a cluster's reports into what its nodes ran; [`text`]
+//! and [`html`] render them without any I/O.
 
 pub mod gather;
+pub mod history;
 pub mod html;
 pub mod model;
 pub mod reports;
 pub mod text;
 
-pub use gather::{gather, timeline, Error};
+pub use gather::{gather, gather_at, timeline, Error};
 pub use model::*;
 
 /// One line naming where the reports were read: the per-cluster branches

@@ -46,8 +46,19 @@ pub struct EnvView {
     pub version: String,
     /// IANA time zone of its windows.
     pub timezone: String,
-    /// The window open now, or else the next one; `None` if it cannot be computed.
+    /// The stretch of a window in which a node may start, open now or else
+    /// the next (windows minus `all` and `minor` freezes, as
+    /// `drover windows` lists them without its patch-only stretches);
+    /// `None` while paused, when none comes, or when it cannot be computed.
     pub next_window: Option<WindowView>,
+    /// `[rollout] paused`: no node starts in any window while true.
+    pub paused: bool,
+    /// What holds every node start at `now` (the pause, else a freeze in
+    /// force); `None` when nothing does.
+    pub hold: Option<HoldView>,
+    /// Freezes in force at `now` or ahead, soonest first (at most
+    /// [`MAX_FREEZES_SHOWN`]).
+    pub freezes: Vec<FreezeView>,
     /// The gate's answer for promoting the lower environment's version into this one.
     pub gate: GateView,
     /// Its clusters, in `drover.toml` order.
@@ -69,6 +80,53 @@ pub struct WindowView {
     pub zone: String,
     /// Whether it is open at `now`.
     pub open: bool,
+}
+
+/// Most freezes one environment shows (the config bounds them anyway).
+pub const MAX_FREEZES_SHOWN: usize = 8;
+
+/// What holds every node start now, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HoldView {
+    /// `paused` (`[rollout] paused = true`) or `freeze`.
+    pub kind: HoldKind,
+    /// The freeze's reason as written, or where the pause is set.
+    pub reason: String,
+    /// When the hold ends by itself; `None` for a pause (a reviewed change ends it).
+    pub until: Option<DateTime<Utc>>,
+    /// One line a person reads.
+    pub message: String,
+}
+
+/// What kind of hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HoldKind {
+    /// `[rollout] paused = true`.
+    Paused,
+    /// A `[[freeze]]` in force.
+    Freeze,
+}
+
+/// A freeze, in UTC and in the zone it was written in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FreezeView {
+    /// First frozen instant (UTC).
+    pub start: DateTime<Utc>,
+    /// First instant no longer frozen (UTC).
+    pub end: DateTime<Utc>,
+    /// `start` in the freeze's zone, RFC 3339 with its offset.
+    pub start_local: String,
+    /// `end` in the freeze's zone, RFC 3339 with its offset.
+    pub end_local: String,
+    /// Zone abbreviation at `start` (`CET`, `EST`, `UTC`).
+    pub zone: String,
+    /// `all` (no node starts) or `minor` (only a patch update starts).
+    pub scope: String,
+    /// Why, as written.
+    pub reason: String,
+    /// Whether it is in force at `now`.
+    pub active: bool,
 }
 
 /// What the gate answers for the next promotion into an environment.
@@ -129,6 +187,9 @@ pub struct ClusterView {
     pub trust: Trust,
     /// Principal of the key that signed the report, when verified.
     pub signer: Option<String>,
+    /// Why the report is untrusted (who signed it, or that nobody did),
+    /// when it is.
+    pub untrusted_reason: Option<String>,
 }
 
 /// A status report as shown.
@@ -178,7 +239,8 @@ impl Trust {
     }
 }
 
-/// What the timeline page draws, over `[from, to]`.
+/// What the timeline page draws, over `[from, to]`: what the nodes ran,
+/// never anything solid past `now`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Timeline {
     /// Left edge.
@@ -191,6 +253,9 @@ pub struct Timeline {
     pub envs: Vec<TimelineEnv>,
     /// Version changes of an environment that had a lower one, drawn as arrows.
     pub promotions: Vec<Promotion>,
+    /// Revocations and refused changes, drawn as marks on the axis (or on
+    /// the row of the cluster they concern).
+    pub events: Vec<Event>,
 }
 
 /// One environment's rows and bands.
@@ -204,6 +269,9 @@ pub struct TimelineEnv {
     pub windows: Vec<Band>,
     /// Freezes overlapping the range.
     pub freezes: Vec<Band>,
+    /// The version its file pinned, stretch by stretch (the config's
+    /// history), drawn as a thin mark above each cluster's bar.
+    pub pins: Vec<Pin>,
     /// A row per cluster.
     pub rows: Vec<TimelineRow>,
 }
@@ -219,34 +287,64 @@ pub struct Band {
     pub label: String,
 }
 
-/// One cluster's history.
+/// The version an environment's file pinned over a stretch of time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Pin {
+    /// When the change that pinned it was committed (or the range's start).
+    pub start: DateTime<Utc>,
+    /// When the next change was committed (or the range's end: a pin is
+    /// configuration, so it is drawn past now, dashed).
+    pub end: DateTime<Utc>,
+    /// The pinned version.
+    pub version: String,
+    /// The config commit that pinned it.
+    pub commit: String,
+}
+
+/// One cluster's history, from its status reports.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TimelineRow {
     /// Cluster name.
     pub cluster: String,
-    /// The version the cluster ran or moved to before its first report in range.
-    pub initial_version: Option<String>,
-    /// One segment per report, each until the next report (the last until `to`).
-    pub segments: Vec<Segment>,
+    /// Whether the cluster ever reported; a row without reports says so.
+    pub reported: bool,
+    /// What its nodes ran, stretch by stretch, each until the next report
+    /// or `now`, whichever is first.
+    pub runs: Vec<Run>,
+    /// Stretches in which the cluster waited for a target (`pending`, or
+    /// `paused` by a pause or freeze), drawn hatched in the target's colour.
+    pub pending: Vec<Waiting>,
+    /// `failed` and `blocked` reports, marked on the nodes they concern.
+    pub alarms: Vec<Alarm>,
     /// Confirmations.
     pub confirmations: Vec<Mark>,
 }
 
-/// A stretch of time in one reported state.
+/// How many of a cluster's nodes ran one version.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Segment {
-    /// Start (the report's `since`).
-    pub start: DateTime<Utc>,
-    /// End (the next report's `since`, or the timeline's end).
-    pub end: DateTime<Utc>,
-    /// Reported version.
-    pub version: String,
-    /// Reported state.
-    pub state: String,
-    /// Nodes at version / nodes.
-    pub nodes_at_version: u32,
-    /// Selected nodes.
+pub struct VersionCount {
+    /// The version; `None` when no report says what these nodes run (they
+    /// ran something before the first report read).
+    pub version: Option<String>,
+    /// How many nodes.
     pub nodes: u32,
+}
+
+/// A stretch of time in which a cluster's nodes ran one mix of versions
+/// (one report, until the next or `now`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Run {
+    /// Start (the report's `since`, or the range's start).
+    pub start: DateTime<Utc>,
+    /// End (the next report's `since`, or `now`).
+    pub end: DateTime<Utc>,
+    /// The versions the nodes ran, oldest version first; the counts add up
+    /// to the report's `nodes`.
+    pub versions: Vec<VersionCount>,
+    /// The report's state.
+    pub state: String,
+    /// The version the report names (the target, or a refused one).
+    pub target: String,
     /// The report's message.
     pub message: String,
     /// Status commit that wrote the report.
@@ -255,6 +353,44 @@ pub struct Segment {
     pub trust: Trust,
     /// Verified signer, if any.
     pub signer: Option<String>,
+}
+
+/// A cluster waiting for a target.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Waiting {
+    /// From (the report's `since`).
+    pub start: DateTime<Utc>,
+    /// Until the next report; for the newest report, until the
+    /// environment's next window when that is later than now (it is drawn
+    /// hatched, never solid).
+    pub end: DateTime<Utc>,
+    /// The version waited for.
+    pub version: String,
+    /// `pending` or `paused`.
+    pub state: String,
+    /// The report's message (the next window, the pause or freeze).
+    pub message: String,
+}
+
+/// A `failed` or `blocked` report on the nodes it concerns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Alarm {
+    /// From (the report's `since`).
+    pub start: DateTime<Utc>,
+    /// Until the next report or `now`.
+    pub end: DateTime<Utc>,
+    /// `failed` or `blocked`.
+    pub state: String,
+    /// The version the report names.
+    pub version: String,
+    /// The version those nodes run (where in the bar the mark sits).
+    pub runs: Option<String>,
+    /// The nodes it names (the report's `[detail]`), when it names them.
+    pub nodes: Vec<String>,
+    /// How many nodes it concerns (at least one).
+    pub count: u32,
+    /// The report's message.
+    pub message: String,
 }
 
 /// A confirmation, drawn as a mark.
@@ -270,6 +406,38 @@ pub struct Mark {
     pub trust: Trust,
     /// Verified signer, if any.
     pub signer: Option<String>,
+}
+
+/// Something that happened to a version or a change, drawn as a mark.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Event {
+    /// When.
+    pub at: DateTime<Utc>,
+    /// What.
+    pub kind: EventKind,
+    /// The environment it concerns, when one.
+    pub env: Option<String>,
+    /// The cluster it concerns (an agent's refusal), when one.
+    pub cluster: Option<String>,
+    /// The version concerned.
+    pub version: String,
+    /// One line: the reason, the refusal.
+    pub message: String,
+    /// The commit concerned (the revocation, the refused head), when known.
+    pub commit: Option<String>,
+}
+
+/// What kind of event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    /// A version added to `[promotion] revoked`.
+    Revoked,
+    /// A pull request `drover check --base` refused (known to the demo,
+    /// which opens them; a forge's closed pull requests are not in git).
+    RefusedPullRequest,
+    /// An agent refused a newer head (a `refused` report).
+    Refused,
 }
 
 /// An environment moved to a version (a merged change), drawn as an arrow

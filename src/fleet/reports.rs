@@ -43,6 +43,8 @@ pub struct Entry {
     pub trust: Trust,
     /// Verified signer, if any.
     pub signer: Option<String>,
+    /// Why the report is untrusted (the signature check's answer), when it is.
+    pub untrusted: Option<String>,
 }
 
 /// What a walk of the status branch found.
@@ -98,10 +100,14 @@ pub fn walk(
                 return if m.is_empty() { Walk::Stop } else { Walk::NextBranch };
             }
         }
-        let (trust, signer) = match (signers, v.trust) {
-            (None, _) => (Trust::Unverified, None),
-            (Some(_), Ok(())) => (Trust::Trusted, Some(format!("{}/{}", v.env, v.cluster))),
-            (Some(_), Err(_)) => (Trust::Untrusted, None),
+        let (trust, signer, untrusted) = match (signers, v.trust) {
+            (None, _) => (Trust::Unverified, None, None),
+            (Some(_), Ok(())) => (
+                Trust::Trusted,
+                Some(format!("{}/{}", v.env, v.cluster)),
+                None,
+            ),
+            (Some(_), Err(why)) => (Trust::Untrusted, None, Some(why)),
         };
         out.entries.push(Entry {
             report,
@@ -109,6 +115,7 @@ pub fn walk(
             committed: v.committed,
             trust,
             signer,
+            untrusted,
         });
         match &missing {
             Some(m) if m.is_empty() => Walk::Stop,

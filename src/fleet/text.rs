@@ -2,7 +2,7 @@
 //! lines kept within 80 columns (long messages wrap; only a very long
 //! cluster name widens its table).
 
-use super::model::{EnvView, Fleet, WindowView};
+use super::model::{EnvView, Fleet, FreezeView, WindowView};
 use crate::terminal::escape;
 use chrono::{DateTime, Utc};
 
@@ -38,6 +38,24 @@ pub fn window_parts(w: &WindowView) -> (String, String) {
     (
         format!("{sd} {st}–{local_end} {}", w.zone),
         format!("({utc})"),
+    )
+}
+
+/// A freeze ahead: its reason, scope and interval in its own zone.
+fn freeze_line(f: &FreezeView) -> String {
+    let (sd, st) = local_parts(&f.start_local);
+    let (ed, et) = local_parts(&f.end_local);
+    let reason = if f.reason.is_empty() {
+        String::new()
+    } else {
+        format!("\"{}\" ", f.reason)
+    };
+    format!(
+        "{reason}(scope {}) from {sd} {st} to {ed} {et} {} ({} – {} UTC)",
+        f.scope,
+        f.zone,
+        utc_min(&f.start),
+        utc_min(&f.end)
     )
 }
 
@@ -83,7 +101,16 @@ pub fn env_block(out: &mut String, e: &EnvView) {
         out,
         &format!("{} · pins {} · {}", e.name, e.version, e.timezone),
     );
+    if let Some(h) = &e.hold {
+        wrap(out, "  held         ", &h.message);
+    }
+    for f in e.freezes.iter().filter(|f| !f.active) {
+        wrap(out, "  freeze       ", &freeze_line(f));
+    }
     match &e.next_window {
+        None if e.paused => {
+            put(out, "  next window  none while paused");
+        }
         Some(w) => {
             let label = if w.open { "open window" } else { "next window" };
             let (local, utc) = window_parts(w);
@@ -149,6 +176,9 @@ pub fn env_block(out: &mut String, e: &EnvView) {
                 );
                 if !r.message.is_empty() {
                     wrap(out, "      ↳ ", &r.message);
+                }
+                if let Some(why) = &c.untrusted_reason {
+                    wrap(out, "      ↳ ", &format!("untrusted: {why}"));
                 }
             }
             None => {
@@ -217,6 +247,9 @@ mod tests {
                     zone: "EST".into(),
                     open,
                 }),
+                paused: false,
+                hold: None,
+                freezes: vec![],
                 gate: GateView {
                     lower: Some("stage".into()),
                     version: Some("1.13.2".into()),
@@ -238,6 +271,7 @@ mod tests {
                     }),
                     trust: Trust::Trusted,
                     signer: Some("production/prod-eu-1".into()),
+                    untrusted_reason: None,
                 }],
             }],
             warnings: vec![format!("status/production/prod-eu-1.toml in cccccccccc: {}", "long ".repeat(30))],

@@ -22,17 +22,27 @@ use serde::{Deserialize, Serialize};
 /// 64 KiB a reader accepts.
 pub const MAX_DETAIL_BYTES: usize = 32 * 1024;
 
-/// Which nodes are where: the `[detail]` table of a report.
+/// Which nodes are where: the `[detail]` table of a report. Unknown keys
+/// are ignored rather than refused: the table only informs (the gate reads
+/// none of it), and a newer agent may name more lists.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct NodeDetail {
-    /// Nodes being moved now (cordoned, or their upgrade under way), by name.
+    /// Nodes drover is moving now (draining, or their upgrade under way),
+    /// by name: not a node it gave back (blocked, failed) nor one cordoned
+    /// by someone else.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub in_progress: Vec<String>,
     /// Selected nodes Ready at the report's version, by name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub at_version: Vec<String>,
-    /// Names left out of the two lists to stay within [`MAX_DETAIL_BYTES`].
+    /// Nodes given back failed (they did not reach the version, or a health
+    /// check failed on them), by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<String>,
+    /// Nodes given back blocked (their drain timed out), by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocked: Vec<String>,
+    /// Names left out of the lists to stay within [`MAX_DETAIL_BYTES`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub omitted: u32,
 }
@@ -44,30 +54,45 @@ fn is_zero(n: &u32) -> bool {
 impl NodeDetail {
     /// True when the report names no node (reports of older agents).
     pub fn is_empty(&self) -> bool {
-        self.in_progress.is_empty() && self.at_version.is_empty() && self.omitted == 0
+        self.in_progress.is_empty()
+            && self.at_version.is_empty()
+            && self.failed.is_empty()
+            && self.blocked.is_empty()
+            && self.omitted == 0
     }
 
     /// The detail of `nodes` moving to `version`: names sorted, nodes in
-    /// progress first (they are what a person looks for), bounded by
-    /// [`MAX_DETAIL_BYTES`].
+    /// progress, failed and blocked first (they are what a person looks
+    /// for), bounded by [`MAX_DETAIL_BYTES`].
     pub fn of(nodes: &[NodeView], version: &Version) -> Self {
+        use crate::cluster::ProgressState as P;
         let at = |n: &NodeView| n.ready && n.version.as_ref() == Some(version);
-        let mut in_progress: Vec<&str> = nodes
-            .iter()
-            .filter(|n| !at(n) && (n.unschedulable || matches!(n.progress, Ok(Some(_)))))
-            .map(|n| n.name.as_str())
-            .collect();
-        let mut at_version: Vec<&str> = nodes
-            .iter()
-            .filter(|n| at(n))
-            .map(|n| n.name.as_str())
-            .collect();
-        in_progress.sort_unstable();
-        at_version.sort_unstable();
+        let state = |n: &NodeView| match &n.progress {
+            Ok(Some(p)) => Some(p.state),
+            _ => None,
+        };
+        let names = |keep: &dyn Fn(&NodeView) -> bool| -> Vec<&str> {
+            let mut v: Vec<&str> = nodes
+                .iter()
+                .filter(|n| keep(n))
+                .map(|n| n.name.as_str())
+                .collect();
+            v.sort_unstable();
+            v
+        };
+        let lists = [
+            names(&|n| !at(n) && matches!(state(n), Some(P::Draining | P::Upgrading))),
+            names(&|n| state(n) == Some(P::Failed)),
+            names(&|n| state(n) == Some(P::Blocked)),
+            names(&at),
+        ];
         let mut out = NodeDetail::default();
         let mut budget = MAX_DETAIL_BYTES;
+        let [in_progress, failed, blocked, at_version] = lists;
         for (names, into) in [
             (in_progress, &mut out.in_progress),
+            (failed, &mut out.failed),
+            (blocked, &mut out.blocked),
             (at_version, &mut out.at_version),
         ] {
             for name in names {
@@ -142,7 +167,7 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::UpgradeStatus;
+    use crate::cluster::{NodeProgress, ProgressState, UpgradeStatus};
     use std::time::Duration;
 
     fn t(s: &str) -> DateTime<Utc> {
@@ -355,17 +380,39 @@ mod tests {
     #[test]
     fn detail_names_nodes_at_the_version_and_in_progress_within_its_bound() {
         let v: Version = "1.13.2".parse().unwrap();
+        let with = |mut n: NodeView, state: ProgressState| {
+            n.progress = Ok(Some(NodeProgress {
+                state,
+                target: v.clone(),
+                started_at: t("2026-12-01T02:00:00Z"),
+                cordoned_by_drover: true,
+                message: String::new(),
+                attempts: 0,
+            }));
+            n
+        };
         let nodes = [
             node("b", "1.13.2", true, false),
             node("a", "1.13.2", true, false),
-            node("c", "1.13.1", true, true),
+            with(node("c", "1.13.1", true, true), ProgressState::Draining),
             node("d", "1.13.1", true, false),
             node("e", "1.13.2", false, false),
+            // Cordoned by someone else: not drover's, not in progress.
+            node("f", "1.13.1", true, true),
+            with(node("g", "1.13.1", true, false), ProgressState::Blocked),
+            with(node("h", "1.13.2", true, false), ProgressState::Failed),
+            with(node("i", "1.13.1", false, true), ProgressState::Upgrading),
         ];
         let d = NodeDetail::of(&nodes, &v);
-        assert_eq!(d.at_version, ["a", "b"]);
-        assert_eq!(d.in_progress, ["c"]);
+        assert_eq!(d.at_version, ["a", "b", "h"]);
+        assert_eq!(d.in_progress, ["c", "i"]);
+        assert_eq!(d.failed, ["h"]);
+        assert_eq!(d.blocked, ["g"]);
         assert_eq!(d.omitted, 0);
+        // A list a newer agent adds is ignored, not refused.
+        let text = "in_progress = [\"c\"]\ncordoned = [\"f\"]\n";
+        let read: NodeDetail = toml::from_str(text).unwrap();
+        assert_eq!(read.in_progress, ["c"]);
 
         let many: Vec<NodeView> = (0..2000)
             .map(|i| node(&format!("{i:0>60}"), "1.13.2", true, false))

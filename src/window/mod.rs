@@ -544,28 +544,109 @@ impl Calendar {
         (any, patch)
     }
 
-    /// The state at `now` for a node start making `change`.
-    pub fn state_at(&self, now: DateTime<Utc>, change: Change) -> WindowState {
-        let mut it = self.open_for(now, change);
+    /// The one answer to "may a node making `change` start at `at`, and if
+    /// not, when next?": the windows, minus the freezes that hold the change,
+    /// unless paused. Every caller asks this (the agent and the sim through
+    /// [`Calendar::inputs_at`], `drover status`, `plan`, `windows` and the
+    /// timeline page), so they cannot disagree.
+    pub fn opening(&self, at: DateTime<Utc>, change: Change) -> Opening {
+        let mut it = self.open_for(at, change);
         let first = it.next();
         let (open, next) = match first {
-            Some(w) if w.contains(now) => (Some(w), it.next()),
+            Some(w) if w.contains(at) => (Some(w), it.next()),
             other => (None, other),
         };
-        let held = if self.paused {
-            Some("paused: [rollout] paused = true".to_owned())
+        let hold = if self.paused {
+            Some(Hold::Paused)
         } else {
             self.freezes
                 .iter()
-                .find(|f| f.contains(now) && f.holds(change))
-                .map(|f| format!("held by {}", f.describe()))
+                .find(|f| f.contains(at) && f.holds(change))
+                .map(|f| Hold::Freeze(f.clone()))
         };
+        Opening {
+            at,
+            open,
+            next,
+            hold,
+            timezone: self.timezone(),
+        }
+    }
+
+    /// The state at `now` for a node start making `change`: [`Calendar::opening`]
+    /// as the engine takes it.
+    pub fn state_at(&self, now: DateTime<Utc>, change: Change) -> WindowState {
+        self.opening(now, change).into()
+    }
+}
+
+/// What holds every node start at an instant, whatever the windows say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Hold {
+    /// `[rollout] paused = true`: until a reviewed change sets it back.
+    Paused,
+    /// A freeze in force that holds the change.
+    Freeze(Freeze),
+}
+
+impl Hold {
+    /// The one line states and messages carry.
+    pub fn describe(&self) -> String {
+        match self {
+            Hold::Paused => "paused: [rollout] paused = true".to_owned(),
+            Hold::Freeze(f) => format!("held by {}", f.describe()),
+        }
+    }
+
+    /// When the hold ends by itself (`None` for a pause: it has no end).
+    pub fn until(&self) -> Option<DateTime<Utc>> {
+        match self {
+            Hold::Paused => None,
+            Hold::Freeze(f) => Some(f.end),
+        }
+    }
+}
+
+/// [`Calendar::opening`]'s answer at one instant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Opening {
+    /// The instant asked about.
+    pub at: DateTime<Utc>,
+    /// The stretch open at `at` for the change (windows minus the freezes
+    /// that hold it); a pause does not close it, it holds it.
+    pub open: Option<Window>,
+    /// The next such stretch after `open` (or after `at` when none is open).
+    pub next: Option<Window>,
+    /// The pause, else a freeze in force at `at` that holds the change.
+    pub hold: Option<Hold>,
+    /// Zone of the first window, for messages that name a time.
+    pub timezone: Tz,
+}
+
+impl Opening {
+    /// Whether a node may start at `at`.
+    pub fn may_start(&self) -> bool {
+        self.open.is_some() && self.hold.is_none()
+    }
+
+    /// The stretch in which a node may next start: the open one, else the
+    /// next; `None` while paused (a pause has no end) or when none comes.
+    pub fn next_start(&self) -> Option<Window> {
+        match self.hold {
+            Some(Hold::Paused) => None,
+            _ => self.open.or(self.next),
+        }
+    }
+}
+
+impl From<Opening> for WindowState {
+    fn from(o: Opening) -> Self {
         WindowState {
-            opened_at: open.map(|w| w.start),
-            closes_at: open.map(|w| w.end),
-            next_opens_at: next.map(|w| w.start),
-            held,
-            timezone: Some(self.timezone()),
+            opened_at: o.open.map(|w| w.start),
+            closes_at: o.open.map(|w| w.end),
+            next_opens_at: o.next.map(|w| w.start),
+            held: o.hold.as_ref().map(Hold::describe),
+            timezone: Some(o.timezone),
         }
     }
 }

@@ -61,3 +61,46 @@ fn each_error_has_exactly_file_line_column_message() {
     assert_eq!(errors[1]["line"], 1);
     assert_eq!(errors[1]["column"], 11);
 }
+
+/// `check --base` judges commits: an uncommitted edit (here one taking
+/// stage to a version test never confirmed) is refused by name, not passed;
+/// committed, the same edit is judged and refused by the gate. The control:
+/// a clean tree with an untracked file outside environments/ passes.
+#[test]
+fn base_refuses_a_working_tree_that_differs_from_head() {
+    use crate::support::git::{example_checkout, git};
+    let dir = example_checkout();
+    let d = dir.path();
+    git(d, &["add", "-A"]);
+    git(d, &["commit", "-q", "-m", "initial"]);
+    git(d, &["branch", "-q", "base"]);
+    std::fs::write(d.join("drover-linux-amd64"), "a tool a CI job downloaded").unwrap();
+    let run = |args: &[&str]| crate::support::cli::drover_at(d, args);
+    let (code, out, err) = run(&["check", "--base", "base"]);
+    assert_eq!(code, 0, "{out}{err}");
+
+    let f = d.join("environments/stage.toml");
+    let text = std::fs::read_to_string(&f)
+        .unwrap()
+        .replacen("\"1.12.0\"", "\"1.13.3\"", 1);
+    std::fs::write(&f, text).unwrap();
+    let (code, out, err) = run(&["check", "--base", "base"]);
+    assert_eq!(code, 1, "{out}{err}");
+    let said = format!("{out}{err}");
+    assert!(
+        said.contains("the working tree differs from HEAD (environments/stage.toml)"),
+        "{said}"
+    );
+    let (code, out, _) = run(&["-o", "json", "check", "--base", "base"]);
+    assert_eq!(code, 1);
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["ok"], false);
+
+    git(d, &["commit", "-q", "-am", "stage: 1.13.3"]);
+    let (code, out, err) = run(&["check", "--base", "base"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        !format!("{out}{err}").contains("working tree"),
+        "{out}{err}"
+    );
+}

@@ -124,7 +124,8 @@ fn revoke_commits_the_entry_and_the_gate_then_refuses_the_version() {
         msg.starts_with("Revoke 1.13.1: kernel panic on m7i\n"),
         "{msg}"
     );
-    assert!(msg.contains("Pinned to it now: test"), "{msg}");
+    assert!(msg.contains("Pinned to 1.13.1 now: test."), "{msg}");
+    assert!(msg.contains("keep running it"), "{msg}");
     assert_eq!(git(d, &["log", "-1", "--format=%an"]), "Release Engineer");
 
     // The revocation itself passes CI: it edits the policy and moves no version.
@@ -198,7 +199,7 @@ fn a_second_revocation_appends_and_says_no_environment_is_pinned() {
         out.contains("revoking 1.14.0: breaks \"cilium\" 1.16"),
         "{out}"
     );
-    assert!(!out.contains("note: pinned"), "{out}");
+    assert!(!out.contains("note: Pinned"), "{out}");
     let text = std::fs::read_to_string(d.join("drover.toml")).unwrap();
     assert!(
         text.contains(
@@ -299,4 +300,47 @@ fn bad_input_is_refused_and_nothing_is_written() {
         "{out}"
     );
     assert_eq!(git(d, &["rev-parse", "HEAD"]), head);
+}
+
+#[test]
+fn revoke_names_the_pinned_environments_and_the_command_that_pauses_them() {
+    let dir = repo("1.13.1");
+    let d = dir.path();
+    // test has a [rollout] table with paused = false, as the example's files do.
+    let f = d.join("environments/test.toml");
+    let mut text = std::fs::read_to_string(&f).unwrap();
+    text.push_str("\n[rollout]\nmax_unavailable = 1\npaused = false   # default false\n");
+    std::fs::write(&f, text).unwrap();
+    git(d, &["commit", "-q", "-am", "test: rollout table"]);
+
+    let (code, out, err) = run(
+        d,
+        &["revoke", "1.13.1", "--reason", "kernel panic", "--dry-run"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("note: Pinned to 1.13.1 now: test."), "{out}");
+    assert!(out.contains("keep running it"), "{out}");
+    // The command it gives, run as given, pauses test in a change of its own.
+    let cmd = out
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("sed -i"))
+        .unwrap_or_else(|| panic!("no pause command in:\n{out}"));
+    assert!(cmd.contains("environments/test.toml"), "{cmd}");
+    git(d, &["switch", "-q", "-c", "pause-test"]);
+    let st = std::process::Command::new("sh")
+        .args(["-c", cmd])
+        .current_dir(d)
+        .status()
+        .unwrap();
+    assert!(st.success(), "{cmd}");
+    assert_eq!(
+        git(d, &["diff", "--name-only", "main", "HEAD"]),
+        "environments/test.toml"
+    );
+    let (code, out, err) = run(d, &["check", "--base", "main"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = run(d, &["windows", "--env", "test", "--from", LATER]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("PAUSED"), "{out}");
 }

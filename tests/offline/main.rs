@@ -11,6 +11,7 @@ mod support {
     pub mod git;
     pub mod gpg;
     pub mod time;
+    pub mod timeline;
 }
 
 mod action_check;
@@ -44,6 +45,7 @@ mod rollout_sim;
 mod status_cli;
 mod status_store;
 mod terminal_escape;
+mod timeline_readback;
 mod windows_cli;
 mod windows_differential;
 mod windows_schedule;

@@ -336,7 +336,7 @@ fn hostile_reports_are_named_and_skipped() {
     assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
     assert_eq!(html.matches("class=\"cluster-row\"").count(), 4);
     assert_eq!(
-        html.matches("class=\"segment alarm\"").count(),
+        html.matches("class=\"alarm\"").count(),
         1,
         "failed is highlighted"
     );
@@ -427,5 +427,241 @@ fn demo_repository_text_and_json() {
             && l.contains("5/5")
             && l.contains("trusted")),
         "{text}"
+    );
+}
+
+/// Replace `from` by `to` in the example's stage.toml and commit it.
+fn edit_stage(dir: &Path, edits: &[(&str, &str)], append: &str) {
+    let path = dir.join("environments/stage.toml");
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    for (from, to) in edits {
+        assert!(text.contains(from), "{from} not in stage.toml");
+        text = text.replace(from, to);
+    }
+    text.push_str(append);
+    std::fs::write(&path, text).unwrap();
+    git(dir, &["commit", "-q", "-am", "stage: hold"]);
+}
+
+/// The first stretch `drover windows` lists from `now` (UTC start, end).
+fn first_window(dir: &Path, now: &str) -> (Value, Value) {
+    let v = json(
+        dir,
+        &["windows", "--env", "stage", "--from", now, "--count", "1"],
+    );
+    let w = &v["windows"][0];
+    (w["start"].clone(), w["end"].clone())
+}
+
+#[test]
+fn status_and_plan_say_what_freezes_and_the_pause_hold() {
+    // stage's window: 02:00–08:00 Madrid on the 8th (01:00–07:00 UTC). A
+    // freeze to 05:00 Madrid covers its first three hours.
+    let dir = example_repo();
+    edit_stage(
+        dir.path(),
+        &[],
+        "\n[[freeze]]\nstart = 2026-12-07T00:00:00\nend = 2026-12-08T05:00:00\nreason = \"payroll run\"\n",
+    );
+    let now = "2026-12-08T01:30:00Z"; // 02:30 Madrid: in the window, frozen
+    let v = json(dir.path(), &["status", "--now", now, "--env", "stage"]);
+    let stage = env(&v, "stage");
+    assert_eq!(stage["paused"], false);
+    assert_eq!(stage["hold"]["kind"], "freeze");
+    assert_eq!(stage["hold"]["reason"], "payroll run");
+    assert_eq!(stage["hold"]["until"], "2026-12-08T04:00:00Z");
+    // The next stretch a node may start in is the one `drover windows` lists.
+    let (start, end) = first_window(dir.path(), now);
+    assert_eq!(start, "2026-12-08T04:00:00Z");
+    assert_eq!(stage["next_window"]["start"], start);
+    assert_eq!(stage["next_window"]["end"], end);
+    assert_eq!(stage["next_window"]["open"], false);
+    let (code, text, err) = drover(dir.path(), &["status", "--now", now, "--env", "stage"]);
+    assert_eq!(code, 0, "{err}");
+    assert_fits_80(&text);
+    assert!(
+        text.contains("held         held by") && text.contains("payroll run"),
+        "{text}"
+    );
+    assert!(
+        text.contains("next window  Tue 2026-12-08 05:00–08:00 CET"),
+        "{text}"
+    );
+
+    // plan at the same instant: the forecast starts nothing before 05:00
+    // Madrid, and its headline counts what the forecast does.
+    let p = json(
+        dir.path(),
+        &[
+            "plan",
+            "--env",
+            "stage",
+            "--now",
+            now,
+            "--nodes",
+            "30",
+            "--node-time",
+            "15m",
+        ],
+    );
+    let f = &p["forecast"];
+    assert_eq!(f["windows"][0]["start"], start, "{f:#}");
+    assert!(f["held"].as_str().unwrap().contains("payroll run"), "{f:#}");
+    assert_eq!(f["node_cycle"], "25m", "15m to Ready, then the 10m watch");
+    assert_eq!(f["settle"], "30m");
+    let (code, text, err) = drover(
+        dir.path(),
+        &[
+            "plan",
+            "--env",
+            "stage",
+            "--now",
+            now,
+            "--nodes",
+            "30",
+            "--node-time",
+            "15m",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let most = f["windows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["started"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    assert_eq!(f["fit_per_window"], most);
+    assert!(
+        text.contains(&format!(
+            "30 nodes to upgrade, 1 at a time, 25m each (15m to Ready, then the [health] watch), then 30m settle: {} windows, at most {most} nodes started in one",
+            f["windows_needed"]
+        )),
+        "{text}"
+    );
+
+    // A freeze of a hundred years: no next window to name.
+    let dir = example_repo();
+    edit_stage(
+        dir.path(),
+        &[],
+        "\n[[freeze]]\nstart = 2026-12-01\nend = 2126-12-01\nreason = \"decommissioned\"\n",
+    );
+    let v = json(dir.path(), &["status", "--now", now, "--env", "stage"]);
+    let stage = env(&v, "stage");
+    assert_eq!(stage["hold"]["reason"], "decommissioned");
+    let next = &stage["next_window"];
+    assert!(
+        next.is_null() || next["start"].as_str().unwrap() >= "2126-12-01",
+        "{next:#}"
+    );
+
+    // Paused: no next window, the pause and where it is set, in text and JSON;
+    // plan starts no node.
+    let dir = example_repo();
+    edit_stage(dir.path(), &[("paused = false", "paused = true")], "");
+    let v = json(dir.path(), &["status", "--now", now, "--env", "stage"]);
+    let stage = env(&v, "stage");
+    assert_eq!(stage["paused"], true);
+    assert_eq!(stage["hold"]["kind"], "paused");
+    assert_eq!(stage["hold"]["until"], Value::Null);
+    assert!(stage["hold"]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("environments/stage.toml"));
+    assert_eq!(stage["next_window"], Value::Null);
+    let (code, text, err) = drover(dir.path(), &["status", "--now", now, "--env", "stage"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(text.contains("next window  none while paused"), "{text}");
+    assert!(text.contains("paused by [rollout] paused = true"), "{text}");
+    let p = json(dir.path(), &["plan", "--env", "stage", "--now", now]);
+    let f = &p["forecast"];
+    assert_eq!(f["state"], "paused", "{f:#}");
+    assert_eq!(f["windows_needed"], 0, "{f:#}");
+    assert_eq!(p["decision"]["state"], "paused");
+    let (_, text, _) = drover(dir.path(), &["plan", "--env", "stage", "--now", now]);
+    assert!(
+        text.contains("paused: [rollout] paused = true: the agent starts no node"),
+        "{text}"
+    );
+}
+
+#[test]
+fn untrusted_reports_say_why_and_now_reads_the_store_as_it_was() {
+    let dir = example_repo();
+    let keys = tempfile::tempdir().unwrap();
+    let (key, line) = keygen(keys.path(), "test/test-1");
+    let signers = dir.path().join("agents.allowed_signers");
+    let mut text = std::fs::read_to_string(&signers).unwrap();
+    text.push_str(&line);
+    std::fs::write(&signers, text).unwrap();
+    git(dir.path(), &["commit", "-qam", "List test-1's report key"]);
+    // stage-1's report, signed with test-1's key.
+    let r = report(
+        "stage",
+        "stage-1",
+        "1.12.0",
+        "confirmed",
+        "2026-12-01T02:00:00Z",
+        "",
+    );
+    put_as(
+        dir.path(),
+        "status/stage/stage-1.toml",
+        r.as_bytes(),
+        Some(&key),
+    );
+    let v = json(dir.path(), &["status", "--now", "2026-12-05T00:00:00Z"]);
+    let c = &env(&v, "stage")["clusters"][0];
+    assert_eq!(c["trust"], "untrusted");
+    let why =
+        "signed by test/test-1's key, which is not listed for stage/stage-1 in the report signers";
+    assert_eq!(c["untrusted_reason"], why);
+    let (_, text, _) = drover(dir.path(), &["status", "--now", "2026-12-05T00:00:00Z"]);
+    assert!(
+        text.contains("untrusted: signed by test/test-1's key"),
+        "{text}"
+    );
+    // Trusted reports carry no reason.
+    assert_eq!(
+        env(&v, "test")["clusters"][0]["untrusted_reason"],
+        Value::Null
+    );
+
+    // A later report (committed 2026-12-09): --now before it shows the
+    // report of then, and says a newer one was left out.
+    let later = report(
+        "stage",
+        "stage-1",
+        "1.13.2",
+        "rolling",
+        "2026-12-08T01:00:00Z",
+        "",
+    );
+    commit_file_on(
+        dir.path(),
+        "drover/status",
+        "status/stage/stage-1.toml",
+        Some(later.as_bytes()),
+        None,
+        "status",
+        Some("2026-12-09T00:00:00Z"),
+    );
+    let v = json(dir.path(), &["status", "--now", "2026-12-05T00:00:00Z"]);
+    let c = &env(&v, "stage")["clusters"][0];
+    assert_eq!(c["report"]["version"], "1.12.0", "{c:#}");
+    assert_eq!(c["report"]["state"], "confirmed");
+    let warnings = v["warnings"].as_array().unwrap();
+    assert!(
+        warnings.iter().any(|w| w
+            .as_str()
+            .unwrap()
+            .contains("1 report(s) from after 2026-12-05T00:00:00Z left out")),
+        "{warnings:?}"
+    );
+    let v = json(dir.path(), &["status", "--now", "2026-12-10T00:00:00Z"]);
+    assert_eq!(
+        env(&v, "stage")["clusters"][0]["report"]["version"],
+        "1.13.2"
     );
 }

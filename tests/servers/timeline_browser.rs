@@ -150,7 +150,39 @@ fn demo_timeline_renders_in_chromium() {
     // test-1 waited for its window with 1.13.3 pinned: that is `pending`, not
     // an alarm; the one thing that failed is stage-1's 1.13.3 (its health
     // checks halted the rollout), outlined in red.
-    assert_eq!(dom.matches("class=\"segment alarm\"").count(), 1);
+    assert_eq!(dom.matches("class=\"alarm\"").count(), 1);
+
+    // Read back from the DOM Chromium built, the bars say what the nodes
+    // ran: test-1 stayed on 1.13.2 while it waited (hatched) for 1.13.3;
+    // stage-1 is mixed after its failed 1.13.3 (one node moved, four did
+    // not); nothing is solid past now; the revocation of 1.13.3 and the
+    // refused pull requests are drawn as events.
+    let d = crate::support::timeline::read(&dom);
+    let mid_december = "2026-12-15T00:00:00Z".parse().unwrap();
+    let mid_january = "2027-01-15T00:00:00Z".parse().unwrap();
+    let mix = |c: &str, t, n| d.mix_at(c, t, n);
+    let one = |v: &str, n: u32| std::collections::BTreeMap::from([(v.to_owned(), n)]);
+    assert_eq!(mix("test-1", mid_december, 5), one("1.13.2", 5));
+    let mut mixed = one("1.13.2", 4);
+    mixed.insert("1.13.3".to_owned(), 1);
+    assert_eq!(mix("stage-1", mid_january, 5), mixed);
+    assert!(d.row("test-1").rects.iter().any(|r| r.group == "pending"));
+    let xn = d.x(d.now);
+    for r in &d.rows {
+        for rect in r.rects.iter().filter(|r| r.class == "nodes") {
+            assert!(rect.x + rect.width <= xn + 0.5, "{}: {rect:?}", r.cluster);
+        }
+    }
+    assert!(
+        d.groups.iter().any(|g| g == "event revoked"),
+        "{:?}",
+        d.groups
+    );
+    assert!(
+        d.groups.iter().any(|g| g.starts_with("event refused")),
+        "{:?}",
+        d.groups
+    );
 
     // drover status --html on the demo's repository draws the same rows.
     let page2 = tmp.path().join("status.html");

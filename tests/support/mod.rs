@@ -38,3 +38,4 @@ pub mod kubelet;
 pub mod prometheus;
 pub mod proxy;
 pub mod time;
+pub mod timeline;
