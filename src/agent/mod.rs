@@ -21,6 +21,7 @@
 mod act;
 mod admit;
 mod backend;
+pub mod conditions;
 pub mod crd;
 pub mod events;
 mod fetch;
