@@ -20,7 +20,6 @@
 //! | `refused` (the gate waits for a confirmation or a soak) | False | True | False | `AwaitingEvidence` | InProgress |
 //! | no config applied yet, none refused | False | True | False | `WaitingForConfig` | InProgress |
 //! | a config applied, no decision yet | False | True | False | `Applying` | InProgress |
-//! | the status report refused for good (a hook, a protected branch) | False | False | True | `ReportRefused` | Failed |
 //!
 //! The principle: `Stalled` is True exactly when only a person can move the
 //! cluster on (the kstatus and Flux meaning: an error the controller will
@@ -71,9 +70,6 @@ pub struct Facts<'a> {
     pub message: &'a str,
     /// Why the last fetch failed, when it did.
     pub fetch_error: Option<&'a str>,
-    /// Why the git server refuses the status report for good (a hook, a
-    /// protected branch), when it does: the push side's verdict.
-    pub report_refused: Option<&'a str>,
 }
 
 impl<'a> Facts<'a> {
@@ -92,7 +88,6 @@ impl<'a> Facts<'a> {
                 .as_ref()
                 .map(|f| f.result.as_str())
                 .filter(|r| *r != "ok"),
-            report_refused: None,
         }
     }
 }
@@ -189,16 +184,6 @@ fn verdict(f: &Facts) -> Verdict {
             // A refused state without its refusal (an older status): stalled.
             Some(RolloutState::Refused) => (True::Stalled, "RefusedByGate", progress()),
         }
-    };
-    let (which, reason, message) = match f.report_refused {
-        // The cluster is done or still working, but its evidence cannot
-        // reach the status branch: a person must fix the branch's rules.
-        Some(why) if !matches!(which, True::Stalled) => (
-            True::Stalled,
-            "ReportRefused",
-            format!("the git server refuses the status report: {why}; {message}"),
-        ),
-        _ => (which, reason, message),
     };
     let message = bounded(message);
     let said = |status: bool| Said {
@@ -439,25 +424,6 @@ mod tests {
             ..facts(RolloutState::Rolling)
         };
         assert_eq!(said(&f).3, "Applying");
-    }
-
-    #[test]
-    fn a_refused_report_stalls_even_a_confirmed_cluster() {
-        let f = Facts {
-            report_refused: Some("pre-receive hook declined"),
-            ..facts(RolloutState::Confirmed)
-        };
-        let (a, b, c, why) = said(&f);
-        assert_eq!(
-            (a, b, c, why.as_str()),
-            ("False", "False", "True", "ReportRefused")
-        );
-        // A failed rollout stays Failed: the first thing to fix is the rollout.
-        let f = Facts {
-            report_refused: Some("pre-receive hook declined"),
-            ..facts(RolloutState::Failed)
-        };
-        assert_eq!(said(&f).3, "Failed");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod agent_conditions;
 mod agent_evidence;
 mod agent_gate;
 mod agent_github_merge;
