@@ -34,7 +34,7 @@ pub mod leader;
 mod lifecycle;
 pub mod metrics;
 mod pass;
-mod rbac;
+pub mod rbac;
 pub mod recover;
 mod report;
 mod reporter;

@@ -110,12 +110,7 @@ fn judged(ns: &str, lua: &Path) -> (String, String) {
             .spawn()
             .unwrap();
         use std::io::Write;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(&got.stdout)
-            .unwrap();
+        child.stdin.take().unwrap().write_all(&got.stdout).unwrap();
         let out = child.wait_with_output().unwrap();
         assert!(out.status.success(), "health {}", text(&out));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -132,7 +127,10 @@ fn ready_column(ns: &str) -> String {
     let mut lines = s.lines();
     let head: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
     let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
-    let i = head.iter().position(|h| *h == "READY").expect("a READY column");
+    let i = head
+        .iter()
+        .position(|h| *h == "READY")
+        .expect("a READY column");
     // Columns before READY are single words (name, environment, target, state).
     row[i].to_owned()
 }
@@ -208,8 +206,15 @@ async fn kubectl_wait_flux_and_argo_cd_read_a_confirmed_and_a_failed_rollout() {
     let api: Api<DroverStatus> = Api::namespaced(client.clone(), &pool);
     let status = api.get_status(NAME).await.unwrap().status.unwrap();
     assert_eq!(status.state.as_deref(), Some("failed"), "{status:?}");
-    let ready = status.conditions.iter().find(|c| c.kind == "Ready").unwrap();
-    assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "Failed"));
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.kind == "Ready")
+        .unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "Failed")
+    );
     assert!(ready.message.contains("1.13.0"), "{}", ready.message);
     let wait = kubectl_cmd(
         &pool,
