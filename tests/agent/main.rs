@@ -7,6 +7,7 @@
 mod support;
 
 mod agent_conditions;
+mod agent_doctor;
 mod agent_evidence;
 mod agent_gate;
 mod agent_github_merge;
