@@ -465,7 +465,7 @@ mod tests {
         let c = conditions(
             &facts(RolloutState::Rolling),
             Some(1),
-            &[other.clone()],
+            std::slice::from_ref(&other),
             "t1",
         );
         assert_eq!(c.len(), 4);

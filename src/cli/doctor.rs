@@ -772,9 +772,7 @@ fn check_git(cfg: &AgentConfig, timeout: Duration) -> Checks {
                 "cluster {} is not listed for {} under [clusters]",
                 cfg.cluster, cfg.env
             ),
-            format!(
-                "add it to [clusters] in drover.toml, or set DROVER_CLUSTER to the listed name"
-            ),
+            "add it to [clusters] in drover.toml, or set DROVER_CLUSTER to the listed name",
         );
     }
 
