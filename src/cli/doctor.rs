@@ -193,7 +193,7 @@ async fn diagnose(args: &Args) -> Vec<Check> {
         Err(e) => {
             c.fail(
                 "cluster",
-                format!("{e:#}"),
+                format!("{e}: {}", e.root_cause()),
                 "point --kubeconfig (or KUBECONFIG) at the cluster the agent is installed in",
             );
             return c.0;
@@ -539,7 +539,11 @@ async fn check_rbac(args: &Args, install: &Install, c: &mut Checks) {
     let client = match client(args, Some(&sa)).await {
         Ok(cl) => cl,
         Err(e) => {
-            c.fail("rbac", format!("{e:#}"), "check --kubeconfig");
+            c.fail(
+                "rbac",
+                format!("{e}: {}", e.root_cause()),
+                "check --kubeconfig",
+            );
             return;
         }
     };
