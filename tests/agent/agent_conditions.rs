@@ -154,7 +154,12 @@ async fn kubectl_wait_flux_and_argo_cd_read_a_confirmed_and_a_failed_rollout() {
     let scratch = tempfile::tempdir().unwrap();
     let lua = argocd_script(scratch.path());
 
-    // Adopted at the pinned version: Ready, as kubectl waits for it.
+    // Adopted at the pinned version: Ready, as kubectl waits for it (kubectl
+    // wait gives up at once on an object that does not exist yet).
+    let obj = await_status(&client, &pool, NAME, "confirmed", |s| {
+        s.state.as_deref() == Some("confirmed")
+    })
+    .await;
     let wait = kubectl_cmd(
         &pool,
         &[
@@ -168,10 +173,6 @@ async fn kubectl_wait_flux_and_argo_cd_read_a_confirmed_and_a_failed_rollout() {
     .unwrap();
     assert!(wait.status.success(), "{}", text(&wait));
     assert!(text(&wait).contains("condition met"), "{}", text(&wait));
-    let obj = await_status(&client, &pool, NAME, "confirmed", |s| {
-        s.state.as_deref() == Some("confirmed")
-    })
-    .await;
     let status = obj.status.as_ref().unwrap();
     assert_eq!(status.observed_generation, obj.metadata.generation);
     assert!(status.observed_generation.is_some());
