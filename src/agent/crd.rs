@@ -16,6 +16,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, CustomResource, CustomResourceExt, ResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -50,6 +51,7 @@ pub fn fetch_request_stamp(o: &DroverStatus) -> Option<String> {
     printcolumn = r#"{"name":"Environment","type":"string","jsonPath":".spec.environment"}"#,
     printcolumn = r#"{"name":"Target","type":"string","jsonPath":".status.target"}"#,
     printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"At Version","type":"string","jsonPath":".status.atVersion"}"#,
     printcolumn = r#"{"name":"Next Window","type":"string","jsonPath":".status.nextWindow"}"#,
     printcolumn = r#"{"name":"Commit","type":"string","jsonPath":".status.commit"}"#,
@@ -116,9 +118,17 @@ pub struct DroverStatusStatus {
     /// Pod name of the replica that wrote this status (the leader).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reporter: Option<String>,
-    /// Conditions that need a person: `ReportPushed` (False while the git
-    /// server refuses or cannot take the status report).
+    /// The `metadata.generation` this status was written for (kstatus: a
+    /// status for an older generation is not yet reconciled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    // Ready, Reconciling and Stalled are computed by
+    // `super::conditions::conditions` alone.
+    /// `Ready`, `Reconciling` and `Stalled`, as kstatus, Flux and Argo CD
+    /// read them (docs/install.md, "Health checks"), and `ReportPushed`
+    /// (False while the git server refuses or cannot take the status report).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,
 }
 
@@ -131,6 +141,9 @@ pub struct Condition {
     pub kind: String,
     /// `True`, `False` or `Unknown`.
     pub status: String,
+    /// The `metadata.generation` the condition was computed for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
     /// One word saying why, e.g. `Rejected`.
     pub reason: String,
     /// What happened, in a sentence.
@@ -138,6 +151,58 @@ pub struct Condition {
     pub message: String,
     /// When `status` last changed (RFC 3339).
     pub last_transition_time: String,
+}
+
+/// The schema of `status.conditions`: metav1.Condition's, as Kubernetes'
+/// own types publish it (a list keyed by `type`, the same bounds and
+/// patterns), so what kubectl, Flux and Argo CD expect is what the API
+/// server enforces.
+fn conditions_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "description": "Ready, Reconciling and Stalled, as kstatus reads them (docs/install.md), and ReportPushed.",
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["type"],
+        "items": {
+            "type": "object",
+            "required": ["type", "status", "lastTransitionTime", "reason", "message"],
+            "properties": {
+                "type": {
+                    "type": "string",
+                    "maxLength": 316,
+                    "pattern": "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$",
+                    "description": "The condition's name: Ready, Reconciling, Stalled, ReportPushed."
+                },
+                "status": {
+                    "type": "string",
+                    "enum": ["True", "False", "Unknown"]
+                },
+                "observedGeneration": {
+                    "type": "integer",
+                    "format": "int64",
+                    "minimum": 0,
+                    "description": "The metadata.generation the condition was computed for."
+                },
+                "lastTransitionTime": {
+                    "type": "string",
+                    "format": "date-time",
+                    "description": "When status last changed."
+                },
+                "reason": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": 1024,
+                    "pattern": "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+                    "description": "One CamelCase word saying why."
+                },
+                "message": {
+                    "type": "string",
+                    "maxLength": 32768,
+                    "description": "What happened, in a sentence."
+                }
+            }
+        }
+    })
 }
 
 /// A config head the agent refused to apply.
@@ -228,6 +293,10 @@ pub struct StatusObject {
     spec: DroverStatusSpec,
     /// Longest wait for one call.
     timeout: Duration,
+    /// The object's `metadata.generation` as last read, written or watched
+    /// (0: not yet), shared by the clones (the term's writer): the status
+    /// says which generation it was written for.
+    generation: Arc<AtomicI64>,
 }
 
 impl std::fmt::Debug for StatusObject {
@@ -245,6 +314,7 @@ impl StatusObject {
             namespace: namespace.to_string(),
             spec,
             timeout: Duration::from_secs(10),
+            generation: Arc::new(AtomicI64::new(0)),
         }
     }
 
@@ -287,8 +357,26 @@ impl StatusObject {
         }
     }
 
+    /// The object's `metadata.generation` as last read, written or
+    /// watched; `None` before any.
+    pub fn generation(&self) -> Option<i64> {
+        Some(self.generation.load(Ordering::Relaxed)).filter(|g| *g > 0)
+    }
+
+    fn saw(&self, o: &DroverStatus) {
+        if let Some(g) = o.metadata.generation {
+            self.generation.store(g, Ordering::Relaxed);
+        }
+    }
+
     /// Read the object, creating it (empty status) when absent.
     pub async fn load_or_create(&self) -> Result<DroverStatus, Error> {
+        let obj = self.get_or_create().await?;
+        self.saw(&obj);
+        Ok(obj)
+    }
+
+    async fn get_or_create(&self) -> Result<DroverStatus, Error> {
         if let Some(obj) = self.read().await? {
             return Ok(obj);
         }
@@ -306,7 +394,11 @@ impl StatusObject {
 
     /// Read the object, if it exists.
     pub async fn read(&self) -> Result<Option<DroverStatus>, Error> {
-        self.bounded(self.api.get_opt(&self.name)).await
+        let obj = self.bounded(self.api.get_opt(&self.name)).await?;
+        if let Some(o) = &obj {
+            self.saw(o);
+        }
+        Ok(obj)
     }
 
     /// Ask the leader to fetch now (a follower received a webhook).
@@ -345,6 +437,7 @@ impl StatusObject {
         let mut seen = seen;
         let mut quiet = crate::retry::Quiet::new(std::time::Duration::from_secs(60));
         let what = format!("{}/{}", self.namespace, self.name);
+        let generation = self.generation.clone();
         watcher::watcher(self.api.clone(), cfg)
             .default_backoff()
             .filter_map(move |ev| {
@@ -355,6 +448,9 @@ impl StatusObject {
                 }
                 let fire = match ev {
                     Ok(watcher::Event::InitApply(o) | watcher::Event::Apply(o)) => {
+                        if let Some(g) = o.metadata.generation {
+                            generation.store(g, Ordering::Relaxed);
+                        }
                         let stamp = fetch_request_stamp(&o);
                         let new = stamp.is_some() && stamp != seen;
                         seen = stamp;
@@ -396,6 +492,7 @@ impl StatusObject {
                 "message",
                 "lastFetch",
                 "reporter",
+                "observedGeneration",
                 "conditions",
             ] {
                 map.entry(key).or_insert(serde_json::Value::Null);
@@ -414,6 +511,7 @@ impl StatusObject {
                 &Patch::Merge(&patch),
             ))
             .await?;
+        self.saw(&written);
         Ok(written.resource_version().unwrap_or_default())
     }
 }
@@ -709,6 +807,7 @@ mod tests {
                 "Environment",
                 "Target",
                 "State",
+                "Ready",
                 "At Version",
                 "Next Window",
                 "Commit",

@@ -21,6 +21,7 @@
 mod act;
 mod admit;
 mod backend;
+pub mod conditions;
 pub mod crd;
 pub mod events;
 mod fetch;
@@ -33,7 +34,7 @@ pub mod leader;
 mod lifecycle;
 pub mod metrics;
 mod pass;
-mod rbac;
+pub mod rbac;
 pub mod recover;
 mod report;
 mod reporter;

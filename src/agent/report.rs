@@ -6,6 +6,7 @@
 //! waits for git, an Event or a status write, except the one write that
 //! must be durable before the agent acts on a newly applied commit.
 
+use super::conditions;
 use super::crd::Condition;
 use super::events::Severity;
 use super::health;
@@ -264,6 +265,7 @@ impl<B: ClusterBackend> Acting<B> {
     /// Bounded by one API call's timeout; false when it failed, timed out,
     /// was superseded or the term ended (the next pass tries again).
     pub(super) async fn write_crd_status(&mut self) -> bool {
+        self.assemble_conditions();
         let Some(t) = &self.term else { return false };
         let ok = t
             .writer
@@ -296,7 +298,21 @@ impl<B: ClusterBackend> Acting<B> {
                 .retain(|c| c.kind != REPORT_PUSHED);
             self.crd_status.conditions.push(c);
         }
+        self.assemble_conditions();
+        let Some(t) = &self.term else { return };
         t.writer.offer(&self.crd_status);
+    }
+
+    /// The status's kstatus conditions and observed generation, from what
+    /// the status says (the one computation: [`conditions::conditions`]).
+    fn assemble_conditions(&mut self) {
+        let generation = self.status_object.generation();
+        let now = rfc3339(self.clock.now());
+        let facts = conditions::Facts::of(&self.crd_status);
+        let computed =
+            conditions::conditions(&facts, generation, &self.crd_status.conditions, &now);
+        self.crd_status.conditions = computed;
+        self.crd_status.observed_generation = generation;
     }
 
     /// When a write found that another replica wrote the status since this
@@ -346,6 +362,7 @@ pub(super) fn report_condition(
         reason: reason.into(),
         message,
         last_transition_time: since,
+        observed_generation: None,
     })
 }
 

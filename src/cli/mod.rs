@@ -13,6 +13,7 @@ pub mod agent;
 pub mod check;
 pub mod completion;
 pub mod demo;
+pub mod doctor;
 pub mod explain;
 pub mod init;
 pub mod log;
@@ -88,6 +89,8 @@ pub enum Command {
     Wait(wait::Args),
     /// Start a config repository: drover.toml, environments/, report signers.
     Init(init::Args),
+    /// After an install: check each step the agent needs, and say what to fix.
+    Doctor(doctor::Args),
     /// Run the in-cluster agent.
     Agent(Box<agent::Args>),
     /// The controlled-upgrade story end to end on simulated clusters.
@@ -316,6 +319,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Status(a) => status::run(g, a),
         Command::Wait(a) => wait::run(g, a),
         Command::Init(a) => init::run(g, a),
+        Command::Doctor(a) => doctor::run(g, a),
         Command::Agent(a) => agent::run(g, *a),
         Command::Demo(a) => demo::run(g, a),
         Command::Completion(a) => completion::run(g, a, Cli::command()),

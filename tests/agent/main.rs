@@ -6,6 +6,8 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod agent_conditions;
+mod agent_doctor;
 mod agent_evidence;
 mod agent_gate;
 mod agent_github_merge;

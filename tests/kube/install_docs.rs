@@ -28,6 +28,11 @@ const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// What the stand-in cosign answers as the signed digest of the agent image.
 const DIGEST: &str = "sha256:4e1a5c0ffee0ddba11cafe0b5e55ed0d1ab1e5ca1ab1ede0a1f00d5eedbed0c5";
 const GIT_TOKEN: &str = "ghp_install-docs-test-token";
+/// The config repository the document names, and what the test puts in its
+/// place: nothing leaves this machine, and nothing listens on port 1, so
+/// `drover doctor` finds it unreachable at once.
+const DOC_REPO: &str = "https://git.example.com/platform/drover-config.git";
+const UNREACHABLE_REPO: &str = "http://127.0.0.1:1/platform/drover-config.git";
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -110,7 +115,8 @@ fn localize(text: &str) -> String {
             &c[2]
         );
     }
-    re.replace_all(text, "../../drover/$1").into_owned()
+    re.replace_all(text, "../../drover/$1")
+        .replace(DOC_REPO, UNREACHABLE_REPO)
 }
 
 /// A work directory: `drover/deploy` (a copy of deploy/), `bin/cosign`
@@ -157,9 +163,11 @@ fn chmod_x(p: &Path) {
 }
 
 fn path_env(work: &Path) -> String {
+    let drover = Path::new(env!("CARGO_BIN_EXE_drover")).parent().unwrap();
     format!(
-        "{}:{}:{}",
+        "{}:{}:{}:{}",
         work.join("bin").display(),
+        drover.display(),
         tools().display(),
         std::env::var("PATH").unwrap_or_default()
     )
@@ -167,15 +175,7 @@ fn path_env(work: &Path) -> String {
 
 /// Run one `sh` block of the document in `work`, as a user's shell would.
 fn run_step(work: &Path, kubeconfig: &Path, script: &str) {
-    let out = Command::new("bash")
-        .args(["-euo", "pipefail", "-c", script])
-        .current_dir(work)
-        .env("PATH", path_env(work))
-        .env("KUBECONFIG", kubeconfig)
-        .env("GIT_TOKEN", GIT_TOKEN)
-        .env("HOME", work)
-        .output()
-        .unwrap();
+    let out = shell(work, kubeconfig, script);
     assert!(
         out.status.success(),
         "docs/install.md step failed ({}):\n{script}\nstdout:\n{}\nstderr:\n{}",
@@ -183,6 +183,18 @@ fn run_step(work: &Path, kubeconfig: &Path, script: &str) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+fn shell(work: &Path, kubeconfig: &Path, script: &str) -> std::process::Output {
+    Command::new("bash")
+        .args(["-euo", "pipefail", "-c", script])
+        .current_dir(work)
+        .env("PATH", path_env(work))
+        .env("KUBECONFIG", kubeconfig)
+        .env("GIT_TOKEN", GIT_TOKEN)
+        .env("HOME", work)
+        .output()
+        .unwrap()
 }
 
 fn write_file(work: &Path, rel: &str, text: &str) {
@@ -531,11 +543,20 @@ async fn the_install_steps_of_docs_install_md_work_in_order() {
         .filter(|b| b.section == "Install")
         .collect();
     let mut apply_step = None;
+    let mut doctor_step = None;
     let mut ran = 0;
     for b in &steps {
         if let Some(path) = b.file() {
             write_file(w, path, &localize(&b.text));
+        } else if b.info == "sh" && b.text.trim_start().starts_with("drover doctor") {
+            // The last step, and the one expected to fail here (below).
+            doctor_step = Some(shell(w, &kubeconfig, &b.text));
+            ran += 1;
         } else if b.info == "sh" {
+            assert!(
+                doctor_step.is_none(),
+                "docs/install.md's steps end with drover doctor"
+            );
             run_step(w, &kubeconfig, &b.text);
             if b.text.contains("kubectl apply") {
                 apply_step = Some(b.text.clone());
@@ -621,6 +642,41 @@ async fn the_install_steps_of_docs_install_md_work_in_order() {
         );
     }
 
+    // drover doctor, the last step: everything in the cluster passes; the
+    // repository (the test's stand-in, unreachable) fails, saying what to
+    // do, and what needs it is skipped; exit 1.
+    let doctor = doctor_step.expect("docs/install.md ends with drover doctor");
+    let text = String::from_utf8_lossy(&doctor.stdout).into_owned();
+    assert_eq!(doctor.status.code(), Some(1), "{text}");
+    for line in [
+        "ok   crd ",
+        "ok   deployment ",
+        "ok   secrets ",
+        "ok   rbac ",
+        "FAIL repository ",
+        "skip signature ",
+    ] {
+        assert!(
+            text.contains(line),
+            "drover doctor printed no {line:?}:\n{text}"
+        );
+    }
+    assert!(text.contains("fix: check DROVER_REPO"), "{text}");
+    let out = shell(w, &kubeconfig, "drover doctor -o json");
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["ok"], false, "{doc:#}");
+    let result = |name: &str| {
+        doc["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .map(|c| c["result"].as_str().unwrap().to_owned())
+    };
+    assert_eq!(result("rbac").as_deref(), Some("pass"), "{doc:#}");
+    assert_eq!(result("repository").as_deref(), Some("fail"), "{doc:#}");
+    assert_eq!(doc["errors"].as_array().unwrap().len(), 1, "{doc:#}");
+
     // Applying the overlay again leaves every Secret as it was.
     run_step(w, &kubeconfig, &apply_step);
     for (name, (version, value)) in before {
@@ -629,5 +685,31 @@ async fn the_install_steps_of_docs_install_md_work_in_order() {
         let data = s.data.unwrap();
         assert!(data.values().any(|v| v.0 == value), "{name} changed");
     }
+
+    // What doctor is for: a lost ClusterRoleBinding and a missing Secret
+    // are each named, with what to do.
+    let crbs: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(client.clone());
+    crbs.delete("drover", &Default::default()).await.unwrap();
+    let token_secret = secret_files(&dep)
+        .into_iter()
+        .find(|(v, _, _)| v == "DROVER_GIT_TOKEN_FILE")
+        .unwrap()
+        .1;
+    secrets
+        .delete(&token_secret, &Default::default())
+        .await
+        .unwrap();
+    let out = shell(w, &kubeconfig, "drover doctor");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("FAIL rbac ") && text.contains("patch nodes") && text.contains("rbac.yaml"),
+        "{text}"
+    );
+    assert!(
+        text.contains("FAIL secrets ")
+            && text.contains(&format!("Secret {token_secret}, which does not exist")),
+        "{text}"
+    );
     drop(cp);
 }

@@ -233,6 +233,12 @@ fn every_command_s_documents_match_the_schema() {
         ),
         ("init", vec!["init", fresh, "--version", "1.12.0"], 0),
         ("init", vec!["init", fresh, "--version", "1.12.0"], 1),
+        // No cluster to read: the first check fails, saying what to do.
+        (
+            "doctor",
+            vec!["doctor", "--kubeconfig", "/nonexistent/kubeconfig"],
+            1,
+        ),
         ("completion", vec!["completion", "bash"], 0),
         ("man", vec!["man"], 0),
         ("version", vec!["version"], 0),

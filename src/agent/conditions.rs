@@ -1,0 +1,508 @@
+//! The conditions of the CRD status (`Ready`, `Reconciling`, `Stalled`),
+//! as kstatus (sigs.k8s.io/cli-utils/pkg/kstatus), Flux's health checks,
+//! `kubectl wait --for=condition=...` and Argo CD read them. This is the one
+//! place they are computed: a pure function of what the status says (the
+//! rollout state, a refused head, whether a config is applied), the
+//! object's generation, the conditions written before and the time.
+//!
+//! The mapping, which docs/install.md ("Health checks") documents:
+//!
+//! | rollout state | Ready | Reconciling | Stalled | reason | kstatus |
+//! |---|---|---|---|---|---|
+//! | `pending` | False | True | False | `WaitingForWindow` | InProgress |
+//! | `paused` | False | False | False | `Paused` | InProgress (Ready False) |
+//! | `rolling` | False | True | False | `Rolling` | InProgress |
+//! | `settling` | False | True | False | `Settling` | InProgress |
+//! | `confirmed` | True | False | False | `Confirmed` | Current |
+//! | `blocked` | False | False | True | `Blocked` | Failed |
+//! | `failed` | False | False | True | `Failed` | Failed |
+//! | `refused` (trust, config, or a gate refusal no time cures) | False | False | True | `RefusedByTrust`, `RefusedByConfig`, `RefusedByGate` | Failed |
+//! | `refused` (the gate waits for a confirmation or a soak) | False | True | False | `AwaitingEvidence` | InProgress |
+//! | no config applied yet, none refused | False | True | False | `WaitingForConfig` | InProgress |
+//! | a config applied, no decision yet | False | True | False | `Applying` | InProgress |
+//!
+//! The principle: `Stalled` is True exactly when only a person can move the
+//! cluster on (the kstatus and Flux meaning: an error the controller will
+//! not recover from by itself); `Reconciling` is True while the agent has
+//! work it will go on with by itself, even if it waits for a window; and
+//! `Ready` is True only when the cluster runs the pinned version and passed
+//! its health checks. A pause is a person's choice: neither work in
+//! progress nor an error, and not Ready.
+//!
+//! All three are always present, True or False (metav1.Condition's shape:
+//! `type`, `status`, `observedGeneration`, `lastTransitionTime`, `reason`,
+//! `message`); `lastTransitionTime` changes only when `status` does.
+//! Conditions of other types already on the status are kept as they are.
+
+use super::crd::{Condition, DroverStatusStatus, Refused};
+use crate::rollout::RolloutState;
+
+/// `Ready`: the cluster runs the pinned version and held its health checks.
+pub const READY: &str = "Ready";
+/// `Reconciling`: the agent has work left that it goes on with by itself.
+pub const RECONCILING: &str = "Reconciling";
+/// `Stalled`: the rollout cannot go on until a person acts.
+pub const STALLED: &str = "Stalled";
+
+/// The longest message a condition carries (metav1.Condition's bound).
+const MAX_MESSAGE: usize = 32 * 1024;
+
+/// Gate refusals that resolve by themselves: a lower cluster's
+/// confirmation arrives, a soak passes (docs/design.md §4).
+const AWAITING_EVIDENCE: &[&str] = &["not_confirmed", "soaking", "history_soaking"];
+
+/// What the conditions are computed from: what the CRD status says.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Facts<'a> {
+    /// The rollout state shown (`None`: no decision yet).
+    pub state: Option<RolloutState>,
+    /// Whether a config is applied (the status names a last applied commit).
+    pub configured: bool,
+    /// The newest head, when it was refused.
+    pub refused: Option<&'a Refused>,
+    /// The pinned version.
+    pub target: Option<&'a str>,
+    /// Selected nodes, and those Ready at the target.
+    pub nodes: u32,
+    /// Selected nodes Ready at the target.
+    pub nodes_at_version: u32,
+    /// Why the state is what it is.
+    pub message: &'a str,
+    /// Why the last fetch failed, when it did.
+    pub fetch_error: Option<&'a str>,
+}
+
+impl<'a> Facts<'a> {
+    /// The facts a CRD status shows.
+    pub fn of(status: &'a DroverStatusStatus) -> Self {
+        Facts {
+            state: status.state.as_deref().and_then(parse_state),
+            configured: status.last_applied_commit.is_some(),
+            refused: status.refused.as_ref(),
+            target: status.target.as_deref(),
+            nodes: status.nodes,
+            nodes_at_version: status.nodes_at_version,
+            message: &status.message,
+            fetch_error: status
+                .last_fetch
+                .as_ref()
+                .map(|f| f.result.as_str())
+                .filter(|r| *r != "ok"),
+        }
+    }
+}
+
+fn parse_state(s: &str) -> Option<RolloutState> {
+    RolloutState::ALL.into_iter().find(|st| st.as_str() == s)
+}
+
+/// One condition's verdict: status, reason, message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Said {
+    status: bool,
+    reason: &'static str,
+    message: String,
+}
+
+/// The verdicts for Ready, Reconciling and Stalled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Verdict {
+    ready: Said,
+    reconciling: Said,
+    stalled: Said,
+}
+
+/// Which of the three conditions is True (at most one), the reason all
+/// three carry, and the message.
+fn verdict(f: &Facts) -> Verdict {
+    #[derive(Clone, Copy)]
+    enum True {
+        Ready,
+        Reconciling,
+        Stalled,
+        None,
+    }
+    let progress = || {
+        let mut m = format!(
+            "{}/{} nodes at {}",
+            f.nodes_at_version,
+            f.nodes,
+            f.target.unwrap_or("the target")
+        );
+        if !f.message.is_empty() {
+            m.push_str(": ");
+            m.push_str(f.message);
+        }
+        m
+    };
+    let (which, reason, message) = if let Some(r) = f.refused {
+        let message = format!(
+            "commit {} refused ({} check, {}): {}",
+            r.commit.get(..10).unwrap_or(&r.commit),
+            r.stage,
+            r.reason,
+            r.message
+        );
+        if r.stage == "gate" && AWAITING_EVIDENCE.contains(&r.reason.as_str()) {
+            (True::Reconciling, "AwaitingEvidence", message)
+        } else {
+            let reason = match r.stage.as_str() {
+                "trust" => "RefusedByTrust",
+                "config" => "RefusedByConfig",
+                _ => "RefusedByGate",
+            };
+            (True::Stalled, reason, message)
+        }
+    } else if !f.configured {
+        let mut message = if f.message.is_empty() {
+            "no trusted config fetched yet".to_string()
+        } else {
+            f.message.to_string()
+        };
+        if let Some(e) = f.fetch_error {
+            message.push_str("; the last fetch failed: ");
+            message.push_str(e);
+        }
+        (True::Reconciling, "WaitingForConfig", message)
+    } else {
+        match f.state {
+            None => (
+                True::Reconciling,
+                "Applying",
+                format!(
+                    "applying the config that pins {}",
+                    f.target.unwrap_or("a new version")
+                ),
+            ),
+            Some(RolloutState::Pending) => (True::Reconciling, "WaitingForWindow", progress()),
+            Some(RolloutState::Paused) => (True::None, "Paused", progress()),
+            Some(RolloutState::Rolling) => (True::Reconciling, "Rolling", progress()),
+            Some(RolloutState::Settling) => (True::Reconciling, "Settling", progress()),
+            Some(RolloutState::Confirmed) => (True::Ready, "Confirmed", progress()),
+            Some(RolloutState::Blocked) => (True::Stalled, "Blocked", progress()),
+            Some(RolloutState::Failed) => (True::Stalled, "Failed", progress()),
+            // A refused state without its refusal (an older status): stalled.
+            Some(RolloutState::Refused) => (True::Stalled, "RefusedByGate", progress()),
+        }
+    };
+    let message = bounded(message);
+    let said = |status: bool| Said {
+        status,
+        reason,
+        message: message.clone(),
+    };
+    Verdict {
+        ready: said(matches!(which, True::Ready)),
+        reconciling: said(matches!(which, True::Reconciling)),
+        stalled: said(matches!(which, True::Stalled)),
+    }
+}
+
+fn bounded(mut s: String) -> String {
+    if s.len() > MAX_MESSAGE {
+        let cut = (0..=MAX_MESSAGE)
+            .rev()
+            .find(|i| s.is_char_boundary(*i))
+            .unwrap_or(0);
+        s.truncate(cut);
+    }
+    s
+}
+
+/// The conditions for `facts` on an object at `generation`, given the
+/// conditions it had (`previous`) and the time `now` (RFC 3339): Ready,
+/// Reconciling and Stalled, then any other condition of `previous` as it
+/// was. A condition keeps its `lastTransitionTime` while its status holds.
+pub fn conditions(
+    facts: &Facts,
+    generation: Option<i64>,
+    previous: &[Condition],
+    now: &str,
+) -> Vec<Condition> {
+    let v = verdict(facts);
+    let ours = [
+        (READY, v.ready),
+        (RECONCILING, v.reconciling),
+        (STALLED, v.stalled),
+    ];
+    let mut out: Vec<Condition> = ours
+        .into_iter()
+        .map(|(kind, said)| {
+            let status = if said.status { "True" } else { "False" };
+            let since = previous
+                .iter()
+                .find(|c| c.kind == kind && c.status == status)
+                .map_or_else(|| now.to_string(), |c| c.last_transition_time.clone());
+            Condition {
+                kind: kind.into(),
+                status: status.into(),
+                observed_generation: generation,
+                last_transition_time: since,
+                reason: said.reason.into(),
+                message: said.message,
+            }
+        })
+        .collect();
+    out.extend(
+        previous
+            .iter()
+            .filter(|c| ![READY, RECONCILING, STALLED].contains(&c.kind.as_str()))
+            .cloned(),
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(state: RolloutState) -> Facts<'static> {
+        Facts {
+            state: Some(state),
+            configured: true,
+            target: Some("1.13.2"),
+            nodes: 3,
+            nodes_at_version: 1,
+            ..Facts::default()
+        }
+    }
+
+    /// (Ready, Reconciling, Stalled, reason) for `f`.
+    fn said(f: &Facts) -> (&'static str, &'static str, &'static str, String) {
+        let c = conditions(f, Some(1), &[], "t0");
+        let s = |i: usize| match c[i].status.as_str() {
+            "True" => "True",
+            _ => "False",
+        };
+        assert_eq!(
+            c.iter().map(|c| c.kind.as_str()).collect::<Vec<_>>(),
+            [READY, RECONCILING, STALLED]
+        );
+        assert!(c.iter().all(|x| x.reason == c[0].reason));
+        (s(0), s(1), s(2), c[0].reason.clone())
+    }
+
+    /// kstatus's rules (sigs.k8s.io/cli-utils/pkg/kstatus/status, Compute)
+    /// for an object whose generation is observed: Reconciling True is
+    /// InProgress, Stalled True is Failed, else a Ready condition decides
+    /// (True Current, otherwise InProgress).
+    fn kstatus(c: &[Condition]) -> &'static str {
+        let is = |k: &str, s: &str| c.iter().any(|x| x.kind == k && x.status == s);
+        if is(RECONCILING, "True") {
+            "InProgress"
+        } else if is(STALLED, "True") {
+            "Failed"
+        } else if is(READY, "True") {
+            "Current"
+        } else {
+            "InProgress"
+        }
+    }
+
+    #[test]
+    fn every_rollout_state_has_its_conditions() {
+        use RolloutState::*;
+        let cases = [
+            (
+                Pending,
+                ("False", "True", "False", "WaitingForWindow"),
+                "InProgress",
+            ),
+            (Paused, ("False", "False", "False", "Paused"), "InProgress"),
+            (Rolling, ("False", "True", "False", "Rolling"), "InProgress"),
+            (
+                Settling,
+                ("False", "True", "False", "Settling"),
+                "InProgress",
+            ),
+            (
+                Confirmed,
+                ("True", "False", "False", "Confirmed"),
+                "Current",
+            ),
+            (Blocked, ("False", "False", "True", "Blocked"), "Failed"),
+            (Failed, ("False", "False", "True", "Failed"), "Failed"),
+            (
+                Refused,
+                ("False", "False", "True", "RefusedByGate"),
+                "Failed",
+            ),
+        ];
+        for (state, want, k) in cases {
+            let f = facts(state);
+            let (r, rc, st, reason) = said(&f);
+            assert_eq!((r, rc, st, reason.as_str()), want, "{state:?}");
+            assert_eq!(kstatus(&conditions(&f, Some(1), &[], "t0")), k, "{state:?}");
+        }
+        assert_eq!(RolloutState::ALL.len(), cases.len());
+    }
+
+    #[test]
+    fn a_refusal_is_stalled_unless_time_or_evidence_cures_it() {
+        let refusal = |stage: &str, reason: &str| Refused {
+            commit: "0123456789abcdef".into(),
+            stage: stage.into(),
+            reason: reason.into(),
+            message: "why".into(),
+        };
+        for (stage, reason, want) in [
+            (
+                "trust",
+                "unsigned",
+                ("False", "False", "True", "RefusedByTrust"),
+            ),
+            (
+                "trust",
+                "no_trusted_state",
+                ("False", "False", "True", "RefusedByTrust"),
+            ),
+            (
+                "config",
+                "invalid",
+                ("False", "False", "True", "RefusedByConfig"),
+            ),
+            (
+                "gate",
+                "revoked",
+                ("False", "False", "True", "RefusedByGate"),
+            ),
+            (
+                "gate",
+                "downgrade",
+                ("False", "False", "True", "RefusedByGate"),
+            ),
+            (
+                "gate",
+                "not_confirmed",
+                ("False", "True", "False", "AwaitingEvidence"),
+            ),
+            (
+                "gate",
+                "soaking",
+                ("False", "True", "False", "AwaitingEvidence"),
+            ),
+            (
+                "gate",
+                "history_soaking",
+                ("False", "True", "False", "AwaitingEvidence"),
+            ),
+        ] {
+            let r = refusal(stage, reason);
+            // Whatever the applied config's rollout says: the head is refused.
+            let f = Facts {
+                refused: Some(&r),
+                ..facts(RolloutState::Confirmed)
+            };
+            let (a, b, c, why) = said(&f);
+            assert_eq!((a, b, c, why.as_str()), want, "{stage}/{reason}");
+            let c = conditions(&f, None, &[], "t0");
+            assert!(
+                c[0].message.contains("commit 0123456789 refused (")
+                    && c[0].message.contains(reason),
+                "{}",
+                c[0].message
+            );
+        }
+    }
+
+    #[test]
+    fn before_any_config_the_agent_is_reconciling_and_says_why() {
+        let f = Facts {
+            fetch_error: Some("authentication failed"),
+            message: "no trusted config fetched yet",
+            ..Facts::default()
+        };
+        let (a, b, c, why) = said(&f);
+        assert_eq!(
+            (a, b, c, why.as_str()),
+            ("False", "True", "False", "WaitingForConfig")
+        );
+        let m = &conditions(&f, None, &[], "t")[0].message;
+        assert!(m.contains("authentication failed"), "{m}");
+        let f = Facts {
+            state: None,
+            ..facts(RolloutState::Rolling)
+        };
+        assert_eq!(said(&f).3, "Applying");
+    }
+
+    #[test]
+    fn the_transition_time_moves_only_when_the_status_does() {
+        let rolling = conditions(&facts(RolloutState::Rolling), Some(1), &[], "t1");
+        // Still rolling, more nodes done: the message moves, the times stay.
+        let f = Facts {
+            nodes_at_version: 2,
+            ..facts(RolloutState::Rolling)
+        };
+        let later = conditions(&f, Some(1), &rolling, "t2");
+        assert!(later.iter().all(|c| c.last_transition_time == "t1"));
+        assert!(later[0].message.starts_with("2/3 nodes at 1.13.2"));
+        // Settling: every status is as it was (Reconciling still True), so
+        // no time moves although the reason does.
+        let settling = conditions(&facts(RolloutState::Settling), Some(1), &later, "t3");
+        assert!(settling.iter().all(|c| c.last_transition_time == "t1"));
+        assert_eq!(settling[1].reason, "Settling");
+        // Confirmed: Ready and Reconciling flip, Stalled holds.
+        let done = conditions(&facts(RolloutState::Confirmed), Some(2), &settling, "t4");
+        let times: Vec<_> = done
+            .iter()
+            .map(|c| c.last_transition_time.as_str())
+            .collect();
+        assert_eq!(times, ["t4", "t4", "t1"]);
+        assert!(done.iter().all(|c| c.observed_generation == Some(2)));
+    }
+
+    #[test]
+    fn conditions_of_other_types_are_kept() {
+        let other = Condition {
+            kind: "ReportPushed".into(),
+            status: "False".into(),
+            observed_generation: None,
+            last_transition_time: "t0".into(),
+            reason: "Unreachable".into(),
+            message: "connection refused".into(),
+        };
+        let c = conditions(
+            &facts(RolloutState::Rolling),
+            Some(1),
+            std::slice::from_ref(&other),
+            "t1",
+        );
+        assert_eq!(c.len(), 4);
+        assert_eq!(c[3], other);
+    }
+
+    #[test]
+    fn reasons_are_what_metav1_condition_admits_and_messages_are_bounded() {
+        let reason = regex::Regex::new("^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$").unwrap();
+        let long = "x".repeat(100_000);
+        for state in RolloutState::ALL {
+            let f = Facts {
+                message: &long,
+                ..facts(state)
+            };
+            for c in conditions(&f, Some(1), &[], "t") {
+                assert!(reason.is_match(&c.reason), "{}", c.reason);
+                assert!(c.reason.len() <= 1024);
+                assert!(c.message.len() <= MAX_MESSAGE);
+            }
+        }
+    }
+
+    #[test]
+    fn facts_are_read_from_the_status_as_written() {
+        let status = DroverStatusStatus {
+            state: Some("settling".into()),
+            last_applied_commit: Some("abc".into()),
+            target: Some("1.13.2".into()),
+            nodes: 3,
+            nodes_at_version: 3,
+            ..Default::default()
+        };
+        let f = Facts::of(&status);
+        assert_eq!(f.state, Some(RolloutState::Settling));
+        assert!(f.configured);
+        assert_eq!(said(&f).3, "Settling");
+        assert_eq!(parse_state("bogus"), None);
+    }
+}

@@ -1,0 +1,241 @@
+//! The status object as the tools around the cluster read it, with the
+//! agent against the real kube-apiserver: the real `kubectl wait
+//! --for=condition=...` and `kubectl get dst` (tests/tools), kstatus's own
+//! `Compute` as Flux's health checks call it, and the Argo CD health script
+//! docs/install.md shows, run as Argo CD runs it (tests/health). A confirmed
+//! rollout is Ready, Current and Healthy; a failed one is Stalled, Failed
+//! and Degraded, and `kubectl wait --for=condition=Ready` gives up on it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Arc, OnceLock};
+
+use crate::support::agent::*;
+use crate::support::backend::{pool_options, start_sim};
+use crate::support::kube::ControlPlane;
+use crate::support::kubelet::Fault;
+use drover::agent::crd::DroverStatus;
+use drover::rollout::VirtualClock;
+use kube::api::Api;
+
+const NAME: &str = "test-test-1";
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The directory a `build` script prints (built once per binary run).
+fn built(script: &str) -> PathBuf {
+    let out = Command::new(root().join(script))
+        .env(
+            "PATH",
+            format!(
+                "{}:/usr/local/go/bin",
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .output()
+        .unwrap_or_else(|e| panic!("running {script}: {e}"));
+    assert!(
+        out.status.success(),
+        "{script} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+/// The real kubectl (tests/tools/build).
+fn kubectl() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| built("tests/tools/build").join("kubectl"))
+}
+
+/// The health judge (tests/health/build).
+fn judge() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| built("tests/health/build"))
+}
+
+fn kubectl_cmd(ns: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(kubectl());
+    c.arg("--kubeconfig")
+        .arg(ControlPlane::get().kubeconfig_path())
+        .args(["-n", ns])
+        .args(args);
+    c
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The Argo CD health script of docs/install.md ("Health checks"), taken
+/// from the `argocd-cm` YAML block as a user pastes it.
+fn argocd_script(dir: &Path) -> PathBuf {
+    const KEY: &str = "resource.customizations.health.drover.dev_DroverStatus";
+    let doc = std::fs::read_to_string(root().join("docs/install.md")).unwrap();
+    let block = doc
+        .split("```yaml\n")
+        .skip(1)
+        .map(|b| &b[..b.find("```").unwrap()])
+        .find(|b| b.contains(KEY))
+        .expect("docs/install.md shows argocd-cm's health script");
+    let cm: serde_json::Value = serde_yaml::from_str(block).unwrap();
+    let script = cm["data"][KEY].as_str().expect("the script is a string");
+    let path = dir.join("health.lua");
+    std::fs::write(&path, script).unwrap();
+    path
+}
+
+/// What kstatus and the Argo CD script make of the object as the API
+/// server serves it: (kstatus status, Argo CD status).
+fn judged(ns: &str, lua: &Path) -> (String, String) {
+    let got = kubectl_cmd(ns, &["get", "dst", NAME, "-o", "json"])
+        .output()
+        .unwrap();
+    assert!(got.status.success(), "{}", text(&got));
+    let run = |args: &[&dyn AsRef<std::ffi::OsStr>]| {
+        let mut c = Command::new(judge());
+        for a in args {
+            c.arg(a);
+        }
+        let mut child = c
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(&got.stdout).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "health {}", text(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["status"].as_str().unwrap().to_owned()
+    };
+    (run(&[&"kstatus"]), run(&[&"argocd", &lua]))
+}
+
+/// The READY column of `kubectl get dst`.
+fn ready_column(ns: &str) -> String {
+    let out = kubectl_cmd(ns, &["get", "dst", NAME]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let s = String::from_utf8(out.stdout).unwrap();
+    let mut lines = s.lines();
+    let head: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    let i = head
+        .iter()
+        .position(|h| *h == "READY")
+        .expect("a READY column");
+    // Columns before READY are single words (name, environment, target, state).
+    row[i].to_owned()
+}
+
+#[tokio::test]
+async fn kubectl_wait_flux_and_argo_cd_read_a_confirmed_and_a_failed_rollout() {
+    let cp = ControlPlane::get();
+    let client = cp.admin_client().await;
+    install_crd(&client).await;
+    let ns = crate::support::kube::TestNamespace::create(&client, "conditions").await;
+    let pool = ns.name().to_string();
+    let sim = start_sim(&client, pool_options(&pool, 1)).await;
+    let node = sim.node_names().remove(0);
+    let repo = ConfigRepo::new(&[EnvSpec::test_pool(&pool)]);
+    let clock = VirtualClock::new(dec(1, 2, 30));
+    let agent = RunningAgent::start(
+        agent_config(&repo, "test", "test-1", &pool, "conditions-agent"),
+        Arc::new(clock.clone()),
+        None,
+    );
+    let scratch = tempfile::tempdir().unwrap();
+    let lua = argocd_script(scratch.path());
+
+    // Adopted at the pinned version: Ready, as kubectl waits for it (kubectl
+    // wait gives up at once on an object that does not exist yet).
+    let obj = await_status(&client, &pool, NAME, "confirmed", |s| {
+        s.state.as_deref() == Some("confirmed")
+    })
+    .await;
+    let wait = kubectl_cmd(
+        &pool,
+        &[
+            "wait",
+            "--for=condition=Ready",
+            &format!("dst/{NAME}"),
+            "--timeout=120s",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(wait.status.success(), "{}", text(&wait));
+    assert!(text(&wait).contains("condition met"), "{}", text(&wait));
+    let status = obj.status.as_ref().unwrap();
+    assert_eq!(status.observed_generation, obj.metadata.generation);
+    assert!(status.observed_generation.is_some());
+    assert_eq!(ready_column(&pool), "True");
+    assert_eq!(
+        judged(&pool, &lua),
+        ("Current".to_owned(), "Healthy".to_owned())
+    );
+
+    // A failed rollout: kubectl's wait for Stalled, started before the
+    // change, returns; a wait for Ready gives up.
+    let stalled = kubectl_cmd(
+        &pool,
+        &[
+            "wait",
+            "--for=condition=Stalled",
+            &format!("dst/{NAME}"),
+            "--timeout=180s",
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    sim.set_fault(&node, Fault::JobFails);
+    repo.bump("test", "1.13.0", true);
+    agent.handle.fetch();
+    let stalled = tokio::task::spawn_blocking(move || stalled.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    assert!(stalled.status.success(), "{}", text(&stalled));
+    let api: Api<DroverStatus> = Api::namespaced(client.clone(), &pool);
+    let status = api.get_status(NAME).await.unwrap().status.unwrap();
+    assert_eq!(status.state.as_deref(), Some("failed"), "{status:?}");
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.kind == "Ready")
+        .unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "Failed")
+    );
+    assert!(ready.message.contains("1.13.0"), "{}", ready.message);
+    let wait = kubectl_cmd(
+        &pool,
+        &[
+            "wait",
+            "--for=condition=Ready",
+            &format!("dst/{NAME}"),
+            "--timeout=2s",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(!wait.status.success(), "{}", text(&wait));
+    assert!(text(&wait).contains("timed out"), "{}", text(&wait));
+    assert_eq!(ready_column(&pool), "False");
+    assert_eq!(
+        judged(&pool, &lua),
+        ("Failed".to_owned(), "Degraded".to_owned())
+    );
+
+    agent.stop();
+    sim.shutdown().await;
+}
