@@ -203,19 +203,23 @@ fn snapshot_recent(repo: &Repository, commit: Oid, now: DateTime<Utc>) -> Result
 }
 
 /// Evidence read from the repository: status reports from the status
-/// branch, history over the commits up to `base` only.
+/// store, judged at `now` (a status commit dated ahead of it does not
+/// count), history over the commits up to `base` only.
 pub struct GitEvidence<'r> {
     repo: &'r Repository,
     base: Oid,
+    now: DateTime<Utc>,
     cache: Option<(String, Option<String>, Confirmations)>,
 }
 
 impl<'r> GitEvidence<'r> {
-    /// Evidence in `repo`, with history counted up to `base`.
-    pub fn new(repo: &'r Repository, base: Oid) -> Self {
+    /// Evidence in `repo` as a reader whose clock says `now`, with history
+    /// counted up to `base`.
+    pub fn new(repo: &'r Repository, base: Oid, now: DateTime<Utc>) -> Self {
         GitEvidence {
             repo,
             base,
+            now,
             cache: None,
         }
     }
@@ -241,6 +245,7 @@ impl<'r> GitEvidence<'r> {
                 self.repo,
                 &policy.status_branch,
                 signers.as_ref().filter(|_| policy.report_signers.is_some()),
+                self.now,
             )?;
             self.cache = Some((policy.status_branch.clone(), policy.signers_text.clone(), c));
         }
@@ -438,7 +443,7 @@ pub fn judge_span(
     only: Option<&str>,
     now: DateTime<Utc>,
 ) -> Result<Judgement, Error> {
-    let mut ev = GitEvidence::new(repo, base.unwrap_or(head));
+    let mut ev = GitEvidence::new(repo, base.unwrap_or(head), now);
     judge_span_with(repo, base, head, only, now, &mut ev)
 }
 
@@ -512,7 +517,7 @@ pub fn check_base(repo_path: &Path, base: &str, now: DateTime<Utc>) -> Result<Ch
     let base = commit_of(&repo, base)?;
     let head = commit_of(&repo, "HEAD")?;
     let mut out = ChangeReport::default();
-    let mut ev = GitEvidence::new(&repo, base);
+    let mut ev = GitEvidence::new(&repo, base, now);
     let judged = match judge_span_with(&repo, Some(base), head, None, now, &mut ev)? {
         Judgement::HeadInvalid(d) => {
             out.diagnostics.extend(d);

@@ -63,28 +63,36 @@ pub fn gather(
             Ok(Ok(s)) => Some(s),
             Ok(Err(_)) | Err(_) => None,
         });
-    let signers = report_signers(snap.as_ref(), &mut warnings);
-    let mut latest: BTreeMap<(String, String), Entry> = BTreeMap::new();
-    if !store.is_empty() {
-        let want: Vec<(String, String)> = envs
-            .iter()
-            .flat_map(|e| {
-                cfg.clusters(&e.name)
-                    .iter()
-                    .map(|c| (e.name.clone(), c.clone()))
-            })
-            .collect();
-        let found = reports::walk(repo, cfg, &store, signers.as_ref(), Some(&want))?;
-        warnings.extend(found.warnings);
-        for e in found.entries {
-            let key = (e.report.env.clone(), e.report.cluster.clone());
-            latest.entry(key).or_insert(e);
+    // Unreadable report signers are named here; the read below then verifies nothing.
+    report_signers(snap.as_ref(), &mut warnings);
+    // One read of the store for every environment's gate and every
+    // cluster's latest report: the status store is read once per invocation.
+    let mut evidence = snap.as_ref().map(|s| GitEvidence::new(repo, s.commit, now));
+    let unsigned = |e| status::confirmations_in(repo, &store, None, now).map_err(|_| e);
+    let conf = match (&snap, evidence.as_mut()) {
+        (Some(s), Some(ev)) => match ev.confirmations(&s.policy) {
+            Ok(c) => Ok(c.clone()),
+            // Unreadable report signers (warned above): shown unverified.
+            Err(e) => unsigned(e.to_string()),
+        },
+        _ => unsigned(String::new()),
+    };
+    let mut latest: BTreeMap<(String, String), status::Newest> = BTreeMap::new();
+    match conf {
+        Ok(c) => {
+            for i in c.ignored.iter().filter(|i| !i.commit.is_empty()) {
+                // A whole branch is named as such; a report, as skipped.
+                if c.untrusted.iter().any(|u| u.to_string() == i.why) {
+                    warnings.push(i.to_string());
+                } else {
+                    warnings.push(format!("{i}; skipped"));
+                }
+            }
+            latest = c.newest;
         }
+        Err(e) => warnings.push(format!("status store: {e}")),
     }
     let mut environments = Vec::new();
-    // One reader of the evidence for every environment: the status store is
-    // read once per invocation, not once per gate.
-    let mut evidence = snap.as_ref().map(|s| GitEvidence::new(repo, s.commit));
     for env in envs {
         let next_window = match Calendar::of(env) {
             Ok(cal) => cal
@@ -132,11 +140,22 @@ pub fn gather(
             .iter()
             .map(|c| {
                 let entry = latest.get(&(env.name.clone(), c.clone()));
+                let (trust, signer, why) = match entry.map(|e| &e.trust) {
+                    None => (Trust::None, None, None),
+                    Some(status::Trust::Trusted) => {
+                        (Trust::Trusted, Some(format!("{}/{c}", env.name)), None)
+                    }
+                    Some(status::Trust::Untrusted(why)) => {
+                        (Trust::Untrusted, None, Some(why.clone()))
+                    }
+                    Some(status::Trust::Unverified) => (Trust::Unverified, None, None),
+                };
                 ClusterView {
                     name: c.clone(),
                     report: entry.map(report_view),
-                    trust: entry.map_or(Trust::None, |e| e.trust),
-                    signer: entry.and_then(|e| e.signer.clone()),
+                    trust,
+                    signer,
+                    untrusted_because: why,
                 }
             })
             .collect();
@@ -162,7 +181,7 @@ pub fn gather(
     })
 }
 
-fn report_view(e: &Entry) -> ReportView {
+fn report_view(e: &status::Newest) -> ReportView {
     ReportView {
         version: e.report.version.to_string(),
         state: e.report.state.as_str().to_owned(),
@@ -313,7 +332,7 @@ pub fn timeline(
     let signers = report_signers(snap.as_ref(), &mut warnings);
     let store = status::find_store(repo, &cfg.root.status_branch)?;
     if !store.is_empty() {
-        let found = reports::walk(repo, cfg, &store, signers.as_ref(), None)?;
+        let found = reports::walk(repo, cfg, &store, signers.as_ref(), now)?;
         warnings.extend(found.warnings);
         entries = found.entries;
     }

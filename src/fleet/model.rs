@@ -129,6 +129,9 @@ pub struct ClusterView {
     pub trust: Trust,
     /// Principal of the key that signed the report, when verified.
     pub signer: Option<String>,
+    /// Why the report does not count, when `trust` is `untrusted`: the
+    /// commit of its status branch that breaks the rule, and why.
+    pub untrusted_because: Option<String>,
 }
 
 /// A status report as shown.

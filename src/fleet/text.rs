@@ -238,6 +238,7 @@ mod tests {
                     }),
                     trust: Trust::Trusted,
                     signer: Some("production/prod-eu-1".into()),
+                    untrusted_because: None,
                 }],
             }],
             warnings: vec![format!("status/production/prod-eu-1.toml in cccccccccc: {}", "long ".repeat(30))],
