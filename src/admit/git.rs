@@ -9,7 +9,7 @@ use super::{judge_env, reason_code, Change, Error, EvidenceSource, Policy};
 use crate::config::{self, RepoConfig, ENV_DIR, ROOT_FILE};
 use crate::diag::Diagnostic;
 use crate::gate::{Decision, LowerHistory};
-use crate::status::{self, Confirmations, Ignored, MAX_REPORT_BYTES};
+use crate::status::{self, Confirmations, Ignored};
 use crate::trust::{self, AllowedSigners};
 use chrono::{DateTime, Utc};
 use git2::{Oid, Repository, Tree};
@@ -35,10 +35,11 @@ fn read_small(repo: &Repository, tree: &Tree<'_>, path: &str) -> Result<Option<S
     };
     let odb = repo.odb().map_err(|e| e.to_string())?;
     let (size, _) = odb.read_header(entry.id()).map_err(|e| e.to_string())?;
-    if size > MAX_REPORT_BYTES {
+    // Bounded as a config file is: one line per cluster of the fleet.
+    if size as u64 > config::MAX_FILE_BYTES {
         return Err(format!(
             "{size} bytes; an allowed-signers file may have at most {} KiB",
-            MAX_REPORT_BYTES / 1024
+            config::MAX_FILE_BYTES / 1024
         ));
     }
     let blob = repo.find_blob(entry.id()).map_err(|e| e.to_string())?;

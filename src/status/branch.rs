@@ -390,17 +390,20 @@ fn more_than_one() -> String {
     "writes more than one report; each commit of the status branch writes exactly one, signed by its cluster's key".into()
 }
 
-/// The signature check of one commit for `principal`.
-struct Signatures<'a> {
+/// The signature check of one commit for its cluster's principal, with the
+/// report signers indexed by principal once for a whole read of the store.
+pub(super) struct Signatures<'a> {
     all: Option<&'a AllowedSigners>,
-    by_principal: HashMap<String, AllowedSigners>,
+    by_principal: Option<HashMap<String, AllowedSigners>>,
+    none: AllowedSigners,
 }
 
 impl<'a> Signatures<'a> {
-    fn new(all: ReportSigners<'a>) -> Self {
+    pub(super) fn new(all: ReportSigners<'a>) -> Self {
         Self {
             all,
-            by_principal: HashMap::new(),
+            by_principal: None,
+            none: AllowedSigners::default(),
         }
     }
 
@@ -416,15 +419,8 @@ impl<'a> Signatures<'a> {
         let Some(all) = self.all else {
             return Ok(Ok(()));
         };
-        if !self.by_principal.contains_key(principal) {
-            // A bound on what a hostile single branch can make this hold.
-            if self.by_principal.len() > super::MAX_STATUS_BRANCHES {
-                self.by_principal.clear();
-            }
-            self.by_principal
-                .insert(principal.to_owned(), all.for_principal(principal));
-        }
-        let own = &self.by_principal[principal];
+        let index = self.by_principal.get_or_insert_with(|| all.by_principal());
+        let own = index.get(principal).unwrap_or(&self.none);
         let result = match seen {
             Some(s) => trust::verify_commit_seen(repo, commit, own, s),
             None => trust::verify_commit(repo, commit, own),
@@ -524,12 +520,12 @@ fn times(
 type Fault = (Oid, String);
 
 /// What every commit of a branch is checked against, whatever its layout.
-struct Rule<'a> {
+struct Rule<'a, 's> {
     refname: &'a str,
     judge: &'a Judge<'a>,
     /// Latest commit time allowed: the reader's clock and the skew.
     limit: DateTime<Utc>,
-    sigs: Signatures<'a>,
+    sigs: &'a mut Signatures<'s>,
     seen: SeenWalk,
 }
 
@@ -550,7 +546,7 @@ impl ClusterWalk<'_> {
         &mut self,
         repo: &Repository,
         odb: &Odb<'_>,
-        rule: &mut Rule<'_>,
+        rule: &mut Rule<'_, '_>,
         commit: &Commit<'_>,
         visit: &mut dyn FnMut(Found),
     ) -> Result<Result<(), Fault>, git2::Error> {
@@ -606,7 +602,7 @@ impl LegacyWalk {
         &mut self,
         repo: &Repository,
         odb: &Odb<'_>,
-        rule: &mut Rule<'_>,
+        rule: &mut Rule<'_, '_>,
         commit: &Commit<'_>,
         visit: &mut dyn FnMut(Found),
     ) -> Result<Result<(), Fault>, git2::Error> {
@@ -700,6 +696,7 @@ pub(super) fn scan(
     tip: Oid,
     layout: &Layout,
     judge: &Judge<'_>,
+    sigs: &mut Signatures<'_>,
     visit: &mut dyn FnMut(Found),
 ) -> Result<Scanned, git2::Error> {
     let odb = repo.odb()?;
@@ -707,7 +704,7 @@ pub(super) fn scan(
         refname,
         judge,
         limit: judge.now + Duration::seconds(MAX_CLOCK_SKEW_SECS),
-        sigs: Signatures::new(judge.signers),
+        sigs,
         seen: SeenWalk::new(judge.seen, refname, judge.now.timestamp()),
     };
     let (max, mut walk) = match layout {

@@ -206,6 +206,9 @@ pub struct Confirmations {
     pub untrusted: Vec<Untrusted>,
     /// (env, cluster) -> its newest readable report.
     pub newest: BTreeMap<(String, String), Newest>,
+    /// The single branch of the older layout does not count as a whole, so
+    /// no cluster's confirmation does.
+    pub(super) single_void: Option<Untrusted>,
 }
 
 impl Confirmations {
@@ -256,7 +259,6 @@ impl Confirmations {
                 t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
             ));
         }
-        let legacy = self.branch.as_ref().map(|b| b.refname.as_str());
         let ignored: Vec<String> = self
             .ignored
             .iter()
@@ -264,9 +266,8 @@ impl Confirmations {
             .map(|i| format!("{:.10}: {}", i.commit, i.why))
             // The single branch holds every cluster's older history.
             .chain(
-                self.untrusted
+                self.single_void
                     .iter()
-                    .filter(|u| Some(u.refname.as_str()) == legacy)
                     .map(|u| format!("{:.10}: {u}", u.commit)),
             )
             .collect();

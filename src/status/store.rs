@@ -23,7 +23,7 @@
 //! cluster's confirmations count (from either branch): breaking a branch can
 //! hide a `failed` report, so it must never let an older confirmation stand.
 
-use super::branch::{scan, Found, Judge, Layout, Untrusted};
+use super::branch::{scan, Found, Judge, Layout, Signatures, Untrusted};
 use super::read::{
     find_status_branch, for_display, merge_newest_first, read_report, tally, BranchRef,
     Confirmations, Error, Event, Ignored, Newest, ReportSigners, ReportVersion, Trust,
@@ -181,6 +181,7 @@ pub fn walk_store(
     visitor: &mut dyn Visitor,
 ) -> Result<(), git2::Error> {
     super::bound_object_cache();
+    let mut sigs = Signatures::new(judge.signers);
     if let Some(legacy) = &store.legacy {
         // A file whose newest version deletes it: its reports no longer count.
         let mut newest_seen: HashSet<(String, String)> = HashSet::new();
@@ -192,6 +193,7 @@ pub fn walk_store(
             legacy.tip,
             &layout,
             judge,
+            &mut sigs,
             &mut |f: Found| {
                 let key = (f.env.clone(), f.cluster.clone());
                 if newest_seen.insert(key.clone()) && f.blob.is_none() {
@@ -227,6 +229,7 @@ pub fn walk_store(
             b.branch.tip,
             &layout,
             judge,
+            &mut sigs,
             &mut |f: Found| {
                 let Some(blob) = f.blob else { return };
                 visitor.version(ReportVersion {
@@ -327,6 +330,7 @@ impl Visitor for Tallier {
         match (b.layout, b.verdict) {
             (Layout::Legacy, Err(u)) => {
                 self.void_all = true;
+                self.out.single_void = Some(u.clone());
                 self.out.ignored.push(Ignored::branch(u, "", ""));
                 self.out.untrusted.push(u.clone());
             }
@@ -429,5 +433,6 @@ pub fn judge_branch(
         env: env.to_owned(),
         cluster: cluster.to_owned(),
     };
-    Ok(scan(repo, refname, tip, &layout, judge, &mut |_| {})?.verdict)
+    let mut sigs = Signatures::new(judge.signers);
+    Ok(scan(repo, refname, tip, &layout, judge, &mut sigs, &mut |_| {})?.verdict)
 }
