@@ -152,6 +152,8 @@ pub fn walk(
         source,
     })?;
     // Newest first over all branches: the single branch, read first, is the older history.
-    c.out.entries.sort_by(|a, b| b.committed.cmp(&a.committed));
+    c.out
+        .entries
+        .sort_by_key(|e| std::cmp::Reverse(e.committed));
     Ok(c.out)
 }

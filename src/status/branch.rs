@@ -320,14 +320,17 @@ fn legacy_status(
     })
 }
 
-/// The one report file a single-branch commit writes, against its parent:
-/// (env, cluster, its new blob or `None` when deleted).
+/// What a single-branch commit writes: (env, cluster, its new blob or
+/// `None` when deleted), or why it breaks the rule.
+type LegacyChange = Result<(String, String, Option<Oid>), String>;
+
+/// The one report file a single-branch commit writes, against its parent.
 fn legacy_change(
     repo: &Repository,
     odb: &Odb<'_>,
     new_status: Option<Oid>,
     old_status: Option<Oid>,
-) -> Result<Result<(String, String, Option<Oid>), String>, git2::Error> {
+) -> Result<LegacyChange, git2::Error> {
     let none =
         || Err("writes no report; each commit of the status branch writes exactly one".to_owned());
     if new_status == old_status {

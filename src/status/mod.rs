@@ -18,8 +18,8 @@ pub use read::{
     ReportSigners, ReportVersion, Standing, Trust, MAX_REPORT_BYTES, MAX_SHOWN_MESSAGE,
 };
 pub use store::{
-    cluster_branch, cluster_namespace, confirmations_in, find_store, judge_branch, walk_store,
-    BranchRead, ClusterBranch, Store, Visitor, MAX_STATUS_BRANCHES,
+    cluster_branch, cluster_namespace, confirmations_in, find_store, judge_branch, trusted_reports,
+    walk_store, BranchRead, ClusterBranch, Store, Visitor, MAX_STATUS_BRANCHES,
 };
 mod push;
 pub use push::{

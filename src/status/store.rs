@@ -436,3 +436,67 @@ pub fn judge_branch(
     let mut sigs = Signatures::new(judge.signers);
     Ok(scan(repo, refname, tip, &layout, judge, &mut sigs, &mut |_| {})?.verdict)
 }
+
+/// The reports of the whole store that count (signed by their own
+/// cluster's key, on a branch that holds as a whole), as `pick` keeps them:
+/// it is given each readable report as its branch is read, newest first,
+/// and what it returns is kept only once that branch's verdict holds. With
+/// no `signers`, no report counts.
+pub fn trusted_reports<T>(
+    repo: &Repository,
+    store: &Store,
+    signers: ReportSigners<'_>,
+    now: DateTime<Utc>,
+    pick: impl FnMut(&ReportVersion, &super::StatusReport) -> Option<T>,
+) -> Result<Vec<T>, git2::Error> {
+    if signers.is_none() {
+        return Ok(Vec::new());
+    }
+    let seen = crate::source::seen::StatusSeen::load(repo.path());
+    let judge = Judge {
+        signers,
+        now,
+        seen: (!seen.is_empty()).then_some(&seen),
+    };
+    let mut keep = Keep {
+        pick,
+        pending: Vec::new(),
+        out: Vec::new(),
+    };
+    walk_store(repo, store, &judge, &mut keep)?;
+    Ok(keep.out)
+}
+
+/// [`trusted_reports`]'s reader: picks of the branch being read, each with
+/// its cluster's principal, until the branch's verdict is known.
+struct Keep<T, F> {
+    pick: F,
+    pending: Vec<(String, T)>,
+    out: Vec<T>,
+}
+
+impl<T, F: FnMut(&ReportVersion, &super::StatusReport) -> Option<T>> Visitor for Keep<T, F> {
+    fn version(&mut self, v: ReportVersion) {
+        if v.deleted_at_tip {
+            return;
+        }
+        if let Ok(r) = &v.report {
+            if let Some(t) = (self.pick)(&v, r) {
+                self.pending.push((format!("{}/{}", v.env, v.cluster), t));
+            }
+        }
+    }
+
+    fn branch(&mut self, b: &BranchRead<'_>) {
+        let pending = std::mem::take(&mut self.pending);
+        if b.verdict.is_err() {
+            return;
+        }
+        self.out.extend(
+            pending
+                .into_iter()
+                .filter(|(principal, _)| !b.broken.contains_key(principal))
+                .map(|(_, t)| t),
+        );
+    }
+}

@@ -72,7 +72,10 @@ fn stage_report(
 }
 
 fn set_ref(repo: &ConfigRepo, branch: &str, commit: &str) {
-    git(&repo.bare, &["update-ref", &format!("refs/heads/{branch}"), commit]);
+    git(
+        &repo.bare,
+        &["update-ref", &format!("refs/heads/{branch}"), commit],
+    );
 }
 
 /// A commit on `branch` of the served repository whose root tree holds
@@ -85,12 +88,18 @@ fn huge_tree(repo: &ConfigRepo, branch: &str, files: usize) -> String {
         raw.extend_from_slice(format!("100644 f{i:07}.toml\0").as_bytes());
         raw.extend_from_slice(blob.as_bytes());
     }
-    let tree = r.odb().unwrap().write(git2::ObjectType::Tree, &raw).unwrap();
-    let sig = git2::Signature::new("x", "x@example.com", &git2::Time::new(1_790_000_000, 0)).unwrap();
+    let tree = r
+        .odb()
+        .unwrap()
+        .write(git2::ObjectType::Tree, &raw)
+        .unwrap();
+    let sig =
+        git2::Signature::new("x", "x@example.com", &git2::Time::new(1_790_000_000, 0)).unwrap();
     let c = r
         .commit(None, &sig, &sig, "flood", &r.find_tree(tree).unwrap(), &[])
         .unwrap();
-    r.reference(&format!("refs/heads/{branch}"), c, true, "test").unwrap();
+    r.reference(&format!("refs/heads/{branch}"), c, true, "test")
+        .unwrap();
     c.to_string()
 }
 
@@ -173,12 +182,22 @@ fn cases() -> Vec<Case> {
             before: |_| {},
             after: |r| {
                 let k = r.report_keys["stage-1"].clone();
-                let confirmed = stage_report(r, STAGE_1, "1.13.0", "confirmed", (OLD, OLD), Some(&k));
+                let confirmed =
+                    stage_report(r, STAGE_1, "1.13.0", "confirmed", (OLD, OLD), Some(&k));
                 let failed = stage_report(r, STAGE_1, "1.13.0", "failed", (LATER, LATER), Some(&k));
                 let tree = git(&r.bare, &["rev-parse", &format!("{confirmed}^{{tree}}")]);
                 let merge = crate::support::git::git_env(
                     &r.bare,
-                    &["commit-tree", &tree, "-p", &confirmed, "-p", &failed, "-m", "Merge"],
+                    &[
+                        "commit-tree",
+                        &tree,
+                        "-p",
+                        &confirmed,
+                        "-p",
+                        &failed,
+                        "-m",
+                        "Merge",
+                    ],
                     Some(LATER),
                     &[],
                 );
@@ -191,9 +210,22 @@ fn cases() -> Vec<Case> {
             before: |_| {},
             after: |r| {
                 let k = r.report_keys["stage-1"].clone();
-                let confirmed =
-                    stage_report(r, "drover/status", "1.13.0", "confirmed", (OLD, OLD), Some(&k));
-                stage_report(r, "drover/status", "1.13.0", "failed", (LATER, LATER), Some(&k));
+                let confirmed = stage_report(
+                    r,
+                    "drover/status",
+                    "1.13.0",
+                    "confirmed",
+                    (OLD, OLD),
+                    Some(&k),
+                );
+                stage_report(
+                    r,
+                    "drover/status",
+                    "1.13.0",
+                    "failed",
+                    (LATER, LATER),
+                    Some(&k),
+                );
                 set_ref(r, STAGE_1, &confirmed);
             },
             says: "withdrawn by a later `failed` report",
@@ -211,7 +243,14 @@ fn cases() -> Vec<Case> {
                 // and in the past, so only when it was first seen tells.
                 let k = r.report_keys["stage-1"].clone();
                 let backdated = days_ago(40);
-                stage_report(r, STAGE_1, "1.13.0", "confirmed", (&backdated, &backdated), Some(&k));
+                stage_report(
+                    r,
+                    STAGE_1,
+                    "1.13.0",
+                    "confirmed",
+                    (&backdated, &backdated),
+                    Some(&k),
+                );
             },
             says: "when the commit was first seen",
         },
@@ -258,7 +297,12 @@ async fn bent_status_branches_are_refused_by_the_agent_and_controls_are_applied(
             case.name,
             r.message
         );
-        assert!(r.message.contains(case.says), "{}: {}", case.name, r.message);
+        assert!(
+            r.message.contains(case.says),
+            "{}: {}",
+            case.name,
+            r.message
+        );
         assert_eq!(st.last_applied_commit.as_deref(), Some(adopted.as_str()));
         for n in sim.node_names() {
             assert_eq!(sim.upgrades_started(&n), 0, "{}: {n} touched", case.name);
@@ -269,15 +313,30 @@ async fn bent_status_branches_are_refused_by_the_agent_and_controls_are_applied(
     // Controls, with the window closed so that an accepted change moves no node.
     let closed = VirtualClock::new(dec(21, 12, 0));
     let controls: Vec<(&str, Before, After)> = vec![
-        ("the same confirmation on a linear branch", |_| {}, |r| {
-            let k = r.report_keys["stage-1"].clone();
-            stage_report(r, STAGE_1, "1.13.0", "confirmed", (OLD, OLD), Some(&k));
-        }),
-        ("a branch made at a commit of the single branch, nothing later", |_| {}, |r| {
-            let k = r.report_keys["stage-1"].clone();
-            let c = stage_report(r, "drover/status", "1.13.0", "confirmed", (OLD, OLD), Some(&k));
-            set_ref(r, STAGE_1, &c);
-        }),
+        (
+            "the same confirmation on a linear branch",
+            |_| {},
+            |r| {
+                let k = r.report_keys["stage-1"].clone();
+                stage_report(r, STAGE_1, "1.13.0", "confirmed", (OLD, OLD), Some(&k));
+            },
+        ),
+        (
+            "a branch made at a commit of the single branch, nothing later",
+            |_| {},
+            |r| {
+                let k = r.report_keys["stage-1"].clone();
+                let c = stage_report(
+                    r,
+                    "drover/status",
+                    "1.13.0",
+                    "confirmed",
+                    (OLD, OLD),
+                    Some(&k),
+                );
+                set_ref(r, STAGE_1, &c);
+            },
+        ),
         (
             "the retired key's report, dated honestly inside its validity, there before",
             |r| {
@@ -286,7 +345,14 @@ async fn bent_status_branches_are_refused_by_the_agent_and_controls_are_applied(
                 let old = days_ago(50);
                 stage_report(r, STAGE_1, "1.12.0", "confirmed", (&old, &old), Some(&k));
                 let honest = days_ago(40);
-                stage_report(r, STAGE_1, "1.13.0", "confirmed", (&honest, &honest), Some(&k));
+                stage_report(
+                    r,
+                    STAGE_1,
+                    "1.13.0",
+                    "confirmed",
+                    (&honest, &honest),
+                    Some(&k),
+                );
             },
             |_| {},
         ),
@@ -343,6 +409,9 @@ async fn a_400000_file_branch_in_the_store_does_not_slow_a_genuine_bump_or_a_sto
     let t0 = Instant::now();
     agent.stop();
     let stopping = t0.elapsed();
-    assert!(stopping < Duration::from_secs(10), "stopped after {stopping:?}");
+    assert!(
+        stopping < Duration::from_secs(10),
+        "stopped after {stopping:?}"
+    );
     sim.shutdown().await;
 }
