@@ -111,10 +111,11 @@ pub fn check_report_signers(files: &dyn config::Files, cfg: &RepoConfig) -> Vec<
         return Vec::new();
     };
     let text = match files.read(path) {
-        Ok(Some(bytes)) if bytes.len() as u64 > MAX_REPORT_BYTES as u64 => Err(format!(
+        // Bounded as a config file is: one line per cluster of the fleet.
+        Ok(Some(bytes)) if bytes.len() as u64 > config::MAX_FILE_BYTES => Err(format!(
             "{} bytes; an allowed-signers file may have at most {} KiB",
             bytes.len(),
-            MAX_REPORT_BYTES / 1024
+            config::MAX_FILE_BYTES / 1024
         )),
         Ok(Some(bytes)) => String::from_utf8(bytes).map_err(|_| "not UTF-8".to_owned()),
         Ok(None) => return vec![missing_signers(root, path)],
