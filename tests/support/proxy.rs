@@ -169,7 +169,11 @@ async fn forward(mut client: TcpStream, upstream: SocketAddr, mut state: watch::
             }
         }
         let s = server.as_mut().unwrap();
+        // A mode switch is seen before any byte that came after it: a write
+        // sent once the path stalls is held, never forwarded.
         tokio::select! {
+            biased;
+            r = state.changed() => if r.is_err() { return },
             r = client.read(&mut up) => match r {
                 Ok(0) | Err(_) => return,
                 Ok(n) => if s.write_all(&up[..n]).await.is_err() { return },
@@ -178,7 +182,6 @@ async fn forward(mut client: TcpStream, upstream: SocketAddr, mut state: watch::
                 Ok(0) | Err(_) => return,
                 Ok(n) => if client.write_all(&down[..n]).await.is_err() { return },
             },
-            r = state.changed() => if r.is_err() { return },
         }
     }
 }
