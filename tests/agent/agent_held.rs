@@ -13,15 +13,16 @@ use std::sync::Arc;
 use crate::support::agent::*;
 use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
 use crate::support::kube::{
-    await_node, await_pdb, await_pod, create, events_for, pdb_min_available, pdb_settled, pod_on,
-    pod_running_ready, unschedulable, ControlPlane, TestNamespace, WAIT,
+    await_node, await_pdb, await_pod, create, events_for, pdb_min_available, pdb_settled,
+    pod_in_a_terminating_namespace, pod_on, pod_running_ready, unschedulable, ControlPlane,
+    TestNamespace, WAIT,
 };
 use drover::agent::OffsetClock;
 use drover::cluster::{NodeProgress, ProgressState};
 use drover::kubernetes::objects::NODE_LABEL;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -154,25 +155,7 @@ async fn a_node_held_by_a_refused_eviction_is_named_and_given_back() {
     let names = sim.node_names();
     let (held, other) = (names[0].clone(), names[1].clone());
     // A pod of a namespace being deleted: its eviction answers 403.
-    let doomed = TestNamespace::create(&client, "held-doomed").await;
-    let doomed_pods: Api<Pod> = Api::namespaced(client.clone(), doomed.name());
-    create(
-        &doomed_pods,
-        &pod_on("stuck", &held, &[("app", "stuck")], 1),
-    )
-    .await;
-    await_pod(
-        &client,
-        doomed.name(),
-        "stuck",
-        "Running and Ready",
-        pod_running_ready,
-    )
-    .await;
-    Api::<Namespace>::all(client.clone())
-        .delete(doomed.name(), &DeleteParams::default())
-        .await
-        .unwrap();
+    let _doomed = pod_in_a_terminating_namespace(&client, "held-doomed", &held).await;
     let repo = ConfigRepo::new(&[EnvSpec::test_pool(ns.name())]);
     let agent = start_agent(&repo, &ns);
     confirmed_at(&client, ns.name(), "1.12.0").await;

@@ -20,7 +20,7 @@ use drover::rollout::RolloutState;
 use futures::StreamExt;
 use http::Method;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -44,28 +44,8 @@ async fn a_failing_pod_list_and_a_refused_eviction_hold_only_their_nodes() {
     for (i, n) in names.iter().enumerate() {
         create(&pods, &pod_on(&format!("app-{i}"), n, &[("app", "app")], 1)).await;
     }
-    // The refused node also runs a pod of a namespace being deleted: the API
-    // server refuses its eviction (403, NamespaceTerminating), as kubectl
-    // drain sees when a team deletes its namespace mid-drain.
-    let doomed = TestNamespace::create(&client, "isolation-doomed").await;
-    let doomed_pods: Api<Pod> = Api::namespaced(client.clone(), doomed.name());
-    create(
-        &doomed_pods,
-        &pod_on("stuck", &refused, &[("app", "stuck")], 1),
-    )
-    .await;
-    await_pod(
-        &client,
-        doomed.name(),
-        "stuck",
-        "Running and Ready",
-        pod_running_ready,
-    )
-    .await;
-    Api::<Namespace>::all(client.clone())
-        .delete(doomed.name(), &DeleteParams::default())
-        .await
-        .unwrap();
+    // The refused node also runs a pod whose eviction the API server refuses.
+    let doomed = pod_in_a_terminating_namespace(&client, "isolation-doomed", &refused).await;
 
     // The backend reaches the API server through the proxy, which fails the
     // unlisted node's pod list (not its watch) with a 500.
@@ -168,7 +148,7 @@ async fn a_failing_pod_list_and_a_refused_eviction_hold_only_their_nodes() {
     // Control: the faults gone (the list answered, the stuck pod gone), a
     // retry moves both nodes like any other.
     proxy.clear();
-    doomed_pods
+    Api::<Pod>::namespaced(client.clone(), doomed.name())
         .delete("stuck", &DeleteParams::default().grace_period(0))
         .await
         .unwrap();

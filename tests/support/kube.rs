@@ -550,6 +550,33 @@ pub fn job_condition(job: &Job, type_: &str) -> bool {
 }
 
 /// Whether a pod is Running with its Ready condition True.
+/// A Running pod on `node` in a namespace then deleted: the API server
+/// refuses its eviction (403, NamespaceTerminating), as `kubectl drain`
+/// sees when a team deletes its namespace mid-drain. Keep the namespace
+/// returned for as long as the pod must stay.
+pub async fn pod_in_a_terminating_namespace(
+    client: &Client,
+    prefix: &str,
+    node: &str,
+) -> TestNamespace {
+    let doomed = TestNamespace::create(client, prefix).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), doomed.name());
+    create(&pods, &pod_on("stuck", node, &[("app", "stuck")], 1)).await;
+    await_pod(
+        client,
+        doomed.name(),
+        "stuck",
+        "Running and Ready",
+        pod_running_ready,
+    )
+    .await;
+    Api::<Namespace>::all(client.clone())
+        .delete(doomed.name(), &DeleteParams::default())
+        .await
+        .unwrap();
+    doomed
+}
+
 pub fn pod_running_ready(pod: &Pod) -> bool {
     let status = pod.status.as_ref();
     status.and_then(|s| s.phase.as_deref()) == Some("Running")
