@@ -12,10 +12,7 @@ use std::time::Duration;
 use crate::support::agent::*;
 use crate::support::backend::{pool_options, start_sim};
 use crate::support::kube::unschedulable;
-use crate::support::kube::{
-    await_node, await_pdb, await_pod, create, pdb_min_available, pdb_settled, pod_on,
-    pod_running_ready, ControlPlane, TestNamespace,
-};
+use crate::support::kube::{await_node, pod_held_by_a_pdb, ControlPlane, TestNamespace};
 use crate::support::kubelet::Kubelet;
 use drover::agent::crd::DroverStatus;
 use drover::cluster::{ANN_STATE, ANN_TARGET};
@@ -23,7 +20,7 @@ use drover::kubernetes::objects::NODE_LABEL;
 use drover::rollout::VirtualClock;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
@@ -69,24 +66,7 @@ async fn world_with(prefix: &str, idle: usize, reboot: Option<Duration>, agent: 
     let sim = start_sim(&client, opts).await;
     let names = sim.node_names();
     let (node, idle) = (names[0].clone(), names[1..].to_vec());
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
-    create(&pods, &pod_on("web-0", &node, &[("app", "web")], 1)).await;
-    await_pod(
-        &client,
-        ns.name(),
-        "web-0",
-        "Running and Ready",
-        pod_running_ready,
-    )
-    .await;
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns.name());
-    create(&pdbs, &pdb_min_available("web", "web", json!(1))).await;
-    await_pdb(&client, ns.name(), "web", "0 allowed", |p| {
-        pdb_settled(p, |s| {
-            s.current_healthy == Some(1) && s.disruptions_allowed == Some(0)
-        })
-    })
-    .await;
+    pod_held_by_a_pdb(&client, ns.name(), &node).await;
     let repo = ConfigRepo::new(&[EnvSpec::test_pool(ns.name())]);
     repo.set_max_unavailable(1 + idle.len() as u32);
     let agent = agent.then(|| start_agent(&repo, &ns, "agent-a"));

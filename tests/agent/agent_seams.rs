@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use crate::support::agent::*;
 use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
 use crate::support::kube::{
-    await_node, await_pdb, await_pod, create, events_for, pdb_min_available, pdb_settled, pod_on,
-    pod_running_ready, retry_until, unschedulable, Audited, ControlPlane, TestNamespace, WAIT,
+    await_node, await_pod, create, events_for, pod_held_by_a_pdb, pod_on, pod_running_ready,
+    retry_until, unschedulable, Audited, ControlPlane, TestNamespace, WAIT,
 };
 use crate::support::kubelet::{Fault, Kubelet};
 use crate::support::proxy::{Mode, TcpProxy, ThrottleProxy};
@@ -37,11 +37,9 @@ use drover::rollout::VirtualClock;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::Api;
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
-use serde_json::json;
 
 /// The goal for a halt after a failed health check.
 const HALT: Duration = Duration::from_secs(5);
@@ -508,24 +506,7 @@ async fn a_leader_cut_off_mid_drain_stops_before_its_lease_can_be_taken_and_writ
     names.sort();
     let node = names[0].clone();
     // The drain is held open: a PodDisruptionBudget refuses every eviction.
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
-    create(&pods, &pod_on("web-0", &node, &[("app", "web")], 1)).await;
-    await_pod(
-        &client,
-        ns.name(),
-        "web-0",
-        "Running and Ready",
-        pod_running_ready,
-    )
-    .await;
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns.name());
-    create(&pdbs, &pdb_min_available("web", "web", json!(1))).await;
-    await_pdb(&client, ns.name(), "web", "0 allowed", |p| {
-        pdb_settled(p, |s| {
-            s.current_healthy == Some(1) && s.disruptions_allowed == Some(0)
-        })
-    })
-    .await;
+    pod_held_by_a_pdb(&client, ns.name(), &node).await;
     let repo = ConfigRepo::new(&[EnvSpec::test_pool(ns.name())]);
 
     // A reaches the API server through a proxy that will stall; B directly.

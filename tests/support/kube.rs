@@ -577,6 +577,27 @@ pub async fn pod_in_a_terminating_namespace(
     doomed
 }
 
+/// A Running pod `web-0` on `node` in `ns` under a PodDisruptionBudget
+/// that allows no disruption: a drain of `node` is held open until the
+/// budget changes.
+pub async fn pod_held_by_a_pdb(client: &Client, ns: &str, node: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    create(&pods, &pod_on("web-0", node, &[("app", "web")], 1)).await;
+    await_pod(client, ns, "web-0", "Running and Ready", pod_running_ready).await;
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
+    create(
+        &pdbs,
+        &pdb_min_available("web", "web", serde_json::json!(1)),
+    )
+    .await;
+    await_pdb(client, ns, "web", "0 allowed", |p| {
+        pdb_settled(p, |s| {
+            s.current_healthy == Some(1) && s.disruptions_allowed == Some(0)
+        })
+    })
+    .await;
+}
+
 pub fn pod_running_ready(pod: &Pod) -> bool {
     let status = pod.status.as_ref();
     status.and_then(|s| s.phase.as_deref()) == Some("Running")
