@@ -36,6 +36,7 @@ use super::events::{Events, Severity};
 use super::hooks::SharedClock;
 use super::metrics::Metrics;
 use crate::retry::Backoff;
+use crate::rollout::Clock as _;
 use crate::rollout::RolloutState;
 use crate::source::{Source, SourceConfig};
 use crate::status::cadence::{self, Push};
@@ -390,6 +391,10 @@ impl Task {
     ) -> Result<Option<git2::Oid>, PushError> {
         let mut opts = self.cfg.publish.clone();
         opts.budget = attempt_budget(self.cfg.poll);
+        // A report's evidence counts from its commit's time, and readers
+        // refuse commits dated ahead of their clock: the commit is dated by
+        // the clock the agent decided by (the wall clock, but for a test hook).
+        opts.commit_time = Some(self.cfg.clock.now());
         let source = self.source.take();
         let mut cfg = self.cfg.source.clone();
         cfg.status_branch = out.branch.clone();

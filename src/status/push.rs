@@ -153,10 +153,10 @@ pub struct PublishOptions {
     pub name: String,
     /// Committer e-mail.
     pub email: String,
-    /// Committer time of the status commits; `None` is the wall clock, as an
-    /// agent must use (a report's evidence counts from its commit's time). The
-    /// demo, whose clock is virtual, commits at its own time so that its story
-    /// reads the same whatever day it is run.
+    /// Committer time of the status commits; `None` is the wall clock. The
+    /// agent sets the clock it decides by (a report's evidence counts from
+    /// its commit's time); the demo, whose clock is virtual, commits at its
+    /// own time so that its story reads the same whatever day it is run.
     pub commit_time: Option<chrono::DateTime<chrono::Utc>>,
     /// The report signers of the policy in force: before building on its
     /// branch's tip, the agent checks the branch counts as a whole by the

@@ -186,7 +186,7 @@ fn stage_1(v: &Value) -> (String, String) {
     let c = &stage["clusters"][0];
     (
         c["trust"].as_str().unwrap().to_owned(),
-        c["untrusted_because"].as_str().unwrap_or("").to_owned(),
+        c["untrusted_reason"].as_str().unwrap_or("").to_owned(),
     )
 }
 

@@ -192,7 +192,7 @@ fn gate_answers_follow_confirmations_and_soak() {
     assert_eq!(env(&v, "stage")["gate"]["answer"], "refused");
     assert_eq!(env(&v, "test")["clusters"][0]["trust"], "untrusted");
     assert!(
-        env(&v, "test")["clusters"][0]["untrusted_because"]
+        env(&v, "test")["clusters"][0]["untrusted_reason"]
             .as_str()
             .unwrap()
             .contains("unsigned"),
@@ -636,10 +636,18 @@ fn untrusted_reports_say_why_and_now_reads_the_store_as_it_was() {
     assert_eq!(c["trust"], "untrusted");
     let why =
         "signed by test/test-1's key, which is not listed for stage/stage-1 in the report signers";
-    assert_eq!(c["untrusted_reason"], why);
+    // A wrongly signed commit voids its whole status branch (design §5):
+    // the reason names the branch, the commit and the key.
+    let reason = c["untrusted_reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("status branch drover/status does not count as a whole: commit "),
+        "{reason}"
+    );
+    assert!(reason.ends_with(why), "{reason}");
     let (_, text, _) = drover(dir.path(), &["status", "--now", "2026-12-05T00:00:00Z"]);
     assert!(
-        text.contains("untrusted: signed by test/test-1's key"),
+        text.contains("untrusted: status branch drover/status does not count as a whole")
+            && text.contains("signed by test/test-1's key, which is not listed for"),
         "{text}"
     );
     // Trusted reports carry no reason.
