@@ -92,23 +92,24 @@ pub fn own_signers(key: &PrivateKey, env: &str, cluster: &str) -> Option<Allowed
 /// when this cluster's own branch exists but does not count, the single
 /// branch is not used either. The commit may be missing from `repo`: after a
 /// force-push the fetched history no longer holds it, and the head, which
-/// does not descend from it, is then refused.
+/// does not descend from it, is then refused. `now` is the agent's clock,
+/// the one its reports were dated by.
 pub fn from_own_reports(
     repo: &Repository,
     branch: &str,
     env: &str,
     cluster: &str,
     own: &AllowedSigners,
+    now: chrono::DateTime<chrono::Utc>,
 ) -> Option<Oid> {
     let mut store = find_store(repo, branch).ok()?;
     store
         .clusters
         .retain(|b| b.env == env && b.cluster == cluster);
     let seen = StatusSeen::load(repo.path());
-    // The agent's own reports are dated by the wall clock, as this is.
     let judge = Judge {
         signers: Some(own),
-        now: chrono::Utc::now(),
+        now,
         seen: (!seen.is_empty()).then_some(&seen),
     };
     let mut r = Recover {

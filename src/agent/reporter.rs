@@ -36,7 +36,6 @@ use super::events::{Events, Severity};
 use super::hooks::SharedClock;
 use super::metrics::Metrics;
 use crate::retry::Backoff;
-use crate::rollout::Clock as _;
 use crate::rollout::RolloutState;
 use crate::source::{Source, SourceConfig};
 use crate::status::cadence::{self, Push};
