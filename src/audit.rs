@@ -748,7 +748,9 @@ pub fn confirmations(
     status: &crate::status::Store,
     report_signers: Option<&AllowedSigners>,
 ) -> Result<Vec<Confirmation>, Error> {
-    let found = crate::status::confirmations_in(repo, status, report_signers)?;
+    // `drover log` has no `--now`: the clock judges which status commits are
+    // dated in the future.
+    let found = crate::status::confirmations_in(repo, status, report_signers, chrono::Utc::now())?;
     let mut out: Vec<Confirmation> = found
         .standing()
         .map(|(env, cluster, version, s)| Confirmation {
@@ -771,28 +773,26 @@ pub fn failures(
     status: &crate::status::Store,
     report_signers: Option<&AllowedSigners>,
 ) -> Result<Vec<Failure>, Error> {
-    let mut ignored = Vec::new();
-    let mut out: Vec<Failure> = Vec::new();
-    crate::status::walk_store_reports(repo, status, report_signers, &mut ignored, |t| {
-        let r = &t.report;
-        if r.state != crate::rollout::RolloutState::Failed {
-            return;
-        }
-        let f = Failure {
+    // As for confirmations, the clock judges which status commits are dated in the future.
+    let all = crate::status::trusted_reports(repo, status, report_signers, Utc::now(), |v, r| {
+        (r.state == crate::rollout::RolloutState::Failed).then(|| Failure {
             env: r.env.clone(),
             cluster: r.cluster.clone(),
             version: r.version.to_string(),
             since: r.since.to_rfc3339_opts(SecondsFormat::Secs, true),
             message: r.message.clone(),
-            status_commit: t.commit.to_string(),
-        };
+            status_commit: v.commit.to_string(),
+        })
+    })?;
+    let mut out: Vec<Failure> = Vec::new();
+    for f in all {
         // Every report of one failed run has the same `since`: keep the first.
         if !out.iter().any(|o| {
             (&o.env, &o.cluster, &o.version, &o.since) == (&f.env, &f.cluster, &f.version, &f.since)
         }) {
             out.push(f);
         }
-    })?;
+    }
     out.sort_by(|a, b| (&a.since, &a.cluster).cmp(&(&b.since, &b.cluster)));
     Ok(out)
 }

@@ -118,7 +118,7 @@ pub fn choose(
     // through the same admission as `drover check --base` and the agent.
     let snap = admit::snapshot(repo, head.id(), now)?
         .map_err(|d| Error::Invalid(d.first().map(ToString::to_string).unwrap_or_default()))?;
-    let mut evidence = GitEvidence::new(repo, head.id());
+    let mut evidence = GitEvidence::new(repo, head.id(), now);
 
     // Every version the lower environment shows, oldest first.
     let mut proven: Vec<Version> = match cfg.root.evidence {

@@ -9,7 +9,7 @@ use super::{judge_env, reason_code, Change, Error, EvidenceSource, Policy};
 use crate::config::{self, RepoConfig, ENV_DIR, ROOT_FILE};
 use crate::diag::Diagnostic;
 use crate::gate::{Decision, LowerHistory};
-use crate::status::{self, Confirmations, Ignored, MAX_REPORT_BYTES};
+use crate::status::{self, Confirmations, Ignored};
 use crate::trust::{self, AllowedSigners};
 use chrono::{DateTime, Utc};
 use git2::{Oid, Repository, Tree};
@@ -35,10 +35,11 @@ fn read_small(repo: &Repository, tree: &Tree<'_>, path: &str) -> Result<Option<S
     };
     let odb = repo.odb().map_err(|e| e.to_string())?;
     let (size, _) = odb.read_header(entry.id()).map_err(|e| e.to_string())?;
-    if size > MAX_REPORT_BYTES {
+    // Bounded as a config file is: one line per cluster of the fleet.
+    if size as u64 > config::MAX_FILE_BYTES {
         return Err(format!(
             "{size} bytes; an allowed-signers file may have at most {} KiB",
-            MAX_REPORT_BYTES / 1024
+            config::MAX_FILE_BYTES / 1024
         ));
     }
     let blob = repo.find_blob(entry.id()).map_err(|e| e.to_string())?;
@@ -110,10 +111,11 @@ pub fn check_report_signers(files: &dyn config::Files, cfg: &RepoConfig) -> Vec<
         return Vec::new();
     };
     let text = match files.read(path) {
-        Ok(Some(bytes)) if bytes.len() as u64 > MAX_REPORT_BYTES as u64 => Err(format!(
+        // Bounded as a config file is: one line per cluster of the fleet.
+        Ok(Some(bytes)) if bytes.len() as u64 > config::MAX_FILE_BYTES => Err(format!(
             "{} bytes; an allowed-signers file may have at most {} KiB",
             bytes.len(),
-            MAX_REPORT_BYTES / 1024
+            config::MAX_FILE_BYTES / 1024
         )),
         Ok(Some(bytes)) => String::from_utf8(bytes).map_err(|_| "not UTF-8".to_owned()),
         Ok(None) => return vec![missing_signers(root, path)],
@@ -203,19 +205,23 @@ fn snapshot_recent(repo: &Repository, commit: Oid, now: DateTime<Utc>) -> Result
 }
 
 /// Evidence read from the repository: status reports from the status
-/// branch, history over the commits up to `base` only.
+/// store, judged at `now` (a status commit dated ahead of it does not
+/// count), history over the commits up to `base` only.
 pub struct GitEvidence<'r> {
     repo: &'r Repository,
     base: Oid,
+    now: DateTime<Utc>,
     cache: Option<(String, Option<String>, Confirmations)>,
 }
 
 impl<'r> GitEvidence<'r> {
-    /// Evidence in `repo`, with history counted up to `base`.
-    pub fn new(repo: &'r Repository, base: Oid) -> Self {
+    /// Evidence in `repo` as a reader whose clock says `now`, with history
+    /// counted up to `base`.
+    pub fn new(repo: &'r Repository, base: Oid, now: DateTime<Utc>) -> Self {
         GitEvidence {
             repo,
             base,
+            now,
             cache: None,
         }
     }
@@ -241,6 +247,7 @@ impl<'r> GitEvidence<'r> {
                 self.repo,
                 &policy.status_branch,
                 signers.as_ref().filter(|_| policy.report_signers.is_some()),
+                self.now,
             )?;
             self.cache = Some((policy.status_branch.clone(), policy.signers_text.clone(), c));
         }
@@ -438,7 +445,7 @@ pub fn judge_span(
     only: Option<&str>,
     now: DateTime<Utc>,
 ) -> Result<Judgement, Error> {
-    let mut ev = GitEvidence::new(repo, base.unwrap_or(head));
+    let mut ev = GitEvidence::new(repo, base.unwrap_or(head), now);
     judge_span_with(repo, base, head, only, now, &mut ev)
 }
 
@@ -512,7 +519,7 @@ pub fn check_base(repo_path: &Path, base: &str, now: DateTime<Utc>) -> Result<Ch
     let base = commit_of(&repo, base)?;
     let head = commit_of(&repo, "HEAD")?;
     let mut out = ChangeReport::default();
-    let mut ev = GitEvidence::new(&repo, base);
+    let mut ev = GitEvidence::new(&repo, base, now);
     let judged = match judge_span_with(&repo, Some(base), head, None, now, &mut ev)? {
         Judgement::HeadInvalid(d) => {
             out.diagnostics.extend(d);

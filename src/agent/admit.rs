@@ -302,10 +302,11 @@ impl<B: ClusterBackend> Acting<B> {
             .as_ref()
             .and_then(|k| recover::own_signers(k, &self.cfg.env, &self.cfg.cluster));
         let (env, cluster) = (self.cfg.env.clone(), self.cfg.cluster.clone());
+        let now = self.clock.now();
         let found = blocking(move || {
             let s = lock(&src);
             let branch = s.config().status_branch.clone();
-            recover::from_own_reports(s.repo(), &branch, &env, &cluster, own.as_ref()?)
+            recover::from_own_reports(s.repo(), &branch, &env, &cluster, own.as_ref()?, now)
         })
         .await
         .flatten();

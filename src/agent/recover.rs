@@ -18,7 +18,8 @@
 //! confirms a commit.
 
 use crate::cluster::NodeView;
-use crate::status::{find_store, walk_store_reports};
+use crate::source::seen::StatusSeen;
+use crate::status::{find_store, walk_store, BranchRead, Judge, Layout, ReportVersion, Visitor};
 use crate::trust::AllowedSigners;
 use git2::{Oid, Repository};
 use semver::Version;
@@ -85,29 +86,79 @@ pub fn own_signers(key: &PrivateKey, env: &str, cluster: &str) -> Option<Allowed
 
 /// The last applied commit recorded in this agent's own newest signed report
 /// on its cluster's status branch of `branch` or, before it has one, on the
-/// single status branch of the older layout (local or `origin/`). It may be missing from `repo`: after a
+/// single status branch of the older layout (local or `origin/`), read by
+/// the one status reader: a branch that does not count as a whole (a merge,
+/// a commit not signed by `own`, times going backwards) yields nothing, and
+/// when this cluster's own branch exists but does not count, the single
+/// branch is not used either. The commit may be missing from `repo`: after a
 /// force-push the fetched history no longer holds it, and the head, which
-/// does not descend from it, is then refused.
+/// does not descend from it, is then refused. `now` is the agent's clock,
+/// the one its reports were dated by.
 pub fn from_own_reports(
     repo: &Repository,
     branch: &str,
     env: &str,
     cluster: &str,
     own: &AllowedSigners,
+    now: chrono::DateTime<chrono::Utc>,
 ) -> Option<Oid> {
     let mut store = find_store(repo, branch).ok()?;
     store
         .clusters
         .retain(|b| b.env == env && b.cluster == cluster);
-    let mut found = None;
-    let mut ignored = Vec::new();
-    let _ = walk_store_reports(repo, &store, Some(own), &mut ignored, |t| {
-        if found.is_some() || t.report.env != env || t.report.cluster != cluster {
+    let seen = StatusSeen::load(repo.path());
+    let judge = Judge {
+        signers: Some(own),
+        now,
+        seen: (!seen.is_empty()).then_some(&seen),
+    };
+    let mut r = Recover {
+        env,
+        cluster,
+        candidate: None,
+        found: None,
+    };
+    walk_store(repo, &store, &judge, &mut r).ok()?;
+    r.found.flatten()
+}
+
+/// The newest own report of each branch; the last branch read (the
+/// cluster's own, after the single one) decides.
+struct Recover<'a> {
+    env: &'a str,
+    cluster: &'a str,
+    candidate: Option<Oid>,
+    found: Option<Option<Oid>>,
+}
+
+impl Visitor for Recover<'_> {
+    fn version(&mut self, v: ReportVersion) {
+        if self.candidate.is_some()
+            || v.deleted_at_tip
+            || v.env != self.env
+            || v.cluster != self.cluster
+        {
             return;
         }
-        found = Oid::from_str(&t.report.config_commit).ok();
-    });
-    found
+        if let Ok(r) = v.report {
+            self.candidate = Oid::from_str(&r.config_commit).ok();
+        }
+    }
+
+    fn branch(&mut self, b: &BranchRead<'_>) {
+        let holds = b.verdict.is_ok()
+            && !b
+                .broken
+                .contains_key(&format!("{}/{}", self.env, self.cluster));
+        let candidate = self.candidate.take();
+        self.found = match (b.layout, holds, candidate) {
+            (_, false, _) => Some(None),
+            (_, true, Some(c)) => Some(Some(c)),
+            // The cluster's own branch holds but names nothing: the older history may.
+            (Layout::Cluster { .. }, true, None) => self.found.or(Some(None)),
+            (Layout::Legacy, true, None) => None,
+        };
+    }
 }
 
 /// Whether the cluster can be adopted at `version`: at least one selected

@@ -374,6 +374,17 @@ fn capitalise(s: &str) -> String {
     }
 }
 
+/// The parsed report signers of the policy at `commit`, when it names any.
+pub(super) fn policy_report_signers(
+    repo: &git2::Repository,
+    commit: git2::Oid,
+) -> Option<crate::trust::AllowedSigners> {
+    let snap = crate::admit::snapshot(repo, commit, Utc::now())
+        .ok()?
+        .ok()?;
+    crate::trust::AllowedSigners::parse(snap.policy.signers_text.as_deref()?).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

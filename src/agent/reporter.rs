@@ -337,7 +337,13 @@ impl Task {
                             .events
                             .on_status(
                                 Severity::Warning,
-                                "ReportRefused",
+                                // Not the remote's refusal: the agent's own
+                                // branch does not count, and it does not build on it.
+                                if matches!(e, PushError::Untrusted(_)) {
+                                    "StatusBranchUntrusted"
+                                } else {
+                                    "ReportRefused"
+                                },
                                 "Report",
                                 format!("the status report was not pushed: {message}"),
                             )
@@ -384,6 +390,10 @@ impl Task {
     ) -> Result<Option<git2::Oid>, PushError> {
         let mut opts = self.cfg.publish.clone();
         opts.budget = attempt_budget(self.cfg.poll);
+        // A report's evidence counts from its commit's time, and readers
+        // refuse commits dated ahead of their clock: the commit is dated by
+        // the clock the agent decided by (the wall clock, but for a test hook).
+        opts.commit_time = Some(self.cfg.clock.now());
         let source = self.source.take();
         let mut cfg = self.cfg.source.clone();
         cfg.status_branch = out.branch.clone();
@@ -398,6 +408,11 @@ impl Task {
                         None => Source::open(cfg.clone())?,
                     };
                     src.set_status_branch(&cfg.status_branch);
+                    // The own branch is judged by the report signers of the
+                    // policy the report was made under, as every reader judges it.
+                    opts.report_signers = git2::Oid::from_str(&report.config_commit)
+                        .ok()
+                        .and_then(|c| super::report::policy_report_signers(src.repo(), c));
                     let r = crate::status::publish_until(&src, &report, &opts, &stop);
                     Ok::<_, PushError>((src, r))
                 })();

@@ -115,6 +115,8 @@ pub enum Outcome {
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     quiet_on_closed_pipe();
+    // Before any thread starts: libgit2's caches are process-wide.
+    crate::status::bound_object_cache();
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let mut cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,

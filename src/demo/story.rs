@@ -552,7 +552,7 @@ impl Story {
                 .as_ref()
                 .map(|(_, c)| *c)
                 .ok_or_else(|| Error::Config(format!("{}: nothing applied", a.cluster)))?;
-            let mut evidence = admit::GitEvidence::new(a.source.repo(), applied);
+            let mut evidence = admit::GitEvidence::new(a.source.repo(), applied, self.now);
             let head = admit::snapshot(a.source.repo(), applied, self.now)?
                 .map_err(|d| Error::Config(join(&d)))?;
             let conf = evidence.confirmations(&head.policy)?;

@@ -87,48 +87,51 @@ fn collect(
             Ok(Ok(s)) => Some(s),
             Ok(Err(_)) | Err(_) => None,
         });
+    // Unreadable report signers are named here; the read below then verifies nothing.
     let signers = report_signers(snap.as_ref(), &mut warnings);
-    let mut latest: BTreeMap<(String, String), Entry> = BTreeMap::new();
-    if !store.is_empty() {
-        let want: Vec<(String, String)> = envs
-            .iter()
-            .flat_map(|e| {
-                cfg.clusters(&e.name)
-                    .iter()
-                    .map(|c| (e.name.clone(), c.clone()))
-            })
-            .collect();
-        let mut found = reports::walk(repo, cfg, &store, signers.as_ref(), Some(&want))?;
-        if as_of && found.entries.iter().any(|e| e.report.since > now) {
-            // A newest report younger than `now`: read each cluster's
-            // history (bounded by MAX_HISTORY) for the one in force then.
-            found = reports::walk(repo, cfg, &store, signers.as_ref(), None)?;
-        }
-        warnings.extend(found.warnings);
-        // The store as it was at `now`: a report of a state entered after
-        // it is not shown, and the warnings say how many. (`since`, not the
-        // commit's time: a report is written at or after its `since`, and
-        // a commit's time is the writer's clock, not the cluster's.)
-        let mut later = 0;
-        for e in found.entries {
-            if as_of && e.report.since > now {
-                later += 1;
-                continue;
+    // One read of the store for every environment's gate and every
+    // cluster's latest report: the status store is read once per invocation.
+    let mut evidence = snap.as_ref().map(|s| GitEvidence::new(repo, s.commit, now));
+    let unsigned = |e| status::confirmations_in(repo, &store, None, now).map_err(|_| e);
+    let conf = match (&snap, evidence.as_mut()) {
+        (Some(s), Some(ev)) => match ev.confirmations(&s.policy) {
+            Ok(c) => Ok(c.clone()),
+            // Unreadable report signers (warned above): shown unverified.
+            Err(e) => unsigned(e.to_string()),
+        },
+        _ => unsigned(String::new()),
+    };
+    let mut latest: BTreeMap<(String, String), Shown> = BTreeMap::new();
+    match conf {
+        Ok(c) => {
+            for i in c.ignored.iter().filter(|i| !i.commit.is_empty()) {
+                // A whole branch is named as such; a report, as skipped.
+                if c.untrusted.iter().any(|u| u.to_string() == i.why) {
+                    warnings.push(i.to_string());
+                } else {
+                    warnings.push(format!("{i}; skipped"));
+                }
             }
-            let key = (e.report.env.clone(), e.report.cluster.clone());
-            latest.entry(key).or_insert(e);
+            latest = c
+                .newest
+                .iter()
+                .map(|(k, n)| (k.clone(), Shown::newest(n)))
+                .collect();
         }
-        if later > 0 {
-            warnings.push(format!(
-                "{later} report(s) from after {} left out: the status store is read as it was then; the gate and the config are judged as they are now",
-                now.to_rfc3339_opts(SecondsFormat::Secs, true)
-            ));
-        }
+        Err(e) => warnings.push(format!("status store: {e}")),
+    }
+    if as_of {
+        as_it_was(
+            repo,
+            cfg,
+            &store,
+            signers.as_ref(),
+            now,
+            &mut latest,
+            &mut warnings,
+        )?;
     }
     let mut environments = Vec::new();
-    // One reader of the evidence for every environment: the status store is
-    // read once per invocation, not once per gate.
-    let mut evidence = snap.as_ref().map(|s| GitEvidence::new(repo, s.commit));
     for env in envs {
         let (next_window, hold, freezes) = match Calendar::of(env) {
             Ok(cal) => when(env, &cal, now),
@@ -176,10 +179,10 @@ fn collect(
                 let entry = latest.get(&(env.name.clone(), c.clone()));
                 ClusterView {
                     name: c.clone(),
-                    report: entry.map(report_view),
+                    report: entry.map(|e| e.report.clone()),
                     trust: entry.map_or(Trust::None, |e| e.trust),
                     signer: entry.and_then(|e| e.signer.clone()),
-                    untrusted_reason: entry.and_then(|e| e.untrusted.clone()),
+                    untrusted_reason: entry.and_then(|e| e.why.clone()),
                 }
             })
             .collect();
@@ -266,16 +269,91 @@ fn when(
     (next, hold, freezes)
 }
 
-fn report_view(e: &Entry) -> ReportView {
+/// A cluster's report as `status` shows it, with its trust.
+struct Shown {
+    report: ReportView,
+    trust: Trust,
+    signer: Option<String>,
+    why: Option<String>,
+}
+
+impl Shown {
+    fn newest(n: &status::Newest) -> Self {
+        let principal = format!("{}/{}", n.report.env, n.report.cluster);
+        let (trust, signer, why) = match &n.trust {
+            status::Trust::Trusted => (Trust::Trusted, Some(principal), None),
+            status::Trust::Untrusted(why) => (Trust::Untrusted, None, Some(why.clone())),
+            status::Trust::Unverified => (Trust::Unverified, None, None),
+        };
+        Shown {
+            report: report_view(&n.report, n.commit),
+            trust,
+            signer,
+            why,
+        }
+    }
+}
+
+/// The store as it was at `now` (`status --now T`): a cluster whose newest
+/// report is of a state entered after `now` shows the report in force then,
+/// read from its history, and the warnings say how many were left out.
+/// (`since`, not the commit's time: a report is written at or after its
+/// `since`, and a commit's time is the writer's clock, not the cluster's.)
+fn as_it_was(
+    repo: &Repository,
+    cfg: &RepoConfig,
+    store: &status::Store,
+    signers: Option<&AllowedSigners>,
+    now: DateTime<Utc>,
+    latest: &mut BTreeMap<(String, String), Shown>,
+    warnings: &mut Vec<String>,
+) -> Result<(), Error> {
+    let later: Vec<(String, String)> = latest
+        .iter()
+        .filter(|(_, s)| s.report.since > now)
+        .map(|(k, _)| k.clone())
+        .collect();
+    if later.is_empty() {
+        return Ok(());
+    }
+    for k in &later {
+        latest.remove(k);
+    }
+    let found = reports::walk(repo, cfg, store, signers, now)?;
+    let mut left_out = 0;
+    for e in found.entries {
+        let key = (e.report.env.clone(), e.report.cluster.clone());
+        if !later.contains(&key) {
+            continue;
+        }
+        if e.report.since > now {
+            left_out += 1;
+            continue;
+        }
+        latest.entry(key).or_insert_with(|| Shown {
+            report: report_view(&e.report, e.commit),
+            trust: e.trust,
+            signer: e.signer.clone(),
+            why: e.untrusted.clone(),
+        });
+    }
+    warnings.push(format!(
+        "{left_out} report(s) from after {} left out: the status store is read as it was then; the gate and the config are judged as they are now",
+        now.to_rfc3339_opts(SecondsFormat::Secs, true)
+    ));
+    Ok(())
+}
+
+fn report_view(r: &status::StatusReport, commit: git2::Oid) -> ReportView {
     ReportView {
-        version: e.report.version.to_string(),
-        state: e.report.state.as_str().to_owned(),
-        since: e.report.since,
-        nodes: e.report.nodes,
-        nodes_at_version: e.report.nodes_at_version,
-        message: e.report.message.clone(),
-        config_commit: e.report.config_commit.clone(),
-        status_commit: e.commit.to_string(),
+        version: r.version.to_string(),
+        state: r.state.as_str().to_owned(),
+        since: r.since,
+        nodes: r.nodes,
+        nodes_at_version: r.nodes_at_version,
+        message: r.message.clone(),
+        config_commit: r.config_commit.clone(),
+        status_commit: commit.to_string(),
     }
 }
 
@@ -417,7 +495,7 @@ pub fn timeline(
     let signers = report_signers(snap.as_ref(), &mut warnings);
     let store = status::find_store(repo, &cfg.root.status_branch)?;
     if !store.is_empty() {
-        let found = reports::walk(repo, cfg, &store, signers.as_ref(), None)?;
+        let found = reports::walk(repo, cfg, &store, signers.as_ref(), now)?;
         warnings.extend(found.warnings);
         entries = found.entries;
     }

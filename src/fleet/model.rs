@@ -187,8 +187,9 @@ pub struct ClusterView {
     pub trust: Trust,
     /// Principal of the key that signed the report, when verified.
     pub signer: Option<String>,
-    /// Why the report is untrusted (who signed it, or that nobody did),
-    /// when it is.
+    /// Why the report does not count, when `trust` is `untrusted`: who
+    /// signed it (or that nobody did), or the commit of its status branch
+    /// that breaks the rule, and why.
     pub untrusted_reason: Option<String>,
 }
 

@@ -1,12 +1,12 @@
-//! Status reports for the fleet view: the latest report of each cluster,
-//! and the history of every report for the timeline, read through the one
-//! status reader with its signature check (docs/design.md §5).
+//! Status reports for the timeline: the history of every report, read
+//! through the one status reader with its whole-branch rule (docs/design.md
+//! §5). The latest report of each cluster comes with the gate's read
+//! ([`status::Confirmations::newest`]).
 
 use crate::config::RepoConfig;
-use crate::status::{self, ReportSigners, StatusReport, Store, Walk};
+use crate::status::{self, ReportSigners, StatusReport, Store};
 use chrono::{DateTime, Utc};
 use git2::{Oid, Repository};
-use std::collections::BTreeSet;
 
 use super::model::Trust;
 
@@ -56,77 +56,107 @@ pub struct Found {
     pub warnings: Vec<String>,
 }
 
-/// Walk the status store (every cluster's branch, then the single branch
-/// of the older layout), each newest first, and collect each version of
+/// The timeline's reader: every version, kept until its branch's verdict is known.
+struct Collect<'a> {
+    signed: bool,
+    name: &'a str,
+    out: Found,
+    /// Versions of the branch being read, newest first.
+    branch: Vec<Entry>,
+    full: bool,
+}
+
+impl status::Visitor for Collect<'_> {
+    fn version(&mut self, v: status::ReportVersion) {
+        if v.deleted_at_tip || self.full {
+            return;
+        }
+        if self.out.entries.len() + self.branch.len() >= MAX_HISTORY {
+            self.full = true;
+            self.out.warnings.push(format!(
+                "status branch {}: more than {MAX_HISTORY} report versions; older ones are not shown",
+                self.name
+            ));
+            return;
+        }
+        let path = status::report_path(&v.env, &v.cluster);
+        match v.report {
+            Ok(r) => self.branch.push(Entry {
+                // The node lists stay: the page draws what each node ran.
+                report: r,
+                commit: v.commit,
+                committed: v.committed,
+                trust: Trust::Unverified,
+                signer: None,
+                untrusted: None,
+            }),
+            Err(why) => self
+                .out
+                .warnings
+                .push(format!("{path} in {:.10}: {why}; skipped", v.commit)),
+        }
+    }
+
+    fn branch(&mut self, b: &status::BranchRead<'_>) {
+        if let Err(u) = b.verdict {
+            self.out.warnings.push(u.to_string());
+        }
+        for u in b.broken.values() {
+            self.out.warnings.push(u.to_string());
+        }
+        for mut e in self.branch.drain(..) {
+            let principal = format!("{}/{}", e.report.env, e.report.cluster);
+            let why = match b.verdict {
+                Err(u) => Some(u.to_string()),
+                Ok(_) => b.broken.get(&principal).map(ToString::to_string),
+            };
+            (e.trust, e.signer, e.untrusted) = match (self.signed, why) {
+                (false, _) => (Trust::Unverified, None, None),
+                (true, None) => (Trust::Trusted, Some(principal), None),
+                (true, Some(why)) => (Trust::Untrusted, None, Some(why)),
+            };
+            self.out.entries.push(e);
+        }
+    }
+}
+
+/// Walk the status store (the single branch of the older layout, then
+/// every cluster's branch), each newest first, and collect each version of
 /// each report file once (at the commit that wrote it), through the one
-/// status reader ([`status::walk_store`]). `signers` are the report signers
-/// of the config in force (`None`: no `report_signers`, so nothing is
-/// verified). `want` limits the walk to the newest readable report of each
-/// cluster it names (`None`: the whole history, up to [`MAX_HISTORY`]).
+/// status reader ([`status::walk_store`]), up to [`MAX_HISTORY`]. `signers`
+/// are the report signers of the config in force (`None`: no
+/// `report_signers`, so nothing is verified); `now` is the reader's clock.
 pub fn walk(
     repo: &Repository,
     cfg: &RepoConfig,
     store: &Store,
     signers: ReportSigners<'_>,
-    want: Option<&[(String, String)]>,
+    now: DateTime<Utc>,
 ) -> Result<Found, Error> {
     let name = cfg.root.status_branch.clone();
-    let mut out = Found::default();
-    out.warnings
+    let mut c = Collect {
+        signed: signers.is_some(),
+        name: &name,
+        out: Found::default(),
+        branch: Vec::new(),
+        full: false,
+    };
+    c.out
+        .warnings
         .extend(store.ignored.iter().map(|i| format!("{}; skipped", i.why)));
-    let mut missing: Option<BTreeSet<(String, String)>> = want.map(|w| w.iter().cloned().collect());
-    status::walk_store(repo, store, signers, |v| {
-        if v.deleted_at_tip {
-            return Walk::Continue;
-        }
-        if out.entries.len() >= MAX_HISTORY {
-            out.warnings.push(format!(
-                "status branch {name}: more than {MAX_HISTORY} report versions; older ones are not shown"
-            ));
-            return Walk::Stop;
-        }
-        let path = status::report_path(&v.env, &v.cluster);
-        let report = match v.report {
-            Ok(r) => r,
-            Err(why) => {
-                out.warnings
-                    .push(format!("{path} in {:.10}: {why}; skipped", v.commit));
-                return Walk::Continue;
-            }
-        };
-        if let Some(m) = missing.as_mut() {
-            if !m.remove(&(v.env.clone(), v.cluster.clone())) {
-                // Not wanted, or its newest report is already taken.
-                return if m.is_empty() { Walk::Stop } else { Walk::NextBranch };
-            }
-        }
-        let (trust, signer, untrusted) = match (signers, v.trust) {
-            (None, _) => (Trust::Unverified, None, None),
-            (Some(_), Ok(())) => (
-                Trust::Trusted,
-                Some(format!("{}/{}", v.env, v.cluster)),
-                None,
-            ),
-            (Some(_), Err(why)) => (Trust::Untrusted, None, Some(why)),
-        };
-        out.entries.push(Entry {
-            report,
-            commit: v.commit,
-            committed: v.committed,
-            trust,
-            signer,
-            untrusted,
-        });
-        match &missing {
-            Some(m) if m.is_empty() => Walk::Stop,
-            // The rest of this cluster's reports are older.
-            Some(_) => Walk::NextBranch,
-            None => Walk::Continue,
-        }
-    })
-    .map_err(|source| Error::Git {
+    let seen = crate::source::seen::StatusSeen::load(repo.path());
+    let judge = status::Judge {
+        signers,
+        now,
+        seen: (!seen.is_empty()).then_some(&seen),
+    };
+    status::walk_store(repo, store, &judge, &mut c).map_err(|source| Error::Git {
         branch: name.clone(),
         source,
     })?;
-    Ok(out)
+    // Newest first over all branches: the single branch, read first, is the older history.
+    c.out
+        .entries
+        .sort_by_key(|e| std::cmp::Reverse(e.committed));
+    Ok(c.out)
 }

@@ -403,6 +403,7 @@ impl Source {
             .find(|(n, _)| *n == status_ref)
             .map(|(_, o)| *o);
         self.record_seen(head);
+        self.record_status_seen();
         Ok(FetchResult {
             head,
             status_tip,
@@ -419,6 +420,20 @@ impl Source {
             .map_or(0, |d| d.as_secs() as i64);
         if let Err(e) = self.seen().record(&self.repo, head, now) {
             tracing::warn!(error = %e, "cannot record when the fetched commits were first seen");
+        }
+    }
+
+    /// Note when the status branches last moved (report key validity, see
+    /// [`seen::StatusSeen`]); like [`Self::record_seen`], a failure to write
+    /// only makes the check stricter.
+    fn record_status_seen(&self) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let tips = seen::status_tips(&self.repo, &self.cfg.status_branch);
+        let mut record = seen::StatusSeen::load(self.repo.path());
+        if let Err(e) = record.record(&self.repo, &tips, now) {
+            tracing::warn!(error = %e, "cannot record when the status branches were first seen");
         }
     }
 
@@ -447,6 +462,7 @@ impl Source {
         let status_ref = format!("refs/heads/{}", self.cfg.status_branch);
         let mut advertised = Vec::new();
         self.fetch_refspecs(&self.status_refspecs(), Some(&mut advertised))?;
+        self.record_status_seen();
         Ok(advertised
             .iter()
             .find(|(n, _)| *n == status_ref)

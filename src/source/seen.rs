@@ -147,6 +147,204 @@ impl Seen {
     }
 }
 
+/// The status store's record file inside the cache repository's git directory.
+pub const STATUS_SEEN_FILE: &str = "drover-seen-status";
+/// Bytes of the longest valid line of the status record: a ref name (at most
+/// 255 bytes, as most filesystems allow), two object ids, a time.
+const MAX_STATUS_LINE: usize = 255 + 2 * 41 + 21 + 1;
+/// Most commits walked to tell whether a branch moved forward or back.
+const MAX_ANCESTRY_WALK: usize = 10_000;
+
+/// When the agent first fetched the commits of each status branch
+/// (docs/design.md §5, "report keys over time"): a report key's
+/// `valid-before` is checked against that time too, so a retired key cannot
+/// add a report by backdating it.
+///
+/// Status branches hold tens of thousands of commits across a fleet, so the
+/// record is not one line per commit but one per branch: the tip this agent
+/// saw before the branch last moved (`since`), the tip it moved to (`tip`)
+/// and when (`at`). Every commit on `tip`'s chain above `since` was first
+/// fetched at `at`; commits at or below `since` were fetched earlier and
+/// judged then; a commit above `tip` (this agent's own push, not fetched
+/// back yet) is judged at the time of the check. The record begins with the
+/// cache: the branches found by its first fetch are recorded with
+/// `since = tip`, so the history already there when the agent started is
+/// not judged by first-seen time (the reader's other rules, monotone commit
+/// times and none in the future, still hold for it). A lost record
+/// therefore loosens only the first-seen rule, and only for what was
+/// already there; `drover check` in a fresh clone has no record at all.
+#[derive(Debug, Clone, Default)]
+pub struct StatusSeen {
+    path: PathBuf,
+    branches: HashMap<String, Mark>,
+}
+
+/// One status branch's entry of the [`StatusSeen`] record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mark {
+    /// The tip before the branch last moved: at and below it, commits are
+    /// not judged by first-seen time. `None`: the whole chain is.
+    pub since: Option<Oid>,
+    /// The tip the branch moved to.
+    pub tip: Oid,
+    /// When (seconds since the epoch).
+    pub at: i64,
+}
+
+impl StatusSeen {
+    /// The record of the cache repository at `git_dir` (empty when absent,
+    /// damaged lines skipped, read with a size cap).
+    pub fn load(git_dir: &Path) -> Self {
+        let path = git_dir.join(STATUS_SEEN_FILE);
+        let mut text = String::new();
+        if let Ok(f) = std::fs::File::open(&path) {
+            let cap = ((crate::status::MAX_STATUS_BRANCHES + 1) * MAX_STATUS_LINE) as u64;
+            let _ = f.take(cap).read_to_string(&mut text);
+        }
+        let branches = text
+            .lines()
+            .filter_map(|l| {
+                let mut it = l.split(' ');
+                let name = it.next()?;
+                let since = match it.next()? {
+                    "-" => None,
+                    o => Some(Oid::from_str(o).ok()?),
+                };
+                let tip = Oid::from_str(it.next()?).ok()?;
+                let at = it.next()?.parse().ok()?;
+                Some((name.to_owned(), Mark { since, tip, at }))
+            })
+            .take(crate::status::MAX_STATUS_BRANCHES + 1)
+            .collect();
+        Self { path, branches }
+    }
+
+    /// The record of the branch read at `refname`, if any.
+    pub fn mark(&self, refname: &str) -> Option<Mark> {
+        self.branches.get(refname).copied()
+    }
+
+    /// True when nothing is recorded.
+    pub fn is_empty(&self) -> bool {
+        self.branches.is_empty()
+    }
+
+    /// Record `now` for the status branches at `tips` (ref name, tip) that
+    /// moved since the last record, forget branches that are gone, and write
+    /// the file atomically when anything changed. The first record of a
+    /// cache marks what is there as already seen. Returns how many moved.
+    pub fn record(
+        &mut self,
+        repo: &Repository,
+        tips: &[(String, Oid)],
+        now: i64,
+    ) -> Result<usize, Error> {
+        let first = self.branches.is_empty() && !self.path.exists();
+        let mut moved = 0;
+        let mut next = HashMap::with_capacity(tips.len());
+        for (name, tip) in tips.iter().take(crate::status::MAX_STATUS_BRANCHES + 1) {
+            let mark = match self.branches.get(name) {
+                Some(m) if m.tip == *tip => *m,
+                Some(m) => {
+                    moved += 1;
+                    Mark {
+                        since: common_tip(repo, m.tip, *tip),
+                        tip: *tip,
+                        at: now,
+                    }
+                }
+                None => {
+                    moved += 1;
+                    Mark {
+                        since: first.then_some(*tip),
+                        tip: *tip,
+                        at: now,
+                    }
+                }
+            };
+            next.insert(name.clone(), mark);
+        }
+        let gone = self.branches.keys().any(|k| !next.contains_key(k));
+        self.branches = next;
+        if moved > 0 || gone || first {
+            self.save()?;
+        }
+        Ok(moved)
+    }
+
+    fn save(&self) -> Result<(), Error> {
+        let io = |source| Error::Io {
+            path: self.path.display().to_string(),
+            source,
+        };
+        let mut names: Vec<&String> = self.branches.keys().collect();
+        names.sort_unstable();
+        let mut text = String::with_capacity(names.len() * 128);
+        for name in names {
+            let m = &self.branches[name];
+            let since = m.since.map_or("-".to_owned(), |o| o.to_string());
+            text.push_str(&format!("{name} {since} {} {}\n", m.tip, m.at));
+        }
+        let tmp = self.path.with_extension("tmp");
+        let mut f = std::fs::File::create(&tmp).map_err(io)?;
+        f.write_all(text.as_bytes()).map_err(io)?;
+        f.sync_all().map_err(io)?;
+        std::fs::rename(&tmp, &self.path).map_err(io)
+    }
+}
+
+/// What was seen before a branch moved from `old` to `new`: `old` when the
+/// branch moved forward, `new` when it was rewound to an older commit of its
+/// own chain, nothing when it was rewritten (then all of `new` is judged at
+/// the time it was seen). Status branches are linear, so first parents are
+/// followed, at most [`MAX_ANCESTRY_WALK`] commits.
+fn common_tip(repo: &Repository, old: Oid, new: Oid) -> Option<Oid> {
+    let reaches = |from: Oid, target: Oid| {
+        let mut c = repo.find_commit(from).ok();
+        for _ in 0..MAX_ANCESTRY_WALK {
+            match c {
+                Some(commit) if commit.id() == target => return true,
+                Some(commit) => c = commit.parent(0).ok(),
+                None => return false,
+            }
+        }
+        false
+    };
+    if reaches(new, old) {
+        Some(old)
+    } else if reaches(old, new) {
+        Some(new)
+    } else {
+        None
+    }
+}
+
+/// The status branches of `status_branch` the agent's cache holds
+/// (`refs/remotes/origin/<status_branch>` and every
+/// `refs/remotes/origin/<status_branch>.d/*`), as (ref name, tip), at most
+/// one more than the reader reads.
+pub fn status_tips(repo: &Repository, status_branch: &str) -> Vec<(String, Oid)> {
+    let mut out = Vec::new();
+    let single = format!("refs/remotes/origin/{status_branch}");
+    let ns = format!(
+        "refs/remotes/origin/{}*",
+        crate::status::cluster_namespace(status_branch)
+    );
+    if let Ok(r) = repo.find_reference(&single) {
+        if let Some(t) = r.target() {
+            out.push((single, t));
+        }
+    }
+    if let Ok(refs) = repo.references_glob(&ns) {
+        for r in refs.flatten().take(crate::status::MAX_STATUS_BRANCHES + 1) {
+            if let (Ok(name), Some(t)) = (r.name(), r.target()) {
+                out.push((name.to_owned(), t));
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,23 +4,51 @@
 //! agent when its state changes. The branches' history is the record, and
 //! confirmations in it are the evidence the next environment's gate reads.
 
+mod branch;
 pub mod cadence;
 mod read;
 mod store;
 
+pub use branch::{
+    short_ref, Judge, Layout, Untrusted, MAX_BRANCH_COMMITS, MAX_CLOCK_SKEW_SECS,
+    MAX_LEGACY_COMMITS,
+};
 pub use read::{
-    confirmations_at, find_status_branch, read_confirmations, walk_reports, walk_versions,
-    BranchRef, Checks, Confirmations, Error, Ignored, ReportSigners, ReportVersion, Standing,
-    TrustedReport, MAX_REPORT_BYTES,
+    find_status_branch, read_confirmations, BranchRef, Confirmations, Error, Ignored, Newest,
+    ReportSigners, ReportVersion, Standing, Trust, MAX_REPORT_BYTES, MAX_SHOWN_MESSAGE,
 };
 pub use store::{
-    cluster_branch, cluster_namespace, confirmations_in, find_store, walk_store,
-    walk_store_reports, ClusterBranch, Store, Walk, MAX_STATUS_BRANCHES,
+    cluster_branch, cluster_namespace, confirmations_in, find_store, judge_branch, trusted_reports,
+    walk_store, BranchRead, ClusterBranch, Store, Visitor, MAX_STATUS_BRANCHES,
 };
 mod push;
 pub use push::{
     build_commit, classify, publish, publish_until, PublishOptions, Published, PushError, Rejection,
 };
+
+/// Bound libgit2's object cache for the rest of the process (it is
+/// process-wide): by default it grows to 256 MiB, and reading a fleet's
+/// status store met every commit once, so the cache held the whole store.
+/// Also bound how much of the pack files is mapped at once, which counts in
+/// the process's resident memory once read. Every history walk of drover
+/// calls this (the status reader, `drover log`, the agent's source).
+pub fn bound_object_cache() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: these store integers in libgit2's global settings, before
+        // or between reads; libgit2 applies them to caches as they fill.
+        unsafe {
+            let _ = git2::opts::set_cache_max_size(GIT_CACHE_BYTES as libc::ssize_t);
+            let _ = git2::opts::set_mwindow_size(GIT_MAPPED_BYTES / 4);
+            let _ = git2::opts::set_mwindow_mapped_limit(GIT_MAPPED_BYTES);
+        }
+    });
+}
+
+/// libgit2's object cache bound ([`bound_object_cache`]).
+pub const GIT_CACHE_BYTES: usize = 4 * 1024 * 1024;
+/// Most bytes of pack files mapped at once ([`bound_object_cache`]).
+pub const GIT_MAPPED_BYTES: usize = 16 * 1024 * 1024;
 
 use crate::rollout::RolloutState;
 pub use cadence::NodeDetail;

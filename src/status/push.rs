@@ -39,6 +39,13 @@ pub enum PushError {
     /// Signing the status commit failed.
     #[error("cannot sign the status commit: {0}")]
     Sign(String),
+    /// The cluster's own status branch does not count as a whole (a merge,
+    /// a commit not signed by its key, times going backwards...): the agent
+    /// does not build its reports on it.
+    #[error(
+        "not building on the status branch: {0}; a person must repair it (docs/status.md, \"When a status branch does not count\")"
+    )]
+    Untrusted(super::Untrusted),
     /// The remote refused the update for a reason a retry does not change.
     #[error("{url} refused the status report on {branch}: {message}")]
     Refused {
@@ -82,7 +89,7 @@ impl PushError {
     /// on a later attempt.
     pub fn needs_a_person(&self) -> bool {
         match self {
-            PushError::Refused { .. } | PushError::Sign(_) => true,
+            PushError::Refused { .. } | PushError::Sign(_) | PushError::Untrusted(_) => true,
             PushError::Source(e) => matches!(
                 e,
                 source::Error::Auth { .. }
@@ -146,11 +153,16 @@ pub struct PublishOptions {
     pub name: String,
     /// Committer e-mail.
     pub email: String,
-    /// Committer time of the status commits; `None` is the wall clock, as an
-    /// agent must use (a report's evidence counts from its commit's time). The
-    /// demo, whose clock is virtual, commits at its own time so that its story
-    /// reads the same whatever day it is run.
+    /// Committer time of the status commits; `None` is the wall clock. The
+    /// agent sets the clock it decides by (a report's evidence counts from
+    /// its commit's time); the demo, whose clock is virtual, commits at its
+    /// own time so that its story reads the same whatever day it is run.
     pub commit_time: Option<chrono::DateTime<chrono::Utc>>,
+    /// The report signers of the policy in force: before building on its
+    /// branch's tip, the agent checks the branch counts as a whole by the
+    /// one reader's rule, and refuses to build on it otherwise (`None`: no
+    /// check, as for a branch nobody reads as evidence).
+    pub report_signers: Option<crate::trust::AllowedSigners>,
 }
 
 impl Default for PublishOptions {
@@ -162,6 +174,7 @@ impl Default for PublishOptions {
             name: "drover agent".into(),
             email: "drover@localhost".into(),
             commit_time: None,
+            report_signers: None,
         }
     }
 }
@@ -187,6 +200,7 @@ pub struct Published {
 
 enum Attempt {
     Pushed(Oid),
+    Untrusted(super::Untrusted),
     Unchanged,
     NeedFetch,
     /// The ref update was refused: the remote's status for it, and that
@@ -290,6 +304,7 @@ pub fn publish_until(
                     })
                 }
             },
+            Attempt::Untrusted(u) => return Err(PushError::Untrusted(u)),
         }
         std::thread::sleep(backoff(attempt));
     }
@@ -372,10 +387,13 @@ pub fn build_commit(
     let mut update = TreeUpdateBuilder::new();
     update.upsert(path.as_str(), blob, FileMode::Blob);
     let tree = repo.find_tree(update.create_updated(repo, &base)?)?;
-    let who = match opts.commit_time {
-        Some(t) => Signature::new(&opts.name, &opts.email, &git2::Time::new(t.timestamp(), 0))?,
-        None => Signature::now(&opts.name, &opts.email)?,
-    };
+    // Commit times on a status branch never go backwards (the reader's
+    // rule): a clock stepped back dates the commit at its parent's time.
+    let at = opts
+        .commit_time
+        .map_or_else(|| chrono::Utc::now().timestamp(), |t| t.timestamp())
+        .max(parent.as_ref().map_or(i64::MIN, |p| p.time().seconds()));
+    let who = Signature::new(&opts.name, &opts.email, &git2::Time::new(at, 0))?;
     let message = format!(
         "status: {}/{} {} {}\n\nconfig_commit: {}\nnodes: {}/{}\n",
         report.env,
@@ -404,6 +422,28 @@ pub fn build_commit(
         None => repo.odb()?.write(ObjectType::Commit, &buf)?,
     };
     Ok(Some(oid))
+}
+
+/// Why the branch at `tip` does not count as a whole, if it does not, by
+/// the reader the gate uses (judged at the time the next commit is dated).
+fn untrusted_tip(
+    repo: &Repository,
+    branch: &str,
+    tip: Oid,
+    report: &StatusReport,
+    opts: &PublishOptions,
+) -> Result<Option<super::Untrusted>, git2::Error> {
+    let Some(signers) = &opts.report_signers else {
+        return Ok(None);
+    };
+    let seen = crate::source::seen::StatusSeen::load(repo.path());
+    let judge = super::Judge {
+        signers: Some(signers),
+        now: opts.commit_time.unwrap_or_else(chrono::Utc::now),
+        seen: (!seen.is_empty()).then_some(&seen),
+    };
+    let refname = format!("refs/remotes/origin/{branch}");
+    Ok(super::judge_branch(repo, &refname, tip, &report.env, &report.cluster, &judge)?.err())
 }
 
 fn try_once(
@@ -435,6 +475,9 @@ fn try_once(
         if let Some(t) = tip {
             if repo.find_commit(t).is_err() {
                 return Ok(Attempt::NeedFetch);
+            }
+            if let Some(u) = untrusted_tip(repo, branch, t, report, opts)? {
+                return Ok(Attempt::Untrusted(u));
             }
         }
         let Some(oid) = build_commit(repo, report, opts, tip).map_err(|e| match e {

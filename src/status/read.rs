@@ -1,42 +1,46 @@
-//! Reading the status branch (docs/design.md §5): the one reader of status
-//! reports, shared by the gate, `drover promote`, `drover log` and the demo.
+//! Reading status reports (docs/design.md §5): the one reader, shared by
+//! the gate (`drover check --base`, the agent, `drover promote`, the demo),
+//! `drover log`, `drover status` and the agent's recovery.
 //!
-//! The walk follows the branch's first parents from its tip. At each commit
-//! only the report files that commit changed are looked at, and a report is
-//! evidence only when:
-//! - its file still exists at the tip (a report deleted from the tip no
-//!   longer counts);
+//! A status branch counts only as a whole ([`super::branch`]): a merge
+//! commit, a commit not signed by a key listed for its cluster, a tree
+//! holding more than the branch may hold, or commit times going backwards
+//! anywhere in what is read make the whole branch untrusted, named with the
+//! commit and why. On a branch that holds, every version of a report is
+//! evidence when:
 //! - the blob is at most [`MAX_REPORT_BYTES`] (its size is read from the
 //!   object header, so an oversized report is never loaded);
-//! - the commit that wrote it is signed by a key listed for exactly its
-//!   `<env>/<cluster>` in the report signers of the policy in force;
-//! - it parses and names the env and cluster of its path.
+//! - it parses and names the env and cluster of its path;
+//! - (single branch of the older layout) its file still exists at the tip,
+//!   for a confirmation: a `failed` report withdraws whether or not.
 //!
 //! Everything else is ignored and named in [`Confirmations::ignored`]. Only
-//! one report is held in memory at a time. The gate's read checks signatures
-//! only where they can matter ([`Checks::Evidence`]): each file's newest
-//! version and every `confirmed` or `failed` one.
+//! one report is held in memory at a time.
 //!
-//! Per cluster and version, the newest decisive report wins: a `failed`
-//! report withdraws every earlier confirmation of that version. A
+//! Per cluster and version, the newest decisive report wins, over the
+//! cluster's own branch and the single branch together, ordered by the
+//! signed commit times: a `failed` report withdraws every earlier
+//! confirmation of that version, whichever branch either is on. A
 //! confirmation counts from the first `confirmed` report after the last
 //! `failed` one (a re-published `confirmed`, say with a new node count, does
 //! not restart the soak), and its time is the signed commit's committer time,
 //! or the file's `since` when that is later: a report cannot claim to be
 //! older than the commit that published it.
 
+use super::branch::{short_ref, Untrusted};
 use super::StatusReport;
 use crate::rollout::RolloutState;
-use crate::trust::{self, AllowedSigners};
-use chrono::{DateTime, TimeZone, Utc};
-use git2::{Commit, ObjectType, Oid, Repository};
+use crate::trust::AllowedSigners;
+use chrono::{DateTime, Utc};
+use git2::{Oid, Repository};
 use semver::Version;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
-use std::ops::ControlFlow;
 
 /// Largest status report file that is read (docs/design.md §5).
 pub const MAX_REPORT_BYTES: usize = 64 * 1024;
+/// Longest report message kept for display (`drover status`); the rest is cut.
+pub const MAX_SHOWN_MESSAGE: usize = 1024;
 
 /// Errors reading the status branch (a missing branch is not one).
 #[derive(Debug, thiserror::Error)]
@@ -104,14 +108,14 @@ pub fn find_status_branch(repo: &Repository, branch: &str) -> Result<Option<Bran
     Ok(None)
 }
 
-/// A report the reader did not count, and why.
+/// A report (or a whole branch) the reader did not count, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ignored {
-    /// Environment of the report's path.
+    /// Environment of the report's path (empty when no one report is meant).
     pub env: String,
-    /// Cluster of the report's path.
+    /// Cluster of the report's path (or the branch, when no one report is meant).
     pub cluster: String,
-    /// The status commit that wrote it.
+    /// The status commit that wrote it, or that breaks its branch.
     pub commit: String,
     /// Why it does not count.
     pub why: String,
@@ -119,6 +123,12 @@ pub struct Ignored {
 
 impl fmt::Display for Ignored {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.commit.is_empty() {
+            return write!(f, "{}: {}", self.cluster, self.why);
+        }
+        if self.env.is_empty() {
+            return write!(f, "{} in {:.10}: {}", self.cluster, self.commit, self.why);
+        }
         write!(
             f,
             "status/{}/{}.toml in {:.10}: {}",
@@ -127,15 +137,21 @@ impl fmt::Display for Ignored {
     }
 }
 
-/// One trusted report, as the reader passed it on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TrustedReport {
-    /// The report.
-    pub report: StatusReport,
-    /// The signed status commit that wrote it.
-    pub commit: Oid,
-    /// When it counts from: the later of the commit time and `since`.
-    pub at: DateTime<Utc>,
+impl Ignored {
+    /// The entry naming a whole untrusted branch, for the reports of
+    /// `env`/`cluster` on it (empty: the single branch, every cluster).
+    pub(super) fn branch(u: &Untrusted, env: &str, cluster: &str) -> Self {
+        Ignored {
+            env: env.to_owned(),
+            cluster: if env.is_empty() {
+                short_ref(&u.refname).to_owned()
+            } else {
+                cluster.to_owned()
+            },
+            commit: u.commit.to_string(),
+            why: u.to_string(),
+        }
+    }
 }
 
 /// A standing confirmation: the first `confirmed` report of its run.
@@ -149,17 +165,50 @@ pub struct Standing {
     pub config_commit: String,
 }
 
-/// What the status branch proves, per cluster and version.
+/// Whether a report read counts: trusted, untrusted (and why), or not
+/// verifiable because no report signers are configured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Trust {
+    /// On a branch that keeps the rule, signed by its cluster's key.
+    Trusted,
+    /// Does not count, and why.
+    Untrusted(String),
+    /// No `report_signers`: nothing was verified and nothing counts.
+    Unverified,
+}
+
+/// A cluster's newest readable report, for display (`drover status`):
+/// `detail` is left out and the message is cut at [`MAX_SHOWN_MESSAGE`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Newest {
+    /// The report.
+    pub report: StatusReport,
+    /// The status commit that wrote it.
+    pub commit: Oid,
+    /// That commit's time.
+    pub committed: DateTime<Utc>,
+    /// Whether it counts.
+    pub trust: Trust,
+}
+
+/// What the status store proves, per cluster and version.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Confirmations {
-    /// Where the branch was read from; `None` when it does not exist.
+    /// Where the single branch of the older layout was read from; `None` when it does not exist.
     pub branch: Option<BranchRef>,
     /// (env, cluster, version) -> the standing confirmation.
-    confirmed: BTreeMap<(String, String, Version), Standing>,
+    pub(super) confirmed: BTreeMap<(String, String, Version), Standing>,
     /// (env, cluster, version) -> the `failed` report that withdrew it.
-    withdrawn: BTreeMap<(String, String, Version), DateTime<Utc>>,
-    /// Reports that do not count, each named with why.
+    pub(super) withdrawn: BTreeMap<(String, String, Version), DateTime<Utc>>,
+    /// Reports and branches that do not count, each named with why.
     pub ignored: Vec<Ignored>,
+    /// Branches that do not count as a whole.
+    pub untrusted: Vec<Untrusted>,
+    /// (env, cluster) -> its newest readable report.
+    pub newest: BTreeMap<(String, String), Newest>,
+    /// The single branch of the older layout does not count as a whole, so
+    /// no cluster's confirmation does.
+    pub(super) single_void: Option<Untrusted>,
 }
 
 impl Confirmations {
@@ -201,7 +250,7 @@ impl Confirmations {
     }
 
     /// Why `cluster` of `env` has no standing confirmation of `version`, if
-    /// the branch says anything about it (withdrawn, or reports ignored).
+    /// the store says anything about it (withdrawn, reports or branches ignored).
     pub fn why_not(&self, env: &str, cluster: &str, version: &Version) -> Option<String> {
         let key = (env.to_owned(), cluster.to_owned(), version.clone());
         if let Some(t) = self.withdrawn.get(&key) {
@@ -215,6 +264,12 @@ impl Confirmations {
             .iter()
             .filter(|i| i.env == env && i.cluster == cluster)
             .map(|i| format!("{:.10}: {}", i.commit, i.why))
+            // The single branch holds every cluster's older history.
+            .chain(
+                self.single_void
+                    .iter()
+                    .map(|u| format!("{:.10}: {u}", u.commit)),
+            )
             .collect();
         (!ignored.is_empty()).then(|| format!("ignored reports: {}", ignored.join("; ")))
     }
@@ -223,103 +278,6 @@ impl Confirmations {
 /// Who may sign reports: the parsed `report_signers` of the policy in force.
 /// `None` trusts no report.
 pub type ReportSigners<'a> = Option<&'a AllowedSigners>;
-
-pub(super) fn commit_time(c: &Commit<'_>) -> DateTime<Utc> {
-    Utc.timestamp_opt(c.time().seconds(), 0)
-        .single()
-        .unwrap_or(DateTime::<Utc>::MAX_UTC)
-}
-
-/// `status/<env>/<cluster>.toml` blobs of a commit's tree.
-pub(super) fn report_blobs(
-    repo: &Repository,
-    commit: &Commit<'_>,
-) -> Result<BTreeMap<(String, String), Oid>, git2::Error> {
-    let mut out = BTreeMap::new();
-    let tree = commit.tree()?;
-    let Some(status) = tree.get_name("status") else {
-        return Ok(out);
-    };
-    if status.kind() != Some(ObjectType::Tree) {
-        return Ok(out);
-    }
-    for env in repo.find_tree(status.id())?.iter() {
-        if env.kind() != Some(ObjectType::Tree) {
-            continue;
-        }
-        let Ok(env_name) = env.name() else { continue };
-        for file in repo.find_tree(env.id())?.iter() {
-            if file.kind() != Some(ObjectType::Blob) {
-                continue;
-            }
-            let Some(cluster) = file.name().ok().and_then(|n| n.strip_suffix(".toml")) else {
-                continue;
-            };
-            out.insert((env_name.to_owned(), cluster.to_owned()), file.id());
-        }
-    }
-    Ok(out)
-}
-
-/// Subtree id of `status/` in a commit (to skip commits that change nothing there).
-fn status_dir(commit: &Commit<'_>) -> Result<Option<Oid>, git2::Error> {
-    Ok(commit
-        .tree()?
-        .get_name("status")
-        .filter(|e| e.kind() == Some(ObjectType::Tree))
-        .map(|e| e.id()))
-}
-
-/// Check the commit that wrote `env`/`cluster`'s report: signed by a key
-/// listed for exactly `<env>/<cluster>`? `Err` says why not.
-pub(super) fn check_signer(
-    repo: &Repository,
-    commit: Oid,
-    env: &str,
-    cluster: &str,
-    signers: ReportSigners<'_>,
-) -> Result<(), String> {
-    let own = signers.map(|all| all.for_principal(&format!("{env}/{cluster}")));
-    check_signer_with(repo, commit, env, cluster, signers, own.as_ref())
-}
-
-/// [`check_signer`] with the keys listed for exactly `<env>/<cluster>`
-/// (`own`) already picked out of `signers`, so a walk of one cluster's
-/// branch filters the signers once, not once per report.
-pub(super) fn check_signer_with(
-    repo: &Repository,
-    commit: Oid,
-    env: &str,
-    cluster: &str,
-    signers: ReportSigners<'_>,
-    own: Option<&AllowedSigners>,
-) -> Result<(), String> {
-    let (Some(all), Some(own)) = (signers, own) else {
-        return Err(
-            "no `report_signers` in [promotion] of drover.toml, so no report can be trusted".into(),
-        );
-    };
-    let principal = format!("{env}/{cluster}");
-    match trust::verify_commit(repo, commit, own) {
-        Ok(_) => Ok(()),
-        Err(trust::Error::Refused(r)) => match r.reason {
-            trust::Reason::UnknownKey { fingerprint } => {
-                // Name whose key it is, when it is someone else's.
-                match trust::verify_commit(repo, commit, all) {
-                    Ok(v) => Err(format!(
-                        "signed by {}'s key, which is not listed for {principal} in the report signers",
-                        v.principal
-                    )),
-                    Err(_) => Err(format!(
-                        "signed by key {fingerprint}, which is not listed for {principal} in the report signers"
-                    )),
-                }
-            }
-            other => Err(other.to_string()),
-        },
-        Err(e) => Err(e.to_string()),
-    }
-}
 
 /// Read one report blob with the size bound; `Err` says why it is ignored.
 pub(super) fn read_report(
@@ -349,7 +307,21 @@ pub(super) fn read_report(
     Ok(r)
 }
 
-/// One version of one report file, as the walk of the status branch met it.
+/// A report cut down for display: no `detail`, a bounded message.
+pub(super) fn for_display(mut r: StatusReport) -> StatusReport {
+    r.detail = Default::default();
+    if r.message.len() > MAX_SHOWN_MESSAGE {
+        let cut = (0..=MAX_SHOWN_MESSAGE)
+            .rev()
+            .find(|i| r.message.is_char_boundary(*i))
+            .unwrap_or(0);
+        r.message.truncate(cut);
+        r.message.push('…');
+    }
+    r
+}
+
+/// One version of one report file, as the read of its branch met it.
 #[derive(Debug, Clone)]
 pub struct ReportVersion {
     /// Environment of the report's path.
@@ -361,267 +333,185 @@ pub struct ReportVersion {
     /// That commit's time.
     pub committed: DateTime<Utc>,
     /// The report, or why it cannot be read (too large, not UTF-8, invalid,
-    /// naming another cluster than its path).
+    /// naming another cluster than its path, deleted).
     pub report: Result<StatusReport, String>,
-    /// `Ok` when the commit is signed by a key listed for exactly this
-    /// `<env>/<cluster>`; otherwise why not. Checked only for readable
-    /// reports whose file still exists at the tip.
-    pub trust: Result<(), String>,
-    /// The file no longer exists at the branch tip, so it counts for nothing.
+    /// The file is deleted at the tip of the single branch (its
+    /// confirmations no longer count there).
     pub deleted_at_tip: bool,
-    /// False when the walk's [`Checks`] left the signature unchecked (a
-    /// readable version that cannot count as evidence); `trust` then says so.
-    pub checked: bool,
 }
 
-/// Which report versions a walk checks the signature of.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Checks {
-    /// Every readable version (the timeline shows each one's trust).
-    All,
-    /// Only what can be evidence or must be named: the newest version of each
-    /// file on its branch, and every `confirmed` or `failed` one. An older
-    /// `pending`/`rolling`/... version changes no confirmation whoever signed
-    /// it, and checking 10,000 signatures is most of a fleet's read time.
-    Evidence,
+/// A decisive report (`confirmed` or `failed`) on a branch that holds.
+#[derive(Debug, Clone)]
+pub(super) struct Event {
+    pub commit: Oid,
+    pub committed: DateTime<Utc>,
+    /// When a confirmation counts from: the later of the commit time and `since`.
+    pub at: DateTime<Utc>,
+    pub version: Version,
+    pub failed: bool,
+    pub config_commit: String,
 }
 
-impl Checks {
-    /// Whether a readable `report` gets its signature checked; `newest`: the
-    /// newest version of its file on the branch being walked.
-    pub(super) fn wants(self, report: &StatusReport, newest: bool) -> bool {
-        self == Checks::All
-            || newest
-            || matches!(report.state, RolloutState::Confirmed | RolloutState::Failed)
+impl Event {
+    /// The event of a report, when it is decisive.
+    pub(super) fn of(v: &ReportVersion, r: &StatusReport) -> Option<Self> {
+        let failed = match r.state {
+            RolloutState::Failed => true,
+            RolloutState::Confirmed => false,
+            _ => return None,
+        };
+        Some(Event {
+            commit: v.commit,
+            committed: v.committed,
+            at: v.committed.max(r.since),
+            version: r.version.clone(),
+            failed,
+            config_commit: r.config_commit.clone(),
+        })
     }
 }
 
-/// The trust of a version the walk's [`Checks`] do not look at.
-pub(super) const NOT_CHECKED: &str =
-    "signature not checked: an older report in this state cannot count as evidence";
-
-/// Walk the status branch from `tip` along first parents, newest first,
-/// calling `visit` once per version of each report file (at the commit that
-/// wrote it), until `visit` says stop. The one reader of the status branch:
-/// the gate, `drover log` and `drover status` all read through it, and it
-/// holds one report in memory at a time.
-pub fn walk_versions(
-    repo: &Repository,
-    tip: Oid,
-    signers: ReportSigners<'_>,
-    visit: impl FnMut(ReportVersion) -> ControlFlow<()>,
-) -> Result<(), git2::Error> {
-    walk_versions_checked(repo, tip, signers, Checks::All, visit)
-}
-
-/// [`walk_versions`], checking the signatures `checks` asks for.
-pub(super) fn walk_versions_checked(
-    repo: &Repository,
-    tip: Oid,
-    signers: ReportSigners<'_>,
-    checks: Checks,
-    mut visit: impl FnMut(ReportVersion) -> ControlFlow<()>,
-) -> Result<(), git2::Error> {
-    // Files whose newest version the walk has passed.
-    let mut met: BTreeSet<(String, String)> = BTreeSet::new();
-    let mut commit = repo.find_commit(tip)?;
-    let at_tip = report_blobs(repo, &commit)?;
-    let mut dir = status_dir(&commit)?;
-    let mut blobs = at_tip.clone();
+/// One cluster's decisive reports from its own branch and from the single
+/// branch (each newest first), merged newest first by commit time. At equal
+/// times the single branch's report is the older: it is the cluster's older
+/// history.
+pub(super) fn merge_newest_first(own: Vec<Event>, single: Vec<Event>) -> Vec<Event> {
+    let mut out = Vec::with_capacity(own.len() + single.len());
+    let (mut a, mut b) = (own.into_iter().peekable(), single.into_iter().peekable());
     loop {
-        let parent = commit.parent(0).ok();
-        let parent_dir = match &parent {
-            Some(p) => status_dir(p)?,
-            None => None,
+        let take_own = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) => x.committed >= y.committed,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => break,
         };
-        let parent_blobs = match (&parent, parent_dir == dir) {
-            (_, true) => blobs.clone(),
-            (Some(p), false) => report_blobs(repo, p)?,
-            (None, false) => BTreeMap::new(),
-        };
-        if parent_dir != dir {
-            for ((env, cluster), blob) in &blobs {
-                if parent_blobs.get(&(env.clone(), cluster.clone())) == Some(blob) {
-                    continue;
-                }
-                let deleted_at_tip = !at_tip.contains_key(&(env.clone(), cluster.clone()));
-                let newest = met.insert((env.clone(), cluster.clone()));
-                let report = read_report(repo, *blob, env, cluster);
-                let checked = report.as_ref().map_or(true, |r| checks.wants(r, newest));
-                let trust = match (&report, deleted_at_tip) {
-                    (Ok(_), false) if !checked => Err(NOT_CHECKED.into()),
-                    (Ok(_), false) => check_signer(repo, commit.id(), env, cluster, signers),
-                    (Err(why), _) => Err(why.clone()),
-                    (Ok(_), true) => Err("the file is deleted at the branch tip".into()),
-                };
-                let flow = visit(ReportVersion {
-                    env: env.clone(),
-                    cluster: cluster.clone(),
-                    commit: commit.id(),
-                    committed: commit_time(&commit),
-                    report,
-                    trust,
-                    deleted_at_tip,
-                    checked,
-                });
-                if flow.is_break() {
-                    return Ok(());
-                }
-            }
-        }
-        match parent {
-            Some(p) => {
-                commit = p;
-                dir = parent_dir;
-                blobs = parent_blobs;
-            }
-            None => break,
-        }
+        out.extend(if take_own { a.next() } else { b.next() });
     }
-    Ok(())
+    out
 }
 
-/// Sorts report versions into trusted reports and ignored ones, noting a
-/// file deleted at its branch tip once.
-#[derive(Default)]
-pub(super) struct Sieve {
-    deleted_noted: BTreeSet<(String, String)>,
+/// What one cluster's decisive reports (newest first) prove, per version:
+/// the standing confirmation, or the time of the `failed` report that
+/// withdrew it.
+pub(super) type Tally = HashMap<Version, Result<Standing, DateTime<Utc>>>;
+
+/// Tally one cluster's decisive reports, newest first: per version, the
+/// newest `failed` decides (nothing older counts); until one is met, the
+/// earliest confirmation of the run wins.
+pub(super) fn tally(events: &[Event]) -> Tally {
+    let mut out: Tally = HashMap::new();
+    let mut decided: HashSet<&Version> = HashSet::new();
+    for e in events {
+        if decided.contains(&e.version) {
+            continue;
+        }
+        if e.failed {
+            decided.insert(&e.version);
+            out.entry(e.version.clone()).or_insert(Err(e.at));
+            continue;
+        }
+        out.insert(
+            e.version.clone(),
+            Ok(Standing {
+                at: e.at,
+                status_commit: e.commit,
+                config_commit: e.config_commit.clone(),
+            }),
+        );
+    }
+    out
 }
 
-impl Sieve {
-    /// The trusted report in `v`, or `None` after recording why it does not count.
-    pub(super) fn take(
-        &mut self,
-        v: ReportVersion,
-        ignored: &mut Vec<Ignored>,
-    ) -> Option<TrustedReport> {
-        if v.deleted_at_tip {
-            if self
-                .deleted_noted
-                .insert((v.env.clone(), v.cluster.clone()))
-            {
-                ignored.push(Ignored {
-                    env: v.env,
-                    cluster: v.cluster,
-                    commit: v.commit.to_string(),
-                    why: "the file is deleted at the branch tip, so its reports no longer count"
-                        .into(),
-                });
-            }
-            return None;
-        }
-        if !v.checked {
-            // Cannot count, and is not named: only its signature is unknown.
-            return None;
-        }
-        match (v.report, v.trust) {
-            (Ok(report), Ok(())) => {
-                let at = v.committed.max(report.since);
-                Some(TrustedReport {
-                    report,
-                    commit: v.commit,
-                    at,
-                })
-            }
-            (Err(why), _) | (Ok(_), Err(why)) => {
-                ignored.push(Ignored {
-                    env: v.env,
-                    cluster: v.cluster,
-                    commit: v.commit.to_string(),
-                    why,
-                });
-                None
+impl Confirmations {
+    /// Add one cluster's tally.
+    pub(super) fn add(&mut self, env: &str, cluster: &str, t: Tally) {
+        for (version, r) in t {
+            let key = (env.to_owned(), cluster.to_owned(), version);
+            match r {
+                Ok(s) => {
+                    self.confirmed.insert(key, s);
+                }
+                Err(at) => {
+                    self.withdrawn.insert(key, at);
+                }
             }
         }
     }
 }
 
-/// Walk the status branch from `tip`, newest first, calling `visit` with
-/// every trusted report among those `checks` looks at, and recording every
-/// ignored one in `ignored`.
-pub fn walk_reports(
-    repo: &Repository,
-    tip: Oid,
-    signers: ReportSigners<'_>,
-    checks: Checks,
-    ignored: &mut Vec<Ignored>,
-    mut visit: impl FnMut(TrustedReport),
-) -> Result<(), git2::Error> {
-    let mut sieve = Sieve::default();
-    walk_versions_checked(repo, tip, signers, checks, |v| {
-        if let Some(t) = sieve.take(v, ignored) {
-            visit(t);
-        }
-        ControlFlow::Continue(())
-    })
-}
-
-/// Read what the status store named `branch` proves, trusting reports
-/// signed by `signers` (docs/design.md §5): every per-cluster branch
+/// Read what the status store named `branch` proves at `now`, trusting
+/// reports signed by `signers` (docs/design.md §5): every per-cluster branch
 /// `<branch>.d/<env>/<cluster>` and the single branch `<branch>` of the
-/// older layout, each local or `origin/` (see [`super::find_store`]).
+/// older layout, each local or `origin/` (see [`super::find_store`]). The
+/// first-seen record of an agent's cache is used when the repository has
+/// one ([`crate::source::seen::StatusSeen`]).
 pub fn read_confirmations(
     repo: &Repository,
     branch: &str,
     signers: ReportSigners<'_>,
+    now: DateTime<Utc>,
 ) -> Result<Confirmations, Error> {
     let store = super::find_store(repo, branch)?;
-    let mut out = super::confirmations_in(repo, &store, signers).map_err(|source| Error::Git {
+    super::confirmations_in(repo, &store, signers, now).map_err(|source| Error::Git {
         branch: branch.to_owned(),
         source,
-    })?;
-    out.branch = store.legacy.clone();
-    Ok(out)
+    })
 }
 
-/// What the status branch at `tip` (one branch of the older layout, every
-/// cluster's file on it) proves, trusting reports signed by `signers`.
-pub fn confirmations_at(
-    repo: &Repository,
-    tip: Oid,
-    signers: ReportSigners<'_>,
-) -> Result<Confirmations, git2::Error> {
-    tally(|ignored, visit| walk_reports(repo, tip, signers, Checks::Evidence, ignored, visit))
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Confirmations from the trusted reports `walk` passes on. `walk` must give
-/// each cluster's reports newest first (clusters may interleave in any way).
-pub(super) fn tally(
-    walk: impl FnOnce(&mut Vec<Ignored>, &mut dyn FnMut(TrustedReport)) -> Result<(), git2::Error>,
-) -> Result<Confirmations, git2::Error> {
-    let mut out = Confirmations::default();
-    // Per (env, cluster, version): decided once a `failed` is seen (newest
-    // first); until then the earliest confirmation of the run wins.
-    let mut decided: HashMap<(String, String, Version), bool> = HashMap::new();
-    let mut confirmed = BTreeMap::new();
-    let mut withdrawn = BTreeMap::new();
-    walk(&mut out.ignored, &mut |t: TrustedReport| {
-        let r = t.report;
-        let key = (r.env, r.cluster, r.version);
-        if decided.get(&key) == Some(&true) {
-            return;
+    fn t(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    fn ev(n: u8, at: &str, failed: bool) -> Event {
+        Event {
+            commit: Oid::from_bytes(&[n; 20]).unwrap(),
+            committed: t(at),
+            at: t(at),
+            version: Version::new(1, 13, 0),
+            failed,
+            config_commit: String::new(),
         }
-        match r.state {
-            RolloutState::Failed => {
-                decided.insert(key.clone(), true);
-                if !confirmed.contains_key(&key) {
-                    withdrawn.insert(key, t.at);
-                }
-            }
-            RolloutState::Confirmed => {
-                confirmed.insert(
-                    key,
-                    Standing {
-                        at: t.at,
-                        status_commit: t.commit,
-                        config_commit: r.config_commit,
-                    },
-                );
-            }
-            _ => {}
-        }
-    })?;
-    out.confirmed = confirmed;
-    out.withdrawn = withdrawn;
-    Ok(out)
+    }
+
+    #[test]
+    fn a_failed_on_either_branch_withdraws_an_earlier_confirmation_on_the_other() {
+        let v = Version::new(1, 13, 0);
+        // The cluster's own branch holds an old confirmation (a branch made
+        // at an old commit of the single branch); the single branch, a later failure.
+        let own = vec![ev(1, "2026-12-01T00:00:00Z", false)];
+        let single = vec![
+            ev(2, "2026-12-05T00:00:00Z", true),
+            ev(1, "2026-12-01T00:00:00Z", false),
+        ];
+        let merged = merge_newest_first(own.clone(), single.clone());
+        assert_eq!(tally(&merged)[&v], Err(t("2026-12-05T00:00:00Z")));
+        // The other way round.
+        let merged = merge_newest_first(single, own);
+        assert_eq!(tally(&merged)[&v], Err(t("2026-12-05T00:00:00Z")));
+        // A confirmation after the failure counts, from itself.
+        let own = vec![ev(3, "2026-12-06T00:00:00Z", false)];
+        let single = vec![
+            ev(2, "2026-12-05T00:00:00Z", true),
+            ev(1, "2026-12-01T00:00:00Z", false),
+        ];
+        let s = tally(&merge_newest_first(own, single))[&v].clone().unwrap();
+        assert_eq!(s.at, t("2026-12-06T00:00:00Z"));
+    }
+
+    #[test]
+    fn at_equal_times_the_single_branch_is_the_older_history() {
+        let v = Version::new(1, 13, 0);
+        let own = vec![ev(3, "2026-12-05T00:00:00Z", false)];
+        let single = vec![ev(2, "2026-12-05T00:00:00Z", true)];
+        assert!(tally(&merge_newest_first(own, single))[&v].is_ok());
+        // A run that began on the single branch goes on on the cluster's own.
+        let own = vec![ev(3, "2026-12-05T00:00:00Z", false)];
+        let single = vec![ev(2, "2026-12-05T00:00:00Z", false)];
+        let s = tally(&merge_newest_first(own, single))[&v].clone().unwrap();
+        assert_eq!(s.status_commit, Oid::from_bytes(&[2; 20]).unwrap());
+    }
 }

@@ -13,23 +13,24 @@
 //! both a file and a directory), so branches under the old name would be
 //! refused by every remote that still has the old branch.
 //!
-//! On a cluster's branch only its own file counts: a file naming another
-//! cluster is ignored and named, whoever signed it. The older single branch
-//! is each cluster's older history: a cluster's reports are read from its
-//! own branch (newest first), then from the single branch, so a confirmation
-//! made before the move to per-cluster branches still stands, and a `failed`
-//! report on the cluster's own branch still withdraws it.
+//! A cluster's branch holds only its own file; anything else makes the
+//! branch untrusted as a whole ([`super::branch`]). The older single branch
+//! is each cluster's older history, read first: a cluster's reports on both
+//! branches are ordered by their signed commit times, so a confirmation made
+//! before the move to per-cluster branches still stands, and a `failed`
+//! report on either branch withdraws an earlier confirmation on the other.
+//! When a branch holding a cluster's reports does not count, none of that
+//! cluster's confirmations count (from either branch): breaking a branch can
+//! hide a `failed` report, so it must never let an older confirmation stand.
 
+use super::branch::{scan, Found, Judge, Layout, Signatures, Untrusted};
 use super::read::{
-    check_signer_with, commit_time, find_status_branch, read_report, report_blobs, tally,
-    walk_versions_checked, BranchRef, Checks, Confirmations, Error, Ignored, ReportSigners,
-    ReportVersion, Sieve, TrustedReport, NOT_CHECKED,
+    find_status_branch, for_display, merge_newest_first, read_report, tally, BranchRef,
+    Confirmations, Error, Event, Ignored, Newest, ReportSigners, ReportVersion, Trust,
 };
-use super::report_path;
-use git2::{Commit, Oid, Repository};
-use std::collections::{BTreeMap, BTreeSet};
-use std::ops::ControlFlow;
-use std::path::Path;
+use chrono::{DateTime, Utc};
+use git2::Repository;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Most per-cluster status branches read (docs/status.md): ten times the
 /// largest fleet drover is measured at. A store with more is refused as a
@@ -145,197 +146,357 @@ pub fn find_store(repo: &Repository, status_branch: &str) -> Result<Store, Error
     })
 }
 
-/// What a walk's visitor wants next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Walk {
-    /// The next version on this branch.
-    Continue,
-    /// Nothing more of this version's cluster from this branch: on a
-    /// cluster's branch the walk goes on to the next branch; on the single
-    /// branch of the older layout, later versions of that cluster are skipped.
-    NextBranch,
-    /// Nothing more at all.
-    Stop,
+/// What one branch's read came to, as a [`Visitor`] is told at its end.
+#[derive(Debug)]
+pub struct BranchRead<'a> {
+    /// The branch's full ref name.
+    pub refname: &'a str,
+    /// What it holds.
+    pub layout: &'a Layout,
+    /// `Ok` when it keeps the rule as a whole.
+    pub verdict: &'a Result<(), Untrusted>,
+    /// Single branch: clusters whose reports there do not count, and why.
+    pub broken: &'a BTreeMap<String, Untrusted>,
+    /// The bound stopped the read before the branch's first commit.
+    pub truncated: bool,
 }
 
-/// The blob at `path` in a commit's tree, if it is a file.
-fn blob_at(commit: &Commit<'_>, path: &Path) -> Result<Option<Oid>, git2::Error> {
-    match commit.tree()?.get_path(path) {
-        Ok(e) if e.kind() == Some(git2::ObjectType::Blob) => Ok(Some(e.id())),
-        Ok(_) => Ok(None),
-        Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
+/// What reads the store: told each version of each report as its branch is
+/// read (newest first), then how the branch's read ended. A version counts
+/// only when its branch's verdict, known at the end, holds.
+pub trait Visitor {
+    /// One version of one report file.
+    fn version(&mut self, v: ReportVersion);
+    /// The branch whose versions were just given is done.
+    fn branch(&mut self, b: &BranchRead<'_>);
 }
 
-/// Walk one cluster's branch along first parents, newest first: every
-/// version of its own report file, after one version per foreign file at
-/// the tip (each an unreadable report saying why it does not count).
-fn walk_cluster(
-    repo: &Repository,
-    b: &ClusterBranch,
-    signers: ReportSigners<'_>,
-    checks: Checks,
-    visit: &mut impl FnMut(ReportVersion) -> Walk,
-) -> Result<Walk, git2::Error> {
-    let own = signers.map(|all| all.for_principal(&format!("{}/{}", b.env, b.cluster)));
-    let path_text = report_path(&b.env, &b.cluster);
-    let path = Path::new(&path_text);
-    let mut commit = repo.find_commit(b.branch.tip)?;
-    for (env, cluster) in report_blobs(repo, &commit)?.into_keys() {
-        if env == b.env && cluster == b.cluster {
-            continue;
-        }
-        let why = format!(
-            "it is on the status branch of {}/{} ({}); a report counts only on its own cluster's branch",
-            b.env, b.cluster, b.branch.refname
-        );
-        let flow = visit(ReportVersion {
-            env,
-            cluster,
-            commit: commit.id(),
-            committed: commit_time(&commit),
-            report: Err(why.clone()),
-            trust: Err(why),
-            deleted_at_tip: false,
-            checked: true,
-        });
-        // `NextBranch` is about that other cluster; this branch's own file comes next.
-        if flow == Walk::Stop {
-            return Ok(flow);
-        }
-    }
-    let deleted_at_tip = blob_at(&commit, path)?.is_none();
-    let mut blob = blob_at(&commit, path)?;
-    let mut newest = true;
-    loop {
-        let parent = commit.parent(0).ok();
-        let parent_blob = match &parent {
-            Some(p) if p.tree_id() == commit.tree_id() => blob,
-            Some(p) => blob_at(p, path)?,
-            None => None,
-        };
-        if let Some(this) = blob.filter(|&this| Some(this) != parent_blob) {
-            let report = read_report(repo, this, &b.env, &b.cluster);
-            let checked = report.as_ref().map_or(true, |r| checks.wants(r, newest));
-            newest = false;
-            let trust = match (&report, deleted_at_tip) {
-                (Ok(_), false) if !checked => Err(NOT_CHECKED.into()),
-                (Ok(_), false) => {
-                    check_signer_with(repo, commit.id(), &b.env, &b.cluster, signers, own.as_ref())
-                }
-                (Err(why), _) => Err(why.clone()),
-                (Ok(_), true) => Err("the file is deleted at the branch tip".into()),
-            };
-            let flow = visit(ReportVersion {
-                env: b.env.clone(),
-                cluster: b.cluster.clone(),
-                commit: commit.id(),
-                committed: commit_time(&commit),
-                report,
-                trust,
-                deleted_at_tip,
-                checked,
-            });
-            if flow != Walk::Continue {
-                return Ok(flow);
-            }
-        }
-        match parent {
-            Some(p) => {
-                commit = p;
-                blob = parent_blob;
-            }
-            None => return Ok(Walk::Continue),
-        }
-    }
-}
-
-/// Walk the whole store, calling `visit` once per version of each report:
-/// each cluster's branch newest first (clusters in name order), then the
-/// single branch of the older layout newest first. Every version passes the
-/// checks of [`super::walk_versions`]; on a cluster's branch, files of other
-/// clusters come as unreadable versions saying why they do not count.
+/// Read the whole store under `judge`: the single branch of the older layout
+/// first, then each cluster's branch in name order, every one through the
+/// whole-branch rule ([`super::branch`]). One report is held at a time.
 pub fn walk_store(
     repo: &Repository,
     store: &Store,
-    signers: ReportSigners<'_>,
-    visit: impl FnMut(ReportVersion) -> Walk,
+    judge: &Judge<'_>,
+    visitor: &mut dyn Visitor,
 ) -> Result<(), git2::Error> {
-    walk_store_checked(repo, store, signers, Checks::All, visit)
-}
-
-/// [`walk_store`], checking the signatures `checks` asks for.
-fn walk_store_checked(
-    repo: &Repository,
-    store: &Store,
-    signers: ReportSigners<'_>,
-    checks: Checks,
-    mut visit: impl FnMut(ReportVersion) -> Walk,
-) -> Result<(), git2::Error> {
-    for b in &store.clusters {
-        if walk_cluster(repo, b, signers, checks, &mut visit)? == Walk::Stop {
-            return Ok(());
-        }
-    }
+    super::bound_object_cache();
+    let mut sigs = Signatures::new(judge.signers);
     if let Some(legacy) = &store.legacy {
-        let mut done: BTreeSet<(String, String)> = BTreeSet::new();
-        walk_versions_checked(repo, legacy.tip, signers, checks, |v| {
-            let key = (v.env.clone(), v.cluster.clone());
-            if done.contains(&key) {
-                return ControlFlow::Continue(());
-            }
-            match visit(v) {
-                Walk::Continue => ControlFlow::Continue(()),
-                Walk::NextBranch => {
-                    done.insert(key);
-                    ControlFlow::Continue(())
+        // A file whose newest version deletes it: its reports no longer count.
+        let mut newest_seen: HashSet<(String, String)> = HashSet::new();
+        let mut deleted: HashSet<(String, String)> = HashSet::new();
+        let layout = Layout::Legacy;
+        let end = scan(
+            repo,
+            &legacy.refname,
+            legacy.tip,
+            &layout,
+            judge,
+            &mut sigs,
+            &mut |f: Found| {
+                let key = (f.env.clone(), f.cluster.clone());
+                if newest_seen.insert(key.clone()) && f.blob.is_none() {
+                    deleted.insert(key.clone());
                 }
-                Walk::Stop => ControlFlow::Break(()),
-            }
-        })?;
+                let Some(blob) = f.blob else { return };
+                visitor.version(ReportVersion {
+                    report: read_report(repo, blob, &f.env, &f.cluster),
+                    deleted_at_tip: deleted.contains(&key),
+                    env: f.env,
+                    cluster: f.cluster,
+                    commit: f.commit,
+                    committed: f.committed,
+                });
+            },
+        )?;
+        visitor.branch(&BranchRead {
+            refname: &legacy.refname,
+            layout: &layout,
+            verdict: &end.verdict,
+            broken: &end.broken,
+            truncated: end.truncated,
+        });
+    }
+    for b in &store.clusters {
+        let layout = Layout::Cluster {
+            env: b.env.clone(),
+            cluster: b.cluster.clone(),
+        };
+        let end = scan(
+            repo,
+            &b.branch.refname,
+            b.branch.tip,
+            &layout,
+            judge,
+            &mut sigs,
+            &mut |f: Found| {
+                let Some(blob) = f.blob else { return };
+                visitor.version(ReportVersion {
+                    report: read_report(repo, blob, &f.env, &f.cluster),
+                    deleted_at_tip: false,
+                    env: f.env,
+                    cluster: f.cluster,
+                    commit: f.commit,
+                    committed: f.committed,
+                });
+            },
+        )?;
+        visitor.branch(&BranchRead {
+            refname: &b.branch.refname,
+            layout: &layout,
+            verdict: &end.verdict,
+            broken: &end.broken,
+            truncated: end.truncated,
+        });
     }
     Ok(())
 }
 
-/// [`walk_store`], passing on trusted reports only and recording every
-/// ignored one (and every misnamed branch) in `ignored`.
-pub fn walk_store_reports(
-    repo: &Repository,
-    store: &Store,
-    signers: ReportSigners<'_>,
-    ignored: &mut Vec<Ignored>,
-    visit: impl FnMut(TrustedReport),
-) -> Result<(), git2::Error> {
-    sieve_store(repo, store, signers, Checks::All, ignored, visit)
+/// The store read for the gate: confirmations, what is ignored and why, and
+/// each cluster's newest report.
+struct Tallier {
+    signed: bool,
+    out: Confirmations,
+    /// The branch being read: decisive reports per cluster (newest first),
+    /// reports that cannot be read, newest readable report per cluster.
+    events: HashMap<(String, String), Vec<Event>>,
+    unreadable: Vec<Ignored>,
+    newest: HashMap<(String, String), (ReportVersion, super::StatusReport)>,
+    /// Decisive reports of the single branch, once it is known to hold.
+    single: HashMap<(String, String), Vec<Event>>,
+    /// Clusters with no standing confirmation: a branch holding their reports does not count.
+    void: HashSet<(String, String)>,
+    /// The single branch does not count: no cluster's confirmation does.
+    void_all: bool,
+    /// Files deleted at the single branch's tip, named once.
+    deleted_noted: HashSet<(String, String)>,
 }
 
-/// [`walk_store_reports`], checking the signatures `checks` asks for.
-fn sieve_store(
-    repo: &Repository,
-    store: &Store,
-    signers: ReportSigners<'_>,
-    checks: Checks,
-    ignored: &mut Vec<Ignored>,
-    mut visit: impl FnMut(TrustedReport),
-) -> Result<(), git2::Error> {
-    ignored.extend(store.ignored.iter().cloned());
-    let mut sieve = Sieve::default();
-    walk_store_checked(repo, store, signers, checks, |v| {
-        if let Some(t) = sieve.take(v, ignored) {
-            visit(t);
+impl Visitor for Tallier {
+    fn version(&mut self, v: ReportVersion) {
+        let key = (v.env.clone(), v.cluster.clone());
+        if v.deleted_at_tip && self.deleted_noted.insert(key.clone()) {
+            self.unreadable.push(Ignored {
+                env: v.env.clone(),
+                cluster: v.cluster.clone(),
+                commit: v.commit.to_string(),
+                why: "the file is deleted at the branch tip, so its confirmations no longer count"
+                    .into(),
+            });
         }
-        Walk::Continue
-    })
+        match &v.report {
+            Ok(r) => {
+                if let Some(e) = Event::of(&v, r) {
+                    // A deleted file's confirmations no longer count; its failures still withdraw.
+                    if e.failed || !v.deleted_at_tip {
+                        self.events.entry(key.clone()).or_default().push(e);
+                    }
+                }
+                if !v.deleted_at_tip && !self.newest.contains_key(&key) {
+                    let r = for_display(r.clone());
+                    self.newest.insert(key, (v, r));
+                }
+            }
+            Err(why) => self.unreadable.push(Ignored {
+                env: v.env.clone(),
+                cluster: v.cluster.clone(),
+                commit: v.commit.to_string(),
+                why: why.clone(),
+            }),
+        }
+    }
+
+    fn branch(&mut self, b: &BranchRead<'_>) {
+        let events = std::mem::take(&mut self.events);
+        let unreadable = std::mem::take(&mut self.unreadable);
+        let trust = |principal: &str| match (self.signed, b.verdict, b.broken.get(principal)) {
+            (false, _, _) => Trust::Unverified,
+            (true, Err(u), _) | (true, Ok(()), Some(u)) => Trust::Untrusted(u.to_string()),
+            (true, Ok(()), None) => Trust::Trusted,
+        };
+        for ((env, cluster), (v, report)) in std::mem::take(&mut self.newest) {
+            let trust = trust(&format!("{env}/{cluster}"));
+            self.out.newest.insert(
+                (env, cluster),
+                Newest {
+                    report,
+                    commit: v.commit,
+                    committed: v.committed,
+                    trust,
+                },
+            );
+        }
+        match (b.layout, b.verdict) {
+            (Layout::Legacy, Err(u)) => {
+                self.void_all = true;
+                self.out.single_void = Some(u.clone());
+                self.out.ignored.push(Ignored::branch(u, "", ""));
+                self.out.untrusted.push(u.clone());
+            }
+            (Layout::Legacy, Ok(())) => {
+                for (principal, u) in b.broken {
+                    let (env, cluster) = principal.split_once('/').unwrap_or(("", principal));
+                    self.void.insert((env.to_owned(), cluster.to_owned()));
+                    self.out.ignored.push(Ignored::branch(u, env, cluster));
+                    self.out.untrusted.push(u.clone());
+                }
+                self.out.ignored.extend(unreadable);
+                self.single = events;
+            }
+            (Layout::Cluster { env, cluster }, Err(u)) => {
+                self.void.insert((env.clone(), cluster.clone()));
+                self.out.ignored.push(Ignored::branch(u, env, cluster));
+                self.out.untrusted.push(u.clone());
+            }
+            (Layout::Cluster { env, cluster }, Ok(())) => {
+                self.out.ignored.extend(unreadable);
+                let key = (env.clone(), cluster.clone());
+                let own = events.into_values().next().unwrap_or_default();
+                let single = self.single.remove(&key).unwrap_or_default();
+                self.settle(key, merge_newest_first(own, single));
+            }
+        }
+    }
 }
 
-/// What the whole store proves, trusting reports signed by `signers`.
+impl Tallier {
+    /// Tally one cluster's merged decisive reports, unless it is void.
+    fn settle(&mut self, key: (String, String), events: Vec<Event>) {
+        if !self.signed || self.void_all || self.void.contains(&key) {
+            return;
+        }
+        self.out.add(&key.0, &key.1, tally(&events));
+    }
+}
+
+/// What the whole store proves at `now`, trusting reports signed by
+/// `signers`, judged with the first-seen record of the repository when it
+/// has one (an agent's cache).
 pub fn confirmations_in(
     repo: &Repository,
     store: &Store,
     signers: ReportSigners<'_>,
+    now: DateTime<Utc>,
 ) -> Result<Confirmations, git2::Error> {
-    // The gate's read: only versions that can count (or are a file's newest)
-    // have their signature checked; the rest cannot change a confirmation.
-    tally(|ignored, visit| sieve_store(repo, store, signers, Checks::Evidence, ignored, visit))
+    let seen = crate::source::seen::StatusSeen::load(repo.path());
+    let judge = Judge {
+        signers,
+        now,
+        seen: (!seen.is_empty()).then_some(&seen),
+    };
+    let mut t = Tallier {
+        signed: signers.is_some(),
+        out: Confirmations {
+            branch: store.legacy.clone(),
+            ignored: store.ignored.clone(),
+            ..Confirmations::default()
+        },
+        events: HashMap::new(),
+        unreadable: Vec::new(),
+        newest: HashMap::new(),
+        single: HashMap::new(),
+        void: HashSet::new(),
+        void_all: false,
+        deleted_noted: HashSet::new(),
+    };
+    walk_store(repo, store, &judge, &mut t)?;
+    // Clusters with reports only on the single branch.
+    for (key, events) in std::mem::take(&mut t.single) {
+        t.settle(key, events);
+    }
+    if !t.signed && !store.is_empty() {
+        t.out.ignored.push(Ignored {
+            env: String::new(),
+            cluster: "every status report".into(),
+            commit: String::new(),
+            why: "no `report_signers` in [promotion] of drover.toml, so no report can be trusted"
+                .into(),
+        });
+    }
+    Ok(t.out)
+}
+
+/// Whether the branch `refname` at `tip`, holding `env`/`cluster`'s
+/// reports, counts as a whole under `judge` (the agent asks before it builds
+/// its next report on its own branch, and before it recovers from it).
+pub fn judge_branch(
+    repo: &Repository,
+    refname: &str,
+    tip: git2::Oid,
+    env: &str,
+    cluster: &str,
+    judge: &Judge<'_>,
+) -> Result<Result<(), Untrusted>, git2::Error> {
+    super::bound_object_cache();
+    let layout = Layout::Cluster {
+        env: env.to_owned(),
+        cluster: cluster.to_owned(),
+    };
+    let mut sigs = Signatures::new(judge.signers);
+    Ok(scan(repo, refname, tip, &layout, judge, &mut sigs, &mut |_| {})?.verdict)
+}
+
+/// The reports of the whole store that count (signed by their own
+/// cluster's key, on a branch that holds as a whole), as `pick` keeps them:
+/// it is given each readable report as its branch is read, newest first,
+/// and what it returns is kept only once that branch's verdict holds. With
+/// no `signers`, no report counts.
+pub fn trusted_reports<T>(
+    repo: &Repository,
+    store: &Store,
+    signers: ReportSigners<'_>,
+    now: DateTime<Utc>,
+    pick: impl FnMut(&ReportVersion, &super::StatusReport) -> Option<T>,
+) -> Result<Vec<T>, git2::Error> {
+    if signers.is_none() {
+        return Ok(Vec::new());
+    }
+    let seen = crate::source::seen::StatusSeen::load(repo.path());
+    let judge = Judge {
+        signers,
+        now,
+        seen: (!seen.is_empty()).then_some(&seen),
+    };
+    let mut keep = Keep {
+        pick,
+        pending: Vec::new(),
+        out: Vec::new(),
+    };
+    walk_store(repo, store, &judge, &mut keep)?;
+    Ok(keep.out)
+}
+
+/// [`trusted_reports`]'s reader: picks of the branch being read, each with
+/// its cluster's principal, until the branch's verdict is known.
+struct Keep<T, F> {
+    pick: F,
+    pending: Vec<(String, T)>,
+    out: Vec<T>,
+}
+
+impl<T, F: FnMut(&ReportVersion, &super::StatusReport) -> Option<T>> Visitor for Keep<T, F> {
+    fn version(&mut self, v: ReportVersion) {
+        if v.deleted_at_tip {
+            return;
+        }
+        if let Ok(r) = &v.report {
+            if let Some(t) = (self.pick)(&v, r) {
+                self.pending.push((format!("{}/{}", v.env, v.cluster), t));
+            }
+        }
+    }
+
+    fn branch(&mut self, b: &BranchRead<'_>) {
+        let pending = std::mem::take(&mut self.pending);
+        if b.verdict.is_err() {
+            return;
+        }
+        self.out.extend(
+            pending
+                .into_iter()
+                .filter(|(principal, _)| !b.broken.contains_key(principal))
+                .map(|(_, t)| t),
+        );
+    }
 }

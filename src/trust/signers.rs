@@ -117,6 +117,27 @@ impl AllowedSigners {
         }
     }
 
+    /// [`Self::for_principal`] for every principal the file lists, in one
+    /// pass (a fleet's report signers list thousands of clusters).
+    pub fn by_principal(&self) -> std::collections::HashMap<String, AllowedSigners> {
+        let mut out: std::collections::HashMap<String, AllowedSigners> =
+            std::collections::HashMap::new();
+        for e in &self.entries {
+            for p in &e.principals {
+                // Each copy names its one principal: a line may list thousands.
+                out.entry(p.clone()).or_default().entries.push(SignerEntry {
+                    principals: vec![p.clone()],
+                    namespaces: e.namespaces.clone(),
+                    valid_after: e.valid_after,
+                    valid_before: e.valid_before,
+                    key: e.key.clone(),
+                    line: e.line,
+                });
+            }
+        }
+        out
+    }
+
     /// True when the file lists no signer.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()

@@ -20,5 +20,6 @@ mod agent_poll;
 mod agent_rbac;
 mod agent_revoked;
 mod agent_seams;
+mod agent_status_branches;
 mod agent_story;
 mod agent_windows;

@@ -54,9 +54,13 @@ fn stage_key(f: &Fixture) -> PathBuf {
 }
 
 /// A signed report of stage-1 pushed to origin (its branch, as an agent pushes).
+///
+/// Dated now: readers refuse a status commit dated ahead of their clock
+/// (beyond the allowed skew), and `wait` and `--watch` read at the wall clock.
 fn push_stage_report(s: &Served, version: &str, state: &str) {
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let report = format!(
-        "env = \"stage\"\ncluster = \"stage-1\"\nconfig_commit = \"{}\"\nversion = \"{version}\"\nstate = \"{state}\"\nsince = 2026-12-08T03:35:00Z\nnodes = 5\nnodes_at_version = 5\nmessage = \"\"\n",
+        "env = \"stage\"\ncluster = \"stage-1\"\nconfig_commit = \"{}\"\nversion = \"{version}\"\nstate = \"{state}\"\nsince = {now}\nnodes = 5\nnodes_at_version = 5\nmessage = \"\"\n",
         "0".repeat(40)
     );
     commit_file_on(
@@ -66,7 +70,7 @@ fn push_stage_report(s: &Served, version: &str, state: &str) {
         Some(report.as_bytes()),
         Some(&stage_key(&s.f)),
         "status",
-        Some("2026-12-08T03:35:00Z"),
+        Some(&now),
     );
 }
 

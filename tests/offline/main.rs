@@ -42,6 +42,7 @@ mod openpgp_trust;
 mod promote;
 mod rollout_props;
 mod rollout_sim;
+mod status_branches;
 mod status_cli;
 mod status_store;
 mod terminal_escape;

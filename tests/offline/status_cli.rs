@@ -20,8 +20,9 @@ fn put(dir: &Path, path: &str, content: &[u8]) {
     put_as(dir, path, content, None);
 }
 
-/// The committer time of signed reports: the soak counts from it, so it is
-/// fixed rather than the wall clock's (the assertions name times on 2026-12-01).
+/// The committer time of reports: the soak counts from it, so it is fixed
+/// rather than the wall clock's (the assertions name times on 2026-12-01,
+/// and a status commit dated after `--now` does not count).
 const SIGNED_AT: &str = "2026-12-01T02:41:00Z";
 
 /// An SSH key made by `ssh-keygen` in `dir` for `principal`; its allowed-signers line.
@@ -34,15 +35,19 @@ fn keygen(dir: &Path, principal: &str) -> (std::path::PathBuf, String) {
 /// Commit `content` at `path` on the status branch, signed with `key` when
 /// given (by `git commit-tree -S`, as an agent's signed report is).
 fn put_as(dir: &Path, path: &str, content: &[u8], key: Option<&Path>) {
-    let date = key.map(|_| SIGNED_AT);
+    put_on(dir, "drover/status", path, content, key);
+}
+
+/// [`put_as`] on `branch`.
+fn put_on(dir: &Path, branch: &str, path: &str, content: &[u8], key: Option<&Path>) {
     commit_file_on(
         dir,
-        "drover/status",
+        branch,
         path,
         Some(content),
         key,
         "status",
-        date,
+        Some(SIGNED_AT),
     );
 }
 
@@ -186,9 +191,24 @@ fn gate_answers_follow_confirmations_and_soak() {
     let v = json(dir.path(), &["status", "--now", "2026-12-01T12:00:00Z"]);
     assert_eq!(env(&v, "stage")["gate"]["answer"], "refused");
     assert_eq!(env(&v, "test")["clusters"][0]["trust"], "untrusted");
-    // Signed by test-1's own key at 02:40: stage may take it once the 24h soak has passed.
-    put_as(
+    assert!(
+        env(&v, "test")["clusters"][0]["untrusted_reason"]
+            .as_str()
+            .unwrap()
+            .contains("unsigned"),
+        "{v:#}"
+    );
+    // An unsigned commit on a status branch voids the cluster's reports
+    // there until a person repairs it: here, by deleting the branch. Then
+    // the agent's report, signed by test-1's own key at 02:41, on its own
+    // branch: stage may take it once the 24h soak has passed.
+    git(
         dir.path(),
+        &["update-ref", "-d", "refs/heads/drover/status"],
+    );
+    put_on(
+        dir.path(),
+        "drover/status.d/test/test-1",
         "status/test/test-1.toml",
         report(
             "test",
@@ -616,10 +636,18 @@ fn untrusted_reports_say_why_and_now_reads_the_store_as_it_was() {
     assert_eq!(c["trust"], "untrusted");
     let why =
         "signed by test/test-1's key, which is not listed for stage/stage-1 in the report signers";
-    assert_eq!(c["untrusted_reason"], why);
+    // A wrongly signed commit voids its whole status branch (design §5):
+    // the reason names the branch, the commit and the key.
+    let reason = c["untrusted_reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("status branch drover/status does not count as a whole: commit "),
+        "{reason}"
+    );
+    assert!(reason.ends_with(why), "{reason}");
     let (_, text, _) = drover(dir.path(), &["status", "--now", "2026-12-05T00:00:00Z"]);
     assert!(
-        text.contains("untrusted: signed by test/test-1's key"),
+        text.contains("untrusted: status branch drover/status does not count as a whole")
+            && text.contains("signed by test/test-1's key, which is not listed for"),
         "{text}"
     );
     // Trusted reports carry no reason.

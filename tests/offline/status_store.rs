@@ -82,7 +82,8 @@ impl Fixture {
     }
 
     fn read(&self) -> status::Confirmations {
-        status::read_confirmations(&self.repo, BRANCH, Some(&self.signers)).unwrap()
+        status::read_confirmations(&self.repo, BRANCH, Some(&self.signers), chrono::Utc::now())
+            .unwrap()
     }
 }
 
@@ -105,10 +106,11 @@ fn a_report_on_another_clusters_branch_does_not_count() {
     let conf = f.read();
     assert_eq!(conf.confirmed_at("stage", "stage-2", &v()), None);
     assert_eq!(conf.confirmed_at("stage", "stage-1", &v()), None);
-    let why = conf.why_not("stage", "stage-2", &v()).expect("named");
+    // stage-1's branch holds another cluster's file: the whole branch does not count.
+    let why = conf.why_not("stage", "stage-1", &v()).expect("named");
     assert!(
-        why.contains("status branch of stage/stage-1")
-            && why.contains("counts only on its own cluster's branch"),
+        why.contains("drover/status.d/stage/stage-1 does not count as a whole")
+            && why.contains("a cluster's branch holds exactly status/stage/stage-1.toml"),
         "{why}"
     );
     assert!(
@@ -144,100 +146,78 @@ fn a_clusters_branch_counts_only_its_own_key() {
 }
 
 #[test]
-fn below_the_tip_every_confirmed_or_failed_report_is_still_checked() {
-    // The gate's read checks signatures only where they can matter: a
-    // file's newest version and every `confirmed` or `failed` one.
+fn every_commit_of_a_clusters_branch_is_checked_and_one_bad_commit_voids_it() {
+    // A status branch counts only as a whole: a commit anywhere in it that
+    // is not signed by the cluster's own key makes none of it count.
     let f = Fixture::new(&["stage-1", "stage-2"]);
     let at = |c: &status::Confirmations| c.confirmed_at("stage", "stage-1", &v());
-    // An older `confirmed` in stage-1's history, signed with stage-2's key,
-    // under rolling reports signed by stage-1: it must not count.
-    let forged = f.commit(
-        &report("stage-1", RolloutState::Confirmed, "2030-01-01T00:00:00Z"),
-        "stage-2",
-        None,
-    );
-    let rolling = f.commit(
-        &report("stage-1", RolloutState::Rolling, "2030-01-02T00:00:00Z"),
-        "stage-1",
-        Some(forged),
-    );
-    f.set("drover/status.d/stage/stage-1", rolling);
-    let conf = f.read();
-    assert_eq!(at(&conf), None);
-    assert!(
-        conf.why_not("stage", "stage-1", &v())
-            .unwrap()
-            .contains("stage/stage-2's key"),
-        "{:?}",
-        conf.ignored
-    );
-
-    // Control: the same history with the `confirmed` signed by its own key
-    // counts. An older `rolling` under it signed with the wrong key is not checked:
-    // it could change nothing, and it is not named.
+    // An older `rolling` signed with stage-2's key, under stage-1's own
+    // confirmation: the confirmation does not count either.
     let noise = f.commit(
-        &report("stage-1", RolloutState::Rolling, "2029-12-31T00:00:00Z"),
+        &report("stage-1", RolloutState::Rolling, "2030-01-30T00:00:00Z"),
         "stage-2",
         None,
     );
-    let own_confirmed = f.commit(
-        &report("stage-1", RolloutState::Confirmed, "2030-01-01T00:00:00Z"),
+    let confirmed = f.commit(
+        &report("stage-1", RolloutState::Confirmed, "2030-02-01T00:00:00Z"),
         "stage-1",
         Some(noise),
     );
-    let tip = f.commit(
-        &report("stage-1", RolloutState::Rolling, "2030-01-02T00:00:00Z"),
+    f.set("drover/status.d/stage/stage-1", confirmed);
+    let conf = f.read();
+    assert_eq!(at(&conf), None);
+    let why = conf.why_not("stage", "stage-1", &v()).unwrap();
+    assert!(
+        why.contains(&format!(
+            "commit {:.10} is signed by stage/stage-2's key",
+            noise
+        )),
+        "{why}"
+    );
+    assert_eq!(conf.untrusted.len(), 1, "{:?}", conf.untrusted);
+
+    // Control: the same history signed by stage-1 throughout counts.
+    let own = f.commit(
+        &report("stage-1", RolloutState::Rolling, "2030-01-30T00:00:00Z"),
         "stage-1",
-        Some(own_confirmed),
+        None,
+    );
+    let confirmed = f.commit(
+        &report("stage-1", RolloutState::Confirmed, "2030-02-01T00:00:00Z"),
+        "stage-1",
+        Some(own),
+    );
+    let tip = f.commit(
+        &report("stage-1", RolloutState::Rolling, "2030-02-01T01:00:00Z"),
+        "stage-1",
+        Some(confirmed),
     );
     f.set("drover/status.d/stage/stage-1", tip);
     let conf = f.read();
-    assert_eq!(at(&conf), Some("2030-01-01T00:00:00Z".parse().unwrap()));
+    assert_eq!(at(&conf), Some("2030-02-01T00:00:00Z".parse().unwrap()));
     assert!(conf.ignored.is_empty(), "{:?}", conf.ignored);
 
-    // A forged `failed` below the tip does not withdraw that confirmation...
-    let forged_failed = f.commit(
-        &report("stage-1", RolloutState::Failed, "2030-01-03T00:00:00Z"),
-        "stage-2",
-        Some(tip),
-    );
-    let tip = f.commit(
-        &report("stage-1", RolloutState::Rolling, "2030-01-04T00:00:00Z"),
-        "stage-1",
-        Some(forged_failed),
-    );
-    f.set("drover/status.d/stage/stage-1", tip);
-    let conf = f.read();
-    assert_eq!(at(&conf), Some("2030-01-01T00:00:00Z".parse().unwrap()));
-    assert_eq!(conf.ignored.len(), 1, "{:?}", conf.ignored);
-    // ...and its control, a `failed` signed by stage-1, does.
+    // A `failed` signed by stage-1 withdraws it; one signed by another key voids the branch.
     let failed = f.commit(
-        &report("stage-1", RolloutState::Failed, "2030-01-03T00:00:00Z"),
+        &report("stage-1", RolloutState::Failed, "2030-02-01T02:00:00Z"),
         "stage-1",
         Some(tip),
     );
-    let tip = f.commit(
-        &report("stage-1", RolloutState::Rolling, "2030-01-04T00:00:00Z"),
-        "stage-1",
-        Some(failed),
-    );
-    f.set("drover/status.d/stage/stage-1", tip);
+    f.set("drover/status.d/stage/stage-1", failed);
     let conf = f.read();
     assert_eq!(at(&conf), None);
     assert!(conf
         .why_not("stage", "stage-1", &v())
         .unwrap()
         .contains("withdrawn"));
-
-    // The newest report is always checked and named when it does not count,
-    // whatever its state: an agent whose key is wrong shows at once.
     let wrong_tip = f.commit(
-        &report("stage-1", RolloutState::Rolling, "2030-01-05T00:00:00Z"),
+        &report("stage-1", RolloutState::Rolling, "2030-02-01T03:00:00Z"),
         "stage-2",
         Some(tip),
     );
     f.set("drover/status.d/stage/stage-1", wrong_tip);
     let conf = f.read();
+    assert_eq!(at(&conf), None);
     assert!(
         conf.ignored
             .iter()
@@ -330,7 +310,8 @@ fn more_status_branches_than_the_bound_are_refused_not_read_in_part() {
     assert_eq!(store.clusters.len(), MAX_STATUS_BRANCHES);
     // One more and nothing is read, with an error that says why.
     packed(MAX_STATUS_BRANCHES + 1);
-    let err = status::read_confirmations(&f.repo, BRANCH, Some(&f.signers)).unwrap_err();
+    let err = status::read_confirmations(&f.repo, BRANCH, Some(&f.signers), chrono::Utc::now())
+        .unwrap_err();
     assert!(
         err.to_string().contains(&format!(
             "more than {MAX_STATUS_BRANCHES} per-cluster branches"

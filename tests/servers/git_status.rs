@@ -132,7 +132,13 @@ fn publish_creates_the_branch_skips_identical_reports_and_signs() {
     );
     // The gate's reader: test-1's confirmation, written by its signed c2, counts;
     // stage-1's unsigned report is ignored and named.
-    let conf = status::read_confirmations(src.repo(), "drover/status", Some(&signers)).unwrap();
+    let conf = status::read_confirmations(
+        src.repo(),
+        "drover/status",
+        Some(&signers),
+        chrono::Utc::now(),
+    )
+    .unwrap();
     let v: semver::Version = "1.13.2".parse().unwrap();
     assert!(conf.confirmed_at("test", "test-1", &v).is_some());
     let ignored: Vec<String> = conf.ignored.iter().map(ToString::to_string).collect();
@@ -216,7 +222,13 @@ fn a_remote_with_only_the_older_single_branch_still_works_and_gains_cluster_bran
     ))
     .unwrap();
     assert_eq!(src.fetch().unwrap().status_tip, Some(old));
-    let conf = status::read_confirmations(src.repo(), "drover/status", Some(&signers)).unwrap();
+    let conf = status::read_confirmations(
+        src.repo(),
+        "drover/status",
+        Some(&signers),
+        chrono::Utc::now(),
+    )
+    .unwrap();
     assert!(conf.confirmed_at("test", "test-1", &v).is_some());
 
     // A new agent's report lands on its own branch beside the older one
@@ -228,7 +240,13 @@ fn a_remote_with_only_the_older_single_branch_still_works_and_gains_cluster_bran
     );
     assert_eq!(git(&bare, &["rev-parse", "drover/status"]), old.to_string());
     src.fetch().unwrap();
-    let conf = status::read_confirmations(src.repo(), "drover/status", Some(&signers)).unwrap();
+    let conf = status::read_confirmations(
+        src.repo(),
+        "drover/status",
+        Some(&signers),
+        chrono::Utc::now(),
+    )
+    .unwrap();
     // The confirmation on the older branch still stands (a `rolling` report
     // does not withdraw it), read from both branches of the store.
     assert!(conf.confirmed_at("test", "test-1", &v).is_some());
