@@ -137,7 +137,7 @@ pub fn row(
                     message: r.message.clone(),
                 });
             }
-            RolloutState::Failed | RolloutState::Blocked => {
+            RolloutState::Failed | RolloutState::Blocked | RolloutState::Revoked => {
                 out.alarms.push(alarm(r, start, end, &mix));
             }
             RolloutState::Confirmed => out.confirmations.push(Mark {
@@ -153,8 +153,9 @@ pub fn row(
     (out, events)
 }
 
-/// A `failed` or `blocked` report on the nodes it names (`[detail]`), or
-/// on one node when it names none: on the report's version when some
+/// A `failed` or `blocked` report on the nodes it names (`[detail]`), a
+/// `revoked` one on the nodes that run the revoked version, or on one
+/// node when it names none: on the report's version when some
 /// nodes run it (a health check failed after the upgrade), else on the
 /// oldest version (the node did not get there).
 fn alarm(
@@ -164,10 +165,10 @@ fn alarm(
     mix: &[VersionCount],
 ) -> Alarm {
     let target = r.version.to_string();
-    let named = if r.state == RolloutState::Failed {
-        &r.detail.failed
-    } else {
-        &r.detail.blocked
+    let named = match r.state {
+        RolloutState::Failed => &r.detail.failed,
+        RolloutState::Revoked => &r.detail.at_version,
+        _ => &r.detail.blocked,
     };
     let on_target = if named.is_empty() {
         r.nodes_at_version > 0
