@@ -137,6 +137,8 @@ pub fn row(
                     message: r.message.clone(),
                 });
             }
+            // A revoked version no node runs yet marks no node.
+            RolloutState::Revoked if r.nodes_at_version == 0 => {}
             RolloutState::Failed | RolloutState::Blocked | RolloutState::Revoked => {
                 out.alarms.push(alarm(r, start, end, &mix));
             }
@@ -338,5 +340,47 @@ mod tests {
             last.versions,
             [vc(Some("1.13.2"), 4), vc(Some("1.13.3"), 1)]
         );
+    }
+
+    #[test]
+    fn a_version_revoked_mid_rollout_is_marked_on_the_nodes_that_run_it() {
+        use RolloutState::*;
+        let mut revoked = report("1.13.3", Revoked, 2, "2027-01-08T02:00:00Z");
+        revoked.detail.at_version = vec!["n1".into(), "n2".into()];
+        let es = [
+            entry(report("1.13.2", Confirmed, 5, "2026-12-08T03:00:00Z")),
+            entry(revoked),
+        ];
+        let refs: Vec<&Entry> = es.iter().collect();
+        let (row, events) = row(
+            "stage-1",
+            "stage",
+            &refs,
+            t("2026-12-01T00:00:00Z"),
+            t("2027-01-10T00:00:00Z"),
+            None,
+        );
+        assert!(events.is_empty());
+        assert_eq!(row.alarms.len(), 1);
+        let a = &row.alarms[0];
+        assert_eq!(a.state, "revoked");
+        assert_eq!((a.count, a.runs.as_deref()), (2, Some("1.13.3")));
+        assert_eq!(a.nodes, ["n1", "n2"]);
+        assert_eq!(
+            row.runs.last().unwrap().versions,
+            [vc(Some("1.13.2"), 3), vc(Some("1.13.3"), 2)]
+        );
+        // Revoked before any node ran it: no node to mark.
+        let none = [entry(report("1.13.3", Revoked, 0, "2027-01-08T02:00:00Z"))];
+        let refs: Vec<&Entry> = none.iter().collect();
+        let (row, _) = super::row(
+            "stage-1",
+            "stage",
+            &refs,
+            t("2026-12-01T00:00:00Z"),
+            t("2027-01-10T00:00:00Z"),
+            None,
+        );
+        assert!(row.alarms.is_empty());
     }
 }
