@@ -52,7 +52,7 @@ impl<B: ClusterBackend> Acting<B> {
         let Some(active) = self.active.clone() else {
             // Nothing to act on: nodes drover cordoned are not left cordoned meanwhile.
             self.give_back_unconfigured(cancel).await;
-            self.report_unconfigured();
+            self.report_unconfigured().await;
             return tick;
         };
         if !self.ensure_cluster(&active.env).await {

@@ -16,6 +16,7 @@
 //! | `confirmed` | True | False | False | `Confirmed` | Current |
 //! | `blocked` | False | False | True | `Blocked` | Failed |
 //! | `failed` | False | False | True | `Failed` | Failed |
+//! | `revoked` | False | False | True | `Revoked` | Failed |
 //! | `refused` (trust, config, or a gate refusal no time cures) | False | False | True | `RefusedByTrust`, `RefusedByConfig`, `RefusedByGate` | Failed |
 //! | `refused` (the gate waits for a confirmation or a soak) | False | True | False | `AwaitingEvidence` | InProgress |
 //! | no config applied yet, none refused | False | True | False | `WaitingForConfig` | InProgress |
@@ -93,7 +94,7 @@ impl<'a> Facts<'a> {
 }
 
 fn parse_state(s: &str) -> Option<RolloutState> {
-    RolloutState::ALL.into_iter().find(|st| st.as_str() == s)
+    RolloutState::parse(s)
 }
 
 /// One condition's verdict: status, reason, message.
@@ -135,14 +136,20 @@ fn verdict(f: &Facts) -> Verdict {
         }
         m
     };
-    let (which, reason, message) = if let Some(r) = f.refused {
-        let message = format!(
-            "commit {} refused ({} check, {}): {}",
-            r.commit.get(..10).unwrap_or(&r.commit),
-            r.stage,
-            r.reason,
-            r.message
-        );
+    // A refusal's verdict: its message is the status's (the one told,
+    // `told.rs`), else said from the refusal itself.
+    let refusal = |r: &Refused| {
+        let message = if f.message.is_empty() {
+            format!(
+                "commit {} refused ({} check, {}): {}",
+                r.commit.get(..10).unwrap_or(&r.commit),
+                r.stage,
+                r.reason,
+                r.message
+            )
+        } else {
+            f.message.to_string()
+        };
         if r.stage == "gate" && AWAITING_EVIDENCE.contains(&r.reason.as_str()) {
             (True::Reconciling, "AwaitingEvidence", message)
         } else {
@@ -153,17 +160,22 @@ fn verdict(f: &Facts) -> Verdict {
             };
             (True::Stalled, reason, message)
         }
-    } else if !f.configured {
-        let mut message = if f.message.is_empty() {
-            "no trusted config fetched yet".to_string()
+    };
+    let (which, reason, message) = if !f.configured {
+        if let Some(r) = f.refused {
+            refusal(r)
         } else {
-            f.message.to_string()
-        };
-        if let Some(e) = f.fetch_error {
-            message.push_str("; the last fetch failed: ");
-            message.push_str(e);
+            let mut message = if f.message.is_empty() {
+                "no trusted config fetched yet".to_string()
+            } else {
+                f.message.to_string()
+            };
+            if let Some(e) = f.fetch_error {
+                message.push_str("; the last fetch failed: ");
+                message.push_str(e);
+            }
+            (True::Reconciling, "WaitingForConfig", message)
         }
-        (True::Reconciling, "WaitingForConfig", message)
     } else {
         match f.state {
             None => (
@@ -181,8 +193,12 @@ fn verdict(f: &Facts) -> Verdict {
             Some(RolloutState::Confirmed) => (True::Ready, "Confirmed", progress()),
             Some(RolloutState::Blocked) => (True::Stalled, "Blocked", progress()),
             Some(RolloutState::Failed) => (True::Stalled, "Failed", progress()),
-            // A refused state without its refusal (an older status): stalled.
-            Some(RolloutState::Refused) => (True::Stalled, "RefusedByGate", progress()),
+            Some(RolloutState::Revoked) => (True::Stalled, "Revoked", progress()),
+            Some(RolloutState::Refused) => match f.refused {
+                Some(r) => refusal(r),
+                // A refused state without its refusal (an older status): stalled.
+                None => (True::Stalled, "RefusedByGate", progress()),
+            },
         }
     };
     let message = bounded(message);
@@ -322,6 +338,7 @@ mod tests {
             ),
             (Blocked, ("False", "False", "True", "Blocked"), "Failed"),
             (Failed, ("False", "False", "True", "Failed"), "Failed"),
+            (Revoked, ("False", "False", "True", "Revoked"), "Failed"),
             (
                 Refused,
                 ("False", "False", "True", "RefusedByGate"),
@@ -388,10 +405,10 @@ mod tests {
             ),
         ] {
             let r = refusal(stage, reason);
-            // Whatever the applied config's rollout says: the head is refused.
+            // The state told while the head is refused (`told.rs`).
             let f = Facts {
                 refused: Some(&r),
-                ..facts(RolloutState::Confirmed)
+                ..facts(RolloutState::Refused)
             };
             let (a, b, c, why) = said(&f);
             assert_eq!((a, b, c, why.as_str()), want, "{stage}/{reason}");

@@ -130,7 +130,7 @@ impl Metrics {
         );
         registry.register(
             "rollout_state",
-            "1 for the rollout's current state, 0 for the others (pending, paused, rolling, settling, confirmed, blocked, failed, refused)",
+            "1 for the rollout's current state, 0 for the others (pending, paused, rolling, settling, confirmed, blocked, failed, revoked, refused)",
             m.rollout_state.clone(),
         );
         registry.register(
@@ -236,7 +236,7 @@ impl Metrics {
     }
 
     /// Record the rollout state.
-    pub fn set_rollout_state(&self, state: &str) {
+    pub fn set_rollout_state(&self, state: crate::rollout::RolloutState) {
         // One series per state, 0 or 1, so an alert on `blocked` or
         // `failed` sees a value rather than an absent series.
         self.rollout_state.clear();
@@ -246,7 +246,7 @@ impl Metrics {
                 .set(0);
         }
         self.rollout_state
-            .get_or_create(&labels(&[("state", state)]))
+            .get_or_create(&labels(&[("state", state.as_str())]))
             .set(1);
     }
 
@@ -293,8 +293,8 @@ mod tests {
     fn state_series_are_replaced_not_accumulated() {
         let m = Metrics::new();
         m.set_blocked(Some(("trust", "unsigned")));
-        m.set_rollout_state("rolling");
-        m.set_rollout_state("confirmed");
+        m.set_rollout_state(crate::rollout::RolloutState::Rolling);
+        m.set_rollout_state(crate::rollout::RolloutState::Confirmed);
         m.set_applied("abc", "1.2.3");
         m.fetched(true, 1.5);
         let mut counts = BTreeMap::new();

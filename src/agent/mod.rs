@@ -38,6 +38,7 @@ pub mod rbac;
 pub mod recover;
 mod report;
 mod reporter;
+pub mod told;
 use crate::retry;
 
 pub use backend::{ClusterBackend, Connected, KubeBackend};
@@ -347,7 +348,7 @@ impl<B: ClusterBackend> Agent<B> {
             acting: acting_tx,
             active: None,
             kept: None,
-            rollout_seen: None,
+            told_seen: None,
             connected: None,
             held: Vec::new(),
             last_published: None,
@@ -409,9 +410,9 @@ struct Acting<B: ClusterBackend> {
     active: Option<Active>,
     /// The refusal kept as state until what it depends on changes.
     kept: Option<admit::Kept>,
-    /// The rollout state of the last decision, whatever the status shows
-    /// (`refused` hides it), for the Events of rollout transitions.
-    rollout_seen: Option<crate::rollout::RolloutState>,
+    /// The last state told ([`told::Told::transition`]) in this process,
+    /// so each transition gets one Event.
+    told_seen: Option<told::Transition>,
     /// The cluster view and the settings it was built for.
     connected: Option<(B::Settings, Connected<B::Cluster>)>,
     /// Nodes held by a fault of their own after the last reconcile

@@ -11,7 +11,8 @@ use super::crd::Condition;
 use super::events::Severity;
 use super::health;
 use super::reporter::{Outgoing, PushHealth, Verdict};
-use super::{rfc3339, short, Acting, Active, ClusterBackend};
+use super::told;
+use super::{rfc3339, Acting, Active, ClusterBackend};
 use crate::cluster::{NodeView, ProgressState};
 use crate::rollout::{Outcome, RolloutState, WindowState};
 use crate::status::StatusReport;
@@ -51,47 +52,18 @@ impl<B: ClusterBackend> Acting<B> {
                 )
                 .await;
         }
-        let state = d.state.as_str();
-        // A refused newer head is what the status shows (docs/design.md §5);
-        // `since` is when the shown state began, so a refusal kept for days
-        // keeps its `since`. Rollout transitions still get their Events while
-        // a refusal hides them (the refusal has its own, `Refused`).
-        let refused = self.crd_status.refused.is_some() && self.refused_version.is_some();
-        let shown = if refused { "refused" } else { state };
-        let moved = if refused {
-            self.rollout_seen.is_some_and(|s| s != d.state)
-        } else {
-            self.crd_status.state.as_deref() != Some(state)
-        };
-        self.rollout_seen = Some(d.state);
-        if moved {
-            self.events
-                .on_status(
-                    if matches!(d.state, RolloutState::Failed | RolloutState::Blocked) {
-                        Severity::Warning
-                    } else {
-                        Severity::Normal
-                    },
-                    &format!("Rollout{}", capitalise(state)),
-                    "Reconcile",
-                    format!(
-                        "{} {}/{} nodes at {}{}",
-                        state,
-                        d.nodes_at_version,
-                        d.nodes,
-                        active.env.version,
-                        if d.message.is_empty() {
-                            String::new()
-                        } else {
-                            format!(": {}", d.message)
-                        }
-                    ),
-                )
-                .await;
-        }
-        if self.crd_status.state.as_deref() != Some(shown) {
-            self.crd_status.since = Some(rfc3339(now));
-        }
+        let told = told::told(&told::Situation {
+            applied: Some(told::Applied {
+                version: &active.env.version,
+                revoked: active.revoked.as_deref(),
+                state: d.state,
+                nodes: d.nodes,
+                nodes_at_version: d.nodes_at_version,
+                message: &d.message,
+            }),
+            refused: self.refused(),
+        });
+        self.tell(&told, now).await;
         // The first observation of a term is no transition (a restart would repeat it).
         let was_open = self.window_seen.replace(window.opened_at.is_some());
         if was_open.is_some_and(|w| w != window.opened_at.is_some()) {
@@ -111,8 +83,6 @@ impl<B: ClusterBackend> Acting<B> {
                 .on_status(Severity::Normal, reason, "Window", note)
                 .await;
         }
-        self.metrics.set_rollout_state(state);
-        self.crd_status.state = Some(shown.into());
         self.crd_status.target = Some(active.env.version.to_string());
         self.crd_status.nodes = d.nodes;
         self.crd_status.nodes_at_version = d.nodes_at_version;
@@ -123,7 +93,6 @@ impl<B: ClusterBackend> Acting<B> {
             (None, Some(start)) => Some(rfc3339(start)),
             (None, None) => None,
         };
-        self.crd_status.message = d.message.clone();
         self.crd_status.reporter = Some(self.cfg.identity.clone());
         let since = self
             .crd_status
@@ -132,7 +101,10 @@ impl<B: ClusterBackend> Acting<B> {
             .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
             .map(|t| t.with_timezone(&Utc))
             .unwrap_or(now);
-        let report = StatusReport {
+        // The report tells what the status tells (`told`): for `refused`
+        // its `version` is the refused one and `config_commit` the commit
+        // the cluster stays on (docs/design.md §5).
+        let report = told.report(StatusReport {
             env: self.cfg.env.clone(),
             cluster: self.cfg.cluster.clone(),
             config_commit: active.commit.to_string(),
@@ -143,37 +115,7 @@ impl<B: ClusterBackend> Acting<B> {
             nodes_at_version: d.nodes_at_version,
             message: d.message.clone(),
             detail: crate::status::NodeDetail::of(observed, &active.env.version),
-        };
-        // A refused newer head is what the cluster reports (docs/design.md §5):
-        // `version` is the refused one, `config_commit` the commit it stays on.
-        let report = match (&self.crd_status.refused, &self.refused_version) {
-            (Some(r), Some(v)) => {
-                let mut message = format!(
-                    "commit {} refused ({} check, {}): {}",
-                    short(&r.commit),
-                    r.stage,
-                    r.reason,
-                    r.message
-                );
-                if message.len() > 1000 {
-                    let cut = (0..=1000)
-                        .rev()
-                        .find(|i| message.is_char_boundary(*i))
-                        .unwrap_or(0);
-                    message.truncate(cut);
-                }
-                // What `kubectl get dst -o wide` shows: the refusal, not the
-                // applied commit's progress.
-                self.crd_status.message.clone_from(&message);
-                StatusReport {
-                    version: v.clone(),
-                    state: RolloutState::Refused,
-                    message,
-                    ..report
-                }
-            }
-            _ => report,
-        };
+        });
         let same = self.last_published.as_ref().is_some_and(|p| {
             StatusReport {
                 since: p.since,
@@ -191,18 +133,52 @@ impl<B: ClusterBackend> Acting<B> {
         }
     }
 
-    /// No applied config: the CRD status says why (refused, or nothing trusted yet).
-    pub(super) fn report_unconfigured(&mut self) {
-        self.crd_status.state = Some(if self.crd_status.refused.is_some() {
-            "refused".into()
-        } else {
-            "blocked".into()
+    /// No applied config: the state says why (refused, or nothing trusted yet).
+    pub(super) async fn report_unconfigured(&mut self) {
+        let told = told::told(&told::Situation {
+            applied: None,
+            refused: self.refused(),
         });
-        self.crd_status.message = match &self.crd_status.refused {
-            Some(r) => format!("no applied config: {}", r.message),
-            None => "no trusted config fetched yet".into(),
-        };
-        self.metrics.set_rollout_state("blocked");
+        let now = self.clock.now();
+        self.tell(&told, now).await;
+    }
+
+    /// The newest head's refusal, with the version it pins when known.
+    fn refused(&self) -> Option<told::Refusal<'_>> {
+        self.crd_status.refused.as_ref().map(|r| told::Refusal {
+            refused: r,
+            version: self.refused_version.as_ref(),
+        })
+    }
+
+    /// Tell `told` everywhere but the report (which the caller builds from
+    /// it): the metric, the status's state, message and `since` (when the
+    /// state began, so a refusal kept for days keeps its `since`), and an
+    /// Event when it is a transition.
+    async fn tell(&mut self, told: &told::Told, now: DateTime<Utc>) {
+        let before = self.told_seen.clone().or_else(|| {
+            // A new term: what the status object already says is no news.
+            let state = RolloutState::parse(self.crd_status.state.as_deref()?)?;
+            let refused = self
+                .crd_status
+                .refused
+                .as_ref()
+                .filter(|_| state == RolloutState::Refused)
+                .map(|r| (r.commit.clone(), r.stage.clone(), r.reason.clone()));
+            Some((state, refused))
+        });
+        if before.as_ref() != Some(&told.transition) {
+            let severity = match told.warns() {
+                true => Severity::Warning,
+                false => Severity::Normal,
+            };
+            self.events
+                .on_status(severity, &told.event_reason(), "Reconcile", told.note())
+                .await;
+        }
+        self.told_seen = Some(told.transition.clone());
+        told.write_status(&mut self.crd_status, &rfc3339(now));
+        self.metrics.set_rollout_state(told.state);
     }
 
     pub(super) fn node_metrics(&self, nodes: &[NodeView]) {
@@ -364,14 +340,6 @@ pub(super) fn report_condition(
         last_transition_time: since,
         observed_generation: None,
     })
-}
-
-fn capitalise(s: &str) -> String {
-    let mut c = s.chars();
-    match c.next() {
-        Some(f) => f.to_uppercase().chain(c).collect(),
-        None => String::new(),
-    }
 }
 
 /// The parsed report signers of the policy at `commit`, when it names any.

@@ -56,8 +56,34 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
     let repo = super::open_git(g)?;
     if !args.watch {
         let view = match args.now {
-            // The store as it was at the instant named.
-            Some(_) => fleet::gather_at(&repo, &cfg, now, args.env.as_deref())?,
+            // The config, the gate and the store as they were at the instant named.
+            Some(_) => {
+                let commit = match config_commit_at(&repo, now)? {
+                    Ok(c) => c,
+                    Err(p) => return super::reject(g, vec![p]),
+                };
+                let files = config::GitTreeFiles::at_rev(&repo, &commit.to_string())
+                    .with_context(|| format!("reading commit {commit}"))?;
+                let cfg = match config::load_at(&files, now) {
+                    Ok(c) => c,
+                    Err(d) => {
+                        let mut problems = vec![Problem::from(format!(
+                            "the config in force at {} (commit {:.12}) does not load:",
+                            rfc3339(now),
+                            commit
+                        ))];
+                        problems.extend(d.into_iter().map(Problem::from));
+                        return super::reject(g, problems);
+                    }
+                };
+                if let Some(env) = &args.env {
+                    if !cfg.root.chain.contains(env) {
+                        return super::reject(g, vec![super::unknown_env(env, &cfg.root.chain)]);
+                    }
+                }
+                let view = fleet::gather_at(&repo, &cfg, commit, now, args.env.as_deref())?;
+                return show(g, &args, &repo, &cfg, view).map(|()| Outcome::Ok);
+            }
             None => fleet::gather(&repo, &cfg, now, args.env.as_deref())?,
         };
         return show(g, &args, &repo, &cfg, view).map(|()| Outcome::Ok);
@@ -81,6 +107,50 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         }
         std::thread::sleep(args.interval.max(std::time::Duration::from_millis(10)));
     }
+}
+
+/// How many first-parent commits `--now` walks back from HEAD at most.
+pub const MAX_NOW_WALK: usize = 100_000;
+
+fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// The config commit in force at `at`: on HEAD's first-parent history (the
+/// branch as it was merged), the newest commit committed at or before `at`;
+/// a problem when `at` is before the repository's first commit or more
+/// than [`MAX_NOW_WALK`] commits back.
+fn config_commit_at(
+    repo: &git2::Repository,
+    at: DateTime<Utc>,
+) -> anyhow::Result<Result<git2::Oid, Problem>> {
+    let mut commit = repo
+        .head()
+        .and_then(|h| h.peel_to_commit())
+        .context("reading HEAD")?;
+    for _ in 0..MAX_NOW_WALK {
+        if commit.time().seconds() <= at.timestamp() {
+            return Ok(Ok(commit.id()));
+        }
+        if commit.parent_count() == 0 {
+            let first = DateTime::from_timestamp(commit.time().seconds(), 0)
+                .map_or_else(|| "an unreadable time".into(), rfc3339);
+            return Ok(Err(Problem::from(format!(
+                "--now {} is before the repository's first commit ({:.12}, committed {first}): \
+                 there was no config then; name an instant at or after {first}",
+                rfc3339(at),
+                commit.id()
+            ))));
+        }
+        commit = commit
+            .parent(0)
+            .context("reading the first-parent history")?;
+    }
+    Ok(Err(Problem::from(format!(
+        "--now {} is more than {MAX_NOW_WALK} commits back on HEAD's first-parent history; \
+         not read (name a later instant)",
+        rfc3339(at)
+    ))))
 }
 
 /// Print `view` (and write the page with `--html`). Under `--watch` a JSON

@@ -3,7 +3,7 @@
 //! `drover status` reads (the status branches, through [`crate::fleet`]),
 //! fetching them from `origin` each round, and exits 0 when the condition
 //! holds, 1 when it timed out or cannot hold without someone acting (a
-//! cluster reported `failed` or `refused` for the version), 2 when it could
+//! cluster reported `failed`, `revoked` or `refused` for the version), 2 when it could
 //! not run.
 
 use super::{output, Global, Outcome, Problem};
@@ -221,7 +221,7 @@ fn verdict(rows: &[ClusterWait], target: &Version) -> Verdict {
         .iter()
         .filter(|r| r.trust != "untrusted")
         .filter(|r| r.version.as_deref() == Some(target.to_string().as_str()))
-        .filter(|r| r.state == "failed" || r.state == "refused")
+        .filter(|r| matches!(r.state.as_str(), "failed" | "revoked" | "refused"))
         .map(|r| format!("{} reports {} for {target}", r.cluster, r.state))
         .collect();
     if !stuck.is_empty() {

@@ -54,20 +54,23 @@ pub fn gather(
     now: DateTime<Utc>,
     only: Option<&str>,
 ) -> Result<Fleet, Error> {
-    collect(repo, cfg, now, only, false)
+    collect(repo, cfg, now, only, None)
 }
 
-/// [`gather`] for an instant the user named (`status --now T`): the status
-/// store as it was at `now`, leaving out reports of states entered after
-/// it. Only for a named instant: at the wall clock's now, a report from an
-/// agent whose clock runs ahead is still the newest word.
+/// [`gather`] for an instant the user named (`status --now T`): `cfg` and
+/// the gate's policy are those of `commit`, the config commit in force at
+/// `now`, and the status store is read as it was at `now`, leaving out
+/// reports of states entered after it. Only for a named instant: at the
+/// wall clock's now, a report from an agent whose clock runs ahead is
+/// still the newest word.
 pub fn gather_at(
     repo: &Repository,
     cfg: &RepoConfig,
+    commit: git2::Oid,
     now: DateTime<Utc>,
     only: Option<&str>,
 ) -> Result<Fleet, Error> {
-    collect(repo, cfg, now, only, true)
+    collect(repo, cfg, now, only, Some(commit))
 }
 
 fn collect(
@@ -75,12 +78,16 @@ fn collect(
     cfg: &RepoConfig,
     now: DateTime<Utc>,
     only: Option<&str>,
-    as_of: bool,
+    at: Option<git2::Oid>,
 ) -> Result<Fleet, Error> {
+    let as_of = at.is_some();
     let envs = envs(cfg, only);
     let store = status::find_store(repo, &cfg.root.status_branch)?;
     let mut warnings = Vec::new();
-    let head = repo.head().and_then(|h| h.peel_to_commit()).ok();
+    let head = match at {
+        Some(c) => repo.find_commit(c).ok(),
+        None => repo.head().and_then(|h| h.peel_to_commit()).ok(),
+    };
     let snap = head
         .as_ref()
         .and_then(|h| match admit::snapshot(repo, h.id(), now) {
@@ -200,6 +207,7 @@ fn collect(
     }
     Ok(Fleet {
         now,
+        config_commit: at.map(|c| c.to_string()),
         status_branch: StatusBranch {
             name: cfg.root.status_branch.clone(),
             refname: store.legacy.as_ref().map(|b| b.refname.clone()),
@@ -338,7 +346,7 @@ fn as_it_was(
         });
     }
     warnings.push(format!(
-        "{left_out} report(s) from after {} left out: the status store is read as it was then; the gate and the config are judged as they are now",
+        "{left_out} report(s) from after {} left out: the status store, the config and the gate are read as they were then",
         now.to_rfc3339_opts(SecondsFormat::Secs, true)
     ));
     Ok(())

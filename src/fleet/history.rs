@@ -137,7 +137,9 @@ pub fn row(
                     message: r.message.clone(),
                 });
             }
-            RolloutState::Failed | RolloutState::Blocked => {
+            // A revoked version no node runs yet marks no node.
+            RolloutState::Revoked if r.nodes_at_version == 0 => {}
+            RolloutState::Failed | RolloutState::Blocked | RolloutState::Revoked => {
                 out.alarms.push(alarm(r, start, end, &mix));
             }
             RolloutState::Confirmed => out.confirmations.push(Mark {
@@ -153,8 +155,9 @@ pub fn row(
     (out, events)
 }
 
-/// A `failed` or `blocked` report on the nodes it names (`[detail]`), or
-/// on one node when it names none: on the report's version when some
+/// A `failed` or `blocked` report on the nodes it names (`[detail]`), a
+/// `revoked` one on the nodes that run the revoked version, or on one
+/// node when it names none: on the report's version when some
 /// nodes run it (a health check failed after the upgrade), else on the
 /// oldest version (the node did not get there).
 fn alarm(
@@ -164,10 +167,10 @@ fn alarm(
     mix: &[VersionCount],
 ) -> Alarm {
     let target = r.version.to_string();
-    let named = if r.state == RolloutState::Failed {
-        &r.detail.failed
-    } else {
-        &r.detail.blocked
+    let named = match r.state {
+        RolloutState::Failed => &r.detail.failed,
+        RolloutState::Revoked => &r.detail.at_version,
+        _ => &r.detail.blocked,
     };
     let on_target = if named.is_empty() {
         r.nodes_at_version > 0
@@ -337,5 +340,47 @@ mod tests {
             last.versions,
             [vc(Some("1.13.2"), 4), vc(Some("1.13.3"), 1)]
         );
+    }
+
+    #[test]
+    fn a_version_revoked_mid_rollout_is_marked_on_the_nodes_that_run_it() {
+        use RolloutState::*;
+        let mut revoked = report("1.13.3", Revoked, 2, "2027-01-08T02:00:00Z");
+        revoked.detail.at_version = vec!["n1".into(), "n2".into()];
+        let es = [
+            entry(report("1.13.2", Confirmed, 5, "2026-12-08T03:00:00Z")),
+            entry(revoked),
+        ];
+        let refs: Vec<&Entry> = es.iter().collect();
+        let (row, events) = row(
+            "stage-1",
+            "stage",
+            &refs,
+            t("2026-12-01T00:00:00Z"),
+            t("2027-01-10T00:00:00Z"),
+            None,
+        );
+        assert!(events.is_empty());
+        assert_eq!(row.alarms.len(), 1);
+        let a = &row.alarms[0];
+        assert_eq!(a.state, "revoked");
+        assert_eq!((a.count, a.runs.as_deref()), (2, Some("1.13.3")));
+        assert_eq!(a.nodes, ["n1", "n2"]);
+        assert_eq!(
+            row.runs.last().unwrap().versions,
+            [vc(Some("1.13.2"), 3), vc(Some("1.13.3"), 2)]
+        );
+        // Revoked before any node ran it: no node to mark.
+        let none = [entry(report("1.13.3", Revoked, 0, "2027-01-08T02:00:00Z"))];
+        let refs: Vec<&Entry> = none.iter().collect();
+        let (row, _) = super::row(
+            "stage-1",
+            "stage",
+            &refs,
+            t("2026-12-01T00:00:00Z"),
+            t("2027-01-10T00:00:00Z"),
+            None,
+        );
+        assert!(row.alarms.is_empty());
     }
 }

@@ -1100,6 +1100,7 @@ mod tests {
         };
         let fleet = Fleet {
             now: timeline.now,
+            config_commit: None,
             status_branch: StatusBranch {
                 name: evil.into(),
                 refname: None,

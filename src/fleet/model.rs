@@ -14,6 +14,10 @@ use serde::Serialize;
 pub struct Fleet {
     /// The instant the view was computed for (`--now`, default the clock).
     pub now: DateTime<Utc>,
+    /// The config commit read, for an instant the user named (`status
+    /// --now T`: the one in force at T); `None`: the checkout.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config_commit: Option<String>,
     /// Where the reports were read from.
     pub status_branch: StatusBranch,
     /// Environments in chain order (only `--env` when given).

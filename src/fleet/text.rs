@@ -203,6 +203,12 @@ pub fn render(f: &Fleet) -> String {
         &format!("drover status at {}Z", utc_min(&f.now).replace(' ', "T")),
     );
     put(&mut out, &format!("status branch {branch}"));
+    if let Some(c) = &f.config_commit {
+        put(
+            &mut out,
+            &format!("config at commit {c:.12} (in force then)"),
+        );
+    }
     for e in &f.environments {
         put(&mut out, "");
         env_block(&mut out, e);
@@ -229,6 +235,7 @@ mod tests {
     fn fleet(message: &str, open: bool) -> Fleet {
         Fleet {
             now: t("2026-12-08T03:00:00Z"),
+            config_commit: None,
             status_branch: StatusBranch {
                 name: "drover/status".into(),
                 refname: Some("refs/heads/drover/status".into()),

@@ -31,4 +31,4 @@ pub use engine::{
     apply, reconcile, Clock, Engine, EngineError, Labels, Outcome, SystemClock, VirtualClock,
 };
 pub use held::HELD_PREFIX;
-pub use state::RolloutState;
+pub use state::{Attention, RolloutState};

@@ -158,10 +158,10 @@ async fn a_pinned_version_revoked_afterwards_starts_no_further_node() {
     )
     .await;
 
-    // The window opens: held, naming the revocation and its reason.
+    // The window opens: revoked (not `paused`), naming the reason.
     clock.set(dec(1, 2, 0));
     let st = await_status(&client, ns.name(), "test-test-1", "held as revoked", |s| {
-        s.state.as_deref() == Some("paused")
+        s.state.as_deref() == Some("revoked")
             && s.message.contains("1.13.0 is revoked: breaks the CNI")
     })
     .await;
@@ -176,6 +176,177 @@ async fn a_pinned_version_revoked_afterwards_starts_no_further_node() {
     assert_eq!(sim.version(&node).as_deref(), Some("1.12.0"));
     agent.stop();
     sim.shutdown().await;
+}
+
+/// One state, told alike (`drover::agent::told`): the metric, the
+/// DroverStatus (state, message, `Stalled`), the Event of its transition
+/// and the report pushed to the status branch say the same, for a refused
+/// head (a downgrade; then the documented way out, a reviewed revert) and
+/// for a version revoked mid-rollout (one node moved, the other held
+/// draining by a PodDisruptionBudget when the revocation lands).
+#[tokio::test]
+async fn a_refused_head_and_a_version_revoked_mid_rollout_are_told_alike_everywhere() {
+    let cp = ControlPlane::get();
+    let client = cp.admin_client().await;
+    install_crd(&client).await;
+    let ns = TestNamespace::create(&client, "revoked-told").await;
+    let sim = start_sim(&client, pool_options(ns.name(), 2)).await;
+    let mut nodes = sim.node_names();
+    nodes.sort();
+    let repo = ConfigRepo::new(&[EnvSpec::test_pool(ns.name())]);
+    let mut cfg = agent_config(&repo, "test", "test-1", ns.name(), "agent-a");
+    cfg.poll = Duration::from_secs(600);
+    // Inside the window (02:00-08:00 on the 1st); the clock stands still,
+    // so the held drain never times out into `blocked`.
+    let clock: drover::agent::SharedClock = Arc::new(VirtualClock::new(dec(1, 3, 0)));
+    let agent = RunningAgent::start(cfg, clock, None);
+    await_status(&client, ns.name(), "test-test-1", "confirmed", |s| {
+        s.state.as_deref() == Some("confirmed")
+    })
+    .await;
+
+    // A refused head: while it is refused the state says so, not `confirmed`.
+    let downgrade = repo.bump("test", "1.11.0", true);
+    assert_eq!(agent.webhook().await, 202);
+    await_status(&client, ns.name(), "test-test-1", "refused", |s| {
+        s.state.as_deref() == Some("refused")
+            && s.refused.as_ref().is_some_and(|r| r.commit == downgrade)
+    })
+    .await;
+    let (st, report) = told_alike(&agent, &client, &repo, ns.name(), "refused").await;
+    assert!(
+        st.message.starts_with(&format!(
+            "commit {} refused (gate check, downgrade): ",
+            &downgrade[..12]
+        )) && st
+            .message
+            .ends_with("; stays on 1.12.0 (confirmed 2/2 nodes)"),
+        "{}",
+        st.message
+    );
+    assert_eq!(report.version.to_string(), "1.11.0", "the refused version");
+    assert_eq!(stalled(&st), Some(("True", "RefusedByGate")));
+
+    // The way out (docs/install.md): a reviewed revert of the refused edit.
+    git(&repo.work, &["revert", "--no-commit", "HEAD"]);
+    let revert = repo.commit("revert the downgrade", true);
+    repo.push();
+    assert_eq!(agent.webhook().await, 202);
+    await_status(&client, ns.name(), "test-test-1", "out of refused", |s| {
+        s.last_applied_commit.as_deref() == Some(revert.as_str())
+            && s.state.as_deref() == Some("confirmed")
+            && s.refused.is_none()
+    })
+    .await;
+
+    // Revoked mid-rollout: the first node moves, the second's drain is held.
+    crate::support::kube::pod_held_by_a_pdb(&client, ns.name(), &nodes[1]).await;
+    repo.bump("test", "1.13.0", true);
+    assert_eq!(agent.webhook().await, 202);
+    await_status(&client, ns.name(), "test-test-1", "1 of 2 moved", |s| {
+        s.target.as_deref() == Some("1.13.0")
+            && s.state.as_deref() == Some("rolling")
+            && s.nodes_at_version == 1
+    })
+    .await;
+    revoke(&repo, "1.13.0", "breaks the CNI");
+    assert_eq!(agent.webhook().await, 202);
+    await_status(&client, ns.name(), "test-test-1", "revoked", |s| {
+        s.state.as_deref() == Some("revoked")
+    })
+    .await;
+    let (st, report) = told_alike(&agent, &client, &repo, ns.name(), "revoked").await;
+    assert!(
+        st.message
+            .starts_with("1.13.0 is revoked: breaks the CNI; 1/2 nodes run it"),
+        "{}",
+        st.message
+    );
+    assert_eq!(report.version.to_string(), "1.13.0");
+    assert_eq!(report.nodes_at_version, 1);
+    assert_eq!(stalled(&st), Some(("True", "Revoked")));
+    assert_eq!(sim.version(&nodes[0]).as_deref(), Some("1.13.0"));
+    assert_eq!(sim.upgrades_started(&nodes[1]), 0, "no further node starts");
+    agent.stop();
+    sim.shutdown().await;
+}
+
+/// The `Stalled` condition's status and reason.
+fn stalled(st: &drover::agent::crd::DroverStatusStatus) -> Option<(&str, &str)> {
+    st.conditions
+        .iter()
+        .find(|c| c.kind == "Stalled")
+        .map(|c| (c.status.as_str(), c.reason.as_str()))
+}
+
+/// The status object in `state`, and the report pushed for it: the metric
+/// reads `state` alone, the status's conditions carry its message, an
+/// Event `Rollout<State>` tells it and the report on the status branch
+/// has the same state and message.
+async fn told_alike(
+    agent: &RunningAgent,
+    client: &kube::Client,
+    repo: &ConfigRepo,
+    ns: &str,
+    state: &str,
+) -> (
+    drover::agent::crd::DroverStatusStatus,
+    drover::status::StatusReport,
+) {
+    let st = crate::agent_evidence::status_of(client, ns, "test-test-1").await;
+    assert_eq!(st.state.as_deref(), Some(state));
+    assert!(!st.message.is_empty());
+    assert!(
+        st.conditions
+            .iter()
+            .all(|c| c.kind == "ReportPushed" || c.message.contains(&st.message)),
+        "{:#?}",
+        st.conditions
+    );
+    until_pass(
+        &agent.handle,
+        "the report pushed",
+        Duration::from_secs(60),
+        || {
+            repo.report("test", "test-1")
+                .is_some_and(|r| r.state.as_str() == state && r.message == st.message)
+        },
+    )
+    .await;
+    let report = repo.report("test", "test-1").unwrap();
+    let metrics = agent.metrics().await;
+    for s in drover::rollout::RolloutState::ALL {
+        let want = if s.as_str() == state { 1.0 } else { 0.0 };
+        assert_eq!(
+            sample(
+                &metrics,
+                &format!(r#"drover_rollout_state{{state="{}"}}"#, s.as_str())
+            ),
+            Some(want),
+            "{metrics}"
+        );
+    }
+    let reason = format!("Rollout{}{}", state[..1].to_uppercase(), &state[1..]);
+    let event = crate::support::kube::retry_until(&format!("Event {reason}"), || async {
+        let ev = crate::support::kube::events_for(client, ns, "test-test-1").await;
+        ev.iter()
+            .find(|e| e.reason.as_deref() == Some(reason.as_str()))
+            .cloned()
+            .ok_or_else(|| {
+                ev.iter()
+                    .filter_map(|e| e.reason.clone())
+                    .collect::<Vec<_>>()
+            })
+    })
+    .await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    let note = event.note.unwrap_or_default();
+    assert!(
+        note.starts_with(state) && note.ends_with(&st.message),
+        "{note:?} / {:?}",
+        st.message
+    );
+    (st, report)
 }
 
 /// A release engineer runs `drover revoke` with git set to sign (as a

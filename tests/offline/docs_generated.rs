@@ -1,5 +1,6 @@
 //! The layout's words are the code's: the states the docs list are
-//! `RolloutState::ALL`, the status branches they name are the per-cluster
+//! `RolloutState::ALL` (in docs/cli.schema.json too), the states an alert
+//! is advised for are those whose `RolloutState::attention` asks for one, the status branches they name are the per-cluster
 //! branches `status::cluster_branch` makes (the single `drover/status` only
 //! as the older layout), and the upgrade Jobs' namespace is the one
 //! deploy/base sets.
@@ -9,7 +10,7 @@
 //! docs_generated` rewrites them from the code; without it a list that
 //! differs fails, saying so.
 
-use drover::rollout::RolloutState;
+use drover::rollout::{Attention, RolloutState};
 use std::path::PathBuf;
 
 fn root() -> PathBuf {
@@ -24,9 +25,34 @@ fn states() -> Vec<&'static str> {
     RolloutState::ALL.iter().map(|s| s.as_str()).collect()
 }
 
+/// The states whose attention is `a`, as a PromQL alternation.
+fn alternation(a: Attention) -> String {
+    RolloutState::ALL
+        .iter()
+        .filter(|s| s.attention() == a)
+        .map(|s| s.as_str())
+        .collect::<Vec<_>>()
+        .join("|")
+}
+
 /// The generated block `name`'s content, from the code.
 fn generate(name: &str) -> String {
     match name {
+        // docs/install.md's alerts: at once, when it lasts, never.
+        "alert-now" => format!(
+            "`drover_rollout_state{{state=~\"{}\"}} == 1`",
+            alternation(Attention::Now)
+        ),
+        "alert-lasting" => format!(
+            "`drover_rollout_state{{state=~\"{}\"}} == 1`",
+            alternation(Attention::Lasting)
+        ),
+        "quiet-states" => RolloutState::ALL
+            .iter()
+            .filter(|s| s.attention() == Attention::None)
+            .map(|s| format!("`{}`", s.as_str()))
+            .collect::<Vec<_>>()
+            .join(", "),
         // docs/install.md's metric: one series per state.
         "metric-states" => states()
             .iter()
@@ -127,6 +153,23 @@ fn state_tables_name_every_state() {
             "{rel}: the states table and RolloutState::ALL differ"
         );
     }
+}
+
+#[test]
+fn the_schema_s_states_are_the_code_s() {
+    let schema: serde_json::Value =
+        serde_json::from_str(&read("docs/cli.schema.json")).expect("docs/cli.schema.json");
+    let listed: Vec<&str> = schema["$defs"]["state"]["enum"]
+        .as_array()
+        .expect("$defs.state.enum")
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    assert_eq!(
+        listed,
+        states(),
+        "docs/cli.schema.json $defs.state.enum and RolloutState::ALL differ"
+    );
 }
 
 /// Files a person reads to learn the layout.

@@ -3,7 +3,9 @@
 //! and on status branches holding hostile reports.
 
 use crate::support::cli::drover_at as drover;
-use crate::support::git::{commit_file_on, example_checkout, git, public_key};
+use crate::support::git::{
+    commit_configured, commit_file_on, example_checkout, git, git_env, public_key,
+};
 use serde_json::Value;
 use std::path::Path;
 
@@ -11,7 +13,7 @@ use std::path::Path;
 fn example_repo() -> tempfile::TempDir {
     let dir = example_checkout();
     git(dir.path(), &["add", "-A"]);
-    git(dir.path(), &["commit", "-q", "-m", "initial"]);
+    commit_configured(dir.path(), &["-q", "-m", "initial"]);
     dir
 }
 
@@ -159,13 +161,13 @@ fn gate_answers_follow_confirmations_and_soak() {
     let mut text = std::fs::read_to_string(&signers).unwrap();
     text.push_str(&line);
     std::fs::write(&signers, text).unwrap();
-    git(dir.path(), &["commit", "-qam", "List test-1's report key"]);
+    commit_configured(dir.path(), &["-qam", "List test-1's report key"]);
     let f = dir.path().join("environments/test.toml");
     let text = std::fs::read_to_string(&f)
         .unwrap()
         .replacen("\"1.12.0\"", "\"1.13.2\"", 1);
     std::fs::write(f, text).unwrap();
-    git(dir.path(), &["commit", "-qam", "Bump test to 1.13.2"]);
+    commit_configured(dir.path(), &["-qam", "Bump test to 1.13.2"]);
     // Not confirmed yet: refused, naming the cluster.
     let v = json(dir.path(), &["status", "--now", "2026-12-01T12:00:00Z"]);
     let gate = &env(&v, "stage")["gate"];
@@ -460,7 +462,7 @@ fn edit_stage(dir: &Path, edits: &[(&str, &str)], append: &str) {
     }
     text.push_str(append);
     std::fs::write(&path, text).unwrap();
-    git(dir, &["commit", "-q", "-am", "stage: hold"]);
+    commit_configured(dir, &["-q", "-am", "stage: hold"]);
 }
 
 /// The first stretch `drover windows` lists from `now` (UTC start, end).
@@ -615,7 +617,7 @@ fn untrusted_reports_say_why_and_now_reads_the_store_as_it_was() {
     let mut text = std::fs::read_to_string(&signers).unwrap();
     text.push_str(&line);
     std::fs::write(&signers, text).unwrap();
-    git(dir.path(), &["commit", "-qam", "List test-1's report key"]);
+    commit_configured(dir.path(), &["-qam", "List test-1's report key"]);
     // stage-1's report, signed with test-1's key.
     let r = report(
         "stage",
@@ -692,4 +694,93 @@ fn untrusted_reports_say_why_and_now_reads_the_store_as_it_was() {
         env(&v, "stage")["clusters"][0]["report"]["version"],
         "1.13.2"
     );
+}
+
+/// `--now T` reads the config and the gate as they were at T: the config
+/// commit in force then, on HEAD's first-parent history. A change merged
+/// after T is not in force at T even when its own commit is older (the
+/// merge is when it landed); a T before the first commit is refused.
+#[test]
+fn now_reads_the_config_and_the_gate_in_force_then() {
+    let dir = example_repo();
+    let first = git(dir.path(), &["rev-parse", "HEAD"]);
+    // A change dated the 3rd on a side branch, merged on the 10th: test
+    // moves to 1.13.2 and stage is paused.
+    git(dir.path(), &["switch", "-q", "-c", "bump"]);
+    for (file, from, to) in [
+        ("test", "\"1.12.0\"", "\"1.13.2\""),
+        ("stage", "paused = false", "paused = true"),
+    ] {
+        let f = dir.path().join(format!("environments/{file}.toml"));
+        let text = std::fs::read_to_string(&f).unwrap().replacen(from, to, 1);
+        std::fs::write(f, text).unwrap();
+    }
+    git_env(
+        dir.path(),
+        &["commit", "-qam", "test: 1.13.2; stage: pause"],
+        Some("2026-12-03T00:00:00Z"),
+        &[],
+    );
+    git(dir.path(), &["switch", "-q", "main"]);
+    git_env(
+        dir.path(),
+        &["merge", "-q", "--no-ff", "-m", "Merge bump", "bump"],
+        Some("2026-12-10T00:00:00Z"),
+        &[],
+    );
+    let merge = git(dir.path(), &["rev-parse", "HEAD"]);
+
+    // Before the merge (even after the side commit): the first commit's config and gate.
+    for at in ["2026-11-30T00:00:00Z", "2026-12-05T00:00:00Z"] {
+        let v = json(dir.path(), &["status", "--now", at]);
+        assert_eq!(v["config_commit"], first.as_str(), "{at}");
+        assert_eq!(env(&v, "test")["version"], "1.12.0", "{at}");
+        assert_eq!(env(&v, "stage")["paused"], false, "{at}");
+        assert_eq!(env(&v, "stage")["gate"]["answer"], "current", "{at}");
+    }
+    let (code, text, err) = drover(dir.path(), &["status", "--now", "2026-12-05T00:00:00Z"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.contains(&format!(
+            "config at commit {} (in force then)",
+            &first[..12]
+        )),
+        "{text}"
+    );
+    // After it: the merged config, and the gate judges stage's next promotion by it.
+    let v = json(dir.path(), &["status", "--now", "2026-12-10T00:00:00Z"]);
+    assert_eq!(v["config_commit"], merge.as_str());
+    assert_eq!(env(&v, "test")["version"], "1.13.2");
+    assert_eq!(env(&v, "stage")["paused"], true);
+    assert_eq!(env(&v, "stage")["gate"]["answer"], "refused");
+    // Without --now: the checkout, and no config_commit field.
+    let v = json(dir.path(), &["status"]);
+    assert_eq!(env(&v, "test")["version"], "1.13.2");
+    assert!(v.get("config_commit").is_none(), "{v:#}");
+
+    // Before the first commit there was no config: refused, saying so.
+    for format in ["text", "json"] {
+        let (code, out, err) = drover(
+            dir.path(),
+            &["-o", format, "status", "--now", "2026-11-29T23:59:59Z"],
+        );
+        assert_eq!(code, 1, "{out}{err}");
+        let said = if format == "json" {
+            let v: Value = serde_json::from_str(&out).unwrap();
+            assert_eq!(v["ok"], false);
+            v["errors"][0]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        } else {
+            err
+        };
+        assert!(
+            said.contains(&format!(
+                "--now 2026-11-29T23:59:59Z is before the repository's first commit ({}, committed 2026-11-30T00:00:00Z)",
+                &first[..12]
+            )),
+            "{said}"
+        );
+    }
 }

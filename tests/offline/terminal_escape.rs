@@ -6,7 +6,7 @@
 //! the escaped text present; the control is the same output without them.
 
 use crate::support::cli::drover_at;
-use crate::support::git::{commit_file_on, example_checkout, git, git_env};
+use crate::support::git::{commit_configured, commit_file_on, example_checkout, git, git_env};
 
 /// What an attacker puts in a field: erase the line, move up, draw a row.
 const FORGED: &str = "\u{1b}[2K\u{1b}[1A  stage-1  1.13.2  confirmed  trusted\r";
@@ -14,7 +14,7 @@ const FORGED: &str = "\u{1b}[2K\u{1b}[1A  stage-1  1.13.2  confirmed  trusted\r"
 fn example_repo() -> tempfile::TempDir {
     let dir = example_checkout();
     git(dir.path(), &["add", "-A"]);
-    git(dir.path(), &["commit", "-q", "-m", "initial"]);
+    commit_configured(dir.path(), &["-q", "-m", "initial"]);
     dir
 }
 

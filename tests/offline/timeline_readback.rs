@@ -7,7 +7,7 @@
 //! now, and a row that says so for a cluster that never reported.
 
 use crate::support::cli::drover_at as drover;
-use crate::support::git::{commit_file_on, example_checkout, git};
+use crate::support::git::{commit_configured, commit_file_on, example_checkout, git};
 use crate::support::timeline::{self, Drawing};
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
@@ -78,7 +78,7 @@ fn drawn_bars_read_back_as_the_nodes_history() {
     let dir = example_checkout();
     let dir = dir.path();
     git(dir, &["add", "-A"]);
-    git(dir, &["commit", "-q", "-m", "initial"]);
+    commit_configured(dir, &["-q", "-m", "initial"]);
     let reports = [
         report("1.12.0", "confirmed", "2026-12-01T00:00:00Z", &[]),
         report("1.13.2", "pending", "2026-12-10T00:00:00Z", &[]),

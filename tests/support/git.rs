@@ -50,6 +50,19 @@ fn wait_port(port: u16, child: &mut Child, what: &str, log: &Path) {
 }
 
 /// Run git in `dir` with a fixed identity; panics with stderr on failure.
+/// When a fixture's config commits land, for tests that read the fleet at
+/// fixed instants: `drover status --now T` reads the config in force at T,
+/// so a commit dated by the wall clock would be in force only after the
+/// day the tests run.
+pub const CONFIGURED_AT: &str = "2026-11-30T00:00:00Z";
+
+/// [`git`] `commit` with `args`, author and committer dated [`CONFIGURED_AT`].
+pub fn commit_configured(dir: &Path, args: &[&str]) -> String {
+    let mut all = vec!["commit"];
+    all.extend_from_slice(args);
+    git_env(dir, &all, Some(CONFIGURED_AT), &[])
+}
+
 pub fn git(dir: &Path, args: &[&str]) -> String {
     git_env(dir, args, None, &[])
 }
