@@ -334,6 +334,29 @@ async fn halts_in_time_and_reports_catch_up(fault: GitFault) {
                 "{}",
                 c.message
             );
+            // The refusal, not the failed rollout, is what Stalled says
+            // (the rollout's own reason follows in its message).
+            let st = await_status(
+                &w.client,
+                &w.pool,
+                "test-test-1",
+                "Stalled for the refused report",
+                |s| {
+                    s.conditions.iter().any(|c| {
+                        c.kind == "Stalled" && c.status == "True" && c.reason == "ReportRefused"
+                    })
+                },
+            )
+            .await
+            .status
+            .unwrap();
+            let c = st.conditions.iter().find(|c| c.kind == "Stalled").unwrap();
+            assert!(
+                c.message.contains("on branch drover/status.d/test/test-1")
+                    && c.message.contains("The rollout meanwhile: Failed"),
+                "{}",
+                c.message
+            );
             let metrics = w.agent.metrics().await;
             assert_eq!(
                 sample(&metrics, "drover_status_push_refused"),
@@ -403,6 +426,19 @@ async fn halts_in_time_and_reports_catch_up(fault: GitFault) {
                 s.conditions
                     .iter()
                     .any(|c| c.kind == "ReportPushed" && c.status == "True")
+            },
+        )
+        .await;
+        // Stalled by the failed rollout alone once the report is through.
+        await_status(
+            &w.client,
+            &w.pool,
+            "test-test-1",
+            "Stalled for the failed rollout",
+            |s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.kind == "Stalled" && c.status == "True" && c.reason == "Failed")
             },
         )
         .await;
