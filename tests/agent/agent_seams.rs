@@ -30,7 +30,7 @@ use crate::support::kube::{
     retry_until, unschedulable, Audited, ControlPlane, TestNamespace, WAIT,
 };
 use crate::support::kubelet::{Fault, Kubelet};
-use crate::support::proxy::{Mode, TcpProxy, ThrottleProxy};
+use crate::support::proxy::{ApiProxy, Mode, TcpProxy};
 use chrono::{DateTime, Utc};
 use drover::cluster::{NodeProgress, ProgressState};
 use drover::rollout::VirtualClock;
@@ -471,14 +471,16 @@ async fn a_hook_refusing_the_report_is_said_not_retried_in_a_loop_and_the_halt_l
 
 #[tokio::test]
 async fn events_throttled_with_429s_do_not_delay_the_halt() {
-    let front = ThrottleProxy::start(config_as(None).await, |_, path| {
-        path.starts_with("/apis/events.k8s.io/")
-    })
-    .await;
+    let front = ApiProxy::start_as(config_as(None).await).await;
+    let throttled = front.answer(
+        429,
+        "Too many requests, please try again later.",
+        |_, path, _| path.starts_with("/apis/events.k8s.io/"),
+    );
     let w = world(
         "seam-events",
         Duration::from_millis(2500),
-        Some(front.config("drover-test-throttled/1")),
+        Some(front.config_with_user_agent("drover-test-throttled/1")),
     )
     .await;
     let timer = w.start_failing_rollout().await;
@@ -495,7 +497,7 @@ async fn events_throttled_with_429s_do_not_delay_the_halt() {
     .await;
     w.second_node_untouched().await;
     // Control: Events were tried and refused, none got through.
-    assert!(front.refused.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    assert!(throttled.hits() > 0);
     let evs = events_for(&w.client, &w.pool, "test-test-1").await;
     assert!(evs.is_empty(), "{evs:?}");
     let metrics = w.agent.metrics().await;
