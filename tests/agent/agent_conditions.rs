@@ -23,15 +23,6 @@ use kube::api::Api;
 
 const NAME: &str = "test-test-1";
 
-/// A pre-receive hook refusing every status branch (the config branch
-/// still takes the test's pushes).
-const REFUSE_STATUS: &str = "#!/bin/sh\n\
-    while read old new ref; do\n\
-      case \"$ref\" in refs/heads/drover/status.d/*)\n\
-        echo \"status reports are frozen by the change board\" >&2; exit 1;;\n\
-      esac\n\
-    done\n";
-
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -75,6 +66,38 @@ fn kubectl_cmd(ns: &str, args: &[&str]) -> Command {
         .args(["-n", ns])
         .args(args);
     c
+}
+
+/// `kubectl wait --for=condition=<condition> dst/NAME --timeout=<timeout>`,
+/// run to its end.
+fn kubectl_wait(ns: &str, condition: &str, timeout: &str) -> Output {
+    kubectl_wait_started(ns, condition, timeout)
+        .wait_with_output()
+        .unwrap()
+}
+
+/// The same wait, started (to be awaited with [`finished`]).
+fn kubectl_wait_started(ns: &str, condition: &str, timeout: &str) -> std::process::Child {
+    kubectl_cmd(
+        ns,
+        &[
+            "wait",
+            &format!("--for=condition={condition}"),
+            &format!("dst/{NAME}"),
+            &format!("--timeout={timeout}"),
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap()
+}
+
+/// A started wait's output, awaited off the runtime's thread.
+async fn finished(child: std::process::Child) -> Output {
+    tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap()
 }
 
 fn text(o: &Output) -> String {
@@ -171,17 +194,7 @@ async fn kubectl_wait_flux_and_argo_cd_read_a_confirmed_and_a_failed_rollout() {
         s.state.as_deref() == Some("confirmed")
     })
     .await;
-    let wait = kubectl_cmd(
-        &pool,
-        &[
-            "wait",
-            "--for=condition=Ready",
-            &format!("dst/{NAME}"),
-            "--timeout=120s",
-        ],
-    )
-    .output()
-    .unwrap();
+    let wait = kubectl_wait(&pool, "Ready", "120s");
     assert!(wait.status.success(), "{}", text(&wait));
     assert!(text(&wait).contains("condition met"), "{}", text(&wait));
     let status = obj.status.as_ref().unwrap();
@@ -204,30 +217,11 @@ async fn kubectl_wait_flux_and_argo_cd_read_a_confirmed_and_a_failed_rollout() {
             .any(|c| c.kind == "ReportPushed" && c.status == "True")
     })
     .await;
-    let hook = repo.bare.join("hooks/pre-receive");
-    std::fs::write(&hook, REFUSE_STATUS).unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    let stalled = kubectl_cmd(
-        &pool,
-        &[
-            "wait",
-            "--for=condition=Stalled",
-            &format!("dst/{NAME}"),
-            "--timeout=120s",
-        ],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
+    repo.refuse_status_pushes("status reports are frozen by the change board");
+    let stalled = kubectl_wait_started(&pool, "Stalled", "120s");
     repo.bump("test", "1.12.1", true);
     agent.handle.fetch();
-    let stalled = tokio::task::spawn_blocking(move || stalled.wait_with_output().unwrap())
-        .await
-        .unwrap();
+    let stalled = finished(stalled).await;
     assert!(stalled.status.success(), "{}", text(&stalled));
     let obj = await_status(
         &client,
@@ -274,18 +268,8 @@ async fn kubectl_wait_flux_and_argo_cd_read_a_confirmed_and_a_failed_rollout() {
     );
     // The forge fixed: the agent pushes again by itself (after five poll
     // intervals) and the cluster is Ready, with its evidence recorded.
-    std::fs::remove_file(&hook).unwrap();
-    let ready = kubectl_cmd(
-        &pool,
-        &[
-            "wait",
-            "--for=condition=Ready",
-            &format!("dst/{NAME}"),
-            "--timeout=120s",
-        ],
-    )
-    .output()
-    .unwrap();
+    repo.accept_status_pushes();
+    let ready = kubectl_wait(&pool, "Ready", "120s");
     assert!(ready.status.success(), "{}", text(&ready));
     let r = repo.report("test", "test-1").unwrap();
     assert_eq!(
@@ -299,25 +283,11 @@ async fn kubectl_wait_flux_and_argo_cd_read_a_confirmed_and_a_failed_rollout() {
 
     // A failed rollout: kubectl's wait for Stalled, started before the
     // change, returns; a wait for Ready gives up.
-    let stalled = kubectl_cmd(
-        &pool,
-        &[
-            "wait",
-            "--for=condition=Stalled",
-            &format!("dst/{NAME}"),
-            "--timeout=180s",
-        ],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
+    let stalled = kubectl_wait_started(&pool, "Stalled", "180s");
     sim.set_fault(&node, Fault::JobFails);
     repo.bump("test", "1.13.0", true);
     agent.handle.fetch();
-    let stalled = tokio::task::spawn_blocking(move || stalled.wait_with_output().unwrap())
-        .await
-        .unwrap();
+    let stalled = finished(stalled).await;
     assert!(stalled.status.success(), "{}", text(&stalled));
     let api: Api<DroverStatus> = Api::namespaced(client.clone(), &pool);
     let status = api.get_status(NAME).await.unwrap().status.unwrap();
@@ -332,17 +302,7 @@ async fn kubectl_wait_flux_and_argo_cd_read_a_confirmed_and_a_failed_rollout() {
         ("False", "Failed")
     );
     assert!(ready.message.contains("1.13.0"), "{}", ready.message);
-    let wait = kubectl_cmd(
-        &pool,
-        &[
-            "wait",
-            "--for=condition=Ready",
-            &format!("dst/{NAME}"),
-            "--timeout=2s",
-        ],
-    )
-    .output()
-    .unwrap();
+    let wait = kubectl_wait(&pool, "Ready", "2s");
     assert!(!wait.status.success(), "{}", text(&wait));
     assert!(text(&wait).contains("timed out"), "{}", text(&wait));
     assert_eq!(ready_column(&pool), "False");

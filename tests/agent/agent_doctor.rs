@@ -164,18 +164,7 @@ async fn doctor_passes_what_the_agent_s_first_pass_needs_and_names_what_is_missi
         message.contains("drover/status.d/test/test-1.doctor-"),
         "{message}"
     );
-    let hook = repo.bare.join("hooks/pre-receive");
-    std::fs::write(
-        &hook,
-        "#!/bin/sh
-while read old new ref; do case \"$ref\" in refs/heads/drover/status.d/*)\n\
-         echo 'status branches are protected' >&2; exit 1;; esac; done\n",
-    )
-    .unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
+    repo.refuse_status_pushes("status branches are protected");
     let (code, doc) = doctor(ns.name());
     assert_eq!(code, 1);
     let (result, message, fix) = check(&doc, "status-push");
