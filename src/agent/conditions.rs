@@ -21,6 +21,7 @@
 //! | `refused` (the gate waits for a confirmation or a soak) | False | True | False | `AwaitingEvidence` | InProgress |
 //! | no config applied yet, none refused | False | True | False | `WaitingForConfig` | InProgress |
 //! | a config applied, no decision yet | False | True | False | `Applying` | InProgress |
+//! | any of the above while the git server refuses the status report (`ReportPushed` False, reason `Refused`) | False | False | True | `ReportRefused` | Failed |
 //!
 //! The principle: `Stalled` is True exactly when only a person can move the
 //! cluster on (the kstatus and Flux meaning: an error the controller will
@@ -29,6 +30,15 @@
 //! `Ready` is True only when the cluster runs the pinned version and passed
 //! its health checks. A pause is a person's choice: neither work in
 //! progress nor an error, and not Ready.
+//!
+//! A status report the git server refuses for good (a pre-receive hook, a
+//! protected branch, credentials or a signing key that do not work) stalls
+//! more than this cluster: the gate of every later environment reads this
+//! cluster's confirmations and failures from its status branch, so they
+//! wait for a person too. It outranks whatever the rollout says (the
+//! message keeps that), so `kubectl wait --for=condition=Stalled` and
+//! kstatus see it even mid-rollout; a git server that is merely down is
+//! retried by the agent and stalls nothing.
 //!
 //! All three are always present, True or False (metav1.Condition's shape:
 //! `type`, `status`, `observedGeneration`, `lastTransitionTime`, `reason`,
@@ -71,6 +81,10 @@ pub struct Facts<'a> {
     pub message: &'a str,
     /// Why the last fetch failed, when it did.
     pub fetch_error: Option<&'a str>,
+    /// The `ReportPushed` condition's message while the git server refuses
+    /// the status report (status False, reason `Refused`); it names the
+    /// branch and the server's words.
+    pub report_refused: Option<&'a str>,
 }
 
 impl<'a> Facts<'a> {
@@ -89,6 +103,15 @@ impl<'a> Facts<'a> {
                 .as_ref()
                 .map(|f| f.result.as_str())
                 .filter(|r| *r != "ok"),
+            report_refused: status
+                .conditions
+                .iter()
+                .find(|c| {
+                    c.kind == super::report::REPORT_PUSHED
+                        && c.status == "False"
+                        && c.reason == super::report::PUSH_REFUSED
+                })
+                .map(|c| c.message.as_str()),
         }
     }
 }
@@ -200,6 +223,21 @@ fn verdict(f: &Facts) -> Verdict {
                 None => (True::Stalled, "RefusedByGate", progress()),
             },
         }
+    };
+    let (which, reason, message) = match f.report_refused {
+        Some(refusal) => (
+            True::Stalled,
+            "ReportRefused",
+            format!(
+                "{refusal}. Until the agent may push there, later environments cannot \
+                 read this cluster's evidence: let the agent's git credentials push to its \
+                 status branch (the forge's branch protection or pre-receive hook, the deploy \
+                 key's write access, the agent's signing key; `drover doctor` checks the \
+                 push); the agent tries again by itself with its next report or after five \
+                 poll intervals. The rollout meanwhile: {reason}: {message}"
+            ),
+        ),
+        None => (which, reason, message),
     };
     let message = bounded(message);
     let said = |status: bool| Said {
@@ -467,6 +505,106 @@ mod tests {
             .collect();
         assert_eq!(times, ["t4", "t4", "t1"]);
         assert!(done.iter().all(|c| c.observed_generation == Some(2)));
+    }
+
+    #[test]
+    fn a_report_the_git_server_refuses_stalls_whatever_the_rollout_says() {
+        let refusal = "the git server refuses the status report on branch \
+                       drover/status.d/test/test-1 (1 report(s) waiting; not retried until the \
+                       next report or five poll intervals): pre-receive hook declined";
+        for state in RolloutState::ALL {
+            let f = Facts {
+                report_refused: Some(refusal),
+                ..facts(state)
+            };
+            let (a, b, c, why) = said(&f);
+            assert_eq!(
+                (a, b, c, why.as_str()),
+                ("False", "False", "True", "ReportRefused"),
+                "{state:?}"
+            );
+            let c = conditions(&f, Some(1), &[], "t0");
+            assert_eq!(kstatus(&c), "Failed", "{state:?}");
+            let m = &c[2].message;
+            // The branch, the server's words, what to do, and the rollout.
+            assert!(
+                m.contains("on branch drover/status.d/test/test-1")
+                    && m.contains("pre-receive hook declined")
+                    && m.contains("let the agent's git credentials push to its status branch")
+                    && m.contains("drover doctor"),
+                "{m}"
+            );
+            assert!(
+                m.contains(&format!(
+                    "The rollout meanwhile: {}: ",
+                    said(&facts(state)).3
+                )),
+                "{m}"
+            );
+        }
+        // A refused head and a refused report: both in the message.
+        let r = Refused {
+            commit: "0123456789abcdef".into(),
+            stage: "trust".into(),
+            reason: "unsigned".into(),
+            message: "why".into(),
+        };
+        let f = Facts {
+            refused: Some(&r),
+            report_refused: Some(refusal),
+            ..facts(RolloutState::Refused)
+        };
+        let c = conditions(&f, Some(1), &[], "t0");
+        assert_eq!(c[2].reason, "ReportRefused");
+        assert!(c[2]
+            .message
+            .contains("RefusedByTrust: commit 0123456789 refused"));
+    }
+
+    #[test]
+    fn only_a_refusal_read_from_report_pushed_stalls_not_an_outage_nor_a_push() {
+        let pushed = |status: &str, reason: &str| Condition {
+            kind: "ReportPushed".into(),
+            status: status.into(),
+            observed_generation: None,
+            last_transition_time: "t0".into(),
+            reason: reason.into(),
+            message: "on branch drover/status.d/test/test-1: words".into(),
+        };
+        let status = |c: Condition| DroverStatusStatus {
+            state: Some("rolling".into()),
+            last_applied_commit: Some("abc".into()),
+            conditions: vec![c],
+            ..Default::default()
+        };
+        let refused = status(pushed("False", "Refused"));
+        let f = Facts::of(&refused);
+        assert_eq!(
+            f.report_refused,
+            Some(refused.conditions[0].message.as_str())
+        );
+        assert_eq!(said(&f).3, "ReportRefused");
+        // Controls: a git server that is down is retried by the agent, and
+        // a report that landed says nothing: the rollout decides.
+        for control in [pushed("False", "Unreachable"), pushed("True", "Pushed")] {
+            let s = status(control);
+            let f = Facts::of(&s);
+            assert_eq!(f.report_refused, None);
+            assert_eq!(said(&f), ("False", "True", "False", "Rolling".into()));
+        }
+        // Fixed: the next computation is the rollout's again, and Stalled's
+        // transition time moves with its status.
+        let stalled = conditions(&Facts::of(&refused), Some(1), &[], "t1");
+        let s = status(pushed("True", "Pushed"));
+        let back = conditions(&Facts::of(&s), Some(1), &stalled, "t2");
+        assert_eq!(
+            (
+                back[2].status.as_str(),
+                back[2].last_transition_time.as_str()
+            ),
+            ("False", "t2")
+        );
+        assert_eq!(back[1].reason, "Rolling");
     }
 
     #[test]

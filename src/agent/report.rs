@@ -21,6 +21,9 @@ use std::collections::BTreeMap;
 
 /// The condition saying whether the status report reaches the git server.
 pub const REPORT_PUSHED: &str = "ReportPushed";
+/// `ReportPushed`'s reason while the git server refuses the report for good
+/// (it also makes the status `Stalled`: [`conditions`]).
+pub const PUSH_REFUSED: &str = "Refused";
 
 impl<B: ClusterBackend> Acting<B> {
     /// Tell what a reconcile decided: Events for its actions and for state
@@ -317,13 +320,17 @@ pub(super) fn report_condition(
         Verdict::Failing(m) => (
             "False",
             "Unreachable",
-            format!("{} report(s) waiting, retried with backoff: {m}", health.waiting),
-        ),
-        Verdict::Refused(m) => (
-            "False",
-            "Refused",
             format!(
-                "{} report(s) waiting; not retried until the next report or five poll intervals: {m}",
+                "{} report(s) waiting, retried with backoff: {m}",
+                health.waiting
+            ),
+        ),
+        Verdict::Refused { branch, message } => (
+            "False",
+            PUSH_REFUSED,
+            format!(
+                "the git server refuses the status report on branch {branch} ({} report(s) \
+                 waiting; not retried until the next report or five poll intervals): {message}",
                 health.waiting
             ),
         ),
@@ -365,7 +372,10 @@ mod tests {
     fn the_report_condition_says_refused_with_the_remotes_words_and_keeps_its_transition_time() {
         assert_eq!(report_condition(&health(None), None, "t0"), None);
         let refused = report_condition(
-            &health(Some(Verdict::Refused("pre-receive hook declined".into()))),
+            &health(Some(Verdict::Refused {
+                branch: "drover/status.d/stage/stage-1".into(),
+                message: "pre-receive hook declined".into(),
+            })),
             None,
             "t1",
         )
@@ -379,6 +389,9 @@ mod tests {
             ("False", "Refused", "t1")
         );
         assert!(refused.message.contains("pre-receive hook declined"));
+        assert!(refused
+            .message
+            .contains("on branch drover/status.d/stage/stage-1"));
         // Still False (now failing to connect): the transition time stays.
         let failing = report_condition(
             &health(Some(Verdict::Failing("connection refused".into()))),

@@ -23,7 +23,8 @@
 //!   from 1 s up to the poll interval. Refused (a pre-receive hook, a
 //!   protected branch, credentials or a signing key that do not work):
 //!   pushing the same report again cannot help, so the reporter stops,
-//!   says so (condition `ReportPushed=False` reason `Refused`, the
+//!   says so (condition `ReportPushed=False` reason `Refused`, which makes
+//!   the status `Stalled`: [`super::conditions`]; the
 //!   `drover_status_push_refused` gauge, a Warning Event), and tries again
 //!   only with the next new report or after five poll intervals, so that
 //!   it resumes by itself once the forge is fixed.
@@ -143,7 +144,12 @@ pub(super) enum Verdict {
     /// It failed in a way a retry may cure (unreachable, timed out, stale).
     Failing(String),
     /// The remote refused it, or the agent's credentials or key do not work.
-    Refused(String),
+    Refused {
+        /// The cluster's status branch the report was for.
+        branch: String,
+        /// Why, in the remote's (or the credential's) words.
+        message: String,
+    },
 }
 
 /// The time one push attempt may take with `poll` as the poll interval.
@@ -354,7 +360,14 @@ impl Task {
                         delay: refused_retry,
                         or_new: true,
                     };
-                    Verdict::Refused(message)
+                    Verdict::Refused {
+                        branch: crate::status::cluster_branch(
+                            &head.out.branch,
+                            &head.out.report.env,
+                            &head.out.report.cluster,
+                        ),
+                        message,
+                    }
                 }
                 Err(e) => {
                     let message = e.to_string();
@@ -373,7 +386,7 @@ impl Task {
             self.cfg
                 .metrics
                 .status_push_refused
-                .set(i64::from(matches!(verdict, Verdict::Refused(_))));
+                .set(i64::from(matches!(verdict, Verdict::Refused { .. })));
             self.health.send_modify(|h| {
                 h.last = Some(verdict);
                 h.waiting = lock(&self.outbox).len();

@@ -6,7 +6,10 @@
 //! it), then does what the agent's first pass would do with the same
 //! settings: fetch the config repository and its status branches, verify
 //! the head's signature, load the config, find this cluster's report key in
-//! `report_signers`. It writes nothing, neither to the cluster nor to git.
+//! `report_signers`, and push a scratch branch beside this cluster's
+//! status branch and delete it ([`crate::status::probe_push`]), since only a
+//! push meets the forge's hooks and branch rules. Apart from that branch it
+//! writes nothing, neither to the cluster nor to git.
 //! Exit 0 when every check passes, 1 otherwise, like `check`.
 
 use super::agent::Args as AgentArgs;
@@ -67,7 +70,7 @@ pub enum Verdict {
 pub struct Check {
     /// Short name: `cluster`, `crd`, `deployment`, `secrets`, `rbac`,
     /// `repository`, `signature`, `config`, `report-signer`,
-    /// `status-branches`, `updater-image`, `next-window`.
+    /// `status-branches`, `status-push`, `updater-image`, `next-window`.
     pub name: &'static str,
     /// Pass, fail or skip.
     pub result: Verdict,
@@ -616,12 +619,13 @@ async fn check_rbac(args: &Args, install: &Install, c: &mut Checks) {
 }
 
 /// The checks [`check_git`] makes, in order.
-const GIT_CHECKS: [&str; 7] = [
+const GIT_CHECKS: [&str; 8] = [
     "repository",
     "signature",
     "config",
     "report-signer",
     "status-branches",
+    "status-push",
     "updater-image",
     "next-window",
 ];
@@ -743,6 +747,7 @@ fn check_git(cfg: &AgentConfig, timeout: Duration) -> Checks {
             for name in [
                 "report-signer",
                 "status-branches",
+                "status-push",
                 "updater-image",
                 "next-window",
             ] {
@@ -782,6 +787,7 @@ fn check_git(cfg: &AgentConfig, timeout: Duration) -> Checks {
 
     check_report_signer(cfg, repo, fetched.head, &config, &mut c);
     check_status_branches(cfg, repo, &config, &mut c);
+    check_status_push(cfg, &source, fetched.head, &config, &mut c);
     check_updater_image(env, &mut c);
     let now = chrono::Utc::now();
     match crate::window::Calendar::of(env)
@@ -912,6 +918,49 @@ fn check_status_branches(
             }
         ),
     );
+}
+
+/// The agent's credentials may push to this cluster's status branch: a
+/// scratch branch beside it is pushed and deleted ([`crate::status::probe_push`]).
+fn check_status_push(
+    cfg: &AgentConfig,
+    source: &Source,
+    head: git2::Oid,
+    config: &RepoConfig,
+    c: &mut Checks,
+) {
+    let own = crate::status::cluster_branch(&config.root.status_branch, &cfg.env, &cfg.cluster);
+    let nonce = format!("{:08x}", rand::random::<u32>());
+    let mut probe_cfg = source.config().clone();
+    probe_cfg
+        .status_branch
+        .clone_from(&config.root.status_branch);
+    let probed = Source::open(probe_cfg)
+        .map_err(crate::status::PushError::from)
+        .and_then(|s| crate::status::probe_push(&s, &cfg.env, &cfg.cluster, head, &nonce));
+    let allow = format!(
+        "let the agent's credentials push to {own}: the forge's branch protection or ruleset, \
+         its pre-receive hooks, the deploy key's or token's write access (docs/status.md, \
+         \"Per-agent write access\")"
+    );
+    match probed {
+        Ok(crate::status::Probe::Allowed { scratch }) => c.pass(
+            "status-push",
+            format!("the git server takes a push beside {own} ({scratch} created and deleted)"),
+        ),
+        Ok(crate::status::Probe::LeftBehind { scratch, message }) => c.fail(
+            "status-push",
+            format!(
+                "pushing works, but deleting the scratch branch {scratch} was refused: {message}"
+            ),
+            format!("delete the branch {scratch} on the forge"),
+        ),
+        Err(e) => c.fail(
+            "status-push",
+            format!("the agent's reports would be refused: {e}"),
+            allow,
+        ),
+    }
 }
 
 /// The updater image the driver runs is pinned by a real digest.

@@ -23,7 +23,8 @@ pub use store::{
 };
 mod push;
 pub use push::{
-    build_commit, classify, publish, publish_until, PublishOptions, Published, PushError, Rejection,
+    build_commit, classify, probe_push, publish, publish_until, Probe, PublishOptions, Published,
+    PushError, Rejection,
 };
 
 /// Bound libgit2's object cache for the rest of the process (it is

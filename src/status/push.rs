@@ -29,6 +29,8 @@ use std::time::{Duration, Instant};
 const OUTGOING_REF: &str = "refs/drover/status-outgoing";
 /// Local ref a stale push fetches the branch's new tip into.
 const TIP_REF: &str = "refs/drover/status-tip";
+/// Local ref [`probe_push`] pushes its scratch branch from.
+const PROBE_REF: &str = "refs/drover/status-probe";
 
 /// Errors of status publishing.
 #[derive(Debug, thiserror::Error)]
@@ -549,6 +551,97 @@ fn try_once(
         }
     };
     Ok(attempt)
+}
+
+/// What [`probe_push`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    /// The scratch branch was created and deleted: the remote takes a
+    /// push to this cluster's status branches with these credentials.
+    Allowed {
+        /// The scratch branch.
+        scratch: String,
+    },
+    /// Created, but the remote refused its deletion: pushing works, and
+    /// the scratch branch is left for a person to delete.
+    LeftBehind {
+        /// The scratch branch.
+        scratch: String,
+        /// What the remote said about the deletion.
+        message: String,
+    },
+}
+
+/// Whether the remote takes a push to `env`/`cluster`'s status branch with
+/// `source`'s credentials, found by doing one: a scratch branch beside it,
+/// `<status_branch>.d/<env>/<cluster>.doctor-<nonce>`, pointed at `at` (a
+/// commit the remote already has, so no object is sent), then deleted. A
+/// dry run (libgit2's push negotiation) would stop before the remote's
+/// hooks and branch rules run, which are what refuse a status push in
+/// practice; the scratch name sits beside the real branch so that the
+/// same rules (`drover/status.d/**`, `.../<env>/*`) cover it, and never
+/// replaces the branch itself, whose history a reader judges as a whole.
+/// A refusal is [`PushError::Refused`] with the remote's words.
+pub fn probe_push(
+    source: &Source,
+    env: &str,
+    cluster: &str,
+    at: Oid,
+    nonce: &str,
+) -> Result<Probe, PushError> {
+    let repo = source.repo();
+    let scratch = format!(
+        "{}.doctor-{nonce}",
+        super::cluster_branch(&source.config().status_branch, env, cluster)
+    );
+    let scratch_ref = format!("refs/heads/{scratch}");
+    repo.reference(PROBE_REF, at, true, "drover: push probe")?;
+    let push = |refspec: String| -> Result<Option<String>, PushError> {
+        let state = CallbackState::default();
+        let rejected: RefCell<Option<String>> = RefCell::new(None);
+        let said: RefCell<Vec<u8>> = RefCell::new(Vec::new());
+        let mut remote = repo.remote_anonymous(&source.config().url)?;
+        let mut cbs = source.callbacks(&state);
+        cbs.push_update_reference(|_name, status| {
+            if let Some(msg) = status {
+                *rejected.borrow_mut() = Some(msg.to_string());
+            }
+            Ok(())
+        });
+        cbs.sideband_progress(|data| {
+            let mut s = said.borrow_mut();
+            let room = REMOTE_SAID_MAX.saturating_sub(s.len());
+            s.extend_from_slice(&data[..data.len().min(room)]);
+            true
+        });
+        let mut po = PushOptions::new();
+        po.remote_callbacks(cbs);
+        let pushed = remote.push(&[refspec], Some(&mut po));
+        drop(po);
+        match pushed {
+            Ok(()) => Ok(rejected
+                .into_inner()
+                .map(|status| with_remote_text(status, &said.into_inner()))),
+            Err(e) => Err(PushError::Source(state.into_error(e))),
+        }
+    };
+    let created = push(format!("{PROBE_REF}:{scratch_ref}"));
+    let _ = repo.find_reference(PROBE_REF).and_then(|mut r| r.delete());
+    if let Some(message) = created? {
+        return Err(PushError::Refused {
+            url: source::redact(&source.config().url),
+            branch: scratch,
+            message,
+        });
+    }
+    match push(format!(":{scratch_ref}")) {
+        Ok(None) => Ok(Probe::Allowed { scratch }),
+        Ok(Some(message)) => Ok(Probe::LeftBehind { scratch, message }),
+        Err(e) => Ok(Probe::LeftBehind {
+            scratch,
+            message: e.to_string(),
+        }),
+    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,9 @@
 //! docs/install.md shows, run as Argo CD runs it (tests/health). A confirmed
 //! rollout is Ready, Current and Healthy; a failed one is Stalled, Failed
 //! and Degraded, and `kubectl wait --for=condition=Ready` gives up on it.
+//! A rollout whose status report the git server refuses (a pre-receive
+//! hook) is Stalled, Failed and Degraded until the hook is gone, then Ready
+//! with its report on the branch.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -63,6 +66,38 @@ fn kubectl_cmd(ns: &str, args: &[&str]) -> Command {
         .args(["-n", ns])
         .args(args);
     c
+}
+
+/// `kubectl wait --for=condition=<condition> dst/NAME --timeout=<timeout>`,
+/// run to its end.
+fn kubectl_wait(ns: &str, condition: &str, timeout: &str) -> Output {
+    kubectl_wait_started(ns, condition, timeout)
+        .wait_with_output()
+        .unwrap()
+}
+
+/// The same wait, started (to be awaited with [`finished`]).
+fn kubectl_wait_started(ns: &str, condition: &str, timeout: &str) -> std::process::Child {
+    kubectl_cmd(
+        ns,
+        &[
+            "wait",
+            &format!("--for=condition={condition}"),
+            &format!("dst/{NAME}"),
+            &format!("--timeout={timeout}"),
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap()
+}
+
+/// A started wait's output, awaited off the runtime's thread.
+async fn finished(child: std::process::Child) -> Output {
+    tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap()
 }
 
 fn text(o: &Output) -> String {
@@ -146,11 +181,10 @@ async fn kubectl_wait_flux_and_argo_cd_read_a_confirmed_and_a_failed_rollout() {
     let node = sim.node_names().remove(0);
     let repo = ConfigRepo::new(&[EnvSpec::test_pool(&pool)]);
     let clock = VirtualClock::new(dec(1, 2, 30));
-    let agent = RunningAgent::start(
-        agent_config(&repo, "test", "test-1", &pool, "conditions-agent"),
-        Arc::new(clock.clone()),
-        None,
-    );
+    let mut cfg = agent_config(&repo, "test", "test-1", &pool, "conditions-agent");
+    // A refused report is tried again after five poll intervals.
+    cfg.poll = std::time::Duration::from_secs(1);
+    let agent = RunningAgent::start(cfg, Arc::new(clock.clone()), None);
     let scratch = tempfile::tempdir().unwrap();
     let lua = argocd_script(scratch.path());
 
@@ -160,17 +194,7 @@ async fn kubectl_wait_flux_and_argo_cd_read_a_confirmed_and_a_failed_rollout() {
         s.state.as_deref() == Some("confirmed")
     })
     .await;
-    let wait = kubectl_cmd(
-        &pool,
-        &[
-            "wait",
-            "--for=condition=Ready",
-            &format!("dst/{NAME}"),
-            "--timeout=120s",
-        ],
-    )
-    .output()
-    .unwrap();
+    let wait = kubectl_wait(&pool, "Ready", "120s");
     assert!(wait.status.success(), "{}", text(&wait));
     assert!(text(&wait).contains("condition met"), "{}", text(&wait));
     let status = obj.status.as_ref().unwrap();
@@ -182,27 +206,88 @@ async fn kubectl_wait_flux_and_argo_cd_read_a_confirmed_and_a_failed_rollout() {
         ("Current".to_owned(), "Healthy".to_owned())
     );
 
+    // The git server refuses the status report for good (a pre-receive
+    // hook, as a forge's branch protection answers): a rollout that would
+    // be Reconciling, then Ready, is Stalled instead, naming the branch and
+    // what to do, because later environments cannot read its evidence.
+    // kubectl's wait for Stalled, started before the change, returns.
+    await_status(&client, &pool, NAME, "the adoption's report pushed", |s| {
+        s.conditions
+            .iter()
+            .any(|c| c.kind == "ReportPushed" && c.status == "True")
+    })
+    .await;
+    repo.refuse_status_pushes("status reports are frozen by the change board");
+    let stalled = kubectl_wait_started(&pool, "Stalled", "120s");
+    repo.bump("test", "1.12.1", true);
+    agent.handle.fetch();
+    let stalled = finished(stalled).await;
+    assert!(stalled.status.success(), "{}", text(&stalled));
+    let obj = await_status(
+        &client,
+        &pool,
+        NAME,
+        "confirmed at 1.12.1 and still Stalled",
+        |s| {
+            s.state.as_deref() == Some("confirmed")
+                && s.target.as_deref() == Some("1.12.1")
+                && s.conditions
+                    .iter()
+                    .any(|c| c.kind == "Stalled" && c.status == "True")
+        },
+    )
+    .await;
+    let status = obj.status.unwrap();
+    let cond = |kind: &str| status.conditions.iter().find(|c| c.kind == kind).unwrap();
+    let st = cond("Stalled");
+    assert_eq!(st.reason, "ReportRefused", "{st:?}");
+    assert!(
+        st.message.contains("on branch drover/status.d/test/test-1")
+            && st.message.contains("frozen by the change board")
+            && st.message.contains("let the agent's git credentials push")
+            && st.message.contains("The rollout meanwhile: Confirmed"),
+        "{}",
+        st.message
+    );
+    assert_eq!(
+        (
+            cond("Ready").status.as_str(),
+            cond("Reconciling").status.as_str()
+        ),
+        ("False", "False")
+    );
+    assert_eq!(ready_column(&pool), "False");
+    assert_eq!(
+        judged(&pool, &lua),
+        ("Failed".to_owned(), "Degraded".to_owned())
+    );
+    // Control: the report never reached the branch.
+    assert_eq!(
+        repo.report("test", "test-1").map(|r| r.version.to_string()),
+        Some("1.12.0".into())
+    );
+    // The forge fixed: the agent pushes again by itself (after five poll
+    // intervals) and the cluster is Ready, with its evidence recorded.
+    repo.accept_status_pushes();
+    let ready = kubectl_wait(&pool, "Ready", "120s");
+    assert!(ready.status.success(), "{}", text(&ready));
+    let r = repo.report("test", "test-1").unwrap();
+    assert_eq!(
+        (r.version.to_string(), r.state.as_str()),
+        ("1.12.1".into(), "confirmed")
+    );
+    assert_eq!(
+        judged(&pool, &lua),
+        ("Current".to_owned(), "Healthy".to_owned())
+    );
+
     // A failed rollout: kubectl's wait for Stalled, started before the
     // change, returns; a wait for Ready gives up.
-    let stalled = kubectl_cmd(
-        &pool,
-        &[
-            "wait",
-            "--for=condition=Stalled",
-            &format!("dst/{NAME}"),
-            "--timeout=180s",
-        ],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
+    let stalled = kubectl_wait_started(&pool, "Stalled", "180s");
     sim.set_fault(&node, Fault::JobFails);
     repo.bump("test", "1.13.0", true);
     agent.handle.fetch();
-    let stalled = tokio::task::spawn_blocking(move || stalled.wait_with_output().unwrap())
-        .await
-        .unwrap();
+    let stalled = finished(stalled).await;
     assert!(stalled.status.success(), "{}", text(&stalled));
     let api: Api<DroverStatus> = Api::namespaced(client.clone(), &pool);
     let status = api.get_status(NAME).await.unwrap().status.unwrap();
@@ -217,17 +302,7 @@ async fn kubectl_wait_flux_and_argo_cd_read_a_confirmed_and_a_failed_rollout() {
         ("False", "Failed")
     );
     assert!(ready.message.contains("1.13.0"), "{}", ready.message);
-    let wait = kubectl_cmd(
-        &pool,
-        &[
-            "wait",
-            "--for=condition=Ready",
-            &format!("dst/{NAME}"),
-            "--timeout=2s",
-        ],
-    )
-    .output()
-    .unwrap();
+    let wait = kubectl_wait(&pool, "Ready", "2s");
     assert!(!wait.status.success(), "{}", text(&wait));
     assert!(text(&wait).contains("timed out"), "{}", text(&wait));
     assert_eq!(ready_column(&pool), "False");

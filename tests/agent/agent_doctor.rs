@@ -3,8 +3,9 @@
 //! ConfigMap and Secrets in a namespace of the real API server. Every git
 //! check passes as the agent's first pass would; what is wrong is named
 //! with what to do: a ServiceAccount without grants, this build's
-//! placeholder updater digest, and (the control) a report key that
-//! `report_signers` does not list.
+//! placeholder updater digest, (the control) a report key that
+//! `report_signers` does not list, and a git server whose pre-receive hook
+//! refuses the status branches (the push check, which passes first).
 
 use crate::support::agent::*;
 use crate::support::kube::{apply_yaml, ControlPlane, TestNamespace};
@@ -117,6 +118,7 @@ async fn doctor_passes_what_the_agent_s_first_pass_needs_and_names_what_is_missi
         "config",
         "report-signer",
         "status-branches",
+        "status-push",
         "next-window",
     ] {
         assert_eq!(check(&doc, name).0, "pass", "{name}: {doc:#}");
@@ -152,5 +154,39 @@ async fn doctor_passes_what_the_agent_s_first_pass_needs_and_names_what_is_missi
     assert!(
         fix.contains("test/test-1 namespaces=\"git\" ssh-ed25519 "),
         "{fix}"
+    );
+
+    // The forge refuses the status branches (a pre-receive hook, as a
+    // branch rule answers): doctor says so with the server's words and what
+    // to change, and leaves no branch behind.
+    let (_, message, _) = check(&doc, "status-push");
+    assert!(
+        message.contains("drover/status.d/test/test-1.doctor-"),
+        "{message}"
+    );
+    repo.refuse_status_pushes("status branches are protected");
+    let (code, doc) = doctor(ns.name());
+    assert_eq!(code, 1);
+    let (result, message, fix) = check(&doc, "status-push");
+    assert_eq!(result, "fail", "{doc:#}");
+    assert!(
+        message.contains("status branches are protected"),
+        "{message}"
+    );
+    assert!(
+        fix.contains("let the agent's credentials push to drover/status.d/test/test-1"),
+        "{fix}"
+    );
+    assert_eq!(check(&doc, "repository").0, "pass");
+    let heads = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(&repo.bare)
+        .args(["for-each-ref", "--format=%(refname)", "refs/heads/drover/"])
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&heads.stdout).contains(".doctor-"),
+        "{}",
+        String::from_utf8_lossy(&heads.stdout)
     );
 }

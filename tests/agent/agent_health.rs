@@ -15,7 +15,7 @@ use crate::support::agent::*;
 use crate::support::backend::nodes_in;
 use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
 use crate::support::kube::{
-    await_node, await_pod, create, os_image, pod_on, pod_running_ready, ControlPlane, TestNamespace,
+    await_node, create, daemon_pod, daemon_pods_on, os_image, ControlPlane, TestNamespace,
 };
 use crate::support::kube::{events_for, unschedulable};
 use crate::support::kubelet::Fault;
@@ -55,23 +55,6 @@ fn progress(n: &Node) -> Option<NodeProgress> {
     NodeProgress::decode(n.annotations()).ok().flatten()
 }
 
-/// A pod of a DaemonSet on `node` (drains leave it there, so it lives
-/// through the upgrade, as node agents and log shippers do).
-fn daemon_pod(name: &str, node: &str) -> Pod {
-    let mut pod = pod_on(name, node, &[("app", "node-agent")], 1);
-    pod.metadata.owner_references = Some(vec![
-        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
-            api_version: "apps/v1".into(),
-            kind: "DaemonSet".into(),
-            name: "node-agent".into(),
-            uid: "00000000-0000-0000-0000-000000000001".into(),
-            controller: Some(true),
-            ..Default::default()
-        },
-    ]);
-    pod
-}
-
 /// A pool of `n` nodes, each running a DaemonSet pod, a stage+production
 /// config repository, and stage's agent, adopted at 1.12.0 inside its window.
 struct World {
@@ -94,19 +77,7 @@ async fn world(prefix: &str, n: usize) -> World {
     let sim = start_sim(&client, pool_options(&pool, n)).await;
     let mut nodes = sim.node_names();
     nodes.sort();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &pool);
-    for (i, node) in nodes.iter().enumerate() {
-        let name = format!("node-agent-{i}");
-        create(&pods, &daemon_pod(&name, node)).await;
-        await_pod(
-            &client,
-            &pool,
-            &name,
-            "Running and Ready",
-            pod_running_ready,
-        )
-        .await;
-    }
+    daemon_pods_on(&client, &pool, &nodes).await;
     let repo = ConfigRepo::new(&[
         spec("stage", "stage-1", &pool),
         spec("production", "prod-1", &format!("{pool}-prod")),

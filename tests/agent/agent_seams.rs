@@ -26,11 +26,11 @@ use std::time::{Duration, Instant};
 use crate::support::agent::*;
 use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
 use crate::support::kube::{
-    await_node, await_pod, create, events_for, pod_held_by_a_pdb, pod_on, pod_running_ready,
-    retry_until, unschedulable, Audited, ControlPlane, TestNamespace, WAIT,
+    await_node, daemon_pods_on, events_for, pod_held_by_a_pdb, retry_until, unschedulable, Audited,
+    ControlPlane, TestNamespace, WAIT,
 };
 use crate::support::kubelet::{Fault, Kubelet};
-use crate::support::proxy::{Mode, TcpProxy, ThrottleProxy};
+use crate::support::proxy::{ApiProxy, Mode, TcpProxy};
 use chrono::{DateTime, Utc};
 use drover::cluster::{NodeProgress, ProgressState};
 use drover::rollout::VirtualClock;
@@ -59,23 +59,6 @@ fn env_text(version: &str, pool: &str) -> String {
     )
 }
 
-/// A DaemonSet's pod on `node`: drains leave it, so it lives through the
-/// upgrade and crash-loops on the upgraded node.
-fn daemon_pod(name: &str, node: &str) -> Pod {
-    let mut pod = pod_on(name, node, &[("app", "node-agent")], 1);
-    pod.metadata.owner_references = Some(vec![
-        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
-            api_version: "apps/v1".into(),
-            kind: "DaemonSet".into(),
-            name: "node-agent".into(),
-            uid: "00000000-0000-0000-0000-000000000001".into(),
-            controller: Some(true),
-            ..Default::default()
-        },
-    ]);
-    pod
-}
-
 /// Two nodes each running a DaemonSet pod; a config repository whose git
 /// daemon the agent reaches only through `git`; the agent adopted at 1.12.0
 /// in its open window.
@@ -100,19 +83,7 @@ async fn world(prefix: &str, poll: Duration, api: Option<kube::Config>) -> World
     let sim = start_sim(&client, pool_options(&pool, 2)).await;
     let mut nodes = sim.node_names();
     nodes.sort();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &pool);
-    for (i, node) in nodes.iter().enumerate() {
-        let name = format!("node-agent-{i}");
-        create(&pods, &daemon_pod(&name, node)).await;
-        await_pod(
-            &client,
-            &pool,
-            &name,
-            "Running and Ready",
-            pod_running_ready,
-        )
-        .await;
-    }
+    daemon_pods_on(&client, &pool, &nodes).await;
     let repo = ConfigRepo::new(&[EnvSpec::test_pool(&pool)]);
     let upstream: SocketAddr = format!("127.0.0.1:{}", repo.daemon.port).parse().unwrap();
     let git = TcpProxy::start(upstream).await;
@@ -244,13 +215,6 @@ enum GitFault {
     HookRefuses,
 }
 
-const HOOK: &str = "#!/bin/sh\n\
-    while read old new ref; do\n\
-      case \"$ref\" in refs/heads/drover/status.d/*)\n\
-        echo \"status reports are frozen by the change board\" >&2; exit 1;;\n\
-      esac\n\
-    done\n";
-
 async fn halts_in_time_and_reports_catch_up(fault: GitFault) {
     let prefix = match fault {
         GitFault::Stopped => "seam-git-down",
@@ -265,16 +229,13 @@ async fn halts_in_time_and_reports_catch_up(fault: GitFault) {
     };
     let w = world(prefix, poll, None).await;
     let timer = w.start_failing_rollout().await;
-    let hook = w.repo.bare.join("hooks/pre-receive");
     let dialled = w.git.accepted();
     match fault {
         GitFault::Stopped => w.git.set(Mode::Refuse),
         GitFault::Stalling => w.git.set(Mode::Stall),
-        GitFault::HookRefuses => {
-            std::fs::write(&hook, HOOK).unwrap();
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
-        }
+        GitFault::HookRefuses => w
+            .repo
+            .refuse_status_pushes("status reports are frozen by the change board"),
     }
 
     let took = timer.halt().await;
@@ -334,6 +295,29 @@ async fn halts_in_time_and_reports_catch_up(fault: GitFault) {
                 "{}",
                 c.message
             );
+            // The refusal, not the failed rollout, is what Stalled says
+            // (the rollout's own reason follows in its message).
+            let st = await_status(
+                &w.client,
+                &w.pool,
+                "test-test-1",
+                "Stalled for the refused report",
+                |s| {
+                    s.conditions.iter().any(|c| {
+                        c.kind == "Stalled" && c.status == "True" && c.reason == "ReportRefused"
+                    })
+                },
+            )
+            .await
+            .status
+            .unwrap();
+            let c = st.conditions.iter().find(|c| c.kind == "Stalled").unwrap();
+            assert!(
+                c.message.contains("on branch drover/status.d/test/test-1")
+                    && c.message.contains("The rollout meanwhile: Failed"),
+                "{}",
+                c.message
+            );
             let metrics = w.agent.metrics().await;
             assert_eq!(
                 sample(&metrics, "drover_status_push_refused"),
@@ -380,7 +364,7 @@ async fn halts_in_time_and_reports_catch_up(fault: GitFault) {
     // The server is back: the branch ends on the failed report.
     match fault {
         GitFault::Stopped | GitFault::Stalling => w.git.set(Mode::Up),
-        GitFault::HookRefuses => std::fs::remove_file(&hook).unwrap(),
+        GitFault::HookRefuses => w.repo.accept_status_pushes(),
     }
     let back = Instant::now();
     until_pass(&w.agent.handle, "the failed report pushed", STEP, || {
@@ -403,6 +387,19 @@ async fn halts_in_time_and_reports_catch_up(fault: GitFault) {
                 s.conditions
                     .iter()
                     .any(|c| c.kind == "ReportPushed" && c.status == "True")
+            },
+        )
+        .await;
+        // Stalled by the failed rollout alone once the report is through.
+        await_status(
+            &w.client,
+            &w.pool,
+            "test-test-1",
+            "Stalled for the failed rollout",
+            |s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.kind == "Stalled" && c.status == "True" && c.reason == "Failed")
             },
         )
         .await;
@@ -435,14 +432,16 @@ async fn a_hook_refusing_the_report_is_said_not_retried_in_a_loop_and_the_halt_l
 
 #[tokio::test]
 async fn events_throttled_with_429s_do_not_delay_the_halt() {
-    let front = ThrottleProxy::start(config_as(None).await, |_, path| {
-        path.starts_with("/apis/events.k8s.io/")
-    })
-    .await;
+    let front = ApiProxy::start_as(config_as(None).await).await;
+    let throttled = front.answer(
+        429,
+        "Too many requests, please try again later.",
+        |_, path, _| path.starts_with("/apis/events.k8s.io/"),
+    );
     let w = world(
         "seam-events",
         Duration::from_millis(2500),
-        Some(front.config("drover-test-throttled/1")),
+        Some(front.config_with_user_agent("drover-test-throttled/1")),
     )
     .await;
     let timer = w.start_failing_rollout().await;
@@ -459,7 +458,7 @@ async fn events_throttled_with_429s_do_not_delay_the_halt() {
     .await;
     w.second_node_untouched().await;
     // Control: Events were tried and refused, none got through.
-    assert!(front.refused.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    assert!(throttled.hits() > 0);
     let evs = events_for(&w.client, &w.pool, "test-test-1").await;
     assert!(evs.is_empty(), "{evs:?}");
     let metrics = w.agent.metrics().await;

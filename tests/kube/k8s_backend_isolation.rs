@@ -27,10 +27,10 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
 use serde_json::json;
 
-use crate::support::apiproxy::{pod_list_of, ApiProxy};
 use crate::support::backend::*;
 use crate::support::kube::*;
 use crate::support::kubelet::Fault;
+use crate::support::proxy::{pod_list_of, ApiProxy};
 
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -51,7 +51,7 @@ async fn a_failing_pod_list_and_a_refused_eviction_hold_only_their_nodes() {
     // unlisted node's pod list (not its watch) with a 500.
     let proxy = ApiProxy::start().await;
     let list_rule = proxy.answer(500, "etcdserver: request timed out", pod_list_of(&unlisted));
-    let cluster = KubeCluster::new(proxy.config().await, kube_options(ns.name()))
+    let cluster = KubeCluster::new(proxy.config(), kube_options(ns.name()))
         .await
         .expect("backend starts");
     let watch = BudgetWatch::start(&client, ns.name()).await;
@@ -195,7 +195,7 @@ async fn a_give_back_deletes_the_running_job_first_and_retries_until_it_can() {
     let deletes = proxy.answer(500, "etcdserver: leader changed", move |m, path, _| {
         *m == Method::DELETE && path.starts_with(&jobs_path)
     });
-    let cluster = KubeCluster::new(proxy.config().await, kube_options(ns.name()))
+    let cluster = KubeCluster::new(proxy.config(), kube_options(ns.name()))
         .await
         .expect("backend starts");
     let engine = engine(policy(

@@ -143,6 +143,158 @@ fn hadolint_accepts_the_dockerfiles() {
     );
 }
 
+/// Third-party images named by tag only, each with why: no digest of the
+/// tag's multi-platform index could be confirmed from a trusted record.
+/// Anything else that names a tag without a digest fails the test below.
+const TAG_ONLY: &[(&str, &str)] = &[
+    (
+        "gcr.io/distroless/cc-debian12:nonroot",
+        "no confirmed digest of its multi-platform index",
+    ),
+    (
+        "docker/dockerfile:1",
+        "the BuildKit frontend of `# syntax=`: no confirmed digest",
+    ),
+];
+
+/// Our own images: the release pushes them by digest and pins the updater
+/// (deploy/updater/pin); the Deployment's tag is pinned by the overlay
+/// (docs/install.md).
+const OURS: &str = "ghcr.io/drover-dev/";
+
+/// Why `reference` is not acceptable as a third-party image, if it is not:
+/// it must carry `@sha256:` and 64 hex digits (a build stage, `scratch` and
+/// our own images aside).
+fn unpinned(reference: &str, stages: &[String]) -> Option<String> {
+    let digest = Regex::new(r"@sha256:[0-9a-f]{64}$").unwrap();
+    if reference == "scratch"
+        || stages.iter().any(|s| s == reference)
+        || reference.starts_with(OURS)
+        || digest.is_match(reference)
+        || TAG_ONLY.iter().any(|(r, _)| *r == reference)
+    {
+        return None;
+    }
+    Some(format!(
+        "{reference} is named by tag only; pin it by digest (REPOSITORY:TAG@sha256:<64 hex>)"
+    ))
+}
+
+/// Every image a Dockerfile names: `# syntax=` and each `FROM` (an
+/// `${ARG}` replaced by its default), with its line number; and the stages
+/// it defines.
+fn dockerfile_images(text: &str) -> (Vec<(usize, String)>, Vec<String>) {
+    let mut args = std::collections::BTreeMap::new();
+    let mut images = Vec::new();
+    let mut stages = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if let Some(s) = line.strip_prefix("# syntax=") {
+            images.push((i + 1, s.trim().to_string()));
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.first().map(|w| w.to_ascii_uppercase()).as_deref() {
+            Some("ARG") if words.len() > 1 => {
+                if let Some((k, v)) = words[1].split_once('=') {
+                    args.insert(k.to_string(), v.to_string());
+                }
+            }
+            Some("FROM") => {
+                let mut image = words
+                    .iter()
+                    .skip(1)
+                    .find(|w| !w.starts_with("--"))
+                    .unwrap_or(&"")
+                    .to_string();
+                for (k, v) in &args {
+                    image = image.replace(&format!("${{{k}}}"), v);
+                    image = image.replace(&format!("${k}"), v);
+                }
+                images.push((i + 1, image));
+                if let Some(p) = words.iter().position(|w| w.eq_ignore_ascii_case("AS")) {
+                    if let Some(name) = words.get(p + 1) {
+                        stages.push(name.to_string());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    (images, stages)
+}
+
+/// Every `image:` value of a YAML document, and the `image=` lines of the
+/// kustomize env files.
+fn manifest_images(path: &Path, text: &str, out: &mut Vec<(usize, String)>) {
+    for (i, line) in text.lines().enumerate() {
+        let l = line.trim().trim_start_matches("- ");
+        let value = if path.extension().is_some_and(|e| e == "env") {
+            l.strip_prefix("image=")
+        } else {
+            l.strip_prefix("image:")
+                .or_else(|| l.strip_prefix("newName:"))
+        };
+        if let Some(v) = value {
+            let v = v.trim().trim_matches('"').trim_matches('\'');
+            if !v.is_empty() {
+                out.push((i + 1, v.to_string()));
+            }
+        }
+    }
+}
+
+#[test]
+fn third_party_images_are_pinned_by_digest() {
+    // The check itself: a tag-only reference is refused, a digest (with
+    // or without its tag), a stage, scratch and our own images pass.
+    let (images, stages) = dockerfile_images(
+        "# syntax=docker/dockerfile:1.9\nARG BASE=alpine:3.20\nFROM ${BASE} AS root\n\
+         FROM --platform=$BUILDPLATFORM rust:1.95-bookworm@sha256:adad87df11151c18ba1689c3e1ea8d4810540a29c0adf4a3d69aec35d8ed8968 AS build\n\
+         FROM root\nFROM scratch\nFROM debian@sha256:0123\n",
+    );
+    let refused: Vec<usize> = images
+        .iter()
+        .filter(|(_, r)| unpinned(r, &stages).is_some())
+        .map(|(line, _)| *line)
+        .collect();
+    assert_eq!(refused, [1, 3, 7], "{images:?}");
+    assert!(unpinned("ghcr.io/drover-dev/drover:v0.1.0", &[]).is_none());
+
+    let mut problems = Vec::new();
+    let mut seen = 0;
+    let mut files = Vec::new();
+    collect(&root().join("deploy"), &mut files);
+    for path in files {
+        let name = path.file_name().unwrap().to_string_lossy();
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let rel = path.strip_prefix(root()).unwrap().display().to_string();
+        let (images, stages) = if name == "Dockerfile" {
+            dockerfile_images(&text)
+        } else if name.ends_with(".yaml") || name.ends_with(".yml") || name.ends_with(".env") {
+            let mut out = Vec::new();
+            manifest_images(&path, &text, &mut out);
+            (out, Vec::new())
+        } else {
+            continue;
+        };
+        for (line, reference) in images {
+            seen += 1;
+            if let Some(why) = unpinned(&reference, &stages) {
+                problems.push(format!("{rel}:{line}: {why}"));
+            }
+        }
+    }
+    // Both Dockerfiles' bases, the syntax lines, the Deployment's image and
+    // the updater's pin were read.
+    assert!(
+        seen >= 7,
+        "only {seen} image references found under deploy/"
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
 /// The example workflow gives the action only inputs it has, names the
 /// action at this release, and pins every other action by commit.
 #[test]

@@ -333,3 +333,106 @@ fn a_stale_cache_is_rebuilt_on_the_new_tip_and_a_hook_refusal_stops_at_once() {
         landed.commit.unwrap().to_string()
     );
 }
+
+/// `drover doctor`'s push check against a real `git daemon`: a scratch
+/// branch beside the cluster's own is created and deleted (the server's
+/// update hook logs both), the own branch is never touched; a
+/// pre-receive hook refusing status branches refuses it with its words and
+/// nothing is left; a server that takes the push but not the deletion
+/// leaves the scratch branch, and says which.
+#[test]
+fn a_push_probe_meets_the_servers_hooks_and_leaves_nothing_behind() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let daemon = served(tmp.path());
+    let bare = daemon.base.join("config.git");
+    let src = Source::open(SourceConfig::new(
+        daemon.url("config"),
+        tmp.path().join("cache"),
+    ))
+    .unwrap();
+    let head = src.fetch().unwrap().head;
+    let own = "drover/status.d/test/test-1";
+    status::publish(
+        &src,
+        &report("test", "test-1", 1),
+        &PublishOptions::default(),
+    )
+    .unwrap();
+    let tip = git(&bare, &["rev-parse", own]);
+    let hook = |name: &str, body: &str| {
+        let path = bare.join("hooks").join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    };
+    let log = tmp.path().join("received");
+    // The update hook runs before the server answers (post-receive may not).
+    hook(
+        "update",
+        &format!("echo \"$2 $3 $1\" >> '{}'\n", log.display()),
+    );
+    let branches = || {
+        git(
+            &bare,
+            &["for-each-ref", "--format=%(refname)", "refs/heads/drover/"],
+        )
+    };
+
+    // Allowed: created at the config head, then deleted.
+    let probe = status::probe_push(&src, "test", "test-1", head, "0a1b2c3d").unwrap();
+    let scratch = format!("{own}.doctor-0a1b2c3d");
+    assert_eq!(
+        probe,
+        status::Probe::Allowed {
+            scratch: scratch.clone()
+        }
+    );
+    let received = std::fs::read_to_string(&log).unwrap();
+    let zero = "0".repeat(40);
+    assert_eq!(
+        received.lines().collect::<Vec<_>>(),
+        [
+            format!("{zero} {head} refs/heads/{scratch}"),
+            format!("{head} {zero} refs/heads/{scratch}"),
+        ],
+        "{received}"
+    );
+    assert_eq!(branches(), format!("refs/heads/{own}"));
+    assert_eq!(git(&bare, &["rev-parse", own]), tip);
+
+    // A pre-receive hook refusing the status branches: refused, with its words.
+    let pre = hook(
+        "pre-receive",
+        "while read old new ref; do case \"$ref\" in refs/heads/drover/status.d/*)\n\
+         echo 'status branches are protected' >&2; exit 1;; esac; done\n",
+    );
+    let err = status::probe_push(&src, "test", "test-1", head, "1b2c3d4e").unwrap_err();
+    assert!(
+        matches!(&err, status::PushError::Refused { message, branch, .. }
+            if message.contains("status branches are protected")
+                && branch == &format!("{own}.doctor-1b2c3d4e")),
+        "{err}"
+    );
+    assert!(err.needs_a_person());
+    assert_eq!(branches(), format!("refs/heads/{own}"));
+    std::fs::remove_file(&pre).unwrap();
+
+    // A server that takes the push but refuses deletions: said, and named.
+    let pre = hook(
+        "pre-receive",
+        &format!(
+            "while read old new ref; do [ \"$new\" = {zero} ] && {{ echo 'no deletions' >&2; exit 1; }}; done; exit 0\n"
+        ),
+    );
+    let probe = status::probe_push(&src, "test", "test-1", head, "2c3d4e5f").unwrap();
+    let left = format!("{own}.doctor-2c3d4e5f");
+    assert!(
+        matches!(&probe, status::Probe::LeftBehind { scratch, message }
+            if scratch == &left && message.contains("no deletions")),
+        "{probe:?}"
+    );
+    assert_eq!(branches(), format!("refs/heads/{own}\nrefs/heads/{left}"));
+    std::fs::remove_file(&pre).unwrap();
+    assert_eq!(git(&bare, &["rev-parse", own]), tip);
+}

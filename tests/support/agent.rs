@@ -193,6 +193,29 @@ impl ConfigRepo {
         c
     }
 
+    /// Make the served repository refuse every push to a status branch
+    /// with `words`, as a forge's branch rule or pre-receive hook does (a
+    /// pre-receive hook: the config branch still takes the test's pushes).
+    pub fn refuse_status_pushes(&self, words: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        assert!(!words.contains('\''), "{words}");
+        let hook = self.bare.join("hooks/pre-receive");
+        std::fs::write(
+            &hook,
+            format!(
+                "#!/bin/sh\nwhile read old new ref; do\n  case \"$ref\" in refs/heads/drover/status.d/*)\n    \
+                 echo '{words}' >&2; exit 1;;\n  esac\ndone\n"
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    /// Take status pushes again (undo [`ConfigRepo::refuse_status_pushes`]).
+    pub fn accept_status_pushes(&self) {
+        std::fs::remove_file(self.bare.join("hooks/pre-receive")).unwrap();
+    }
+
     /// Repository URL as the agents fetch it.
     pub fn url(&self) -> String {
         self.daemon.url("config")

@@ -621,6 +621,34 @@ pub fn pod_on(name: &str, node: &str, labels: &[(&str, &str)], grace_secs: i64) 
     .unwrap()
 }
 
+/// A pod of a DaemonSet on `node` (drains leave it there, so it lives
+/// through the upgrade, as node agents and log shippers do).
+pub fn daemon_pod(name: &str, node: &str) -> Pod {
+    let mut pod = pod_on(name, node, &[("app", "node-agent")], 1);
+    pod.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: "DaemonSet".into(),
+            name: "node-agent".into(),
+            uid: "00000000-0000-0000-0000-000000000001".into(),
+            controller: Some(true),
+            ..Default::default()
+        },
+    ]);
+    pod
+}
+
+/// A [`daemon_pod`] `node-agent-<i>` on each of `nodes` in `ns`, each
+/// awaited Running and Ready.
+pub async fn daemon_pods_on(client: &Client, ns: &str, nodes: &[String]) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    for (i, node) in nodes.iter().enumerate() {
+        let name = format!("node-agent-{i}");
+        create(&pods, &daemon_pod(&name, node)).await;
+        await_pod(client, ns, &name, "Running and Ready", pod_running_ready).await;
+    }
+}
+
 /// A PDB selecting `app=<app>` with `minAvailable` (an integer or a percentage).
 pub fn pdb_min_available(
     name: &str,

@@ -18,16 +18,15 @@
 //!   `git daemon`, the CRD, agents in-process or as processes.
 //! - [`prometheus`]: a real Prometheus scraping an exporter the test sets.
 //! - [`bottlerocket_api`]: a node's Bottlerocket API on a Unix socket.
-//! - [`apiproxy`]: an HTTP proxy in front of the API server that fails the
-//!   requests a test picks (one node's pod list, say).
 //! - [`proxy`]: faults between a client and a real server: a TCP proxy
-//!   that refuses or stalls, an HTTP front of the API server that throttles.
+//!   that refuses or stalls, an HTTP front of the API server that answers
+//!   the requests a test picks with an error (one node's pod list failing,
+//!   Events throttled with 429s).
 
 // Each test binary and bench uses a different part of the tree.
 #![allow(dead_code)]
 
 pub mod agent;
-pub mod apiproxy;
 pub mod backend;
 pub mod bottlerocket_api;
 pub mod cli;

@@ -8,10 +8,13 @@
 //!   in the kernel's buffers). Back up, stalled connections go on where
 //!   they stopped; going through `Refuse` first drops them instead, as a
 //!   path that lost the packets meanwhile would.
-//! - [`ThrottleProxy`]: a plain-HTTP front of the API server that answers
-//!   429 (`TooManyRequests`, `Retry-After: 1`), as API priority and fairness
-//!   does, to every request the test's predicate picks, and forwards the
-//!   rest (watches included) through an admin client.
+//! - [`ApiProxy`]: a plain-HTTP front of the API server that answers the
+//!   requests a test's rule picks (method, path, query) with the error the
+//!   rule says, as the API server answers one (a `Status` object; a 429
+//!   carries `Retry-After: 1`, as API priority and fairness sends it), and
+//!   forwards every other request, watches included (streamed), with the
+//!   identity it was started with (the admin's unless told otherwise):
+//!   one node's pod list failing, an eviction refused, Events throttled.
 //!
 //! Each runs on a thread and runtime of its own, as the agents do: a test
 //! that blocks its own thread (joining an agent that stops through the
@@ -19,8 +22,10 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use http::Method;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -186,49 +191,89 @@ async fn forward(mut client: TcpStream, upstream: SocketAddr, mut state: watch::
     }
 }
 
-/// A plain-HTTP front of the API server that throttles what `throttled`
-/// picks (see the module docs).
-pub struct ThrottleProxy {
-    pub addr: SocketAddr,
-    /// Requests answered 429 so far.
-    pub refused: Arc<AtomicU64>,
-    on: watch::Sender<bool>,
+/// Which requests a rule answers: method, path and query pairs (decoded).
+pub type Matcher = dyn Fn(&Method, &str, &[(String, String)]) -> bool + Send + Sync;
+
+/// A rule of an [`ApiProxy`]: the requests it picks are answered with
+/// `status` and `message`.
+pub struct Rule {
+    matches: Box<Matcher>,
+    status: u16,
+    message: String,
+    hits: AtomicUsize,
 }
 
-impl ThrottleProxy {
-    /// Forward to the API server as `config` says (the admin's: the proxy
-    /// adds the credentials, its clients send none; without kube's retry
-    /// layer, so that a refusal reaches the client as it is), throttling
-    /// every request for which `throttled(method, path)` holds while
-    /// switched on (it starts on).
-    pub async fn start(
-        mut config: kube::Config,
-        throttled: fn(&http::Method, &str) -> bool,
-    ) -> ThrottleProxy {
+impl Rule {
+    /// Requests answered by this rule so far.
+    pub fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
+    }
+}
+
+/// The decoded query pairs of `uri`.
+pub fn query(uri: &http::Uri) -> Vec<(String, String)> {
+    form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
+/// A matcher for one node's pod *list* (not its watch): what a drain pass
+/// and the observation of a draining node read.
+pub fn pod_list_of(node: &str) -> impl Fn(&Method, &str, &[(String, String)]) -> bool {
+    let selector = format!("spec.nodeName={node}");
+    move |method, path, q| {
+        *method == Method::GET
+            && path == "/api/v1/pods"
+            && q.iter()
+                .any(|(k, v)| k == "fieldSelector" && *v == selector)
+            && !q.iter().any(|(k, v)| k == "watch" && v == "true")
+    }
+}
+
+type Rules = Arc<Mutex<Vec<Arc<Rule>>>>;
+
+/// A plain-HTTP front of the API server (see the module docs); it stops
+/// when dropped.
+pub struct ApiProxy {
+    pub addr: SocketAddr,
+    rules: Rules,
+    _stop: watch::Sender<()>,
+}
+
+impl ApiProxy {
+    /// A front of the control plane, forwarding as its admin.
+    pub async fn start() -> ApiProxy {
+        ApiProxy::start_as(super::backend::admin_config().await).await
+    }
+
+    /// A front forwarding to the API server as `config` says: its
+    /// identity is added to every request (clients send none), and kube's
+    /// retry layer is off, so an answer reaches the client as it is.
+    pub async fn start_as(mut config: kube::Config) -> ApiProxy {
         config.default_retry = false;
         let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         std_listener.set_nonblocking(true).unwrap();
         let addr = std_listener.local_addr().unwrap();
-        let refused = Arc::new(AtomicU64::new(0));
-        let (on, mut on_rx) = watch::channel(true);
-        let count = refused.clone();
+        let rules: Rules = Arc::default();
+        let (stop, mut stopped) = watch::channel(());
+        let r = rules.clone();
         on_own_runtime(async move {
             let listener = TcpListener::from_std(std_listener).unwrap();
             let client = kube::Client::try_from(config).unwrap();
             loop {
                 let accepted = tokio::select! {
                     r = listener.accept() => r,
-                    r = on_rx.changed() => if r.is_err() { return } else { continue },
+                    _ = stopped.changed() => return,
                 };
                 let Ok((stream, _)) = accepted else {
                     continue;
                 };
-                let (client, count, on) = (client.clone(), count.clone(), on_rx.clone());
+                let (client, rules) = (client.clone(), r.clone());
                 tokio::spawn(async move {
                     let svc = hyper::service::service_fn(move |req| {
-                        let (client, count) = (client.clone(), count.clone());
-                        let throttle = *on.borrow() && throttled(req.method(), req.uri().path());
-                        async move { Ok::<_, Infallible>(answer(req, client, count, throttle).await) }
+                        let client = client.clone();
+                        let rule = rule_for(&rules, &req);
+                        async move { Ok::<_, Infallible>(serve(req, client, rule).await) }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
@@ -236,18 +281,46 @@ impl ThrottleProxy {
                 });
             }
         });
-        ThrottleProxy { addr, refused, on }
+        ApiProxy {
+            addr,
+            rules,
+            _stop: stop,
+        }
     }
 
-    /// Throttle (true) or forward everything (false).
-    pub fn throttle(&self, on: bool) {
-        self.on.send_replace(on);
+    /// Answer the requests `matches` picks with `status` (and a `Status`
+    /// object carrying `message`), from now on; returns the rule, to count
+    /// its hits.
+    pub fn answer(
+        &self,
+        status: u16,
+        message: &str,
+        matches: impl Fn(&Method, &str, &[(String, String)]) -> bool + Send + Sync + 'static,
+    ) -> Arc<Rule> {
+        let rule = Arc::new(Rule {
+            matches: Box::new(matches),
+            status,
+            message: message.to_string(),
+            hits: AtomicUsize::new(0),
+        });
+        self.rules.lock().unwrap().push(rule.clone());
+        rule
     }
 
-    /// A client config reaching the API server through this proxy, with
-    /// `user_agent` (plain HTTP, no credentials: the proxy adds them).
-    pub fn config(&self, user_agent: &str) -> kube::Config {
-        let mut c = kube::Config::new(format!("http://{}", self.addr).parse().unwrap());
+    /// Forward everything again.
+    pub fn clear(&self) {
+        self.rules.lock().unwrap().clear();
+    }
+
+    /// A client config reaching the API server through this proxy (plain
+    /// HTTP, no credentials: the proxy adds them).
+    pub fn config(&self) -> kube::Config {
+        kube::Config::new(format!("http://{}", self.addr).parse().unwrap())
+    }
+
+    /// [`ApiProxy::config`] sending `user_agent`.
+    pub fn config_with_user_agent(&self, user_agent: &str) -> kube::Config {
+        let mut c = self.config();
         c.headers.push((
             http::header::USER_AGENT,
             http::HeaderValue::from_str(user_agent).unwrap(),
@@ -256,24 +329,45 @@ impl ThrottleProxy {
     }
 }
 
-async fn answer(
+/// The first rule picking `req`, counted as a hit.
+fn rule_for<B>(rules: &Rules, req: &http::Request<B>) -> Option<Arc<Rule>> {
+    let q = query(req.uri());
+    let rule = rules
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|r| (r.matches)(req.method(), req.uri().path(), &q))
+        .cloned();
+    if let Some(r) = &rule {
+        r.hits.fetch_add(1, Ordering::SeqCst);
+    }
+    rule
+}
+
+async fn serve(
     req: http::Request<hyper::body::Incoming>,
     client: kube::Client,
-    count: Arc<AtomicU64>,
-    throttle: bool,
+    rule: Option<Arc<Rule>>,
 ) -> http::Response<kube::client::Body> {
     use http_body_util::BodyExt;
-    if throttle {
-        count.fetch_add(1, Ordering::Relaxed);
+    if let Some(rule) = rule {
+        let reason = match rule.status {
+            403 => "Forbidden",
+            429 => "TooManyRequests",
+            _ => "InternalError",
+        };
         let status = serde_json::json!({
             "kind": "Status", "apiVersion": "v1", "metadata": {},
-            "status": "Failure", "reason": "TooManyRequests", "code": 429,
-            "message": "Too many requests, please try again later.",
+            "status": "Failure", "message": rule.message,
+            "reason": reason, "code": rule.status,
         });
-        return http::Response::builder()
-            .status(429)
-            .header("content-type", "application/json")
-            .header("retry-after", "1")
+        let mut resp = http::Response::builder()
+            .status(rule.status)
+            .header("content-type", "application/json");
+        if rule.status == 429 {
+            resp = resp.header("retry-after", "1");
+        }
+        return resp
             .body(kube::client::Body::from(status.to_string().into_bytes()))
             .unwrap();
     }
@@ -291,7 +385,10 @@ async fn answer(
             .unwrap_or("/"),
     );
     for (k, v) in &parts.headers {
-        if k != http::header::HOST && k != http::header::CONNECTION {
+        if k != http::header::HOST
+            && k != http::header::CONNECTION
+            && k != http::header::TRANSFER_ENCODING
+        {
             fwd = fwd.header(k, v);
         }
     }
@@ -300,7 +397,9 @@ async fn answer(
         Ok(r) => r,
         Err(e) => http::Response::builder()
             .status(502)
-            .body(kube::client::Body::from(e.to_string().into_bytes()))
+            .body(kube::client::Body::from(
+                format!("proxy: upstream failed: {e}").into_bytes(),
+            ))
             .unwrap(),
     }
 }
