@@ -10,10 +10,19 @@
 //!   32 MiB for the binary the image ships (dist profile), 36 MiB for the
 //!   release binary (~4 MiB more code pages). Baseline: the same process
 //!   idle with the 1,000 nodes observed, just before the bump.
+//! - the same with 5,000 nodes and 100 in flight
+//!   (`DROVER_FIGURE_NODES=5000 DROVER_FIGURE_IN_FLIGHT=100`). Goal: idle
+//!   and peak RSS under 48 MiB (dist; release 52 MiB). A debug binary's own
+//!   (anonymous) memory is held to each goal less 16 MiB of code.
 //!
 //! `cargo bench --bench agent_load` measures the release binary;
 //! `DROVER_AGENT_BIN=$PWD/target/dist/drover` the one the image ships;
-//! `DROVER_FIGURE_NODES=N` another cluster size for the rollout.
+//! `DROVER_FIGURE_NODES=N` another cluster size for the rollout,
+//! `DROVER_FIGURE_IN_FLIGHT=M` another `max_unavailable`,
+//! `DROVER_FIGURE_UPGRADED=K` ends the rollout figure once K nodes are at
+//! the target (the peak with M in flight is reached in the first batches;
+//! a whole 5,000-node rollout takes over an hour on the loaded 2-core
+//! machine).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -294,9 +303,15 @@ async fn rollout_figure(client: &kube::Client) {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000);
-    let in_flight = 50u32;
+    let in_flight: u32 = std::env::var("DROVER_FIGURE_IN_FLIGHT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
     let ns = TestNamespace::create(client, "load-rollout").await;
     let mut opts = pool_options(ns.name(), n);
+    // The control plane is this bench's own and ends with it: deleting
+    // thousands of nodes one by one would only add minutes.
+    opts.remove_nodes_on_shutdown = false;
     // Registered and Ready; heartbeats rare so the simulator does not load the machine.
     opts.lease_interval = Duration::from_secs(600);
     opts.status_interval = Duration::from_secs(600);
@@ -317,8 +332,29 @@ async fn rollout_figure(client: &kube::Client) {
     )
     .await;
     let idle_hwm = kib(agent.pid, "VmHWM:");
+    let idle_anon = kib(agent.pid, "RssAnon:");
+    println!(
+        "FIGURE idle_memory binary={} nodes={n} VmHWM={:.1}MiB RssAnon={:.1}MiB",
+        agent.profile,
+        mib(idle_hwm),
+        mib(idle_anon)
+    );
+    let upgraded: u32 = std::env::var("DROVER_FIGURE_UPGRADED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(n as u32);
     let budget = BudgetWatch::start(client, ns.name()).await;
     let (sampling, sampler) = rss_sampler(agent.pid);
+    let peak_anon = Arc::new(AtomicU64::new(idle_anon));
+    let anon_sampler = {
+        let (peak, pid, stop) = (peak_anon.clone(), agent.pid, sampling.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                peak.fetch_max(kib(pid, "RssAnon:"), Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
     repo.set_max_unavailable(in_flight);
     repo.bump("test", "1.13.0", true);
     let body = "{}";
@@ -339,28 +375,36 @@ async fn rollout_figure(client: &kube::Client) {
         client,
         ns.name(),
         "rollout finished",
-        Duration::from_secs(1800),
+        Duration::from_secs(3600),
         |s| {
             s.target.as_deref() == Some("1.13.0")
-                && s.state.as_deref() == Some("confirmed")
-                && s.at_version.as_deref() == Some(all.as_str())
+                && if upgraded as usize >= n {
+                    s.state.as_deref() == Some("confirmed")
+                        && s.at_version.as_deref() == Some(all.as_str())
+                } else {
+                    s.state.as_deref() == Some("rolling") && s.nodes_at_version >= upgraded
+                }
         },
     )
     .await;
     let took = t0.elapsed();
     sampling.store(true, Ordering::Relaxed);
     let peak_rss = sampler.await.unwrap();
+    anon_sampler.await.unwrap();
     let hwm = kib(agent.pid, "VmHWM:");
     let anon = kib(agent.pid, "RssAnon:");
     let (peak_unavailable, _) = budget.peak();
+    let anon_peak = peak_anon.load(Ordering::Relaxed);
     println!(
-        "FIGURE rollout_memory binary={} nodes={n} max_unavailable={in_flight} peak_unavailable={peak_unavailable} \
-         took={took:.0?} idle_VmHWM={:.1}MiB peak_VmRSS={:.1}MiB VmHWM={:.1}MiB RssAnon_end={:.1}MiB ratio_to_idle={:.2}",
+        "FIGURE rollout_memory binary={} nodes={n} upgraded>={upgraded} max_unavailable={in_flight} peak_unavailable={peak_unavailable} \
+         took={took:.0?} idle_VmHWM={:.1}MiB idle_RssAnon={:.1}MiB peak_VmRSS={:.1}MiB VmHWM={:.1}MiB RssAnon_end={:.1}MiB RssAnon_peak={:.1}MiB ratio_to_idle={:.2}",
         agent.profile,
         mib(idle_hwm),
+        mib(idle_anon),
         mib(peak_rss),
         mib(hwm),
         mib(anon),
+        mib(anon_peak),
         hwm as f64 / idle_hwm.max(1) as f64,
     );
     let profile = agent.profile.clone();
@@ -370,19 +414,27 @@ async fn rollout_figure(client: &kube::Client) {
         peak_unavailable as u32 <= in_flight,
         "{peak_unavailable} in flight"
     );
-    // The goal is the shipped binary's (dist: fat LTO). The release binary
-    // maps ~4 MiB more code (its idle figure is that much higher in the same
-    // bench), so it is held to the goal plus that allowance: a regression in
-    // what acting costs still fails it.
-    let limit_mib = match profile.as_str() {
-        "dist" => Some(32),
-        "release" => Some(36),
-        _ => None,
+    // The goal is the shipped binary's (dist: fat LTO): 32 MiB up to 1,000
+    // nodes, 48 MiB up to 5,000. The release binary maps ~4 MiB more code
+    // (its idle figure is that much higher in the same bench), so it is held
+    // to the goal plus that allowance: a regression in what acting costs
+    // still fails it. A debug binary maps ~37 MiB of unoptimised code; its
+    // own (anonymous) memory is held to the goal less 16 MiB (an optimised
+    // binary maps 19 MiB of code), as agent_figures holds it.
+    let goal: u64 = if n <= 1000 { 32 } else { 48 };
+    let (what, measured, limit) = match profile.as_str() {
+        "dist" => ("peak RSS", hwm, goal),
+        "release" => ("peak RSS", hwm, goal + 4),
+        _ => ("peak anonymous RSS", anon_peak, goal - 16),
     };
-    if let Some(limit) = limit_mib {
+    assert!(
+        measured < limit * 1024,
+        "{what} {measured} KiB during the rollout of {n} nodes ({profile} binary; bound: under {limit} MiB)"
+    );
+    if profile != "debug" {
         assert!(
-            hwm < limit * 1024,
-            "peak RSS {hwm} KiB during the rollout ({profile} binary; goal: under {limit} MiB)"
+            idle_hwm < limit * 1024,
+            "idle peak RSS {idle_hwm} KiB with {n} nodes ({profile} binary; bound: under {limit} MiB)"
         );
     }
 }

@@ -9,6 +9,9 @@
 //! - the rollout completes: `confirmed`, every node at the target, no Job left;
 //! - per node upgraded, at most 6 writes besides evictions, and exactly one
 //!   eviction per pod (no budget refuses here);
+//! - one list of a node's pods per drain pass (the observation lists them,
+//!   the drain of the same pass evicts from that list): at most one per
+//!   eviction pass plus one per node, the pass that finds it empty;
 //! - idle: no reconcile makes a request (no get or list in the window, only
 //!   watches being re-opened), and at most a tenth of the naive poll's requests.
 
@@ -139,6 +142,7 @@ async fn requests_per_node_upgraded() {
         Duration::from_secs(60),
     ));
     let mut steps = 0;
+    let mut drain_passes = 0;
     let out = drive(
         &engine,
         &cluster,
@@ -146,6 +150,12 @@ async fn requests_per_node_upgraded() {
         Duration::from_secs(180),
         |o| {
             steps += 1;
+            drain_passes += o
+                .decision
+                .actions
+                .iter()
+                .filter(|a| matches!(a, drover::rollout::Action::Evict { .. }))
+                .count();
             o.decision.state == RolloutState::Confirmed
         },
     )
@@ -156,17 +166,20 @@ async fn requests_per_node_upgraded() {
     let counts = audited(cp, drover::kubernetes::USER_AGENT, from, Utc::now());
     let total: usize = counts.values().sum();
     let c = classify(&counts);
+    let pod_lists = counts.get("list pods").copied().unwrap_or(0);
     let per_node = |n: usize| n as f64 / nodes as f64;
     println!(
         "BENCH k8s rollout: {nodes} nodes (3 pods each), max_unavailable 2, {took:.1?}, {steps} reconciles; \
          {total} API requests = {:.1} per node upgraded, {:.2} per reconcile; \
-         per node: {:.1} writes besides evictions, {:.1} evictions, {:.1} reads (get/list), {:.1} watches opened; {counts:?}",
+         per node: {:.1} writes besides evictions, {:.1} evictions, {:.1} reads (get/list), {:.1} watches opened; \
+         {drain_passes} eviction passes + {nodes} passes finding a node empty, {pod_lists} pod lists ({:.2} per pass); {counts:?}",
         per_node(total),
         total as f64 / steps as f64,
         per_node(c.writes),
         per_node(c.evictions),
         per_node(c.reads),
         per_node(c.watches),
+        pod_lists as f64 / (drain_passes + nodes) as f64,
     );
     // The work completed: every node at the target, no Job left behind.
     assert_eq!(out.decision.nodes_at_version as usize, nodes, "{out:?}");
@@ -181,6 +194,17 @@ async fn requests_per_node_upgraded() {
         per_node(c.writes) <= 6.0,
         "{:.1} writes per node upgraded besides evictions (goal: at most 6): {counts:?}",
         per_node(c.writes)
+    );
+    assert!(
+        drain_passes >= nodes,
+        "{drain_passes} drain passes for {nodes} nodes"
+    );
+    // Each node's drain ends with a pass that lists its pods, finds none
+    // left to evict and starts the upgrade instead.
+    assert!(
+        pod_lists <= drain_passes + nodes,
+        "{pod_lists} pod lists for {drain_passes} eviction passes over {nodes} nodes \
+         (goal: one per pass, the pass that finds a node empty included): {counts:?}"
     );
     sim.shutdown().await;
 }

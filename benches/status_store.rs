@@ -9,7 +9,11 @@
 //! every 60 s for 10 rounds). `DROVER_BENCH_AGENTS`, `DROVER_BENCH_INTERVAL`
 //! (seconds) and `DROVER_BENCH_ROUNDS` scale it down; `DROVER_BENCH_AGENTS=0`
 //! runs only the first part: status commits for one 200-node rollout in the
-//! simulator, before and after `status::cadence`.
+//! simulator, a push per change against `status::cadence` with the default
+//! `[status] progress_interval`; it asserts at most 20 commits at
+//! `max_unavailable = 10` (node times 4–8 min), the cadence's bound in every
+//! row, that every rollout completed and that no change of state was lost,
+//! and exits non-zero otherwise.
 //!
 //! Reported: reports pushed, lost (never on the remote), latency from
 //! "report ready" to "on the remote" (p50/p99/max), push attempts per report,
@@ -93,12 +97,29 @@ fn secs(d: Duration) -> String {
     format!("{:.2} s", d.as_secs_f64())
 }
 
+/// What one simulated 200-node rollout wrote to the status branch.
+struct Commits {
+    /// The old rule: a commit whenever the report changed.
+    before: u32,
+    /// `status::cadence` with the interval given, per-node detail included.
+    after: u32,
+    /// The same with the 60 s poll interval as the interval (the agent before `[status] progress_interval`).
+    poll: u32,
+    /// Simulated length of the rollout.
+    minutes: u32,
+    /// Changes of state (state or version) the reports passed through.
+    changes: u32,
+}
+
 /// Status commits for one 200-node rollout in the simulator, driven
 /// reconcile by reconcile as the agent does: the old rule (a push whenever
 /// the report changed) against `status::cadence` (state changes at once,
-/// progress at most once per poll interval). Node times spread over 10–20
-/// minutes, as real reboots are; `max` nodes at a time.
-fn rollout_commits(max: u32, interval: Duration) -> (u32, u32, u32) {
+/// progress at most once per `interval`, the newest progress pushed when
+/// its time comes). Node times spread evenly over `node_mins` minutes (a
+/// fixed spread, so the figure is repeatable); `max` nodes at a time.
+/// Panics when the rollout did not complete, a change of state did not
+/// reach the branch, or the branch does not end on the last report.
+fn rollout_commits(max: u32, node_mins: (u64, u64), interval: Duration) -> Commits {
     use drover::cluster::Cluster;
     use drover::config::{MaxUnavailable, OnDrainTimeout};
     use drover::rollout::{Engine, Labels, Policy, VirtualClock};
@@ -110,9 +131,9 @@ fn rollout_commits(max: u32, interval: Duration) -> (u32, u32, u32) {
     let target = semver::Version::new(1, 13, 2);
     let clock = VirtualClock::new(start);
     let sim = Sim::new("bench", clock.clone());
+    let (lo, hi) = (node_mins.0 * 60, node_mins.1 * 60);
     for i in 0..200u64 {
-        // A fixed spread (no randomness), so the figure is repeatable.
-        let secs = 600 + (i * 7919 % 600);
+        let secs = lo + (i * 7919 % (hi - lo));
         sim.add_node(SimNode::new(
             format!("node-{i:04}"),
             Some(from.clone()),
@@ -133,13 +154,28 @@ fn rollout_commits(max: u32, interval: Duration) -> (u32, u32, u32) {
         calendar: None,
         gate_from: Some(start),
     };
-    let (mut old, mut new) = (0u32, 0u32);
+    let (mut before, mut after) = (0u32, 0u32);
     let mut old_last: Option<StatusReport> = None;
     let mut pushed: Option<(StatusReport, chrono::DateTime<chrono::Utc>)> = None;
-    let mut held: Option<chrono::DateTime<chrono::Utc>>;
+    let mut held: Option<(StatusReport, chrono::DateTime<chrono::Utc>)> = None;
+    // Changes of state offered and pushed, in order.
+    let mut offered_states: Vec<RolloutState> = Vec::new();
+    let mut pushed_states: Vec<RolloutState> = Vec::new();
+    let mut last_report: Option<StatusReport>;
     let mut steps = 0;
+    let mut push = |r: StatusReport, at, pushed: &mut Option<_>, states: &mut Vec<RolloutState>| {
+        after += 1;
+        if states.last() != Some(&r.state) {
+            states.push(r.state);
+        }
+        *pushed = Some((r, at));
+    };
     loop {
         let now = drover::rollout::Clock::now(&clock);
+        // Held progress whose time has come goes out first, as the reporter does.
+        if let Some((r, due)) = held.take_if(|(_, due)| *due <= now) {
+            push(r, due, &mut pushed, &mut pushed_states);
+        }
         let out = block_on(engine.reconcile(&sim, &schedule.inputs(now))).unwrap();
         steps += 1;
         let d = &out.decision;
@@ -158,27 +194,31 @@ fn rollout_commits(max: u32, interval: Duration) -> (u32, u32, u32) {
         };
         // The old rule: every change of the report (without per-node detail) is a commit.
         if old_last.as_ref() != Some(&report) {
-            old += 1;
+            before += 1;
             old_last = Some(report.clone());
+        }
+        if offered_states.last() != Some(&report.state) {
+            offered_states.push(report.state);
         }
         // The new rule, with per-node detail in the report.
         let report = StatusReport {
             detail: drover::status::NodeDetail::of(&observed, &target),
             ..report
         };
-        held = None;
+        last_report = Some(report.clone());
         match decide(
             pushed.as_ref().map(|(r, t)| (r, *t)),
             &report,
             now,
             interval,
         ) {
+            // A newer report supersedes held progress.
             Push::Now => {
-                new += 1;
-                pushed = Some((report, now));
+                held = None;
+                push(report, now, &mut pushed, &mut pushed_states);
             }
-            Push::At(t) => held = Some(t),
-            Push::Nothing => {}
+            Push::At(t) => held = Some((report, t)),
+            Push::Nothing => held = None,
         }
         let finished = matches!(d.state, RolloutState::Confirmed | RolloutState::Failed)
             && sim.in_flight() == 0;
@@ -189,29 +229,92 @@ fn rollout_commits(max: u32, interval: Duration) -> (u32, u32, u32) {
             continue;
         }
         // The agent wakes for the node watch, the engine's wake-up, or a held report.
-        let next = [sim.next_event(now), d.wake_at, held]
-            .into_iter()
-            .flatten()
-            .filter(|t| *t > now)
-            .min();
+        let next = [
+            sim.next_event(now),
+            d.wake_at,
+            held.as_ref().map(|(_, t)| *t),
+        ]
+        .into_iter()
+        .flatten()
+        .filter(|t| *t > now)
+        .min();
         match next {
             Some(t) => clock.set(t),
             None => break,
         }
     }
+    // The work completed: confirmed, every node at the target, the budget kept.
+    let last = last_report.expect("a report");
+    assert_eq!(
+        last.state,
+        RolloutState::Confirmed,
+        "rollout did not complete: {}",
+        last.message
+    );
+    assert_eq!((last.nodes, last.nodes_at_version), (200, 200));
+    assert_eq!(
+        last.detail.at_version.len(),
+        200,
+        "the detail names every node"
+    );
+    assert!(sim.violations().is_empty(), "{:?}", sim.violations());
+    assert!(sim.peak_unavailable() <= max as usize);
+    // No change of state lost, and the branch ends on the last report.
+    assert_eq!(
+        offered_states, pushed_states,
+        "a change of state did not reach the branch"
+    );
+    assert!(held.is_none(), "the confirmation is never held");
+    assert_eq!(pushed.map(|(r, _)| r), Some(last));
     let minutes = (drover::rollout::Clock::now(&clock) - start).num_minutes() as u32;
-    (old, new, minutes)
+    Commits {
+        before,
+        after,
+        poll: 0,
+        minutes,
+        changes: offered_states.len() as u32,
+    }
 }
+
+/// Goal of issue 25: at most 20 status commits for a 200-node rollout with
+/// `max_unavailable = 10` and the default progress interval.
+const GOAL_COMMITS: u32 = 20;
 
 fn main() {
     {
+        let interval = drover::config::DEFAULT_PROGRESS_INTERVAL;
         println!("## Status commits per 200-node rollout\n");
-        println!("| max_unavailable | rollout (simulated) | commits, a push per change (before) | commits, `status::cadence` with a 60 s interval (after) |\n|---|---|---|---|");
-        for max in [1, 10, 20] {
-            let (old, new, minutes) = rollout_commits(max, Duration::from_secs(60));
-            println!("| {max} | {minutes} min | {old} | {new} |");
+        println!(
+            "| node time | max_unavailable | rollout (simulated) | changes of state | commits, a push per change | commits, progress every 60 s (the poll interval: before) | commits, `[status] progress_interval` = {} min (after) | bound: changes + ⌈rollout / interval⌉ |\n|---|---|---|---|---|---|---|---|",
+            interval.as_secs() / 60
+        );
+        let mut missed = Vec::new();
+        for (node_mins, max) in [((4, 8), 1), ((4, 8), 10), ((4, 8), 20), ((10, 20), 10)] {
+            let mut c = rollout_commits(max, node_mins, interval);
+            c.poll = rollout_commits(max, node_mins, Duration::from_secs(60)).after;
+            let bound = c.changes + (c.minutes * 60).div_ceil(interval.as_secs() as u32);
+            println!(
+                "| {}–{} min | {max} | {} min | {} | {} | {} | {} | {bound} |",
+                node_mins.0, node_mins.1, c.minutes, c.changes, c.before, c.poll, c.after
+            );
+            if c.after > bound {
+                missed.push(format!(
+                    "{node_mins:?}/{max}: {} commits over the cadence's bound {bound}",
+                    c.after
+                ));
+            }
+            if node_mins == (4, 8) && max == 10 && c.after > GOAL_COMMITS {
+                missed.push(format!(
+                    "{} commits at max_unavailable = 10, goal ≤ {GOAL_COMMITS}",
+                    c.after
+                ));
+            }
         }
         println!();
+        if !missed.is_empty() {
+            eprintln!("GOAL MISSED: {}", missed.join("; "));
+            std::process::exit(1);
+        }
     }
     let agents = env_num("DROVER_BENCH_AGENTS", 1000) as usize;
     if agents == 0 {

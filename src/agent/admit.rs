@@ -30,6 +30,7 @@ enum Verdict {
         env: Box<EnvConfig>,
         version: String,
         status_branch: String,
+        progress_interval: std::time::Duration,
         revoked: Option<String>,
     },
     Refuse(Refusal),
@@ -136,6 +137,7 @@ impl<B: ClusterBackend> Acting<B> {
                 env,
                 version,
                 status_branch,
+                progress_interval,
                 revoked,
             } => {
                 let previous = self.crd_status.last_applied_commit.clone();
@@ -170,6 +172,7 @@ impl<B: ClusterBackend> Acting<B> {
                     commit: head,
                     env: *env,
                     status_branch,
+                    progress_interval,
                     revoked,
                 });
                 self.metrics.set_blocked(None);
@@ -441,6 +444,7 @@ impl<B: ClusterBackend> Acting<B> {
                 commit,
                 env,
                 status_branch: cfg.root.status_branch,
+                progress_interval: cfg.root.progress_interval,
                 revoked,
             })
         });
@@ -533,6 +537,7 @@ impl<B: ClusterBackend> Acting<B> {
                         version: env.version.to_string(),
                         env: Box::new(env),
                         status_branch: branch,
+                        progress_interval: a.snapshot.config.root.progress_interval,
                         revoked,
                     }
                 }

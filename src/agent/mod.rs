@@ -451,6 +451,8 @@ struct Active {
     env: EnvConfig,
     /// The status branch its policy names.
     status_branch: String,
+    /// `[status] progress_interval` of its config.
+    progress_interval: Duration,
     /// Why the pinned version is revoked by the policy in force, if it is:
     /// no further node starts (docs/design.md §2).
     revoked: Option<String>,

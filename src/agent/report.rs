@@ -131,6 +131,7 @@ impl<B: ClusterBackend> Acting<B> {
                 t.reporter.offer(Outgoing {
                     report,
                     branch: active.status_branch.clone(),
+                    progress_interval: active.progress_interval,
                 });
             }
         }

@@ -6,14 +6,18 @@
 //!
 //! Choices (docs/design.md §5, "Pushing without waiting"):
 //! - **Coalescing.** At most [`MAX_WAITING`] reports wait ([`Outbox`]). A
-//!   new report supersedes every waiting report that is only a state
-//!   (pending, rolling, settling, paused, blocked, refused): the newest
-//!   says everything they said. A `confirmed` or `failed` report is
-//!   evidence the gate reads, so it waits until pushed, superseded only by
-//!   a newer one of the same version and state. The newest report is
-//!   always last, so the branch ends on the cluster's latest state.
-//! - **Cadence.** Rolling progress still goes out at most once per poll
-//!   interval ([`crate::status::cadence`]); everything else at once.
+//!   new report replaces the waiting report before it when both are the
+//!   same state of the same version and config (progress, or a `blocked`
+//!   message naming other pods): the newest says everything that one said.
+//!   A change of state is never coalesced away: every state the cluster
+//!   passed through reaches the branch, in order, and the newest report is
+//!   always last, so the branch ends on the cluster's latest state. Past
+//!   the bound the oldest waiting report that is not evidence (`confirmed`,
+//!   `failed`: what the gate reads) is dropped first.
+//! - **Cadence.** Rolling progress goes out at most once per `[status]
+//!   progress_interval` of the applied config ([`crate::status::cadence`]);
+//!   everything else at once. Held progress with a newer report waiting
+//!   behind it is dropped: the newer one carries it.
 //! - **Each attempt** may take [`attempt_budget`] (a third of the poll
 //!   interval, 5 s to 20 s: well inside the interval after which its
 //!   progress would be superseded); a server that says nothing is cut by
@@ -58,6 +62,8 @@ pub(super) struct Outgoing {
     pub report: StatusReport,
     /// The status branch of the policy in force (`[promotion] status_branch`).
     pub branch: String,
+    /// `[status] progress_interval` of the applied config.
+    pub progress_interval: Duration,
 }
 
 /// A waiting report, numbered in order of arrival.
@@ -77,33 +83,75 @@ pub(super) struct Outbox {
     pub dropped: u64,
 }
 
-/// Evidence the gate reads; never superseded by a report of another kind.
+/// Evidence the gate reads; dropped last when the outbox is full.
 fn is_evidence(r: &StatusReport) -> bool {
     matches!(r.state, RolloutState::Confirmed | RolloutState::Failed)
 }
 
+/// Whether `newer` says everything `older` said: the same state of the same
+/// version, config and cluster on the same branch (progress within a state).
+fn same_run(older: &Outgoing, newer: &Outgoing) -> bool {
+    let (a, b) = (&older.report, &newer.report);
+    older.branch == newer.branch
+        && a.state == b.state
+        && a.version == b.version
+        && a.config_commit == b.config_commit
+        && a.env == b.env
+        && a.cluster == b.cluster
+}
+
+/// What the reporter does next ([`Outbox::next`]).
+#[derive(Debug, Clone)]
+enum Next {
+    /// Push this report now.
+    Push(Box<Waiting>),
+    /// Held progress: nothing before this time unless a newer report comes.
+    Until(DateTime<Utc>),
+    /// Nothing waits.
+    Idle,
+}
+
 impl Outbox {
-    /// Add `out` as the newest report, dropping what it supersedes.
+    /// Add `out` as the newest report, replacing the waiting one it carries.
     pub fn offer(&mut self, out: Outgoing) {
-        let evidence = is_evidence(&out.report);
-        self.queue.retain(|w| {
-            is_evidence(&w.out.report)
-                && !(evidence
-                    && w.out.branch == out.branch
-                    && w.out.report.version == out.report.version
-                    && w.out.report.state == out.report.state)
-        });
+        if self.queue.back().is_some_and(|w| same_run(&w.out, &out)) {
+            self.queue.pop_back();
+        }
         self.next_seq += 1;
         self.queue.push_back(Waiting {
             seq: self.next_seq,
             out,
         });
         while self.queue.len() > MAX_WAITING {
-            self.queue.pop_front();
+            // Never the newest; evidence last.
+            let older = self.queue.len() - 1;
+            let at = (0..older)
+                .find(|&i| !is_evidence(&self.queue[i].out.report))
+                .unwrap_or(0);
+            self.queue.remove(at);
             self.dropped += 1;
         }
     }
 
+    /// The report to push next, given the last one that reached the remote
+    /// and when (`None`: nothing pushed yet), at `now`. Reports the remote
+    /// already holds are dropped; so is held progress with a newer report
+    /// behind it.
+    fn next(&mut self, last: Option<(&StatusReport, DateTime<Utc>)>, now: DateTime<Utc>) -> Next {
+        while let Some(head) = self.queue.front() {
+            let out = &head.out;
+            match cadence::decide(last, &out.report, now, out.progress_interval) {
+                Push::Now => return Next::Push(Box::new(head.clone())),
+                Push::At(due) if self.queue.len() == 1 => return Next::Until(due),
+                Push::At(_) | Push::Nothing => {
+                    self.queue.pop_front();
+                }
+            }
+        }
+        Next::Idle
+    }
+
+    #[cfg(test)]
     fn front(&self) -> Option<Waiting> {
         self.queue.front().cloned()
     }
@@ -259,29 +307,15 @@ impl Task {
                 }
             }
             after = After::Next;
-            let head = lock(&self.outbox).front();
-            self.health
-                .send_modify(|h| h.waiting = lock(&self.outbox).len());
-            self.cfg
-                .metrics
-                .status_reports_waiting
-                .set(lock(&self.outbox).len() as i64);
-            let Some(head) = head else {
-                tokio::select! {
-                    biased;
-                    _ = stop.wait_for(|s| *s) => return,
-                    _ = self.wake.notified() => {}
-                }
-                continue;
-            };
             let now = self.cfg.clock.now();
             let last = self.pushed.as_ref().map(|(r, t)| (r, *t));
-            match cadence::decide(last, &head.out.report, now, poll) {
-                Push::Nothing => {
-                    lock(&self.outbox).done(head.seq);
-                    continue;
-                }
-                Push::At(due) => {
+            let next = lock(&self.outbox).next(last, now);
+            let waiting = lock(&self.outbox).len();
+            self.health.send_modify(|h| h.waiting = waiting);
+            self.cfg.metrics.status_reports_waiting.set(waiting as i64);
+            let head = match next {
+                Next::Push(head) => head,
+                Next::Until(due) => {
                     // Held progress: push when due, or sooner with a newer report.
                     let delay = (due - now).to_std().unwrap_or_default().min(poll);
                     after = After::Wait {
@@ -290,8 +324,15 @@ impl Task {
                     };
                     continue;
                 }
-                Push::Now => {}
-            }
+                Next::Idle => {
+                    tokio::select! {
+                        biased;
+                        _ = stop.wait_for(|s| *s) => return,
+                        _ = self.wake.notified() => {}
+                    }
+                    continue;
+                }
+            };
             let flag = Arc::new(AtomicBool::new(false));
             let attempt = self.attempt(&head.out, flag.clone());
             let result = tokio::select! {
@@ -470,6 +511,7 @@ mod tests {
                 detail: Default::default(),
             },
             branch: "drover/status".into(),
+            progress_interval: Duration::from_secs(600),
         }
     }
 
@@ -481,43 +523,172 @@ mod tests {
     }
 
     #[test]
-    fn a_newer_state_supersedes_waiting_states_and_the_newest_is_last() {
+    fn progress_is_coalesced_and_every_change_of_state_is_kept_in_order() {
         let mut o = Outbox::default();
         o.offer(report("1.13.0", RolloutState::Pending, 0));
         o.offer(report("1.13.0", RolloutState::Rolling, 1));
         o.offer(report("1.13.0", RolloutState::Rolling, 2));
-        assert_eq!(states(&o), [("1.13.0".into(), RolloutState::Rolling, 2)]);
         o.offer(report("1.13.0", RolloutState::Blocked, 2));
-        assert_eq!(states(&o), [("1.13.0".into(), RolloutState::Blocked, 2)]);
+        o.offer(report("1.13.0", RolloutState::Rolling, 3));
+        assert_eq!(
+            states(&o),
+            [
+                ("1.13.0".into(), RolloutState::Pending, 0),
+                ("1.13.0".into(), RolloutState::Rolling, 2),
+                ("1.13.0".into(), RolloutState::Blocked, 2),
+                ("1.13.0".into(), RolloutState::Rolling, 3),
+            ]
+        );
         assert_eq!(o.dropped, 0);
     }
 
     #[test]
-    fn evidence_waits_until_pushed_and_only_a_newer_one_of_its_kind_replaces_it() {
+    fn evidence_is_kept_in_order_and_replaced_only_by_a_newer_one_of_its_kind() {
         let mut o = Outbox::default();
         o.offer(report("1.13.0", RolloutState::Failed, 1));
-        o.offer(report("1.13.0", RolloutState::Rolling, 1));
+        o.offer(report("1.13.0", RolloutState::Failed, 2));
+        o.offer(report("1.13.0", RolloutState::Rolling, 2));
         o.offer(report("1.13.0", RolloutState::Confirmed, 4));
         o.offer(report("1.13.1", RolloutState::Rolling, 0));
-        // The failure and the confirmation of 1.13.0 are both kept, in
-        // order; the newest state is last.
         assert_eq!(
             states(&o),
             [
-                ("1.13.0".into(), RolloutState::Failed, 1),
+                ("1.13.0".into(), RolloutState::Failed, 2),
+                ("1.13.0".into(), RolloutState::Rolling, 2),
                 ("1.13.0".into(), RolloutState::Confirmed, 4),
                 ("1.13.1".into(), RolloutState::Rolling, 0),
             ]
         );
-        // A newer failure of 1.13.0 replaces the older one and goes last.
-        o.offer(report("1.13.0", RolloutState::Failed, 2));
-        assert_eq!(
-            states(&o),
-            [
-                ("1.13.0".into(), RolloutState::Confirmed, 4),
-                ("1.13.0".into(), RolloutState::Failed, 2),
-            ]
+    }
+
+    #[test]
+    fn held_progress_waits_for_its_interval_and_gives_way_to_a_newer_state() {
+        let t0: DateTime<Utc> = "2026-12-08T02:00:00Z".parse().unwrap();
+        let pushed = report("1.13.0", RolloutState::Rolling, 1).report;
+        let mut o = Outbox::default();
+        o.offer(report("1.13.0", RolloutState::Rolling, 2));
+        let at = t0 + chrono::Duration::seconds(30);
+        let due = t0 + chrono::Duration::seconds(600);
+        assert!(matches!(o.next(Some((&pushed, t0)), at), Next::Until(d) if d == due));
+        assert!(
+            matches!(o.next(Some((&pushed, t0)), due), Next::Push(w) if w.out.report.nodes_at_version == 2)
         );
+        // A state change behind held progress goes out at once, carrying it.
+        o.offer(report("1.13.0", RolloutState::Blocked, 2));
+        match o.next(Some((&pushed, t0)), at) {
+            Next::Push(w) => assert_eq!(w.out.report.state, RolloutState::Blocked),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(o.len(), 1);
+        // What the remote already holds is not pushed again.
+        let mut o = Outbox::default();
+        o.offer(report("1.13.0", RolloutState::Rolling, 1));
+        assert!(matches!(o.next(Some((&pushed, t0)), at), Next::Idle));
+    }
+
+    /// The reporter's loop in virtual time against a remote whose pushes
+    /// take `durations` in turn (a `None` fails after that time, and is
+    /// retried 1 s later): the reports that landed, and when.
+    fn drive(
+        offers: &[(i64, Outgoing)],
+        durations: &[(i64, bool)],
+    ) -> (Vec<(StatusReport, DateTime<Utc>)>, Outbox) {
+        let t0: DateTime<Utc> = "2026-12-08T02:00:00Z".parse().unwrap();
+        let at = |s: i64| t0 + chrono::Duration::seconds(s);
+        let mut o = Outbox::default();
+        let mut remote: Vec<(StatusReport, DateTime<Utc>)> = Vec::new();
+        let (mut t, mut i, mut attempt) = (t0, 0, 0);
+        let deliver = |o: &mut Outbox, i: &mut usize, until: DateTime<Utc>| {
+            while *i < offers.len() && at(offers[*i].0) <= until {
+                o.offer(offers[*i].1.clone());
+                *i += 1;
+            }
+        };
+        loop {
+            deliver(&mut o, &mut i, t);
+            let last = remote.last().map(|(r, t)| (r, *t));
+            let next_offer = offers.get(i).map(|(s, _)| at(*s));
+            match o.next(last, t) {
+                Next::Push(w) => {
+                    let (secs, ok) = durations[attempt % durations.len()];
+                    attempt += 1;
+                    let end = t + chrono::Duration::seconds(secs);
+                    deliver(&mut o, &mut i, end);
+                    if ok {
+                        o.done(w.seq);
+                        remote.push((w.out.report, t));
+                        t = end;
+                    } else {
+                        t = end + chrono::Duration::seconds(1);
+                    }
+                }
+                Next::Until(due) => t = next_offer.map_or(due, |n| n.min(due)),
+                Next::Idle => match next_offer {
+                    Some(n) => t = n,
+                    None => return (remote, o),
+                },
+            }
+        }
+    }
+
+    fn run_of(r: &StatusReport) -> (RolloutState, semver::Version) {
+        (r.state, r.version.clone())
+    }
+
+    /// Consecutive duplicates removed.
+    fn runs<'a>(
+        reports: impl Iterator<Item = &'a StatusReport>,
+    ) -> Vec<(RolloutState, semver::Version)> {
+        let mut v: Vec<(RolloutState, semver::Version)> = Vec::new();
+        for r in reports {
+            if v.last() != Some(&run_of(r)) {
+                v.push(run_of(r));
+            }
+        }
+        v
+    }
+
+    proptest::proptest! {
+        /// Whatever the order and pace of reports and however slow or
+        /// failing the pushes: every change of state reaches the remote in
+        /// order, the newest report is the last one on it, and progress
+        /// alone is never pushed more often than the interval allows.
+        #[test]
+        fn no_change_of_state_is_lost(
+            steps in proptest::collection::vec((0i64..120, 0usize..8, 0u32..5, proptest::prelude::any::<bool>()), 1..60),
+            durations in proptest::collection::vec((0i64..60, proptest::prelude::any::<bool>()), 1..8),
+        ) {
+            let mut durations = durations;
+            // The remote takes a push now and then.
+            durations.push((5, true));
+            let mut t = 0;
+            let mut offers = Vec::new();
+            let mut at = 0u32;
+            for (gap, state, more, newer) in steps {
+                t += gap;
+                at += more;
+                let version = if newer { "1.14.0" } else { "1.13.0" };
+                offers.push((t, report(version, RolloutState::ALL[state], at)));
+            }
+            let (remote, o) = drive(&offers, &durations);
+            let offered: Vec<&StatusReport> = offers.iter().map(|(_, o)| &o.report).collect();
+            let landed: Vec<&StatusReport> = remote.iter().map(|(r, _)| r).collect();
+            let (offered_runs, landed_runs) = (runs(offered.iter().copied()), runs(landed.iter().copied()));
+            if o.dropped == 0 {
+                proptest::prop_assert_eq!(&offered_runs, &landed_runs);
+            } else {
+                // More than MAX_WAITING changes waited on a failing remote:
+                // some were dropped, in order, the newest never.
+                let mut rest = offered_runs.iter();
+                proptest::prop_assert!(landed_runs.iter().all(|r| rest.any(|o| o == r)));
+            }
+            proptest::prop_assert_eq!(landed.last(), offered.last());
+            for w in remote.windows(2) {
+                if run_of(&w[0].0) == run_of(&w[1].0) && w[0].0.state == RolloutState::Rolling {
+                    proptest::prop_assert!(w[1].1 - w[0].1 >= chrono::Duration::seconds(600));
+                }
+            }
+        }
     }
 
     #[test]

@@ -16,6 +16,13 @@ pub const ENV_DIR: &str = "environments";
 pub const DEFAULT_EVIDENCE: Evidence = Evidence::Status;
 /// Default `[promotion] status_branch` of `drover.toml`.
 pub const DEFAULT_STATUS_BRANCH: &str = "drover/status";
+/// Default `[status] progress_interval` of `drover.toml`: while a cluster
+/// rolls, progress alone is pushed at most this often (state changes go out
+/// at once). Ten minutes keeps a 200-node rollout to a score of commits
+/// while `drover status` is never more than one interval behind.
+pub const DEFAULT_PROGRESS_INTERVAL: Duration = Duration::from_secs(10 * 60);
+/// Largest `[status] progress_interval`.
+pub const MAX_PROGRESS_INTERVAL: Duration = Duration::from_secs(24 * 3600);
 /// Default `[window] schedule`: 02:00 on the 1st of every month. Chosen so a
 /// file without a schedule still gets one monthly window rather than none.
 pub const DEFAULT_SCHEDULE: &str = "0 2 1 * *";
@@ -93,6 +100,9 @@ pub struct RootConfig {
     pub revoked: Vec<Revoked>,
     /// Cluster names per environment.
     pub clusters: BTreeMap<String, Vec<String>>,
+    /// `[status] progress_interval`: while rolling, progress alone is
+    /// pushed at most once per this interval. Default 10 minutes.
+    pub progress_interval: Duration,
 }
 
 /// One `[promotion] revoked` entry.

@@ -1,16 +1,20 @@
 //! The grammar of `drover.toml`: `[promotion]` (chain, evidence, soak,
-//! signers, revoked) and `[clusters]`.
+//! signers, revoked), `[clusters]` and `[status]` (how often progress is
+//! reported).
 
 use super::spanned::{Ctx, Span, Value};
 use super::values::{check_dns_label, nearest, parse_version, quoted_list};
-use super::{Evidence, RootConfig, DEFAULT_EVIDENCE, DEFAULT_STATUS_BRANCH};
+use super::{
+    Evidence, RootConfig, DEFAULT_EVIDENCE, DEFAULT_PROGRESS_INTERVAL, DEFAULT_STATUS_BRANCH,
+    MAX_PROGRESS_INTERVAL,
+};
 use crate::diag::Diagnostic;
 use std::collections::BTreeMap;
 use toml::de::DeValue;
 
 /// Keys of `drover.toml`, per section (`""` is the top level).
 pub(super) const ROOT_KEYS: &[(&str, &[&str])] = &[
-    ("", &["promotion", "clusters"]),
+    ("", &["promotion", "clusters", "status"]),
     (
         "promotion",
         &[
@@ -21,6 +25,7 @@ pub(super) const ROOT_KEYS: &[(&str, &[&str])] = &[
             "revoked",
         ],
     ),
+    ("status", &["progress_interval"]),
 ];
 
 /// What `drover.toml` yielded, with the positions `load` needs for
@@ -253,6 +258,22 @@ pub(super) fn root_inner(file: &str, text: &str) -> RootParsed {
         }
     }
 
+    let status = cx.section(doc, "status", ROOT_KEYS);
+    let (progress_interval, at) =
+        cx.duration(status, "progress_interval", DEFAULT_PROGRESS_INTERVAL, true);
+    let progress_interval = match at {
+        Some(span) if progress_interval > MAX_PROGRESS_INTERVAL => {
+            cx.err(
+                &span,
+                "`progress_interval` must be at most \"24h\": a report older than a day \
+                 tells nothing about a rollout in progress"
+                    .to_string(),
+            );
+            DEFAULT_PROGRESS_INTERVAL
+        }
+        _ => progress_interval,
+    };
+
     let config = RootConfig {
         chain: chain.iter().map(|(n, _)| n.clone()).collect(),
         evidence,
@@ -260,6 +281,7 @@ pub(super) fn root_inner(file: &str, text: &str) -> RootParsed {
         report_signers,
         revoked,
         clusters,
+        progress_interval,
     };
     RootParsed {
         config: Some(config),

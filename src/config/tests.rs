@@ -85,6 +85,35 @@ fn a_root_file_with_only_a_chain_gets_every_default() {
     assert_eq!(root.evidence, Evidence::Status);
     assert_eq!(root.status_branch, "drover/status");
     assert!(root.clusters.is_empty());
+    assert_eq!(root.progress_interval, Duration::from_secs(600));
+}
+
+#[test]
+fn the_progress_interval_is_a_duration_of_at_most_a_day() {
+    let chain = "[promotion]\nchain = [\"prod\"]\n";
+    let root = parse_root(
+        "drover.toml",
+        &format!("{chain}[status]\nprogress_interval = \"30m\"\n"),
+    )
+    .expect("valid");
+    assert_eq!(root.progress_interval, Duration::from_secs(1800));
+    // Zero pushes every change.
+    let root = parse_root(
+        "drover.toml",
+        &format!("{chain}[status]\nprogress_interval = \"0s\"\n"),
+    )
+    .expect("valid");
+    assert_eq!(root.progress_interval, Duration::ZERO);
+    for (text, says) in [
+        ("progress_interval = \"2d\"", "at most \"24h\""),
+        ("progress_interval = 600", "duration"),
+        ("progres_interval = \"10m\"", "progress_interval"),
+    ] {
+        let errs =
+            parse_root("drover.toml", &format!("{chain}[status]\n{text}\n")).expect_err(text);
+        assert_eq!(errs[0].line, 4, "{text}: {errs:?}");
+        assert!(errs[0].message.contains(says), "{text}: {errs:?}");
+    }
 }
 
 #[test]

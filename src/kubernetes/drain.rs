@@ -8,7 +8,10 @@
 //! again after its eviction retry (2 s by default) or sooner on a change the
 //! watches report (a PDB's status changing), and gives the node back at
 //! `drain_timeout`. Each pass lists the node's pods afresh (one paged,
-//! field-selected list) rather than keeping a watch open per draining node.
+//! field-selected list) rather than keeping a watch open per draining node,
+//! and lists them once: the drain evicts from the list the same pass's
+//! observation made ([`Observer::take_drain_list`]), and lists only when
+//! there is none (a drain without an observation just before it).
 
 use super::objects::{must_evict, pdbs_matching};
 use super::observe::{lock, Observer};
@@ -38,7 +41,10 @@ fn pdbs_in_status(status: &kube::core::Status) -> Vec<String> {
 
 /// One eviction pass over `node`.
 pub async fn evict(obs: &Observer, node: &str) -> Result<EvictionPass, Error> {
-    let pods = obs.list_pods(node).await?;
+    let pods = match obs.take_drain_list(node) {
+        Some(pods) => pods,
+        None => obs.list_pods(node).await?,
+    };
     let mut remaining = 0;
     let mut blocked_by = BTreeSet::new();
     let mut refused_pods = BTreeSet::new();

@@ -5,12 +5,13 @@
 //!   PodDisruptionBudgets, and the pods of the nodes whose health is watched
 //!   or whose blocked drain may retry early (capped, see
 //!   [`KubeOptions::pod_watches`]); the only API requests it makes are one
-//!   field-selected list of pods per node being drained, and a fresh read
-//!   confirming a version the node and Job watches disagree on. An idle
-//!   cluster costs no pod traffic at all. The counts per node upgraded and
-//!   per idle minute, the drain's own list of the pods included, are
-//!   measured from the API server's audit log (BENCHMARKS.md, "Kubernetes
-//!   backend"). Our own writes are overlaid on the
+//!   field-selected list of pods per node being drained (which the drain
+//!   of the same pass evicts from: one list per drain pass), a list of a
+//!   blocked node's pods beyond the watch cap at most every
+//!   [`observe::BLOCKED_POLL`], and a fresh read confirming a version the
+//!   node and Job watches disagree on. An idle cluster costs no pod traffic
+//!   at all. The counts per node upgraded and per idle minute are measured
+//!   from the API server's audit log (BENCHMARKS.md, "Kubernetes backend"). Our own writes are overlaid on the
 //!   stores until the watches catch up, so the engine always reads its own
 //!   writes and never decides twice from a stale view. A read about one node
 //!   that fails is that node's [`crate::cluster::NodeView::fault`], never an

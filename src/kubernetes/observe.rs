@@ -4,10 +4,12 @@
 //! first retry may come early, at most [`MAX_POD_WATCHES`] of them (health
 //! first); beyond that their pods are listed instead, a blocked node's at
 //! most every [`BLOCKED_POLL`]. The pods of a node being drained are listed
-//! fresh each pass ([`Observer::list_pods`]): a watch per draining node held
-//! one API connection each (50 in flight, 50 connections with their TLS and
-//! read buffers), and a drain re-steps every few seconds while pods remain
-//! anyway.
+//! fresh once per pass ([`Observer::list_pods`]), by the observation, which
+//! counts them and keeps the ones to evict, trimmed to what an eviction
+//! needs, for the drain of the same pass ([`Observer::take_drain_list`]): a
+//! watch per draining node held one API connection each (50 in flight, 50
+//! connections with their TLS and read buffers), and a drain re-steps every
+//! few seconds while pods remain anyway.
 //!
 //! Nothing here waits for a pod watch to sync: a watch not ready yet counts
 //! as no answer (a blocked node waits out its backoff, a watched node's pods
@@ -61,6 +63,10 @@ pub struct Observer {
     /// Blocked nodes beyond the watch cap: when their pods were last listed,
     /// and whether their budgets allowed a drain then.
     polled: Mutex<HashMap<String, (Instant, bool)>>,
+    /// Per draining node, the pods the last observation found to evict
+    /// (trimmed) and when: the drain of the same pass evicts from it
+    /// instead of listing again.
+    drain_lists: Mutex<HashMap<String, (Instant, Vec<Pod>)>>,
     tasks: Vec<AbortHandle>,
 }
 
@@ -110,6 +116,31 @@ pub const MAX_POD_WATCHES: usize = 32;
 /// to see whether its budgets relent (a relenting budget may then be seen
 /// this much later; the retry backoff is minutes).
 pub const BLOCKED_POLL: Duration = Duration::from_secs(30);
+
+/// How old an observation's list of a draining node's pods may be for the
+/// drain to evict from it rather than list again: a pass observes, decides
+/// and evicts within milliseconds; a list older than this belongs to an
+/// earlier pass.
+const DRAIN_LIST_FRESH: Duration = Duration::from_secs(2);
+
+/// What an eviction reads of a pod (its name, namespace, UID, labels for
+/// the budgets that cover it, whether it is terminating), so the list kept
+/// from the observation to the drain holds a few hundred bytes per pod.
+fn trim_for_drain(pod: Pod) -> Pod {
+    let m = pod.metadata;
+    Pod {
+        metadata: kube::api::ObjectMeta {
+            name: m.name,
+            namespace: m.namespace,
+            uid: m.uid,
+            labels: m.labels,
+            deletion_timestamp: m.deletion_timestamp,
+            ..Default::default()
+        },
+        spec: None,
+        status: None,
+    }
+}
 
 // Run a reflector for `api`, calling `on_event` on every event it applies.
 fn spawn_reflector<K>(
@@ -294,6 +325,7 @@ impl Observer {
             pod_watches: Mutex::new(HashMap::new()),
             watch_plan: Mutex::new(HashSet::new()),
             polled: Mutex::new(HashMap::new()),
+            drain_lists: Mutex::new(HashMap::new()),
             tasks,
         });
         let t = obs.opts.ready_timeout;
@@ -473,6 +505,14 @@ impl Observer {
         allow
     }
 
+    /// The pods of draining `node` to evict as this pass's observation
+    /// listed them, if it did within [`DRAIN_LIST_FRESH`]; taken, so a
+    /// second drain without a new observation lists afresh.
+    pub(crate) fn take_drain_list(&self, node: &str) -> Option<Vec<Pod>> {
+        let (at, pods) = lock(&self.drain_lists).remove(node)?;
+        (at.elapsed() < DRAIN_LIST_FRESH).then_some(pods)
+    }
+
     /// The pods bound to `node`, listed now (pages of [`LIST_PAGE_SIZE`], at
     /// most [`MAX_DRAIN_PODS`]): what a drain pass reads, so that no watch
     /// is held open per draining node.
@@ -522,6 +562,7 @@ impl Observer {
             .collect();
         lock(&self.evicted).retain(|node, _| draining.contains(node));
         lock(&self.polled).retain(|node, _| blocked.contains(node));
+        lock(&self.drain_lists).retain(|node, _| draining.contains(node));
         lock(&self.pod_watches).retain(|node, w| {
             let keep = plan.contains(node);
             if !keep {
@@ -598,8 +639,19 @@ impl Observer {
                 }
                 if p.state == ProgressState::Draining {
                     match self.list_pods(&name).await {
-                        Ok(pods) => pods_to_evict = pods.iter().filter(|p| must_evict(p)).count(),
-                        Err(e) => fault = Some(format!("its pods cannot be listed: {e}")),
+                        Ok(pods) => {
+                            let evict: Vec<Pod> = pods
+                                .into_iter()
+                                .filter(must_evict)
+                                .map(trim_for_drain)
+                                .collect();
+                            pods_to_evict = evict.len();
+                            lock(&self.drain_lists).insert(name.clone(), (Instant::now(), evict));
+                        }
+                        Err(e) => {
+                            lock(&self.drain_lists).remove(&name);
+                            fault = Some(format!("its pods cannot be listed: {e}"));
+                        }
                     }
                 }
                 if p.state.in_flight() {
