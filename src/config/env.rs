@@ -4,6 +4,7 @@
 
 use super::selector::LabelSelector;
 use super::spanned::{Ctx, Value};
+use super::waves::WaveSites;
 use super::values::parse_version;
 use super::{
     DriverSpec, EnvConfig, MaxUnavailable, NodesSpec, OnDrainTimeout, PromotionSpec, RolloutSpec,
@@ -28,6 +29,7 @@ pub(super) const ENV_KEYS: &[(&str, &[&str])] = &[
             "nodes",
             "freeze",
             "health",
+            "wave",
         ],
     ),
     ("window", &["schedule", "duration", "timezone"]),
@@ -41,6 +43,18 @@ pub(super) const ENV_KEYS: &[(&str, &[&str])] = &[
             "node_selector",
             "on_drain_timeout",
             "paused",
+            "failure_budget",
+        ],
+    ),
+    (
+        "wave",
+        &[
+            "clusters",
+            "schedule",
+            "duration",
+            "timezone",
+            "soak",
+            "max_concurrency",
         ],
     ),
     ("promotion", &["soak"]),
@@ -49,6 +63,16 @@ pub(super) const ENV_KEYS: &[(&str, &[&str])] = &[
 ];
 
 pub(super) fn env_inner(file: &str, name: &str, text: &str) -> Result<EnvConfig, Vec<Diagnostic>> {
+    env_with_sites(file, name, text).map(|(env, _)| env)
+}
+
+/// [`env_inner`], with where the file wrote its waves (for the check
+/// against `drover.toml`'s clusters, `super::waves::check_clusters`).
+pub(super) fn env_with_sites(
+    file: &str,
+    name: &str,
+    text: &str,
+) -> Result<(EnvConfig, WaveSites), Vec<Diagnostic>> {
     let mut cx = Ctx::new(file, text);
     let Some(doc) = cx.parse() else {
         return Err(cx.diags);
@@ -206,10 +230,37 @@ pub(super) fn env_inner(file: &str, name: &str, text: &str) -> Result<EnvConfig,
             }),
     };
 
+    let failure_budget = match rollout.and_then(|t| t.get("failure_budget")) {
+        None => 0,
+        Some(v) => match v.get_ref() {
+            DeValue::Integer(i) => match i64::from_str_radix(i.as_str(), i.radix())
+                .ok()
+                .and_then(|n| u32::try_from(n).ok())
+            {
+                Some(n) => n,
+                None => {
+                    cx.err(
+                        &v.span(),
+                        "`failure_budget` must be an integer of at least 0: how many clusters \
+                         of the environment may report `failed` for a version before every \
+                         cluster of it halts",
+                    );
+                    0
+                }
+            },
+            other => {
+                cx.type_err("failure_budget", &v.span(), "an integer such as 0", other);
+                0
+            }
+        },
+    };
+
+    let (waves, sites) = cx.waves(doc);
+
     let health = super::health::parse_health(file, text, doc, &mut cx.diags);
 
     match (version, version_regex) {
-        (Some(version), Some(version_regex)) if cx.diags.is_empty() => Ok(EnvConfig {
+        (Some(version), Some(version_regex)) if cx.diags.is_empty() => Ok((EnvConfig {
             name: name.to_owned(),
             version,
             allow_downgrade,
@@ -222,6 +273,7 @@ pub(super) fn env_inner(file: &str, name: &str, text: &str) -> Result<EnvConfig,
                 node_selector,
                 on_drain_timeout,
                 paused,
+                failure_budget,
             },
             promotion: PromotionSpec { soak },
             driver,
@@ -230,7 +282,8 @@ pub(super) fn env_inner(file: &str, name: &str, text: &str) -> Result<EnvConfig,
                 os_image_regex,
             },
             health,
-        }),
+            waves,
+        }, sites)),
         _ if cx.diags.is_empty() => Err(vec![Diagnostic::file(file, "invalid environment file")]),
         _ => Err(cx.diags),
     }
