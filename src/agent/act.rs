@@ -7,6 +7,7 @@ use super::health;
 use super::hooks::ClockRef;
 use super::{Acting, ClusterBackend, Next};
 use crate::config::EnvConfig;
+use crate::gate::wave::WaveGate;
 use crate::rollout::{Engine, Held, Inputs, Labels, Policy, WindowState};
 use chrono::{DateTime, Utc};
 use std::time::Duration;
@@ -74,9 +75,17 @@ impl<B: ClusterBackend> Acting<B> {
         self.metrics
             .window_open
             .set(i64::from(window.opened_at.is_some()));
+        let gate = self.wave_gate(&active, now).await;
+        let (halted, waiting) = match &gate {
+            WaveGate::Open { .. } => (None, None),
+            WaveGate::Halted(h) => (Some(h.to_string()), None),
+            other => (None, Some(other.to_string())),
+        };
         let inputs = Inputs {
             may_start: true,
             hold_reason: String::new(),
+            halted,
+            waiting,
             window: window.clone(),
             patch_window,
             queries: health::evaluate_queries(&active.env, self.last_published.as_ref()).await,
@@ -144,7 +153,7 @@ impl<B: ClusterBackend> Acting<B> {
         if outcome.retry_evictions {
             after = after.min(self.cfg.evict_retry);
         }
-        if let Some(w) = d.wake_at {
+        if let Some(w) = d.wake_at.into_iter().chain(gate.changes_at()).min() {
             after = after.min((w - now).to_std().unwrap_or(Duration::ZERO));
         }
         if d.poll_health {

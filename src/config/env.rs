@@ -4,8 +4,8 @@
 
 use super::selector::LabelSelector;
 use super::spanned::{Ctx, Value};
-use super::waves::WaveSites;
 use super::values::parse_version;
+use super::waves::WaveSites;
 use super::{
     DriverSpec, EnvConfig, MaxUnavailable, NodesSpec, OnDrainTimeout, PromotionSpec, RolloutSpec,
     DEFAULT_BOTTLEROCKET_IMAGE, DEFAULT_BOTTLEROCKET_OS_IMAGE_REGEX, DEFAULT_DRAIN_TIMEOUT,
@@ -46,6 +46,9 @@ pub(super) const ENV_KEYS: &[(&str, &[&str])] = &[
             "failure_budget",
         ],
     ),
+    ("promotion", &["soak"]),
+    ("driver", &["kind", "image", "command"]),
+    ("nodes", &["version_regex", "os_image_regex"]),
     (
         "wave",
         &[
@@ -57,9 +60,6 @@ pub(super) const ENV_KEYS: &[(&str, &[&str])] = &[
             "max_concurrency",
         ],
     ),
-    ("promotion", &["soak"]),
-    ("driver", &["kind", "image", "command"]),
-    ("nodes", &["version_regex", "os_image_regex"]),
 ];
 
 pub(super) fn env_inner(file: &str, name: &str, text: &str) -> Result<EnvConfig, Vec<Diagnostic>> {
@@ -260,30 +260,33 @@ pub(super) fn env_with_sites(
     let health = super::health::parse_health(file, text, doc, &mut cx.diags);
 
     match (version, version_regex) {
-        (Some(version), Some(version_regex)) if cx.diags.is_empty() => Ok((EnvConfig {
-            name: name.to_owned(),
-            version,
-            allow_downgrade,
-            windows,
-            freezes,
-            rollout: RolloutSpec {
-                max_unavailable,
-                drain_timeout: drain.0,
-                node_timeout: node.0,
-                node_selector,
-                on_drain_timeout,
-                paused,
-                failure_budget,
+        (Some(version), Some(version_regex)) if cx.diags.is_empty() => Ok((
+            EnvConfig {
+                name: name.to_owned(),
+                version,
+                allow_downgrade,
+                windows,
+                freezes,
+                rollout: RolloutSpec {
+                    max_unavailable,
+                    drain_timeout: drain.0,
+                    node_timeout: node.0,
+                    node_selector,
+                    on_drain_timeout,
+                    paused,
+                    failure_budget,
+                },
+                promotion: PromotionSpec { soak },
+                driver,
+                nodes: NodesSpec {
+                    version_regex,
+                    os_image_regex,
+                },
+                health,
+                waves,
             },
-            promotion: PromotionSpec { soak },
-            driver,
-            nodes: NodesSpec {
-                version_regex,
-                os_image_regex,
-            },
-            health,
-            waves,
-        }, sites)),
+            sites,
+        )),
         _ if cx.diags.is_empty() => Err(vec![Diagnostic::file(file, "invalid environment file")]),
         _ => Err(cx.diags),
     }

@@ -60,7 +60,13 @@ pub fn load_at(files: &dyn Files, _now: DateTime<Utc>) -> Result<RepoConfig, Vec
             Ok(text) => match env_with_sites(&path, name, &text) {
                 Ok((env, sites)) => {
                     // Waves name drover.toml's clusters: checked once both are read.
-                    if let Some((_, RootParsed { config: Some(root), .. })) = &root {
+                    if let Some((
+                        _,
+                        RootParsed {
+                            config: Some(root), ..
+                        },
+                    )) = &root
+                    {
                         let clusters = root.clusters.get(name).map_or(&[][..], Vec::as_slice);
                         diags.extend(super::waves::check_clusters(
                             &path, &text, name, &env.waves, &sites, clusters,

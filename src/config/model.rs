@@ -180,7 +180,10 @@ impl EnvConfig {
     /// (freezes and pause stay the environment's).
     pub fn for_cluster(&self, cluster: &str) -> EnvConfig {
         let mut env = self.clone();
-        if let Some(w) = self.wave_of(cluster).and_then(|i| self.waves[i].window.clone()) {
+        if let Some(w) = self
+            .wave_of(cluster)
+            .and_then(|i| self.waves[i].window.clone())
+        {
             env.windows = vec![w];
         }
         env

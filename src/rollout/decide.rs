@@ -289,6 +289,9 @@ fn conclude(
                 rfc3339(until)
             ),
         )
+    } else if let Some(h) = hold.as_ref().filter(|(s, _)| *s == RolloutState::Halted) {
+        // Halted says more than rolling while the nodes in flight finish.
+        h.clone()
     } else if t.in_flight > 0
         || t.releases
             .iter()
