@@ -22,4 +22,5 @@ mod agent_revoked;
 mod agent_seams;
 mod agent_status_branches;
 mod agent_story;
+mod agent_waves;
 mod agent_windows;
