@@ -7,7 +7,6 @@ use super::health;
 use super::hooks::ClockRef;
 use super::{Acting, ClusterBackend, Next};
 use crate::config::EnvConfig;
-use crate::gate::wave::WaveGate;
 use crate::rollout::{Engine, Held, Inputs, Labels, Policy, WindowState};
 use chrono::{DateTime, Utc};
 use std::time::Duration;
@@ -76,11 +75,7 @@ impl<B: ClusterBackend> Acting<B> {
             .window_open
             .set(i64::from(window.opened_at.is_some()));
         let gate = self.wave_gate(&active, now).await;
-        let (halted, waiting) = match &gate {
-            WaveGate::Open { .. } => (None, None),
-            WaveGate::Halted(h) => (Some(h.to_string()), None),
-            other => (None, Some(other.to_string())),
-        };
+        let (halted, waiting) = gate.holds();
         let inputs = Inputs {
             may_start: true,
             hold_reason: String::new(),

@@ -153,6 +153,16 @@ impl WaveGate {
         matches!(self, WaveGate::Open { .. })
     }
 
+    /// What the rollout decision is told (`rollout::Inputs::halted`,
+    /// `rollout::Inputs::waiting`): the halt's message, or why the wave waits.
+    pub fn holds(&self) -> (Option<String>, Option<String>) {
+        match self {
+            WaveGate::Open { .. } => (None, None),
+            WaveGate::Halted(h) => (Some(h.to_string()), None),
+            other => (None, Some(other.to_string())),
+        }
+    }
+
     /// When the answer changes by time alone (a soak passing).
     pub fn changes_at(&self) -> Option<DateTime<Utc>> {
         match self {

@@ -519,10 +519,11 @@ fn a_halted_environment_starts_no_node_lets_the_one_in_flight_finish_and_says_ha
     );
     assert_eq!(d.state, RolloutState::Halted);
     assert!(d.message.contains("prod-eu-1 failed it"), "{}", d.message);
-    // A confirmed cluster stays confirmed: the halt is about starting nodes.
+    // A cluster that had confirmed shows the environment's halt too.
     let done = vec![idle("a", "1.13.2")];
     let d = decide(&policy(1, OnDrainTimeout::Skip), &halted, &done, t("02:20"));
-    assert_eq!(d.state, RolloutState::Confirmed);
+    assert_eq!(d.state, RolloutState::Halted);
+    assert!(d.actions.is_empty());
 }
 
 #[test]
