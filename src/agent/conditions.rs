@@ -384,6 +384,7 @@ mod tests {
                 ("False", "False", "True", "RefusedByGate"),
                 "Failed",
             ),
+            (Halted, ("False", "False", "True", "Halted"), "Failed"),
         ];
         for (state, want, k) in cases {
             let f = facts(state);
