@@ -881,7 +881,19 @@ pub fn env_evidence(
         .unwrap_or(DateTime::<Utc>::MIN_UTC);
     let mut evidence = GitEvidence::new(repo, applied, now);
     let conf = evidence.confirmations(&snap.policy)?;
-    let clusters = snap.config.clusters(env);
+    let out = evidence_of(conf, snap.config.clusters(env), env, version);
+    Ok(Some((out, since)))
+}
+
+/// The wave gate's evidence for `env`'s `clusters` and `version` out of
+/// what the one reader found: standing confirmations, trusted `failed`
+/// reports, and why a cluster has no confirmation.
+pub fn evidence_of(
+    conf: &Confirmations,
+    clusters: &[String],
+    env: &str,
+    version: &Version,
+) -> crate::gate::wave::EnvEvidence {
     let mut out = crate::gate::wave::EnvEvidence {
         confirmed: conf.for_version(env, version),
         ..Default::default()
@@ -902,5 +914,5 @@ pub fn env_evidence(
             }
         }
     }
-    Ok(Some((out, since)))
+    out
 }
