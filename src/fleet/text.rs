@@ -216,10 +216,11 @@ pub fn env_block(out: &mut String, e: &EnvView) {
     }
 }
 
-/// A cluster's wave and what the wave gate holds it on, when it has waves.
+/// A cluster's wave and what the wave gate holds it on, when it has waves
+/// (the gate's words name the wave when it waits).
 fn wave_line(out: &mut String, c: &super::model::ClusterView) {
     match (c.wave, &c.waits_on) {
-        (Some(w), Some(on)) if on != "halted" => wrap(out, "      ↳ ", &format!("wave {w}: {on}")),
+        (Some(_), Some(on)) if on != "halted" => wrap(out, "      ↳ ", on),
         (Some(w), Some(_)) => wrap(out, "      ↳ ", &format!("wave {w}: halted")),
         (Some(w), None) => wrap(out, "      ↳ ", &format!("wave {w}: may start")),
         (None, _) => {}

@@ -877,4 +877,35 @@ fn waves_show_what_each_cluster_waits_on_and_a_failure_halts_the_environment() {
     assert!(out.contains("drover revoke 1.13.2"), "{out}");
     assert!(out.contains("wave 2: halted"), "{out}");
     assert_fits_80(&out);
+    // A reviewed change after the failure ends the halt (here: prod-us moves
+    // at night in New York), and plan for a cluster of a wave with its own window forecasts in that window.
+    let f = dir.path().join("environments/production.toml");
+    let text = std::fs::read_to_string(&f).unwrap().replace(
+        "clusters = [\"prod-us-*\"]\n",
+        "clusters = [\"prod-us-*\"]\nschedule = \"0 2 21 * *\"\ntimezone = \"America/New_York\"\n",
+    );
+    std::fs::write(f, text).unwrap();
+    git(
+        dir.path(),
+        &["commit", "-qam", "prod-us at night in New York"],
+    );
+    let plan = |cluster: &str| {
+        let p = json(
+            dir.path(),
+            &[
+                "plan",
+                "--env",
+                "production",
+                "--cluster",
+                cluster,
+                "--now",
+                "2026-12-01T04:00:00Z",
+            ],
+        );
+        p["forecast"]["windows"][0]["start"].clone()
+    };
+    assert_eq!(plan("prod-us-1"), "2026-12-21T07:00:00Z");
+    assert_eq!(plan("prod-eu-1"), "2026-12-20T01:00:00Z");
+    let v = json(dir.path(), &["status", "--now", "2026-12-01T04:00:00Z"]);
+    assert_eq!(env(&v, "production")["halt"], Value::Null);
 }
