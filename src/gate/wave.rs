@@ -13,7 +13,9 @@
 //!   or after the applied config commit, no cluster starts a node for it.
 //!   A reviewed change (any newer applied commit: raise the budget, or
 //!   just acknowledge) or a new version ends it; a retried node that
-//!   confirms later does not, as a halt asks a person to look.
+//!   confirms later does not, as a halt asks a person to look. A cluster's
+//!   own failure does not halt itself: it is its `failed` state, which a
+//!   retry of the node resumes (docs/design.md §5a).
 //! - **Waves.** A cluster of wave N (N > 1) may start the version only
 //!   when every cluster of wave N−1 has a standing trusted confirmation of
 //!   it at least wave N−1's `soak` old. Wave 1 is gated by the lower
@@ -198,7 +200,15 @@ pub fn halt(
 
 /// Judge `req`: the pure core of the wave gate.
 pub fn judge(req: &WaveRequest<'_>) -> WaveGate {
-    let all: Vec<String> = req.waves.iter().flat_map(|w| w.clusters.clone()).collect();
+    // A cluster's own failure is its own `failed` state, which a retry of
+    // the node (`drover.dev/retry`) resumes; it halts the others.
+    let all: Vec<String> = req
+        .waves
+        .iter()
+        .flat_map(|w| w.clusters.iter())
+        .filter(|c| *c != req.cluster)
+        .cloned()
+        .collect();
     if let Some(h) = halt(
         req.env,
         req.version,
@@ -422,6 +432,8 @@ mod tests {
         let mut r = req("eu-2", &ev, &w, &v);
         r.since = t("2026-12-20T11:00:00Z");
         assert!(judge(&r).is_open());
+        // The failing cluster itself is not halted by its own failure.
+        assert!(judge(&req("eu-1", &ev, &w, &v)).is_open());
         // A cluster of another environment never counts.
         ev.failed.clear();
         ev.failed.insert(
