@@ -783,6 +783,8 @@ fn now_reads_the_config_and_the_gate_in_force_then() {
             "{said}"
         );
     }
+}
+
 #[test]
 fn waves_show_what_each_cluster_waits_on_and_a_failure_halts_the_environment() {
     let dir = example_repo();
