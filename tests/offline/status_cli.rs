@@ -887,9 +887,11 @@ fn waves_show_what_each_cluster_waits_on_and_a_failure_halts_the_environment() {
         "clusters = [\"prod-us-*\"]\nschedule = \"0 2 21 * *\"\ntimezone = \"America/New_York\"\n",
     );
     std::fs::write(f, text).unwrap();
-    git(
+    crate::support::git::git_env(
         dir.path(),
         &["commit", "-qam", "prod-us at night in New York"],
+        Some("2026-12-01T03:00:00Z"),
+        &[],
     );
     let plan = |cluster: &str| {
         let p = json(
