@@ -27,8 +27,7 @@ fn draining() -> NodeProgress {
         started_at: Utc::now(),
         cordoned_by_drover: true,
         message: String::new(),
-        attempts: 0,
-    }
+        attempts: 0, previous: None, }
 }
 
 #[tokio::test]

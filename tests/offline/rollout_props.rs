@@ -215,8 +215,7 @@ fn build(c: &Case, clock: &VirtualClock) -> (Sim, Policy) {
         } else {
             OnDrainTimeout::Skip
         },
-        health: None,
-    };
+        health: None, on_failure: drover::config::OnFailure::Halt, max_rollbacks: 1, };
     (sim, policy)
 }
 

@@ -25,8 +25,7 @@ fn policy(max: u32, mode: OnDrainTimeout) -> Policy {
         drain_timeout: mins(20),
         node_timeout: mins(45),
         on_drain_timeout: mode,
-        health: None,
-    }
+        health: None, on_failure: drover::config::OnFailure::Halt, max_rollbacks: 1, }
 }
 
 fn old() -> Option<Version> {
