@@ -33,7 +33,10 @@ fn policy(max: MaxUnavailable) -> Policy {
         drain_timeout: Duration::from_secs(20 * 60),
         node_timeout: Duration::from_secs(45 * 60),
         on_drain_timeout: OnDrainTimeout::Skip,
-        health: None, on_failure: drover::config::OnFailure::Halt, max_rollbacks: 1, }
+        health: None,
+        on_failure: drover::config::OnFailure::Halt,
+        max_rollbacks: 1,
+    }
 }
 
 fn nodes(n: usize) -> Vec<NodeView> {
@@ -50,7 +53,9 @@ fn nodes(n: usize) -> Vec<NodeView> {
                         started_at: start(),
                         cordoned_by_drover: true,
                         message: String::new(),
-                        attempts: 0, previous: None, }),
+                        attempts: 0,
+                        previous: None,
+                    }),
                 ),
                 _ => (Version::new(1, 12, 0), None),
             };
@@ -68,7 +73,9 @@ fn nodes(n: usize) -> Vec<NodeView> {
                 retry: false,
                 pods_to_evict: 0,
                 budgets_allow_drain: false,
-                fault: None, rolled_back: Vec::new(), }
+                fault: None,
+                rolled_back: Vec::new(),
+            }
         })
         .collect()
 }

@@ -140,12 +140,16 @@ mod tests {
                 started_at: chrono::Utc::now(),
                 cordoned_by_drover: cordoned,
                 message: String::new(),
-                attempts: 0, previous: None, })),
+                attempts: 0,
+                previous: None,
+            })),
             retry: false,
             pods_to_evict: 0,
             budgets_allow_drain: false,
             upgrade: UpgradeStatus::NotStarted,
-            fault: None, rolled_back: Vec::new(), }
+            fault: None,
+            rolled_back: Vec::new(),
+        }
     }
 
     #[test]

@@ -565,7 +565,9 @@ mod tests {
             started_at: "2026-12-08T02:00:00Z".parse().unwrap(),
             cordoned_by_drover: true,
             message: String::new(),
-            attempts: 0, previous: None, }
+            attempts: 0,
+            previous: None,
+        }
     }
 
     #[test]

@@ -267,7 +267,10 @@ pub(super) fn env_inner(file: &str, name: &str, text: &str) -> Result<EnvConfig,
 
 /// Whether the file has a `[health]` table (its own validation is health.rs's).
 fn has_health(doc: &DeTable<'_>) -> bool {
-    matches!(doc.get("health").map(|v| v.get_ref()), Some(DeValue::Table(_)))
+    matches!(
+        doc.get("health").map(|v| v.get_ref()),
+        Some(DeValue::Table(_))
+    )
 }
 
 impl<'a> Ctx<'a> {
@@ -280,7 +283,10 @@ impl<'a> Ctx<'a> {
             DeValue::Integer(i) => match i64::from_str_radix(i.as_str(), i.radix()) {
                 Ok(n) if (0..=1000).contains(&n) => u32::try_from(n).ok(),
                 Ok(n) => {
-                    self.err(&v.span(), format!("`max_rollbacks` must be {WHAT}; found {n}"));
+                    self.err(
+                        &v.span(),
+                        format!("`max_rollbacks` must be {WHAT}; found {n}"),
+                    );
                     None
                 }
                 Err(_) => {

@@ -348,8 +348,9 @@ fn bad_rollback_keys_are_refused_at_their_line_saying_what_is_valid() {
     for (text, line, says) in cases {
         let errs = parse_env("environments/x.toml", "x", text).expect_err(text);
         assert!(
-            errs.iter()
-                .any(|d| d.file == "environments/x.toml" && d.line == line && d.message.contains(says)),
+            errs.iter().any(|d| d.file == "environments/x.toml"
+                && d.line == line
+                && d.message.contains(says)),
             "{text}: {errs:?}"
         );
     }

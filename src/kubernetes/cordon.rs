@@ -15,9 +15,9 @@ use super::{is_status, Error, FIELD_MANAGER};
 use crate::cluster::{
     encode_progress, encode_rolled_back, NodeProgress, ANN_CORDONED, ANN_ROLLED_BACK,
 };
-use semver::Version;
 use kube::api::{Api, Patch, PatchParams};
 use kube::ResourceExt;
+use semver::Version;
 use serde_json::{json, Value};
 use std::sync::Arc;
 

@@ -619,7 +619,10 @@ impl Observer {
         // A node rolling back is drained before its driver runs, as one
         // moving to the target is.
         let draining: HashSet<String> = named(&|p| {
-            matches!(p.state, ProgressState::Draining | ProgressState::RollingBack)
+            matches!(
+                p.state,
+                ProgressState::Draining | ProgressState::RollingBack
+            )
         })
         .into_iter()
         .collect();

@@ -24,7 +24,10 @@ fn policy(max: u32, mode: OnDrainTimeout) -> Policy {
         drain_timeout: Duration::from_secs(20 * 60),
         node_timeout: Duration::from_secs(45 * 60),
         on_drain_timeout: mode,
-        health: None, on_failure: crate::config::OnFailure::Halt, max_rollbacks: 1, }
+        health: None,
+        on_failure: crate::config::OnFailure::Halt,
+        max_rollbacks: 1,
+    }
 }
 
 fn open() -> Inputs {
@@ -54,7 +57,9 @@ pub(super) fn idle(name: &str, ver: &str) -> NodeView {
         pods_to_evict: 0,
         upgrade: UpgradeStatus::NotStarted,
         budgets_allow_drain: false,
-        fault: None, rolled_back: Vec::new(), }
+        fault: None,
+        rolled_back: Vec::new(),
+    }
 }
 
 fn with(mut n: NodeView, state: ProgressState, started: &str, by_drover: bool) -> NodeView {
@@ -64,7 +69,9 @@ fn with(mut n: NodeView, state: ProgressState, started: &str, by_drover: bool) -
         started_at: t(started),
         cordoned_by_drover: by_drover,
         message: "why".into(),
-        attempts: 0, previous: None, }));
+        attempts: 0,
+        previous: None,
+    }));
     n.unschedulable = state.in_flight();
     n
 }

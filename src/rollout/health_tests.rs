@@ -35,7 +35,10 @@ fn policy(max: u32) -> Policy {
         drain_timeout: Duration::from_secs(20 * 60),
         node_timeout: Duration::from_secs(45 * 60),
         on_drain_timeout: OnDrainTimeout::Skip,
-        health: Some(spec()), on_failure: crate::config::OnFailure::Halt, max_rollbacks: 1, }
+        health: Some(spec()),
+        on_failure: crate::config::OnFailure::Halt,
+        max_rollbacks: 1,
+    }
 }
 
 fn open() -> Inputs {
@@ -57,7 +60,9 @@ fn with(mut n: NodeView, state: ProgressState, started: &str) -> NodeView {
         started_at: t(started),
         cordoned_by_drover: state.in_flight(),
         message: String::new(),
-        attempts: 0, previous: None, }));
+        attempts: 0,
+        previous: None,
+    }));
     n.unschedulable = state.in_flight();
     n
 }

@@ -35,7 +35,10 @@ fn policy(max: u32) -> Policy {
         drain_timeout: Duration::from_secs(20 * 60),
         node_timeout: Duration::from_secs(45 * 60),
         on_drain_timeout: OnDrainTimeout::Skip,
-        health: None, on_failure: crate::config::OnFailure::Halt, max_rollbacks: 1, }
+        health: None,
+        on_failure: crate::config::OnFailure::Halt,
+        max_rollbacks: 1,
+    }
 }
 
 fn open() -> Inputs {
@@ -57,7 +60,9 @@ fn with(mut n: NodeView, state: ProgressState, started: &str, message: &str) -> 
         started_at: t(started),
         cordoned_by_drover: state.in_flight(),
         message: message.into(),
-        attempts: 0, previous: None, }));
+        attempts: 0,
+        previous: None,
+    }));
     n.unschedulable = state.in_flight();
     n
 }

@@ -230,10 +230,16 @@ fn healthy_at_previous(ctx: &Ctx<'_>, n: &NodeView, p: &NodeProgress) -> Result<
     if let Some(why) = &seen.unread {
         return Err(why.clone());
     }
+    let mut node = observe::watched(seen, p.started_at);
+    // The restarts counted at the failed version are not the old one's:
+    // its pods are judged by what they show now (crash-looping, not Ready).
+    for pod in &mut node.pods {
+        pod.restarts_at_start = pod.restarts;
+    }
     let verdict = crate::health::judge(&crate::health::Observation {
         spec,
         watch_until: ctx.now,
-        nodes: &[observe::watched(seen, p.started_at)],
+        nodes: &[node],
         queries: &[],
         now: ctx.now,
     });

@@ -167,8 +167,9 @@ fn check(step: usize, a: &Action, m: &Model, target: &Version, seen: &mut Seen) 
     let at_v = m.view.version.as_ref() == Some(target);
     match a {
         Action::Cordon { progress, .. } if m.view.rolled_back.contains(&progress.target) => {
-            seen.violations
-                .push(format!("step {step}: {name} started at a version it was rolled back from"));
+            seen.violations.push(format!(
+                "step {step}: {name} started at a version it was rolled back from"
+            ));
         }
         Action::RollBack { .. } => seen.rollbacks_started += 1,
         _ => {}
@@ -182,8 +183,9 @@ fn check(step: usize, a: &Action, m: &Model, target: &Version, seen: &mut Seen) 
         _ => false,
     };
     if uncordons && at_v && seen.failed_at_v.contains(name) {
-        seen.violations
-            .push(format!("step {step}: {name} uncordoned at {target} after failing there"));
+        seen.violations.push(format!(
+            "step {step}: {name} uncordoned at {target} after failing there"
+        ));
     }
 }
 
@@ -274,7 +276,8 @@ fn a_node_failing_after_its_upgrade_is_rolled_back_healthy_uncordoned_and_marked
     let rec = a.progress.clone().unwrap().unwrap();
     assert_eq!(rec.state, ProgressState::Failed);
     assert!(
-        rec.message.starts_with("rolled back to 1.13.2: health check failed: "),
+        rec.message
+            .starts_with("rolled back to 1.13.2: health check failed: "),
         "{}",
         rec.message
     );
@@ -282,7 +285,11 @@ fn a_node_failing_after_its_upgrade_is_rolled_back_healthy_uncordoned_and_marked
     assert_eq!(b.version, Some(v("1.13.2")), "the rollout stopped before b");
     let d = seen.last.unwrap();
     assert_eq!(d.state, RolloutState::Failed);
-    assert!(d.message.contains("node a failed: rolled back to 1.13.2"), "{}", d.message);
+    assert!(
+        d.message.contains("node a failed: rolled back to 1.13.2"),
+        "{}",
+        d.message
+    );
     assert_eq!(seen.rollbacks_started, 1);
 }
 
@@ -297,7 +304,11 @@ fn halt_keeps_todays_behaviour_the_node_stays_in_service() {
     assert!(!a.unschedulable && a.rolled_back.is_empty());
     let rec = a.progress.clone().unwrap().unwrap();
     assert_eq!(rec.state, ProgressState::Failed);
-    assert!(rec.message.starts_with("health check failed: "), "{}", rec.message);
+    assert!(
+        rec.message.starts_with("health check failed: "),
+        "{}",
+        rec.message
+    );
     assert_eq!(seen.rollbacks_started, 0);
     assert_eq!(seen.last.unwrap().state, RolloutState::Failed);
 }
@@ -315,13 +326,18 @@ fn a_rollback_whose_driver_fails_leaves_the_node_cordoned_and_named() {
     let rec = a.progress.clone().unwrap().unwrap();
     assert!(rec.cordoned_by_drover, "drover's cordon record is kept");
     assert!(
-        rec.message.starts_with("rollback failed: its driver failed: exit 1; left cordoned"),
+        rec.message
+            .starts_with("rollback failed: its driver failed: exit 1; left cordoned"),
         "{}",
         rec.message
     );
     let d = seen.last.unwrap();
     assert_eq!(d.state, RolloutState::Failed);
-    assert!(d.message.contains("node a failed: rollback failed"), "{}", d.message);
+    assert!(
+        d.message.contains("node a failed: rollback failed"),
+        "{}",
+        d.message
+    );
     assert!(d.skipped.iter().any(|s| s.node == "a"));
 }
 
@@ -358,7 +374,8 @@ fn the_circuit_breaker_halts_beyond_max_rollbacks_with_the_nodes_as_they_are() {
     assert_eq!(b.version, Some(v("1.13.3")));
     let rec = b.progress.clone().unwrap().unwrap();
     assert!(
-        rec.message.contains("max_rollbacks (1) reached: the cluster halts"),
+        rec.message
+            .contains("max_rollbacks (1) reached: the cluster halts"),
         "{}",
         rec.message
     );
@@ -388,7 +405,11 @@ fn a_rolled_back_node_is_not_started_again_after_a_retry_and_the_cluster_stays_f
     assert_eq!(a.progress, Ok(None), "the retry cleared the record");
     let d = seen.last.unwrap();
     assert_eq!(d.state, RolloutState::Failed);
-    assert!(d.message.contains("rolled back from 1.13.3"), "{}", d.message);
+    assert!(
+        d.message.contains("rolled back from 1.13.3"),
+        "{}",
+        d.message
+    );
     // A new version moves it again.
     let mut next = p.clone();
     next.target = v("1.13.4");

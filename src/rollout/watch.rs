@@ -9,9 +9,9 @@
 //! judged on part of its pods.
 
 use super::decide::{add, rfc3339, Ctx, Tally};
-use super::rollback;
 use super::decision::Action;
 use super::health::{bounded, failure_check, failure_node, HEALTH_FAILED_PREFIX, SETTLE_RECHECK};
+use super::rollback;
 use crate::cluster::{NodeProgress, NodeSeen, NodeView, ProgressState};
 use crate::health::{node_watch_until, observe, settle_until, Failure, Verdict};
 use chrono::{DateTime, Utc};

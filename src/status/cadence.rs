@@ -95,9 +95,8 @@ impl NodeDetail {
             v.sort_unstable();
             v
         };
-        let in_flight = |n: &NodeView| {
-            matches!(state(n), Some(P::Draining | P::Upgrading | P::RollingBack))
-        };
+        let in_flight =
+            |n: &NodeView| matches!(state(n), Some(P::Draining | P::Upgrading | P::RollingBack));
         let lists = [
             names(&|n| !at(n) && in_flight(n)),
             names(&|n| state(n) == Some(P::Failed)),
@@ -114,7 +113,10 @@ impl NodeDetail {
             (failed, &mut out.failed),
             (blocked, &mut out.blocked),
             (rolled_back, &mut out.rolled_back),
-            (checks.iter().map(String::as_str).collect(), &mut out.failed_checks),
+            (
+                checks.iter().map(String::as_str).collect(),
+                &mut out.failed_checks,
+            ),
             (at_version, &mut out.at_version),
         ] {
             for name in names {
@@ -423,7 +425,9 @@ mod tests {
             pods_to_evict: 0,
             upgrade: UpgradeStatus::NotStarted,
             budgets_allow_drain: true,
-            fault: None, rolled_back: Vec::new(), }
+            fault: None,
+            rolled_back: Vec::new(),
+        }
     }
 
     #[test]
@@ -436,7 +440,9 @@ mod tests {
                 started_at: t("2026-12-01T02:00:00Z"),
                 cordoned_by_drover: true,
                 message: String::new(),
-                attempts: 0, previous: None, }));
+                attempts: 0,
+                previous: None,
+            }));
             n
         };
         let nodes = [

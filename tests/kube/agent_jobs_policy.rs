@@ -206,7 +206,9 @@ async fn the_agent_can_create_the_driver_job_and_nothing_that_takes_the_host() {
         started_at: Utc::now(),
         cordoned_by_drover: true,
         message: String::new(),
-        attempts: 0, previous: None, };
+        attempts: 0,
+        previous: None,
+    };
     let driver_job = upgrade_job(&opts, &node, &progress).unwrap();
 
     let agent = client_as(Some(SERVICE_ACCOUNT)).await;

@@ -668,7 +668,9 @@ fn bottlerocket_job() -> Value {
         started_at: started,
         cordoned_by_drover: true,
         message: String::new(),
-        attempts: 0, previous: None, };
+        attempts: 0,
+        previous: None,
+    };
     serde_json::to_value(driver::upgrade_job(&opts, &node, &p).unwrap()).unwrap()
 }
 

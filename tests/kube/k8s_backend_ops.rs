@@ -23,7 +23,9 @@ fn draining(cordoned_by_drover: bool) -> NodeProgress {
         started_at: Utc::now(),
         cordoned_by_drover,
         message: String::new(),
-        attempts: 0, previous: None, }
+        attempts: 0,
+        previous: None,
+    }
 }
 
 fn is_unschedulable(n: &Node) -> bool {

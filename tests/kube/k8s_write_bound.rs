@@ -27,7 +27,9 @@ fn draining() -> NodeProgress {
         started_at: Utc::now(),
         cordoned_by_drover: true,
         message: String::new(),
-        attempts: 0, previous: None, }
+        attempts: 0,
+        previous: None,
+    }
 }
 
 #[tokio::test]

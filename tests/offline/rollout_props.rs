@@ -215,7 +215,10 @@ fn build(c: &Case, clock: &VirtualClock) -> (Sim, Policy) {
         } else {
             OnDrainTimeout::Skip
         },
-        health: None, on_failure: drover::config::OnFailure::Halt, max_rollbacks: 1, };
+        health: None,
+        on_failure: drover::config::OnFailure::Halt,
+        max_rollbacks: 1,
+    };
     (sim, policy)
 }
 

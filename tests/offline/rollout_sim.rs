@@ -25,7 +25,10 @@ fn policy(max: u32, mode: OnDrainTimeout) -> Policy {
         drain_timeout: mins(20),
         node_timeout: mins(45),
         on_drain_timeout: mode,
-        health: None, on_failure: drover::config::OnFailure::Halt, max_rollbacks: 1, }
+        health: None,
+        on_failure: drover::config::OnFailure::Halt,
+        max_rollbacks: 1,
+    }
 }
 
 fn old() -> Option<Version> {

@@ -87,7 +87,10 @@ pub fn policy(target: &str, max: u32, drain_timeout: Duration, node_timeout: Dur
         drain_timeout,
         node_timeout,
         on_drain_timeout: OnDrainTimeout::Skip,
-        health: None, on_failure: drover::config::OnFailure::Halt, max_rollbacks: 1, }
+        health: None,
+        on_failure: drover::config::OnFailure::Halt,
+        max_rollbacks: 1,
+    }
 }
 
 /// An engine on the wall clock.
