@@ -191,7 +191,7 @@ impl SimNode {
             self.annotations
                 .get(crate::cluster::ANN_STATE)
                 .map(String::as_str),
-            Some("draining" | "upgrading")
+            Some("draining" | "upgrading" | "rolling-back")
         )
     }
 
@@ -226,6 +226,9 @@ pub enum EventKind {
     Evicted(String),
     /// The driver started towards this version.
     DriverStart(Version),
+    /// The driver started rolling the node back to this version
+    /// (`on_failure = "rollback"`).
+    RollbackStart(Version),
     /// The node came back Ready at this version (or unreadable).
     Returned(Option<Version>),
 }
@@ -736,7 +739,11 @@ impl Cluster for Sim {
         s.log.push(Event {
             at: now,
             node: node.into(),
-            kind: EventKind::DriverStart(version),
+            kind: if progress.state == crate::cluster::ProgressState::RollingBack {
+                EventKind::RollbackStart(version)
+            } else {
+                EventKind::DriverStart(version)
+            },
         });
         // The node may have been the only schedulable home for pending pods.
         s.measure();
