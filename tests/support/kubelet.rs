@@ -1203,7 +1203,9 @@ impl Inner {
                 let here = pod.metadata.deletion_timestamp.is_none()
                     && pod.spec.as_ref().and_then(|s| s.node_name.as_deref())
                         == Some(node_name.as_str());
-                if here && !pod_ready(&pod) {
+                let running =
+                    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+                if here && running && !pod_ready(&pod) {
                     self.spawn(Inner::make_running(self.clone(), (*pod).clone()));
                 }
             }
