@@ -164,7 +164,12 @@ pub(super) fn rolling_back(
     t.in_flight += 1;
     t.unavailable += 1;
     let (timed_out, deadline) = elapsed(ctx.now, p.started_at, ctx.policy.node_timeout);
-    let back = n.fault.is_none() && n.ready && n.version.as_ref() == Some(previous);
+    // Back once Ready at the previous version and its driver's run is over:
+    // the run's record (its Job) is kept, finished, for whoever looks.
+    let back = n.fault.is_none()
+        && n.ready
+        && n.version.as_ref() == Some(previous)
+        && n.upgrade != UpgradeStatus::Running;
     let failure = if let UpgradeStatus::Failed(m) = &n.upgrade {
         Some(format!("its driver failed: {m}"))
     } else if back {
