@@ -34,6 +34,8 @@ fn policy(max: MaxUnavailable) -> Policy {
         node_timeout: Duration::from_secs(45 * 60),
         on_drain_timeout: OnDrainTimeout::Skip,
         health: None,
+        on_failure: drover::config::OnFailure::Halt,
+        max_rollbacks: 1,
     }
 }
 
@@ -52,6 +54,7 @@ fn nodes(n: usize) -> Vec<NodeView> {
                         cordoned_by_drover: true,
                         message: String::new(),
                         attempts: 0,
+                        previous: None,
                     }),
                 ),
                 _ => (Version::new(1, 12, 0), None),
@@ -71,6 +74,7 @@ fn nodes(n: usize) -> Vec<NodeView> {
                 pods_to_evict: 0,
                 budgets_allow_drain: false,
                 fault: None,
+                rolled_back: Vec::new(),
             }
         })
         .collect()

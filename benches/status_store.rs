@@ -147,6 +147,8 @@ fn rollout_commits(max: u32, node_mins: (u64, u64), interval: Duration) -> Commi
         node_timeout: Duration::from_secs(45 * 60),
         on_drain_timeout: OnDrainTimeout::Skip,
         health: None,
+        on_failure: drover::config::OnFailure::Halt,
+        max_rollbacks: 1,
     };
     let engine = Engine::new(policy, Labels::default(), clock.clone());
     let schedule = Timeline {

@@ -85,7 +85,8 @@ struct Args {
     status_interval: Duration,
     /// Fault for one node, NODE=KIND with KIND one of never-ready, old-version,
     /// version:X.Y.Z, job-fails, crashloop-after-upgrade (its pods crash-loop
-    /// once it returns from an upgrade) or condition:TYPE (node condition TYPE,
+    /// once it returns from an upgrade), crashloop-at:X.Y.Z (the same, only at
+    /// that version) or condition:TYPE (node condition TYPE,
     /// such as MemoryPressure, turns True once it returns); repeatable.
     #[arg(long = "fault")]
     faults: Vec<String>,

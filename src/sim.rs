@@ -191,7 +191,7 @@ impl SimNode {
             self.annotations
                 .get(crate::cluster::ANN_STATE)
                 .map(String::as_str),
-            Some("draining" | "upgrading")
+            Some("draining" | "upgrading" | "rolling-back")
         )
     }
 
@@ -226,6 +226,9 @@ pub enum EventKind {
     Evicted(String),
     /// The driver started towards this version.
     DriverStart(Version),
+    /// The driver started rolling the node back to this version
+    /// (`on_failure = "rollback"`).
+    RollbackStart(Version),
     /// The node came back Ready at this version (or unreadable).
     Returned(Option<Version>),
 }
@@ -547,7 +550,7 @@ impl Cluster for Sim {
                     Ok(Some(p)) => n
                         .runs
                         .iter()
-                        .find(|r| r.target == p.target && r.attempt == p.started_at)
+                        .find(|r| r.target == *p.run_version() && r.attempt == p.started_at)
                         .map_or(UpgradeStatus::NotStarted, |r| r.status.clone()),
                     _ => UpgradeStatus::NotStarted,
                 };
@@ -557,6 +560,8 @@ impl Cluster for Sim {
                     version: n.version.clone(),
                     ready: n.ready,
                     unschedulable: n.unschedulable,
+                    rolled_back: crate::cluster::decode_rolled_back(&n.annotations)
+                        .unwrap_or_default(),
                     progress,
                     retry: crate::cluster::retry_requested(&n.annotations),
                     // What a backend reports when the list failed: no count.
@@ -699,9 +704,10 @@ impl Cluster for Sim {
         s.node(node)?;
         s.check(node, CallFault::Start, now)?;
         let n = s.node(node)?;
+        let version = progress.run_version().clone();
         if n.runs
             .iter()
-            .any(|r| r.target == progress.target && r.attempt == progress.started_at)
+            .any(|r| r.target == version && r.attempt == progress.started_at)
         {
             return Ok(());
         }
@@ -725,7 +731,7 @@ impl Cluster for Sim {
             n.down_by_drover = true;
         }
         n.runs.push(Run {
-            target: progress.target.clone(),
+            target: version.clone(),
             attempt: progress.started_at,
             done_at,
             status: UpgradeStatus::Running,
@@ -733,10 +739,36 @@ impl Cluster for Sim {
         s.log.push(Event {
             at: now,
             node: node.into(),
-            kind: EventKind::DriverStart(progress.target.clone()),
+            kind: if progress.state == crate::cluster::ProgressState::RollingBack {
+                EventKind::RollbackStart(version)
+            } else {
+                EventKind::DriverStart(version)
+            },
         });
         // The node may have been the only schedulable home for pending pods.
         s.measure();
+        Ok(())
+    }
+
+    async fn mark_rolled_back(
+        &self,
+        node: &str,
+        progress: &NodeProgress,
+        rolled_back: &[Version],
+        uncordon: bool,
+    ) -> Result<(), SimError> {
+        if uncordon {
+            self.uncordon(node, Some(progress)).await?;
+        } else {
+            self.set_progress(node, Some(progress)).await?;
+        }
+        // One patch on a real cluster; one lock here, taken again at once.
+        let mut s = self.lock();
+        let n = s.node(node)?;
+        n.annotations.insert(
+            crate::cluster::ANN_ROLLED_BACK.into(),
+            crate::cluster::encode_rolled_back(rolled_back),
+        );
         Ok(())
     }
 

@@ -193,7 +193,13 @@ upgrade() {
   if [ -e "$marker" ]; then
     fail "rebooted for $target but runs $current"
   fi
-  log "moving from $current to $target"
+  if [ "${DROVER_ACTION:-upgrade}" = rollback ]; then
+    # A rollback is the same steps: the version lock selects an older
+    # release as it selects a newer one.
+    log "rolling back from $current to $target (${DROVER_FAILED_VERSION:-$current} failed its health checks)"
+  else
+    log "moving from $current to $target"
+  fi
 
   # 1. An update left activated (Ready) by an earlier attempt: every action but
   #    refresh and deactivate is refused in Ready, and any reboot would boot it.

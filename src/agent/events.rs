@@ -358,6 +358,15 @@ impl Events {
             // Eviction passes are too frequent; a hold's note has its own
             // Event (`NodeHeld`, published with the outcome's holds).
             Action::Evict { .. } | Action::Note { .. } => return,
+            Action::StartUpgrade { progress, .. } if progress.run_action() == "rollback" => (
+                Severity::Warning,
+                "RollbackStarted",
+                format!(
+                    "drained; OS rollback from {} to {} started",
+                    progress.target,
+                    progress.run_version()
+                ),
+            ),
             Action::StartUpgrade { progress, .. } => (
                 Severity::Normal,
                 "UpgradeStarted",
@@ -395,6 +404,28 @@ impl Events {
                 Severity::Warning,
                 "HealthCheckFailed",
                 format!("{}; rollout stopped", progress.message),
+            ),
+            Action::RollBack { progress, .. } => (
+                Severity::Warning,
+                "RollingBack",
+                format!(
+                    "{}; cordoned and draining to roll back to {}",
+                    progress.message,
+                    progress.run_version()
+                ),
+            ),
+            Action::RolledBack { progress, .. } => (
+                Severity::Warning,
+                "RolledBack",
+                format!(
+                    "{}; healthy again, uncordoned, never moved to {} again",
+                    progress.message, progress.target
+                ),
+            ),
+            Action::RollbackFailed { progress, .. } => (
+                Severity::Warning,
+                "RollbackFailed",
+                progress.message.clone(),
             ),
             Action::Clear { .. } => (
                 Severity::Normal,

@@ -141,12 +141,14 @@ mod tests {
                 cordoned_by_drover: cordoned,
                 message: String::new(),
                 attempts: 0,
+                previous: None,
             })),
             retry: false,
             pods_to_evict: 0,
             budgets_allow_drain: false,
             upgrade: UpgradeStatus::NotStarted,
             fault: None,
+            rolled_back: Vec::new(),
         }
     }
 

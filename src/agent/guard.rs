@@ -113,6 +113,20 @@ impl<C: Cluster + Sync> Cluster for Guarded<'_, C> {
         self.guarded(self.inner.start_upgrade(node, progress)).await
     }
 
+    async fn mark_rolled_back(
+        &self,
+        node: &str,
+        progress: &NodeProgress,
+        rolled_back: &[semver::Version],
+        uncordon: bool,
+    ) -> Result<(), Self::Error> {
+        self.guarded(
+            self.inner
+                .mark_rolled_back(node, progress, rolled_back, uncordon),
+        )
+        .await
+    }
+
     async fn health(&self, nodes: &[String]) -> Result<Vec<NodeSeen>, Self::Error> {
         self.guarded(self.inner.health(nodes)).await
     }

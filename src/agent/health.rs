@@ -57,7 +57,10 @@ pub async fn evaluate_queries(
 
 /// Count a failed health check that `action` records.
 pub fn count_failure(metrics: &Metrics, env: &str, action: &Action) {
-    if let Action::Unhealthy { check, .. } = action {
-        metrics.health_failed(env, check);
+    match action {
+        Action::Unhealthy { check, .. } => metrics.health_failed(env, check),
+        // A retried rollback fails no check of its own.
+        Action::RollBack { check, .. } if check != "retry" => metrics.health_failed(env, check),
+        _ => {}
     }
 }

@@ -35,8 +35,21 @@ pub const ANN_RETRY: &str = "drover.dev/retry";
 /// its retry backoff grows with it.
 pub const ANN_ATTEMPTS: &str = "drover.dev/attempts";
 
-/// Every annotation key drover owns, in a stable order.
-pub const ALL_ANNOTATIONS: [&str; 7] = [
+/// Annotation: the version the node ran when drover started moving it to
+/// `drover.dev/target`, recorded at the cordon; a rollback drives the node
+/// back to it (docs/design.md §5b).
+pub const ANN_PREVIOUS: &str = "drover.dev/previous-version";
+/// Annotation: the versions this node was rolled back from, comma-separated,
+/// newest last; drover never moves the node to one of them again. Not part
+/// of the progress record: it outlives every episode, and only a person
+/// removes it (`kubectl annotate node N drover.dev/rolled-back-`).
+pub const ANN_ROLLED_BACK: &str = "drover.dev/rolled-back";
+/// The most versions [`ANN_ROLLED_BACK`] keeps (the oldest go first).
+pub const MAX_ROLLED_BACK: usize = 16;
+
+/// Every annotation key of drover's progress record, in a stable order
+/// (cleared together; [`ANN_ROLLED_BACK`] is not one of them).
+pub const ALL_ANNOTATIONS: [&str; 8] = [
     ANN_STATE,
     ANN_TARGET,
     ANN_STARTED_AT,
@@ -44,9 +57,14 @@ pub const ALL_ANNOTATIONS: [&str; 7] = [
     ANN_MESSAGE,
     ANN_RETRY,
     ANN_ATTEMPTS,
+    ANN_PREVIOUS,
 ];
 
 /// drover's per-node state, as recorded in `drover.dev/state`.
+///
+/// `rolling-back`: the node failed its health checks at `target` and is
+/// being driven back to `previous` (cordoned, drained, the driver run for
+/// `previous`); see [`NodeProgress::run_version`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ProgressState {
@@ -65,6 +83,10 @@ pub enum ProgressState {
     /// Its health watch held; `started_at` is when it passed. Kept until the
     /// cluster settled and confirmed, so settle counts from the last pass.
     Passed,
+    /// It failed its health checks at `target` after the upgrade and is
+    /// being driven back to `previous` with `on_failure = "rollback"`
+    /// (`started_at` = the rollback's start); cordoned until it is back.
+    RollingBack,
 }
 
 impl ProgressState {
@@ -77,12 +99,16 @@ impl ProgressState {
             ProgressState::Failed => "failed",
             ProgressState::Watching => "watching",
             ProgressState::Passed => "passed",
+            ProgressState::RollingBack => "rolling-back",
         }
     }
 
     /// Whether the node is taken out of service by drover in this state.
     pub fn in_flight(self) -> bool {
-        matches!(self, ProgressState::Draining | ProgressState::Upgrading)
+        matches!(
+            self,
+            ProgressState::Draining | ProgressState::Upgrading | ProgressState::RollingBack
+        )
     }
 }
 
@@ -104,6 +130,32 @@ pub struct NodeProgress {
     pub message: String,
     /// Drain retries after a drain timeout (0 for a first attempt).
     pub attempts: u32,
+    /// The version the node ran when drover cordoned it for `target`
+    /// (`drover.dev/previous-version`): where a rollback takes it. `None`
+    /// when it could not be read then, or on records of older agents.
+    pub previous: Option<Version>,
+}
+
+impl NodeProgress {
+    /// The version the driver's run for this record moves the node to: the
+    /// target, or the previous version while rolling back. Identifies the
+    /// run with `started_at`.
+    pub fn run_version(&self) -> &Version {
+        match (&self.state, &self.previous) {
+            (ProgressState::RollingBack, Some(p)) => p,
+            _ => &self.target,
+        }
+    }
+
+    /// What the driver's run is: `upgrade`, or `rollback` (the Job driver's
+    /// `DROVER_ACTION`, docs/drivers.md).
+    pub fn run_action(&self) -> &'static str {
+        if self.state == ProgressState::RollingBack {
+            "rollback"
+        } else {
+            "upgrade"
+        }
+    }
 }
 
 /// Drover annotations that are present but cannot be read.
@@ -138,11 +190,14 @@ impl NodeProgress {
             "failed" => ProgressState::Failed,
             "watching" => ProgressState::Watching,
             "passed" => ProgressState::Passed,
+            "rolling-back" => ProgressState::RollingBack,
             other => {
                 return Err(ProgressError::Invalid {
                     key: ANN_STATE,
                     value: other.to_string(),
-                    why: "expected draining, upgrading, watching, passed, blocked or failed".into(),
+                    why: "expected draining, upgrading, watching, passed, blocked, failed or \
+                          rolling-back"
+                        .into(),
                 })
             }
         };
@@ -180,6 +235,17 @@ impl NodeProgress {
                 why: "expected a whole number".into(),
             })?,
         };
+        let previous = match annotations.get(ANN_PREVIOUS) {
+            None => None,
+            Some(s) => Some(Version::parse(s).map_err(|e| ProgressError::Invalid {
+                key: ANN_PREVIOUS,
+                value: s.clone(),
+                why: e.to_string(),
+            })?),
+        };
+        if state == ProgressState::RollingBack && previous.is_none() {
+            return Err(ProgressError::Missing(ANN_PREVIOUS));
+        }
         Ok(Some(NodeProgress {
             state,
             target,
@@ -187,8 +253,42 @@ impl NodeProgress {
             cordoned_by_drover,
             message: annotations.get(ANN_MESSAGE).cloned().unwrap_or_default(),
             attempts,
+            previous,
         }))
     }
+}
+
+/// The versions a node was rolled back from ([`ANN_ROLLED_BACK`]), oldest
+/// first; an unreadable entry is an error, never skipped (it could be the
+/// version the node must not take again).
+pub fn decode_rolled_back(
+    annotations: &BTreeMap<String, String>,
+) -> Result<Vec<Version>, ProgressError> {
+    let Some(list) = annotations.get(ANN_ROLLED_BACK) else {
+        return Ok(Vec::new());
+    };
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            Version::parse(s).map_err(|e| ProgressError::Invalid {
+                key: ANN_ROLLED_BACK,
+                value: list.clone(),
+                why: format!("{s:?} is not a version: {e}; expected versions separated by commas"),
+            })
+        })
+        .collect()
+}
+
+/// The annotation value recording `versions` ([`ANN_ROLLED_BACK`]): at most
+/// [`MAX_ROLLED_BACK`], the newest kept.
+pub fn encode_rolled_back(versions: &[Version]) -> String {
+    let skip = versions.len().saturating_sub(MAX_ROLLED_BACK);
+    versions[skip..]
+        .iter()
+        .map(Version::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Whether a person asked drover to retry this node (`drover.dev/retry` present).
@@ -228,6 +328,9 @@ pub fn encode_progress(progress: Option<&NodeProgress>) -> BTreeMap<String, Opti
         }
         if p.attempts > 0 {
             patch.insert(ANN_ATTEMPTS.into(), Some(p.attempts.to_string()));
+        }
+        if let Some(v) = &p.previous {
+            patch.insert(ANN_PREVIOUS.into(), Some(v.to_string()));
         }
     }
     patch
@@ -295,6 +398,9 @@ pub struct NodeView {
     /// taking no step that needs the missing part, while its timeouts still
     /// run. `None` when everything the decision reads of it was read.
     pub fault: Option<String>,
+    /// The versions the node was rolled back from ([`ANN_ROLLED_BACK`]):
+    /// drover never moves it to one of them again.
+    pub rolled_back: Vec<Version>,
 }
 
 fn ser_progress<S: serde::Serializer>(
@@ -318,17 +424,24 @@ impl NodeView {
         pods_to_evict: usize,
         upgrade: UpgradeStatus,
     ) -> Self {
+        let (progress, rolled_back) = match decode_rolled_back(annotations) {
+            Ok(list) => (NodeProgress::decode(annotations), list),
+            // Unreadable: the node is skipped and reported, like any
+            // unreadable record of drover's.
+            Err(e) => (Err(e), Vec::new()),
+        };
         NodeView {
             name: name.into(),
             version,
             ready,
             unschedulable,
-            progress: NodeProgress::decode(annotations),
+            progress,
             retry: retry_requested(annotations),
             pods_to_evict,
             upgrade,
             budgets_allow_drain: false,
             fault: None,
+            rolled_back,
         }
     }
 }
@@ -394,14 +507,29 @@ pub trait Cluster {
     /// it is reported in `blocked_by` and retried by a later pass.
     fn evict(&self, node: &str) -> impl Future<Output = Result<EvictionPass, Self::Error>> + Send;
 
-    /// Start the OS driver moving `node` to `progress.target`, for the
-    /// attempt identified by `progress.started_at`. If a run for this node,
-    /// target and attempt exists (running, succeeded or failed), nothing is
-    /// started: a repeated call never upgrades a node twice.
+    /// Start the OS driver moving `node` to [`NodeProgress::run_version`]
+    /// (the target, or the previous version while rolling back, with
+    /// [`NodeProgress::run_action`]), for the attempt identified by
+    /// `progress.started_at`. If a run for this node, version and attempt
+    /// exists (running, succeeded or failed), nothing is started: a repeated
+    /// call never upgrades a node twice.
     fn start_upgrade(
         &self,
         node: &str,
         progress: &NodeProgress,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// A rollback is done: record `progress` and that the node was rolled
+    /// back from every version of `rolled_back` ([`ANN_ROLLED_BACK`]), and
+    /// uncordon it when `uncordon`, in one patch, so that a crash never
+    /// leaves the node in service without the mark that keeps it off the
+    /// bad version.
+    fn mark_rolled_back(
+        &self,
+        node: &str,
+        progress: &NodeProgress,
+        rolled_back: &[Version],
+        uncordon: bool,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
 
     /// The health inputs of `nodes` (docs/design.md §5a): their conditions
@@ -438,6 +566,7 @@ mod tests {
             cordoned_by_drover: true,
             message: String::new(),
             attempts: 0,
+            previous: None,
         }
     }
 

@@ -7,10 +7,10 @@ use super::spanned::{Ctx, Value};
 use super::values::parse_version;
 use super::waves::WaveSites;
 use super::{
-    DriverSpec, EnvConfig, MaxUnavailable, NodesSpec, OnDrainTimeout, PromotionSpec, RolloutSpec,
-    DEFAULT_BOTTLEROCKET_IMAGE, DEFAULT_BOTTLEROCKET_OS_IMAGE_REGEX, DEFAULT_DRAIN_TIMEOUT,
-    DEFAULT_MAX_UNAVAILABLE, DEFAULT_NODE_SELECTOR, DEFAULT_NODE_TIMEOUT, DEFAULT_ON_DRAIN_TIMEOUT,
-    DEFAULT_SOAK,
+    DriverSpec, EnvConfig, MaxUnavailable, NodesSpec, OnDrainTimeout, OnFailure, PromotionSpec,
+    RolloutSpec, DEFAULT_BOTTLEROCKET_IMAGE, DEFAULT_BOTTLEROCKET_OS_IMAGE_REGEX,
+    DEFAULT_DRAIN_TIMEOUT, DEFAULT_MAX_ROLLBACKS, DEFAULT_MAX_UNAVAILABLE, DEFAULT_NODE_SELECTOR,
+    DEFAULT_NODE_TIMEOUT, DEFAULT_ON_DRAIN_TIMEOUT, DEFAULT_ON_FAILURE, DEFAULT_SOAK,
 };
 use crate::diag::Diagnostic;
 use toml::de::{DeTable, DeValue};
@@ -42,6 +42,8 @@ pub(super) const ENV_KEYS: &[(&str, &[&str])] = &[
             "node_timeout",
             "node_selector",
             "on_drain_timeout",
+            "on_failure",
+            "max_rollbacks",
             "paused",
             "failure_budget",
         ],
@@ -152,6 +154,31 @@ pub(super) fn env_with_sites(
             _ => OnDrainTimeout::Skip,
         },
     };
+
+    let on_failure = match rollout.and_then(|t| t.get("on_failure")) {
+        None => DEFAULT_ON_FAILURE,
+        Some(v) => match cx.one_of("on_failure", v, &["halt", "rollback"]) {
+            Some("rollback") => OnFailure::Rollback,
+            _ => OnFailure::Halt,
+        },
+    };
+    let max_rollbacks = match rollout.and_then(|t| t.get("max_rollbacks")) {
+        None => DEFAULT_MAX_ROLLBACKS,
+        Some(v) => cx.max_rollbacks(v).unwrap_or(DEFAULT_MAX_ROLLBACKS),
+    };
+    let rollback_key = rollout.and_then(|t| t.get("on_failure"));
+    if on_failure == OnFailure::Rollback && !has_health(doc) {
+        if let Some(v) = rollback_key {
+            // Without health checks no node fails after its upgrade: the
+            // key would silently do nothing.
+            cx.err(
+                &v.span(),
+                "`on_failure = \"rollback\"` needs a [health] section: a node is rolled back \
+                 when it fails its health checks after the upgrade, and without [health] there \
+                 are none; add [health] or use on_failure = \"halt\"",
+            );
+        }
+    }
 
     let paused = match rollout.and_then(|t| t.get("paused")) {
         None => false,
@@ -273,6 +300,8 @@ pub(super) fn env_with_sites(
                     node_timeout: node.0,
                     node_selector,
                     on_drain_timeout,
+                    on_failure,
+                    max_rollbacks,
                     paused,
                     failure_budget,
                 },
@@ -292,7 +321,42 @@ pub(super) fn env_with_sites(
     }
 }
 
+/// Whether the file has a `[health]` table (its own validation is health.rs's).
+fn has_health(doc: &DeTable<'_>) -> bool {
+    matches!(
+        doc.get("health").map(|v| v.get_ref()),
+        Some(DeValue::Table(_))
+    )
+}
+
 impl<'a> Ctx<'a> {
+    /// `max_rollbacks`: a whole number from 0 (never roll back: halt at the
+    /// first failure) to 1000.
+    pub(super) fn max_rollbacks(&mut self, v: &Value<'a>) -> Option<u32> {
+        const WHAT: &str = "a whole number from 0 to 1000: how many nodes of one cluster may be \
+                            rolled back from one version before the cluster halts, such as 1";
+        match v.get_ref() {
+            DeValue::Integer(i) => match i64::from_str_radix(i.as_str(), i.radix()) {
+                Ok(n) if (0..=1000).contains(&n) => u32::try_from(n).ok(),
+                Ok(n) => {
+                    self.err(
+                        &v.span(),
+                        format!("`max_rollbacks` must be {WHAT}; found {n}"),
+                    );
+                    None
+                }
+                Err(_) => {
+                    self.err(&v.span(), format!("`max_rollbacks` must be {WHAT}"));
+                    None
+                }
+            },
+            other => {
+                self.type_err("max_rollbacks", &v.span(), WHAT, other);
+                None
+            }
+        }
+    }
+
     pub(super) fn max_unavailable(&mut self, v: &Value<'a>) -> Option<MaxUnavailable> {
         const WHAT: &str = "an integer of at least 1 or a percentage string from \"1%\" to \
                             \"100%\", such as 1 or \"10%\"";

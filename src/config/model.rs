@@ -40,6 +40,10 @@ pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_secs(45 * 60);
 pub const DEFAULT_NODE_SELECTOR: &str = "";
 /// Default `[rollout] on_drain_timeout`.
 pub const DEFAULT_ON_DRAIN_TIMEOUT: OnDrainTimeout = OnDrainTimeout::Skip;
+/// Default `[rollout] on_failure`: today's behaviour, the rollout stops.
+pub const DEFAULT_ON_FAILURE: OnFailure = OnFailure::Halt;
+/// Default `[rollout] max_rollbacks` (per cluster and version).
+pub const DEFAULT_MAX_ROLLBACKS: u32 = 1;
 /// Default `[promotion] soak` of an environment file.
 pub const DEFAULT_SOAK: Duration = Duration::from_secs(24 * 3600);
 /// Default `soak` of a `[[wave]]`: the same day as between environments, so
@@ -248,6 +252,12 @@ pub struct RolloutSpec {
     pub node_selector: String,
     /// What a drain timeout does to the rest of the rollout. Default `skip`.
     pub on_drain_timeout: OnDrainTimeout,
+    /// What a node that fails its health checks after its upgrade becomes.
+    /// Default `halt`.
+    pub on_failure: OnFailure,
+    /// Nodes of one cluster that may be rolled back from one version before
+    /// the cluster halts with its nodes as they are. Default 1.
+    pub max_rollbacks: u32,
     /// Finish the node in flight, start no new one. Default `false`.
     pub paused: bool,
     /// Clusters of the environment that may report `failed` for a version
@@ -283,6 +293,18 @@ pub enum OnDrainTimeout {
     Skip,
     /// Give the node back, mark it blocked and start no further node.
     Stop,
+}
+
+/// `on_failure`: what a node that failed its health checks after its
+/// upgrade becomes (docs/design.md §5b).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnFailure {
+    /// The node stays as it is (in service at the new version) and the
+    /// rollout stops until a retry or a new version. Default.
+    Halt,
+    /// The node is driven back to the version it ran before, checked at it,
+    /// uncordoned and never moved to this version again; the rollout stops.
+    Rollback,
 }
 
 /// `[promotion]` of an environment file.
@@ -364,6 +386,8 @@ impl Default for RolloutSpec {
             node_timeout: DEFAULT_NODE_TIMEOUT,
             node_selector: DEFAULT_NODE_SELECTOR.to_owned(),
             on_drain_timeout: DEFAULT_ON_DRAIN_TIMEOUT,
+            on_failure: DEFAULT_ON_FAILURE,
+            max_rollbacks: DEFAULT_MAX_ROLLBACKS,
             paused: false,
             failure_budget: 0,
         }

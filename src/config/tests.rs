@@ -363,3 +363,54 @@ max_concurrency = 1
     assert!(!pattern_matches("prod-?", "prod-eu"));
     assert!(!pattern_matches("eu", "prod-eu"));
 }
+
+#[test]
+fn on_failure_and_max_rollbacks_parse_with_their_defaults() {
+    let env = parse_env("environments/x.toml", "x", "version = \"2.0.0\"\n").expect("valid");
+    assert_eq!(env.rollout.on_failure, OnFailure::Halt);
+    assert_eq!(env.rollout.max_rollbacks, 1);
+    let env = parse_env(
+        "environments/x.toml",
+        "x",
+        "version = \"2.0.0\"\n[rollout]\non_failure = \"rollback\"\nmax_rollbacks = 3\n\
+         [health]\npod_ready_timeout = \"5m\"\n",
+    )
+    .expect("valid");
+    assert_eq!(env.rollout.on_failure, OnFailure::Rollback);
+    assert_eq!(env.rollout.max_rollbacks, 3);
+}
+
+#[test]
+fn bad_rollback_keys_are_refused_at_their_line_saying_what_is_valid() {
+    let cases = [
+        (
+            "version = \"2.0.0\"\n[rollout]\non_failure = \"rollbak\"\n[health]\n",
+            3,
+            "`on_failure` must be \"halt\" or \"rollback\"; found \"rollbak\"; did you mean \"rollback\"?",
+        ),
+        (
+            "version = \"2.0.0\"\n[rollout]\n\nmax_rollbacks = -1\n[health]\n",
+            4,
+            "`max_rollbacks` must be a whole number from 0 to 1000",
+        ),
+        (
+            "version = \"2.0.0\"\n[rollout]\nmax_rollbacks = \"1\"\n",
+            3,
+            "max_rollbacks",
+        ),
+        (
+            "version = \"2.0.0\"\n[rollout]\non_failure = \"rollback\"\n",
+            3,
+            "needs a [health] section",
+        ),
+    ];
+    for (text, line, says) in cases {
+        let errs = parse_env("environments/x.toml", "x", text).expect_err(text);
+        assert!(
+            errs.iter().any(|d| d.file == "environments/x.toml"
+                && d.line == line
+                && d.message.contains(says)),
+            "{text}: {errs:?}"
+        );
+    }
+}

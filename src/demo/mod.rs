@@ -236,9 +236,10 @@ pub async fn run(opts: &Options) -> Result<Report, Error> {
 
     // 1.13.3 breaks a workload that only stage runs: its pods crash-loop on
     // the first node stage upgrades. Stage's health checks (docs/design.md
-    // §5a) halt the rollout at that node and stage reports `failed`, so
-    // production may not take it; the version is revoked fleet-wide and the
-    // next release goes through.
+    // §5a) halt the rollout at that node, and stage's `on_failure =
+    // "rollback"` (§5b) drives the node back to 1.13.2, healthy and
+    // uncordoned; stage reports `failed`, so production may not take it;
+    // the version is revoked fleet-wide and the next release goes through.
     if let Some(stage) = story.agents.iter().find(|a| a.env == "stage") {
         if let Some(first) = stage.sim.nodes().iter().map(|n| n.name.clone()).min() {
             stage
@@ -252,7 +253,7 @@ pub async fn run(opts: &Options) -> Result<Report, Error> {
     story.bump("production", "1.13.3", "Bump production to 1.13.3")?;
     story.revoke(
         "1.13.3",
-        "its pods crash-loop on stage-1 (stage's health checks halted the rollout)",
+        "its pods crash-loop on stage-1 (stage rolled that node back to 1.13.2 and halted)",
     )?;
 
     story.advance_to("2027-01-12T10:00:00Z").await?;

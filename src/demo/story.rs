@@ -523,6 +523,18 @@ impl Story {
                 ),
             );
         }
+        for e in &new {
+            if let EventKind::RollbackStart(v) = &e.kind {
+                self.say_at(
+                    e.at,
+                    &env,
+                    format!(
+                        "{cluster}: {} failed its health checks at {target}: cordon, drain, roll it back to {v} (on_failure = \"rollback\")",
+                        e.node
+                    ),
+                );
+            }
+        }
         for v in self.agents[i].sim.violations() {
             if !self.violations.contains(&v) {
                 self.violations.push(format!("{cluster}: {v}"));

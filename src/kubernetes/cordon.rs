@@ -12,9 +12,12 @@
 use super::node::ObservedNode;
 use super::observe::Observer;
 use super::{is_status, Error, FIELD_MANAGER};
-use crate::cluster::{encode_progress, NodeProgress, ANN_CORDONED};
+use crate::cluster::{
+    encode_progress, encode_rolled_back, NodeProgress, ANN_CORDONED, ANN_ROLLED_BACK,
+};
 use kube::api::{Api, Patch, PatchParams};
 use kube::ResourceExt;
+use semver::Version;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -146,6 +149,37 @@ pub async fn set_progress(
             });
         }
         Ok(json!({ "metadata": { "annotations": encode_progress(progress) } }))
+    })
+    .await
+}
+
+/// A rollback is done: record `progress` and the versions the node was
+/// rolled back from, and uncordon it when `uncordon`, in one patch (see
+/// [`crate::cluster::Cluster::mark_rolled_back`]); an uncordon is refused as
+/// [`uncordon`] refuses it.
+pub async fn mark_rolled_back(
+    obs: &Observer,
+    node: &str,
+    progress: &NodeProgress,
+    rolled_back: &[Version],
+    uncordon: bool,
+) -> Result<(), Error> {
+    guarded_patch(obs, node, "mark_rolled_back", |cur| {
+        if uncordon && cur.unschedulable && !says_drover_cordoned(cur) {
+            return Err(Error::NotCordonedByDrover {
+                node: node.to_string(),
+            });
+        }
+        let mut annotations = encode_progress(Some(progress));
+        annotations.insert(
+            ANN_ROLLED_BACK.to_string(),
+            Some(encode_rolled_back(rolled_back)),
+        );
+        let mut patch = json!({ "metadata": { "annotations": annotations } });
+        if uncordon {
+            patch["spec"] = json!({ "unschedulable": null });
+        }
+        Ok(patch)
     })
     .await
 }

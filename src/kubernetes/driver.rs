@@ -61,26 +61,35 @@ pub const BOTTLEROCKET_COMMAND: &str = "/usr/local/bin/drover-bottlerocket-updat
 /// admit right after it starts again.
 pub const BACKOFF_LIMIT: i32 = 6;
 
-/// The upgrade Job moving `node` to `p.target` for attempt `p.started_at`.
+/// The Job moving `node` to [`NodeProgress::run_version`] for attempt
+/// `p.started_at`: the target, or while rolling back the version the node
+/// ran before, with `DROVER_ACTION=rollback` (docs/drivers.md).
 pub fn upgrade_job(
     opts: &KubeOptions,
     node: &ObservedNode,
     p: &NodeProgress,
 ) -> Result<Job, Error> {
     let name = node.name_any();
-    let job_name = job_name(&name, &p.target, p.started_at);
-    let target = p.target.to_string();
+    let version = p.run_version();
+    let job_name = job_name(&name, version, p.started_at);
+    let target = version.to_string();
     let labels = json!({
         MANAGED_BY_LABEL: MANAGED_BY_VALUE,
         NODE_LABEL: name,
-        TARGET_VERSION_LABEL: label_version(&p.target),
+        TARGET_VERSION_LABEL: label_version(version),
         ATTEMPT_LABEL: attempt_label(p.started_at),
     });
-    let env = json!([
-        { "name": "DROVER_TARGET_VERSION", "value": target },
-        { "name": "DROVER_NODE_NAME", "value": name },
-        { "name": "DROVER_ATTEMPT", "value": attempt_label(p.started_at) },
-    ]);
+    let mut env = vec![
+        json!({ "name": "DROVER_TARGET_VERSION", "value": target }),
+        json!({ "name": "DROVER_NODE_NAME", "value": name }),
+        json!({ "name": "DROVER_ATTEMPT", "value": attempt_label(p.started_at) }),
+        json!({ "name": "DROVER_ACTION", "value": p.run_action() }),
+    ];
+    if p.state == crate::cluster::ProgressState::RollingBack {
+        // The version that failed, for a driver that wants to log or undo it.
+        env.push(json!({ "name": "DROVER_FAILED_VERSION", "value": p.target.to_string() }));
+    }
+    let env = Value::Array(env);
     let (container, volumes) = match &opts.driver {
         DriverSpec::Bottlerocket { image } => (
             json!({
@@ -141,7 +150,11 @@ pub fn upgrade_job(
         "name": job_name,
         "namespace": opts.namespace,
         "labels": labels,
-        "annotations": { "drover.dev/target": target, "drover.dev/started-at": p.started_at.to_rfc3339() },
+        "annotations": {
+            "drover.dev/target": target,
+            "drover.dev/started-at": p.started_at.to_rfc3339(),
+            "drover.dev/action": p.run_action(),
+        },
     });
     if let Some(o) = owner {
         metadata["ownerReferences"] = o;
@@ -182,7 +195,7 @@ fn pod_failure_policy() -> Value {
 
 /// Start the driver for `node`'s attempt, unless its Job exists.
 pub async fn start(obs: &Observer, node: &str, p: &NodeProgress) -> Result<(), Error> {
-    let name = job_name(node, &p.target, p.started_at);
+    let name = job_name(node, p.run_version(), p.started_at);
     if obs.job(&name).is_some() {
         tracing::debug!(node, job = %name, "upgrade Job exists; nothing to start");
         return Ok(());

@@ -309,6 +309,23 @@ impl Cluster for KubeCluster {
             .await
     }
 
+    async fn mark_rolled_back(
+        &self,
+        node: &str,
+        progress: &NodeProgress,
+        rolled_back: &[semver::Version],
+        uncordon: bool,
+    ) -> Result<(), Error> {
+        let span = tracing::info_span!("mark_rolled_back", node = %node, from = %progress.target);
+        async {
+            // The rollback's run is over: no Job of it may outlive the uncordon.
+            driver::cleanup(&self.inner, node, false).await?;
+            cordon::mark_rolled_back(&self.inner, node, progress, rolled_back, uncordon).await
+        }
+        .instrument(span)
+        .await
+    }
+
     async fn health(&self, nodes: &[String]) -> Result<Vec<crate::cluster::NodeSeen>, Error> {
         self.inner.health(nodes).await
     }
@@ -328,9 +345,12 @@ impl KubeCluster {
             }
             // Back at the version: the run is over, as for a completed node.
             Some(ProgressState::Watching) => driver::cleanup(&self.inner, node, true).await,
-            Some(ProgressState::Draining | ProgressState::Upgrading | ProgressState::Passed) => {
-                Ok(())
-            }
+            Some(
+                ProgressState::Draining
+                | ProgressState::Upgrading
+                | ProgressState::Passed
+                | ProgressState::RollingBack,
+            ) => Ok(()),
         }
     }
 }

@@ -11,7 +11,7 @@
 //! Nodes are only written with merge patches built from these fields, never
 //! replaced, so nothing skipped here can be lost.
 
-use crate::cluster::ALL_ANNOTATIONS;
+use crate::cluster::{ALL_ANNOTATIONS, ANN_ROLLED_BACK};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::ClusterResourceScope;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
@@ -142,7 +142,7 @@ fn drover_annotations<'de, D: Deserializer<'de>>(
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
             let mut kept = BTreeMap::new();
             while let Some(key) = map.next_key::<String>()? {
-                if ALL_ANNOTATIONS.contains(&key.as_str()) {
+                if ALL_ANNOTATIONS.contains(&key.as_str()) || key == ANN_ROLLED_BACK {
                     kept.insert(key, map.next_value()?);
                 } else {
                     map.next_value::<IgnoredAny>()?;

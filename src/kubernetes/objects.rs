@@ -126,7 +126,7 @@ pub fn job_name(node: &str, target: &Version, started_at: DateTime<Utc>) -> Stri
 pub fn is_attempt(job: &Job, node: &str, p: &NodeProgress) -> bool {
     let l = job.labels();
     l.get(NODE_LABEL).map(String::as_str) == Some(node)
-        && l.get(TARGET_VERSION_LABEL) == Some(&label_version(&p.target))
+        && l.get(TARGET_VERSION_LABEL) == Some(&label_version(p.run_version()))
         && l.get(ATTEMPT_LABEL) == Some(&attempt_label(p.started_at))
 }
 

@@ -587,7 +587,7 @@ impl Observer {
 
     /// The status of the driver's run for `node`'s current attempt.
     pub(crate) fn upgrade_status(&self, node: &str, p: &NodeProgress) -> UpgradeStatus {
-        let name = job_name(node, &p.target, p.started_at);
+        let name = job_name(node, p.run_version(), p.started_at);
         match self.job(&name) {
             Some(job) if is_attempt(&job, node, p) => job_status(&job),
             // Another attempt's Job under a colliding name is not this attempt's run.
@@ -616,9 +616,16 @@ impl Observer {
                 .map(|(n, _)| n.name_any())
                 .collect()
         };
-        let draining: HashSet<String> = named(&|p| p.state == ProgressState::Draining)
-            .into_iter()
-            .collect();
+        // A node rolling back is drained before its driver runs, as one
+        // moving to the target is.
+        let draining: HashSet<String> = named(&|p| {
+            matches!(
+                p.state,
+                ProgressState::Draining | ProgressState::RollingBack
+            )
+        })
+        .into_iter()
+        .collect();
         // The pods of nodes in their health watch are watched, and so are
         // a blocked node's while its budgets may cut its first backoff short
         // (a settling cluster's are listed instead, see kubernetes/health.rs).
@@ -637,7 +644,7 @@ impl Observer {
                 if p.state == ProgressState::Blocked && p.attempts == 0 {
                     budgets_allow_drain = self.blocked_budgets_allow(&name).await;
                 }
-                if p.state == ProgressState::Draining {
+                if draining.contains(&name) {
                     match self.list_pods(&name).await {
                         Ok(pods) => {
                             let evict: Vec<Pod> = pods

@@ -9,6 +9,7 @@
 //!   failed: retries, backoff, clearing);
 //! - the health of returned nodes and the cluster's settle: `watch.rs`;
 //! - which nodes a fault of their own holds: `held.rs`;
+//! - a node failed after its upgrade, rolled back: `rollback.rs`;
 //! - which nodes may start now: `start.rs`.
 //!
 //! Choices where docs/design.md is silent:
@@ -41,7 +42,7 @@
 
 use super::decision::{Action, Decision, Held, Inputs, Policy, Skipped};
 use super::health::{bounded, queries_verdict};
-use super::{given_back, held, in_flight, start, watch, RolloutState};
+use super::{given_back, held, in_flight, rollback, start, watch, RolloutState};
 use crate::cluster::{NodeProgress, NodeView, ProgressState};
 use crate::config::HealthSpec;
 use crate::health::Verdict;
@@ -129,6 +130,9 @@ pub(super) struct Tally<'a> {
     pub wake: WakeAt,
     /// Nodes held by a fault of their own, in name order.
     pub held: Vec<Held>,
+    /// Nodes rolled back from the target or rolling back, this step's
+    /// included: what `max_rollbacks` is counted against.
+    pub rollbacks: usize,
 }
 
 /// Decide the next actions. `nodes` may come in any order; the decision
@@ -178,6 +182,7 @@ pub fn decide(
         settling: None,
         wake: WakeAt(win.closes_at.or(win.next_opens_at)),
         held: Vec::new(),
+        rollbacks: rollback::count(&order, target),
     };
     if let Some(Verdict::Held(why)) = &ctx.queries {
         t.health_hold = Some(bounded(format!(
@@ -220,7 +225,7 @@ fn node<'a>(ctx: &Ctx<'_>, n: &'a NodeView, t: &mut Tally<'a>) {
         t.held.push(h.clone());
     }
     let Some(p) = progress else {
-        return idle(n, at_target, t);
+        return idle(n, ctx.target, at_target, t);
     };
     if ctx.health.is_some()
         && p.state == ProgressState::Passed
@@ -239,17 +244,20 @@ fn node<'a>(ctx: &Ctx<'_>, n: &'a NodeView, t: &mut Tally<'a>) {
         ProgressState::Upgrading => in_flight::upgrading(ctx, n, p, at_target, hold.as_ref(), t),
         ProgressState::Watching | ProgressState::Passed => watch::watched(ctx, n, p, at_target, t),
         ProgressState::Blocked | ProgressState::Failed => given_back::node(ctx, n, p, at_target, t),
+        ProgressState::RollingBack => rollback::rolling_back(ctx, n, p, hold.as_ref(), t),
     }
 }
 
 /// A node drover has no record on: done, skipped, or a candidate to start.
-fn idle<'a>(n: &'a NodeView, at_target: bool, t: &mut Tally<'a>) {
+fn idle<'a>(n: &'a NodeView, target: &Version, at_target: bool, t: &mut Tally<'a>) {
     t.unavailable += usize::from(!n.ready);
     if n.ready && at_target {
         return;
     }
     t.confirmed = false;
-    if at_target {
+    if !rollback::may_start(n, target) {
+        rollback::idle_rolled_back(n, target, t);
+    } else if at_target {
         t.skipped.push(skip(n, "NotReady".into()));
     } else if n.version.is_none() {
         t.skipped.push(skip(n, "OS version cannot be read".into()));
@@ -379,5 +387,6 @@ pub(super) fn given_back_as(
         cordoned_by_drover: false,
         message: msg,
         attempts: p.attempts,
+        previous: p.previous.clone(),
     }
 }

@@ -25,6 +25,8 @@ fn policy(max: u32, mode: OnDrainTimeout) -> Policy {
         node_timeout: Duration::from_secs(45 * 60),
         on_drain_timeout: mode,
         health: None,
+        on_failure: crate::config::OnFailure::Halt,
+        max_rollbacks: 1,
     }
 }
 
@@ -56,6 +58,7 @@ pub(super) fn idle(name: &str, ver: &str) -> NodeView {
         upgrade: UpgradeStatus::NotStarted,
         budgets_allow_drain: false,
         fault: None,
+        rolled_back: Vec::new(),
     }
 }
 
@@ -67,6 +70,7 @@ fn with(mut n: NodeView, state: ProgressState, started: &str, by_drover: bool) -
         cordoned_by_drover: by_drover,
         message: "why".into(),
         attempts: 0,
+        previous: None,
     }));
     n.unschedulable = state.in_flight();
     n

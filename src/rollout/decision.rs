@@ -5,7 +5,9 @@
 
 use super::RolloutState;
 use crate::cluster::{NodeProgress, NodeSeen};
-use crate::config::{EnvConfig, HealthSpec, MaxUnavailable, OnDrainTimeout, PrometheusCheck};
+use crate::config::{
+    EnvConfig, HealthSpec, MaxUnavailable, OnDrainTimeout, OnFailure, PrometheusCheck,
+};
 use crate::health::QueryOutcome;
 use chrono::{DateTime, Utc};
 use semver::Version;
@@ -29,6 +31,11 @@ pub struct Policy {
     /// is watched and the cluster settles before `confirmed` (see
     /// [`super::health`]); `None` = done once Ready at the version.
     pub health: Option<HealthSpec>,
+    /// What a node that fails its health checks after its upgrade becomes.
+    pub on_failure: OnFailure,
+    /// Nodes of the cluster that may be rolled back from the target before
+    /// it halts with its nodes as they are.
+    pub max_rollbacks: u32,
 }
 
 impl Policy {
@@ -41,6 +48,8 @@ impl Policy {
             node_timeout: env.rollout.node_timeout,
             on_drain_timeout: env.rollout.on_drain_timeout,
             health: env.health.enabled.then(|| env.health.clone()),
+            on_failure: env.rollout.on_failure,
+            max_rollbacks: env.rollout.max_rollbacks,
         }
     }
 }
@@ -182,6 +191,39 @@ pub enum Action {
         /// `pod_not_ready`, `prometheus`).
         check: String,
     },
+    /// A health check failed and the node is rolled back
+    /// (`on_failure = "rollback"`, `rollback.rs`): cordon it (if not
+    /// already) and record state=rolling-back, in one patch.
+    RollBack {
+        /// Node name.
+        node: String,
+        /// The progress to write (`previous` is where it goes back to).
+        progress: NodeProgress,
+        /// The kind of check that failed, as for [`Action::Unhealthy`]
+        /// (`retry` when a person asked to retry a failed rollback).
+        check: String,
+    },
+    /// Back and healthy at the previous version: uncordon (if drover
+    /// cordoned it), record state=failed naming the check, and mark the
+    /// node rolled back from every version of `rolled_back`, in one patch.
+    RolledBack {
+        /// Node name.
+        node: String,
+        /// The progress to write.
+        progress: NodeProgress,
+        /// Every version the node was rolled back from, this one included.
+        rolled_back: Vec<Version>,
+        /// Uncordon in the same patch.
+        uncordon: bool,
+    },
+    /// The rollback failed (its driver, or the node did not come back
+    /// healthy in time): state=failed, the node stays cordoned.
+    RollbackFailed {
+        /// Node name.
+        node: String,
+        /// The progress to write (it keeps the cordon record).
+        progress: NodeProgress,
+    },
     /// Forget a blocked or failed record (retry requested, or target changed).
     Clear {
         /// Node name.
@@ -212,6 +254,9 @@ impl Action {
             | Action::Watch { node, .. }
             | Action::Pass { node, .. }
             | Action::Unhealthy { node, .. }
+            | Action::RollBack { node, .. }
+            | Action::RolledBack { node, .. }
+            | Action::RollbackFailed { node, .. }
             | Action::Clear { node, .. }
             | Action::Note { node, .. } => node,
         }
@@ -229,6 +274,9 @@ impl Action {
             Action::Watch { .. } => "watch",
             Action::Pass { .. } => "pass",
             Action::Unhealthy { .. } => "unhealthy",
+            Action::RollBack { .. } => "roll_back",
+            Action::RolledBack { .. } => "rolled_back",
+            Action::RollbackFailed { .. } => "rollback_failed",
             Action::Clear { .. } => "clear",
             Action::Note { .. } => "note",
         }
@@ -245,6 +293,7 @@ impl Action {
                 | Action::Complete { .. }
                 | Action::Pass { .. }
                 | Action::Unhealthy { .. }
+                | Action::RolledBack { .. }
                 | Action::Clear { .. }
         )
     }

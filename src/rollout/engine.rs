@@ -341,8 +341,9 @@ impl Run {
 }
 
 /// The nodes whose health the decision judges: with `[health]`, those
-/// `watching` at the target, and once every node is done (Ready at the
-/// target, passed or idle) the `passed` ones, for settle.
+/// `watching` at the target, those rolled back and Ready at their previous
+/// version (checked there before they are uncordoned), and once every node
+/// is done (Ready at the target, passed or idle) the `passed` ones, for settle.
 pub fn watched_nodes(policy: &Policy, nodes: &[NodeView]) -> Vec<String> {
     if policy.health.is_none() {
         return Vec::new();
@@ -356,9 +357,14 @@ pub fn watched_nodes(policy: &Policy, nodes: &[NodeView]) -> Vec<String> {
     nodes
         .iter()
         .filter(|n| {
-            matches!(&n.progress, Ok(Some(p)) if at_target(p)
+            let back = |p: &NodeProgress| {
+                p.state == ProgressState::RollingBack
+                    && n.ready
+                    && n.version.as_ref() == Some(p.run_version())
+            };
+            matches!(&n.progress, Ok(Some(p)) if back(p) || (at_target(p)
                 && (p.state == ProgressState::Watching
-                    || (settling && p.state == ProgressState::Passed)))
+                    || (settling && p.state == ProgressState::Passed))))
         })
         .map(|n| n.name.clone())
         .collect()
@@ -451,6 +457,22 @@ pub async fn apply<C: Cluster>(
             .await
             .map_err(err)?,
         Action::Pass { node, progress } | Action::Unhealthy { node, progress, .. } => cluster
+            .set_progress(node, Some(progress))
+            .await
+            .map_err(err)?,
+        Action::RollBack { node, progress, .. } => {
+            cluster.cordon(node, progress).await.map_err(err)?
+        }
+        Action::RolledBack {
+            node,
+            progress,
+            rolled_back,
+            uncordon,
+        } => cluster
+            .mark_rolled_back(node, progress, rolled_back, *uncordon)
+            .await
+            .map_err(err)?,
+        Action::RollbackFailed { node, progress } => cluster
             .set_progress(node, Some(progress))
             .await
             .map_err(err)?,

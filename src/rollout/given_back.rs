@@ -19,6 +19,7 @@
 use super::decide::{add, rfc3339, skip, Ctx, Tally};
 use super::decision::Action;
 use super::held;
+
 use crate::cluster::{NodeProgress, NodeView, ProgressState};
 use crate::config::OnDrainTimeout;
 use std::time::Duration;
@@ -42,6 +43,9 @@ pub(super) fn node<'a>(
     let target = ctx.target;
     let name = n.name.clone();
     t.unavailable += usize::from(!n.ready);
+    if super::rollback::after_failed_rollback(ctx, n, p, t) {
+        return;
+    }
     if n.retry
         && p.state == ProgressState::Failed
         && p.target == *target

@@ -36,6 +36,8 @@ fn policy(max: u32) -> Policy {
         node_timeout: Duration::from_secs(45 * 60),
         on_drain_timeout: OnDrainTimeout::Skip,
         health: None,
+        on_failure: crate::config::OnFailure::Halt,
+        max_rollbacks: 1,
     }
 }
 
@@ -59,6 +61,7 @@ fn with(mut n: NodeView, state: ProgressState, started: &str, message: &str) -> 
         cordoned_by_drover: state.in_flight(),
         message: message.into(),
         attempts: 0,
+        previous: None,
     }));
     n.unschedulable = state.in_flight();
     n

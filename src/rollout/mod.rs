@@ -5,7 +5,8 @@
 //! questions over the nodes and concludes; `in_flight.rs` (what a draining or
 //! upgrading node needs next), `given_back.rs` (blocked and failed nodes),
 //! `watch.rs` (health watch and settle), `held.rs` (nodes held by a fault of
-//! their own) and `start.rs` (which nodes may start) answer them.
+//! their own), `rollback.rs` (a node failed after its upgrade, driven back)
+//! and `start.rs` (which nodes may start) answer them.
 
 pub mod decide;
 pub mod decision;
@@ -14,6 +15,7 @@ mod given_back;
 pub mod health;
 mod held;
 mod in_flight;
+mod rollback;
 mod start;
 mod state;
 mod watch;
@@ -24,6 +26,8 @@ mod decide_tests;
 mod health_tests;
 #[cfg(test)]
 mod held_tests;
+#[cfg(test)]
+mod rollback_tests;
 
 pub use decide::decide;
 pub use decision::{Action, Decision, Held, Inputs, Policy, Skipped, WindowState, HELD_RETRY};
@@ -31,4 +35,5 @@ pub use engine::{
     apply, reconcile, Clock, Engine, EngineError, Labels, Outcome, SystemClock, VirtualClock,
 };
 pub use held::HELD_PREFIX;
+pub use rollback::{ROLLBACK_FAILED_PREFIX, ROLLED_BACK_PREFIX};
 pub use state::{Attention, RolloutState};

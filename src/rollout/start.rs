@@ -69,6 +69,8 @@ pub(super) fn starts(ctx: &Ctx<'_>, t: &mut Tally<'_>, budget: usize) -> Vec<Act
         OnDrainTimeout::Skip if t.fresh.is_empty() => t.blocked_retry.clone(),
         OnDrainTimeout::Skip => t.fresh.clone(),
     };
+    // Never a node at a version it was rolled back from (`rollback.rs`).
+    candidates.retain(|n| super::rollback::may_start(n, ctx.target));
     // Stable: name order (or blocked first, with `stop`) within each group.
     candidates.sort_by_key(|n| held::start_order(n, &t.held));
     let mut starts = Vec::new();
@@ -86,6 +88,8 @@ pub(super) fn starts(ctx: &Ctx<'_>, t: &mut Tally<'_>, budget: usize) -> Vec<Act
                 started_at: ctx.now,
                 cordoned_by_drover: !n.unschedulable,
                 message: String::new(),
+                // Where a rollback takes it back to (docs/design.md §5b).
+                previous: n.version.clone(),
                 // A blocked node's retry counts, so its next backoff grows.
                 attempts: match &n.progress {
                     Ok(Some(p)) if p.state == ProgressState::Blocked => {

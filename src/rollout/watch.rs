@@ -8,9 +8,10 @@
 //! ([`crate::cluster::NodeSeen::unread`]) or are missing holds: it is never
 //! judged on part of its pods.
 
-use super::decide::{add, given_back_as, rfc3339, Ctx, Tally};
+use super::decide::{add, rfc3339, Ctx, Tally};
 use super::decision::Action;
 use super::health::{bounded, failure_check, failure_node, HEALTH_FAILED_PREFIX, SETTLE_RECHECK};
+use super::rollback;
 use crate::cluster::{NodeProgress, NodeSeen, NodeView, ProgressState};
 use crate::health::{node_watch_until, observe, settle_until, Failure, Verdict};
 use chrono::{DateTime, Utc};
@@ -24,6 +25,7 @@ pub(super) fn watching(p: &NodeProgress, now: DateTime<Utc>) -> NodeProgress {
         cordoned_by_drover: false,
         message: String::new(),
         attempts: p.attempts,
+        previous: p.previous.clone(),
     }
 }
 
@@ -81,10 +83,10 @@ pub(super) fn watched<'a>(
     if let Some((check, why)) = failure {
         // Only a `passed` node that stopped being Ready at the version
         // lands here: that fails the rollout as well.
-        t.unavailable += usize::from(!n.ready);
         let msg = bounded(format!("{HEALTH_FAILED_PREFIX}node {}: {why}", n.name));
-        t.failed.get_or_insert((n.name.clone(), msg.clone()));
-        t.releases.push(unhealthy(p, name, now, msg, check));
+        if !rollback::failed_health(ctx, n, p, msg, check, t) {
+            t.unavailable += usize::from(!n.ready);
+        }
         return;
     }
     // Watching: judge this node; the queries are judged once for the
@@ -114,9 +116,7 @@ pub(super) fn watched<'a>(
             t.in_flight -= 1;
             t.unavailable -= 1;
             let msg = bounded(format!("{HEALTH_FAILED_PREFIX}{f}"));
-            t.failed.get_or_insert((n.name.clone(), msg.clone()));
-            t.releases
-                .push(unhealthy(p, name, now, msg, failure_check(&f)));
+            rollback::failed_health(ctx, n, p, msg, failure_check(&f), t);
         }
         Verdict::Healthy if !matches!(ctx.queries, Some(Verdict::Held(_))) => {
             t.in_flight -= 1;
@@ -178,7 +178,7 @@ pub(super) fn settle(ctx: &Ctx<'_>, t: &mut Tally<'_>) {
     if !t.confirmed {
         if let Some(Verdict::Unhealthy(f)) = &ctx.queries {
             if !t.query_pinned && t.failed.is_none() {
-                pin_failure(last, f, now, t);
+                pin_failure(ctx, last, f, t);
             }
         }
         return;
@@ -219,7 +219,7 @@ pub(super) fn settle(ctx: &Ctx<'_>, t: &mut Tally<'_>) {
             let node = failure_node(&f)
                 .and_then(|name| t.passed.iter().find(|(n, _)| n.name == name))
                 .map_or(last, |(n, _)| *n);
-            pin_failure(node, &f, now, t);
+            pin_failure(ctx, node, &f, t);
         }
         Verdict::Held(why) => {
             t.health_hold.get_or_insert(bounded(format!(
@@ -247,23 +247,9 @@ pub(super) fn settle(ctx: &Ctx<'_>, t: &mut Tally<'_>) {
     }
 }
 
-/// The action recording a failed health check on a watched node.
-fn unhealthy(
-    p: &NodeProgress,
-    node: String,
-    now: DateTime<Utc>,
-    msg: String,
-    check: &str,
-) -> Action {
-    Action::Unhealthy {
-        node,
-        progress: given_back_as(p, ProgressState::Failed, now, msg),
-        check: check.into(),
-    }
-}
-
-/// Record `f` as failed on `node` (a passed node), unless a failure is recorded already.
-fn pin_failure(node: &NodeView, f: &Failure, now: DateTime<Utc>, t: &mut Tally<'_>) {
+/// Record `f` as failed on `node` (a passed node), unless a failure is
+/// recorded already; with `on_failure = "rollback"` it is rolled back.
+fn pin_failure(ctx: &Ctx<'_>, node: &NodeView, f: &Failure, t: &mut Tally<'_>) {
     if t.failed.is_some() {
         return;
     }
@@ -271,7 +257,5 @@ fn pin_failure(node: &NodeView, f: &Failure, now: DateTime<Utc>, t: &mut Tally<'
         return;
     };
     let msg = bounded(format!("{HEALTH_FAILED_PREFIX}{f}"));
-    t.failed = Some((node.name.clone(), msg.clone()));
-    t.releases
-        .push(unhealthy(p, node.name.clone(), now, msg, failure_check(f)));
+    rollback::failed_health(ctx, node, p, msg, failure_check(f), t);
 }

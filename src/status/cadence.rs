@@ -21,6 +21,8 @@ use serde::{Deserialize, Serialize};
 /// in [`NodeDetail::omitted`], so a report of any fleet stays far below the
 /// 64 KiB a reader accepts.
 pub const MAX_DETAIL_BYTES: usize = 32 * 1024;
+/// The most bytes of one entry of [`NodeDetail::failed_checks`].
+pub const MAX_CHECK_BYTES: usize = 512;
 
 /// Which nodes are where: the `[detail]` table of a report. Unknown keys
 /// are ignored rather than refused: the table only informs (the gate reads
@@ -42,6 +44,17 @@ pub struct NodeDetail {
     /// Nodes given back blocked (their drain timed out), by name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub blocked: Vec<String>,
+    /// Nodes rolled back from the report's version (`on_failure =
+    /// "rollback"`): back at the version they ran before, never moved to
+    /// this one again. Also in `failed`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rolled_back: Vec<String>,
+    /// What failed on each failed, rolling-back or rolled-back node at the
+    /// report's version: `"<node>: <what failed>"` (the check and its
+    /// detail, and what became of the rollback), each at most
+    /// [`MAX_CHECK_BYTES`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed_checks: Vec<String>,
     /// Names left out of the lists to stay within [`MAX_DETAIL_BYTES`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub omitted: u32,
@@ -58,6 +71,8 @@ impl NodeDetail {
             && self.at_version.is_empty()
             && self.failed.is_empty()
             && self.blocked.is_empty()
+            && self.rolled_back.is_empty()
+            && self.failed_checks.is_empty()
             && self.omitted == 0
     }
 
@@ -80,19 +95,28 @@ impl NodeDetail {
             v.sort_unstable();
             v
         };
+        let in_flight =
+            |n: &NodeView| matches!(state(n), Some(P::Draining | P::Upgrading | P::RollingBack));
         let lists = [
-            names(&|n| !at(n) && matches!(state(n), Some(P::Draining | P::Upgrading))),
+            names(&|n| !at(n) && in_flight(n)),
             names(&|n| state(n) == Some(P::Failed)),
             names(&|n| state(n) == Some(P::Blocked)),
+            names(&|n| n.rolled_back.contains(version)),
             names(&at),
         ];
         let mut out = NodeDetail::default();
         let mut budget = MAX_DETAIL_BYTES;
-        let [in_progress, failed, blocked, at_version] = lists;
+        let checks = failed_checks(nodes, version);
+        let [in_progress, failed, blocked, rolled_back, at_version] = lists;
         for (names, into) in [
             (in_progress, &mut out.in_progress),
             (failed, &mut out.failed),
             (blocked, &mut out.blocked),
+            (rolled_back, &mut out.rolled_back),
+            (
+                checks.iter().map(String::as_str).collect(),
+                &mut out.failed_checks,
+            ),
             (at_version, &mut out.at_version),
         ] {
             for name in names {
@@ -108,6 +132,34 @@ impl NodeDetail {
         }
         out
     }
+}
+
+/// `"<node>: <message>"` for every node whose record at `version` says it
+/// failed or is rolling back, by name, each bounded by [`MAX_CHECK_BYTES`].
+fn failed_checks(nodes: &[NodeView], version: &Version) -> Vec<String> {
+    use crate::cluster::ProgressState as P;
+    let mut out: Vec<String> = nodes
+        .iter()
+        .filter_map(|n| match &n.progress {
+            Ok(Some(p))
+                if p.target == *version && matches!(p.state, P::Failed | P::RollingBack) =>
+            {
+                let mut line = format!("{}: {}", n.name, p.message);
+                if line.len() > MAX_CHECK_BYTES {
+                    let mut end = MAX_CHECK_BYTES - 3;
+                    while !line.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    line.truncate(end);
+                    line.push_str("...");
+                }
+                Some(line)
+            }
+            _ => None,
+        })
+        .collect();
+    out.sort_unstable();
+    out
 }
 
 /// What to do with the newest report.
@@ -374,6 +426,7 @@ mod tests {
             upgrade: UpgradeStatus::NotStarted,
             budgets_allow_drain: true,
             fault: None,
+            rolled_back: Vec::new(),
         }
     }
 
@@ -388,6 +441,7 @@ mod tests {
                 cordoned_by_drover: true,
                 message: String::new(),
                 attempts: 0,
+                previous: None,
             }));
             n
         };

@@ -19,6 +19,7 @@ mod agent_outage;
 mod agent_poll;
 mod agent_rbac;
 mod agent_revoked;
+mod agent_rollback;
 mod agent_seams;
 mod agent_status_branches;
 mod agent_story;

@@ -207,6 +207,7 @@ async fn the_agent_can_create_the_driver_job_and_nothing_that_takes_the_host() {
         cordoned_by_drover: true,
         message: String::new(),
         attempts: 0,
+        previous: None,
     };
     let driver_job = upgrade_job(&opts, &node, &progress).unwrap();
 

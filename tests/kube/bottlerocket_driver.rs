@@ -646,6 +646,19 @@ fn marker(dir: &Path) -> PathBuf {
 // --- The Job, the docs and the image ---
 
 fn bottlerocket_job() -> Value {
+    job_for(NodeProgress {
+        state: ProgressState::Upgrading,
+        target: v("1.20.3"),
+        started_at: "2026-12-01T02:00:00Z".parse().unwrap(),
+        cordoned_by_drover: true,
+        message: String::new(),
+        attempts: 0,
+        previous: None,
+    })
+}
+
+/// The Bottlerocket Job drover creates for node-1's record `p`.
+fn job_for(p: NodeProgress) -> Value {
     let opts = KubeOptions {
         cluster_name: "c".into(),
         namespace: "drover-system".into(),
@@ -661,16 +674,68 @@ fn bottlerocket_job() -> Value {
     };
     let mut node = ObservedNode::default();
     node.metadata.name = Some("node-1".into());
-    let started: DateTime<Utc> = "2026-12-01T02:00:00Z".parse().unwrap();
-    let p = NodeProgress {
-        state: ProgressState::Upgrading,
-        target: v("1.20.3"),
+    serde_json::to_value(driver::upgrade_job(&opts, &node, &p).unwrap()).unwrap()
+}
+
+/// The plain environment of a Job's container, by name.
+fn job_env(job: &Value) -> std::collections::BTreeMap<String, String> {
+    job["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_string(),
+                e["value"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// A rollback through the Bottlerocket driver (docs/design.md §5b): the Job
+/// drover creates for a node rolling back from 1.13.3 names the version it
+/// ran before, and the script, the same one, locks that version and boots
+/// it, staging nothing else.
+#[test]
+fn a_rollback_locks_the_previous_version_and_boots_it() {
+    let started: DateTime<Utc> = "2026-12-01T03:00:00Z".parse().unwrap();
+    let job = job_for(NodeProgress {
+        state: ProgressState::RollingBack,
+        target: v("1.13.3"),
         started_at: started,
         cordoned_by_drover: true,
-        message: String::new(),
+        message: "health check failed: ...".into(),
         attempts: 0,
-    };
-    serde_json::to_value(driver::upgrade_job(&opts, &node, &p).unwrap()).unwrap()
+        previous: Some(v("1.13.2")),
+    });
+    let env = job_env(&job);
+    assert_eq!(env["DROVER_TARGET_VERSION"], "1.13.2");
+    assert_eq!(env["DROVER_ACTION"], "rollback");
+    assert_eq!(env["DROVER_FAILED_VERSION"], "1.13.3");
+    assert_eq!(
+        job["metadata"]["labels"]["drover.dev/target-version"],
+        "1.13.2"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let api = BottlerocketApi::start(dir.path(), Scenario::new("1.13.3", &["1.13.2", "1.13.3"]));
+    let o = run(
+        Script::New,
+        &api,
+        dir.path(),
+        &env["DROVER_TARGET_VERSION"],
+        UNIT,
+    );
+    assert_eq!(o.exit, 0, "{}", o.output);
+    assert!(o.rebooted, "{}", o.output);
+    assert_eq!(api.version_lock(), "1.13.2", "through the version lock");
+    assert_eq!(api.running(), v("1.13.2"));
+    assert_eq!(
+        api.boots(),
+        vec![v("1.13.2")],
+        "booted once, into the previous version"
+    );
+    assert_eq!(api.staged(), vec![v("1.13.2")], "nothing else written");
 }
 
 /// The rows of the markdown table following `heading` in `text`.

@@ -151,6 +151,7 @@ async fn without_the_new_policy_the_first_rejected_pod_fails_the_job_mid_reboot(
             cordoned_by_drover: true,
             message: String::new(),
             attempts: 0,
+            previous: None,
         };
         upgrade_job(&opts, node, &p).unwrap()
     };

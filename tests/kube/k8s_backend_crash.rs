@@ -84,6 +84,16 @@ impl Cluster for Crashy {
     async fn start_upgrade(&self, node: &str, p: &NodeProgress) -> Result<(), Error> {
         self.gate(self.inner.start_upgrade(node, p)).await
     }
+    async fn mark_rolled_back(
+        &self,
+        node: &str,
+        p: &NodeProgress,
+        from: &[semver::Version],
+        uncordon: bool,
+    ) -> Result<(), Error> {
+        self.gate(self.inner.mark_rolled_back(node, p, from, uncordon))
+            .await
+    }
 }
 
 // The engine loop of `support::backend::drive`, over the crashing wrapper.

@@ -329,6 +329,7 @@ async fn blocked_nodes_beyond_the_watch_cap_are_polled() {
         cordoned_by_drover: false,
         message: "drain did not finish".into(),
         attempts: 0,
+        previous: None,
     };
     let cluster = KubeCluster::new(admin_config().await, opts.clone())
         .await

@@ -24,6 +24,7 @@ fn draining(cordoned_by_drover: bool) -> NodeProgress {
         cordoned_by_drover,
         message: String::new(),
         attempts: 0,
+        previous: None,
     }
 }
 

@@ -28,6 +28,7 @@ fn draining() -> NodeProgress {
         cordoned_by_drover: true,
         message: String::new(),
         attempts: 0,
+        previous: None,
     }
 }
 

@@ -81,11 +81,21 @@ fn demo_tells_the_whole_story() {
     assert!(ready.starts_with("2027-01-01"), "{ready}");
 
     // 1.13.3 crash-loops a workload on stage's first upgraded node: stage's
-    // health checks halt the rollout at that one node and stage reports
-    // `failed` naming the pod; production's bump is refused, the version is
+    // health checks halt the rollout at that one node, `on_failure =
+    // "rollback"` drives it back to 1.13.2, and stage reports `failed` naming
+    // the node and the pod; production's bump is refused, the version is
     // revoked, and 1.13.4 goes through test and stage.
-    let failed = find("stage", "stage-1: failed 1.13.3 (1/5 nodes at version)");
+    let back = find(
+        "stage",
+        "stage-1-node-0 failed its health checks at 1.13.3: cordon, drain, roll it back to 1.13.2",
+    );
+    let failed = find("stage", "stage-1: failed 1.13.3 (0/5 nodes at version)");
     assert!(failed.starts_with("2027-01-08"), "{failed}");
+    assert!(back <= failed, "{back} {failed}");
+    find(
+        "stage",
+        "node stage-1-node-0 failed: rolled back to 1.13.2: health check failed",
+    );
     find("stage", "pod default/stage-1-node-0-app is crash-looping");
     find("stage", "upgrade 1 nodes to 1.13.3");
     find(

@@ -216,6 +216,8 @@ fn build(c: &Case, clock: &VirtualClock) -> (Sim, Policy) {
             OnDrainTimeout::Skip
         },
         health: None,
+        on_failure: drover::config::OnFailure::Halt,
+        max_rollbacks: 1,
     };
     (sim, policy)
 }

@@ -26,6 +26,8 @@ fn policy(max: u32, mode: OnDrainTimeout) -> Policy {
         node_timeout: mins(45),
         on_drain_timeout: mode,
         health: None,
+        on_failure: drover::config::OnFailure::Halt,
+        max_rollbacks: 1,
     }
 }
 

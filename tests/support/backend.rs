@@ -88,6 +88,8 @@ pub fn policy(target: &str, max: u32, drain_timeout: Duration, node_timeout: Dur
         node_timeout,
         on_drain_timeout: OnDrainTimeout::Skip,
         health: None,
+        on_failure: drover::config::OnFailure::Halt,
+        max_rollbacks: 1,
     }
 }
 

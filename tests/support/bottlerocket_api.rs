@@ -784,6 +784,11 @@ impl BottlerocketApi {
         self.lock().boots.clone()
     }
 
+    /// `settings.updates.version-lock` as the API's datastore holds it.
+    pub fn version_lock(&self) -> String {
+        self.lock().datastore.version_lock.clone()
+    }
+
     /// How many reboots were requested and accepted.
     pub fn reboot_requests(&self) -> usize {
         self.lock().reboot_requests

@@ -253,6 +253,10 @@ pub enum Fault {
     JobFails,
     /// Once the node returns from an upgrade, every pod on it crash-loops.
     CrashLoopAfterUpgrade,
+    /// Once the node returns from an upgrade to this version (and only this
+    /// one: a version that breaks a workload), every pod on it crash-loops;
+    /// an upgrade or rollback to another version heals it.
+    CrashLoopAt(String),
     /// Once the node returns from an upgrade, this node condition is True.
     Condition(String),
 }
@@ -269,10 +273,14 @@ impl FromStr for Fault {
             "crashloop-after-upgrade" => Fault::CrashLoopAfterUpgrade,
             _ => match (s.strip_prefix("version:"), s.strip_prefix("condition:")) {
                 (Some(v), _) if !v.is_empty() => Fault::WrongVersion(v.to_string()),
+                _ if s.starts_with("crashloop-at:") && s.len() > "crashloop-at:".len() => {
+                    Fault::CrashLoopAt(s["crashloop-at:".len()..].to_string())
+                }
                 (_, Some(c)) if !c.is_empty() && c != "Ready" => Fault::Condition(c.to_string()),
                 _ => bail!(
                     "unknown fault {s:?}: expected none, never-ready, old-version, version:X.Y.Z, \
-                     job-fails, crashloop-after-upgrade or condition:TYPE (TYPE not Ready)"
+                     job-fails, crashloop-after-upgrade, crashloop-at:X.Y.Z or condition:TYPE \
+                     (TYPE not Ready)"
                 ),
             },
         })
@@ -288,6 +296,7 @@ impl fmt::Display for Fault {
             Fault::WrongVersion(v) => write!(f, "version:{v}"),
             Fault::JobFails => f.write_str("job-fails"),
             Fault::CrashLoopAfterUpgrade => f.write_str("crashloop-after-upgrade"),
+            Fault::CrashLoopAt(v) => write!(f, "crashloop-at:{v}"),
             Fault::Condition(c) => write!(f, "condition:{c}"),
         }
     }
@@ -1161,11 +1170,17 @@ impl Inner {
             }
             Fault::OldVersion => current.to_string(),
             Fault::WrongVersion(v) => v,
-            Fault::None | Fault::JobFails | Fault::CrashLoopAfterUpgrade | Fault::Condition(_) => {
-                target.to_string()
-            }
+            Fault::None
+            | Fault::JobFails
+            | Fault::CrashLoopAfterUpgrade
+            | Fault::CrashLoopAt(_)
+            | Fault::Condition(_) => target.to_string(),
         };
-        let crashloop = fault == Fault::CrashLoopAfterUpgrade;
+        let crashloop = match &fault {
+            Fault::CrashLoopAfterUpgrade => true,
+            Fault::CrashLoopAt(v) => *v == version,
+            _ => false,
+        };
         self.set_node(node, |st| {
             st.version = version.clone();
             st.ready = true;
@@ -1181,6 +1196,19 @@ impl Inner {
         .await;
         if crashloop {
             self.spawn(Inner::run_crashloop(self.clone(), node.clone()));
+        } else {
+            // The reboot restarted every container: pods a crash loop of the
+            // version before left not Ready run again (a rollback heals them).
+            for pod in self.pods.state() {
+                let here = pod.metadata.deletion_timestamp.is_none()
+                    && pod.spec.as_ref().and_then(|s| s.node_name.as_deref())
+                        == Some(node_name.as_str());
+                let running =
+                    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+                if here && running && !pod_ready(&pod) {
+                    self.spawn(Inner::make_running(self.clone(), (*pod).clone()));
+                }
+            }
         }
         if let Err(e) = self.renew_lease(&node_name).await {
             tracing::warn!(node = %node_name, error = %e, "lease renewal after reboot failed");

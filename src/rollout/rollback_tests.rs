@@ -1,0 +1,485 @@
+//! Automatic rollback in the decision core (docs/design.md §5b), without
+//! I/O: single steps, and a model cluster driven by the decisions alone
+//! under random health failures (property tests).
+
+use super::decide::decide;
+use super::decision::*;
+use super::engine::watched_nodes;
+use super::RolloutState;
+use crate::cluster::{NodeProgress, NodeSeen, NodeView, PodSeen, ProgressState, UpgradeStatus};
+use crate::config::{HealthSpec, MaxUnavailable, OnDrainTimeout, OnFailure};
+use chrono::{DateTime, Utc};
+use proptest::prelude::*;
+use semver::Version;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+fn t0() -> DateTime<Utc> {
+    "2026-12-08T02:00:00Z".parse().unwrap()
+}
+
+fn v(s: &str) -> Version {
+    s.parse().unwrap()
+}
+
+fn policy(on_failure: OnFailure, max_unavailable: u32, max_rollbacks: u32) -> Policy {
+    Policy {
+        target: v("1.13.3"),
+        max_unavailable: MaxUnavailable::Count(max_unavailable),
+        drain_timeout: Duration::from_secs(20 * 60),
+        node_timeout: Duration::from_secs(45 * 60),
+        on_drain_timeout: OnDrainTimeout::Skip,
+        health: Some(HealthSpec {
+            enabled: true,
+            settle: Duration::from_secs(10 * 60),
+            pod_ready_timeout: Duration::from_secs(5 * 60),
+            ..HealthSpec::default()
+        }),
+        on_failure,
+        max_rollbacks,
+    }
+}
+
+fn open() -> Inputs {
+    Inputs {
+        may_start: true,
+        window: WindowState {
+            opened_at: Some(t0()),
+            ..WindowState::default()
+        },
+        ..Inputs::default()
+    }
+}
+
+/// A node of the model cluster: what a backend would show, and what the
+/// model's OS does when a driver runs.
+#[derive(Debug, Clone)]
+struct Model {
+    view: NodeView,
+    /// Pods crash-loop on it whenever it runs this version.
+    bad_at: Option<Version>,
+    /// Its driver fails when asked to roll back.
+    rollback_fails: bool,
+    /// The driver's run: the version and whether it finishes next step.
+    run: Option<(Version, bool)>,
+}
+
+fn model(name: &str, bad: bool, rollback_fails: bool) -> Model {
+    Model {
+        view: NodeView {
+            name: name.into(),
+            version: Some(v("1.13.2")),
+            ready: true,
+            unschedulable: false,
+            progress: Ok(None),
+            retry: false,
+            pods_to_evict: 0,
+            upgrade: UpgradeStatus::NotStarted,
+            budgets_allow_drain: false,
+            fault: None,
+            rolled_back: Vec::new(),
+        },
+        bad_at: bad.then(|| v("1.13.3")),
+        rollback_fails,
+        run: None,
+    }
+}
+
+/// What the model saw over a run.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Nodes that failed a health check at 1.13.3 (recorded failed or rolling back).
+    failed_at_v: BTreeSet<String>,
+    /// Violations of the properties, with the step.
+    violations: Vec<String>,
+    rollbacks_started: usize,
+    last: Option<Decision>,
+}
+
+/// Drive `nodes` with `policy` for up to `steps` steps of one minute,
+/// applying every action as a backend would, and check after each step
+/// that no node rolled back from 1.13.3 is started at it again and no node
+/// that failed at 1.13.3 is uncordoned while it runs 1.13.3.
+fn drive(policy: &Policy, nodes: &mut [Model], steps: usize) -> Seen {
+    let target = policy.target.clone();
+    let mut seen = Seen::default();
+    let mut now = t0();
+    for step in 0..steps {
+        // The OS: runs started last step finish now.
+        for m in nodes.iter_mut() {
+            if let Some((to, true)) = m.run.clone() {
+                let rollback = matches!(&m.view.progress,
+                    Ok(Some(p)) if p.state == ProgressState::RollingBack);
+                if rollback && m.rollback_fails {
+                    m.view.upgrade = UpgradeStatus::Failed("exit 1".into());
+                } else {
+                    m.view.version = Some(to);
+                    m.view.ready = true;
+                    m.view.upgrade = UpgradeStatus::Succeeded;
+                }
+                m.run = None;
+            } else if let Some((to, false)) = m.run.clone() {
+                m.run = Some((to, true));
+            }
+        }
+        let views: Vec<NodeView> = nodes.iter().map(|m| m.view.clone()).collect();
+        let watched = watched_nodes(policy, &views);
+        let inputs = Inputs {
+            health: nodes
+                .iter()
+                .filter(|m| watched.contains(&m.view.name))
+                .map(|m| health_of(m, now))
+                .collect(),
+            ..open()
+        };
+        let d = decide(policy, &inputs, &views, now);
+        for a in &d.actions {
+            let m = nodes
+                .iter_mut()
+                .find(|m| m.view.name == a.node())
+                .expect("an action on a known node");
+            check(step, a, m, &target, &mut seen);
+            apply(a, m);
+        }
+        for m in nodes.iter() {
+            if let Ok(Some(p)) = &m.view.progress {
+                let failed = p.state == ProgressState::RollingBack
+                    || (p.state == ProgressState::Failed && p.message.contains("health check"));
+                if failed && p.target == target {
+                    seen.failed_at_v.insert(m.view.name.clone());
+                }
+            }
+        }
+        let settled = d.actions.is_empty()
+            && matches!(d.state, RolloutState::Confirmed | RolloutState::Failed)
+            && nodes.iter().all(|m| m.run.is_none());
+        seen.last = Some(d);
+        if settled {
+            break;
+        }
+        now += chrono::Duration::minutes(1);
+    }
+    seen
+}
+
+fn check(step: usize, a: &Action, m: &Model, target: &Version, seen: &mut Seen) {
+    let name = &m.view.name;
+    let at_v = m.view.version.as_ref() == Some(target);
+    match a {
+        Action::Cordon { progress, .. } if m.view.rolled_back.contains(&progress.target) => {
+            seen.violations.push(format!(
+                "step {step}: {name} started at a version it was rolled back from"
+            ));
+        }
+        Action::RollBack { .. } => seen.rollbacks_started += 1,
+        _ => {}
+    }
+    let uncordons = match a {
+        Action::Complete { uncordon, .. }
+        | Action::Watch { uncordon, .. }
+        | Action::Block { uncordon, .. }
+        | Action::Fail { uncordon, .. }
+        | Action::RolledBack { uncordon, .. } => *uncordon,
+        _ => false,
+    };
+    if uncordons && at_v && seen.failed_at_v.contains(name) {
+        seen.violations.push(format!(
+            "step {step}: {name} uncordoned at {target} after failing there"
+        ));
+    }
+}
+
+fn apply(a: &Action, m: &mut Model) {
+    let set = |m: &mut Model, p: Option<&NodeProgress>| {
+        m.view.progress = Ok(p.cloned());
+        m.view.retry = false;
+    };
+    match a {
+        Action::Cordon { progress, .. } | Action::RollBack { progress, .. } => {
+            m.view.unschedulable = true;
+            set(m, Some(progress));
+            m.view.upgrade = UpgradeStatus::NotStarted;
+        }
+        Action::Evict { .. } => {}
+        Action::StartUpgrade { progress, .. } => {
+            set(m, Some(progress));
+            m.view.upgrade = UpgradeStatus::Running;
+            m.view.ready = false;
+            m.run = Some((progress.run_version().clone(), false));
+        }
+        Action::Complete { uncordon, .. } => {
+            m.view.unschedulable &= !uncordon;
+            set(m, None);
+        }
+        Action::Block {
+            progress, uncordon, ..
+        }
+        | Action::Fail {
+            progress, uncordon, ..
+        }
+        | Action::Watch {
+            progress, uncordon, ..
+        } => {
+            m.view.unschedulable &= !uncordon;
+            set(m, Some(progress));
+        }
+        Action::Pass { progress, .. }
+        | Action::Unhealthy { progress, .. }
+        | Action::RollbackFailed { progress, .. }
+        | Action::Note { progress, .. } => set(m, Some(progress)),
+        Action::RolledBack {
+            progress,
+            rolled_back,
+            uncordon,
+            ..
+        } => {
+            m.view.unschedulable &= !uncordon;
+            set(m, Some(progress));
+            m.view.rolled_back = rolled_back.clone();
+        }
+        Action::Clear { .. } => set(m, None),
+    }
+}
+
+/// The node's health as a backend reads it: a crash-looping pod while it
+/// runs the version that is bad on it.
+fn health_of(m: &Model, now: DateTime<Utc>) -> NodeSeen {
+    let bad = m.bad_at.is_some() && m.bad_at == m.view.version;
+    NodeSeen {
+        name: m.view.name.clone(),
+        conditions: Vec::new(),
+        pods: vec![PodSeen {
+            name: format!("apps/{}-web", m.view.name),
+            created: now - chrono::Duration::minutes(1),
+            ready: !bad,
+            restarts: if bad { 3 } else { 0 },
+            waiting_reason: bad.then(|| crate::health::verdict::CRASHLOOP_REASON.into()),
+        }],
+        unread: None,
+    }
+}
+
+fn node<'a>(nodes: &'a [Model], name: &str) -> &'a NodeView {
+    &nodes.iter().find(|m| m.view.name == name).unwrap().view
+}
+
+#[test]
+fn a_node_failing_after_its_upgrade_is_rolled_back_healthy_uncordoned_and_marked() {
+    let p = policy(OnFailure::Rollback, 1, 1);
+    let mut nodes = vec![model("a", true, false), model("b", false, false)];
+    let seen = drive(&p, &mut nodes, 200);
+    assert!(seen.violations.is_empty(), "{:?}", seen.violations);
+    let a = node(&nodes, "a");
+    assert_eq!(a.version, Some(v("1.13.2")), "back at the version it ran");
+    assert!(a.ready && !a.unschedulable, "healthy and uncordoned: {a:?}");
+    assert_eq!(a.rolled_back, vec![v("1.13.3")]);
+    let rec = a.progress.clone().unwrap().unwrap();
+    assert_eq!(rec.state, ProgressState::Failed);
+    assert!(
+        rec.message
+            .starts_with("rolled back to 1.13.2: health check failed: "),
+        "{}",
+        rec.message
+    );
+    let b = node(&nodes, "b");
+    assert_eq!(b.version, Some(v("1.13.2")), "the rollout stopped before b");
+    let d = seen.last.unwrap();
+    assert_eq!(d.state, RolloutState::Failed);
+    assert!(
+        d.message.contains("node a failed: rolled back to 1.13.2"),
+        "{}",
+        d.message
+    );
+    assert_eq!(seen.rollbacks_started, 1);
+}
+
+#[test]
+fn halt_keeps_todays_behaviour_the_node_stays_in_service() {
+    let p = policy(OnFailure::Halt, 1, 1);
+    let mut nodes = vec![model("a", true, false), model("b", false, false)];
+    let seen = drive(&p, &mut nodes, 200);
+    assert!(seen.violations.is_empty(), "{:?}", seen.violations);
+    let a = node(&nodes, "a");
+    assert_eq!(a.version, Some(v("1.13.3")));
+    assert!(!a.unschedulable && a.rolled_back.is_empty());
+    let rec = a.progress.clone().unwrap().unwrap();
+    assert_eq!(rec.state, ProgressState::Failed);
+    assert!(
+        rec.message.starts_with("health check failed: "),
+        "{}",
+        rec.message
+    );
+    assert_eq!(seen.rollbacks_started, 0);
+    assert_eq!(seen.last.unwrap().state, RolloutState::Failed);
+}
+
+#[test]
+fn a_rollback_whose_driver_fails_leaves_the_node_cordoned_and_named() {
+    let p = policy(OnFailure::Rollback, 1, 1);
+    let mut nodes = vec![model("a", true, true), model("b", false, false)];
+    let seen = drive(&p, &mut nodes, 200);
+    assert!(seen.violations.is_empty(), "{:?}", seen.violations);
+    let a = node(&nodes, "a");
+    assert_eq!(a.version, Some(v("1.13.3")));
+    assert!(a.unschedulable, "left cordoned: {a:?}");
+    assert!(a.rolled_back.is_empty());
+    let rec = a.progress.clone().unwrap().unwrap();
+    assert!(rec.cordoned_by_drover, "drover's cordon record is kept");
+    assert!(
+        rec.message
+            .starts_with("rollback failed: its driver failed: exit 1; left cordoned"),
+        "{}",
+        rec.message
+    );
+    let d = seen.last.unwrap();
+    assert_eq!(d.state, RolloutState::Failed);
+    assert!(
+        d.message.contains("node a failed: rollback failed"),
+        "{}",
+        d.message
+    );
+    assert!(d.skipped.iter().any(|s| s.node == "a"));
+}
+
+#[test]
+fn a_retry_on_a_failed_rollback_tries_the_rollback_again() {
+    let p = policy(OnFailure::Rollback, 1, 1);
+    let mut nodes = vec![model("a", true, true)];
+    drive(&p, &mut nodes, 200);
+    nodes[0].rollback_fails = false;
+    nodes[0].view.retry = true;
+    let seen = drive(&p, &mut nodes, 200);
+    assert!(seen.violations.is_empty(), "{:?}", seen.violations);
+    let a = node(&nodes, "a");
+    assert_eq!(a.version, Some(v("1.13.2")));
+    assert!(!a.unschedulable);
+    assert_eq!(a.rolled_back, vec![v("1.13.3")]);
+}
+
+#[test]
+fn the_circuit_breaker_halts_beyond_max_rollbacks_with_the_nodes_as_they_are() {
+    // Two nodes move at once and both fail: the first is rolled back, the
+    // second stays as it is (in service at 1.13.3), and nothing else starts.
+    let p = policy(OnFailure::Rollback, 2, 1);
+    let mut nodes = vec![
+        model("a", true, false),
+        model("b", true, false),
+        model("c", false, false),
+    ];
+    let seen = drive(&p, &mut nodes, 200);
+    assert!(seen.violations.is_empty(), "{:?}", seen.violations);
+    assert_eq!(seen.rollbacks_started, 1);
+    assert_eq!(node(&nodes, "a").version, Some(v("1.13.2")));
+    let b = node(&nodes, "b");
+    assert_eq!(b.version, Some(v("1.13.3")));
+    let rec = b.progress.clone().unwrap().unwrap();
+    assert!(
+        rec.message
+            .contains("max_rollbacks (1) reached: the cluster halts"),
+        "{}",
+        rec.message
+    );
+    assert_eq!(node(&nodes, "c").version, Some(v("1.13.2")));
+    assert_eq!(seen.last.unwrap().state, RolloutState::Failed);
+}
+
+#[test]
+fn max_rollbacks_zero_never_rolls_back() {
+    let p = policy(OnFailure::Rollback, 1, 0);
+    let mut nodes = vec![model("a", true, false)];
+    let seen = drive(&p, &mut nodes, 200);
+    assert_eq!(seen.rollbacks_started, 0);
+    assert_eq!(node(&nodes, "a").version, Some(v("1.13.3")));
+}
+
+#[test]
+fn a_rolled_back_node_is_not_started_again_after_a_retry_and_the_cluster_stays_failed() {
+    let p = policy(OnFailure::Rollback, 1, 1);
+    let mut nodes = vec![model("a", true, false)];
+    drive(&p, &mut nodes, 200);
+    nodes[0].view.retry = true;
+    let seen = drive(&p, &mut nodes, 50);
+    assert!(seen.violations.is_empty(), "{:?}", seen.violations);
+    let a = node(&nodes, "a");
+    assert_eq!(a.version, Some(v("1.13.2")));
+    assert_eq!(a.progress, Ok(None), "the retry cleared the record");
+    let d = seen.last.unwrap();
+    assert_eq!(d.state, RolloutState::Failed);
+    assert!(
+        d.message.contains("rolled back from 1.13.3"),
+        "{}",
+        d.message
+    );
+    // A new version moves it again.
+    let mut next = p.clone();
+    next.target = v("1.13.4");
+    let d = decide(&next, &open(), std::slice::from_ref(a), t0());
+    assert!(
+        matches!(d.actions.as_slice(), [Action::Cordon { node, .. }] if node == "a"),
+        "{:?}",
+        d.actions
+    );
+}
+
+#[test]
+fn the_previous_version_is_recorded_when_the_node_starts() {
+    let p = policy(OnFailure::Rollback, 1, 1);
+    let n = model("a", false, false).view;
+    let d = decide(&p, &open(), &[n], t0());
+    match d.actions.as_slice() {
+        [Action::Cordon { progress, .. }] => assert_eq!(progress.previous, Some(v("1.13.2"))),
+        other => panic!("{other:?}"),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Random clusters where 1.13.3 breaks random nodes (and some of their
+    /// rollbacks fail): no node rolled back from 1.13.3 is ever started at
+    /// it again, no node that failed at 1.13.3 is ever uncordoned while it
+    /// runs it, and the rollbacks never exceed `max_rollbacks`.
+    #[test]
+    fn rollback_never_restarts_v_nor_uncordons_a_failed_node_at_v(
+        bad in proptest::collection::vec((any::<bool>(), any::<bool>()), 1..7),
+        max_unavailable in 1u32..4,
+        max_rollbacks in 0u32..3,
+        rollback in any::<bool>(),
+        retry_after in any::<bool>(),
+    ) {
+        let on_failure = if rollback { OnFailure::Rollback } else { OnFailure::Halt };
+        let p = policy(on_failure, max_unavailable, max_rollbacks);
+        let mut nodes: Vec<Model> = bad
+            .iter()
+            .enumerate()
+            .map(|(i, (bad, fails))| model(&format!("n{i}"), *bad, *fails))
+            .collect();
+        let mut seen = drive(&p, &mut nodes, 300);
+        if retry_after {
+            // A person retries every node: the rolled-back ones still never take 1.13.3.
+            let failed = std::mem::take(&mut seen.failed_at_v);
+            for m in nodes.iter_mut() {
+                m.view.retry = true;
+            }
+            let mut again = drive(&p, &mut nodes, 300);
+            seen.violations.append(&mut again.violations);
+            seen.rollbacks_started += again.rollbacks_started;
+            seen.failed_at_v = failed;
+        }
+        prop_assert!(seen.violations.is_empty(), "{:?}", seen.violations);
+        let marked: BTreeMap<&str, bool> = nodes
+            .iter()
+            .map(|m| (m.view.name.as_str(), m.view.rolled_back.contains(&v("1.13.3"))))
+            .collect();
+        let rolled = marked.values().filter(|m| **m).count();
+        prop_assert!(rolled <= max_rollbacks as usize, "{rolled} rolled back: {marked:?}");
+        if !rollback {
+            prop_assert_eq!(seen.rollbacks_started, 0);
+        }
+        for m in &nodes {
+            if m.view.rolled_back.contains(&v("1.13.3")) {
+                prop_assert_eq!(m.view.version.clone(), Some(v("1.13.2")));
+            }
+        }
+    }
+}
