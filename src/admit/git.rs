@@ -861,3 +861,58 @@ pub fn admit_adoption(
         Err(e) => Err(reject(Stage::Gate, "error", e.to_string())),
     }
 }
+
+/// What `env`'s clusters reported for `version`, read by the one reader
+/// (the status store) by the policy in force at `applied`, the agent's last
+/// applied commit: the wave gate's evidence (`crate::gate::wave`), and the
+/// applied commit's time, before which failures were answered by a reviewed
+/// change. `None` when the applied commit's config cannot be read.
+pub fn env_evidence(
+    repo: &Repository,
+    applied: Oid,
+    env: &str,
+    version: &Version,
+    now: DateTime<Utc>,
+) -> Result<Option<(crate::gate::wave::EnvEvidence, DateTime<Utc>)>, Error> {
+    let Ok(snap) = snapshot_recent(repo, applied, now)? else {
+        return Ok(None);
+    };
+    let since = DateTime::from_timestamp(repo.find_commit(applied)?.time().seconds(), 0)
+        .unwrap_or(DateTime::<Utc>::MIN_UTC);
+    let mut evidence = GitEvidence::new(repo, applied, now);
+    let conf = evidence.confirmations(&snap.policy)?;
+    let out = evidence_of(conf, snap.config.clusters(env), env, version);
+    Ok(Some((out, since)))
+}
+
+/// The wave gate's evidence for `env`'s `clusters` and `version` out of
+/// what the one reader found: standing confirmations, trusted `failed`
+/// reports, and why a cluster has no confirmation.
+pub fn evidence_of(
+    conf: &Confirmations,
+    clusters: &[String],
+    env: &str,
+    version: &Version,
+) -> crate::gate::wave::EnvEvidence {
+    let mut out = crate::gate::wave::EnvEvidence {
+        confirmed: conf.for_version(env, version),
+        ..Default::default()
+    };
+    for (c, f) in conf.failures(env, version) {
+        out.failed.insert(
+            c,
+            crate::gate::wave::Failure {
+                at: f.at,
+                message: f.message,
+            },
+        );
+    }
+    for c in clusters {
+        if !out.confirmed.contains_key(c) {
+            if let Some(why) = conf.why_not(env, c, version) {
+                out.notes.insert(c.clone(), why);
+            }
+        }
+    }
+    out
+}

@@ -46,9 +46,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 pub use git::{
-    admit_adoption, admit_head, at_promotion_key, check_base, check_report_signers, judge_span,
-    snapshot, Admitted, ChangeReport, ConfirmationSource, EnvVerdict, GitEvidence, Judged,
-    Judgement, Rejection, Snapshot, Stage, StatusRead, TrustCheck,
+    admit_adoption, admit_head, at_promotion_key, check_base, check_report_signers, env_evidence,
+    evidence_of, judge_span, snapshot, Admitted, ChangeReport, ConfirmationSource, EnvVerdict,
+    GitEvidence, Judged, Judgement, Rejection, Snapshot, Stage, StatusRead, TrustCheck,
 };
 pub use history::{lower_history, HistoryError};
 

@@ -74,9 +74,13 @@ impl<B: ClusterBackend> Acting<B> {
         self.metrics
             .window_open
             .set(i64::from(window.opened_at.is_some()));
+        let gate = self.wave_gate(&active, now).await;
+        let (halted, waiting) = gate.holds();
         let inputs = Inputs {
             may_start: true,
             hold_reason: String::new(),
+            halted,
+            waiting,
             window: window.clone(),
             patch_window,
             queries: health::evaluate_queries(&active.env, self.last_published.as_ref()).await,
@@ -144,7 +148,7 @@ impl<B: ClusterBackend> Acting<B> {
         if outcome.retry_evictions {
             after = after.min(self.cfg.evict_retry);
         }
-        if let Some(w) = d.wake_at {
+        if let Some(w) = d.wake_at.into_iter().chain(gate.changes_at()).min() {
             after = after.min((w - now).to_std().unwrap_or(Duration::ZERO));
         }
         if d.poll_health {

@@ -32,6 +32,7 @@ enum Verdict {
         status_branch: String,
         progress_interval: std::time::Duration,
         revoked: Option<String>,
+        waves: Vec<crate::gate::wave::Wave>,
     },
     Refuse(Refusal),
 }
@@ -139,6 +140,7 @@ impl<B: ClusterBackend> Acting<B> {
                 status_branch,
                 progress_interval,
                 revoked,
+                waves,
             } => {
                 let previous = self.crd_status.last_applied_commit.clone();
                 if self.crd_status.applied_version.as_deref() != Some(version.as_str()) {
@@ -170,10 +172,12 @@ impl<B: ClusterBackend> Acting<B> {
                 self.kept = None;
                 self.active = Some(Active {
                     commit: head,
-                    env: *env,
+                    failure_budget: env.rollout.failure_budget,
+                    env: env.for_cluster(&self.cfg.cluster),
                     status_branch,
                     progress_interval,
                     revoked,
+                    waves,
                 });
                 self.metrics.set_blocked(None);
                 self.metrics.set_applied(&head.to_string(), &version);
@@ -225,7 +229,7 @@ impl<B: ClusterBackend> Acting<B> {
 
     /// The status store the gate reads, as one number: every status
     /// branch's tip but this cluster's own (see [`store_state`]).
-    fn store_state(&self) -> impl Future<Output = u64> + Send + 'static {
+    pub(super) fn store_state(&self) -> impl Future<Output = u64> + Send + 'static {
         let src = self.source.clone();
         let own = (self.cfg.env.clone(), self.cfg.cluster.clone());
         let work = blocking(move || {
@@ -430,6 +434,7 @@ impl<B: ClusterBackend> Acting<B> {
     ) -> impl Future<Output = Option<Active>> + Send + 'static {
         let src = self.source.clone();
         let env_name = self.cfg.env.clone();
+        let cluster = self.cfg.cluster.clone();
         let work = blocking(move || {
             let mut s = lock(&src);
             let cfg = {
@@ -442,7 +447,9 @@ impl<B: ClusterBackend> Acting<B> {
             let revoked = revoked_reason(&cfg, &env);
             Some(Active {
                 commit,
-                env,
+                failure_budget: env.rollout.failure_budget,
+                env: env.for_cluster(&cluster),
+                waves: crate::gate::wave::waves(&cfg, &env_name),
                 status_branch: cfg.root.status_branch,
                 progress_interval: cfg.root.progress_interval,
                 revoked,
@@ -534,6 +541,7 @@ impl<B: ClusterBackend> Acting<B> {
                     }
                     let revoked = revoked_reason(&a.snapshot.config, &env);
                     Verdict::Accept {
+                        waves: crate::gate::wave::waves(&a.snapshot.config, &env_name),
                         version: env.version.to_string(),
                         env: Box::new(env),
                         status_branch: branch,

@@ -216,6 +216,8 @@ fn verdict(f: &Facts) -> Verdict {
             Some(RolloutState::Confirmed) => (True::Ready, "Confirmed", progress()),
             Some(RolloutState::Blocked) => (True::Stalled, "Blocked", progress()),
             Some(RolloutState::Failed) => (True::Stalled, "Failed", progress()),
+            // Another cluster's failure stopped the environment: a person must look.
+            Some(RolloutState::Halted) => (True::Stalled, "Halted", progress()),
             Some(RolloutState::Revoked) => (True::Stalled, "Revoked", progress()),
             Some(RolloutState::Refused) => match f.refused {
                 Some(r) => refusal(r),
@@ -382,6 +384,7 @@ mod tests {
                 ("False", "False", "True", "RefusedByGate"),
                 "Failed",
             ),
+            (Halted, ("False", "False", "True", "Halted"), "Failed"),
         ];
         for (state, want, k) in cases {
             let f = facts(state);

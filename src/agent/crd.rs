@@ -73,7 +73,8 @@ pub struct DroverStatusStatus {
     /// The pinned version being applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
-    /// Rollout state: pending, paused, rolling, confirmed, blocked or failed.
+    /// Rollout state: pending, paused, rolling, settling, confirmed, blocked,
+    /// failed, refused or halted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
     /// When `state` last changed (RFC 3339).

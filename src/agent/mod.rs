@@ -39,6 +39,7 @@ pub mod recover;
 mod report;
 mod reporter;
 pub mod told;
+mod waves;
 use crate::retry;
 
 pub use backend::{ClusterBackend, Connected, KubeBackend};
@@ -357,6 +358,7 @@ impl<B: ClusterBackend> Agent<B> {
             window_seen: None,
             trust_annotation: None,
             refused_version: None,
+            waves_read: None,
             pace: retry::Paced::default(),
             reconcile_backoff: retry::Backoff::new(Duration::from_secs(2), Duration::from_secs(60)),
         };
@@ -428,6 +430,9 @@ struct Acting<B: ClusterBackend> {
     trust_annotation: Option<String>,
     /// The version the refused head pins (reported as `refused`).
     refused_version: Option<semver::Version>,
+    /// The wave gate's evidence as last read, with the status store and
+    /// applied commit it was read at (read again only when either moves).
+    waves_read: Option<waves::Read>,
     /// Repeated failures are logged once a minute per kind.
     pace: retry::Paced,
     /// Spaces reconcile attempts while the cluster keeps failing them.
@@ -456,6 +461,10 @@ struct Active {
     /// Why the pinned version is revoked by the policy in force, if it is:
     /// no further node starts (docs/design.md §2).
     revoked: Option<String>,
+    /// The environment's waves (one wave of every cluster without `[[wave]]`).
+    waves: Vec<crate::gate::wave::Wave>,
+    /// `[rollout] failure_budget`.
+    failure_budget: u32,
 }
 
 /// When a pass asks to run again.

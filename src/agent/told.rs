@@ -483,7 +483,11 @@ mod tests {
                     });
                     assert!(t.message.len() <= MAX_MESSAGE);
                     if t.state.attention() != Attention::None
-                        && !matches!(t.state, RolloutState::Failed | RolloutState::Blocked)
+                        // The decision's own message says why for these.
+                        && !matches!(
+                            t.state,
+                            RolloutState::Failed | RolloutState::Blocked | RolloutState::Halted
+                        )
                     {
                         assert!(!t.message.is_empty(), "{state:?} {revoked:?}");
                     }

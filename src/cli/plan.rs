@@ -40,7 +40,8 @@ pub struct Args {
     /// Read the nodes from this cluster instead of simulating them (read-only).
     #[arg(long)]
     pub kubeconfig: Option<std::path::PathBuf>,
-    /// The cluster's name, with --kubeconfig.
+    /// The cluster's name: with --kubeconfig, and to plan in its wave's
+    /// own window when its environment's `[[wave]]` gives it one.
     #[arg(long, default_value = "cluster")]
     pub cluster: String,
 }
@@ -79,6 +80,8 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         Ok(env) => env,
         Err(rejected) => return rejected,
     };
+    // A cluster of a wave with a window of its own moves in that window.
+    let env = &env.for_cluster(&args.cluster);
     let now = args.now.unwrap_or_else(Utc::now);
     // The calendar the agent asks (windows, freezes, pause): the forecast
     // and the decision below ask it the same way.

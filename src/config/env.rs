@@ -5,6 +5,7 @@
 use super::selector::LabelSelector;
 use super::spanned::{Ctx, Value};
 use super::values::parse_version;
+use super::waves::WaveSites;
 use super::{
     DriverSpec, EnvConfig, MaxUnavailable, NodesSpec, OnDrainTimeout, OnFailure, PromotionSpec,
     RolloutSpec, DEFAULT_BOTTLEROCKET_IMAGE, DEFAULT_BOTTLEROCKET_OS_IMAGE_REGEX,
@@ -28,6 +29,7 @@ pub(super) const ENV_KEYS: &[(&str, &[&str])] = &[
             "nodes",
             "freeze",
             "health",
+            "wave",
         ],
     ),
     ("window", &["schedule", "duration", "timezone"]),
@@ -43,14 +45,36 @@ pub(super) const ENV_KEYS: &[(&str, &[&str])] = &[
             "on_failure",
             "max_rollbacks",
             "paused",
+            "failure_budget",
         ],
     ),
     ("promotion", &["soak"]),
     ("driver", &["kind", "image", "command"]),
     ("nodes", &["version_regex", "os_image_regex"]),
+    (
+        "wave",
+        &[
+            "clusters",
+            "schedule",
+            "duration",
+            "timezone",
+            "soak",
+            "max_concurrency",
+        ],
+    ),
 ];
 
 pub(super) fn env_inner(file: &str, name: &str, text: &str) -> Result<EnvConfig, Vec<Diagnostic>> {
+    env_with_sites(file, name, text).map(|(env, _)| env)
+}
+
+/// [`env_inner`], with where the file wrote its waves (for the check
+/// against `drover.toml`'s clusters, `super::waves::check_clusters`).
+pub(super) fn env_with_sites(
+    file: &str,
+    name: &str,
+    text: &str,
+) -> Result<(EnvConfig, WaveSites), Vec<Diagnostic>> {
     let mut cx = Ctx::new(file, text);
     let Some(doc) = cx.parse() else {
         return Err(cx.diags);
@@ -233,33 +257,65 @@ pub(super) fn env_inner(file: &str, name: &str, text: &str) -> Result<EnvConfig,
             }),
     };
 
+    let failure_budget = match rollout.and_then(|t| t.get("failure_budget")) {
+        None => 0,
+        Some(v) => match v.get_ref() {
+            DeValue::Integer(i) => match i64::from_str_radix(i.as_str(), i.radix())
+                .ok()
+                .and_then(|n| u32::try_from(n).ok())
+            {
+                Some(n) => n,
+                None => {
+                    cx.err(
+                        &v.span(),
+                        "`failure_budget` must be an integer of at least 0: how many clusters \
+                         of the environment may report `failed` for a version before every \
+                         cluster of it halts",
+                    );
+                    0
+                }
+            },
+            other => {
+                cx.type_err("failure_budget", &v.span(), "an integer such as 0", other);
+                0
+            }
+        },
+    };
+
+    let (waves, sites) = cx.waves(doc);
+
     let health = super::health::parse_health(file, text, doc, &mut cx.diags);
 
     match (version, version_regex) {
-        (Some(version), Some(version_regex)) if cx.diags.is_empty() => Ok(EnvConfig {
-            name: name.to_owned(),
-            version,
-            allow_downgrade,
-            windows,
-            freezes,
-            rollout: RolloutSpec {
-                max_unavailable,
-                drain_timeout: drain.0,
-                node_timeout: node.0,
-                node_selector,
-                on_drain_timeout,
-                on_failure,
-                max_rollbacks,
-                paused,
+        (Some(version), Some(version_regex)) if cx.diags.is_empty() => Ok((
+            EnvConfig {
+                name: name.to_owned(),
+                version,
+                allow_downgrade,
+                windows,
+                freezes,
+                rollout: RolloutSpec {
+                    max_unavailable,
+                    drain_timeout: drain.0,
+                    node_timeout: node.0,
+                    node_selector,
+                    on_drain_timeout,
+                    on_failure,
+                    max_rollbacks,
+                    paused,
+                    failure_budget,
+                },
+                promotion: PromotionSpec { soak },
+                driver,
+                nodes: NodesSpec {
+                    version_regex,
+                    os_image_regex,
+                },
+                health,
+                waves,
             },
-            promotion: PromotionSpec { soak },
-            driver,
-            nodes: NodesSpec {
-                version_regex,
-                os_image_regex,
-            },
-            health,
-        }),
+            sites,
+        )),
         _ if cx.diags.is_empty() => Err(vec![Diagnostic::file(file, "invalid environment file")]),
         _ => Err(cx.diags),
     }

@@ -2,7 +2,7 @@
 //! file the chain names, with problems that involve several files (stray or
 //! missing environment files). Every problem of every file is collected.
 
-use super::env::env_inner;
+use super::env::{env_inner, env_with_sites};
 use super::files::EntryKind;
 use super::root::{root_inner, RootParsed};
 use super::values::quoted_list;
@@ -57,8 +57,21 @@ pub fn load_at(files: &dyn Files, _now: DateTime<Utc>) -> Result<RepoConfig, Vec
         }
         let path = env_path(name);
         match read_text(files, &path) {
-            Ok(text) => match env_inner(&path, name, &text) {
-                Ok(env) => {
+            Ok(text) => match env_with_sites(&path, name, &text) {
+                Ok((env, sites)) => {
+                    // Waves name drover.toml's clusters: checked once both are read.
+                    if let Some((
+                        _,
+                        RootParsed {
+                            config: Some(root), ..
+                        },
+                    )) = &root
+                    {
+                        let clusters = root.clusters.get(name).map_or(&[][..], Vec::as_slice);
+                        diags.extend(super::waves::check_clusters(
+                            &path, &text, name, &env.waves, &sites, clusters,
+                        ));
+                    }
                     envs.insert(name.clone(), env);
                 }
                 Err(d) => diags.extend(d),

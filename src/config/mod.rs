@@ -16,6 +16,7 @@ mod spanned;
 #[cfg(test)]
 mod tests;
 mod values;
+mod waves;
 mod windows;
 
 pub use files::{

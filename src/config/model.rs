@@ -46,6 +46,9 @@ pub const DEFAULT_ON_FAILURE: OnFailure = OnFailure::Halt;
 pub const DEFAULT_MAX_ROLLBACKS: u32 = 1;
 /// Default `[promotion] soak` of an environment file.
 pub const DEFAULT_SOAK: Duration = Duration::from_secs(24 * 3600);
+/// Default `soak` of a `[[wave]]`: the same day as between environments, so
+/// one word has one default.
+pub const DEFAULT_WAVE_SOAK: Duration = DEFAULT_SOAK;
 /// Default `[driver] image` of `kind = "bottlerocket"` (`kind = "job"`
 /// requires its own image): the updater image built from
 /// `deploy/updater/Dockerfile`, pinned by digest. The admission policy of
@@ -75,6 +78,19 @@ impl RepoConfig {
     pub fn lower(&self, env: &str) -> Option<&str> {
         let i = self.root.chain.iter().position(|e| e == env)?;
         i.checked_sub(1).map(|j| self.root.chain[j].as_str())
+    }
+
+    /// The waves of `env`: each wave's clusters, in `drover.toml`'s order;
+    /// one wave of every cluster when the environment has no `[[wave]]`.
+    pub fn waves(&self, env: &str) -> Vec<Vec<String>> {
+        let clusters = self.clusters(env);
+        match self.envs.get(env).map(|e| e.waves.as_slice()) {
+            None | Some([]) => vec![clusters.to_vec()],
+            Some(waves) => waves
+                .iter()
+                .map(|w| clusters.iter().filter(|c| w.holds(c)).cloned().collect())
+                .collect(),
+        }
     }
 
     /// The clusters that make up `env` (empty when none are listed).
@@ -150,6 +166,75 @@ pub struct EnvConfig {
     pub nodes: NodesSpec,
     /// What "confirmed" means beyond "Ready at the version".
     pub health: super::HealthSpec,
+    /// `[[wave]]`: the environment's clusters in the order they take a
+    /// version, each wave gated on the one before (docs/design.md §4a);
+    /// empty = one wave of every cluster, as before waves existed.
+    pub waves: Vec<WaveSpec>,
+}
+
+impl EnvConfig {
+    /// The index of the wave `cluster` is in; `None` without waves (or
+    /// for a cluster no wave holds, which `drover check` refuses).
+    pub fn wave_of(&self, cluster: &str) -> Option<usize> {
+        self.waves.iter().position(|w| w.holds(cluster))
+    }
+
+    /// The environment as `cluster`'s agent acts on it: its wave's own
+    /// window, when it has one, in place of the environment's windows
+    /// (freezes and pause stay the environment's).
+    pub fn for_cluster(&self, cluster: &str) -> EnvConfig {
+        let mut env = self.clone();
+        if let Some(w) = self
+            .wave_of(cluster)
+            .and_then(|i| self.waves[i].window.clone())
+        {
+            env.windows = vec![w];
+        }
+        env
+    }
+}
+
+/// One `[[wave]]` of an environment file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WaveSpec {
+    /// Cluster names or glob patterns (`*`, `?`) over the environment's
+    /// clusters in `drover.toml`, as written.
+    pub clusters: Vec<String>,
+    /// The wave's own window, replacing the environment's windows for its
+    /// clusters; `None` = the environment's.
+    pub window: Option<WindowSpec>,
+    /// How long every cluster of this wave must have confirmed a version
+    /// before the next wave may start it. Default [`DEFAULT_WAVE_SOAK`].
+    pub soak: Duration,
+    /// How many of the wave's clusters may roll a version at once; `None`
+    /// (the default) = all of them.
+    pub max_concurrency: Option<u32>,
+}
+
+impl WaveSpec {
+    /// Whether `cluster` is one of this wave's (by name or pattern).
+    pub fn holds(&self, cluster: &str) -> bool {
+        self.clusters.iter().any(|p| pattern_matches(p, cluster))
+    }
+}
+
+/// Whether the glob `pattern` (`*` any run of characters, `?` one; nothing
+/// else is special) matches `name` whole.
+pub fn pattern_matches(pattern: &str, name: &str) -> bool {
+    if !pattern.contains(['*', '?']) {
+        return pattern == name;
+    }
+    let mut re = String::from("^");
+    for c in pattern.chars() {
+        match c {
+            '*' => re.push_str(".*"),
+            '?' => re.push('.'),
+            c => re.push_str(&regex::escape(&c.to_string())),
+        }
+    }
+    re.push('$');
+    // Escaped literals and two metacharacters: always a valid expression.
+    regex::Regex::new(&re).is_ok_and(|r| r.is_match(name))
 }
 
 /// `[rollout]`.
@@ -175,6 +260,9 @@ pub struct RolloutSpec {
     pub max_rollbacks: u32,
     /// Finish the node in flight, start no new one. Default `false`.
     pub paused: bool,
+    /// Clusters of the environment that may report `failed` for a version
+    /// before the whole environment halts it (docs/design.md §4a). Default 0.
+    pub failure_budget: u32,
 }
 
 /// `max_unavailable`: a count or a percentage of the selected nodes.
@@ -301,6 +389,7 @@ impl Default for RolloutSpec {
             on_failure: DEFAULT_ON_FAILURE,
             max_rollbacks: DEFAULT_MAX_ROLLBACKS,
             paused: false,
+            failure_budget: 0,
         }
     }
 }

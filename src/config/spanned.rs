@@ -96,12 +96,14 @@ impl<'a> Ctx<'a> {
             if valid.contains(&key) {
                 continue;
             }
-            let elsewhere = schema
+            let elsewhere: Vec<String> = schema
                 .iter()
-                .find(|(s, keys)| *s != section && !s.is_empty() && keys.contains(&key))
-                .map(|(s, _)| *s);
+                .filter(|(s, keys)| *s != section && !s.is_empty() && keys.contains(&key))
+                .map(|(s, _)| format!("[{s}]"))
+                .collect();
+            let elsewhere = (!elsewhere.is_empty()).then(|| elsewhere.join(" or "));
             let hint = match (elsewhere, nearest(key, valid.iter().copied())) {
-                (Some(s), _) => format!("; `{key}` belongs in [{s}];"),
+                (Some(s), _) => format!("; `{key}` belongs in {s};"),
                 (None, Some(n)) => format!("; did you mean `{n}`?"),
                 (None, None) => ";".to_owned(),
             };

@@ -306,6 +306,65 @@ fn a_bottlerocket_image_must_be_pinned_by_digest() {
 }
 
 #[test]
+fn waves_parse_resolve_and_give_their_clusters_their_own_window() {
+    let env = parse_env(
+        "environments/production.toml",
+        "production",
+        r#"
+version = "1.13.2"
+[window]
+schedule = "0 2 20 * *"
+timezone = "Europe/Madrid"
+[rollout]
+failure_budget = 1
+[[wave]]
+clusters = ["prod-eu-*"]
+soak = "24h"
+[[wave]]
+clusters = ["prod-us-1", "prod-us-?"]
+schedule = "0 2 21 * *"
+duration = "4h"
+timezone = "America/New_York"
+max_concurrency = 1
+"#,
+    )
+    .expect("valid");
+    assert_eq!(env.rollout.failure_budget, 1);
+    assert_eq!(env.waves.len(), 2);
+    assert_eq!(env.waves[0].soak, Duration::from_secs(24 * 3600));
+    assert_eq!(env.waves[0].window, None);
+    assert_eq!(env.waves[1].max_concurrency, Some(1));
+    assert_eq!(env.waves[1].soak, DEFAULT_WAVE_SOAK);
+    assert_eq!(env.wave_of("prod-eu-7"), Some(0));
+    assert_eq!(env.wave_of("prod-us-2"), Some(1));
+    assert_eq!(env.wave_of("prod-us-10"), None);
+    // A wave's own window replaces the environment's for its clusters only.
+    let us = env.for_cluster("prod-us-2");
+    assert_eq!(us.windows.len(), 1);
+    assert_eq!(us.windows[0].timezone, Tz::America__New_York);
+    assert_eq!(us.windows[0].duration, Duration::from_secs(4 * 3600));
+    assert_eq!(env.for_cluster("prod-eu-1").windows, env.windows);
+    let mut cfg = RepoConfig {
+        root: parse_root("drover.toml", "[promotion]\nchain = [\"production\"]\n").expect("root"),
+        envs: [("production".to_owned(), env)].into(),
+    };
+    cfg.root.clusters.insert(
+        "production".into(),
+        vec!["prod-us-1".into(), "prod-eu-1".into(), "prod-us-2".into()],
+    );
+    assert_eq!(
+        cfg.waves("production"),
+        vec![
+            vec!["prod-eu-1".to_owned()],
+            vec!["prod-us-1".to_owned(), "prod-us-2".to_owned()]
+        ]
+    );
+    assert!(pattern_matches("prod-*", "prod-eu-1"));
+    assert!(!pattern_matches("prod-?", "prod-eu"));
+    assert!(!pattern_matches("eu", "prod-eu"));
+}
+
+#[test]
 fn on_failure_and_max_rollbacks_parse_with_their_defaults() {
     let env = parse_env("environments/x.toml", "x", "version = \"2.0.0\"\n").expect("valid");
     assert_eq!(env.rollout.on_failure, OnFailure::Halt);

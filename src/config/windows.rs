@@ -80,6 +80,12 @@ impl<'a> Ctx<'a> {
 
     fn window(&mut self, t: &DeTable<'a>) -> WindowSpec {
         self.check_keys(t, "window", ENV_KEYS);
+        self.window_keys(t)
+    }
+
+    /// `schedule`, `duration` and `timezone` of `t` (a `[[window]]` or a
+    /// `[[wave]]`, whose keys the caller checks), validated alike.
+    pub(super) fn window_keys(&mut self, t: &DeTable<'a>) -> WindowSpec {
         let timezone = match t.get("timezone") {
             None => Some(DEFAULT_TIMEZONE),
             Some(v) => self.timezone(v),

@@ -7,7 +7,7 @@ use super::reports::{self, Entry};
 use crate::admit::{self, Change, GitEvidence};
 use crate::audit::{self, LogOptions};
 use crate::config::{EnvConfig, RepoConfig};
-use crate::gate::{self, Decision, Reason};
+use crate::gate::{self, wave, Decision, Reason};
 use crate::status;
 use crate::trust::AllowedSigners;
 use crate::window::{self, Calendar};
@@ -109,6 +109,8 @@ fn collect(
         _ => unsigned(String::new()),
     };
     let mut latest: BTreeMap<(String, String), Shown> = BTreeMap::new();
+    // The wave gate's evidence is the verified read only.
+    let verified = conf.as_ref().ok().filter(|_| signers.is_some()).cloned();
     match conf {
         Ok(c) => {
             for i in c.ignored.iter().filter(|i| !i.commit.is_empty()) {
@@ -179,20 +181,83 @@ fn collect(
                 message: "the repository has no HEAD commit to judge from".into(),
             },
         };
+        let waves = wave::waves(cfg, &env.name);
+        let evidence_env = verified
+            .as_ref()
+            .map(|c| admit::evidence_of(c, cfg.clusters(&env.name), &env.name, &env.version));
+        let empty = wave::EnvEvidence::default();
+        let since = head
+            .as_ref()
+            .and_then(|h| DateTime::from_timestamp(h.time().seconds(), 0))
+            .unwrap_or(DateTime::<Utc>::MIN_UTC);
+        let gate_of = |c: &str| {
+            wave::judge(&wave::WaveRequest {
+                env: &env.name,
+                cluster: c,
+                version: &env.version,
+                waves: &waves,
+                failure_budget: env.rollout.failure_budget,
+                since,
+                evidence: evidence_env.as_ref().unwrap_or(&empty),
+                now,
+            })
+        };
+        let all: Vec<String> = cfg.clusters(&env.name).to_vec();
+        let halt = evidence_env.as_ref().and_then(|ev| {
+            wave::halt(
+                &env.name,
+                &env.version,
+                env.rollout.failure_budget,
+                since,
+                ev,
+                &all,
+            )
+        });
         let clusters = cfg
             .clusters(&env.name)
             .iter()
             .map(|c| {
                 let entry = latest.get(&(env.name.clone(), c.clone()));
+                let gate = gate_of(c);
                 ClusterView {
                     name: c.clone(),
                     report: entry.map(|e| e.report.clone()),
                     trust: entry.map_or(Trust::None, |e| e.trust),
                     signer: entry.and_then(|e| e.signer.clone()),
                     untrusted_reason: entry.and_then(|e| e.why.clone()),
+                    wave: (!env.waves.is_empty())
+                        .then(|| env.wave_of(c).map(|i| i + 1))
+                        .flatten(),
+                    waits_on: match &gate {
+                        wave::WaveGate::Open { .. } => None,
+                        wave::WaveGate::Halted(_) => Some("halted".into()),
+                        g => Some(g.to_string()),
+                    },
                 }
             })
             .collect();
+        let halt = halt.map(|h| HaltView {
+            version: h.version.to_string(),
+            failure_budget: h.budget,
+            revoke: format!(
+                "drover revoke {} --reason \"{} failed it\"",
+                h.version,
+                h.failed
+                    .iter()
+                    .map(|(c, _)| c.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            failed: h
+                .failed
+                .into_iter()
+                .map(|(cluster, f)| HaltFailure {
+                    cluster,
+                    at: f.at,
+                    message: f.message,
+                })
+                .collect(),
+        });
         environments.push(EnvView {
             name: env.name.clone(),
             version: env.version.to_string(),
@@ -202,6 +267,7 @@ fn collect(
             hold,
             freezes,
             gate,
+            halt,
             clusters,
         });
     }

@@ -139,7 +139,10 @@ pub fn row(
             }
             // A revoked version no node runs yet marks no node.
             RolloutState::Revoked if r.nodes_at_version == 0 => {}
-            RolloutState::Failed | RolloutState::Blocked | RolloutState::Revoked => {
+            RolloutState::Failed
+            | RolloutState::Blocked
+            | RolloutState::Revoked
+            | RolloutState::Halted => {
                 out.alarms.push(alarm(r, start, end, &mix));
             }
             RolloutState::Confirmed => out.confirmations.push(Mark {

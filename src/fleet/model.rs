@@ -65,6 +65,9 @@ pub struct EnvView {
     pub freezes: Vec<FreezeView>,
     /// The gate's answer for promoting the lower environment's version into this one.
     pub gate: GateView,
+    /// The halt of the environment's version: more clusters failed it than
+    /// `failure_budget` allows (docs/design.md §4a).
+    pub halt: Option<HaltView>,
     /// Its clusters, in `drover.toml` order.
     pub clusters: Vec<ClusterView>,
 }
@@ -180,6 +183,30 @@ impl GateAnswer {
     }
 }
 
+/// An environment halted for its version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HaltView {
+    /// The version.
+    pub version: String,
+    /// `[rollout] failure_budget`.
+    pub failure_budget: u32,
+    /// The clusters that failed it, each with its report.
+    pub failed: Vec<HaltFailure>,
+    /// The command that stops the version everywhere.
+    pub revoke: String,
+}
+
+/// One cluster's trusted `failed` report of a halted version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HaltFailure {
+    /// The cluster.
+    pub cluster: String,
+    /// When it reported.
+    pub at: DateTime<Utc>,
+    /// What failed: the node and the check.
+    pub message: String,
+}
+
 /// One cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ClusterView {
@@ -195,6 +222,12 @@ pub struct ClusterView {
     /// signed it (or that nobody did), or the commit of its status branch
     /// that breaks the rule, and why.
     pub untrusted_reason: Option<String>,
+    /// Its wave (from 1) when the environment has `[[wave]]`.
+    pub wave: Option<usize>,
+    /// What the wave gate holds it on for the environment's version (the
+    /// previous wave's confirmations or soak, its wave's `max_concurrency`,
+    /// the halt); `None` when it may start.
+    pub waits_on: Option<String>,
 }
 
 /// A status report as shown.

@@ -128,6 +128,26 @@ pub fn env_block(out: &mut String, e: &EnvView) {
         }
     }
     wrap(out, "  gate         ", &e.gate.message);
+    if let Some(h) = &e.halt {
+        let failed: Vec<String> = h
+            .failed
+            .iter()
+            .map(|f| format!("{} at {}: {}", f.cluster, utc_min(&f.at), f.message))
+            .collect();
+        wrap(
+            out,
+            "  HALTED       ",
+            &format!(
+                "{} failed on {} cluster(s), more than failure_budget = {}: {}; no node \
+                 starts for it until a new version or a reviewed change",
+                h.version,
+                h.failed.len(),
+                h.failure_budget,
+                failed.join("; ")
+            ),
+        );
+        wrap(out, "  stop it      ", &h.revoke);
+    }
     let w = e
         .clusters
         .iter()
@@ -180,6 +200,7 @@ pub fn env_block(out: &mut String, e: &EnvView) {
                 if let Some(why) = &c.untrusted_reason {
                     wrap(out, "      ↳ ", &format!("untrusted: {why}"));
                 }
+                wave_line(out, c);
             }
             None => {
                 put(
@@ -189,8 +210,20 @@ pub fn env_block(out: &mut String, e: &EnvView) {
                         c.name, "-", "no report", "-", "-"
                     ),
                 );
+                wave_line(out, c);
             }
         }
+    }
+}
+
+/// A cluster's wave and what the wave gate holds it on, when it has waves
+/// (the gate's words name the wave when it waits).
+fn wave_line(out: &mut String, c: &super::model::ClusterView) {
+    match (c.wave, &c.waits_on) {
+        (Some(_), Some(on)) if on != "halted" => wrap(out, "      ↳ ", on),
+        (Some(w), Some(_)) => wrap(out, "      ↳ ", &format!("wave {w}: halted")),
+        (Some(w), None) => wrap(out, "      ↳ ", &format!("wave {w}: may start")),
+        (None, _) => {}
     }
 }
 
@@ -264,6 +297,7 @@ mod tests {
                     after: None,
                     message: "production may not take 1.13.2: stage lists no clusters under [clusters] in drover.toml, so nothing can confirm 1.13.2 there".into(),
                 },
+                halt: None,
                 clusters: vec![ClusterView {
                     name: "prod-eu-1".into(),
                     report: Some(ReportView {
@@ -279,6 +313,8 @@ mod tests {
                     trust: Trust::Trusted,
                     signer: Some("production/prod-eu-1".into()),
                     untrusted_reason: None,
+                    wave: None,
+                    waits_on: None,
                 }],
             }],
             warnings: vec![format!("status/production/prod-eu-1.toml in cccccccccc: {}", "long ".repeat(30))],

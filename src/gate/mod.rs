@@ -21,6 +21,8 @@
 //!   commit that set the lower environment's file to the version (history);
 //!   it has passed when `now >= that + soak`.
 
+pub mod wave;
+
 use chrono::{DateTime, SecondsFormat, Utc};
 use semver::Version;
 use std::collections::BTreeMap;

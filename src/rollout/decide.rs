@@ -286,6 +286,10 @@ fn conclude(
 ) -> Decision {
     let (state, message) = if let Some((node, msg)) = &t.failed {
         (RolloutState::Failed, format!("node {node} failed: {msg}"))
+    } else if let Some(h) = hold.as_ref().filter(|(s, _)| *s == RolloutState::Halted) {
+        // The environment's halt is what every cluster of it shows, one
+        // that had confirmed or has nodes in flight (they finish) included.
+        h.clone()
     } else if t.confirmed {
         (RolloutState::Confirmed, String::new())
     } else if let Some(until) = t.settling {

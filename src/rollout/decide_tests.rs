@@ -501,3 +501,47 @@ fn a_blocked_node_waits_out_its_backoff_unless_its_budgets_relent() {
     assert_eq!(retry_backoff(0), Duration::from_secs(300));
     assert_eq!(retry_backoff(30), Duration::from_secs(7200));
 }
+
+#[test]
+fn a_halted_environment_starts_no_node_lets_the_one_in_flight_finish_and_says_halted() {
+    let mut halted = open();
+    halted.halted = Some("production halted for 1.13.2: prod-eu-1 failed it".into());
+    let nodes = vec![
+        with(idle("a", "1.12.0"), ProgressState::Upgrading, "02:10", true),
+        idle("b", "1.12.0"),
+    ];
+    let d = decide(
+        &policy(2, OnDrainTimeout::Skip),
+        &halted,
+        &nodes,
+        t("02:20"),
+    );
+    assert!(
+        !d.actions.iter().any(|a| matches!(a, Action::Cordon { .. })),
+        "{:?}",
+        d.actions
+    );
+    assert_eq!(d.state, RolloutState::Halted);
+    assert!(d.message.contains("prod-eu-1 failed it"), "{}", d.message);
+    // A cluster that had confirmed shows the environment's halt too.
+    let done = vec![idle("a", "1.13.2")];
+    let d = decide(&policy(1, OnDrainTimeout::Skip), &halted, &done, t("02:20"));
+    assert_eq!(d.state, RolloutState::Halted);
+    assert!(d.actions.is_empty());
+}
+
+#[test]
+fn a_wave_waiting_for_the_one_before_is_pending_and_starts_nothing() {
+    let mut waiting = open();
+    waiting.waiting =
+        Some("wave 2 waits for wave 1 to confirm: not yet confirmed by prod-eu-1".into());
+    let d = decide(
+        &policy(1, OnDrainTimeout::Skip),
+        &waiting,
+        &[idle("a", "1.12.0")],
+        t("03:00"),
+    );
+    assert!(d.actions.is_empty());
+    assert_eq!(d.state, RolloutState::Pending);
+    assert!(d.message.starts_with("wave 2 waits"), "{}", d.message);
+}

@@ -65,6 +65,13 @@ pub struct Inputs {
     pub may_start: bool,
     /// Why `may_start` is false, for the status message.
     pub hold_reason: String,
+    /// The environment is halted for the target (`crate::gate::wave`): no
+    /// node starts, nodes in flight finish, the state is `halted` with this
+    /// message.
+    pub halted: Option<String>,
+    /// The cluster's wave waits for the one before it (`crate::gate::wave`):
+    /// no node starts, the state is `pending` with this message.
+    pub waiting: Option<String>,
     /// The window at `now` for a change that is not a patch update.
     pub window: WindowState,
     /// The window at `now` for a patch update (same major.minor as every

@@ -1,6 +1,7 @@
 //! Which nodes may start now: the one answer to "may a node start" (a
-//! failed node, a `stop` block, a health hold, the gate and trust, the
-//! window, each in that order of precedence), and the candidates that fit
+//! failed node, the environment's halt, a `stop` block, a health hold, the
+//! gate and trust, the wave gate, the window, each in that order of
+//! precedence), and the candidates that fit
 //! the budget: never-attempted nodes in name order, then blocked ones due
 //! for a retry (`skip`), or blocked ones first (`stop`); a node whose start
 //! just failed goes after the others (`held.rs`).
@@ -22,6 +23,8 @@ pub(super) fn hold(ctx: &Ctx<'_>, t: &Tally<'_>) -> Option<(RolloutState, String
             RolloutState::Failed,
             format!("node {node} failed: {msg}; rollout stopped until retry or a new target"),
         ))
+    } else if let Some(h) = &inputs.halted {
+        Some((RolloutState::Halted, h.clone()))
     } else if let Some((node, msg)) = &t.stop_blocked {
         Some((
             RolloutState::Blocked,
@@ -40,6 +43,8 @@ pub(super) fn hold(ctx: &Ctx<'_>, t: &Tally<'_>) -> Option<(RolloutState, String
                 inputs.hold_reason.clone()
             },
         ))
+    } else if let Some(w) = &inputs.waiting {
+        Some((RolloutState::Pending, w.clone()))
     } else if !win.is_open() {
         let state = if win.held.is_some() {
             RolloutState::Paused

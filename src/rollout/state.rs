@@ -37,6 +37,10 @@ pub enum RolloutState {
     /// A newer head was refused by trust or the gate; the agent stays on its
     /// last trusted state and `version` is the refused one.
     Refused,
+    /// More clusters of the environment failed `version` than its
+    /// `failure_budget` allows: no node starts here until a new version or
+    /// a reviewed change; the message names the clusters, nodes and checks.
+    Halted,
 }
 
 /// What a state asks of the person watching the fleet: the one table the
@@ -55,7 +59,7 @@ pub enum Attention {
 
 impl RolloutState {
     /// Every state, for metrics that keep one series per state.
-    pub const ALL: [RolloutState; 9] = [
+    pub const ALL: [RolloutState; 10] = [
         RolloutState::Pending,
         RolloutState::Paused,
         RolloutState::Rolling,
@@ -65,10 +69,12 @@ impl RolloutState {
         RolloutState::Failed,
         RolloutState::Revoked,
         RolloutState::Refused,
+        RolloutState::Halted,
     ];
 
     /// The name written in reports (`pending`, `paused`, `rolling`,
-    /// `settling`, `confirmed`, `blocked`, `failed`, `revoked`, `refused`).
+    /// `settling`, `confirmed`, `blocked`, `failed`, `revoked`, `refused`,
+    /// `halted`).
     pub fn as_str(self) -> &'static str {
         match self {
             RolloutState::Pending => "pending",
@@ -80,6 +86,7 @@ impl RolloutState {
             RolloutState::Failed => "failed",
             RolloutState::Revoked => "revoked",
             RolloutState::Refused => "refused",
+            RolloutState::Halted => "halted",
         }
     }
 
@@ -96,7 +103,10 @@ impl RolloutState {
             | RolloutState::Rolling
             | RolloutState::Settling
             | RolloutState::Confirmed => Attention::None,
-            RolloutState::Blocked | RolloutState::Failed | RolloutState::Revoked => Attention::Now,
+            RolloutState::Blocked
+            | RolloutState::Failed
+            | RolloutState::Revoked
+            | RolloutState::Halted => Attention::Now,
             RolloutState::Refused => Attention::Lasting,
         }
     }

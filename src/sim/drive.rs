@@ -99,7 +99,7 @@ pub async fn drive(
         steps += 1;
         let finished = matches!(
             out.decision.state,
-            RolloutState::Confirmed | RolloutState::Failed
+            RolloutState::Confirmed | RolloutState::Failed | RolloutState::Halted
         ) && sim.in_flight() == 0;
         if finished {
             return Ok(DriveReport {

@@ -191,6 +191,18 @@ pub struct Newest {
     pub trust: Trust,
 }
 
+/// A trusted `failed` report: what the fleet-wide halt counts
+/// (docs/design.md §4a).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// The report's time (its signed commit's, or its `since` if later).
+    pub at: DateTime<Utc>,
+    /// The signed status commit that wrote it.
+    pub status_commit: Oid,
+    /// What failed (the node and the check), cut at [`MAX_SHOWN_MESSAGE`].
+    pub message: String,
+}
+
 /// What the status store proves, per cluster and version.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Confirmations {
@@ -200,6 +212,9 @@ pub struct Confirmations {
     pub(super) confirmed: BTreeMap<(String, String, Version), Standing>,
     /// (env, cluster, version) -> the `failed` report that withdrew it.
     pub(super) withdrawn: BTreeMap<(String, String, Version), DateTime<Utc>>,
+    /// (env, cluster, version) -> the newest trusted `failed` report, whether
+    /// or not a later confirmation followed it.
+    pub(super) failures: BTreeMap<(String, String, Version), Failure>,
     /// Reports and branches that do not count, each named with why.
     pub ignored: Vec<Ignored>,
     /// Branches that do not count as a whole.
@@ -237,6 +252,16 @@ impl Confirmations {
             .iter()
             .filter(|((e, _, v), _)| e == env && v == version)
             .map(|((_, c, _), s)| (c.clone(), s.at))
+            .collect()
+    }
+
+    /// The clusters of `env` with a trusted `failed` report for `version`,
+    /// each with its newest one.
+    pub fn failures(&self, env: &str, version: &Version) -> BTreeMap<String, Failure> {
+        self.failures
+            .iter()
+            .filter(|((e, _, v), _)| e == env && v == version)
+            .map(|((_, c, _), f)| (c.clone(), f.clone()))
             .collect()
     }
 
@@ -350,6 +375,9 @@ pub(super) struct Event {
     pub version: Version,
     pub failed: bool,
     pub config_commit: String,
+    /// A `failed` report's message (what failed), cut as for display; empty
+    /// for a confirmation, so a branch's events stay small.
+    pub message: String,
 }
 
 impl Event {
@@ -367,6 +395,11 @@ impl Event {
             version: r.version.clone(),
             failed,
             config_commit: r.config_commit.clone(),
+            message: if failed {
+                for_display(r.clone()).message
+            } else {
+                String::new()
+            },
         })
     }
 }
@@ -423,6 +456,18 @@ pub(super) fn tally(events: &[Event]) -> Tally {
 }
 
 impl Confirmations {
+    /// Add one cluster's `failed` reports (newest first): the newest per version.
+    pub(super) fn add_failures(&mut self, env: &str, cluster: &str, events: &[Event]) {
+        for e in events.iter().filter(|e| e.failed) {
+            let key = (env.to_owned(), cluster.to_owned(), e.version.clone());
+            self.failures.entry(key).or_insert_with(|| Failure {
+                at: e.at,
+                status_commit: e.commit,
+                message: e.message.clone(),
+            });
+        }
+    }
+
     /// Add one cluster's tally.
     pub(super) fn add(&mut self, env: &str, cluster: &str, t: Tally) {
         for (version, r) in t {
@@ -474,6 +519,7 @@ mod tests {
             version: Version::new(1, 13, 0),
             failed,
             config_commit: String::new(),
+            message: String::new(),
         }
     }
 

@@ -366,6 +366,7 @@ impl Tallier {
         if !self.signed || self.void_all || self.void.contains(&key) {
             return;
         }
+        self.out.add_failures(&key.0, &key.1, &events);
         self.out.add(&key.0, &key.1, tally(&events));
     }
 }

@@ -23,4 +23,5 @@ mod agent_rollback;
 mod agent_seams;
 mod agent_status_branches;
 mod agent_story;
+mod agent_waves;
 mod agent_windows;

@@ -47,6 +47,7 @@ mod status_cli;
 mod status_store;
 mod terminal_escape;
 mod timeline_readback;
+mod waves_props;
 mod windows_cli;
 mod windows_differential;
 mod windows_schedule;

@@ -784,3 +784,132 @@ fn now_reads_the_config_and_the_gate_in_force_then() {
         );
     }
 }
+
+#[test]
+fn waves_show_what_each_cluster_waits_on_and_a_failure_halts_the_environment() {
+    let dir = example_repo();
+    let keys = tempfile::tempdir().unwrap();
+    let (eu, line) = keygen(keys.path(), "production/prod-eu-1");
+    let signers = dir.path().join("agents.allowed_signers");
+    let mut text = std::fs::read_to_string(&signers).unwrap();
+    text.push_str(&line);
+    std::fs::write(&signers, text).unwrap();
+    let f = dir.path().join("environments/production.toml");
+    let text = std::fs::read_to_string(&f)
+        .unwrap()
+        .replacen("\"1.12.0\"", "\"1.13.2\"", 1)
+        + "\n[[wave]]\nclusters = [\"prod-eu-*\"]\nsoak = \"1h\"\n\n[[wave]]\nclusters = [\"prod-us-*\"]\n";
+    std::fs::write(f, text).unwrap();
+    // The reviewed change the reports come after.
+    crate::support::git::git_env(
+        dir.path(),
+        &["commit", "-qam", "production in two waves, at 1.13.2"],
+        Some("2026-12-01T00:00:00Z"),
+        &[],
+    );
+    let cluster = |v: &Value, name: &str| -> Value {
+        env(v, "production")["clusters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .cloned()
+            .unwrap()
+    };
+    let v = json(dir.path(), &["status", "--now", "2026-12-01T03:00:00Z"]);
+    assert_eq!(cluster(&v, "prod-eu-1")["wave"], 1);
+    assert_eq!(cluster(&v, "prod-eu-1")["waits_on"], Value::Null);
+    assert_eq!(cluster(&v, "prod-us-1")["wave"], 2);
+    assert_eq!(
+        cluster(&v, "prod-us-1")["waits_on"],
+        "wave 2 waits for wave 1 to confirm: not yet confirmed by prod-eu-1"
+    );
+    assert_eq!(env(&v, "production")["halt"], Value::Null);
+
+    // prod-eu-1's signed confirmation: wave 2 waits for wave 1's soak, then goes.
+    let branch = "drover/status.d/production/prod-eu-1";
+    let path = "status/production/prod-eu-1.toml";
+    let ok = report(
+        "production",
+        "prod-eu-1",
+        "1.13.2",
+        "confirmed",
+        "2026-12-01T02:40:00Z",
+        "",
+    );
+    put_on(dir.path(), branch, path, ok.as_bytes(), Some(&eu));
+    let v = json(dir.path(), &["status", "--now", "2026-12-01T03:00:00Z"]);
+    assert_eq!(
+        cluster(&v, "prod-us-1")["waits_on"],
+        "wave 2 waits for wave 1's soak, which passes at 2026-12-01T03:41:00Z"
+    );
+    let v = json(dir.path(), &["status", "--now", "2026-12-01T04:00:00Z"]);
+    assert_eq!(cluster(&v, "prod-us-1")["waits_on"], Value::Null);
+
+    // A failed check on prod-eu-1 halts production; status says how to stop it.
+    let failed = report(
+        "production",
+        "prod-eu-1",
+        "1.13.2",
+        "failed",
+        "2026-12-01T02:41:00Z",
+        "node ip-10-0-1-7 failed: pod shop/web-7 crash-looping",
+    );
+    put_on(dir.path(), branch, path, failed.as_bytes(), Some(&eu));
+    let v = json(dir.path(), &["status", "--now", "2026-12-01T04:00:00Z"]);
+    let halt = &env(&v, "production")["halt"];
+    assert_eq!(halt["version"], "1.13.2", "{halt:#}");
+    assert_eq!(halt["failure_budget"], 0);
+    assert_eq!(halt["failed"][0]["cluster"], "prod-eu-1");
+    assert_eq!(
+        halt["failed"][0]["message"],
+        "node ip-10-0-1-7 failed: pod shop/web-7 crash-looping"
+    );
+    assert!(
+        halt["revoke"]
+            .as_str()
+            .unwrap()
+            .starts_with("drover revoke 1.13.2 --reason"),
+        "{halt:#}"
+    );
+    assert_eq!(cluster(&v, "prod-us-1")["waits_on"], "halted");
+    let (code, out, err) = drover(dir.path(), &["status", "--now", "2026-12-01T04:00:00Z"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("HALTED"), "{out}");
+    assert!(out.contains("drover revoke 1.13.2"), "{out}");
+    assert!(out.contains("wave 2: halted"), "{out}");
+    assert_fits_80(&out);
+    // A reviewed change after the failure ends the halt (here: prod-us moves
+    // at night in New York), and plan for a cluster of a wave with its own window forecasts in that window.
+    let f = dir.path().join("environments/production.toml");
+    let text = std::fs::read_to_string(&f).unwrap().replace(
+        "clusters = [\"prod-us-*\"]\n",
+        "clusters = [\"prod-us-*\"]\nschedule = \"0 2 21 * *\"\ntimezone = \"America/New_York\"\n",
+    );
+    std::fs::write(f, text).unwrap();
+    crate::support::git::git_env(
+        dir.path(),
+        &["commit", "-qam", "prod-us at night in New York"],
+        Some("2026-12-01T03:00:00Z"),
+        &[],
+    );
+    let plan = |cluster: &str| {
+        let p = json(
+            dir.path(),
+            &[
+                "plan",
+                "--env",
+                "production",
+                "--cluster",
+                cluster,
+                "--now",
+                "2026-12-01T04:00:00Z",
+            ],
+        );
+        p["forecast"]["windows"][0]["start"].clone()
+    };
+    assert_eq!(plan("prod-us-1"), "2026-12-21T07:00:00Z");
+    assert_eq!(plan("prod-eu-1"), "2026-12-20T01:00:00Z");
+    let v = json(dir.path(), &["status", "--now", "2026-12-01T04:00:00Z"]);
+    assert_eq!(env(&v, "production")["halt"], Value::Null);
+}
