@@ -40,6 +40,25 @@ pub(super) fn draining(
         }
         return;
     }
+    let started = NodeProgress {
+        state: ProgressState::Upgrading,
+        target: ctx.target.clone(),
+        ..p.clone()
+    };
+    evict_or_start(n, p, message, started, t);
+}
+
+/// The step of a drained-or-draining node: evict what is left on it, else
+/// start its driver with `started` as its record (an upgrade's, or a
+/// rollback's). A hold's message is noted while pods remain and carried
+/// into the started record.
+pub(super) fn evict_or_start(
+    n: &NodeView,
+    p: &NodeProgress,
+    message: Option<String>,
+    started: NodeProgress,
+    t: &mut Tally<'_>,
+) {
     if n.pods_to_evict > 0 {
         if let Some(m) = message {
             t.advances.push(held::note(n, p, m));
@@ -51,10 +70,8 @@ pub(super) fn draining(
         t.advances.push(Action::StartUpgrade {
             node: n.name.clone(),
             progress: NodeProgress {
-                state: ProgressState::Upgrading,
-                target: ctx.target.clone(),
                 message: message.unwrap_or_else(|| p.message.clone()),
-                ..p.clone()
+                ..started
             },
         });
     }

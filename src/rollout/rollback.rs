@@ -201,22 +201,7 @@ pub(super) fn rolling_back(
         }
         return;
     }
-    if n.pods_to_evict > 0 {
-        if let Some(m) = message {
-            t.advances.push(held::note(n, p, m));
-        }
-        t.advances.push(Action::Evict {
-            node: n.name.clone(),
-        });
-    } else {
-        t.advances.push(Action::StartUpgrade {
-            node: n.name.clone(),
-            progress: NodeProgress {
-                message: message.unwrap_or_else(|| p.message.clone()),
-                ..p.clone()
-            },
-        });
-    }
+    super::in_flight::evict_or_start(n, p, message, p.clone(), t);
 }
 
 /// Whether node `n`, Ready at its previous version, passes the health
