@@ -336,19 +336,19 @@ fn legacy_change(
     if new_status == old_status {
         return Ok(none());
     }
-    let (n, o) = match (
+    let (n, o) = match both(
         legacy_tree(repo, odb, new_status, "status/")?,
         legacy_tree(repo, odb, old_status, "status/")?,
     ) {
-        (Ok(n), Ok(o)) => (n, o),
-        (Err(why), _) | (_, Err(why)) => return Ok(Err(why)),
+        Ok(pair) => pair,
+        Err(why) => return Ok(Err(why)),
     };
-    let (n, o) = match (
+    let (n, o) = match both(
         entries(n.as_ref(), ObjectType::Tree),
         entries(o.as_ref(), ObjectType::Tree),
     ) {
-        (Ok(n), Ok(o)) => (n, o),
-        (Err(why), _) | (_, Err(why)) => return Ok(Err(why)),
+        Ok(pair) => pair,
+        Err(why) => return Ok(Err(why)),
     };
     let envs = changed(&n, &o, true);
     let [(env, new_env, old_env)] = &envs[..] else {
@@ -362,19 +362,19 @@ fn legacy_change(
         return Ok(Err("writes an environment whose name is not UTF-8".into()));
     };
     let path = format!("status/{env}/");
-    let (n, o) = match (
+    let (n, o) = match both(
         legacy_tree(repo, odb, *new_env, &path)?,
         legacy_tree(repo, odb, *old_env, &path)?,
     ) {
-        (Ok(n), Ok(o)) => (n, o),
-        (Err(why), _) | (_, Err(why)) => return Ok(Err(why)),
+        Ok(pair) => pair,
+        Err(why) => return Ok(Err(why)),
     };
-    let (n, o) = match (
+    let (n, o) = match both(
         entries(n.as_ref(), ObjectType::Blob),
         entries(o.as_ref(), ObjectType::Blob),
     ) {
-        (Ok(n), Ok(o)) => (n, o),
-        (Err(why), _) | (_, Err(why)) => return Ok(Err(why)),
+        Ok(pair) => pair,
+        Err(why) => return Ok(Err(why)),
     };
     let files = changed(&n, &o, false);
     let [(file, blob, _)] = &files[..] else {
@@ -775,6 +775,11 @@ pub(super) fn scan(
         truncated,
         broken,
     })
+}
+
+/// Both reads of a new/old pair, or the first reason either could not be read.
+fn both<T>(new: Result<T, String>, old: Result<T, String>) -> Result<(T, T), String> {
+    Ok((new?, old?))
 }
 
 #[cfg(test)]
