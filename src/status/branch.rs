@@ -323,6 +323,8 @@ fn legacy_status(
 /// What a single-branch commit writes: (env, cluster, its new blob or
 /// `None` when deleted), or why it breaks the rule.
 type LegacyChange = Result<(String, String, Option<Oid>), String>;
+/// An entry's name with its new and old object, or why the commit is refused.
+type OneChange = Result<Option<(Vec<u8>, Option<Oid>, Option<Oid>)>, String>;
 
 /// The one report file a single-branch commit writes, against its parent.
 fn legacy_change(
@@ -336,57 +338,63 @@ fn legacy_change(
     if new_status == old_status {
         return Ok(none());
     }
-    let (n, o) = match both(
-        legacy_tree(repo, odb, new_status, "status/")?,
-        legacy_tree(repo, odb, old_status, "status/")?,
-    ) {
-        Ok(pair) => pair,
+    let env_change = match one_change(
+        repo,
+        odb,
+        new_status,
+        old_status,
+        "status/",
+        ObjectType::Tree,
+    )? {
+        Ok(change) => change,
         Err(why) => return Ok(Err(why)),
     };
-    let (n, o) = match both(
-        entries(n.as_ref(), ObjectType::Tree),
-        entries(o.as_ref(), ObjectType::Tree),
-    ) {
-        Ok(pair) => pair,
-        Err(why) => return Ok(Err(why)),
+    let Some((env, new_env, old_env)) = env_change else {
+        return Ok(none());
     };
-    let envs = changed(&n, &o, true);
-    let [(env, new_env, old_env)] = &envs[..] else {
-        return Ok(if envs.is_empty() {
-            none()
-        } else {
-            Err(more_than_one())
-        });
-    };
-    let Ok(env) = String::from_utf8(env.clone()) else {
+    let Ok(env) = String::from_utf8(env) else {
         return Ok(Err("writes an environment whose name is not UTF-8".into()));
     };
     let path = format!("status/{env}/");
-    let (n, o) = match both(
-        legacy_tree(repo, odb, *new_env, &path)?,
-        legacy_tree(repo, odb, *old_env, &path)?,
-    ) {
-        Ok(pair) => pair,
+    let file_change = match one_change(repo, odb, new_env, old_env, &path, ObjectType::Blob)? {
+        Ok(change) => change,
         Err(why) => return Ok(Err(why)),
     };
-    let (n, o) = match both(
-        entries(n.as_ref(), ObjectType::Blob),
-        entries(o.as_ref(), ObjectType::Blob),
-    ) {
-        Ok(pair) => pair,
-        Err(why) => return Ok(Err(why)),
+    let Some((file, blob, _)) = file_change else {
+        return Ok(none());
     };
-    let files = changed(&n, &o, false);
-    let [(file, blob, _)] = &files[..] else {
-        return Ok(if files.is_empty() {
-            none()
-        } else {
-            Err(more_than_one())
-        });
-    };
-    let cluster = String::from_utf8_lossy(file);
+    let cluster = String::from_utf8_lossy(&file);
     let cluster = cluster.strip_suffix(".toml").unwrap_or(&cluster).to_owned();
-    Ok(Ok((env, cluster, *blob)))
+    Ok(Ok((env, cluster, blob)))
+}
+
+/// One changed entry of `kind` between the trees at `path` of two commits'
+/// status trees: `None` when nothing changed, a reason when more than one
+/// did (a legacy commit writes one environment's one report).
+fn one_change(
+    repo: &Repository,
+    odb: &Odb<'_>,
+    new: Option<Oid>,
+    old: Option<Oid>,
+    path: &str,
+    kind: ObjectType,
+) -> Result<OneChange, git2::Error> {
+    let trees = both(
+        legacy_tree(repo, odb, new, path)?,
+        legacy_tree(repo, odb, old, path)?,
+    );
+    let listed =
+        trees.and_then(|(n, o)| both(entries(n.as_ref(), kind), entries(o.as_ref(), kind)));
+    let (n, o) = match listed {
+        Ok(pair) => pair,
+        Err(why) => return Ok(Err(why)),
+    };
+    let mut changes = changed(&n, &o, kind == ObjectType::Tree);
+    Ok(match changes.len() {
+        0 => Ok(None),
+        1 => Ok(changes.pop()),
+        _ => Err(more_than_one()),
+    })
 }
 
 fn more_than_one() -> String {

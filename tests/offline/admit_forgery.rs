@@ -136,6 +136,11 @@ impl Fixture {
         (code, format!("{out}{err}"))
     }
 
+    /// stage-1's report, signed by stage-1's own key: the genuine evidence.
+    fn stage_1_signs(&self, version: &str, state: &str, since: &str) {
+        self.report("stage", "stage-1", version, state, since, Some("stage-1"));
+    }
+
     fn bump(&self, env: &str, version: &str, extra: &str, date: &str) {
         self.write(
             &format!("environments/{env}.toml"),
@@ -243,22 +248,8 @@ fn key_added_in_the_change_being_judged_does_not_count() {
 #[test]
 fn confirmation_withdrawn_by_a_later_failed_report_is_refused() {
     let f = Fixture::new("status");
-    f.report(
-        "stage",
-        "stage-1",
-        "1.13.0",
-        "confirmed",
-        OLD,
-        Some("stage-1"),
-    );
-    f.report(
-        "stage",
-        "stage-1",
-        "1.13.0",
-        "failed",
-        "2026-12-11T12:00:00Z",
-        Some("stage-1"),
-    );
+    f.stage_1_signs("1.13.0", "confirmed", OLD);
+    f.stage_1_signs("1.13.0", "failed", "2026-12-11T12:00:00Z");
     production_pr(&f);
     refused(
         &f,
@@ -269,14 +260,7 @@ fn confirmation_withdrawn_by_a_later_failed_report_is_refused() {
 #[test]
 fn confirmation_younger_than_the_soak_is_refused() {
     let f = Fixture::new("status");
-    f.report(
-        "stage",
-        "stage-1",
-        "1.13.0",
-        "confirmed",
-        RECENT,
-        Some("stage-1"),
-    );
+    f.stage_1_signs("1.13.0", "confirmed", RECENT);
     production_pr(&f);
     refused(&f, &["production may not take 1.13.0 yet", "soak of 24h"]);
 }
@@ -345,14 +329,7 @@ fn stale_allow_downgrade_is_refused() {
         "allow_downgrade = true",
         "2026-11-02T00:00:00Z",
     );
-    f.report(
-        "stage",
-        "stage-1",
-        "1.0.0",
-        "confirmed",
-        OLD,
-        Some("stage-1"),
-    );
+    f.stage_1_signs("1.0.0", "confirmed", OLD);
     f.branch("pr");
     f.bump(
         "production",
@@ -381,14 +358,7 @@ fn oversized_report_is_ignored_and_named() {
 #[test]
 fn report_deleted_from_the_tip_no_longer_counts() {
     let f = Fixture::new("status");
-    f.report(
-        "stage",
-        "stage-1",
-        "1.13.0",
-        "confirmed",
-        OLD,
-        Some("stage-1"),
-    );
+    f.stage_1_signs("1.13.0", "confirmed", OLD);
     f.status_commit(
         "status/stage/stage-1.toml",
         None,
@@ -402,14 +372,7 @@ fn report_deleted_from_the_tip_no_longer_counts() {
 #[test]
 fn evidence_status_without_report_signers_trusts_no_report() {
     let f = Fixture::new("status");
-    f.report(
-        "stage",
-        "stage-1",
-        "1.13.0",
-        "confirmed",
-        OLD,
-        Some("stage-1"),
-    );
+    f.stage_1_signs("1.13.0", "confirmed", OLD);
     f.write(
         "drover.toml",
         &Fixture::root("status", "[\"test\", \"stage\", \"production\"]", "")
@@ -426,14 +389,7 @@ fn evidence_status_without_report_signers_trusts_no_report() {
 fn control_properly_signed_confirmation_passes() {
     let f = Fixture::new("status");
     f.report("test", "test-1", "1.13.0", "confirmed", OLD, Some("test-1"));
-    f.report(
-        "stage",
-        "stage-1",
-        "1.13.0",
-        "confirmed",
-        OLD,
-        Some("stage-1"),
-    );
+    f.stage_1_signs("1.13.0", "confirmed", OLD);
     production_pr(&f);
     passes(&f);
 }
@@ -441,30 +397,9 @@ fn control_properly_signed_confirmation_passes() {
 #[test]
 fn control_reconfirmation_after_failure_counts_from_the_new_confirmation() {
     let f = Fixture::new("status");
-    f.report(
-        "stage",
-        "stage-1",
-        "1.13.0",
-        "confirmed",
-        "2026-12-05T00:00:00Z",
-        Some("stage-1"),
-    );
-    f.report(
-        "stage",
-        "stage-1",
-        "1.13.0",
-        "failed",
-        "2026-12-06T00:00:00Z",
-        Some("stage-1"),
-    );
-    f.report(
-        "stage",
-        "stage-1",
-        "1.13.0",
-        "confirmed",
-        OLD,
-        Some("stage-1"),
-    );
+    f.stage_1_signs("1.13.0", "confirmed", "2026-12-05T00:00:00Z");
+    f.stage_1_signs("1.13.0", "failed", "2026-12-06T00:00:00Z");
+    f.stage_1_signs("1.13.0", "confirmed", OLD);
     production_pr(&f);
     passes(&f);
 }
@@ -494,14 +429,7 @@ fn control_policy_change_alone_passes() {
 #[test]
 fn control_downgrade_setting_the_flag_in_its_change_passes() {
     let f = Fixture::new("status");
-    f.report(
-        "stage",
-        "stage-1",
-        "1.0.0",
-        "confirmed",
-        OLD,
-        Some("stage-1"),
-    );
+    f.stage_1_signs("1.0.0", "confirmed", OLD);
     f.branch("pr");
     f.bump(
         "production",
