@@ -206,9 +206,13 @@ pub async fn reconcile<C: Cluster>(
         }
     }
     let room = decision.starts_within_budget(failed_give_backs);
-    if room < starts.len() {
+    let cordons_decided = starts
+        .iter()
+        .filter(|a| matches!(a, Action::Cordon { .. }))
+        .count();
+    if room < cordons_decided {
         tracing::warn!(
-            withheld = starts.len() - room,
+            withheld = cordons_decided - room,
             "starts withheld: nodes whose give-back failed still count against the budget"
         );
     }

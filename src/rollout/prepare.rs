@@ -7,15 +7,17 @@
 //! service (brupop stages before it drains, too).
 //!
 //! Choices where docs/design.md is silent:
-//! - At most `max_unavailable` nodes are preparing or staged at once: the
-//!   downloads run one budget ahead of the drains, no further (a node's
-//!   disk and bandwidth are used only for an update about to be booted).
-//! - A preparing node counts against the budget only when it is NotReady:
-//!   it serves. Staged nodes start first, in name order.
-//! - Prepares start when nodes may start (the same `start.rs` answer), or
-//!   with `prestage` up to that long before a window opens, when the only
-//!   reason no node may start is that the calendar's window is closed (never
-//!   under `paused` or a freeze: those say "no change now").
+//! - A preparing or staged node holds a place in `max_unavailable` (it is
+//!   one of the next to leave service, as brupop counts a staging node
+//!   against its concurrency) but is not counted unavailable: it serves.
+//!   Staged nodes start first, in name order.
+//! - By default a node prepares when it may start: the window is open and
+//!   the budget has room. With `prestage` the next nodes prepare ahead, at
+//!   most `max_unavailable` preparing or staged at once (a node's disk and
+//!   bandwidth are used only for an update about to be booted), inside the
+//!   window while others drain and up to `prestage` before it opens, when
+//!   the only reason no node may start is that the calendar's window is
+//!   closed (never under `paused` or a freeze: those say "no change now").
 //! - A prepare run that fails or outlasts `node_timeout` fails the node,
 //!   never cordoned (`failed`, with the driver's reason), and the rollout's
 //!   failure handling applies: no node starts until retry or a new target.

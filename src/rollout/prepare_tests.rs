@@ -98,7 +98,11 @@ fn kinds(d: &Decision) -> Vec<(&'static str, String)> {
 fn a_node_about_to_start_prepares_in_service_before_any_cordon() {
     let nodes = [idle("a", "1.12.0"), idle("b", "1.12.0")];
     let d = decide(&policy(1), &window(true), &nodes, t("03:00"));
-    assert_eq!(kinds(&d), [("prepare", "a".into())]);
+    assert_eq!(
+        kinds(&d),
+        [("prepare", "a".into())],
+        "b waits: a holds the place"
+    );
     let Action::Prepare { progress, .. } = &d.actions[0] else {
         unreachable!()
     };
@@ -132,8 +136,8 @@ fn the_node_is_cordoned_only_once_its_download_finished() {
     let d = decide(&policy(1), &window(true), &staged, t("03:10"));
     assert_eq!(
         kinds(&d),
-        [("cordon", "a".into()), ("prepare", "b".into())],
-        "a leaves service staged; b downloads meanwhile, one budget ahead"
+        [("cordon", "a".into())],
+        "a leaves service staged; b waits for the budget"
     );
     let Action::Cordon { progress, .. } = &d.actions[0] else {
         unreachable!()
@@ -184,10 +188,15 @@ fn a_download_outlasting_node_timeout_fails_the_node_in_service() {
 }
 
 #[test]
-fn downloads_run_at_most_one_budget_ahead_of_the_drains() {
+fn with_prestage_downloads_run_at_most_one_budget_ahead_of_the_drains() {
     let mut nodes = vec![draining("a"), draining("b")];
     nodes.extend(["c", "d", "e", "f"].map(|n| idle(n, "1.12.0")));
+    // Default: nothing ahead while the budget is used up.
     let d = decide(&policy(2), &window(true), &nodes, t("03:00"));
+    assert_eq!(kinds(&d), [("evict", "a".into()), ("evict", "b".into())]);
+    let mut p = policy(2);
+    p.prestage = Duration::from_secs(3600);
+    let d = decide(&p, &window(true), &nodes, t("03:00"));
     assert_eq!(
         kinds(&d),
         [
@@ -241,7 +250,7 @@ fn outside_the_window_nothing_prepares_unless_prestage_reaches_the_opening() {
     ];
     let d = decide(&p, &window(false), &staged, t("01:50"));
     assert_eq!(kinds(&d), []);
-    // ... and cordoned at once when it does.
+    // ... and cordoned at once when it does, the next downloading meanwhile.
     let d = decide(&p, &window(true), &staged, t("02:00"));
     assert_eq!(kinds(&d), [("cordon", "a".into()), ("prepare", "b".into())]);
 }

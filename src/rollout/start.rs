@@ -67,7 +67,9 @@ fn hold_but_window(ctx: &Ctx<'_>, t: &Tally<'_>) -> Option<(RolloutState, String
 
 /// The starts that fit the budget now, counted against it: cordons of
 /// nodes that may leave service, and (with `[driver] prepare`) prepares of
-/// the next candidates, at most `budget` preparing or staged at once.
+/// the next candidates: as many as the budget has room for beside the nodes
+/// out of service, or with `prestage` up to `budget` preparing or staged
+/// at once, ahead of the drains.
 pub(super) fn starts<'a>(ctx: &Ctx<'_>, t: &mut Tally<'a>, budget: usize) -> Vec<Action> {
     if t.confirmed || hold_but_window(ctx, t).is_some() {
         return Vec::new();
@@ -107,7 +109,15 @@ pub(super) fn starts<'a>(ctx: &Ctx<'_>, t: &mut Tally<'a>, budget: usize) -> Vec
         });
     }
     let mut prepares = Vec::new();
-    let mut ahead = t.preparing.len() + t.staged.len();
+    // Preparing and staged nodes hold a place: one of the next to leave
+    // service (brupop counts a staging node against its concurrency too),
+    // or with `prestage` one budget ahead of the drains.
+    let mut reserved = t.preparing.len() + t.staged.len();
+    let room = if ctx.policy.prestage.is_zero() {
+        budget.saturating_sub(t.unavailable)
+    } else {
+        budget
+    };
     for n in candidates {
         let draining = NodeProgress {
             state: ProgressState::Draining,
@@ -124,10 +134,10 @@ pub(super) fn starts<'a>(ctx: &Ctx<'_>, t: &mut Tally<'a>, budget: usize) -> Vec
             },
         };
         if ctx.policy.prepare {
-            if ahead >= budget {
+            if reserved >= room {
                 break;
             }
-            ahead += 1;
+            reserved += 1;
             t.preparing.push(n);
             prepares.push(Action::Prepare {
                 node: n.name.clone(),

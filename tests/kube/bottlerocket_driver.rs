@@ -1003,3 +1003,34 @@ fn a_staged_image_of_another_version_is_downloaded_over_by_the_upgrade() {
     assert_upgraded(&o, &api, "1.22.1", 1);
     assert!(!o.output.contains("staged already"), "{}", o.output);
 }
+
+#[test]
+fn the_prepare_job_says_prepare_and_is_never_taken_for_the_upgrade_of_the_same_instant() {
+    let upgrade = bottlerocket_job();
+    let mut p = NodeProgress {
+        state: ProgressState::Preparing,
+        target: v("1.20.3"),
+        started_at: "2026-12-01T02:00:00Z".parse().unwrap(),
+        cordoned_by_drover: false,
+        message: String::new(),
+        attempts: 0,
+        previous: None,
+    };
+    let prepare = job_for(p.clone());
+    assert_eq!(job_env(&prepare)["DROVER_ACTION"], "prepare");
+    assert_eq!(
+        prepare["metadata"]["annotations"]["drover.dev/action"],
+        "prepare"
+    );
+    assert_ne!(
+        prepare["metadata"]["name"], upgrade["metadata"]["name"],
+        "a prepare and a drain may share an instant; their Jobs never share a name"
+    );
+    // The same command and mounts as the upgrade: the admission policy's pin holds.
+    assert_eq!(
+        prepare["spec"]["template"]["spec"]["containers"][0]["command"],
+        upgrade["spec"]["template"]["spec"]["containers"][0]["command"]
+    );
+    p.state = ProgressState::Upgrading;
+    assert_eq!(job_for(p)["metadata"]["name"], upgrade["metadata"]["name"]);
+}
