@@ -58,10 +58,12 @@ fn hold_but_window(ctx: &Ctx<'_>, t: &Tally<'_>) -> Option<(RolloutState, String
                 inputs.hold_reason.clone()
             },
         ))
-    } else if let Some(w) = &inputs.waiting {
-        Some((RolloutState::Pending, w.clone()))
     } else {
-        None
+        // The wave before this cluster's has not confirmed.
+        inputs
+            .waiting
+            .as_ref()
+            .map(|w| (RolloutState::Pending, w.clone()))
     }
 }
 

@@ -1140,10 +1140,10 @@ impl Inner {
         let start = job_start_time(&job);
         let prepare =
             job.annotations().get(ACTION_ANNOTATION).map(String::as_str) == Some("prepare");
-        if prepare || self.fault(&node_name) == Fault::NotInRepository {
-            if !self.download(&job, &node, &target, &start, prepare).await || prepare {
-                return;
-            }
+        // A prepare ends here; an upgrade goes on unless its version is not offered.
+        let checked = prepare || self.fault(&node_name) == Fault::NotInRepository;
+        if checked && (!self.download(&job, &node, &target, &start, prepare).await || prepare) {
+            return;
         }
         if self.opts.graceful_shutdown.is_some() {
             self.run_job_pods(&job, &node, &target, &start).await;
