@@ -197,9 +197,10 @@ impl SimNode {
         )
     }
 
-    /// Driver runs started on this node.
+    /// Driver runs started on this node that move it (upgrades and
+    /// rollbacks; a download before the drain, `prepare`, moves nothing).
     pub fn driver_runs(&self) -> usize {
-        self.runs.len()
+        self.runs.iter().filter(|r| r.action != "prepare").count()
     }
 }
 

@@ -247,9 +247,6 @@ async fn a_target_missing_from_the_repository_fails_the_node_before_it_leaves_se
 /// BENCHMARKS.md ("Downloading before the drain").
 #[tokio::test]
 async fn in_window_time_per_node_holds_no_download_once_prepared_before_the_drain() {
-    let (before, before_counts, before_wall) =
-        roll("stage-before", 2, policy_with(false), None).await;
-    let (after, after_counts, after_wall) = roll("stage-after", 2, policy_with(true), None).await;
     let closed = Inputs {
         window: WindowState {
             next_opens_at: Some(chrono::Utc::now() + chrono::Duration::hours(1)),
@@ -261,7 +258,16 @@ async fn in_window_time_per_node_holds_no_download_once_prepared_before_the_drai
         prestage: Duration::from_secs(2 * 3600),
         ..policy_with(true)
     };
-    let (pre, _, pre_wall) = roll("stage-pre", 2, prestage, Some(closed)).await;
+    // The three pools are apart (namespaces, nodes, engines): run at once.
+    let (
+        (before, before_counts, before_wall),
+        (after, after_counts, after_wall),
+        (pre, _, pre_wall),
+    ) = tokio::join!(
+        roll("stage-before", 2, policy_with(false), None),
+        roll("stage-after", 2, policy_with(true), None),
+        roll("stage-pre", 2, prestage, Some(closed)),
+    );
 
     let out = |s: &BTreeMap<String, Seen>| -> Vec<Duration> {
         s.values().map(Seen::out_of_service).collect()
