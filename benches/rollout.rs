@@ -36,6 +36,8 @@ fn policy(max: MaxUnavailable) -> Policy {
         health: None,
         on_failure: drover::config::OnFailure::Halt,
         max_rollbacks: 1,
+        prepare: false,
+        prestage: std::time::Duration::ZERO,
     }
 }
 

@@ -149,6 +149,8 @@ fn rollout_commits(max: u32, node_mins: (u64, u64), interval: Duration) -> Commi
         health: None,
         on_failure: drover::config::OnFailure::Halt,
         max_rollbacks: 1,
+        prepare: false,
+        prestage: std::time::Duration::ZERO,
     };
     let engine = Engine::new(policy, Labels::default(), clock.clone());
     let schedule = Timeline {

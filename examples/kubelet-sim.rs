@@ -108,6 +108,10 @@ struct Args {
     /// The Job controller's pod failure backoff, doubled per failure.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     job_backoff: Duration,
+    /// How long downloading an update takes (a prepare Job, or an upgrade
+    /// Job that finds nothing staged), e.g. 30s.
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    download: Duration,
 }
 
 fn parse_labels(raw: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
@@ -157,6 +161,7 @@ async fn main() -> anyhow::Result<()> {
         remove_nodes_on_shutdown: !args.keep_nodes,
         graceful_shutdown: args.graceful_shutdown,
         job_backoff: args.job_backoff,
+        download: args.download,
     };
     let faults = parse_faults(&args.faults)?;
 

@@ -108,6 +108,8 @@ pub enum CordonedBy {
 struct Run {
     target: Version,
     attempt: DateTime<Utc>,
+    /// [`NodeProgress::run_action`]: a prepare and a drain may share an instant.
+    action: &'static str,
     done_at: Option<DateTime<Utc>>,
     status: UpgradeStatus,
 }
@@ -195,9 +197,10 @@ impl SimNode {
         )
     }
 
-    /// Driver runs started on this node.
+    /// Driver runs started on this node that move it (upgrades and
+    /// rollbacks; a download before the drain, `prepare`, moves nothing).
     pub fn driver_runs(&self) -> usize {
-        self.runs.len()
+        self.runs.iter().filter(|r| r.action != "prepare").count()
     }
 }
 
@@ -550,7 +553,11 @@ impl Cluster for Sim {
                     Ok(Some(p)) => n
                         .runs
                         .iter()
-                        .find(|r| r.target == *p.run_version() && r.attempt == p.started_at)
+                        .find(|r| {
+                            r.target == *p.run_version()
+                                && r.attempt == p.started_at
+                                && r.action == p.run_action()
+                        })
                         .map_or(UpgradeStatus::NotStarted, |r| r.status.clone()),
                     _ => UpgradeStatus::NotStarted,
                 };
@@ -705,10 +712,23 @@ impl Cluster for Sim {
         s.check(node, CallFault::Start, now)?;
         let n = s.node(node)?;
         let version = progress.run_version().clone();
+        let action = progress.run_action();
         if n.runs
             .iter()
-            .any(|r| r.target == version && r.attempt == progress.started_at)
+            .any(|r| r.target == version && r.attempt == progress.started_at && r.action == action)
         {
+            return Ok(());
+        }
+        if progress.state == crate::cluster::ProgressState::Preparing {
+            // The download: no reboot, no drain needed, done at once (the
+            // simulated node has no repository that could lack the target).
+            n.runs.push(Run {
+                target: version,
+                attempt: progress.started_at,
+                action,
+                done_at: Some(now),
+                status: UpgradeStatus::Succeeded,
+            });
             return Ok(());
         }
         if !n.pods.is_empty() {
@@ -733,6 +753,7 @@ impl Cluster for Sim {
         n.runs.push(Run {
             target: version.clone(),
             attempt: progress.started_at,
+            action,
             done_at,
             status: UpgradeStatus::Running,
         });

@@ -23,6 +23,13 @@
 # the version, finds the target and exits 0; a marker on the host says this
 # attempt already rebooted, so a node that came back at another version is
 # failed, never updated twice.
+#
+# DROVER_ACTION=prepare (the Job drover runs before the drain, on a node
+# still in service): steps 1-4 only, the target locked, checked offered and
+# downloaded to the staging partition (Staged), nothing activated, no
+# reboot; a target the node's repository does not offer fails here, before
+# the node left service. The upgrade Job that follows the drain finds the
+# target staged and goes straight to step 5.
 set -euo pipefail
 
 target="$DROVER_TARGET_VERSION"
@@ -193,7 +200,10 @@ upgrade() {
   if [ -e "$marker" ]; then
     fail "rebooted for $target but runs $current"
   fi
-  if [ "${DROVER_ACTION:-upgrade}" = rollback ]; then
+  action="${DROVER_ACTION:-upgrade}"
+  if [ "$action" = prepare ]; then
+    log "preparing $target (running $current): checking it is offered and downloading it, before the drain"
+  elif [ "$action" = rollback ]; then
     # A rollback is the same steps: the version lock selects an older
     # release as it selects a newer one.
     log "rolling back from $current to $target (${DROVER_FAILED_VERSION:-$current} failed its health checks)"
@@ -238,8 +248,17 @@ upgrade() {
   #    Nothing is activated until both agree: a wrong image left on the
   #    staging partition is never booted, and the next prepare overwrites it.
   before_config_files="$(jq -n --arg v "$current" '($v | split("-")[0] | split(".") | map(tonumber? // 0)) < [1, 20, 0]')"
-  chosen="" written=""
+  chosen="" written="" staged=""
+  # Staged by this attempt's prepare Job (before the drain): the staging
+  # partition holds the target, checked by that run as below; it is not
+  # downloaded again. The lock set above keeps any refresh on it.
+  if [ "$action" != prepare ] &&
+    [ "$(jq -r '"\(.update_state) \(.staging_partition.image.version)"' <<<"$st")" = "Staged $target" ]; then
+    log "$target is staged already (prepared before the drain)"
+    chosen="$target" staged=1
+  fi
   for delay in 2 4 8 16 30 30 30 0; do
+    [ -z "$staged" ] || break
     update_command refresh /actions/refresh-updates 300
     st="$(status)" || fail "cannot read the update status"
     chosen="$(jq -r '.chosen_update.version // "none"' <<<"$st")"
@@ -262,6 +281,11 @@ upgrade() {
   done
   [ "$chosen" = "$target" ] ||
     fail "$target is not offered to this node (offered: $(jq -r '.available_updates // [] | join(", ")' <<<"$st"))"
+
+  if [ "$action" = prepare ]; then
+    log "$target is staged; the upgrade after the drain activates it"
+    exit 0
+  fi
 
   # 5. Activate: the staging partition becomes the next to boot.
   update_command activate /actions/activate-update 60

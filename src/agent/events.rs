@@ -355,6 +355,14 @@ impl Events {
                 "Draining",
                 format!("cordoned and draining to move to {}", progress.target),
             ),
+            Action::Prepare { progress, .. } => (
+                Severity::Normal,
+                "Preparing",
+                format!(
+                    "downloading {} before the drain; the node stays in service",
+                    progress.target
+                ),
+            ),
             // Eviction passes are too frequent; a hold's note has its own
             // Event (`NodeHeld`, published with the outcome's holds).
             Action::Evict { .. } | Action::Note { .. } => return,

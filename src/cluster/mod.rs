@@ -18,8 +18,8 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::future::Future;
 
-/// Annotation: drover's state for the node (`draining`, `upgrading`,
-/// `watching`, `passed`, `blocked`, `failed`).
+/// Annotation: drover's state for the node (`preparing`, `draining`,
+/// `upgrading`, `watching`, `passed`, `blocked`, `failed`, `rolling-back`).
 pub const ANN_STATE: &str = "drover.dev/state";
 /// Annotation: the version the node is being moved to.
 pub const ANN_TARGET: &str = "drover.dev/target";
@@ -65,6 +65,11 @@ pub const ALL_ANNOTATIONS: [&str; 8] = [
 /// `rolling-back`: the node failed its health checks at `target` and is
 /// being driven back to `previous` (cordoned, drained, the driver run for
 /// `previous`); see [`NodeProgress::run_version`].
+///
+/// `preparing`: the driver's `prepare` run checks that `target` is
+/// available to the node and downloads it while the node still serves
+/// (uncordoned); once it succeeded the node waits, staged, for its turn to
+/// be cordoned (`rollout/prepare.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ProgressState {
@@ -87,6 +92,10 @@ pub enum ProgressState {
     /// being driven back to `previous` with `on_failure = "rollback"`
     /// (`started_at` = the rollback's start); cordoned until it is back.
     RollingBack,
+    /// In service, not cordoned: the driver's `prepare` run (started at
+    /// `started_at`) checks the target is available and downloads it before
+    /// the drain; once it succeeded the node is staged for its turn.
+    Preparing,
 }
 
 impl ProgressState {
@@ -100,6 +109,7 @@ impl ProgressState {
             ProgressState::Watching => "watching",
             ProgressState::Passed => "passed",
             ProgressState::RollingBack => "rolling-back",
+            ProgressState::Preparing => "preparing",
         }
     }
 
@@ -109,6 +119,12 @@ impl ProgressState {
             self,
             ProgressState::Draining | ProgressState::Upgrading | ProgressState::RollingBack
         )
+    }
+
+    /// Whether a driver run belongs to this state (its status is observed):
+    /// the states in flight, and `preparing`, whose run leaves the node in service.
+    pub fn runs_driver(self) -> bool {
+        self.in_flight() || self == ProgressState::Preparing
     }
 }
 
@@ -147,13 +163,13 @@ impl NodeProgress {
         }
     }
 
-    /// What the driver's run is: `upgrade`, or `rollback` (the Job driver's
-    /// `DROVER_ACTION`, docs/drivers.md).
+    /// What the driver's run is: `upgrade`, `rollback`, or `prepare` (the
+    /// Job driver's `DROVER_ACTION`, docs/drivers.md).
     pub fn run_action(&self) -> &'static str {
-        if self.state == ProgressState::RollingBack {
-            "rollback"
-        } else {
-            "upgrade"
+        match self.state {
+            ProgressState::RollingBack => "rollback",
+            ProgressState::Preparing => "prepare",
+            _ => "upgrade",
         }
     }
 }
@@ -191,12 +207,13 @@ impl NodeProgress {
             "watching" => ProgressState::Watching,
             "passed" => ProgressState::Passed,
             "rolling-back" => ProgressState::RollingBack,
+            "preparing" => ProgressState::Preparing,
             other => {
                 return Err(ProgressError::Invalid {
                     key: ANN_STATE,
                     value: other.to_string(),
-                    why: "expected draining, upgrading, watching, passed, blocked, failed or \
-                          rolling-back"
+                    why: "expected preparing, draining, upgrading, watching, passed, blocked, \
+                          failed or rolling-back"
                         .into(),
                 })
             }

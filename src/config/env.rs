@@ -7,8 +7,8 @@ use super::spanned::{Ctx, Value};
 use super::values::parse_version;
 use super::waves::WaveSites;
 use super::{
-    DriverSpec, EnvConfig, MaxUnavailable, NodesSpec, OnDrainTimeout, OnFailure, PromotionSpec,
-    RolloutSpec, DEFAULT_BOTTLEROCKET_IMAGE, DEFAULT_BOTTLEROCKET_OS_IMAGE_REGEX,
+    DriverSpec, EnvConfig, MaxUnavailable, NodesSpec, OnDrainTimeout, OnFailure, PrepareSpec,
+    PromotionSpec, RolloutSpec, DEFAULT_BOTTLEROCKET_IMAGE, DEFAULT_BOTTLEROCKET_OS_IMAGE_REGEX,
     DEFAULT_DRAIN_TIMEOUT, DEFAULT_MAX_ROLLBACKS, DEFAULT_MAX_UNAVAILABLE, DEFAULT_NODE_SELECTOR,
     DEFAULT_NODE_TIMEOUT, DEFAULT_ON_DRAIN_TIMEOUT, DEFAULT_ON_FAILURE, DEFAULT_SOAK,
 };
@@ -49,7 +49,10 @@ pub(super) const ENV_KEYS: &[(&str, &[&str])] = &[
         ],
     ),
     ("promotion", &["soak"]),
-    ("driver", &["kind", "image", "command"]),
+    (
+        "driver",
+        &["kind", "image", "command", "prepare", "prestage"],
+    ),
     ("nodes", &["version_regex", "os_image_regex"]),
     (
         "wave",
@@ -190,6 +193,18 @@ pub(super) fn env_with_sites(
 
     let driver_table = cx.section(doc, "driver", ENV_KEYS);
     let driver = cx.driver(doc, driver_table);
+    let prepare = PrepareSpec {
+        // The Bottlerocket script knows `prepare`; a Job driver written
+        // before the action existed would ignore DROVER_ACTION and upgrade
+        // a node still in service, so a Job driver opts in.
+        enabled: match driver_table.and_then(|t| t.get("prepare")) {
+            None => matches!(driver, DriverSpec::Bottlerocket { .. }),
+            Some(v) => cx.want_bool("prepare", v).unwrap_or(false),
+        },
+        prestage: cx
+            .duration(driver_table, "prestage", std::time::Duration::ZERO, true)
+            .0,
+    };
 
     let nodes = cx.section(doc, "nodes", ENV_KEYS);
     let version_regex = match nodes.and_then(|t| t.get("version_regex")) {
@@ -307,6 +322,7 @@ pub(super) fn env_with_sites(
                 },
                 promotion: PromotionSpec { soak },
                 driver,
+                prepare,
                 nodes: NodesSpec {
                     version_regex,
                     os_image_regex,

@@ -162,6 +162,9 @@ pub struct EnvConfig {
     pub promotion: PromotionSpec,
     /// How the OS update is applied to a node.
     pub driver: DriverSpec,
+    /// `[driver] prepare` and `prestage`: whether the driver downloads the
+    /// update before the drain, and how long before a window it may.
+    pub prepare: PrepareSpec,
     /// How a node's OS version is read.
     pub nodes: NodesSpec,
     /// What "confirmed" means beyond "Ready at the version".
@@ -329,6 +332,20 @@ pub enum DriverSpec {
         /// Command and arguments.
         command: Vec<String>,
     },
+}
+
+/// `[driver] prepare` and `[driver] prestage` (docs/config.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PrepareSpec {
+    /// The driver is run with `DROVER_ACTION=prepare` before the drain:
+    /// the target is checked available and downloaded while the node still
+    /// serves, and the node is cordoned once it is staged. Default true for
+    /// the Bottlerocket driver, false for `kind = "job"` (opt-in).
+    pub enabled: bool,
+    /// How long before a maintenance window opens the next nodes may
+    /// prepare (download), at most `max_unavailable` of them ahead.
+    /// Default zero: downloads start inside the window only.
+    pub prestage: std::time::Duration,
 }
 
 /// `[nodes]`.

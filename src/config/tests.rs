@@ -414,3 +414,46 @@ fn bad_rollback_keys_are_refused_at_their_line_saying_what_is_valid() {
         );
     }
 }
+
+#[test]
+fn prepare_is_on_for_bottlerocket_opt_in_for_jobs_and_prestage_is_a_duration() {
+    let env = |extra: &str| {
+        parse_env(
+            "environments/x.toml",
+            "x",
+            &format!("version = \"1.2.3\"\n{extra}"),
+        )
+    };
+    let bottlerocket = env("").expect("valid").prepare;
+    assert!(bottlerocket.enabled);
+    assert_eq!(
+        bottlerocket.prestage,
+        Duration::ZERO,
+        "downloads in the window only"
+    );
+    let job = "[driver]\nkind = \"job\"\nimage = \"example.com/up:1\"\ncommand = [\"/up\"]\n";
+    assert!(
+        !env(job).expect("valid").prepare.enabled,
+        "a Job driver opts in"
+    );
+    let opted = env(&format!("{job}prepare = true\nprestage = \"2h\"\n")).expect("valid");
+    assert!(opted.prepare.enabled);
+    assert_eq!(opted.prepare.prestage, Duration::from_secs(7200));
+    assert!(
+        !env("[driver]\nprepare = false\n")
+            .expect("valid")
+            .prepare
+            .enabled
+    );
+
+    let errs = env("[driver]\nprepare = \"yes\"\nprestage = \"soon\"\n").expect_err("invalid");
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    assert_eq!(errs[0].line, 3);
+    assert!(errs[0].message.contains("a boolean"), "{}", errs[0].message);
+    assert_eq!(errs[1].line, 4);
+    assert!(
+        errs[1].message.contains("`prestage` must be"),
+        "{}",
+        errs[1].message
+    );
+}

@@ -11,8 +11,8 @@
 
 use super::node::ObservedNode;
 use super::objects::{
-    attempt_label, job_finished, job_name, label_version, ATTEMPT_LABEL, MANAGED_BY_LABEL,
-    MANAGED_BY_VALUE, NODE_LABEL, TARGET_VERSION_LABEL,
+    attempt_label, job_finished, label_version, run_job_name, ACTION_ANNOTATION, ATTEMPT_LABEL,
+    MANAGED_BY_LABEL, MANAGED_BY_VALUE, NODE_LABEL, TARGET_VERSION_LABEL,
 };
 use super::observe::Observer;
 use super::{is_status, Error, KubeOptions};
@@ -63,7 +63,9 @@ pub const BACKOFF_LIMIT: i32 = 6;
 
 /// The Job moving `node` to [`NodeProgress::run_version`] for attempt
 /// `p.started_at`: the target, or while rolling back the version the node
-/// ran before, with `DROVER_ACTION=rollback` (docs/drivers.md).
+/// ran before, with `DROVER_ACTION=rollback`; or, while `preparing`, the
+/// Job that only checks the target is available and downloads it, with
+/// `DROVER_ACTION=prepare`, on a node still in service (docs/drivers.md).
 pub fn upgrade_job(
     opts: &KubeOptions,
     node: &ObservedNode,
@@ -71,7 +73,7 @@ pub fn upgrade_job(
 ) -> Result<Job, Error> {
     let name = node.name_any();
     let version = p.run_version();
-    let job_name = job_name(&name, version, p.started_at);
+    let job_name = run_job_name(&name, p);
     let target = version.to_string();
     let labels = json!({
         MANAGED_BY_LABEL: MANAGED_BY_VALUE,
@@ -153,7 +155,7 @@ pub fn upgrade_job(
         "annotations": {
             "drover.dev/target": target,
             "drover.dev/started-at": p.started_at.to_rfc3339(),
-            "drover.dev/action": p.run_action(),
+            ACTION_ANNOTATION: p.run_action(),
         },
     });
     if let Some(o) = owner {
@@ -195,7 +197,7 @@ fn pod_failure_policy() -> Value {
 
 /// Start the driver for `node`'s attempt, unless its Job exists.
 pub async fn start(obs: &Observer, node: &str, p: &NodeProgress) -> Result<(), Error> {
-    let name = job_name(node, p.run_version(), p.started_at);
+    let name = run_job_name(node, p);
     if obs.job(&name).is_some() {
         tracing::debug!(node, job = %name, "upgrade Job exists; nothing to start");
         return Ok(());

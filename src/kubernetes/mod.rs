@@ -349,7 +349,8 @@ impl KubeCluster {
                 ProgressState::Draining
                 | ProgressState::Upgrading
                 | ProgressState::Passed
-                | ProgressState::RollingBack,
+                | ProgressState::RollingBack
+                | ProgressState::Preparing,
             ) => Ok(()),
         }
     }

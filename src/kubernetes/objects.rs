@@ -108,6 +108,19 @@ fn dns_part(s: &str, max: usize) -> String {
 
 /// The Job name for `node`'s attempt `started_at` at `target`: DNS-safe, at most 63 characters.
 pub fn job_name(node: &str, target: &Version, started_at: DateTime<Utc>) -> String {
+    named(node, target, started_at, None)
+}
+
+/// The Job name of the driver's run for `p` ([`NodeProgress::run_action`]):
+/// [`job_name`] for an upgrade or rollback (the names Jobs of earlier agents
+/// carry), a name of its own for a prepare, whose attempt may share a
+/// second with the drain's that follows it.
+pub fn run_job_name(node: &str, p: &NodeProgress) -> String {
+    let tag = (p.run_action() == "prepare").then_some("prepare");
+    named(node, p.run_version(), p.started_at, tag)
+}
+
+fn named(node: &str, target: &Version, started_at: DateTime<Utc>, tag: Option<&str>) -> String {
     let mut h = Sha256::new();
     h.update(node.as_bytes());
     h.update([0]);
@@ -115,6 +128,10 @@ pub fn job_name(node: &str, target: &Version, started_at: DateTime<Utc>) -> Stri
     h.update([0]);
     h.update(started_at.timestamp().to_be_bytes());
     h.update(started_at.timestamp_subsec_nanos().to_be_bytes());
+    if let Some(tag) = tag {
+        h.update([0]);
+        h.update(tag.as_bytes());
+    }
     let hash = &hex::encode(h.finalize())[..10];
     let version = dns_part(&target.to_string(), 20);
     // "drover-" + node + "-" + version + "-" + hash <= 63
@@ -122,12 +139,19 @@ pub fn job_name(node: &str, target: &Version, started_at: DateTime<Utc>) -> Stri
     format!("drover-{}-{version}-{hash}", dns_part(node, node_max))
 }
 
-/// Whether `job` is the run of `node`'s attempt `p`.
+/// Annotation of a driver's Job: its `DROVER_ACTION` (`upgrade`,
+/// `rollback`, `prepare`).
+pub const ACTION_ANNOTATION: &str = "drover.dev/action";
+
+/// Whether `job` is the run of `node`'s attempt `p` (a prepare's run is
+/// never taken for an upgrade's, nor the other way round).
 pub fn is_attempt(job: &Job, node: &str, p: &NodeProgress) -> bool {
     let l = job.labels();
+    let prepare = job.annotations().get(ACTION_ANNOTATION).map(String::as_str) == Some("prepare");
     l.get(NODE_LABEL).map(String::as_str) == Some(node)
         && l.get(TARGET_VERSION_LABEL) == Some(&label_version(p.run_version()))
         && l.get(ATTEMPT_LABEL) == Some(&attempt_label(p.started_at))
+        && prepare == (p.run_action() == "prepare")
 }
 
 fn condition<'a>(

@@ -19,7 +19,7 @@
 
 use super::node::ObservedNode;
 use super::objects::{
-    budgets_allow, is_attempt, job_name, job_status, must_evict, MANAGED_BY_LABEL,
+    budgets_allow, is_attempt, job_status, must_evict, run_job_name, MANAGED_BY_LABEL,
     MANAGED_BY_VALUE, NODE_LABEL,
 };
 use super::{Error, KubeOptions};
@@ -587,7 +587,7 @@ impl Observer {
 
     /// The status of the driver's run for `node`'s current attempt.
     pub(crate) fn upgrade_status(&self, node: &str, p: &NodeProgress) -> UpgradeStatus {
-        let name = job_name(node, p.run_version(), p.started_at);
+        let name = run_job_name(node, p);
         match self.job(&name) {
             Some(job) if is_attempt(&job, node, p) => job_status(&job),
             // Another attempt's Job under a colliding name is not this attempt's run.
@@ -661,7 +661,7 @@ impl Observer {
                         }
                     }
                 }
-                if p.state.in_flight() {
+                if p.state.runs_driver() {
                     upgrade = self.upgrade_status(&name, p);
                     let at_target =
                         self.opts.nodes.version_of(&node.os_image) == Some(p.target.clone());

@@ -10,6 +10,7 @@
 //! - the health of returned nodes and the cluster's settle: `watch.rs`;
 //! - which nodes a fault of their own holds: `held.rs`;
 //! - a node failed after its upgrade, rolled back: `rollback.rs`;
+//! - a node downloading its update before the drain: `prepare.rs`;
 //! - which nodes may start now: `start.rs`.
 //!
 //! Choices where docs/design.md is silent:
@@ -42,7 +43,7 @@
 
 use super::decision::{Action, Decision, Held, Inputs, Policy, Skipped};
 use super::health::{bounded, queries_verdict};
-use super::{given_back, held, in_flight, rollback, start, watch, RolloutState};
+use super::{given_back, held, in_flight, prepare, rollback, start, watch, RolloutState};
 use crate::cluster::{NodeProgress, NodeView, ProgressState};
 use crate::config::HealthSpec;
 use crate::health::Verdict;
@@ -133,6 +134,10 @@ pub(super) struct Tally<'a> {
     /// Nodes rolled back from the target or rolling back, this step's
     /// included: what `max_rollbacks` is counted against.
     pub rollbacks: usize,
+    /// Nodes whose prepare run is under way, in name order (`prepare.rs`).
+    pub preparing: Vec<&'a NodeView>,
+    /// Nodes whose prepare run succeeded: they start first, in name order.
+    pub staged: Vec<&'a NodeView>,
 }
 
 /// Decide the next actions. `nodes` may come in any order; the decision
@@ -183,6 +188,8 @@ pub fn decide(
         wake: WakeAt(win.closes_at.or(win.next_opens_at)),
         held: Vec::new(),
         rollbacks: rollback::count(&order, target),
+        preparing: Vec::new(),
+        staged: Vec::new(),
     };
     if let Some(Verdict::Held(why)) = &ctx.queries {
         t.health_hold = Some(bounded(format!(
@@ -196,11 +203,7 @@ pub fn decide(
     let total = order.len();
     let budget = policy.max_unavailable.resolve(total);
     let hold = start::hold(&ctx, &t);
-    let starts = if hold.is_none() && !t.confirmed {
-        start::starts(&ctx, &mut t, budget)
-    } else {
-        Vec::new()
-    };
+    let starts = start::starts(&ctx, &mut t, budget);
     conclude(&ctx, t, hold, starts, total, budget)
 }
 
@@ -245,6 +248,7 @@ fn node<'a>(ctx: &Ctx<'_>, n: &'a NodeView, t: &mut Tally<'a>) {
         ProgressState::Watching | ProgressState::Passed => watch::watched(ctx, n, p, at_target, t),
         ProgressState::Blocked | ProgressState::Failed => given_back::node(ctx, n, p, at_target, t),
         ProgressState::RollingBack => rollback::rolling_back(ctx, n, p, hold.as_ref(), t),
+        ProgressState::Preparing => prepare::preparing(ctx, n, p, at_target, t),
     }
 }
 
@@ -302,6 +306,7 @@ fn conclude(
             ),
         )
     } else if t.in_flight > 0
+        || (hold.is_none() && !t.preparing.is_empty())
         || t.releases
             .iter()
             .any(|a| !matches!(a, Action::Block { .. }))
@@ -312,6 +317,7 @@ fn conclude(
                 .clone()
                 .or_else(|| held::message(&t.held))
                 .or_else(|| t.watch_msg.clone())
+                .or_else(|| prepare::message(&t))
                 .unwrap_or_default(),
         )
     } else if let Some(b) = &t.blocked_msg {

@@ -27,6 +27,8 @@ fn policy(max: u32, mode: OnDrainTimeout) -> Policy {
         health: None,
         on_failure: crate::config::OnFailure::Halt,
         max_rollbacks: 1,
+        prepare: false,
+        prestage: std::time::Duration::ZERO,
     }
 }
 

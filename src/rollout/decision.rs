@@ -36,6 +36,14 @@ pub struct Policy {
     /// Nodes of the cluster that may be rolled back from the target before
     /// it halts with its nodes as they are.
     pub max_rollbacks: u32,
+    /// The driver checks the target is available and downloads it before
+    /// the drain (`[driver] prepare`, `prepare.rs`): a node is cordoned only
+    /// once it is staged. False: it is cordoned first and the driver does
+    /// everything while it is drained.
+    pub prepare: bool,
+    /// How long before a maintenance window opens the next nodes may
+    /// prepare (`[driver] prestage`); zero = inside the window only.
+    pub prestage: Duration,
 }
 
 impl Policy {
@@ -50,6 +58,8 @@ impl Policy {
             health: env.health.enabled.then(|| env.health.clone()),
             on_failure: env.rollout.on_failure,
             max_rollbacks: env.rollout.max_rollbacks,
+            prepare: env.prepare.enabled,
+            prestage: env.prepare.prestage,
         }
     }
 }
@@ -124,6 +134,15 @@ pub enum Action {
         /// Node name.
         node: String,
         /// The progress to write.
+        progress: NodeProgress,
+    },
+    /// Record state=preparing (the node stays in service, uncordoned) and
+    /// start the driver's `prepare` run: the target checked available and
+    /// downloaded before the drain (`prepare.rs`).
+    Prepare {
+        /// Node name.
+        node: String,
+        /// The progress to write (its target and started-at identify the run).
         progress: NodeProgress,
     },
     /// One eviction pass.
@@ -246,6 +265,7 @@ impl Action {
     pub fn node(&self) -> &str {
         match self {
             Action::Cordon { node, .. }
+            | Action::Prepare { node, .. }
             | Action::Evict { node }
             | Action::StartUpgrade { node, .. }
             | Action::Block { node, .. }
@@ -266,6 +286,7 @@ impl Action {
     pub fn kind(&self) -> &'static str {
         match self {
             Action::Cordon { .. } => "cordon",
+            Action::Prepare { .. } => "prepare",
             Action::Evict { .. } => "evict",
             Action::StartUpgrade { .. } => "start_upgrade",
             Action::Block { .. } => "block",
@@ -312,7 +333,8 @@ pub struct Skipped {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Decision {
     /// What to do, in order: give nodes back first, then advance, then start
-    /// new ones (the starts, [`Action::Cordon`], always come last).
+    /// new ones (the starts, [`Action::Cordon`] then [`Action::Prepare`],
+    /// always come last).
     pub actions: Vec<Action>,
     /// The environment's state for the status report.
     pub state: RolloutState,

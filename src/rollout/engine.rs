@@ -206,13 +206,25 @@ pub async fn reconcile<C: Cluster>(
         }
     }
     let room = decision.starts_within_budget(failed_give_backs);
-    if room < starts.len() {
+    let cordons_decided = starts
+        .iter()
+        .filter(|a| matches!(a, Action::Cordon { .. }))
+        .count();
+    if room < cordons_decided {
         tracing::warn!(
-            withheld = starts.len() - room,
+            withheld = cordons_decided - room,
             "starts withheld: nodes whose give-back failed still count against the budget"
         );
     }
-    for action in &starts[..room] {
+    let mut cordons = 0;
+    for action in starts {
+        // Prepares leave their node in service: only cordons are withheld.
+        if matches!(action, Action::Cordon { .. }) {
+            if cordons == room {
+                continue;
+            }
+            cordons += 1;
+        }
         run.step(cluster, action, &nodes, &decision.held, now).await;
     }
     let held = run.held(&decision.held, &inputs.held, now);
@@ -425,7 +437,7 @@ pub async fn apply<C: Cluster>(
     match action {
         Action::Cordon { node, progress } => cluster.cordon(node, progress).await.map_err(err)?,
         Action::Evict { node } => return cluster.evict(node).await.map(Some).map_err(err),
-        Action::StartUpgrade { node, progress } => {
+        Action::StartUpgrade { node, progress } | Action::Prepare { node, progress } => {
             // Record first: a crash before the driver starts is seen as
             // `upgrading` with no run, and the start is repeated.
             cluster

@@ -38,6 +38,8 @@ fn policy(max: u32) -> Policy {
         health: Some(spec()),
         on_failure: crate::config::OnFailure::Halt,
         max_rollbacks: 1,
+        prepare: false,
+        prestage: std::time::Duration::ZERO,
     }
 }
 

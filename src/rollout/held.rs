@@ -38,7 +38,8 @@ pub(super) fn of(ctx: &Ctx<'_>, n: &NodeView, progress: Option<&NodeProgress>) -
         });
     }
     let h = carried?;
-    let startable = progress.is_none_or(|p| p.state == ProgressState::Blocked);
+    let startable = progress
+        .is_none_or(|p| matches!(p.state, ProgressState::Blocked | ProgressState::Preparing));
     if startable && ctx.now >= add(h.last, HELD_RETRY) {
         return None;
     }

@@ -6,7 +6,8 @@
 //! upgrading node needs next), `given_back.rs` (blocked and failed nodes),
 //! `watch.rs` (health watch and settle), `held.rs` (nodes held by a fault of
 //! their own), `rollback.rs` (a node failed after its upgrade, driven back)
-//! and `start.rs` (which nodes may start) answer them.
+//! `prepare.rs` (a node downloading its update before the drain) and
+//! `start.rs` (which nodes may start) answer them.
 
 pub mod decide;
 pub mod decision;
@@ -15,6 +16,7 @@ mod given_back;
 pub mod health;
 mod held;
 mod in_flight;
+mod prepare;
 mod rollback;
 mod start;
 mod state;
@@ -26,6 +28,8 @@ mod decide_tests;
 mod health_tests;
 #[cfg(test)]
 mod held_tests;
+#[cfg(test)]
+mod prepare_tests;
 #[cfg(test)]
 mod rollback_tests;
 

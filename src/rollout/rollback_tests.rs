@@ -37,6 +37,8 @@ fn policy(on_failure: OnFailure, max_unavailable: u32, max_rollbacks: u32) -> Po
         }),
         on_failure,
         max_rollbacks,
+        prepare: false,
+        prestage: std::time::Duration::ZERO,
     }
 }
 
@@ -201,6 +203,8 @@ fn apply(a: &Action, m: &mut Model) {
             m.view.upgrade = UpgradeStatus::NotStarted;
         }
         Action::Evict { .. } => {}
+        // The policy here has no prepare step.
+        Action::Prepare { .. } => unreachable!("prepare is off"),
         Action::StartUpgrade { progress, .. } => {
             set(m, Some(progress));
             m.view.upgrade = UpgradeStatus::Running;

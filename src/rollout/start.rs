@@ -4,20 +4,35 @@
 //! precedence), and the candidates that fit
 //! the budget: never-attempted nodes in name order, then blocked ones due
 //! for a retry (`skip`), or blocked ones first (`stop`); a node whose start
-//! just failed goes after the others (`held.rs`).
+//! just failed goes after the others (`held.rs`). With `[driver] prepare`
+//! a candidate is first prepared (downloaded) in service and cordoned once
+//! staged, staged nodes first (`prepare.rs`).
 
 use super::decide::{Ctx, Tally};
 use super::decision::Action;
 use super::held;
-use super::RolloutState;
+use super::{prepare, RolloutState};
 use crate::cluster::{NodeProgress, NodeView, ProgressState};
 use crate::config::OnDrainTimeout;
 
 /// Why no node may start now, as the state it puts the rollout in and the
 /// message; `None` when nodes may start.
 pub(super) fn hold(ctx: &Ctx<'_>, t: &Tally<'_>) -> Option<(RolloutState, String)> {
+    hold_but_window(ctx, t).or_else(|| {
+        let win = ctx.win;
+        let state = if win.held.is_some() {
+            RolloutState::Paused
+        } else {
+            RolloutState::Pending
+        };
+        (!win.is_open()).then(|| (state, win.hold_message()))
+    })
+}
+
+/// Every reason of [`hold`] but the window: with none, nodes start inside
+/// the window, and may prepare before it (`prepare::before_window`).
+fn hold_but_window(ctx: &Ctx<'_>, t: &Tally<'_>) -> Option<(RolloutState, String)> {
     let inputs = ctx.inputs;
-    let win = ctx.win;
     if let Some((node, msg)) = &t.failed {
         Some((
             RolloutState::Failed,
@@ -43,23 +58,29 @@ pub(super) fn hold(ctx: &Ctx<'_>, t: &Tally<'_>) -> Option<(RolloutState, String
                 inputs.hold_reason.clone()
             },
         ))
-    } else if let Some(w) = &inputs.waiting {
-        Some((RolloutState::Pending, w.clone()))
-    } else if !win.is_open() {
-        let state = if win.held.is_some() {
-            RolloutState::Paused
-        } else {
-            RolloutState::Pending
-        };
-        Some((state, win.hold_message()))
     } else {
-        None
+        // The wave before this cluster's has not confirmed.
+        inputs
+            .waiting
+            .as_ref()
+            .map(|w| (RolloutState::Pending, w.clone()))
     }
 }
 
-/// The starts that fit the budget now, counted against it.
-pub(super) fn starts(ctx: &Ctx<'_>, t: &mut Tally<'_>, budget: usize) -> Vec<Action> {
-    let mut candidates: Vec<&NodeView> = match ctx.policy.on_drain_timeout {
+/// The starts that fit the budget now, counted against it: cordons of
+/// nodes that may leave service, and (with `[driver] prepare`) prepares of
+/// the next candidates: as many as the budget has room for beside the nodes
+/// out of service, or with `prestage` up to `budget` preparing or staged
+/// at once, ahead of the drains.
+pub(super) fn starts<'a>(ctx: &Ctx<'_>, t: &mut Tally<'a>, budget: usize) -> Vec<Action> {
+    if t.confirmed || hold_but_window(ctx, t).is_some() {
+        return Vec::new();
+    }
+    let cordon = ctx.win.is_open();
+    if !cordon && !prepare::before_window(ctx, t) {
+        return Vec::new();
+    }
+    let mut candidates: Vec<&'a NodeView> = match ctx.policy.on_drain_timeout {
         OnDrainTimeout::Stop => t
             .blocked_retry
             .iter()
@@ -73,32 +94,71 @@ pub(super) fn starts(ctx: &Ctx<'_>, t: &mut Tally<'_>, budget: usize) -> Vec<Act
     candidates.retain(|n| super::rollback::may_start(n, ctx.target));
     // Stable: name order (or blocked first, with `stop`) within each group.
     candidates.sort_by_key(|n| held::start_order(n, &t.held));
-    let mut starts = Vec::new();
+    let mut cordons = Vec::new();
+    for n in t.staged.clone() {
+        if !cordon || t.unavailable >= budget {
+            break;
+        }
+        let Ok(Some(staged)) = &n.progress else {
+            continue;
+        };
+        t.unavailable += 1;
+        t.in_flight += 1;
+        t.staged.retain(|s| s.name != n.name);
+        cordons.push(Action::Cordon {
+            node: n.name.clone(),
+            progress: prepare::draining(ctx, n, staged),
+        });
+    }
+    let mut prepares = Vec::new();
+    // Preparing and staged nodes hold a place: one of the next to leave
+    // service (brupop counts a staging node against its concurrency too),
+    // or with `prestage` one budget ahead of the drains.
+    let mut reserved = t.preparing.len() + t.staged.len();
+    let room = if ctx.policy.prestage.is_zero() {
+        budget.saturating_sub(t.unavailable)
+    } else {
+        budget
+    };
     for n in candidates {
+        let draining = NodeProgress {
+            state: ProgressState::Draining,
+            target: ctx.target.clone(),
+            started_at: ctx.now,
+            cordoned_by_drover: !n.unschedulable,
+            message: String::new(),
+            // Where a rollback takes it back to (docs/design.md §5b).
+            previous: n.version.clone(),
+            // A blocked node's retry counts, so its next backoff grows.
+            attempts: match &n.progress {
+                Ok(Some(p)) if p.state == ProgressState::Blocked => p.attempts.saturating_add(1),
+                _ => 0,
+            },
+        };
+        if ctx.policy.prepare {
+            if reserved >= room {
+                break;
+            }
+            reserved += 1;
+            t.preparing.push(n);
+            prepares.push(Action::Prepare {
+                node: n.name.clone(),
+                progress: prepare::record(ctx, draining),
+            });
+            continue;
+        }
         if t.unavailable >= budget {
             break;
         }
         t.unavailable += 1;
         t.in_flight += 1;
-        starts.push(Action::Cordon {
+        cordons.push(Action::Cordon {
             node: n.name.clone(),
-            progress: NodeProgress {
-                state: ProgressState::Draining,
-                target: ctx.target.clone(),
-                started_at: ctx.now,
-                cordoned_by_drover: !n.unschedulable,
-                message: String::new(),
-                // Where a rollback takes it back to (docs/design.md §5b).
-                previous: n.version.clone(),
-                // A blocked node's retry counts, so its next backoff grows.
-                attempts: match &n.progress {
-                    Ok(Some(p)) if p.state == ProgressState::Blocked => {
-                        p.attempts.saturating_add(1)
-                    }
-                    _ => 0,
-                },
-            },
+            progress: draining,
         });
     }
-    starts
+    // Cordons first: the engine withholds the last of them when a
+    // give-back failed (`Decision::starts_within_budget`).
+    cordons.append(&mut prepares);
+    cordons
 }

@@ -244,6 +244,16 @@ async fn the_agent_can_create_the_driver_job_and_nothing_that_takes_the_host() {
     jobs.create(&PostParams::default(), &driver_job)
         .await
         .unwrap_or_else(|e| panic!("the driver's own Job was refused: {e}"));
+    // Its download before the drain (DROVER_ACTION=prepare), on the node in service.
+    let prepare = NodeProgress {
+        state: ProgressState::Preparing,
+        cordoned_by_drover: false,
+        ..progress.clone()
+    };
+    let prepare_job = upgrade_job(&opts, &node, &prepare).unwrap();
+    jobs.create(&PostParams::default(), &prepare_job)
+        .await
+        .unwrap_or_else(|e| panic!("the driver's own prepare Job was refused: {e}"));
 
     // The agent can change none of this, nor create anything elsewhere.
     let as_agent: Api<ConfigMap> = Api::namespaced(agent.clone(), "drover-upgrades");

@@ -83,6 +83,19 @@ fn spawn_with_unit(
     n: usize,
     unit: &str,
 ) -> Child {
+    spawn_env(script, api, dir, target, n, unit, &[])
+}
+
+/// [`spawn_with_unit`] with more variables in the script's environment.
+fn spawn_env(
+    script: Script,
+    api: &BottlerocketApi,
+    dir: &Path,
+    target: &str,
+    n: usize,
+    unit: &str,
+    env: &[(&str, &str)],
+) -> Child {
     let state = dir.join("state");
     fs::create_dir_all(&state).unwrap();
     let path = format!(
@@ -114,6 +127,7 @@ fn spawn_with_unit(
         .env("DROVER_ATTEMPT", "1764460800")
         .env("DROVER_STATE_DIR", &state)
         .env("DROVER_TIME_UNIT", unit)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(out.try_clone().unwrap())
         .stderr(out)
@@ -902,4 +916,121 @@ fn the_updater_image_holds_the_script_the_job_runs_and_what_it_runs_and_nothing_
         assert!(!script.contains(absent), "the script uses {absent}");
     }
     assert!(script.contains("set -euo pipefail"));
+}
+
+// --- Downloading before the drain: DROVER_ACTION=prepare ---
+
+/// One run of the new script with `DROVER_ACTION=prepare`: its exit code
+/// and what it wrote. It must neither activate nor reboot.
+fn prepare(api: &BottlerocketApi, dir: &Path, target: &str) -> (i32, String) {
+    let run = watch(spawn_env(
+        Script::New,
+        api,
+        dir,
+        target,
+        0,
+        UNIT,
+        &[
+            ("DROVER_ACTION", "prepare"),
+            ("DROVER_ATTEMPT", "1764460000"),
+        ],
+    ));
+    let code = run.exit(RUN_LIMIT);
+    let output = fs::read_to_string(dir.join("run-0.log")).unwrap_or_default();
+    (code, output)
+}
+
+#[test]
+fn a_prepare_stages_the_target_in_service_and_the_upgrade_after_the_drain_does_not_download_it_again(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let api = BottlerocketApi::start(dir.path(), Scenario::new("1.22.0", &["1.22.1", "1.22.3"]));
+
+    let (code, output) = prepare(&api, dir.path(), "1.22.1");
+    assert_eq!(code, 0, "{output}\n{:#?}", api.requests());
+    assert_eq!(
+        api.update_state(),
+        ("Staged".into(), false),
+        "staged, not activated"
+    );
+    assert_eq!(api.staged(), vec![v("1.22.1")], "the target written once");
+    assert_eq!(api.reboot_requests(), 0, "no reboot while the node serves");
+    assert_eq!(api.running(), v("1.22.0"));
+
+    // The upgrade Job after the drain: activate and reboot, no second download.
+    let o = run(Script::New, &api, dir.path(), "1.22.1", UNIT);
+    // Written once in all: by the prepare.
+    assert_upgraded(&o, &api, "1.22.1", 0);
+    let prepares = api
+        .requests()
+        .iter()
+        .filter(|r| r.starts_with("POST /actions/prepare-update"))
+        .count();
+    assert_eq!(
+        prepares,
+        1,
+        "downloaded before the drain only: {:#?}",
+        api.requests()
+    );
+    assert!(o.output.contains("staged already"), "{}", o.output);
+}
+
+#[test]
+fn a_prepare_for_a_target_the_repository_lacks_fails_with_the_reason_and_stages_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = BottlerocketApi::start(dir.path(), Scenario::new("1.22.0", &["1.22.1"]));
+
+    let (code, output) = prepare(&api, dir.path(), "1.22.5");
+    assert_eq!(code, 1, "{output}");
+    assert!(
+        output.contains("1.22.5 is not offered to this node (offered: 1.22.1)"),
+        "the reason names what the repository offers: {output}"
+    );
+    assert!(api.staged().is_empty(), "nothing downloaded");
+    assert_eq!(api.reboot_requests(), 0);
+    assert_eq!(api.running(), v("1.22.0"));
+}
+
+#[test]
+fn a_staged_image_of_another_version_is_downloaded_over_by_the_upgrade() {
+    // Control: only the target staged is taken as prepared.
+    let dir = tempfile::tempdir().unwrap();
+    let api = BottlerocketApi::start(dir.path(), Scenario::new("1.22.0", &["1.22.1", "1.22.3"]));
+    let (code, output) = prepare(&api, dir.path(), "1.22.3");
+    assert_eq!(code, 0, "{output}");
+
+    let o = run(Script::New, &api, dir.path(), "1.22.1", UNIT);
+    assert_upgraded(&o, &api, "1.22.1", 1);
+    assert!(!o.output.contains("staged already"), "{}", o.output);
+}
+
+#[test]
+fn the_prepare_job_says_prepare_and_is_never_taken_for_the_upgrade_of_the_same_instant() {
+    let upgrade = bottlerocket_job();
+    let mut p = NodeProgress {
+        state: ProgressState::Preparing,
+        target: v("1.20.3"),
+        started_at: "2026-12-01T02:00:00Z".parse().unwrap(),
+        cordoned_by_drover: false,
+        message: String::new(),
+        attempts: 0,
+        previous: None,
+    };
+    let prepare = job_for(p.clone());
+    assert_eq!(job_env(&prepare)["DROVER_ACTION"], "prepare");
+    assert_eq!(
+        prepare["metadata"]["annotations"]["drover.dev/action"],
+        "prepare"
+    );
+    assert_ne!(
+        prepare["metadata"]["name"], upgrade["metadata"]["name"],
+        "a prepare and a drain may share an instant; their Jobs never share a name"
+    );
+    // The same command and mounts as the upgrade: the admission policy's pin holds.
+    assert_eq!(
+        prepare["spec"]["template"]["spec"]["containers"][0]["command"],
+        upgrade["spec"]["template"]["spec"]["containers"][0]["command"]
+    );
+    p.state = ProgressState::Upgrading;
+    assert_eq!(job_for(p)["metadata"]["name"], upgrade["metadata"]["name"]);
 }

@@ -69,10 +69,12 @@ async fn plans_from_the_nodes_of_a_real_cluster() {
     assert_eq!(plan["decision"]["nodes"], 4, "{plan:#}");
     assert_eq!(plan["forecast"]["nodes_to_upgrade"], 4);
     // The window (02:00-08:00 Madrid = 01:00-07:00Z) is open: the agent would
-    // cordon one node now; 4 nodes × 30m fit in this window.
+    // start one node now, by downloading its update in service (the
+    // Bottlerocket driver prepares before the drain); 4 nodes × 30m fit in
+    // this window.
     let actions = plan["decision"]["actions"].as_array().unwrap();
     assert_eq!(actions.len(), 1, "{actions:?}");
-    assert_eq!(actions[0]["action"], "cordon");
+    assert_eq!(actions[0]["action"], "prepare");
     assert_eq!(plan["forecast"]["windows_needed"], 1);
 
     // Planning changed nothing on the cluster.

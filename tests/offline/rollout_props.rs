@@ -218,6 +218,8 @@ fn build(c: &Case, clock: &VirtualClock) -> (Sim, Policy) {
         health: None,
         on_failure: drover::config::OnFailure::Halt,
         max_rollbacks: 1,
+        prepare: false,
+        prestage: std::time::Duration::ZERO,
     };
     (sim, policy)
 }

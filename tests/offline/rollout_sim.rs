@@ -28,6 +28,8 @@ fn policy(max: u32, mode: OnDrainTimeout) -> Policy {
         health: None,
         on_failure: drover::config::OnFailure::Halt,
         max_rollbacks: 1,
+        prepare: false,
+        prestage: std::time::Duration::ZERO,
     }
 }
 

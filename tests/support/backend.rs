@@ -90,6 +90,8 @@ pub fn policy(target: &str, max: u32, drain_timeout: Duration, node_timeout: Dur
         health: None,
         on_failure: drover::config::OnFailure::Halt,
         max_rollbacks: 1,
+        prepare: false,
+        prestage: std::time::Duration::ZERO,
     }
 }
 

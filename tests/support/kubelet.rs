@@ -53,12 +53,22 @@
 //! 4. A Job that breaks the contract (no version label, template `nodeName`
 //!    different from the node label) fails: conditions `FailureTarget=True` and
 //!    `Failed=True`, reason `InvalidUpgradeJob`, `failed=1`.
+//! 5. A Job whose `drover.dev/action` annotation is `prepare` (drover's
+//!    download before the drain, `DROVER_ACTION=prepare`) never reboots: it
+//!    takes [`KubeletOptions::download`], stages `V` on the node and
+//!    completes, as the Bottlerocket script does (refresh + prepare, state
+//!    Staged). An upgrade Job finding `V` staged goes straight to the
+//!    reboot; one that does not first spends `download` (the script
+//!    downloads inside the drain then). [`Kubelet::downloads`] counts both.
 //!
 //! Faults ([`Fault`], per node, via [`Kubelet::set_fault`] or the example's
 //! `--fault`): the node never comes back (stays NotReady, the Job stays
 //! active), comes back at its old or another version (the Job still
 //! succeeds, as an OS updater that believes it succeeded would), or the Job
-//! fails without a reboot (`reason: UpdateFailed`). Two faults break the
+//! fails without a reboot (`reason: UpdateFailed`), or the node's update
+//! repository does not offer the version (`not-in-repository`: a prepare or
+//! upgrade Job fails with the script's "V is not offered to this node",
+//! without a download or reboot). Two faults break the
 //! node's health rather than its upgrade, both once it returns from an
 //! upgrade (a later upgrade heals them, like a fixed release):
 //! `crashloop-after-upgrade` makes every pod on it crash-loop (not Ready,
@@ -139,6 +149,8 @@ use tokio::time::Instant;
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// Value of [`MANAGED_BY_LABEL`] on drover's upgrade Jobs.
 pub const MANAGED_BY_VALUE: &str = "drover";
+/// Annotation of a drover Job naming its `DROVER_ACTION` (`prepare` never reboots).
+pub const ACTION_ANNOTATION: &str = "drover.dev/action";
 /// Label naming the node an upgrade Job is for.
 pub const NODE_LABEL: &str = "drover.dev/node";
 /// Label holding the version an upgrade Job moves its node to.
@@ -205,6 +217,9 @@ pub struct KubeletOptions {
     pub graceful_shutdown: Option<Duration>,
     /// The Job controller's pod failure backoff, doubled per failure (10 s upstream).
     pub job_backoff: Duration,
+    /// How long downloading an update takes (a prepare Job, or an upgrade
+    /// Job that finds nothing staged).
+    pub download: Duration,
 }
 
 impl Default for KubeletOptions {
@@ -226,6 +241,7 @@ impl Default for KubeletOptions {
             remove_nodes_on_shutdown: true,
             graceful_shutdown: None,
             job_backoff: Duration::from_secs(10),
+            download: Duration::ZERO,
         }
     }
 }
@@ -251,6 +267,9 @@ pub enum Fault {
     WrongVersion(String),
     /// The Job fails (`UpdateFailed`) without a reboot.
     JobFails,
+    /// The node's update repository does not offer the Job's version: a
+    /// prepare or upgrade Job fails (`UpdateFailed`) without downloading.
+    NotInRepository,
     /// Once the node returns from an upgrade, every pod on it crash-loops.
     CrashLoopAfterUpgrade,
     /// Once the node returns from an upgrade to this version (and only this
@@ -270,6 +289,7 @@ impl FromStr for Fault {
             "never-ready" => Fault::NeverReady,
             "old-version" => Fault::OldVersion,
             "job-fails" => Fault::JobFails,
+            "not-in-repository" => Fault::NotInRepository,
             "crashloop-after-upgrade" => Fault::CrashLoopAfterUpgrade,
             _ => match (s.strip_prefix("version:"), s.strip_prefix("condition:")) {
                 (Some(v), _) if !v.is_empty() => Fault::WrongVersion(v.to_string()),
@@ -279,7 +299,7 @@ impl FromStr for Fault {
                 (_, Some(c)) if !c.is_empty() && c != "Ready" => Fault::Condition(c.to_string()),
                 _ => bail!(
                     "unknown fault {s:?}: expected none, never-ready, old-version, version:X.Y.Z, \
-                     job-fails, crashloop-after-upgrade, crashloop-at:X.Y.Z or condition:TYPE \
+                     job-fails, not-in-repository, crashloop-after-upgrade, crashloop-at:X.Y.Z or condition:TYPE \
                      (TYPE not Ready)"
                 ),
             },
@@ -295,6 +315,7 @@ impl fmt::Display for Fault {
             Fault::OldVersion => f.write_str("old-version"),
             Fault::WrongVersion(v) => write!(f, "version:{v}"),
             Fault::JobFails => f.write_str("job-fails"),
+            Fault::NotInRepository => f.write_str("not-in-repository"),
             Fault::CrashLoopAfterUpgrade => f.write_str("crashloop-after-upgrade"),
             Fault::CrashLoopAt(v) => write!(f, "crashloop-at:{v}"),
             Fault::Condition(c) => write!(f, "condition:{c}"),
@@ -341,6 +362,8 @@ struct Inner {
     next_index: AtomicUsize,
     faults: Mutex<HashMap<String, Fault>>,
     upgrades: Mutex<HashMap<String, usize>>,
+    // Downloads per node: (by a prepare Job, inside an upgrade Job).
+    downloads: Mutex<HashMap<String, (usize, usize)>>,
     pods: Store<Pod>,
     jobs: Store<Job>,
     pods_started: Mutex<HashSet<String>>,
@@ -380,6 +403,8 @@ struct NodeState {
     shutting_down: bool,
     transition: String,
     boot_id: String,
+    // The version a prepare Job downloaded and staged, not yet booted.
+    staged: Option<String>,
     // Health faults in force since the last upgrade returned.
     crashloop: bool,
     condition: Option<String>,
@@ -464,6 +489,7 @@ impl Kubelet {
             next_index: AtomicUsize::new(0),
             faults: Mutex::new(HashMap::new()),
             upgrades: Mutex::new(HashMap::new()),
+            downloads: Mutex::new(HashMap::new()),
             pods,
             jobs,
             pods_started: Mutex::new(HashSet::new()),
@@ -506,6 +532,7 @@ impl Kubelet {
                         shutting_down: false,
                         transition: now_rfc3339(),
                         boot_id: random_uuid(),
+                        staged: None,
                         crashloop: false,
                         condition: None,
                     }),
@@ -568,6 +595,17 @@ impl Kubelet {
             .get(node)
             .copied()
             .unwrap_or(0)
+    }
+
+    /// The downloads a node made: (by prepare Jobs, inside upgrade Jobs).
+    pub fn downloads(&self, node: &str) -> (usize, usize) {
+        self.inner
+            .downloads
+            .lock()
+            .unwrap()
+            .get(node)
+            .copied()
+            .unwrap_or_default()
     }
 
     /// A stream of what the simulator does from now on.
@@ -1100,6 +1138,13 @@ impl Inner {
         let _one_at_a_time = node.upgrade_lock.lock().await;
         // Computed once: startTime is immutable once set on an unsuspended Job.
         let start = job_start_time(&job);
+        let prepare =
+            job.annotations().get(ACTION_ANNOTATION).map(String::as_str) == Some("prepare");
+        // A prepare ends here; an upgrade goes on unless its version is not offered.
+        let checked = prepare || self.fault(&node_name) == Fault::NotInRepository;
+        if checked && (!self.download(&job, &node, &target, &start, prepare).await || prepare) {
+            return;
+        }
         if self.opts.graceful_shutdown.is_some() {
             self.run_job_pods(&job, &node, &target, &start).await;
             return;
@@ -1121,11 +1166,74 @@ impl Inner {
             json!({ "status": { "startTime": start, "active": 1 } }),
         )
         .await;
+        let staged = node.state.lock().unwrap().staged.clone();
+        if staged.as_deref() != Some(target.as_str()) && !self.opts.download.is_zero() {
+            // Nothing staged before the drain: the script downloads now.
+            self.downloads
+                .lock()
+                .unwrap()
+                .entry(node_name.clone())
+                .or_default()
+                .1 += 1;
+            tokio::time::sleep(self.opts.download).await;
+        }
         self.start_reboot(&node, &target, false).await;
         tokio::time::sleep(self.opts.reboot).await;
         if self.finish_reboot(&node, &current, &target).await {
             self.complete_job(&job, &start, &node_name).await;
         }
+    }
+
+    /// A prepare Job (`prepare`), or the check an upgrade Job makes first: a
+    /// version the node's repository does not offer fails the Job; a
+    /// prepare downloads for [`KubeletOptions::download`], stages `target`
+    /// and completes. False when the Job failed.
+    async fn download(
+        &self,
+        job: &Job,
+        node: &SimNode,
+        target: &str,
+        start: &Value,
+        prepare: bool,
+    ) -> bool {
+        let current = node.state.lock().unwrap().version.clone();
+        if current == target {
+            if prepare {
+                self.complete_job(job, start, &node.name).await;
+            }
+            return true;
+        }
+        match self.fault(&node.name) {
+            Fault::NotInRepository => {
+                let message = format!("{target} is not offered to this node (offered: {current})");
+                self.fail_job(job, start, "UpdateFailed", &message, 1).await;
+                return false;
+            }
+            Fault::JobFails if prepare => {
+                let message = format!("simulated failure downloading {target} on {}", node.name);
+                self.fail_job(job, start, "UpdateFailed", &message, 1).await;
+                return false;
+            }
+            _ => {}
+        }
+        if !prepare {
+            return true;
+        }
+        self.patch_job_status(
+            job,
+            json!({ "status": { "startTime": start, "active": 1 } }),
+        )
+        .await;
+        tokio::time::sleep(self.opts.download).await;
+        self.downloads
+            .lock()
+            .unwrap()
+            .entry(node.name.clone())
+            .or_default()
+            .0 += 1;
+        node.state.lock().unwrap().staged = Some(target.to_string());
+        self.complete_job(job, start, &node.name).await;
+        true
     }
 
     /// The node goes down for an upgrade to `target` (NotReady, no
@@ -1172,6 +1280,7 @@ impl Inner {
             Fault::WrongVersion(v) => v,
             Fault::None
             | Fault::JobFails
+            | Fault::NotInRepository
             | Fault::CrashLoopAfterUpgrade
             | Fault::CrashLoopAt(_)
             | Fault::Condition(_) => target.to_string(),
@@ -1183,6 +1292,7 @@ impl Inner {
         };
         self.set_node(node, |st| {
             st.version = version.clone();
+            st.staged = None;
             st.ready = true;
             st.down = false;
             st.shutting_down = false;
