@@ -795,9 +795,11 @@ fn waves_show_what_each_cluster_waits_on_and_a_failure_halts_the_environment() {
     text.push_str(&line);
     std::fs::write(&signers, text).unwrap();
     let f = dir.path().join("environments/production.toml");
-    let text = std::fs::read_to_string(&f)
-        .unwrap()
-        .replacen("\"1.12.0\"", "\"1.13.2\"", 1)
+    // The example's own waves give way to these (patterns, a 1h soak, one window).
+    let example = std::fs::read_to_string(&f).unwrap();
+    let (before, waves) = example.split_once("# Waves:").unwrap();
+    let after = &waves[waves.find("\n[promotion]").unwrap()..];
+    let text = format!("{before}{after}").replacen("\"1.12.0\"", "\"1.13.2\"", 1)
         + "\n[[wave]]\nclusters = [\"prod-eu-*\"]\nsoak = \"1h\"\n\n[[wave]]\nclusters = [\"prod-us-*\"]\n";
     std::fs::write(f, text).unwrap();
     // The reviewed change the reports come after.
