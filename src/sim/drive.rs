@@ -244,3 +244,89 @@ pub async fn drive_in_waves(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::wave::Failure;
+    use std::time::Duration;
+
+    fn t(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    fn schedule(evidence: EnvEvidence) -> WaveSchedule {
+        WaveSchedule {
+            env: "production".into(),
+            cluster: "us-1".into(),
+            version: Version::new(1, 13, 2),
+            waves: vec![
+                Wave {
+                    clusters: vec!["eu-1".into()],
+                    soak: Duration::from_secs(24 * 3600),
+                    max_concurrency: None,
+                },
+                Wave {
+                    clusters: vec!["us-1".into()],
+                    soak: Duration::ZERO,
+                    max_concurrency: None,
+                },
+            ],
+            failure_budget: 0,
+            since: t("2026-12-12T00:00:00Z"),
+            evidence,
+        }
+    }
+
+    #[test]
+    fn the_wave_gate_over_time_sees_each_report_only_once_it_is_made() {
+        let mut ev = EnvEvidence::default();
+        ev.confirmed
+            .insert("eu-1".into(), t("2026-12-20T03:35:00Z"));
+        let w = schedule(ev);
+        let from = t("2026-12-12T09:00:00Z");
+        assert!(matches!(w.at(from), WaveGate::Waiting { wave: 2, .. }));
+        assert_eq!(
+            w.changes(from, t("2026-12-31T00:00:00Z")),
+            vec![
+                (
+                    t("2026-12-20T03:35:00Z"),
+                    WaveGate::Soaking {
+                        wave: 2,
+                        passes_at: t("2026-12-21T03:35:00Z")
+                    }
+                ),
+                (t("2026-12-21T03:35:00Z"), WaveGate::Open { wave: 2 }),
+            ]
+        );
+        // Up to the horizon only.
+        assert_eq!(w.changes(from, t("2026-12-20T00:00:00Z")), vec![]);
+    }
+
+    #[test]
+    fn a_failure_halts_the_wave_from_the_instant_it_is_reported() {
+        let mut ev = EnvEvidence::default();
+        ev.confirmed
+            .insert("eu-1".into(), t("2026-12-20T03:35:00Z"));
+        ev.failed.insert(
+            "eu-1".into(),
+            Failure {
+                at: t("2026-12-20T05:00:00Z"),
+                message: "node n-1 failed".into(),
+            },
+        );
+        let w = schedule(ev);
+        assert!(matches!(
+            w.at(t("2026-12-20T04:00:00Z")),
+            WaveGate::Soaking { .. }
+        ));
+        assert!(matches!(
+            w.at(t("2026-12-20T05:00:00Z")),
+            WaveGate::Halted(_)
+        ));
+        assert_eq!(
+            w.next_change(t("2026-12-20T04:00:00Z")),
+            Some(t("2026-12-20T05:00:00Z"))
+        );
+    }
+}
