@@ -93,6 +93,9 @@ pub struct Plan {
     pub decision: Decision,
     /// The rollout, window by window.
     pub forecast: Forecast,
+    /// The environment's waves (one of every cluster without `[[wave]]`):
+    /// what each waits on and when it could start.
+    pub waves: Vec<WavePlan>,
 }
 
 /// Plan against any cluster: decide on its nodes as they are now (without
@@ -107,6 +110,7 @@ pub async fn plan<C: Cluster>(
     max_windows: usize,
     node_time: Duration,
     now: DateTime<Utc>,
+    waves: Option<WaveInputs<'_>>,
 ) -> Result<Plan, C::Error> {
     let policy = Policy::from_env(env);
     let schedule = Timeline {
@@ -123,6 +127,22 @@ pub async fn plan<C: Cluster>(
     let mut forecast = forecast(&policy, &views, &schedule, node_time, now).await;
     let change = Change::of(&policy.target, views.iter().map(|v| v.version.as_ref()));
     forecast.held = calendar.opening(now, change).hold.map(|h| h.describe());
+    let waves = match waves {
+        Some(w) => {
+            plan_waves(
+                w.env,
+                w.waves,
+                w.first,
+                w.evidence,
+                &views,
+                node_time,
+                max_windows,
+                now,
+            )
+            .await
+        }
+        None => Vec::new(),
+    };
     Ok(Plan {
         env: env.name.clone(),
         cluster: cluster.name().to_string(),
@@ -130,6 +150,7 @@ pub async fn plan<C: Cluster>(
         now,
         decision,
         forecast,
+        waves,
     })
 }
 
@@ -245,4 +266,190 @@ pub fn hours(d: Duration) -> String {
         (h, 0) => format!("{h}h"),
         (h, m) => format!("{h}h{m}m"),
     }
+}
+
+/// One wave of the environment in the plan: its clusters, its window, the
+/// gate it waits on and when it could start (docs/design.md §4a).
+#[derive(Debug, Clone, Serialize)]
+pub struct WavePlan {
+    /// Its number, from 1.
+    pub wave: usize,
+    /// Its clusters, in `drover.toml`'s order.
+    pub clusters: Vec<String>,
+    /// Its window: the cron schedule, how long each stays open, and the
+    /// zone it is read in (the wave's own, or the environment's).
+    pub window: WaveWindow,
+    /// What it waits on: the promotion gate (the lower environment's
+    /// confirmations and soak) for wave 1, wave N−1's confirmations and
+    /// soak for wave N.
+    pub waits_on: String,
+    /// That gate's answer now, in a line (`passed`, or why not yet).
+    pub gate_now: String,
+    /// When the gate passes (or passed): from the signed reports when they
+    /// say, else from this plan's forecast of the wave before; `None` when
+    /// neither can tell (a refusal only a person can lift).
+    pub gate_passes_at: Option<DateTime<Utc>>,
+    /// Where `gate_passes_at` comes from: `reports` (the signed reports),
+    /// `forecast` (this plan's forecast of the wave before), `assumed` (no
+    /// reports could be read: the gate is assumed passed now), or `none`.
+    pub basis: &'static str,
+    /// The earliest a node of the wave could start: its first window open
+    /// at or after the gate passes (freezes and the pause included).
+    pub could_start_at: Option<DateTime<Utc>>,
+    /// When its clusters would confirm, by the forecast (each cluster like
+    /// the one planned for).
+    pub confirmed_at: Option<DateTime<Utc>>,
+}
+
+/// A wave's window as its file writes it.
+#[derive(Debug, Clone, Serialize)]
+pub struct WaveWindow {
+    /// Cron, five fields.
+    pub schedule: String,
+    /// How long each window stays open (`6h`).
+    pub duration: String,
+    /// IANA zone.
+    pub timezone: String,
+}
+
+/// What [`plan`] needs to plan the environment's waves too.
+#[derive(Debug, Clone)]
+pub struct WaveInputs<'a> {
+    /// The environment as its file says (each wave's window replaces its own).
+    pub env: &'a EnvConfig,
+    /// Its waves.
+    pub waves: &'a [crate::gate::wave::Wave],
+    /// What wave 1 waits on.
+    pub first: FirstGate,
+    /// The environment's clusters' reports for its version.
+    pub evidence: &'a crate::gate::wave::EnvEvidence,
+}
+
+/// What wave 1 waits on: the promotion gate for the environment's version.
+#[derive(Debug, Clone)]
+pub struct FirstGate {
+    /// The gate, in words.
+    pub waits_on: String,
+    /// Its answer now.
+    pub now: String,
+    /// When it passes (or passed); `None`: not by time alone.
+    pub passes_at: Option<DateTime<Utc>>,
+    /// `reports`, `assumed` or `none` (see [`WavePlan::basis`]).
+    pub basis: &'static str,
+}
+
+/// Plan every wave of `env` (the environment as its file says, before any
+/// wave's window replaces its own): wave 1 from `first`, each later wave
+/// from the wave before it: its clusters' standing confirmations in
+/// `evidence` when every one has one, else this plan's forecast of it;
+/// each forecast on a sim seeded from `views`, in the wave's own calendar.
+#[allow(clippy::too_many_arguments)]
+pub async fn plan_waves(
+    env: &EnvConfig,
+    waves: &[crate::gate::wave::Wave],
+    first: FirstGate,
+    evidence: &crate::gate::wave::EnvEvidence,
+    views: &[NodeView],
+    node_time: Duration,
+    max_windows: usize,
+    now: DateTime<Utc>,
+) -> Vec<WavePlan> {
+    let mut out: Vec<WavePlan> = Vec::new();
+    for (i, w) in waves.iter().enumerate() {
+        let wenv = w
+            .clusters
+            .first()
+            .map_or_else(|| env.clone(), |c| env.for_cluster(c));
+        let spec = &wenv.windows[0];
+        let window = WaveWindow {
+            schedule: spec.schedule.clone(),
+            duration: hours(spec.duration),
+            timezone: spec.timezone.to_string(),
+        };
+        let (waits_on, gate_now, passes_at, basis) = match i.checked_sub(1) {
+            None => (
+                first.waits_on.clone(),
+                first.now.clone(),
+                first.passes_at,
+                first.basis,
+            ),
+            Some(p) => {
+                let prev = &waves[p];
+                let soak = chrono::Duration::from_std(prev.soak).unwrap_or(chrono::Duration::MAX);
+                let reported: Option<Vec<DateTime<Utc>>> = prev
+                    .clusters
+                    .iter()
+                    .map(|c| evidence.confirmed.get(c).copied())
+                    .collect();
+                let latest = reported.and_then(|ts| ts.into_iter().max());
+                let waits_on = format!(
+                    "wave {}'s signed confirmations of {} ({}), then its soak of {}",
+                    p + 1,
+                    env.version,
+                    prev.clusters.join(", "),
+                    hours(prev.soak)
+                );
+                let (at, basis) = match latest {
+                    Some(t) => (t.checked_add_signed(soak), "reports"),
+                    None => match out.last().and_then(|o| o.confirmed_at) {
+                        Some(t) => (t.checked_add_signed(soak), "forecast"),
+                        None => (None, "none"),
+                    },
+                };
+                let gate_now = match (latest, at) {
+                    (Some(_), Some(t)) if t <= now => "passed".to_owned(),
+                    (Some(_), Some(t)) => format!(
+                        "soaking until {}",
+                        t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                    ),
+                    _ => {
+                        let missing: Vec<&str> = prev
+                            .clusters
+                            .iter()
+                            .filter(|c| !evidence.confirmed.contains_key(*c))
+                            .map(String::as_str)
+                            .collect();
+                        format!("not yet confirmed by {}", missing.join(", "))
+                    }
+                };
+                (waits_on, gate_now, at, basis)
+            }
+        };
+        let calendar = Calendar::of(&wenv).ok();
+        let from = passes_at.map(|t| t.max(now));
+        let could_start_at = match (&calendar, from) {
+            (Some(c), Some(t)) => c.periods(t).next().map(|p| p.start.max(t)),
+            _ => None,
+        };
+        let confirmed_at = match (&calendar, could_start_at) {
+            (Some(c), Some(start)) => {
+                let schedule = Timeline {
+                    windows: c
+                        .periods(start)
+                        .take(max_windows)
+                        .map(|p| (p.start, p.end))
+                        .collect(),
+                    calendar: Some(c.clone()),
+                    gate_from: Some(start),
+                };
+                let policy = Policy::from_env(&wenv);
+                forecast(&policy, views, &schedule, node_time, start)
+                    .await
+                    .confirmed_at
+            }
+            _ => None,
+        };
+        out.push(WavePlan {
+            wave: i + 1,
+            clusters: w.clusters.clone(),
+            window,
+            waits_on,
+            gate_now,
+            gate_passes_at: passes_at,
+            basis,
+            could_start_at,
+            confirmed_at,
+        });
+    }
+    out
 }

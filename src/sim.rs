@@ -24,7 +24,7 @@
 
 mod drive;
 
-pub use drive::{drive, DriveReport, Timeline};
+pub use drive::{drive, drive_in_waves, DriveReport, Timeline, WaveSchedule};
 
 use crate::cluster::{
     apply_patch, encode_progress, Cluster, EvictionPass, NodeProgress, NodeView, UpgradeStatus,

@@ -144,7 +144,7 @@ pub fn text(report: &demo::Report) -> String {
     if report.violations.is_empty() {
         let _ = writeln!(
             out,
-            "invariants held: at most {} node unavailable at once per cluster, every upgrade inside its window, at its pinned version, nothing left cordoned",
+            "invariants held: at most {} node unavailable at once per cluster, every upgrade inside its window, at its pinned version, each wave only after the one before it confirmed and soaked, nothing left cordoned",
             report.peak_unavailable
         );
     } else {

@@ -6,7 +6,7 @@
 
 use super::{parse_time, print_ok, Global, Outcome};
 use crate::config::EnvConfig;
-use crate::forecast::{plan, Plan};
+use crate::forecast::{plan, FirstGate, Plan, WaveInputs};
 use crate::rollout::VirtualClock;
 use crate::sim::Sim;
 use anyhow::Context as _;
@@ -80,9 +80,17 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         Ok(env) => env,
         Err(rejected) => return rejected,
     };
+    let now = args.now.unwrap_or_else(Utc::now);
+    let waves = crate::gate::wave::waves(&repo, &args.env);
+    let (first, evidence) = wave_evidence(g, &repo, env, now);
+    let wave_inputs = || WaveInputs {
+        env,
+        waves: &waves,
+        first: first.clone(),
+        evidence: &evidence,
+    };
     // A cluster of a wave with a window of its own moves in that window.
     let env = &env.for_cluster(&args.cluster);
-    let now = args.now.unwrap_or_else(Utc::now);
     // The calendar the agent asks (windows, freezes, pause): the forecast
     // and the decision below ask it the same way.
     let calendar = match crate::window::Calendar::of(env) {
@@ -108,9 +116,17 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
                 // Jobs are never created: plan only observes.
                 let opts = crate::kubernetes::KubeOptions::from_env(&args.cluster, "default", env);
                 let cluster = crate::kubernetes::KubeCluster::new(config, opts).await?;
-                plan(&cluster, env, &calendar, max_windows, args.node_time, now)
-                    .await
-                    .context("observing the cluster")
+                plan(
+                    &cluster,
+                    env,
+                    &calendar,
+                    max_windows,
+                    args.node_time,
+                    now,
+                    Some(wave_inputs()),
+                )
+                .await
+                .context("observing the cluster")
             })?
         }
         None => {
@@ -129,6 +145,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
                 max_windows,
                 args.node_time,
                 now,
+                Some(wave_inputs()),
             ))
             .context("observing the cluster")?
         }
@@ -140,10 +157,97 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
     Ok(Outcome::Ok)
 }
 
+/// What wave 1 waits on (the promotion gate for the environment's
+/// version, judged as the agent judges it, by the policy in force at HEAD)
+/// and what the environment's clusters reported, read by the one reader
+/// out of the repository's status branches (local or `origin/`). Without
+/// a readable repository the gate is assumed passed, as the forecast
+/// always assumed.
+fn wave_evidence(
+    g: &Global,
+    cfg: &crate::config::RepoConfig,
+    env: &EnvConfig,
+    now: DateTime<Utc>,
+) -> (FirstGate, crate::gate::wave::EnvEvidence) {
+    use crate::admit::{self, Change};
+    use crate::gate::Decision;
+    let waits_on = match cfg.lower(&env.name) {
+        None => "nothing: the first environment of the chain".to_owned(),
+        Some(lower) => format!(
+            "the promotion gate: every cluster of {lower} ({}) confirmed {} at least {} \
+             before ([promotion] soak)",
+            cfg.clusters(lower).join(", "),
+            env.version,
+            crate::forecast::hours(env.promotion.soak)
+        ),
+    };
+    let assumed = |why: String| {
+        (
+            FirstGate {
+                waits_on: waits_on.clone(),
+                now: format!("{why}; assumed passed"),
+                passes_at: Some(now),
+                basis: "assumed",
+            },
+            Default::default(),
+        )
+    };
+    let read = || -> Result<_, String> {
+        let repo = git2::Repository::open(&g.repo).map_err(|e| e.message().to_owned())?;
+        let head = repo
+            .head()
+            .and_then(|h| h.peel_to_commit())
+            .map_err(|e| e.message().to_owned())?
+            .id();
+        let snap = admit::snapshot(&repo, head, now)
+            .map_err(|e| e.to_string())?
+            .map_err(|d| format!("HEAD's config does not load ({} errors)", d.len()))?;
+        let mut git = admit::GitEvidence::new(&repo, head, now);
+        let change = Change {
+            before: None,
+            after: (&snap.config, &snap.policy),
+        };
+        let decision =
+            admit::judge_env(change, &env.name, &mut git, now).map_err(|e| e.to_string())?;
+        let evidence = admit::env_evidence(&repo, head, &env.name, &env.version, now)
+            .map_err(|e| e.to_string())?
+            .map(|(e, _)| e)
+            .unwrap_or_default();
+        Ok((decision, evidence))
+    };
+    let (decision, evidence) = match read() {
+        Ok(r) => r,
+        Err(why) => return assumed(format!("the status branches could not be read: {why}")),
+    };
+    let (answer, passes_at, basis) = match &decision {
+        Decision::Allowed(_) | Decision::Unchanged => ("passed".to_owned(), Some(now), "reports"),
+        Decision::Refused(r) => match &r.reason {
+            crate::gate::Reason::Soaking { passes_at, .. }
+            | crate::gate::Reason::HistorySoaking { passes_at, .. } => {
+                (r.to_string(), Some(*passes_at), "reports")
+            }
+            _ => (r.to_string(), None, "none"),
+        },
+    };
+    (
+        FirstGate {
+            waits_on,
+            now: answer,
+            passes_at,
+            basis,
+        },
+        evidence,
+    )
+}
+
 /// An instant as `status` and `windows` print one: in the environment's
 /// zone and in UTC, to the minute (`Tue 2026-12-08 02:00 CET (01:00 UTC)`).
 fn when(t: DateTime<Utc>, env: &EnvConfig) -> String {
-    let tz = env.windows[0].timezone;
+    when_in(t, env.windows[0].timezone)
+}
+
+/// [`when`] in the zone `tz`.
+fn when_in(t: DateTime<Utc>, tz: chrono_tz::Tz) -> String {
     let local = t.with_timezone(&tz);
     let utc = if local.date_naive() == t.date_naive() {
         t.format("%H:%M UTC").to_string()
@@ -214,6 +318,7 @@ fn render(p: &Plan, node_time: Duration, env: &EnvConfig) -> String {
             let _ = writeln!(s, ")");
         }
     }
+    render_waves(&mut s, p);
     if let Some(c) = &f.cut_short {
         let _ = writeln!(
             s,
@@ -223,6 +328,54 @@ fn render(p: &Plan, node_time: Duration, env: &EnvConfig) -> String {
         );
     }
     s
+}
+
+/// Each wave: its clusters and window, the gate it waits on and its answer
+/// now, when it could start and when it would confirm, in its own zone.
+fn render_waves(s: &mut String, p: &Plan) {
+    use std::fmt::Write as _;
+    if p.waves.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "waves of {} for {}:", p.env, p.target);
+    for w in &p.waves {
+        let tz: chrono_tz::Tz = w.window.timezone.parse().unwrap_or(chrono_tz::Tz::UTC);
+        let _ = writeln!(
+            s,
+            "  wave {}: {}; window \"{}\" for {} ({})",
+            w.wave,
+            w.clusters.join(", "),
+            w.window.schedule,
+            w.window.duration,
+            w.window.timezone
+        );
+        let _ = writeln!(s, "    waits on {}", w.waits_on);
+        let _ = writeln!(s, "    now: {}", w.gate_now);
+        let by = match w.basis {
+            "forecast" => " (by the forecast of the wave before)",
+            "assumed" => " (gate assumed passed)",
+            _ => "",
+        };
+        match w.could_start_at {
+            Some(t) => {
+                let _ = write!(s, "    could start {}{by}", when_in(t, tz));
+                match w.confirmed_at {
+                    Some(c) => {
+                        let _ = writeln!(s, "; confirmed about {}", when_in(c, tz));
+                    }
+                    None => {
+                        let _ = writeln!(s);
+                    }
+                }
+            }
+            None => {
+                let _ = writeln!(
+                    s,
+                    "    could start: not by time alone (the gate needs a person or a report)"
+                );
+            }
+        }
+    }
 }
 
 /// The forecast in one line, from the forecast itself: what holds it, or

@@ -196,11 +196,14 @@ pub async fn run(opts: &Options) -> Result<Report, Error> {
         for cluster in cfg.clusters(env) {
             let key = keys.get(&(env.clone(), cluster.clone())).cloned();
             story.add_agent(tmp.path(), env, cluster, opts, &from, key)?;
+            if let (Some(agent), Some(e)) = (story.agents.last_mut(), cfg.envs.get(env)) {
+                agent.zone = Some(e.for_cluster(cluster).windows[0].timezone);
+            }
         }
     }
     story.say_fleet(
         format!(
-            "fleet: {} clusters of {} nodes, all at {from}; test upgrades on the 1st, stage on the 8th, production on the 20th",
+            "fleet: {} clusters of {} nodes, all at {from}; test upgrades on the 1st, stage on the 8th, production in two waves: prod-eu-1 on the 20th in Madrid, then prod-us-1 the next night in New York once prod-eu-1's signed confirmation has soaked 24h",
             story.agents.len(),
             opts.nodes
         ),

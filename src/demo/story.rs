@@ -6,7 +6,7 @@ use super::forge::{short, Forge};
 use super::{ts, ClusterRow, Confirmed, Error, Line, Options, Report};
 use crate::admit;
 use crate::config::{self, DirFiles};
-use crate::gate::{Decision, Reason};
+use crate::gate::{wave, Decision, Reason};
 use crate::promote::{self, git, git_at, Choice};
 use crate::rollout::RolloutState;
 use crate::rollout::{Engine, Labels, Policy, VirtualClock};
@@ -31,6 +31,10 @@ pub(super) struct Agent {
     pub(super) applied: Option<(Version, git2::Oid)>,
     /// Its last report, to publish only on change.
     pub(super) last_report: Option<(RolloutState, Version)>,
+    /// That report's message: a pending cluster reports again when what it waits on changes.
+    pub(super) last_message: String,
+    /// Its time zone: its wave's window's, else its environment's.
+    pub(super) zone: Option<chrono_tz::Tz>,
     /// How it signs its reports (its own key, generated at run time).
     pub(super) publish: PublishOptions,
     /// Sim log entries already told.
@@ -67,11 +71,25 @@ impl Story {
         });
     }
 
+    /// A line about agent `i`'s cluster, in its own time zone.
+    pub(super) fn say_cluster(&mut self, at: DateTime<Utc>, i: usize, event: String) {
+        let a = &self.agents[i];
+        let (env, tz) = (a.env.clone(), a.zone.or(self.zones.get(&a.env).copied()));
+        let event = format!("{}: {event}", a.cluster);
+        self.say_in(at, &env, tz, event);
+    }
+
     pub(super) fn say_at(&mut self, at: DateTime<Utc>, env: &str, event: String) {
-        let local = self
-            .zones
-            .get(env)
-            .map(|tz| at.with_timezone(tz).format("%a %m-%d %H:%M %Z").to_string());
+        let tz = self.zones.get(env).copied();
+        self.say_in(at, env, tz, event);
+    }
+
+    fn say_in(&mut self, at: DateTime<Utc>, env: &str, tz: Option<chrono_tz::Tz>, event: String) {
+        let local = tz.map(|tz| {
+            at.with_timezone(&tz)
+                .format("%a %m-%d %H:%M %Z")
+                .to_string()
+        });
         self.lines.push(Line {
             at,
             env: Some(env.to_owned()),
@@ -133,6 +151,8 @@ impl Story {
             clock,
             applied: None,
             last_report: None,
+            last_message: String::new(),
+            zone: None,
             publish: PublishOptions {
                 signing_key: key,
                 ..PublishOptions::default()
@@ -320,7 +340,7 @@ impl Story {
         let previous = self.agents[i].applied.as_ref().map(|(v, _)| v.clone());
         // The same admission as the agent's: trust (the demo's commits are
         // unsigned, so `off`), config, then the gate commit by commit.
-        let (env_cfg, decision, adopt) = {
+        let (env_cfg, waves, decision, adopt) = {
             let repo = self.agents[i].source.repo();
             let last = self.agents[i].applied.as_ref().map(|(_, c)| *c);
             let head_cfg = admit::snapshot(repo, fetched.head, at)?.map_err(|d| {
@@ -331,9 +351,16 @@ impl Story {
                         .join("; "),
                 )
             })?;
-            let Some(env_cfg) = head_cfg.config.envs.get(&env).cloned() else {
+            // The cluster moves in its wave's window when the wave has one.
+            let Some(env_cfg) = head_cfg
+                .config
+                .envs
+                .get(&env)
+                .map(|e| e.for_cluster(&cluster))
+            else {
                 return Err(Error::Config(format!("no environment {env}")));
             };
+            let waves = wave::waves(&head_cfg.config, &env);
             // Adoption: before anything was applied, a fleet that already
             // runs the pinned version moves nothing and needs no gate.
             let adopt = last.is_none()
@@ -360,7 +387,7 @@ impl Story {
                     },
                 }
             };
-            (env_cfg, decision, adopt)
+            (env_cfg, waves, decision, adopt)
         };
         let gate_from = match &decision {
             Decision::Allowed(_) | Decision::Unchanged => Some(at),
@@ -376,27 +403,40 @@ impl Story {
             let version_changed = previous.as_ref() != Some(&env_cfg.version);
             match (&decision, version_changed) {
                 (Decision::Refused(r), _) if gate_from.is_none() => {
-                    self.say_at(at, &env, format!("{cluster}: agent refuses config {}: {r}", short(fetched.head)));
+                    self.say_cluster(at, i, format!("agent refuses config {}: {r}", short(fetched.head)));
                     return self.idle_until(i, until);
                 }
-                (_, true) if adopt => self.say_at(
+                (_, true) if adopt => self.say_cluster(
                     at,
-                    &env,
+                    i,
                     format!(
-                        "{cluster}: agent adopts the cluster at config {}: every node already runs the pinned {}, so nothing moves and no gate applies",
+                        "agent adopts the cluster at config {}: every node already runs the pinned {}, so nothing moves and no gate applies",
                         short(fetched.head),
                         env_cfg.version
                     ),
                 ),
-                (_, true) => self.say_at(
-                    at,
-                    &env,
-                    format!(
-                        "{cluster}: agent accepts config {} pinning {}; waiting for the next window",
-                        short(fetched.head),
-                        env_cfg.version
-                    ),
-                ),
+                (_, true) => {
+                    let then = if waves.len() > 1 {
+                        let w = self.wave_schedule(i, &env_cfg, &waves, fetched.head, until)?;
+                        match w.at(at) {
+                            wave::WaveGate::Open { wave } => {
+                                format!("wave {wave}: waiting for its next window")
+                            }
+                            gate => gate.to_string(),
+                        }
+                    } else {
+                        "waiting for the next window".to_owned()
+                    };
+                    self.say_cluster(
+                        at,
+                        i,
+                        format!(
+                            "agent accepts config {} pinning {}; {then}",
+                            short(fetched.head),
+                            env_cfg.version
+                        ),
+                    )
+                }
                 _ => {}
             }
             self.agents[i].source.accept(fetched.head)?;
@@ -405,6 +445,23 @@ impl Story {
 
         let calendar = window::Calendar::of(&env_cfg)?;
         let horizon_windows = windows_between(&calendar, at, until);
+        // The wave gate and the halt, from the reports of the environment's
+        // other clusters (the agents before this one ran to `until`).
+        let wave = match gate_from {
+            Some(_) if !adopt => {
+                Some(self.wave_schedule(i, &env_cfg, &waves, fetched.head, until)?)
+            }
+            _ => None,
+        };
+        // With waves, the story stops where the wave gate changes, says
+        // why, and reports from there, as the agent would on its next poll.
+        let mut stops = vec![];
+        let moves = uniform_version(&self.agents[i].sim).as_ref() != Some(&env_cfg.version);
+        if let Some(w) = wave.as_ref().filter(|_| waves.len() > 1 && moves) {
+            stops.push((at, None));
+            stops.extend(w.changes(at, until).into_iter().map(|(t, g)| (t, Some(g))));
+        }
+        stops.push((until, None));
         let sim_schedule = sim::Timeline {
             windows: horizon_windows.clone(),
             calendar: Some(calendar),
@@ -418,55 +475,148 @@ impl Story {
             },
             self.agents[i].clock.clone(),
         );
-        let report = sim::drive(&self.agents[i].sim, &engine, &sim_schedule, until)
+        for (stop, gate) in stops {
+            if let Some(gate) = gate {
+                let line = self.wave_line(&env_cfg, &waves, &gate);
+                self.say_cluster(stop, i, line);
+            }
+            let report = sim::drive_in_waves(
+                &self.agents[i].sim,
+                &engine,
+                &sim_schedule,
+                wave.as_ref(),
+                stop,
+            )
             .await
             .map_err(|e| Error::Engine(e.to_string()))?;
-        self.tell_sim_events(i, &env_cfg.version, &horizon_windows);
-        let state = report.last.state;
-        let key = (state, env_cfg.version.clone());
-        if self.agents[i].last_report.as_ref() != Some(&key) {
-            let line = StatusReport {
-                env: env.clone(),
-                cluster: cluster.clone(),
-                config_commit: fetched.head.to_string(),
-                version: env_cfg.version.clone(),
-                state,
-                since: report.ended_at,
-                nodes: report.last.nodes,
-                nodes_at_version: report.last.nodes_at_version,
-                message: report.last.message.clone(),
-                detail: Default::default(),
-            };
-            // Committed at the story's time, not today's: evidence counts from
-            // its commit's time, and the story must read the same any day.
-            self.agents[i].publish.commit_time = Some(report.ended_at);
-            let source = &self.agents[i].source;
-            let published = status::publish(source, &line, &self.agents[i].publish)?;
-            self.agents[i].last_report = Some(key);
-            if published.commit.is_some() {
-                let branch = status::cluster_branch(
-                    &self.agents[i].source.config().status_branch,
-                    &env,
-                    &cluster,
-                );
-                let what = match state {
-                    RolloutState::Confirmed => format!(
-                        "all {} nodes Ready at {}: confirmation signed with {cluster}'s key, pushed to {branch}",
-                        line.nodes, line.version
-                    ),
-                    other => format!(
-                        "{} {} ({}/{} nodes at version) reported to {branch} {}",
-                        other.as_str(),
-                        line.version,
-                        line.nodes_at_version,
-                        line.nodes,
-                        line.message
-                    ),
-                };
-                self.say_at(report.ended_at, &env, format!("{cluster}: {what}"));
-            }
+            self.tell_sim_events(i, &env_cfg.version, &horizon_windows);
+            self.publish(i, &env_cfg.version, fetched.head, &report)?;
         }
         self.idle_until(i, until)
+    }
+
+    /// Push the cluster's status report when its state (or, waiting on a
+    /// wave, what it waits on) changed since the last one.
+    fn publish(
+        &mut self,
+        i: usize,
+        version: &Version,
+        head: git2::Oid,
+        report: &sim::DriveReport,
+    ) -> Result<(), Error> {
+        let (env, cluster) = (self.agents[i].env.clone(), self.agents[i].cluster.clone());
+        let state = report.last.state;
+        let key = (state, version.clone());
+        let same = self.agents[i].last_report.as_ref() == Some(&key)
+            && (state != RolloutState::Pending
+                || self.agents[i].last_message == report.last.message);
+        if same {
+            return Ok(());
+        }
+        let line = StatusReport {
+            env: env.clone(),
+            cluster: cluster.clone(),
+            config_commit: head.to_string(),
+            version: version.clone(),
+            state,
+            since: report.ended_at,
+            nodes: report.last.nodes,
+            nodes_at_version: report.last.nodes_at_version,
+            message: report.last.message.clone(),
+            detail: Default::default(),
+        };
+        // Committed at the story's time, not today's: evidence counts from
+        // its commit's time, and the story must read the same any day.
+        self.agents[i].publish.commit_time = Some(report.ended_at);
+        let source = &self.agents[i].source;
+        let published = status::publish(source, &line, &self.agents[i].publish)?;
+        self.agents[i].last_report = Some(key);
+        self.agents[i].last_message = report.last.message.clone();
+        if published.commit.is_some() {
+            let branch = status::cluster_branch(
+                &self.agents[i].source.config().status_branch,
+                &env,
+                &cluster,
+            );
+            let what = match state {
+                RolloutState::Confirmed => format!(
+                    "all {} nodes Ready at {}: confirmation signed with {cluster}'s key, pushed to {branch}",
+                    line.nodes, line.version
+                ),
+                other => format!(
+                    "{} {} ({}/{} nodes at version) reported to {branch} {}",
+                    other.as_str(),
+                    line.version,
+                    line.nodes_at_version,
+                    line.nodes,
+                    line.message
+                ),
+            };
+            self.say_cluster(report.ended_at, i, what);
+        }
+        Ok(())
+    }
+
+    /// The wave gate of agent `i` for `env`'s version: the reports of its
+    /// environment's clusters read by the one reader up to `until`, by the
+    /// policy in force at `applied`.
+    pub(super) fn wave_schedule(
+        &self,
+        i: usize,
+        env: &crate::config::EnvConfig,
+        waves: &[wave::Wave],
+        applied: git2::Oid,
+        until: DateTime<Utc>,
+    ) -> Result<sim::WaveSchedule, Error> {
+        let a = &self.agents[i];
+        let (evidence, since) =
+            admit::env_evidence(a.source.repo(), applied, &a.env, &env.version, until)?
+                .unwrap_or((wave::EnvEvidence::default(), DateTime::<Utc>::MIN_UTC));
+        Ok(sim::WaveSchedule {
+            env: a.env.clone(),
+            cluster: a.cluster.clone(),
+            version: env.version.clone(),
+            waves: waves.to_vec(),
+            failure_budget: env.rollout.failure_budget,
+            since,
+            evidence,
+        })
+    }
+
+    /// What a change of the wave gate means, in the story's words (the
+    /// report pushed next says what the cluster waits on then).
+    fn wave_line(
+        &self,
+        env: &crate::config::EnvConfig,
+        waves: &[wave::Wave],
+        gate: &wave::WaveGate,
+    ) -> String {
+        let prev = |w: &usize| {
+            let p = waves.get(w.wrapping_sub(2));
+            (
+                p.map(|p| p.clusters.join(", ")).unwrap_or_default(),
+                p.map(|p| hours(p.soak)).unwrap_or_default(),
+            )
+        };
+        match gate {
+            wave::WaveGate::Soaking { wave, .. } => {
+                let (clusters, soak) = prev(wave);
+                format!(
+                    "wave {} ({clusters}) has confirmed {} in signed reports; wave {wave} waits {soak} for its soak",
+                    wave - 1,
+                    env.version
+                )
+            }
+            wave::WaveGate::Open { wave } if *wave > 1 => {
+                let (clusters, soak) = prev(wave);
+                format!(
+                    "wave {} ({clusters})'s confirmations of {} are {soak} old: wave {wave} may start it in its window",
+                    wave - 1,
+                    env.version
+                )
+            }
+            other => other.to_string(),
+        }
     }
 
     pub(super) fn idle_until(&mut self, i: usize, until: DateTime<Utc>) -> Result<(), Error> {
@@ -515,21 +665,21 @@ impl Story {
                 .iter()
                 .filter(|e| matches!(e.kind, EventKind::Evicted(_)))
                 .count();
-            self.say_at(
+            self.say_cluster(
                 at,
-                &env,
+                i,
                 format!(
-                    "{cluster}: {opened} open; cordon, drain ({evictions} evictions through PDB \"web\"), upgrade {starts} nodes to {target}, one at a time"
+                    "{opened} open; cordon, drain ({evictions} evictions through PDB \"web\"), upgrade {starts} nodes to {target}, one at a time"
                 ),
             );
         }
         for e in &new {
             if let EventKind::RollbackStart(v) = &e.kind {
-                self.say_at(
+                self.say_cluster(
                     e.at,
-                    &env,
+                    i,
                     format!(
-                        "{cluster}: {} failed its health checks at {target}: cordon, drain, roll it back to {v} (on_failure = \"rollback\")",
+                        "{} failed its health checks at {target}: cordon, drain, roll it back to {v} (on_failure = \"rollback\")",
                         e.node
                     ),
                 );
@@ -590,6 +740,7 @@ impl Story {
                 confirmed,
             });
         }
+        self.check_waves(&rows)?;
         if peak > 1 {
             self.violations.push(format!(
                 "{peak} nodes were unavailable at once; max_unavailable is 1"
@@ -606,6 +757,44 @@ impl Story {
             fleet: Some(fleet),
             picture: Some(timeline),
         })
+    }
+}
+
+impl Story {
+    /// The wave invariant: no cluster of wave N started a version before
+    /// every cluster of wave N−1 confirmed it at least that wave's soak
+    /// before (the confirmations as the gate reads them, `rows`).
+    fn check_waves(&mut self, rows: &[ClusterRow]) -> Result<(), Error> {
+        let cfg = self.forge.config()?;
+        let confirmed = |cluster: &str, v: &Version| {
+            rows.iter()
+                .filter(|r| r.cluster == cluster)
+                .flat_map(|r| r.confirmed.iter())
+                .find(|c| c.version == v.to_string())
+                .map(|c| c.at)
+        };
+        for (env, cluster, at, v) in &self.starts {
+            let waves = wave::waves(&cfg, env);
+            let Some(n) = waves.iter().position(|w| w.clusters.contains(cluster)) else {
+                continue;
+            };
+            let Some(prev) = n.checked_sub(1).map(|p| &waves[p]) else {
+                continue;
+            };
+            let soak = chrono::Duration::from_std(prev.soak).unwrap_or(chrono::Duration::MAX);
+            for c in &prev.clusters {
+                let soaked = confirmed(c, v).and_then(|t| t.checked_add_signed(soak));
+                if soaked.is_none_or(|t| t > *at) {
+                    self.violations.push(format!(
+                        "{cluster} (wave {}) started {v} at {} before {c} (wave {n}) had confirmed it {} before",
+                        n + 1,
+                        ts(*at),
+                        hours(prev.soak)
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -628,6 +817,14 @@ pub(super) fn windows_between(
         }
     }
     out
+}
+
+/// A soak as the config writes it: `24h`.
+fn hours(d: Duration) -> String {
+    match d.as_secs() {
+        s if s % 3600 == 0 => format!("{}h", s / 3600),
+        _ => humantime::format_duration(d).to_string(),
+    }
 }
 
 pub(super) fn join(d: &[crate::diag::Diagnostic]) -> String {

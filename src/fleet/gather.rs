@@ -633,9 +633,8 @@ pub fn timeline(
                     .collect()
             })
             .unwrap_or_default();
-        let windows = match &cal {
-            Ok(c) => c
-                .windows(from)
+        let bands = |env: &EnvConfig, cal: &Calendar| -> Vec<Band> {
+            cal.windows(from)
                 .take_while(|w| w.start < to)
                 .take(64)
                 .map(|w| {
@@ -649,7 +648,10 @@ pub fn timeline(
                         ),
                     }
                 })
-                .collect(),
+                .collect()
+        };
+        let windows = match &cal {
+            Ok(c) => bands(env, c),
             Err(e) => {
                 warnings.push(format!("environments/{}.toml: [window]: {e}", env.name));
                 Vec::new()
@@ -663,9 +665,26 @@ pub fn timeline(
                     .iter()
                     .filter(|e| e.report.env == env.name && e.report.cluster == *cluster)
                     .collect();
-                let opens = next.get(env.name.as_str()).map(|w| w.start);
-                let (row, refused) = history::row(cluster, &env.name, &mine, from, now, opens);
+                // A wave with a window of its own: its bands, and its next
+                // window as what a pending cluster waits for.
+                let own = env
+                    .wave_of(cluster)
+                    .and_then(|i| env.waves[i].window.as_ref())
+                    .map(|_| env.for_cluster(cluster))
+                    .and_then(|e| Calendar::of(&e).ok().map(|c| (e, c)));
+                let opens = match &own {
+                    Some((_, c)) => c
+                        .opening(now, window::Change::Other)
+                        .next_start()
+                        .map(|w| w.start),
+                    None => next.get(env.name.as_str()).map(|w| w.start),
+                };
+                let (mut row, refused) = history::row(cluster, &env.name, &mine, from, now, opens);
                 events.extend(refused.into_iter().filter(|e| e.at >= from));
+                row.wave = (!env.waves.is_empty())
+                    .then(|| env.wave_of(cluster).map(|i| i + 1))
+                    .flatten();
+                row.windows = own.map(|(e, c)| bands(&e, &c)).unwrap_or_default();
                 row
             })
             .collect();

@@ -83,6 +83,9 @@ pub fn row(
         pending: Vec::new(),
         alarms: Vec::new(),
         confirmations: Vec::new(),
+        wave: None,
+        windows: Vec::new(),
+        waits_on: None,
     };
     let mut events = Vec::new();
     let mut mix: Vec<VersionCount> = Vec::new();

@@ -521,24 +521,24 @@ fn env_group(
             .set("font-weight", "bold")
             .set("font-size", 13),
     );
-    for w in &env.windows {
-        let (x1, x2) = (scale.x(w.start), scale.x(w.end));
-        g = g.add(
-            Group::new()
-                .set("class", "window")
-                .add(Title::new(w.label.clone()))
-                .add(
-                    Rectangle::new()
-                        .set("x", x1)
-                        .set("y", top + 2.0)
-                        .set("width", (x2 - x1).max(2.0))
-                        .set("height", bottom - top - 4.0)
-                        .set("fill", "#2b8a3e")
-                        .set("fill-opacity", 0.16)
-                        .set("stroke", "#2b8a3e")
-                        .set("stroke-opacity", 0.5),
-                ),
-        );
+    // A wave with a window of its own (prod-us at night in New York) has
+    // its bands on its own row; the other rows keep the environment's.
+    if env.rows.iter().all(|r| r.windows.is_empty()) {
+        for w in &env.windows {
+            g = g.add(window_band(w, scale, top + 2.0, bottom - top - 4.0));
+        }
+    } else {
+        for (i, r) in env.rows.iter().enumerate() {
+            let y = top + ENV_H + i as f64 * ROW_H;
+            let own = if r.windows.is_empty() {
+                &env.windows
+            } else {
+                &r.windows
+            };
+            for w in own {
+                g = g.add(window_band(w, scale, y + 1.0, ROW_H - 2.0));
+            }
+        }
     }
     for f in &env.freezes {
         let (x1, x2) = (scale.x(f.start), scale.x(f.end));
@@ -571,6 +571,25 @@ fn env_group(
     (g, bottom)
 }
 
+/// A window as a band from `y`, `height` high.
+fn window_band(w: &super::model::Band, scale: &Scale, y: f64, height: f64) -> Group {
+    let (x1, x2) = (scale.x(w.start), scale.x(w.end));
+    Group::new()
+        .set("class", "window")
+        .add(Title::new(w.label.clone()))
+        .add(
+            Rectangle::new()
+                .set("x", x1)
+                .set("y", y)
+                .set("width", (x2 - x1).max(2.0))
+                .set("height", height)
+                .set("fill", "#2b8a3e")
+                .set("fill-opacity", 0.16)
+                .set("stroke", "#2b8a3e")
+                .set("stroke-opacity", 0.5),
+        )
+}
+
 /// One cluster's row: its pin, what it waited for, what its nodes ran, its
 /// alarms and confirmations.
 fn cluster_row(
@@ -586,12 +605,43 @@ fn cluster_row(
         .set("data-env", attr(&env.name))
         .set("data-cluster", attr(&r.cluster))
         .set("data-y", y);
+    let label = match r.wave {
+        Some(w) => format!("{}  · wave {w}", r.cluster),
+        None => r.cluster.clone(),
+    };
     row = row.add(
-        Text::new(r.cluster.clone())
+        Text::new(label)
             .set("x", 20)
             .set("y", y + BAR_TOP + 13.0)
             .set("class", "cluster-name"),
     );
+    if let Some(w) = r.wave {
+        row = row.set("data-wave", w);
+    }
+    // What the wave waits on, right of "now" where the wait is.
+    if let Some(why) = &r.waits_on {
+        let x = scale.x(t.now) + 4.0;
+        let room = ((WIDTH - RIGHT - x) / 6.0).max(0.0) as usize;
+        let shown: String = if why.chars().count() > room {
+            let mut s: String = why.chars().take(room.saturating_sub(1)).collect();
+            s.push('…');
+            s
+        } else {
+            why.clone()
+        };
+        row = row.add(
+            Group::new()
+                .set("class", "waits-on")
+                .add(Title::new(format!("{}: {why}", r.cluster)))
+                .add(
+                    Text::new(shown)
+                        .set("x", x)
+                        .set("y", y + BAR_TOP + 13.0)
+                        .set("font-size", 11)
+                        .set("fill", "#555"),
+                ),
+        );
+    }
     for p in &env.pins {
         row = row.add(pin(p, &env.name, scale, y, colours, t.now));
     }
@@ -942,6 +992,21 @@ fn legend(colours: &Colours, t: &Timeline, h: f64) -> Group {
     )
 }
 
+/// `t` with each cluster's row told what its wave waits on, as the fleet
+/// view (the wave gate over the verified reports) says.
+fn with_waits(t: &Timeline, fleet: &Fleet) -> Timeline {
+    let mut t = t.clone();
+    for env in &mut t.envs {
+        let view = fleet.environments.iter().find(|e| e.name == env.name);
+        for row in &mut env.rows {
+            row.waits_on = view
+                .and_then(|v| v.clusters.iter().find(|c| c.name == row.cluster))
+                .and_then(|c| c.waits_on.clone());
+        }
+    }
+    t
+}
+
 /// The whole page: title, the timeline and the status table.
 pub fn page(title: &str, fleet: &Fleet, t: &Timeline) -> String {
     let mut out = String::with_capacity(64 * 1024);
@@ -973,7 +1038,7 @@ td.failed, td.blocked {{ color: #c00; font-weight: bold; }}
         branch = esc(&super::branch_line(&fleet.status_branch, "not found")),
         now = esc(&ts(&fleet.now)),
     );
-    let _ = writeln!(out, "{}", svg(t));
+    let _ = writeln!(out, "{}", svg(&with_waits(t, fleet)));
     out.push_str(
         "<table class=\"status\">\n<tr><th>environment</th><th>pins</th><th>cluster</th><th>state</th><th>since</th><th>nodes</th><th>report</th><th>next window</th><th>gate</th></tr>\n",
     );
@@ -1085,6 +1150,9 @@ mod tests {
                     runs: vec![run],
                     pending: vec![],
                     confirmations: vec![],
+                    wave: Some(2),
+                    windows: vec![],
+                    waits_on: Some(evil.into()),
                 }],
             }],
             promotions: vec![],
@@ -1119,5 +1187,10 @@ mod tests {
         assert_eq!(page.matches("class=\"freeze\"").count(), 1);
         assert_eq!(page.matches("class=\"alarm\"").count(), 1);
         assert_eq!(page.matches("class=\"event revoked\"").count(), 1);
+        // What a wave waits on is drawn escaped too.
+        let drawn = svg(&timeline).to_string();
+        assert_eq!(drawn.matches("class=\"waits-on\"").count(), 1, "{drawn}");
+        assert!(drawn.contains("data-wave=\"2\""), "{drawn}");
+        assert!(!drawn.contains("<script"), "{drawn}");
     }
 }

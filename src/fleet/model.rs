@@ -356,6 +356,14 @@ pub struct TimelineRow {
     pub alarms: Vec<Alarm>,
     /// Confirmations.
     pub confirmations: Vec<Mark>,
+    /// Its wave (from 1) when the environment has `[[wave]]`.
+    pub wave: Option<usize>,
+    /// Its wave's own windows, when the wave has a window of its own
+    /// (drawn on its row in place of the environment's); empty otherwise.
+    pub windows: Vec<Band>,
+    /// What its wave waits on now, as the fleet view says
+    /// ([`ClusterView::waits_on`]); filled in by the page.
+    pub waits_on: Option<String>,
 }
 
 /// How many of a cluster's nodes ran one version.

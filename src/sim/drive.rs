@@ -3,10 +3,12 @@
 //! interesting instant to the next until the rollout ends.
 
 use super::{Sim, SimError};
+use crate::gate::wave::{self, EnvEvidence, Wave, WaveGate};
 use crate::rollout::{
     Clock, Decision, Engine, EngineError, Inputs, RolloutState, VirtualClock, WindowState,
 };
 use chrono::{DateTime, Utc};
+use semver::Version;
 use serde::Serialize;
 
 /// When nodes may start: the windows and the gate as functions of time (the
@@ -20,6 +22,93 @@ pub struct Timeline {
     pub calendar: Option<crate::window::Calendar>,
     /// The gate passes from this instant on; `None` = never.
     pub gate_from: Option<DateTime<Utc>>,
+}
+
+/// The wave gate (`crate::gate::wave`) as a function of time: the reports
+/// of the environment's other clusters, read once up to the end of the
+/// drive, judged at each instant on those made by then, as an agent
+/// polling all along would have seen them.
+#[derive(Debug, Clone)]
+pub struct WaveSchedule {
+    /// The environment.
+    pub env: String,
+    /// The cluster driven.
+    pub cluster: String,
+    /// The version it would start.
+    pub version: Version,
+    /// The environment's waves.
+    pub waves: Vec<Wave>,
+    /// `[rollout] failure_budget`.
+    pub failure_budget: u32,
+    /// Failures before this instant (the applied commit's time) do not count.
+    pub since: DateTime<Utc>,
+    /// Every report read, whenever it was made.
+    pub evidence: EnvEvidence,
+}
+
+/// At most this many instants at which the wave gate changes are looked
+/// at ahead of a drive (the reports of one environment are few).
+const MAX_WAVE_CHANGES: usize = 1024;
+
+impl WaveSchedule {
+    /// The wave gate at `now`, on the reports made by then.
+    pub fn at(&self, now: DateTime<Utc>) -> WaveGate {
+        let evidence = EnvEvidence {
+            confirmed: (self.evidence.confirmed.iter())
+                .filter(|(_, t)| **t <= now)
+                .map(|(c, t)| (c.clone(), *t))
+                .collect(),
+            failed: (self.evidence.failed.iter())
+                .filter(|(_, f)| f.at <= now)
+                .map(|(c, f)| (c.clone(), f.clone()))
+                .collect(),
+            notes: self.evidence.notes.clone(),
+        };
+        wave::judge(&wave::WaveRequest {
+            env: &self.env,
+            cluster: &self.cluster,
+            version: &self.version,
+            waves: &self.waves,
+            failure_budget: self.failure_budget,
+            since: self.since,
+            evidence: &evidence,
+            now,
+        })
+    }
+
+    /// The next instant after `now` at which the answer may change: a
+    /// report landing, or a soak passing.
+    pub fn next_change(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let reports = (self.evidence.confirmed.values())
+            .chain(self.evidence.failed.values().map(|f| &f.at))
+            .copied();
+        reports
+            .chain(self.at(now).changes_at())
+            .filter(|t| *t > now)
+            .min()
+    }
+
+    /// The instants in `(from, until]` at which the answer changes, with
+    /// the answer from then on (the story tells them).
+    pub fn changes(
+        &self,
+        from: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Vec<(DateTime<Utc>, WaveGate)> {
+        let mut out = Vec::new();
+        let (mut now, mut last) = (from, self.at(from));
+        for _ in 0..MAX_WAVE_CHANGES {
+            let Some(t) = self.next_change(now).filter(|t| *t <= until) else {
+                break;
+            };
+            let gate = self.at(t);
+            if std::mem::discriminant(&gate) != std::mem::discriminant(&last) {
+                out.push((t, gate.clone()));
+            }
+            (now, last) = (t, gate);
+        }
+        out
+    }
 }
 
 impl Timeline {
@@ -85,13 +174,29 @@ pub async fn drive(
     schedule: &Timeline,
     until: DateTime<Utc>,
 ) -> Result<DriveReport, EngineError<SimError>> {
+    drive_in_waves(sim, engine, schedule, None, until).await
+}
+
+/// [`drive`] under the wave gate and the fleet-wide halt as well: `wave`
+/// says, at each instant, whether the cluster's wave may start and whether
+/// its environment is halted.
+pub async fn drive_in_waves(
+    sim: &Sim,
+    engine: &Engine<VirtualClock>,
+    schedule: &Timeline,
+    wave: Option<&WaveSchedule>,
+    until: DateTime<Utc>,
+) -> Result<DriveReport, EngineError<SimError>> {
     let mut steps = 0;
     let mut same_instant = 0;
     let mut held = Vec::new();
     loop {
         let now = sim.clock.now();
+        let (halted, waiting) = wave.map_or((None, None), |w| w.at(now).holds());
         let inputs = Inputs {
             held: std::mem::take(&mut held),
+            halted,
+            waiting,
             ..schedule.inputs(now)
         };
         let out = engine.reconcile(sim, &inputs).await?;
@@ -120,6 +225,7 @@ pub async fn drive(
             sim.next_event(now),
             out.decision.wake_at,
             schedule.next_change(now),
+            wave.and_then(|w| w.next_change(now)),
         ]
         .into_iter()
         .flatten()
@@ -136,5 +242,91 @@ pub async fn drive(
                 })
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::wave::Failure;
+    use std::time::Duration;
+
+    fn t(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    fn schedule(evidence: EnvEvidence) -> WaveSchedule {
+        WaveSchedule {
+            env: "production".into(),
+            cluster: "us-1".into(),
+            version: Version::new(1, 13, 2),
+            waves: vec![
+                Wave {
+                    clusters: vec!["eu-1".into()],
+                    soak: Duration::from_secs(24 * 3600),
+                    max_concurrency: None,
+                },
+                Wave {
+                    clusters: vec!["us-1".into()],
+                    soak: Duration::ZERO,
+                    max_concurrency: None,
+                },
+            ],
+            failure_budget: 0,
+            since: t("2026-12-12T00:00:00Z"),
+            evidence,
+        }
+    }
+
+    #[test]
+    fn the_wave_gate_over_time_sees_each_report_only_once_it_is_made() {
+        let mut ev = EnvEvidence::default();
+        ev.confirmed
+            .insert("eu-1".into(), t("2026-12-20T03:35:00Z"));
+        let w = schedule(ev);
+        let from = t("2026-12-12T09:00:00Z");
+        assert!(matches!(w.at(from), WaveGate::Waiting { wave: 2, .. }));
+        assert_eq!(
+            w.changes(from, t("2026-12-31T00:00:00Z")),
+            vec![
+                (
+                    t("2026-12-20T03:35:00Z"),
+                    WaveGate::Soaking {
+                        wave: 2,
+                        passes_at: t("2026-12-21T03:35:00Z")
+                    }
+                ),
+                (t("2026-12-21T03:35:00Z"), WaveGate::Open { wave: 2 }),
+            ]
+        );
+        // Up to the horizon only.
+        assert_eq!(w.changes(from, t("2026-12-20T00:00:00Z")), vec![]);
+    }
+
+    #[test]
+    fn a_failure_halts_the_wave_from_the_instant_it_is_reported() {
+        let mut ev = EnvEvidence::default();
+        ev.confirmed
+            .insert("eu-1".into(), t("2026-12-20T03:35:00Z"));
+        ev.failed.insert(
+            "eu-1".into(),
+            Failure {
+                at: t("2026-12-20T05:00:00Z"),
+                message: "node n-1 failed".into(),
+            },
+        );
+        let w = schedule(ev);
+        assert!(matches!(
+            w.at(t("2026-12-20T04:00:00Z")),
+            WaveGate::Soaking { .. }
+        ));
+        assert!(matches!(
+            w.at(t("2026-12-20T05:00:00Z")),
+            WaveGate::Halted(_)
+        ));
+        assert_eq!(
+            w.next_change(t("2026-12-20T04:00:00Z")),
+            Some(t("2026-12-20T05:00:00Z"))
+        );
     }
 }

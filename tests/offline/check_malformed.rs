@@ -69,6 +69,21 @@ const TEST: &str = "environments/test.toml";
 const STAGE: &str = "environments/stage.toml";
 const PROD: &str = "environments/production.toml";
 const ROOT: &str = "drover.toml";
+/// The example's production waves, which the wave cases replace with their own.
+const EXAMPLE_WAVES: &str = "# Waves: the order production's clusters take a version; default: one wave of every cluster.\n\
+[[wave]]                         # wave 1, gated by stage's confirmation ([promotion] soak)\n\
+clusters = [\"prod-eu-1\"]         # names from [clusters] of drover.toml, or patterns such as \"prod-eu-*\"; required\n\
+soak = \"24h\"                     # wave 2 starts once every cluster here confirmed this long ago; default \"24h\"\n\
+# max_concurrency = 1            # clusters of the wave rolling at once, in drover.toml's order; default all\n\
+# schedule, duration, timezone:  # a window of the wave's own; default the environment's [window] (here 02:00 on the 20th, Madrid)\n\
+\n\
+[[wave]]                         # wave 2, gated by wave 1's signed confirmations and its soak\n\
+clusters = [\"prod-us-1\"]\n\
+schedule = \"0 2 21 * *\"          # its own window: 02:00 on the 21st, the night after prod-eu-1's, in New York\n\
+duration = \"6h\"                  # default: the environment's\n\
+timezone = \"America/New_York\"    # default: the environment's\n\
+\n\
+";
 
 use crate::support::cli::drover;
 use Edit::{Add, Remove, Replace};
@@ -109,23 +124,23 @@ fn cases() -> Vec<Case> {
         case("zero window", vec![Replace(TEST, "duration = \"6h\"", "duration = \"0s\"")], TEST, "duration =",
             "`duration` must be longer than zero"),
         // Waves (docs/config.md, [[wave]]): checked against drover.toml's clusters.
-        case("wave naming no cluster", vec![Replace(PROD, "[promotion]                      # what production", "[[wave]]\nclusters = [\"prod-eu-2\"]\n[[wave]]\nclusters = [\"prod-us-*\"]\n[promotion]                      # what production")], PROD, "prod-eu-2",
+        case("wave naming no cluster", vec![Replace(PROD, EXAMPLE_WAVES, "[[wave]]\nclusters = [\"prod-eu-2\"]\n[[wave]]\nclusters = [\"prod-us-*\"]\n")], PROD, "prod-eu-2",
             "\"prod-eu-2\" matches no cluster of `production`; did you mean \"prod-eu-1\"? (its clusters under [clusters] in drover.toml: `prod-eu-1`, `prod-us-1`)"),
-        case("cluster in two waves", vec![Replace(PROD, "[promotion]                      # what production", "[[wave]]\nclusters = [\"prod-*\"]\n[[wave]]\nclusters = [\"prod-us-1\"]\n[promotion]                      # what production")], PROD, "\"prod-us-1\"",
+        case("cluster in two waves", vec![Replace(PROD, EXAMPLE_WAVES, "[[wave]]\nclusters = [\"prod-*\"]\n[[wave]]\nclusters = [\"prod-us-1\"]\n")], PROD, "\"prod-us-1\"",
             "cluster `prod-us-1` (matched by \"prod-us-1\") is already in wave 1; a cluster belongs to one wave"),
-        case("cluster in no wave", vec![Replace(PROD, "[promotion]                      # what production", "[[wave]]\nclusters = [\"prod-eu-1\"]\n[promotion]                      # what production")], PROD, "[[wave]]",
+        case("cluster in no wave", vec![Replace(PROD, EXAMPLE_WAVES, "[[wave]]\nclusters = [\"prod-eu-1\"]\n")], PROD, "[[wave]]",
             "every cluster of `production` must be in a wave; in none: `prod-us-1`"),
-        case("wave window in no time zone", vec![Replace(PROD, "[promotion]                      # what production", "[[wave]]\nclusters = [\"prod-*\"]\nschedule = \"0 2 21 * *\"\ntimezone = \"America/NewYork\"\n[promotion]                      # what production")], PROD, "America/NewYork",
+        case("wave window in no time zone", vec![Replace(PROD, EXAMPLE_WAVES, "[[wave]]\nclusters = [\"prod-*\"]\nschedule = \"0 2 21 * *\"\ntimezone = \"America/NewYork\"\n")], PROD, "America/NewYork",
             "did you mean \"America/New_York\"?"),
-        case("wave window without a schedule", vec![Replace(PROD, "[promotion]                      # what production", "[[wave]]\nclusters = [\"prod-*\"]\nduration = \"4h\"\n[promotion]                      # what production")], PROD, "duration = \"4h\"",
+        case("wave window without a schedule", vec![Replace(PROD, EXAMPLE_WAVES, "[[wave]]\nclusters = [\"prod-*\"]\nduration = \"4h\"\n")], PROD, "duration = \"4h\"",
             "`duration` of a [[wave]] belongs to its own window, which needs a `schedule` too"),
-        case("wave of no cluster", vec![Replace(PROD, "[promotion]                      # what production", "[[wave]]\nclusters = []\n[promotion]                      # what production")], PROD, "clusters = []",
+        case("wave of no cluster", vec![Replace(PROD, EXAMPLE_WAVES, "[[wave]]\nclusters = []\n")], PROD, "clusters = []",
             "`clusters` of a [[wave]] is empty"),
-        case("zero max_concurrency", vec![Replace(PROD, "[promotion]                      # what production", "[[wave]]\nclusters = [\"prod-*\"]\nmax_concurrency = 0\n[promotion]                      # what production")], PROD, "max_concurrency",
+        case("zero max_concurrency", vec![Replace(PROD, EXAMPLE_WAVES, "[[wave]]\nclusters = [\"prod-*\"]\nmax_concurrency = 0\n")], PROD, "max_concurrency",
             "`max_concurrency` must be an integer of at least 1"),
-        case("unknown wave key", vec![Replace(PROD, "[promotion]                      # what production", "[[wave]]\nclusterz = [\"prod-*\"]\n[promotion]                      # what production")], PROD, "clusterz",
+        case("unknown wave key", vec![Replace(PROD, EXAMPLE_WAVES, "[[wave]]\nclusterz = [\"prod-*\"]\n")], PROD, "clusterz",
             "unknown key `clusterz` in [wave]; did you mean `clusters`?"),
-        case("negative failure budget", vec![Replace(PROD, "paused = false ", "failure_budget = -1\npaused = false ")], PROD, "failure_budget",
+        case("negative failure budget", vec![Replace(PROD, "failure_budget = 0 ", "failure_budget = -1 ")], PROD, "failure_budget",
             "`failure_budget` must be an integer of at least 0"),
         case("node timeout shorter than drain timeout", vec![Replace(PROD, "node_timeout = \"45m\"", "node_timeout = \"10m\"")], PROD, "node_timeout",
             "`node_timeout` (10m) is shorter than `drain_timeout` (20m)"),

@@ -58,10 +58,51 @@ fn demo_tells_the_whole_story() {
         "\"Promote stage to 1.13.2\": `drover check --base main` passes",
     );
     assert!(find("stage", "Ready at 1.13.2").starts_with("2026-12-08"));
-    // production waits for stage's confirmation, then both clusters on the 20th.
+    // production waits for stage's confirmation; then its two waves:
+    // prod-eu-1 on the 20th in Madrid; prod-us-1 waits for prod-eu-1's
+    // signed confirmation and wave 1's 24h soak, then moves in its own
+    // window, the next night in New York.
     find("production", "nothing to promote");
-    assert!(find("production", "prod-eu-1: all 5 nodes Ready at 1.13.2").starts_with("2026-12-20"));
-    assert!(find("production", "prod-us-1: all 5 nodes Ready at 1.13.2").starts_with("2026-12-20"));
+    let eu = find("production", "prod-eu-1: all 5 nodes Ready at 1.13.2");
+    assert!(eu.starts_with("2026-12-20"), "{eu}");
+    find("production", "prod-us-1: agent accepts config");
+    let waits = find(
+        "production",
+        "wave 2 waits for wave 1 to confirm: not yet confirmed by prod-eu-1",
+    );
+    let soaking = find(
+        "production",
+        "prod-us-1: wave 1 (prod-eu-1) has confirmed 1.13.2 in signed reports; wave 2 waits 24h for its soak",
+    );
+    find("production", "reported to drover/status.d/production/prod-us-1 wave 2 waits for wave 1's soak, which passes at");
+    let soaked = find("production", "wave 2 may start it in its window");
+    let us_start = find("production", "prod-us-1: window 2026-12-21T07:00:00Z");
+    let us = find("production", "prod-us-1: all 5 nodes Ready at 1.13.2");
+    assert!(waits.starts_with("2026-12-12"), "{waits}");
+    assert_eq!(
+        soaking, eu,
+        "wave 2 learns of wave 1's confirmation as it lands"
+    );
+    let plus_soak = |t: &str| {
+        (chrono::DateTime::parse_from_rfc3339(t).unwrap() + chrono::Duration::hours(24)).to_utc()
+    };
+    let at = |t: &str| chrono::DateTime::parse_from_rfc3339(t).unwrap().to_utc();
+    assert_eq!(at(&soaked), plus_soak(&eu), "{soaked}");
+    assert!(at(&us_start) >= plus_soak(&eu), "{us_start}");
+    assert!(us.starts_with("2026-12-21"), "{us}");
+    let local = report["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| {
+            l["at"] == us_start.as_str() && l["event"].as_str().unwrap().starts_with("prod-us-1")
+        })
+        .map(|l| l["local"].as_str().unwrap().to_owned());
+    assert_eq!(
+        local.as_deref(),
+        Some("Mon 12-21 02:00 EST"),
+        "prod-us-1 is told in New York time"
+    );
     // Every confirmation is signed with its cluster's own key, generated
     // for this run; a fleet already at its pinned version is adopted.
     find(
@@ -201,4 +242,78 @@ fn status_commits_carry_the_story_time(repo: &std::path::Path) {
         }
     }
     assert!(checked >= 8, "only {checked} status commits");
+}
+
+/// With both waves in the same window (02:00 on the 20th in Madrid), the
+/// window no longer keeps prod-us-1 after prod-eu-1: the wave gate alone
+/// does. prod-us-1 waits through December's window for prod-eu-1's
+/// confirmation and its soak, and moves in January's.
+#[test]
+fn demo_wave_two_waits_for_wave_one_even_in_a_shared_window() {
+    let tmp = tempfile::tempdir().unwrap();
+    let example = tmp.path().join("example");
+    for f in [
+        "drover.toml",
+        "agents.allowed_signers",
+        "environments/test.toml",
+        "environments/stage.toml",
+        "environments/production.toml",
+    ] {
+        let from = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("example-repo")
+            .join(f);
+        let to = example.join(f);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        let text = std::fs::read_to_string(from).unwrap();
+        let text = text
+            .replace("schedule = \"0 2 21 * *\"", "schedule = \"0 2 20 * *\"")
+            .replace(
+                "timezone = \"America/New_York\"",
+                "timezone = \"Europe/Madrid\"",
+            );
+        std::fs::write(to, text).unwrap();
+    }
+    let out = crate::support::cli::drover_command()
+        .args(["demo", "--format", "json", "--nodes", "2", "--example-repo"])
+        .arg(&example)
+        .current_dir(std::env::temp_dir())
+        .output()
+        .expect("drover runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    assert_eq!(report["violations"], Value::Array(vec![]));
+    let lines: Vec<(String, String)> = report["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["at"].as_str().unwrap().to_owned(),
+                l["event"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let at = |needle: &str| -> Vec<&str> {
+        lines
+            .iter()
+            .filter(|(_, e)| e.contains(needle))
+            .map(|(t, _)| t.as_str())
+            .collect()
+    };
+    // Both clusters saw December's window open; only prod-eu-1 used it.
+    assert_eq!(
+        at("prod-eu-1: window 2026-12-20T01:00:00Z"),
+        ["2026-12-20T01:00:00Z"]
+    );
+    let us = at("prod-us-1: window ");
+    assert_eq!(us, ["2027-01-20T01:00:00Z"], "{lines:#?}");
+    assert_eq!(
+        at("prod-us-1: pending 1.13.2 (0/2 nodes at version) reported to drover/status.d/production/prod-us-1 wave 2 waits for wave 1's soak").len(),
+        1,
+        "{lines:#?}"
+    );
 }

@@ -795,9 +795,11 @@ fn waves_show_what_each_cluster_waits_on_and_a_failure_halts_the_environment() {
     text.push_str(&line);
     std::fs::write(&signers, text).unwrap();
     let f = dir.path().join("environments/production.toml");
-    let text = std::fs::read_to_string(&f)
-        .unwrap()
-        .replacen("\"1.12.0\"", "\"1.13.2\"", 1)
+    // The example's own waves give way to these (patterns, a 1h soak, one window).
+    let example = std::fs::read_to_string(&f).unwrap();
+    let (before, waves) = example.split_once("# Waves:").unwrap();
+    let after = &waves[waves.find("\n[promotion]").unwrap()..];
+    let text = format!("{before}{after}").replacen("\"1.12.0\"", "\"1.13.2\"", 1)
         + "\n[[wave]]\nclusters = [\"prod-eu-*\"]\nsoak = \"1h\"\n\n[[wave]]\nclusters = [\"prod-us-*\"]\n";
     std::fs::write(f, text).unwrap();
     // The reviewed change the reports come after.
@@ -825,8 +827,31 @@ fn waves_show_what_each_cluster_waits_on_and_a_failure_halts_the_environment() {
         "wave 2 waits for wave 1 to confirm: not yet confirmed by prod-eu-1"
     );
     assert_eq!(env(&v, "production")["halt"], Value::Null);
-
-    // prod-eu-1's signed confirmation: wave 2 waits for wave 1's soak, then goes.
+    // plan names each wave's gate: stage for wave 1 (which has not
+    // confirmed 1.13.2: not by time alone), wave 1 for wave 2.
+    let waves = |now: &str| {
+        let p = json(dir.path(), &["plan", "--env", "production", "--now", now]);
+        crate::cli_schema::assert_valid("plan", &p);
+        p["waves"].clone()
+    };
+    let w = waves("2026-12-01T03:00:00Z");
+    assert_eq!(w[0]["clusters"], serde_json::json!(["prod-eu-1"]));
+    assert_eq!(w[1]["clusters"], serde_json::json!(["prod-us-1"]));
+    assert!(
+        w[0]["waits_on"]
+            .as_str()
+            .unwrap()
+            .starts_with("the promotion gate: every cluster of stage (stage-1) confirmed 1.13.2 at least 72h before"),
+        "{w:#}"
+    );
+    assert_eq!(w[0]["basis"], "none", "{w:#}");
+    assert_eq!(w[0]["could_start_at"], Value::Null);
+    assert_eq!(
+        w[1]["waits_on"],
+        "wave 1's signed confirmations of 1.13.2 (prod-eu-1), then its soak of 1h"
+    );
+    assert_eq!(w[1]["gate_now"], "not yet confirmed by prod-eu-1");
+    assert_eq!(w[1]["window"]["timezone"], "Europe/Madrid");
     let branch = "drover/status.d/production/prod-eu-1";
     let path = "status/production/prod-eu-1.toml";
     let ok = report(
@@ -845,6 +870,33 @@ fn waves_show_what_each_cluster_waits_on_and_a_failure_halts_the_environment() {
     );
     let v = json(dir.path(), &["status", "--now", "2026-12-01T04:00:00Z"]);
     assert_eq!(cluster(&v, "prod-us-1")["waits_on"], Value::Null);
+    // plan: wave 2's gate passes from prod-eu-1's signed report, and the
+    // wave could start in the environment's next window (the 20th).
+    let w = waves("2026-12-01T03:00:00Z");
+    assert_eq!(w[1]["basis"], "reports", "{w:#}");
+    assert_eq!(w[1]["gate_passes_at"], "2026-12-01T03:41:00Z");
+    assert_eq!(w[1]["gate_now"], "soaking until 2026-12-01T03:41:00Z");
+    assert_eq!(w[1]["could_start_at"], "2026-12-20T01:00:00Z");
+    assert!(
+        w[1]["confirmed_at"].as_str().unwrap() > "2026-12-20T01:00:00Z",
+        "{w:#}"
+    );
+    let (code, out, err) = drover(
+        dir.path(),
+        &[
+            "plan",
+            "--env",
+            "production",
+            "--now",
+            "2026-12-01T04:00:00Z",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("waves of production for 1.13.2:"), "{out}");
+    assert!(
+        out.contains("  wave 2: prod-us-1; window \"0 2 20 * *\" for 6h (Europe/Madrid)\n    waits on wave 1's signed confirmations of 1.13.2 (prod-eu-1), then its soak of 1h\n    now: passed\n    could start Sun 2026-12-20 02:00 CET (01:00 UTC)"),
+        "{out}"
+    );
 
     // A failed check on prod-eu-1 halts production; status says how to stop it.
     let failed = report(

@@ -131,6 +131,20 @@ fn demo_timeline_renders_in_chromium() {
     // chain order, with the story's marks, promotions and windows.
     let dom = dump_dom(&page, tmp.path(), "demo");
     assert_eq!(rows(&dom), ["test-1", "stage-1", "prod-eu-1", "prod-us-1"]);
+    // Production in two waves: each row names its wave; prod-us-1's row
+    // carries its own window (the night after prod-eu-1's, in New York).
+    assert!(
+        dom.contains("prod-eu-1  · wave 1"),
+        "no wave on prod-eu-1's row"
+    );
+    assert!(
+        dom.contains("prod-us-1  · wave 2"),
+        "no wave on prod-us-1's row"
+    );
+    assert!(
+        dom.contains("production window 2026-12-21T02:00:00-05:00"),
+        "no New York window on prod-us-1's row"
+    );
     let envs: Vec<&str> = dom
         .split("class=\"env\" data-env=\"")
         .skip(1)
@@ -198,6 +212,31 @@ fn demo_timeline_renders_in_chromium() {
     );
     let dom2 = dump_dom(&page2, tmp.path(), "status");
     assert_eq!(rows(&dom2), ["test-1", "stage-1", "prod-eu-1", "prod-us-1"]);
+    // On the 20th, after prod-eu-1 confirmed, the page says what wave 2
+    // waits on, on prod-us-1's row right of now: wave 1's soak.
+    let page3 = tmp.path().join("waiting.html");
+    let out = crate::support::cli::drover_command()
+        .arg("--repo")
+        .arg(&kept)
+        .args(["status", "--now", "2026-12-20T12:00:00Z", "--html"])
+        .arg(&page3)
+        .output()
+        .expect("drover status runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dom3 = dump_dom(&page3, tmp.path(), "waiting");
+    let us = dom3
+        .split("class=\"cluster-row\"")
+        .find(|r| r.contains("data-cluster=\"prod-us-1\""))
+        .expect("prod-us-1's row");
+    assert!(us.contains("class=\"waits-on\""), "{us}");
+    assert!(
+        us.contains("wave 2 waits for wave 1's soak, which passes at 2026-12-21T03:35:00Z"),
+        "{us}"
+    );
     let png2 = screenshot(&page2, tmp.path(), "status");
     assert!(png2.len() > 5 * blank_png.len());
 }
