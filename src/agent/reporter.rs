@@ -17,8 +17,8 @@
 //! - **One push for what waits.** Each attempt carries every waiting report
 //!   of the branch, a commit each, oldest first: on a starved server a
 //!   cluster is one push from its latest state, not one per change of state
-//!   (with 1,000 agents on a git server held to 15% of a CPU, pushing a
-//!   report at a time lost most clusters' final state: BENCHMARKS.md).
+//!   (200 agents on a git server held to 15% of a CPU, pushing a report
+//!   at a time, lost 175 of their 200 final states: BENCHMARKS.md).
 //! - **Cadence.** Rolling progress goes out at most once per `[status]
 //!   progress_interval` of the applied config ([`crate::status::cadence`]);
 //!   everything else at once. Held progress with a newer report waiting
