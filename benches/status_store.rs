@@ -1,13 +1,31 @@
-//! The status store at fleet size: simulated agents, each with its own
-//! `Source` (its own git cache), push a signed report every interval to its
-//! own status branch (`drover/status.d/<env>/<cluster>`) of one repository
-//! served by `git daemon` on loopback, through the same `status::publish`
-//! the agent uses. Then `drover status` and the gate's reader read the fleet
-//! from a clone holding all those reports, verifying every signature.
+//! The status store at fleet size: simulated agents, each running the
+//! agent's own status reporter (`drover::agent::reporter`: the outbox that
+//! coalesces progress, the push thread, its time budget, backoff and
+//! jitter) with its own `Source` (its own git cache), offer a signed report
+//! every interval for their own status branch
+//! (`drover/status.d/<env>/<cluster>`) of one repository served by `git
+//! daemon` on loopback. Each cluster goes `pending`, `rolling` (progress),
+//! `blocked` halfway, `rolling`, and ends `confirmed`: its final state. Then
+//! `drover status` and the gate's reader read the fleet from a clone holding
+//! all those reports, verifying every signature.
 //!
 //! Run: `cargo bench --bench status_store` (1,000 agents, a report per agent
 //! every 60 s for 10 rounds). `DROVER_BENCH_AGENTS`, `DROVER_BENCH_INTERVAL`
-//! (seconds) and `DROVER_BENCH_ROUNDS` scale it down; `DROVER_BENCH_AGENTS=0`
+//! (seconds; also the agents' poll interval, which sizes each push
+//! attempt's budget) and `DROVER_BENCH_ROUNDS` scale it down;
+//! `DROVER_BENCH_GRACE` (seconds, default five intervals) bounds the wait
+//! for the last reports. `DROVER_BENCH_CPU_QUOTA=15` starves the git server:
+//! the daemon and every process it forks get 15% of one CPU (a cgroup v2
+//! `cpu.max` or v1 `cpu.cfs_quota_us`, whichever the machine offers; the
+//! run says which, and how often the quota throttled; without a usable
+//! cgroup, the daemon runs at nice 19 beside one busy loop per CPU, and the
+//! run says so). The push phase exits non-zero when a cluster's final state
+//! is not the tip of its branch after the grace period, when a change of
+//! state never reached its branch, or when the p99 of "final state ready →
+//! on the remote" exceeds one interval or, on a server too slow to take a
+//! push from every agent per interval, two turns of its fair share (agents
+//! ÷ the pushes it landed per second; see `goal_p99`).
+//! `DROVER_BENCH_AGENTS=0`
 //! runs only the first part: status commits for one 200-node rollout in the
 //! simulator, a push per change against `status::cadence` with the default
 //! `[status] progress_interval`; it asserts at most 20 commits at
@@ -15,14 +33,17 @@
 //! row, that every rollout completed and that no change of state was lost,
 //! and exits non-zero otherwise.
 //!
-//! Reported: reports pushed, lost (never on the remote), latency from
-//! "report ready" to "on the remote" (p50/p99/max), push attempts per report,
-//! and the wall time of `drover status` (JSON; and with `--html`, which walks
-//! the whole report history) on the result.
+//! Reported: reports due, landed, superseded (progress replaced in the
+//! outbox by a newer report: dropped by design), changes of state and final
+//! states lost, "final state ready → on the remote" (p50/p99/max), push
+//! attempts by result (landed, abandoned by timeout, failed), and the wall
+//! time of `drover status` (JSON; and with `--html`, which walks the whole
+//! report history) on the result.
 
 #[path = "../tests/support/git.rs"]
 mod git_servers;
 
+use drover::agent::reporter::{Outgoing, Reporter, ReporterConfig};
 use drover::rollout::RolloutState;
 use drover::source::{Source, SourceConfig};
 use drover::status::{self, PublishOptions, StatusReport};
@@ -30,7 +51,7 @@ use git_servers::{allowed_signers, bare_clone, git, keygen, GitDaemon};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn env_num(name: &str, default: u64) -> u64 {
@@ -73,16 +94,6 @@ fn config_repo(dir: &Path, clusters: &[(String, String)], key: &Path) {
     std::fs::write(dir.join("drover.toml"), root).unwrap();
     git(dir, &["add", "-A"]);
     git(dir, &["commit", "-q", "-m", "fleet"]);
-}
-
-#[derive(Default)]
-struct Tally {
-    latencies: Vec<Duration>,
-    attempts: Vec<u32>,
-    errors: u64,
-    /// The first few distinct errors, with how long the failed call took.
-    error_kinds: Vec<(String, Duration)>,
-    lost: Vec<(String, u32)>,
 }
 
 fn pct(v: &[Duration], p: f64) -> Duration {
@@ -356,115 +367,119 @@ fn main() {
     let daemon = GitDaemon::start(&base);
     let url = daemon.url("config");
 
-    // Every agent opens its own Source (its own cache, its own first fetch).
+    // Every agent's cache gets its first fetch before the server is
+    // starved: the phase measured is pushing, as agents do once running.
     let t_open = Instant::now();
-    let sources: Vec<Source> = clusters
+    let source_cfgs: Vec<SourceConfig> = clusters
         .iter()
         .map(|(_, c)| {
             let mut cfg = SourceConfig::new(url.clone(), tmp.path().join("caches").join(c));
             cfg.timeout = Duration::from_secs(60);
-            let s = Source::open(cfg).expect("open source");
+            let s = Source::open(cfg.clone()).expect("open source");
             s.fetch().expect("first fetch");
-            s
+            cfg
         })
         .collect();
+    let config_commit = git2::Repository::open(base.join("config.git"))
+        .unwrap()
+        .revparse_single("main")
+        .unwrap()
+        .id()
+        .to_string();
     eprintln!(
         "{agents} sources opened and fetched in {}",
         secs(t_open.elapsed())
     );
-
+    let quota = env_num("DROVER_BENCH_CPU_QUOTA", 0);
+    let starved = (quota > 0).then(|| starve::Starved::start(daemon.pid(), quota));
+    if let Some(s) = &starved {
+        eprintln!("git daemon starved: {}", s.how());
+    }
     eprintln!(
         "load average before pushing: {}",
         std::fs::read_to_string("/proc/loadavg")
             .unwrap_or_default()
             .trim()
     );
-    let tally = Arc::new(Mutex::new(Tally::default()));
+    let grace = Duration::from_secs(env_num("DROVER_BENCH_GRACE", 5 * interval.as_secs()));
+    let metrics = Arc::new(drover::agent::metrics::Metrics::new());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let opts = PublishOptions::default()
+        .with_signing_key_file(&key)
+        .unwrap();
     let start = Instant::now() + Duration::from_secs(2);
-    let mut handles = Vec::new();
-    for (i, (source, (env, cluster))) in sources.into_iter().zip(clusters.clone()).enumerate() {
-        let tally = Arc::clone(&tally);
-        let key = key.clone();
-        // Agents are spread evenly over the interval, as independent
-        // clocks would be; each reports at the same phase every round.
-        let phase = interval.mul_f64(i as f64 / agents as f64);
-        handles.push(
-            std::thread::Builder::new()
-                .stack_size(256 * 1024)
-                .spawn(move || {
-                    let opts = PublishOptions::default()
-                        .with_signing_key_file(&key)
-                        .unwrap();
-                    for round in 0..rounds {
-                        let due = start + phase + interval * round;
-                        let next_due = due + interval;
-                        if let Some(wait) = due.checked_duration_since(Instant::now()) {
-                            std::thread::sleep(wait);
-                        }
-                        let report = StatusReport {
-                            env: env.clone(),
-                            cluster: cluster.clone(),
-                            config_commit: "0".repeat(40),
-                            version: "1.13.2".parse().unwrap(),
-                            state: if round + 1 == rounds {
-                                RolloutState::Confirmed
-                            } else {
-                                RolloutState::Rolling
-                            },
-                            since: chrono::Utc::now(),
-                            nodes: rounds,
-                            nodes_at_version: round + 1,
-                            message: format!("round {round}"),
-                            detail: Default::default(),
-                        };
-                        let ready = Instant::now();
-                        let mut attempts = 0;
-                        // Like the agent: a push that fails (connection
-                        // refused by the server's limit, or exhausted) is
-                        // retried until the next report supersedes it.
-                        let landed = loop {
-                            let call = Instant::now();
-                            match status::publish(&source, &report, &opts) {
-                                Ok(p) => {
-                                    attempts += p.attempts;
-                                    break true;
-                                }
-                                Err(e) => {
-                                    attempts += 1;
-                                    let mut t = tally.lock().unwrap();
-                                    t.errors += 1;
-                                    let kind = e.to_string();
-                                    if t.error_kinds.len() < 5
-                                        && !t.error_kinds.iter().any(|(k, _)| *k == kind)
-                                    {
-                                        t.error_kinds.push((kind, call.elapsed()));
-                                    }
-                                    drop(t);
-                                    let pause =
-                                        Duration::from_millis(rand::random_range(500..2000));
-                                    if Instant::now() + pause >= next_due {
-                                        break false;
-                                    }
-                                    std::thread::sleep(pause);
-                                }
-                            }
-                        };
-                        let mut t = tally.lock().unwrap();
-                        if landed {
-                            t.latencies.push(ready.elapsed());
-                            t.attempts.push(attempts);
-                        } else {
-                            t.lost.push((cluster.clone(), round));
-                        }
-                    }
-                })
-                .expect("spawn agent"),
-        );
-    }
-    for h in handles {
-        h.join().expect("agent thread");
-    }
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let runs: Vec<AgentRun> = rt.block_on(async {
+        let mut agents_running = Vec::new();
+        for (i, (cfg, (env, cluster))) in source_cfgs.into_iter().zip(clusters.clone()).enumerate()
+        {
+            let (reporter, task) = Reporter::start(
+                ReporterConfig {
+                    source: cfg,
+                    publish: opts.clone(),
+                    poll: interval,
+                    clock: Arc::new(drover::agent::OffsetClock(chrono::Duration::zero())),
+                    events: drover::agent::events::Events::new(None, &cluster, "drover", &cluster),
+                    metrics: metrics.clone(),
+                },
+                stop.clone(),
+            );
+            // Agents are spread evenly over the interval, as independent
+            // clocks would be; each reports at the same phase every round.
+            let phase = interval.mul_f64(i as f64 / agents as f64);
+            let config_commit = config_commit.clone();
+            let run = tokio::spawn(async move {
+                let mut landed = reporter.landed();
+                let mut last = None;
+                for round in 0..rounds {
+                    tokio::time::sleep_until((start + phase + interval * round).into()).await;
+                    let report = scripted(&env, &cluster, &config_commit, round, rounds);
+                    reporter.offer(Outgoing {
+                        report: report.clone(),
+                        branch: "drover/status".into(),
+                        // Progress is held for three reports (the default
+                        // is ten polls), so that a push attempt, which may
+                        // take one poll, is given up well before its
+                        // progress would be superseded.
+                        progress_interval: interval * 3,
+                    });
+                    last = Some(report);
+                }
+                let ready = Instant::now();
+                let last = last.expect("at least one round");
+                let on_remote =
+                    tokio::time::timeout(grace, landed.wait_for(|r| r.as_ref() == Some(&last)))
+                        .await
+                        .is_ok();
+                let landed_at = on_remote.then(Instant::now);
+                AgentRun {
+                    cluster,
+                    final_state: last,
+                    final_latency: landed_at.map(|t| t - ready),
+                    landed_at,
+                    task,
+                }
+            });
+            agents_running.push(run);
+        }
+        let mut runs = Vec::new();
+        for r in agents_running {
+            runs.push(r.await.expect("agent task"));
+        }
+        // Every final state landed or its grace ran out: end the terms.
+        let _ = stop_tx.send(true);
+        for r in &mut runs {
+            let _ = tokio::time::timeout(Duration::from_secs(30), &mut r.task).await;
+        }
+        runs
+    });
+    drop(rt);
     let push_wall = start.elapsed();
+    let throttled = starved.as_ref().map(|s| s.throttled());
     eprintln!(
         "push phase done in {}; load average: {}",
         secs(push_wall),
@@ -472,7 +487,9 @@ fn main() {
             .unwrap_or_default()
             .trim()
     );
+    let starved_how = starved.as_ref().map(|s| s.how());
     drop(daemon);
+    drop(starved);
 
     // What is on the remote: every (cluster, round) ever written, on every
     // cluster's branch.
@@ -498,6 +515,9 @@ fn main() {
     );
     let repo = git2::Repository::open(&reader).unwrap();
     let mut seen: HashSet<(String, u32)> = HashSet::new();
+    // Each cluster's reports on the remote, oldest first, and its tip's.
+    let mut landed_states: HashMap<String, Vec<(u32, RolloutState)>> = HashMap::new();
+    let mut tip_reports: HashMap<String, StatusReport> = HashMap::new();
     let mut commits = 0;
     let mut tips: HashMap<(String, String), git2::Oid> = HashMap::new();
     for r in repo
@@ -513,21 +533,70 @@ fn main() {
         let path = status::report_path(env, cluster);
         let mut walk = repo.revwalk().unwrap();
         walk.push(tip).unwrap();
+        let mut first = true;
         for oid in walk {
             let c = repo.find_commit(oid.unwrap()).unwrap();
             commits += 1;
             let entry = c.tree().unwrap().get_path(Path::new(&path)).unwrap();
             let blob = repo.find_blob(entry.id()).unwrap();
             let r = StatusReport::from_toml(std::str::from_utf8(blob.content()).unwrap()).unwrap();
+            landed_states
+                .entry(r.cluster.clone())
+                .or_default()
+                .push((r.nodes_at_version - 1, r.state));
+            if std::mem::take(&mut first) {
+                tip_reports.insert(r.cluster.clone(), r.clone());
+            }
             seen.insert((r.cluster, r.nodes_at_version - 1));
         }
     }
     let expected = agents as u64 * rounds as u64;
-    let mut t = tally.lock().unwrap();
     let on_remote = seen.len() as u64;
-    t.latencies.sort();
-    let attempts_total: u64 = t.attempts.iter().map(|a| *a as u64).sum();
-    let pushed = t.latencies.len() as u64;
+    // A final state is lost when its cluster's branch does not end on it.
+    let finals_lost: Vec<&str> = runs
+        .iter()
+        .filter(|r| tip_reports.get(&r.cluster) != Some(&r.final_state))
+        .map(|r| r.cluster.as_str())
+        .collect();
+    // Changes of state (not progress) that never reached the branch.
+    let offered_runs = state_runs((0..rounds).map(|k| scripted("", "", "", k, rounds).state));
+    let changes_lost: Vec<&str> = runs
+        .iter()
+        .filter(|r| {
+            let mut landed = landed_states.get(&r.cluster).cloned().unwrap_or_default();
+            landed.sort_by_key(|(round, _)| *round);
+            state_runs(landed.into_iter().map(|(_, s)| s)) != offered_runs
+        })
+        .map(|r| r.cluster.as_str())
+        .collect();
+    let mut latencies: Vec<Duration> = runs.iter().filter_map(|r| r.final_latency).collect();
+    latencies.sort();
+    let pushes = |result: &str| -> u64 {
+        let line = format!("drover_status_pushes_total{{result=\"{result}\"}} ");
+        metrics
+            .render()
+            .lines()
+            .find_map(|l| l.strip_prefix(&line)?.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let p99 = pct(&latencies, 0.99);
+    // The server's pace: pushes landed per second until the last final
+    // state landed.
+    let busy = runs
+        .iter()
+        .filter_map(|r| r.landed_at)
+        .max()
+        .map_or(push_wall, |t| t.saturating_duration_since(start));
+    let pace = pushes("ok") as f64 / busy.as_secs_f64().max(1.0);
+    // The goal for a final state: on the remote within one report interval
+    // of being ready, or, when the server cannot take a push from every
+    // agent in an interval, within two turns of its fair share (agents ÷
+    // its pace): the attempt under way when the state was made, then the
+    // one carrying it. Nothing a reporter does can beat the second; one
+    // that retried in lockstep or queued its final state behind its own
+    // history would miss it.
+    let fair_turn = Duration::from_secs_f64(agents as f64 / pace.max(0.001));
+    let goal_p99 = interval.max(fair_turn * 2);
 
     // Reading the fleet back at the size of the goal: top each cluster's
     // branch up locally (no push), round-robin, to 10,000 signed report
@@ -697,34 +766,54 @@ fn main() {
 
     println!("## Status store at fleet size\n");
     println!(
-        "{agents} agents (threads, each its own `Source` and cache), a signed report each every {} s for {rounds} rounds, pushed with `status::publish` to its own branch `drover/status.d/<env>/<cluster>` of one repository served by `git daemon` on loopback (default 32 connections); {} of pushing.\n",
+        "{agents} agents, each the agent's own status reporter (`drover::agent::reporter`: its outbox, its push thread, its time budget and backoff) with its own `Source` and cache, a signed report each every {} s for {rounds} rounds (`pending`, `rolling` progress, `blocked` halfway, ending `confirmed`), each to its own branch `drover/status.d/<env>/<cluster>` of one repository served by `git daemon` on loopback (default 32 connections), the server {}; {} of pushing, grace {} for the last reports.\n",
         interval.as_secs(),
-        secs(push_wall)
+        starved_how.as_deref().unwrap_or("not starved"),
+        secs(push_wall),
+        secs(grace)
     );
     println!("| figure | value |\n|---|---|");
     println!("| reports due | {expected} |");
-    println!("| reports pushed (publish returned Ok) | {pushed} |");
-    println!("| distinct reports on the remote | {on_remote} |");
+    println!("| reports landed (distinct, on the remote) | {on_remote} |");
     println!(
-        "| lost (never on the remote) | {} |",
+        "| reports superseded (progress replaced in the outbox by a newer report, by design) | {} |",
         expected - on_remote.min(expected)
+    );
+    println!(
+        "| changes of state lost (a state the cluster passed through, not on its branch) | {} |",
+        changes_lost.len()
+    );
+    println!(
+        "| **final states lost** (a branch not ending on its cluster's last report) | **{}** of {agents} |",
+        finals_lost.len()
     );
     println!("| status commits on the remote (all branches) | {commits} |");
     println!(
-        "| latency ready → on the remote, p50 / p99 / max | {} / {} / {} |",
-        secs(pct(&t.latencies, 0.50)),
-        secs(pct(&t.latencies, 0.99)),
-        secs(t.latencies.last().copied().unwrap_or_default())
+        "| final state ready → on the remote, p50 / p99 / max (goal p99 ≤ {}) | {} / {} / {} |",
+        secs(goal_p99),
+        secs(pct(&latencies, 0.50)),
+        secs(p99),
+        secs(latencies.last().copied().unwrap_or_default())
     );
     println!(
-        "| push attempts per landed report, mean / max | {:.2} / {} |",
-        attempts_total as f64 / pushed.max(1) as f64,
-        t.attempts.iter().max().copied().unwrap_or(0)
+        "| push attempts: landed / unchanged / abandoned by timeout (budget {}) / failed / refused | {} / {} / {} / {} / {} |",
+        secs(drover::agent::reporter::attempt_budget(interval)),
+        pushes("ok"),
+        pushes("unchanged"),
+        pushes("timeout"),
+        pushes("failed"),
+        pushes("refused")
     );
     println!(
-        "| failed publish calls (connection refused, exhausted), retried | {} |",
-        t.errors
+        "| the server's pace: pushes landed per second until the last final state landed; one push from every agent at that pace | {pace:.2}/s; {} |",
+        secs(fair_turn)
     );
+    if let Some(Some((periods, time))) = throttled {
+        println!(
+            "| server throttled by its quota: periods / time | {periods} / {} |",
+            secs(time)
+        );
+    }
     println!("| `drover status --format json`, {} clusters, {history_total} signed report versions ({added} added locally after the push phase), signatures verified, median of 5 | {} |", cfg.root.clusters.values().map(Vec::len).sum::<usize>(), secs(read));
     println!(
         "| same with `--html` (walks all {history_total} report versions) | {} |",
@@ -749,9 +838,6 @@ fn main() {
         gate_read.as_secs_f64() / git_history.as_secs_f64()
     );
     println!("\nload average after the reads: {}", load.trim());
-    for (kind, took) in &t.error_kinds {
-        eprintln!("publish failed after {}: {kind}", secs(*took));
-    }
     if let Ok(log) = std::fs::read_to_string(base.join("daemon.log")) {
         let lines: Vec<&str> = log.lines().collect();
         eprintln!(
@@ -764,10 +850,239 @@ fn main() {
             lines.iter().rev().take(3).collect::<Vec<_>>()
         );
     }
-    if !t.lost.is_empty() {
-        eprintln!(
-            "lost reports (first 10): {:?}",
-            &t.lost[..t.lost.len().min(10)]
-        );
+    let mut missed = Vec::new();
+    if !finals_lost.is_empty() {
+        missed.push(format!(
+            "{} final states lost (first 10: {:?})",
+            finals_lost.len(),
+            &finals_lost[..finals_lost.len().min(10)]
+        ));
+    }
+    if !changes_lost.is_empty() {
+        missed.push(format!(
+            "{} clusters lost a change of state (first 10: {:?})",
+            changes_lost.len(),
+            &changes_lost[..changes_lost.len().min(10)]
+        ));
+    }
+    if latencies.len() < agents || p99 > goal_p99 {
+        missed.push(format!(
+            "final state ready → on the remote p99 {} (goal ≤ {}; {} of {agents} seen landing within the grace)",
+            secs(p99),
+            secs(goal_p99),
+            latencies.len()
+        ));
+    }
+    if !missed.is_empty() {
+        eprintln!("GOAL MISSED: {}", missed.join("; "));
+        std::process::exit(1);
+    }
+}
+
+/// One simulated agent's run: its cluster's last report and how long it
+/// took from ready to on the remote (`None`: not within the grace period).
+struct AgentRun {
+    cluster: String,
+    final_state: StatusReport,
+    final_latency: Option<Duration>,
+    landed_at: Option<Instant>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Round `round` of `rounds` of a cluster's rollout: `pending`, then
+/// rolling progress with a `blocked` spell halfway, ending `confirmed`
+/// (the final state). `nodes_at_version` is the round plus one, so each
+/// report is told apart on the remote.
+fn scripted(env: &str, cluster: &str, commit: &str, round: u32, rounds: u32) -> StatusReport {
+    let state = match round {
+        0 => RolloutState::Pending,
+        r if r + 1 == rounds => RolloutState::Confirmed,
+        r if rounds >= 4 && r == rounds / 2 => RolloutState::Blocked,
+        _ => RolloutState::Rolling,
+    };
+    StatusReport {
+        env: env.into(),
+        cluster: cluster.into(),
+        config_commit: commit.into(),
+        version: "1.13.2".parse().unwrap(),
+        state,
+        since: chrono::Utc::now(),
+        nodes: rounds,
+        nodes_at_version: round + 1,
+        message: format!("round {round}"),
+        detail: Default::default(),
+    }
+}
+
+/// States in order with repeats folded: the changes of state a branch shows.
+fn state_runs(states: impl IntoIterator<Item = RolloutState>) -> Vec<RolloutState> {
+    let mut v: Vec<RolloutState> = Vec::new();
+    for s in states {
+        if v.last() != Some(&s) {
+            v.push(s);
+        }
+    }
+    v
+}
+
+/// The git server starved of CPU: its daemon (and every process it forks
+/// for a connection) in a CPU cgroup with a quota, v2 (`cpu.max`) or v1
+/// (`cpu.cfs_quota_us`), whichever the machine mounts; without a usable
+/// cgroup, the daemon at nice 19 beside one busy loop per CPU.
+mod starve {
+    use std::path::{Path, PathBuf};
+    use std::process::{Child, Command};
+
+    pub enum Starved {
+        Cgroup {
+            dir: PathBuf,
+            v2: bool,
+            percent: u64,
+        },
+        Competitors {
+            busy: Vec<Child>,
+        },
+    }
+
+    fn write(path: &Path, text: &str) -> std::io::Result<()> {
+        std::fs::write(path, text)
+    }
+
+    /// The cgroup-v2 mount whose root offers the cpu controller.
+    fn v2_root() -> Option<PathBuf> {
+        ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+            .into_iter()
+            .map(PathBuf::from)
+            .find(|p| {
+                std::fs::read_to_string(p.join("cgroup.controllers"))
+                    .is_ok_and(|c| c.split_whitespace().any(|c| c == "cpu"))
+            })
+    }
+
+    fn cgroup(pid: u32, percent: u64) -> Option<Starved> {
+        let name = format!("drover-bench-{}", std::process::id());
+        let period = 100_000u64;
+        let quota = period * percent / 100;
+        if let Some(root) = v2_root() {
+            let _ = write(&root.join("cgroup.subtree_control"), "+cpu");
+            let dir = root.join(&name);
+            std::fs::create_dir(&dir).ok()?;
+            let ok = write(&dir.join("cpu.max"), &format!("{quota} {period}")).is_ok()
+                && write(&dir.join("cgroup.procs"), &pid.to_string()).is_ok();
+            if ok {
+                return Some(Starved::Cgroup {
+                    dir,
+                    v2: true,
+                    percent,
+                });
+            }
+            let _ = std::fs::remove_dir(&dir);
+        }
+        let v1 = ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"]
+            .into_iter()
+            .map(PathBuf::from)
+            .find(|p| p.join("cpu.cfs_quota_us").exists())?;
+        let dir = v1.join(&name);
+        std::fs::create_dir(&dir).ok()?;
+        let ok = write(&dir.join("cpu.cfs_period_us"), &period.to_string()).is_ok()
+            && write(&dir.join("cpu.cfs_quota_us"), &quota.to_string()).is_ok()
+            && write(&dir.join("cgroup.procs"), &pid.to_string()).is_ok();
+        if ok {
+            Some(Starved::Cgroup {
+                dir,
+                v2: false,
+                percent,
+            })
+        } else {
+            let _ = std::fs::remove_dir(&dir);
+            None
+        }
+    }
+
+    impl Starved {
+        /// Starve process `pid` (and what it forks) to `percent` of one CPU.
+        pub fn start(pid: u32, percent: u64) -> Starved {
+            if let Some(s) = cgroup(pid, percent) {
+                return s;
+            }
+            let _ = Command::new("renice")
+                .args(["-n", "19", "-p", &pid.to_string()])
+                .output();
+            let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+            let busy = (0..cpus)
+                .map(|_| {
+                    Command::new("sh")
+                        .args(["-c", "while :; do :; done"])
+                        .spawn()
+                        .expect("start a busy competitor")
+                })
+                .collect();
+            Starved::Competitors { busy }
+        }
+
+        /// How, in words for the report.
+        pub fn how(&self) -> String {
+            match self {
+                Starved::Cgroup { v2, percent, .. } => format!(
+                    "CPU quota {percent}% of one CPU (cgroup {}, {})",
+                    if *v2 { "v2" } else { "v1" },
+                    if *v2 { "cpu.max" } else { "cpu.cfs_quota_us" }
+                ),
+                Starved::Competitors { busy } => format!(
+                    "no usable CPU cgroup: git daemon at nice 19 beside {} busy loops",
+                    busy.len()
+                ),
+            }
+        }
+
+        /// Periods in which the quota throttled the server, and for how long
+        /// in all (`None` with busy competitors): proof the quota bit.
+        pub fn throttled(&self) -> Option<(u64, std::time::Duration)> {
+            let Starved::Cgroup { dir, v2, .. } = self else {
+                return None;
+            };
+            let stat = std::fs::read_to_string(dir.join("cpu.stat")).ok()?;
+            let field = |k: &str| {
+                stat.lines()
+                    .find_map(|l| l.strip_prefix(k)?.trim().parse::<u64>().ok())
+            };
+            let periods = field("nr_throttled ")?;
+            let time = if *v2 {
+                std::time::Duration::from_micros(field("throttled_usec ")?)
+            } else {
+                std::time::Duration::from_nanos(field("throttled_time ")?)
+            };
+            Some((periods, time))
+        }
+    }
+
+    impl Drop for Starved {
+        fn drop(&mut self) {
+            match self {
+                Starved::Cgroup { dir, v2, .. } => {
+                    // Whatever the killed daemon left running goes back to
+                    // the root, then the group goes.
+                    let root = dir.parent().unwrap().to_path_buf();
+                    for _ in 0..50 {
+                        let procs =
+                            std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+                        for p in procs.lines() {
+                            let _ = write(&root.join("cgroup.procs"), p);
+                        }
+                        if std::fs::remove_dir(&*dir).is_ok() {
+                            return;
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                    }
+                    eprintln!("could not remove {} (v2: {v2})", dir.display());
+                }
+                Starved::Competitors { busy } => {
+                    for c in busy {
+                        let _ = c.kill();
+                        let _ = c.wait();
+                    }
+                }
+            }
+        }
     }
 }

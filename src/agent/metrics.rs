@@ -49,7 +49,7 @@ pub struct Metrics {
     /// a node (docs/design.md §5a), by kind of check.
     pub health_failures: Family<Labels, Counter>,
     /// `drover_status_pushes_total{result}`: status report push attempts by
-    /// result (`ok`, `unchanged`, `failed`, `refused`).
+    /// result (`ok`, `unchanged`, `failed`, `timeout`, `refused`).
     pub status_pushes: Family<Labels, Counter>,
     /// `drover_status_reports_waiting`: status reports not yet pushed.
     pub status_reports_waiting: Gauge,
@@ -191,7 +191,7 @@ impl Metrics {
         );
         registry.register(
             "status_pushes",
-            "Status report push attempts by result (ok, unchanged, failed, refused)",
+            "Status report push attempts by result (ok, unchanged, failed, timeout, refused)",
             m.status_pushes.clone(),
         );
         registry.register(

@@ -37,7 +37,7 @@ mod pass;
 pub mod rbac;
 pub mod recover;
 mod report;
-mod reporter;
+pub mod reporter;
 pub mod told;
 mod waves;
 use crate::retry;

@@ -255,18 +255,34 @@ pub fn publish(
     report: &StatusReport,
     opts: &PublishOptions,
 ) -> Result<Published, PushError> {
-    publish_until(source, report, opts, &AtomicBool::new(false))
+    publish_until(
+        source,
+        std::slice::from_ref(report),
+        opts,
+        &AtomicBool::new(false),
+    )
 }
 
-/// [`publish`], given up (as [`PushError::Stopped`]) once `stop` is set:
-/// before any step of an attempt, and at the transport's next progress
+/// [`publish`] for `reports` of one cluster, oldest first, in one push: a
+/// commit each, in order, so the branch shows every one of them and ends on
+/// the last (an agent behind a slow server catches up in one push instead
+/// of one per report). Reports the branch's tip already holds, and those
+/// before it, are not written again (a push abandoned by its budget may
+/// still have landed). Given up (as [`PushError::Stopped`]) once `stop` is
+/// set: before any step of an attempt, and at the transport's next progress
 /// report. A push already sent when `stop` is set may still land.
 pub fn publish_until(
     source: &Source,
-    report: &StatusReport,
+    reports: &[StatusReport],
     opts: &PublishOptions,
     stop: &AtomicBool,
 ) -> Result<Published, PushError> {
+    let Some(report) = reports.last() else {
+        return Ok(Published {
+            commit: None,
+            attempts: 0,
+        });
+    };
     let url = source::redact(&source.config().url);
     let limit = Limit {
         deadline: Instant::now() + opts.budget,
@@ -278,7 +294,7 @@ pub fn publish_until(
     let mut last = String::new();
     for attempt in 1..=opts.max_attempts.max(1) {
         limit.check()?;
-        match try_once(source, report, opts, &limit)? {
+        match try_once(source, reports, opts, &limit)? {
             Attempt::Pushed(oid) => {
                 return Ok(Published {
                     commit: Some(oid),
@@ -448,12 +464,40 @@ fn untrusted_tip(
     Ok(super::judge_branch(repo, &refname, tip, &report.env, &report.cluster, &judge)?.err())
 }
 
+/// The reports of `reports` the branch at `tip` does not hold yet: those
+/// after the last one equal to the tip's report (all when none is).
+fn not_yet_on<'a>(
+    repo: &Repository,
+    tip: Option<Oid>,
+    reports: &'a [StatusReport],
+) -> Result<&'a [StatusReport], git2::Error> {
+    let Some(tip) = tip else { return Ok(reports) };
+    let Some(last) = reports.last() else {
+        return Ok(reports);
+    };
+    let tree = repo.find_commit(tip)?.tree()?;
+    let Ok(entry) = tree.get_path(Path::new(&last.path())) else {
+        return Ok(reports);
+    };
+    let held = repo.find_blob(entry.id())?;
+    let held = held.content();
+    Ok(
+        match reports.iter().rposition(|r| r.to_toml().as_bytes() == held) {
+            Some(i) => &reports[i + 1..],
+            None => reports,
+        },
+    )
+}
+
 fn try_once(
     source: &Source,
-    report: &StatusReport,
+    reports: &[StatusReport],
     opts: &PublishOptions,
     limit: &Limit<'_>,
 ) -> Result<Attempt, PushError> {
+    let Some(report) = reports.last() else {
+        return Ok(Attempt::Unchanged);
+    };
     let repo = source.repo();
     let branch =
         &super::cluster_branch(&source.config().status_branch, &report.env, &report.cluster);
@@ -482,11 +526,15 @@ fn try_once(
                 return Ok(Attempt::Untrusted(u));
             }
         }
-        let Some(oid) = build_commit(repo, report, opts, tip).map_err(|e| match e {
-            PushError::Source(source::Error::Git(g)) => g,
-            other => git2::Error::from_str(&other.to_string()),
-        })?
-        else {
+        let mut built = tip;
+        for r in not_yet_on(repo, tip, reports)? {
+            let commit = build_commit(repo, r, opts, built).map_err(|e| match e {
+                PushError::Source(source::Error::Git(g)) => g,
+                other => git2::Error::from_str(&other.to_string()),
+            })?;
+            built = commit.or(built);
+        }
+        let Some(oid) = built.filter(|b| Some(*b) != tip) else {
             return Ok(Attempt::Unchanged);
         };
         // The last moment to give up before anything is sent.

@@ -321,7 +321,12 @@ fn a_stale_cache_is_rebuilt_on_the_new_tip_and_a_hook_refusal_stops_at_once() {
     std::fs::remove_file(&hook).unwrap();
     // A caller that asked to stop sends nothing.
     let stop = std::sync::atomic::AtomicBool::new(true);
-    let stopped = status::publish_until(&a, &report("test", "test-1", 4), &opts, &stop);
+    let stopped = status::publish_until(
+        &a,
+        std::slice::from_ref(&report("test", "test-1", 4)),
+        &opts,
+        &stop,
+    );
     assert!(
         matches!(stopped, Err(status::PushError::Stopped { .. })),
         "{stopped:?}"
@@ -435,4 +440,52 @@ fn a_push_probe_meets_the_servers_hooks_and_leaves_nothing_behind() {
     assert_eq!(branches(), format!("refs/heads/{own}\nrefs/heads/{left}"));
     std::fs::remove_file(&pre).unwrap();
     assert_eq!(git(&bare, &["rev-parse", own]), tip);
+}
+
+/// An agent behind a slow server pushes what waited as one chain: a commit
+/// per report, in order, in one push. When a push it gave up on landed
+/// after all, the retry (here from a second cache, which has not seen the
+/// tip) writes only what the branch lacks: no report twice, none out of order.
+#[test]
+fn a_chain_of_reports_lands_in_one_push_and_a_retry_writes_only_what_is_missing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let daemon = served(tmp.path());
+    let cache = |name: &str| {
+        Source::open(SourceConfig::new(
+            daemon.url("config"),
+            tmp.path().join(name),
+        ))
+        .unwrap()
+    };
+    let (src, other) = (cache("cache"), cache("other-cache"));
+    let opts = PublishOptions::default()
+        .with_signing_key_file(&keygen(tmp.path(), "agent"))
+        .unwrap();
+    let r = |n| report("stage", "stage-1", n);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let first = status::publish_until(&src, &[r(1), r(2), r(3)], &opts, &stop).unwrap();
+    assert_eq!(first.attempts, 1, "one push");
+    let bare = daemon.base.join("config.git");
+    let own = "drover/status.d/stage/stage-1";
+    let on_branch = || -> Vec<u32> {
+        let revs = git(&bare, &["rev-list", "--reverse", own]);
+        revs.lines()
+            .map(|c| {
+                let text = blob_at(&bare, c, "status/stage/stage-1.toml");
+                StatusReport::from_toml(&text).unwrap().nodes_at_version
+            })
+            .collect()
+    };
+    assert_eq!(on_branch(), [1, 2, 3]);
+    assert_eq!(
+        git(&bare, &["rev-parse", own]),
+        first.commit.unwrap().to_string()
+    );
+    // The retry of a chain whose push landed, with a newer report behind.
+    let retry = status::publish_until(&other, &[r(2), r(3), r(50)], &opts, &stop).unwrap();
+    assert!(retry.commit.is_some());
+    assert_eq!(on_branch(), [1, 2, 3, 50]);
+    // Everything already there: nothing written.
+    let again = status::publish_until(&src, &[r(3), r(50)], &opts, &stop).unwrap();
+    assert_eq!((again.commit, on_branch()), (None, vec![1, 2, 3, 50]));
 }

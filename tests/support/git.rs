@@ -376,6 +376,11 @@ impl GitDaemon {
     pub fn url(&self, name: &str) -> String {
         format!("git://127.0.0.1:{}/{name}.git", self.port)
     }
+
+    /// The daemon's process id (a bench starves it of CPU).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
 }
 
 impl Drop for GitDaemon {
