@@ -9,15 +9,23 @@ use chrono::{DateTime, Utc};
 use semver::Version;
 use std::time::Duration;
 
-fn t(s: &str) -> DateTime<Utc> {
-    format!("2026-12-08T{s}:00Z").parse().unwrap()
+// The fixtures below are shared by the other decision tests of this module.
+
+/// An instant on the test day, `HH:MM` or `HH:MM:SS`.
+pub(super) fn t(s: &str) -> DateTime<Utc> {
+    let s = if s.len() == 5 {
+        format!("{s}:00")
+    } else {
+        s.into()
+    };
+    format!("2026-12-08T{s}Z").parse().unwrap()
 }
 
-fn v(s: &str) -> Version {
+pub(super) fn v(s: &str) -> Version {
     s.parse().unwrap()
 }
 
-fn policy(max: u32, mode: OnDrainTimeout) -> Policy {
+pub(super) fn policy(max: u32, mode: OnDrainTimeout) -> Policy {
     Policy {
         target: v("1.13.2"),
         max_unavailable: MaxUnavailable::Count(max),
@@ -32,7 +40,7 @@ fn policy(max: u32, mode: OnDrainTimeout) -> Policy {
     }
 }
 
-fn open() -> Inputs {
+pub(super) fn open() -> Inputs {
     Inputs {
         may_start: true,
         hold_reason: String::new(),
@@ -78,7 +86,7 @@ fn with(mut n: NodeView, state: ProgressState, started: &str, by_drover: bool) -
     n
 }
 
-fn kinds(d: &Decision) -> Vec<(&'static str, String)> {
+pub(super) fn kinds(d: &Decision) -> Vec<(&'static str, String)> {
     d.actions
         .iter()
         .map(|a| (a.kind(), a.node().to_string()))

@@ -2,21 +2,19 @@
 
 use super::decide::*;
 use super::decide_tests::idle as node;
+use super::decide_tests::{self, kinds, open, t, v};
 use super::decision::*;
 use super::RolloutState;
 use crate::cluster::{NodeProgress, NodeSeen, NodeView, PodSeen, ProgressState, UpgradeStatus};
-use crate::config::{HealthSpec, MaxUnavailable, OnDrainTimeout, OnUnreachable, PrometheusCheck};
+use crate::config::{HealthSpec, OnDrainTimeout, OnUnreachable, PrometheusCheck};
 use crate::health::QueryOutcome;
-use chrono::{DateTime, Utc};
-use semver::Version;
 use std::time::Duration;
 
-fn t(s: &str) -> DateTime<Utc> {
-    format!("2026-12-08T{s}Z").parse().unwrap()
-}
-
-fn v(s: &str) -> Version {
-    s.parse().unwrap()
+fn policy(max: u32) -> Policy {
+    Policy {
+        health: Some(spec()),
+        ..decide_tests::policy(max, OnDrainTimeout::Skip)
+    }
 }
 
 fn spec() -> HealthSpec {
@@ -25,33 +23,6 @@ fn spec() -> HealthSpec {
         settle: Duration::from_secs(30 * 60),
         pod_ready_timeout: Duration::from_secs(10 * 60),
         ..HealthSpec::default()
-    }
-}
-
-fn policy(max: u32) -> Policy {
-    Policy {
-        target: v("1.13.2"),
-        max_unavailable: MaxUnavailable::Count(max),
-        drain_timeout: Duration::from_secs(20 * 60),
-        node_timeout: Duration::from_secs(45 * 60),
-        on_drain_timeout: OnDrainTimeout::Skip,
-        health: Some(spec()),
-        on_failure: crate::config::OnFailure::Halt,
-        max_rollbacks: 1,
-        prepare: false,
-        prestage: std::time::Duration::ZERO,
-    }
-}
-
-fn open() -> Inputs {
-    Inputs {
-        may_start: true,
-        window: WindowState {
-            opened_at: Some(t("02:00:00")),
-            closes_at: Some(t("08:00:00")),
-            ..WindowState::default()
-        },
-        ..Inputs::default()
     }
 }
 
@@ -94,13 +65,6 @@ fn crashing(name: &str) -> NodeSeen {
         waiting_reason: Some("CrashLoopBackOff".into()),
     });
     s
-}
-
-fn kinds(d: &Decision) -> Vec<(&'static str, String)> {
-    d.actions
-        .iter()
-        .map(|a| (a.kind(), a.node().to_string()))
-        .collect()
 }
 
 fn check(query: &str, on_unreachable: OnUnreachable) -> PrometheusCheck {

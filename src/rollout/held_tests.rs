@@ -4,55 +4,19 @@
 
 use super::decide::*;
 use super::decide_tests::idle;
+use super::decide_tests::{self, kinds, open, t, v};
 use super::decision::*;
 use super::engine::{reconcile, Outcome};
 use super::{Clock, RolloutState, VirtualClock, HELD_PREFIX};
 use crate::cluster::{Cluster, NodeProgress, NodeView, ProgressState, UpgradeStatus};
-use crate::config::{MaxUnavailable, OnDrainTimeout};
+use crate::config::OnDrainTimeout;
 use crate::sim::{CallFault, Pod, Sim, SimNode};
 use chrono::{DateTime, Utc};
 use futures::executor::block_on;
-use semver::Version;
 use std::time::Duration;
 
-fn t(s: &str) -> DateTime<Utc> {
-    let s = if s.len() == 5 {
-        format!("{s}:00")
-    } else {
-        s.into()
-    };
-    format!("2026-12-08T{s}Z").parse().unwrap()
-}
-
-fn v(s: &str) -> Version {
-    s.parse().unwrap()
-}
-
 fn policy(max: u32) -> Policy {
-    Policy {
-        target: v("1.13.2"),
-        max_unavailable: MaxUnavailable::Count(max),
-        drain_timeout: Duration::from_secs(20 * 60),
-        node_timeout: Duration::from_secs(45 * 60),
-        on_drain_timeout: OnDrainTimeout::Skip,
-        health: None,
-        on_failure: crate::config::OnFailure::Halt,
-        max_rollbacks: 1,
-        prepare: false,
-        prestage: std::time::Duration::ZERO,
-    }
-}
-
-fn open() -> Inputs {
-    Inputs {
-        may_start: true,
-        window: WindowState {
-            opened_at: Some(t("02:00")),
-            closes_at: Some(t("08:00")),
-            ..WindowState::default()
-        },
-        ..Inputs::default()
-    }
+    decide_tests::policy(max, OnDrainTimeout::Skip)
 }
 
 fn with(mut n: NodeView, state: ProgressState, started: &str, message: &str) -> NodeView {
@@ -67,13 +31,6 @@ fn with(mut n: NodeView, state: ProgressState, started: &str, message: &str) -> 
     }));
     n.unschedulable = state.in_flight();
     n
-}
-
-fn kinds(d: &Decision) -> Vec<(&'static str, String)> {
-    d.actions
-        .iter()
-        .map(|a| (a.kind(), a.node().to_string()))
-        .collect()
 }
 
 fn draining_with_pods(name: &str, pods: usize) -> NodeView {

@@ -5,34 +5,17 @@
 
 use super::decide::decide;
 use super::decide_tests::idle;
+use super::decide_tests::{self, kinds, t, v};
 use super::decision::*;
 use super::RolloutState;
 use crate::cluster::{NodeProgress, NodeView, ProgressState, UpgradeStatus};
-use crate::config::{MaxUnavailable, OnDrainTimeout};
-use chrono::{DateTime, Utc};
-use semver::Version;
+use crate::config::OnDrainTimeout;
 use std::time::Duration;
-
-fn t(s: &str) -> DateTime<Utc> {
-    format!("2026-12-08T{s}:00Z").parse().unwrap()
-}
-
-fn v(s: &str) -> Version {
-    s.parse().unwrap()
-}
 
 fn policy(max: u32) -> Policy {
     Policy {
-        target: v("1.13.2"),
-        max_unavailable: MaxUnavailable::Count(max),
-        drain_timeout: Duration::from_secs(20 * 60),
-        node_timeout: Duration::from_secs(45 * 60),
-        on_drain_timeout: OnDrainTimeout::Skip,
-        health: None,
-        on_failure: crate::config::OnFailure::Halt,
-        max_rollbacks: 1,
         prepare: true,
-        prestage: Duration::ZERO,
+        ..decide_tests::policy(max, OnDrainTimeout::Skip)
     }
 }
 
@@ -85,13 +68,6 @@ fn draining(name: &str) -> NodeView {
     n.unschedulable = true;
     n.pods_to_evict = 3;
     n
-}
-
-fn kinds(d: &Decision) -> Vec<(&'static str, String)> {
-    d.actions
-        .iter()
-        .map(|a| (a.kind(), a.node().to_string()))
-        .collect()
 }
 
 #[test]
