@@ -1,9 +1,17 @@
 //! Waves and the fleet-wide halt through the agent (docs/design.md §4a),
 //! against the real API server, simulated kubelet nodes and a real git
 //! server. Production has three clusters in two waves (`eu-1`, `eu-2`, then
-//! `us-1`); the agent under test is `us-1`'s, on a pool of simulated nodes.
-//! Wave 1's clusters speak through their status branches, signed with
-//! their own report keys as their agents sign them:
+//! `us-1`), each on a pool of simulated nodes of its own.
+//!
+//! Wave 1 played by its agents: `eu-1`'s and `eu-2`'s agents roll and push
+//! confirmations signed with their keys; `us-1`'s agent starts no node
+//! while they roll nor until their soak has passed, then upgrades its own.
+//! The three agents share the API server (each selecting its own pool,
+//! `support::agent::PoolBackend`), the git server and the clock.
+//!
+//! Wave 1 stood in by reports on its status branches (signed with its
+//! clusters' report keys as their agents sign them, or forged), against
+//! `us-1`'s agent alone:
 //! - the attack: wave 1's confirmations forged (unsigned) on their branches
 //!   do not release wave 2, whatever the clock says;
 //! - the control: signed confirmations release wave 2 once wave 1's soak
@@ -306,4 +314,143 @@ async fn wave_two_waits_for_signed_soaked_confirmations_and_halts_on_a_failure_i
     .await;
     assert_eq!(started(), 1, "no node started after the halt");
     agent.stop();
+}
+
+/// Wave 1 played by its own agents: `eu-1` and `eu-2` roll 1.13.0 on
+/// their pools, confirm, and push reports signed with their keys; `us-1`
+/// starts no node while they roll nor until their soak has passed, then
+/// upgrades its own. One API server, one git server, one clock.
+#[tokio::test]
+async fn wave_two_follows_wave_one_agents_after_their_signed_confirmations_and_soak() {
+    let cp = ControlPlane::get();
+    let client = cp.admin_client().await;
+    install_crd(&client).await;
+    let clusters = ["eu-1", "eu-2", "us-1"];
+    let ns: Vec<TestNamespace> = futures::future::join_all(
+        ["waves-eu-1", "waves-eu-2", "waves-us-1"].map(|p| TestNamespace::create(&client, p)),
+    )
+    .await;
+    let names: Vec<String> = ns.iter().map(|n| n.name().to_string()).collect();
+    let mut sims = Vec::new();
+    for (n, nodes) in names.iter().zip([1, 1, 2]) {
+        sims.push(start_sim(&client, pool_options(n, nodes)).await);
+    }
+    // The environment's file names us-1's pool; each agent sees its own.
+    let repo = repo(&names[2]);
+    let clock = VirtualClock::new(dec(20, 3, 0));
+    let agents: Vec<RunningAgent> = clusters
+        .iter()
+        .zip(&names)
+        .map(|(c, n)| {
+            let mut cfg = agent_config(&repo, "production", c, n, &format!("{c}-agent"));
+            if c.starts_with("eu-") {
+                // Wave 1 moves only when the test says so (its webhook), so
+                // that wave 2 is seen waiting before wave 1 has started.
+                cfg.poll = Duration::from_secs(600);
+            }
+            RunningAgent::start_on_pool(cfg, Arc::new(clock.clone()), &format!("{POOL_LABEL}={n}"))
+        })
+        .collect();
+    let status = |i: usize| format!("production-{}", clusters[i]);
+    for (i, n) in names.iter().enumerate() {
+        await_status(&client, n, &status(i), "adopted 1.12.0", |s| {
+            s.state.as_deref() == Some("confirmed") && s.last_applied_commit.is_some()
+        })
+        .await;
+    }
+    let started = |i: usize| -> usize {
+        sims[i]
+            .node_names()
+            .iter()
+            .map(|n| sims[i].upgrades_started(n))
+            .sum()
+    };
+
+    let bump = repo.set_env_text(
+        "production",
+        &env_text(&names[2], "1.13.0"),
+        "production: move to 1.13.0",
+    );
+    assert_eq!(agents[2].webhook().await, 202);
+    await_status(&client, &names[2], &status(2), "wave 2 waits", |s| {
+        s.last_applied_commit.as_deref() == Some(bump.as_str())
+            && s.state.as_deref() == Some("pending")
+            && s.message
+                .contains("wave 2 waits for wave 1 to confirm: not yet confirmed by eu-1, eu-2")
+    })
+    .await;
+
+    // Wave 1's agents take the bump, roll and confirm.
+    for a in &agents[..2] {
+        assert_eq!(a.webhook().await, 202);
+    }
+    for i in 0..2 {
+        await_status(&client, &names[i], &status(i), "wave 1 confirmed", |s| {
+            s.state.as_deref() == Some("confirmed")
+                && s.target.as_deref() == Some("1.13.0")
+                && s.at_version.as_deref() == Some("1/1")
+        })
+        .await;
+        until_pass(
+            &agents[i].handle,
+            "wave 1's confirmation pushed",
+            Duration::from_secs(60),
+            || {
+                repo.report("production", clusters[i]).is_some_and(|r| {
+                    r.state == RolloutState::Confirmed && r.version.to_string() == "1.13.0"
+                })
+            },
+        )
+        .await;
+        for n in sims[i].node_names() {
+            assert_eq!(sims[i].version(&n).as_deref(), Some("1.13.0"), "{n}");
+            assert_eq!(sims[i].upgrades_started(&n), 1, "{n}");
+        }
+    }
+    // us-1 fetched them on its poll and trusts them (signed by wave 1's
+    // keys): what it waits for now is their soak, an hour from 03:00.
+    let st = await_status(&client, &names[2], &status(2), "wave 1's soak", |s| {
+        s.message.contains("wave 2 waits for wave 1's soak")
+    })
+    .await
+    .status
+    .unwrap();
+    assert!(
+        st.message.contains("2026-12-20T04:00:00Z") && !st.message.contains("ignored"),
+        "{}",
+        st.message
+    );
+    assert_eq!(st.state.as_deref(), Some("pending"), "{}", st.message);
+    assert_eq!(started(2), 0, "wave 2 moved before wave 1's soak");
+
+    // The soak has passed: us-1 upgrades its nodes.
+    clock.set(dec(20, 4, 1));
+    agents[2].handle.reconcile();
+    await_status(&client, &names[2], &status(2), "wave 2 confirmed", |s| {
+        s.state.as_deref() == Some("confirmed")
+            && s.target.as_deref() == Some("1.13.0")
+            && s.at_version.as_deref() == Some("2/2")
+    })
+    .await;
+    for n in sims[2].node_names() {
+        assert_eq!(sims[2].version(&n).as_deref(), Some("1.13.0"), "{n}");
+        assert_eq!(sims[2].upgrades_started(&n), 1, "{n}");
+    }
+    until_pass(
+        &agents[2].handle,
+        "wave 2's confirmation pushed",
+        Duration::from_secs(60),
+        || {
+            repo.report("production", "us-1").is_some_and(|r| {
+                r.state == RolloutState::Confirmed && r.version.to_string() == "1.13.0"
+            })
+        },
+    )
+    .await;
+    for a in agents {
+        a.stop();
+    }
+    for s in sims {
+        s.shutdown().await;
+    }
 }

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use drover::agent::crd::{self, DroverStatus};
-use drover::agent::{Agent, AgentConfig, AgentHandle, KubeBackend, SharedClock};
+use drover::agent::{
+    Agent, AgentConfig, AgentHandle, ClusterBackend, Connected, KubeBackend, SharedClock,
+};
 use drover::source::trigger::WebhookConfig;
 use drover::status::StatusReport;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -371,6 +373,55 @@ enum Reach {
     Config(Box<Config>),
 }
 
+/// Run an agent on `backend` until it stops or is killed, handing out its handle once built.
+async fn serve<B: ClusterBackend>(
+    cfg: AgentConfig,
+    config: Config,
+    backend: B,
+    clock: SharedClock,
+    handle_tx: std::sync::mpsc::Sender<AgentHandle>,
+    (shutdown_rx, kill_rx): (watch::Receiver<bool>, tokio::sync::oneshot::Receiver<()>),
+) {
+    let agent = Agent::new(cfg, config, backend, clock)
+        .await
+        .expect("agent starts");
+    handle_tx.send(agent.handle()).unwrap();
+    tokio::select! {
+        r = agent.run(shutdown_rx) => r.expect("agent runs"),
+        _ = kill_rx => {}
+    }
+}
+
+/// The Kubernetes backend with the node selector replaced by `selector`.
+/// Each cluster of a real environment is a Kubernetes cluster of its own,
+/// where the environment's one `node_selector` picks that cluster's nodes;
+/// the tests run an environment's clusters against one API server, so each
+/// agent gets its pool this way, and everything else of its view (driver,
+/// version regex, Jobs) comes from the environment's config as shipped.
+pub struct PoolBackend {
+    inner: KubeBackend,
+    selector: String,
+}
+
+impl ClusterBackend for PoolBackend {
+    type Cluster = <KubeBackend as ClusterBackend>::Cluster;
+    type Error = <KubeBackend as ClusterBackend>::Error;
+    type Settings = <KubeBackend as ClusterBackend>::Settings;
+
+    fn settings(&self, cluster_name: &str, env: &drover::config::EnvConfig) -> Self::Settings {
+        let mut settings = self.inner.settings(cluster_name, env);
+        settings.node_selector = self.selector.clone();
+        settings
+    }
+
+    async fn connect(
+        &mut self,
+        settings: &Self::Settings,
+    ) -> Result<Connected<Self::Cluster>, Self::Error> {
+        self.inner.connect(settings).await
+    }
+}
+
 /// An agent on a runtime (and thread) of its own.
 pub struct RunningAgent {
     pub handle: AgentHandle,
@@ -391,7 +442,24 @@ impl RunningAgent {
         Self::start_on(cfg, clock, Reach::Config(Box::new(config)))
     }
 
+    /// Start an agent with `cfg` on `clock` that sees only the nodes
+    /// `selector` chooses, whatever `[rollout] node_selector` says: one
+    /// cluster of an environment whose clusters all run against this one
+    /// API server, each on a pool of its own ([`PoolBackend`]).
+    pub fn start_on_pool(cfg: AgentConfig, clock: SharedClock, selector: &str) -> RunningAgent {
+        Self::start_with(cfg, clock, Reach::As(None), Some(selector.to_string()))
+    }
+
     fn start_on(cfg: AgentConfig, clock: SharedClock, reach: Reach) -> RunningAgent {
+        Self::start_with(cfg, clock, reach, None)
+    }
+
+    fn start_with(
+        cfg: AgentConfig,
+        clock: SharedClock,
+        reach: Reach,
+        pool: Option<String>,
+    ) -> RunningAgent {
         let (handle_tx, handle_rx) = std::sync::mpsc::channel();
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (kill, kill_rx) = tokio::sync::oneshot::channel::<()>();
@@ -408,13 +476,16 @@ impl RunningAgent {
                 };
                 let backend = KubeBackend::new(config.clone(), cfg.jobs_namespace())
                     .with_write_timeout(cfg.write_timeout());
-                let agent = Agent::new(cfg, config, backend, clock)
-                    .await
-                    .expect("agent starts");
-                handle_tx.send(agent.handle()).unwrap();
-                tokio::select! {
-                    r = agent.run(shutdown_rx) => r.expect("agent runs"),
-                    _ = kill_rx => {}
+                let (handle_tx, stop) = (handle_tx, (shutdown_rx, kill_rx));
+                match pool {
+                    None => serve(cfg, config, backend, clock, handle_tx, stop).await,
+                    Some(selector) => {
+                        let backend = PoolBackend {
+                            inner: backend,
+                            selector,
+                        };
+                        serve(cfg, config, backend, clock, handle_tx, stop).await
+                    }
                 }
             });
             // A kill: every task of this agent dies at its next await, no lease release.
