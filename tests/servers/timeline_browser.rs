@@ -196,38 +196,30 @@ fn demo_timeline_renders_in_chromium() {
         d.groups
     );
 
-    // drover status --html on the demo's repository draws the same rows.
-    let page2 = tmp.path().join("status.html");
-    let out = crate::support::cli::drover_command()
-        .arg("--repo")
-        .arg(&kept)
-        .args(["status", "--now", "2027-01-02T12:00:00Z", "--html"])
-        .arg(&page2)
-        .output()
-        .expect("drover status runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let dom2 = dump_dom(&page2, tmp.path(), "status");
+    // `drover status --now NOW --html` on the demo's repository: the page
+    // and its DOM as Chromium reads it. It draws the same rows.
+    let status_page = |now: &str, name: &str| {
+        let page = tmp.path().join(format!("{name}.html"));
+        let out = crate::support::cli::drover_command()
+            .arg("--repo")
+            .arg(&kept)
+            .args(["status", "--now", now, "--html"])
+            .arg(&page)
+            .output()
+            .expect("drover status runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let dom = dump_dom(&page, tmp.path(), name);
+        (page, dom)
+    };
+    let (page2, dom2) = status_page("2027-01-02T12:00:00Z", "status");
     assert_eq!(rows(&dom2), ["test-1", "stage-1", "prod-eu-1", "prod-us-1"]);
     // On the 20th, after prod-eu-1 confirmed, the page says what wave 2
     // waits on, on prod-us-1's row right of now: wave 1's soak.
-    let page3 = tmp.path().join("waiting.html");
-    let out = crate::support::cli::drover_command()
-        .arg("--repo")
-        .arg(&kept)
-        .args(["status", "--now", "2026-12-20T12:00:00Z", "--html"])
-        .arg(&page3)
-        .output()
-        .expect("drover status runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let dom3 = dump_dom(&page3, tmp.path(), "waiting");
+    let (_, dom3) = status_page("2026-12-20T12:00:00Z", "waiting");
     let us = dom3
         .split("class=\"cluster-row\"")
         .find(|r| r.contains("data-cluster=\"prod-us-1\""))
