@@ -70,6 +70,51 @@ impl<'a> Ctx<'a> {
         None
     }
 
+    /// The tables under `key` with their spans: `[[key]]` items, or one
+    /// `[key]` table when `single`. An item that is not a table is reported
+    /// and skipped, and more than `max` tables are reported (`plural` names
+    /// them). `None` when `key` is absent, or after reporting that it holds
+    /// neither (`expected` says what would be valid).
+    pub(super) fn tables_of<'d>(
+        &mut self,
+        doc: &'d DeTable<'a>,
+        key: &str,
+        single: bool,
+        expected: &str,
+        (plural, max): (&str, usize),
+    ) -> Option<Vec<(&'d DeTable<'a>, Span)>> {
+        let v = doc.get(key)?;
+        let header = self.key_span(doc, key).unwrap_or(v.span());
+        let tables: Vec<(&DeTable<'a>, Span)> = match v.get_ref() {
+            DeValue::Array(items) => items
+                .iter()
+                .filter_map(|item| match item.get_ref() {
+                    DeValue::Table(t) => Some((t, item.span())),
+                    other => {
+                        let what = format!("a table, written [[{key}]]");
+                        self.type_err(key, &item.span(), &what, other);
+                        None
+                    }
+                })
+                .collect(),
+            DeValue::Table(t) if single => vec![(t, header.clone())],
+            other => {
+                self.type_err(key, &header, expected, other);
+                return None;
+            }
+        };
+        if tables.len() > max {
+            self.err(
+                &header,
+                format!(
+                    "{} {plural}; at most {max} [[{key}]] tables are allowed",
+                    tables.len()
+                ),
+            );
+        }
+        Some(tables)
+    }
+
     pub(super) fn key_span(&self, table: &DeTable<'_>, key: &str) -> Option<Span> {
         table.get_key_value(key).map(|(k, _)| k.span())
     }

@@ -26,35 +26,15 @@ impl<'a> Ctx<'a> {
     /// `[[wave]]` tables (none when absent) and where each was written.
     pub(super) fn waves(&mut self, doc: &DeTable<'a>) -> (Vec<WaveSpec>, WaveSites) {
         let mut sites = WaveSites::default();
-        let Some(v) = doc.get("wave") else {
+        let Some(tables) = self.tables_of(
+            doc,
+            "wave",
+            false,
+            "tables, written [[wave]]",
+            ("waves", MAX_WAVES),
+        ) else {
             return (Vec::new(), sites);
         };
-        let header = self.key_span(doc, "wave").unwrap_or(v.span());
-        let tables: Vec<(&DeTable<'a>, Span)> = match v.get_ref() {
-            DeValue::Array(items) => items
-                .iter()
-                .filter_map(|item| match item.get_ref() {
-                    DeValue::Table(t) => Some((t, item.span())),
-                    other => {
-                        self.type_err("wave", &item.span(), "a table, written [[wave]]", other);
-                        None
-                    }
-                })
-                .collect(),
-            other => {
-                self.type_err("wave", &header, "tables, written [[wave]]", other);
-                return (Vec::new(), sites);
-            }
-        };
-        if tables.len() > MAX_WAVES {
-            self.err(
-                &header,
-                format!(
-                    "{} waves; at most {MAX_WAVES} [[wave]] tables are allowed",
-                    tables.len()
-                ),
-            );
-        }
         let mut waves = Vec::new();
         for (t, span) in tables.into_iter().take(MAX_WAVES) {
             let (wave, at) = self.wave(t, &span);

@@ -26,33 +26,14 @@ impl<'a> Ctx<'a> {
         let Some(v) = doc.get("window") else {
             return vec![WindowSpec::default()];
         };
-        let tables: Vec<&DeTable<'a>> = match v.get_ref() {
-            DeValue::Table(t) => vec![t],
-            DeValue::Array(items) => {
-                let mut out = Vec::new();
-                for item in items.iter() {
-                    match item.get_ref() {
-                        DeValue::Table(t) => out.push(t),
-                        other => self.type_err(
-                            "window",
-                            &item.span(),
-                            "a table, written [[window]]",
-                            other,
-                        ),
-                    }
-                }
-                out
-            }
-            other => {
-                let span = self.key_span(doc, "window").unwrap_or(v.span());
-                self.type_err(
-                    "window",
-                    &span,
-                    "a table, written [window] or [[window]]",
-                    other,
-                );
-                return vec![WindowSpec::default()];
-            }
+        let Some(tables) = self.tables_of(
+            doc,
+            "window",
+            true,
+            "a table, written [window] or [[window]]",
+            ("windows", MAX_ENTRIES),
+        ) else {
+            return vec![WindowSpec::default()];
         };
         if tables.is_empty() {
             let span = self.key_span(doc, "window").unwrap_or(v.span());
@@ -61,20 +42,10 @@ impl<'a> Ctx<'a> {
                 "`window` has no entry; write at least one [[window]] with a `schedule`",
             );
         }
-        if tables.len() > MAX_ENTRIES {
-            let span = self.key_span(doc, "window").unwrap_or(v.span());
-            self.err(
-                &span,
-                format!(
-                    "{} windows; at most {MAX_ENTRIES} [[window]] tables are allowed",
-                    tables.len()
-                ),
-            );
-        }
         tables
             .into_iter()
             .take(MAX_ENTRIES)
-            .map(|t| self.window(t))
+            .map(|(t, _)| self.window(t))
             .collect()
     }
 
@@ -148,36 +119,15 @@ impl<'a> Ctx<'a> {
 
     /// `[[freeze]]` tables; `default_tz` is the first window's zone.
     pub(super) fn freezes(&mut self, doc: &DeTable<'a>, default_tz: Tz) -> Vec<Freeze> {
-        let Some(v) = doc.get("freeze") else {
+        let Some(tables) = self.tables_of(
+            doc,
+            "freeze",
+            true,
+            "tables, written [[freeze]]",
+            ("freezes", MAX_ENTRIES),
+        ) else {
             return Vec::new();
         };
-        let header = self.key_span(doc, "freeze").unwrap_or(v.span());
-        let tables: Vec<(&DeTable<'a>, Span)> = match v.get_ref() {
-            DeValue::Array(items) => items
-                .iter()
-                .filter_map(|item| match item.get_ref() {
-                    DeValue::Table(t) => Some((t, item.span())),
-                    other => {
-                        self.type_err("freeze", &item.span(), "a table, written [[freeze]]", other);
-                        None
-                    }
-                })
-                .collect(),
-            DeValue::Table(t) => vec![(t, header.clone())],
-            other => {
-                self.type_err("freeze", &header, "tables, written [[freeze]]", other);
-                return Vec::new();
-            }
-        };
-        if tables.len() > MAX_ENTRIES {
-            self.err(
-                &header,
-                format!(
-                    "{} freezes; at most {MAX_ENTRIES} [[freeze]] tables are allowed",
-                    tables.len()
-                ),
-            );
-        }
         tables
             .into_iter()
             .take(MAX_ENTRIES)
