@@ -336,12 +336,7 @@ pub(crate) async fn start_adopted(
     let agent = RunningAgent::start(cfg, Arc::new(clock.clone()), None);
     // Adoption: production pins 1.12.0, which its nodes run and stage never
     // confirmed; nothing moves, so no gate applies.
-    let st = await_status(client, ns, name, "adopted", |s| {
-        s.state.as_deref() == Some("confirmed") && s.last_applied_commit.is_some()
-    })
-    .await
-    .status
-    .unwrap();
+    let st = await_adopted(client, ns, name).await.status.unwrap();
     assert_eq!(st.nodes, nodes, "the true node count");
     assert!(st.window_open, "the true window state");
     assert!(st.refused.is_none(), "{:?}", st.refused);

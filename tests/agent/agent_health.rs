@@ -88,10 +88,7 @@ async fn world(prefix: &str, n: usize) -> World {
         Arc::new(clock.clone()),
         None,
     );
-    await_status(&client, &pool, "stage-stage-1", "adopted", |s| {
-        s.state.as_deref() == Some("confirmed") && s.last_applied_commit.is_some()
-    })
-    .await;
+    await_adopted(&client, &pool, "stage-stage-1").await;
     World {
         client,
         _ns: ns,

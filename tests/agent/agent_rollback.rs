@@ -107,10 +107,7 @@ async fn world(prefix: &str, n: usize) -> World {
         Arc::new(VirtualClock::new(dec(1, 2, 30))),
         None,
     );
-    await_status(&client, &pool, "stage-stage-1", "adopted", |s| {
-        s.state.as_deref() == Some("confirmed") && s.last_applied_commit.is_some()
-    })
-    .await;
+    await_adopted(&client, &pool, "stage-stage-1").await;
     World {
         client,
         _ns: ns,

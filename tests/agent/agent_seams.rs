@@ -95,10 +95,7 @@ async fn world(prefix: &str, poll: Duration, api: Option<kube::Config>) -> World
         Some(config) => RunningAgent::start_with_config(cfg, clock, config),
         None => RunningAgent::start(cfg, clock, None),
     };
-    await_status(&client, &pool, "test-test-1", "adopted", |s| {
-        s.state.as_deref() == Some("confirmed") && s.last_applied_commit.is_some()
-    })
-    .await;
+    await_adopted(&client, &pool, "test-test-1").await;
     World {
         client,
         _ns: ns,

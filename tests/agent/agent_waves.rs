@@ -119,10 +119,7 @@ async fn start(
     cfg.status_name = name.into();
     cfg.lease_name = name.into();
     let agent = RunningAgent::start(cfg, Arc::new(clock.clone()), None);
-    await_status(client, ns, name, "adopted", |s| {
-        s.state.as_deref() == Some("confirmed") && s.last_applied_commit.is_some()
-    })
-    .await;
+    await_adopted(client, ns, name).await;
     agent
 }
 

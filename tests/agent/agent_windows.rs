@@ -76,10 +76,7 @@ async fn await_event(
 /// Wait until the agent adopted its pool at the first config's 1.12.0 (its
 /// nodes already run it), the trusted state later bumps are judged from.
 async fn adopted(client: &Client, pool: &str) {
-    await_status(client, pool, "test-test-1", "adopted", |s| {
-        s.state.as_deref() == Some("confirmed") && s.last_applied_commit.is_some()
-    })
-    .await;
+    await_adopted(client, pool, "test-test-1").await;
 }
 
 #[tokio::test]

@@ -625,6 +625,15 @@ pub async fn await_status(
     .await
 }
 
+/// The DroverStatus `name` once its agent adopted the config at start:
+/// confirmed at its version, with a last applied commit.
+pub async fn await_adopted(client: &Client, ns: &str, name: &str) -> DroverStatus {
+    await_status(client, ns, name, "adopted", |s| {
+        s.state.as_deref() == Some("confirmed") && s.last_applied_commit.is_some()
+    })
+    .await
+}
+
 /// `hh:mm` UTC on a day of December 2026.
 pub fn dec(day: u32, hh: u32, mm: u32) -> DateTime<Utc> {
     format!("2026-12-{day:02}T{hh:02}:{mm:02}:00Z")
