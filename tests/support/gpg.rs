@@ -56,6 +56,9 @@ impl Gpg {
 
     /// Run gpg with `args` (at Unix time `at` when given, as if the clock
     /// said so), `stdin` fed in; returns stdout, panics with stderr on failure.
+    /// A faked clock is frozen (`!`): a running one ticks on during a slow key
+    /// generation, and a subkey made "at the same time" would then predate
+    /// its primary key ("Time conflict").
     pub fn run(&self, args: &[&str], stdin: Option<&str>, at: Option<i64>) -> String {
         let mut cmd = Command::new("gpg");
         cmd.env("GNUPGHOME", self.home()).args([
@@ -66,7 +69,7 @@ impl Gpg {
             "",
         ]);
         if let Some(t) = at {
-            cmd.args(["--faked-system-time", &t.to_string()]);
+            cmd.args(["--faked-system-time", &format!("{t}!")]);
         }
         let mut child = cmd
             .args(args)
@@ -174,7 +177,7 @@ impl Gpg {
             "gpg-at-{}",
             at.map_or("now".into(), |t| t.to_string())
         ));
-        let faked = at.map_or(String::new(), |t| format!(" --faked-system-time {t}"));
+        let faked = at.map_or(String::new(), |t| format!(" --faked-system-time {t}!"));
         std::fs::write(
             &path,
             format!(
