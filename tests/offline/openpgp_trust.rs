@@ -46,6 +46,17 @@ fn fixture() -> Fixture {
 }
 
 impl Fixture {
+    /// Dana's key, the usual reviewer's: EdDSA, signing, never expiring.
+    fn dana(&self) -> String {
+        self.gpg.key(
+            "Dana Dev <dana@example.com>",
+            "ed25519",
+            "sign",
+            "never",
+            None,
+        )
+    }
+
     /// List `fprs` (exported armored, one block) as the trusted OpenPGP keys.
     fn list(&self, fprs: &[&str]) {
         self.gpg.export(fprs, &self.keys);
@@ -124,13 +135,7 @@ fn rsa_and_eddsa_signatures_verify_beside_ssh_ones_and_name_their_signer() {
         "never",
         None,
     );
-    let ed = f.gpg.key(
-        "Dana Dev <dana@example.com>",
-        "ed25519",
-        "sign",
-        "never",
-        None,
-    );
+    let ed = f.dana();
     // Two armored blocks with a comment between them, as an operator
     // concatenates `gpg --export --armor` outputs.
     let (a, b) = (f.tmp.path().join("a.asc"), f.tmp.path().join("b.asc"));
@@ -273,13 +278,7 @@ fn a_key_not_listed_is_refused_even_under_a_listed_name() {
 #[test]
 fn a_signature_over_other_content_is_refused() {
     let f = fixture();
-    let key = f.gpg.key(
-        "Dana Dev <dana@example.com>",
-        "ed25519",
-        "sign",
-        "never",
-        None,
-    );
+    let key = f.dana();
     f.list(&[&key]);
     let signed = f.bump("test", "1.1.0", &key, None);
     f.assert_ok(&["--mode", "head"]);
@@ -471,13 +470,7 @@ fn ssh_key_from_gpg(gpg: &Gpg, fpr: &str, dir: &Path, name: &str) -> PathBuf {
 #[test]
 fn a_key_listed_for_one_kind_of_signature_does_not_vouch_for_the_other() {
     let f = fixture();
-    let pgp = f.gpg.key(
-        "Dana Dev <dana@example.com>",
-        "ed25519",
-        "sign",
-        "never",
-        None,
-    );
+    let pgp = f.dana();
     // The very same Ed25519 key, as an SSH key.
     let ssh = ssh_key_from_gpg(&f.gpg, &pgp, f.tmp.path(), "dana-ssh");
 
@@ -504,13 +497,7 @@ fn a_key_listed_for_one_kind_of_signature_does_not_vouch_for_the_other() {
 #[test]
 fn a_bad_key_file_is_named_with_its_line_and_what_would_be_valid() {
     let f = fixture();
-    let key = f.gpg.key(
-        "Dana Dev <dana@example.com>",
-        "ed25519",
-        "sign",
-        "never",
-        None,
-    );
+    let key = f.dana();
     let weak = f
         .gpg
         .key("Old <old@example.com>", "rsa1024", "sign", "never", None);

@@ -41,6 +41,26 @@ fn engine(p: Policy, clock: &VirtualClock) -> Engine<VirtualClock> {
     Engine::new(p, Labels::default(), clock.clone())
 }
 
+/// A node on `version` running one pod, `pod`, that the budget `pdb` guards.
+fn guarded(node: &str, version: Option<Version>, pod: &str, pdb: &str) -> SimNode {
+    SimNode::new(node, version, mins(15)).with_pods(vec![Pod {
+        name: pod.into(),
+        pdb: Some(pdb.into()),
+    }])
+}
+
+/// A budget that keeps `min_available` of its pods and refuses every
+/// eviction until `relents` (never when `None`).
+fn budget(sim: &Sim, name: &str, min_available: usize, relents: Option<DateTime<Utc>>) {
+    sim.add_pdb(
+        name,
+        Pdb {
+            min_available,
+            blocked_until: relents,
+        },
+    );
+}
+
 fn progress(sim: &Sim, node: &str) -> Option<NodeProgress> {
     let n = sim.nodes().into_iter().find(|n| n.name == node).unwrap();
     NodeProgress::decode(&n.annotations).unwrap()
@@ -78,23 +98,9 @@ fn next_node_starts_the_instant_the_previous_one_completes() {
 fn a_pdb_holds_the_drain_until_it_relents_then_the_node_upgrades() {
     let clock = VirtualClock::new(t0());
     let sim = Sim::new("c", clock.clone());
-    sim.add_pdb(
-        "db",
-        Pdb {
-            min_available: 1,
-            blocked_until: Some(t0() + D::minutes(10)),
-        },
-    );
-    sim.add_node(SimNode::new("a", old(), mins(15)).with_pods(vec![Pod {
-        name: "db-0".into(),
-        pdb: Some("db".into()),
-    }]));
-    sim.add_node(
-        SimNode::new("b", Some(Version::new(1, 13, 2)), mins(15)).with_pods(vec![Pod {
-            name: "db-1".into(),
-            pdb: Some("db".into()),
-        }]),
-    );
+    budget(&sim, "db", 1, Some(t0() + D::minutes(10)));
+    sim.add_node(guarded("a", old(), "db-0", "db"));
+    sim.add_node(guarded("b", Some(Version::new(1, 13, 2)), "db-1", "db"));
     let r = block_on(drive(
         &sim,
         &engine(policy(1, OnDrainTimeout::Skip), &clock),
@@ -120,17 +126,8 @@ fn a_pdb_holds_the_drain_until_it_relents_then_the_node_upgrades() {
 fn a_drain_that_never_finishes_is_given_back_blocked_and_others_go_on() {
     let clock = VirtualClock::new(t0());
     let sim = Sim::new("c", clock.clone());
-    sim.add_pdb(
-        "strict",
-        Pdb {
-            min_available: 1,
-            blocked_until: None,
-        },
-    );
-    sim.add_node(SimNode::new("a", old(), mins(15)).with_pods(vec![Pod {
-        name: "only".into(),
-        pdb: Some("strict".into()),
-    }]));
+    budget(&sim, "strict", 1, None);
+    sim.add_node(guarded("a", old(), "only", "strict"));
     sim.add_node(SimNode::new("b", old(), mins(15)));
     let sched = Timeline {
         windows: vec![(t0(), t0() + D::hours(1))],
@@ -161,17 +158,8 @@ fn a_drain_that_never_finishes_is_given_back_blocked_and_others_go_on() {
 fn stop_mode_waits_for_the_next_window_after_a_blocked_drain() {
     let clock = VirtualClock::new(t0());
     let sim = Sim::new("c", clock.clone());
-    sim.add_pdb(
-        "db",
-        Pdb {
-            min_available: 0,
-            blocked_until: Some(t0() + D::hours(3)),
-        },
-    );
-    sim.add_node(SimNode::new("a", old(), mins(15)).with_pods(vec![Pod {
-        name: "p".into(),
-        pdb: Some("db".into()),
-    }]));
+    budget(&sim, "db", 0, Some(t0() + D::hours(3)));
+    sim.add_node(guarded("a", old(), "p", "db"));
     sim.add_node(SimNode::new("b", old(), mins(15)));
     let next = t0() + D::days(30);
     let sched = Timeline {
