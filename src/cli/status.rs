@@ -163,7 +163,11 @@ fn show(
     view: fleet::Fleet,
 ) -> anyhow::Result<()> {
     if let Some(path) = &args.html {
-        let (timeline, warnings) = fleet::timeline(repo, cfg, view.now, args.env.as_deref())?;
+        let at = view
+            .config_commit
+            .as_deref()
+            .and_then(|c| git2::Oid::from_str(c).ok());
+        let (timeline, warnings) = fleet::timeline(repo, cfg, view.now, args.env.as_deref(), at)?;
         let mut view = view.clone();
         view.warnings.extend(warnings);
         write_page(path, "drover: the fleet at a glance", &view, &timeline)?;

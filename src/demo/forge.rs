@@ -105,7 +105,7 @@ impl Forge {
         let cfg = self.config()?;
         let repo = git2::Repository::open(&self.work)?;
         let mut fleet = crate::fleet::gather(&repo, &cfg, now, None)?;
-        let (timeline, warnings) = crate::fleet::timeline(&repo, &cfg, now, None)?;
+        let (timeline, warnings) = crate::fleet::timeline(&repo, &cfg, now, None, None)?;
         fleet.warnings.extend(warnings);
         Ok((fleet, timeline))
     }

@@ -549,36 +549,46 @@ pub fn gate_view(
 /// The timeline of the fleet: every report version, confirmation and
 /// promotion from the status branch and the config history, with the
 /// windows of each environment, over the span they cover (at most
-/// [`MAX_TIMELINE_SPAN_DAYS`] back from its end).
+/// [`MAX_TIMELINE_SPAN_DAYS`] back from its end). `at` is the config commit
+/// in force at an instant the user named (`status --now T --html`): the
+/// config history and the report signers are read from it and reports of
+/// states entered after `now` are left out, as [`gather_at`] does; `None`
+/// reads HEAD and every report.
 pub fn timeline(
     repo: &Repository,
     cfg: &RepoConfig,
     now: DateTime<Utc>,
     only: Option<&str>,
+    at: Option<git2::Oid>,
 ) -> Result<(Timeline, Vec<String>), Error> {
     let envs = envs(cfg, only);
     let mut warnings = Vec::new();
     let mut entries = Vec::new();
-    let snap = match repo.head().and_then(|h| h.peel_to_commit()) {
-        Ok(h) => match admit::snapshot(repo, h.id(), now) {
-            Ok(Ok(s)) => Some(s),
-            Ok(Err(_)) | Err(_) => None,
-        },
-        Err(_) => None,
+    let tip = match at {
+        Some(c) => Some(c),
+        None => repo
+            .head()
+            .and_then(|h| h.peel_to_commit())
+            .ok()
+            .map(|c| c.id()),
     };
+    let snap = tip.and_then(|t| admit::snapshot(repo, t, now).ok()?.ok());
     let signers = report_signers(snap.as_ref(), &mut warnings);
     let store = status::find_store(repo, &cfg.root.status_branch)?;
     if !store.is_empty() {
         let found = reports::walk(repo, cfg, &store, signers.as_ref(), now)?;
         warnings.extend(found.warnings);
         entries = found.entries;
+        if at.is_some() {
+            entries.retain(|e| e.report.since <= now);
+        }
     }
-    entries.reverse(); // oldest first
-                       // Each cluster's reports in the order they were written.
+    // Oldest first: each cluster's reports in the order they were written.
+    entries.reverse();
     entries.sort_by_key(|e| e.committed);
-    let history = match repo.head().and_then(|h| h.peel_to_commit()) {
-        Ok(head) => audit::history(repo, head.id(), &LogOptions::default())?,
-        Err(_) => audit::History::default(),
+    let history = match tip {
+        Some(t) => audit::history(repo, t, &LogOptions::default())?,
+        None => audit::History::default(),
     };
     let changes = &history.changes;
     let parse = |s: &str| {

@@ -786,6 +786,47 @@ fn now_reads_the_config_and_the_gate_in_force_then() {
 }
 
 #[test]
+fn now_draws_the_page_from_the_config_history_in_force_then() {
+    let dir = example_repo();
+    // Stage promoted to 1.14.9 on a side branch dated the 3rd, merged on the 10th.
+    git(dir.path(), &["switch", "-q", "-c", "bump"]);
+    let f = dir.path().join("environments/stage.toml");
+    let text = std::fs::read_to_string(&f).unwrap().replacen(
+        "version = \"1.12.0\"",
+        "version = \"1.14.9\"",
+        1,
+    );
+    std::fs::write(f, text).unwrap();
+    git_env(
+        dir.path(),
+        &["commit", "-qam", "stage: 1.14.9"],
+        Some("2026-12-03T00:00:00Z"),
+        &[],
+    );
+    git(dir.path(), &["switch", "-q", "main"]);
+    git_env(
+        dir.path(),
+        &["merge", "-q", "--no-ff", "-m", "Merge bump", "bump"],
+        Some("2026-12-10T00:00:00Z"),
+        &[],
+    );
+    let page = dir.path().join("page.html");
+    let draw = |at: &str| {
+        let (code, _, err) = drover(
+            dir.path(),
+            &["status", "--now", at, "--html", page.to_str().unwrap()],
+        );
+        assert_eq!(code, 0, "{err}");
+        std::fs::read_to_string(&page).unwrap()
+    };
+    // Before the merge the promotion had not happened: the page does not draw it.
+    let before = draw("2026-12-05T00:00:00Z");
+    assert!(!before.contains("1.14.9"), "a later promotion drawn");
+    // After it, the page draws it.
+    assert!(draw("2026-12-11T00:00:00Z").contains("1.14.9"));
+}
+
+#[test]
 fn waves_show_what_each_cluster_waits_on_and_a_failure_halts_the_environment() {
     let dir = example_repo();
     let keys = tempfile::tempdir().unwrap();
