@@ -356,7 +356,7 @@ pub(crate) async fn start_adopted(
 
 #[tokio::test]
 async fn forgeries_are_refused_by_the_agent_and_controls_are_applied() {
-    init_tracing_once();
+    crate::support::kube::init_tracing();
     let cp = ControlPlane::get();
     let client = cp.admin_client().await;
     install_crd(&client).await;
@@ -524,7 +524,7 @@ async fn forgeries_are_refused_by_the_agent_and_controls_are_applied() {
 
 #[tokio::test]
 async fn lost_status_object_then_a_force_push_to_an_older_commit_is_refused() {
-    init_tracing_once();
+    crate::support::kube::init_tracing();
     let cp = ControlPlane::get();
     let client = cp.admin_client().await;
     install_crd(&client).await;
@@ -608,7 +608,7 @@ async fn lost_status_object_then_a_force_push_to_an_older_commit_is_refused() {
 
 #[tokio::test]
 async fn without_any_trusted_state_nothing_is_applied_until_a_person_confirms() {
-    init_tracing_once();
+    crate::support::kube::init_tracing();
     let cp = ControlPlane::get();
     let client = cp.admin_client().await;
     install_crd(&client).await;
@@ -692,8 +692,4 @@ async fn without_any_trusted_state_nothing_is_applied_until_a_person_confirms() 
     assert!(st.refused.is_none(), "{:?}", st.refused);
     agent.stop();
     sim.shutdown().await;
-}
-
-fn init_tracing_once() {
-    crate::support::kube::init_tracing();
 }

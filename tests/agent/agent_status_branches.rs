@@ -15,37 +15,17 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::agent_evidence::{config_repo, OLD};
 use crate::support::agent::*;
-use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
+use crate::support::backend::{pool_options, start_sim};
 use crate::support::git::{commit_file_on, git, keygen, public_key};
 use crate::support::kube::{ControlPlane, TestNamespace};
 use chrono::Utc;
 use drover::rollout::VirtualClock;
 use kube::Client;
 
-/// Long enough before the production window (Dec 20) for a 24h soak.
-const OLD: &str = "2026-12-10T12:00:00Z";
 const LATER: &str = "2026-12-11T12:00:00Z";
 const STAGE_1: &str = "drover/status.d/stage/stage-1";
-
-fn spec(env: &str, cluster: &str, pool: &str) -> EnvSpec {
-    EnvSpec {
-        env: env.into(),
-        cluster: cluster.into(),
-        version: "1.12.0".into(),
-        schedule: "0 2 20 * *".into(),
-        selector: format!("{POOL_LABEL}={pool}"),
-        soak: "24h".into(),
-    }
-}
-
-fn config_repo(pool: &str) -> ConfigRepo {
-    ConfigRepo::new(&[
-        spec("test", "test-1", "none"),
-        spec("stage", "stage-1", "none"),
-        spec("production", "prod-1", pool),
-    ])
-}
 
 /// A report of stage-1 on `branch` of the served repository, signed with
 /// `key` (unsigned with `None`), committed at `date`.
