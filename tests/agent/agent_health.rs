@@ -15,7 +15,8 @@ use crate::support::agent::*;
 use crate::support::backend::nodes_in;
 use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
 use crate::support::kube::{
-    await_node, create, daemon_pod, daemon_pods_on, os_image, ControlPlane, TestNamespace,
+    await_node, await_pod, create, daemon_pod, os_image, pod_running_ready, ControlPlane,
+    TestNamespace,
 };
 use crate::support::kube::{events_for, unschedulable};
 use crate::support::kubelet::Fault;
@@ -29,9 +30,9 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
 use kube::{Client, ResourceExt};
 
-const STEP: Duration = Duration::from_secs(90);
+pub(crate) const STEP: Duration = Duration::from_secs(90);
 
-fn spec(env: &str, cluster: &str, pool: &str) -> EnvSpec {
+pub(crate) fn spec(env: &str, cluster: &str, pool: &str) -> EnvSpec {
     EnvSpec {
         env: env.into(),
         cluster: cluster.into(),
@@ -51,24 +52,33 @@ fn stage_text(version: &str, pool: &str, health: &str) -> String {
     )
 }
 
-fn progress(n: &Node) -> Option<NodeProgress> {
+pub(crate) fn progress(n: &Node) -> Option<NodeProgress> {
     NodeProgress::decode(n.annotations()).ok().flatten()
 }
 
-/// A pool of `n` nodes, each running a DaemonSet pod, a stage+production
-/// config repository, and stage's agent, adopted at 1.12.0 inside its window.
-struct World {
-    client: Client,
+/// A pool of `n` nodes, each running a pod made by `pod(i, node)` (Running
+/// and Ready before the agent starts), a stage+production config
+/// repository, and stage's agent, adopted at 1.12.0 inside its window.
+pub(crate) struct World {
+    pub(crate) client: Client,
     _ns: TestNamespace,
-    pool: String,
-    sim: crate::support::kubelet::Kubelet,
-    repo: ConfigRepo,
-    clock: VirtualClock,
-    agent: RunningAgent,
-    nodes: Vec<String>,
+    pub(crate) pool: String,
+    pub(crate) sim: crate::support::kubelet::Kubelet,
+    pub(crate) repo: ConfigRepo,
+    pub(crate) clock: VirtualClock,
+    pub(crate) agent: RunningAgent,
+    pub(crate) nodes: Vec<String>,
 }
 
+/// [`World`] with a node agent's DaemonSet pod on each node.
 async fn world(prefix: &str, n: usize) -> World {
+    world_with(prefix, n, |i, node| {
+        daemon_pod(&format!("node-agent-{i}"), node)
+    })
+    .await
+}
+
+pub(crate) async fn world_with(prefix: &str, n: usize, pod: fn(usize, &str) -> Pod) -> World {
     let cp = ControlPlane::get();
     let client = cp.admin_client().await;
     install_crd(&client).await;
@@ -77,7 +87,20 @@ async fn world(prefix: &str, n: usize) -> World {
     let sim = start_sim(&client, pool_options(&pool, n)).await;
     let mut nodes = sim.node_names();
     nodes.sort();
-    daemon_pods_on(&client, &pool, &nodes).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &pool);
+    for (i, node) in nodes.iter().enumerate() {
+        let p = pod(i, node);
+        create(&pods, &p).await;
+        let name = p.metadata.name.unwrap();
+        await_pod(
+            &client,
+            &pool,
+            &name,
+            "Running and Ready",
+            pod_running_ready,
+        )
+        .await;
+    }
     let repo = ConfigRepo::new(&[
         spec("stage", "stage-1", &pool),
         spec("production", "prod-1", &format!("{pool}-prod")),

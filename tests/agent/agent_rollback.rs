@@ -9,35 +9,20 @@
 //! they are. The control, `on_failure = "halt"` (the default), is
 //! `agent_health`'s crash-loop test, unchanged.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use crate::agent_health::{progress, world_with, World, STEP};
 use crate::support::agent::*;
-use crate::support::backend::{nodes_in, pool_options, start_sim, POOL_LABEL};
+use crate::support::backend::{nodes_in, POOL_LABEL};
 use crate::support::kube::{
-    await_node, await_pod, create, events_for, os_image, pod_on, pod_running_ready, unschedulable,
-    ControlPlane, TestNamespace,
+    await_node, events_for, os_image, pod_on, pod_running_ready, unschedulable,
 };
-use crate::support::kubelet::{Fault, Kubelet};
-use drover::cluster::{NodeProgress, ProgressState, ANN_PREVIOUS, ANN_ROLLED_BACK};
-use drover::rollout::VirtualClock;
+use crate::support::kubelet::Fault;
+use drover::cluster::{ProgressState, ANN_PREVIOUS, ANN_ROLLED_BACK};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
-use kube::{Client, ResourceExt};
-
-const STEP: Duration = Duration::from_secs(90);
-
-fn spec(env: &str, cluster: &str, pool: &str) -> EnvSpec {
-    EnvSpec {
-        env: env.into(),
-        cluster: cluster.into(),
-        version: "1.12.0".into(),
-        schedule: "0 2 1 * *".into(),
-        selector: format!("{POOL_LABEL}={pool}"),
-        soak: "0s".into(),
-    }
-}
+use kube::ResourceExt;
 
 /// Stage at 1.13.0 rolling back failed nodes, `max_unavailable` at once.
 fn stage_text(pool: &str, max_unavailable: u32, max_rollbacks: u32) -> String {
@@ -49,74 +34,27 @@ fn stage_text(pool: &str, max_unavailable: u32, max_rollbacks: u32) -> String {
     )
 }
 
-fn progress(n: &Node) -> Option<NodeProgress> {
-    NodeProgress::decode(n.annotations()).ok().flatten()
-}
-
-/// A pool of `n` nodes, each running a pod of the workload 1.13.0 breaks
-/// (a DaemonSet's, so it stays through drains), stage's agent adopted at
-/// 1.12.0 inside its window.
-struct World {
-    client: Client,
-    _ns: TestNamespace,
-    pool: String,
-    sim: Kubelet,
-    repo: ConfigRepo,
-    agent: RunningAgent,
-    nodes: Vec<String>,
-}
-
-async fn world(prefix: &str, n: usize) -> World {
-    let client = ControlPlane::get().admin_client().await;
-    install_crd(&client).await;
-    let ns = TestNamespace::create(&client, prefix).await;
-    let pool = ns.name().to_string();
-    let sim = start_sim(&client, pool_options(&pool, n)).await;
-    let mut nodes = sim.node_names();
-    nodes.sort();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &pool);
-    for (i, node) in nodes.iter().enumerate() {
-        let name = format!("app-{i}");
-        let mut pod = pod_on(&name, node, &[("app", "app")], 1);
-        pod.metadata.owner_references = Some(vec![
-            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
-                api_version: "apps/v1".into(),
-                kind: "DaemonSet".into(),
-                name: "app".into(),
-                uid: "00000000-0000-0000-0000-000000000002".into(),
-                controller: Some(true),
-                ..Default::default()
-            },
-        ]);
-        create(&pods, &pod).await;
-        await_pod(
-            &client,
-            &pool,
-            &name,
-            "Running and Ready",
-            pod_running_ready,
-        )
-        .await;
-    }
-    let repo = ConfigRepo::new(&[
-        spec("stage", "stage-1", &pool),
-        spec("production", "prod-1", &format!("{pool}-prod")),
+/// A pod of the workload 1.13.0 breaks, on `node` (a DaemonSet's, so it
+/// stays through drains).
+fn app_pod(i: usize, node: &str) -> Pod {
+    let mut pod = pod_on(&format!("app-{i}"), node, &[("app", "app")], 1);
+    pod.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: "DaemonSet".into(),
+            name: "app".into(),
+            uid: "00000000-0000-0000-0000-000000000002".into(),
+            controller: Some(true),
+            ..Default::default()
+        },
     ]);
-    let agent = RunningAgent::start(
-        agent_config(&repo, "stage", "stage-1", &pool, &format!("{prefix}-agent")),
-        Arc::new(VirtualClock::new(dec(1, 2, 30))),
-        None,
-    );
-    await_adopted(&client, &pool, "stage-stage-1").await;
-    World {
-        client,
-        _ns: ns,
-        pool,
-        sim,
-        repo,
-        agent,
-        nodes,
-    }
+    pod
+}
+
+/// Stage's agent adopted at 1.12.0 inside its window, on `n` nodes each
+/// running an [`app_pod`].
+async fn world(prefix: &str, n: usize) -> World {
+    world_with(prefix, n, app_pod).await
 }
 
 impl World {
