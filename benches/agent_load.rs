@@ -599,7 +599,10 @@ async fn rollout_figure(client: &kube::Client) {
     )
     .await;
     // Idle: every node observed and at the version, nothing to do; the
-    // audit log counts what the agent asks of the API server meanwhile.
+    // audit log counts what the agent asks of the API server meanwhile,
+    // from 15 s after the confirmation (its report pushed, its Events and
+    // status written: the transition's tail, not the idle cost).
+    tokio::time::sleep(Duration::from_secs(15)).await;
     let idle_from = Utc::now();
     tokio::time::sleep(idle_window).await;
     let idle_to = Utc::now();
@@ -749,57 +752,74 @@ async fn rollout_figure(client: &kube::Client) {
     let profile = agent.profile.clone();
     stop_agent(agent).await;
     sim.shutdown().await;
-    assert!(
+    // Every goal is checked and every miss named before the exit.
+    let mut missed = Vec::new();
+    let mut goal = |ok: bool, what: String| {
+        if !ok {
+            missed.push(what);
+        }
+    };
+    goal(
         peak_unavailable as u32 <= in_flight,
-        "{peak_unavailable} in flight"
+        format!("{peak_unavailable} nodes unavailable at once (budget {in_flight})"),
     );
-    assert!(
+    goal(
         idle_per_min_per_1000 <= 1.0,
-        "{idle_per_min:.2} requests per idle minute with {n} nodes (goal: at most 1 per 1,000 nodes): {:?}",
-        idle.by_kind
+        format!(
+            "{idle_per_min:.2} requests per idle minute with {n} nodes (goal: at most 1 per 1,000 nodes): {:?}",
+            idle.by_kind
+        ),
     );
     if whole {
-        assert_eq!(p.nodes, n, "nodes seen cordoned and given back");
-        assert_eq!(
-            peak_unavailable as u32, in_flight,
-            "peak unavailable (goal: the budget, reached and never exceeded)"
+        goal(
+            p.nodes == n,
+            format!("{} of {n} nodes seen cordoned and given back", p.nodes),
         );
-        assert!(
+        goal(
+            peak_unavailable as u32 == in_flight,
+            format!("peak unavailable {peak_unavailable} (goal: the budget, {in_flight}, reached)"),
+        );
+        goal(
             ratio <= 1.05,
-            "wall time {:.1}s against ideal {:.1}s: ratio {ratio:.3} (goal: at most 1.05)",
-            p.wall,
-            p.ideal
+            format!(
+                "wall time {:.1}s against ideal {:.1}s: ratio {ratio:.3} (goal: at most 1.05)",
+                p.wall, p.ideal
+            ),
         );
-        assert!(
+        goal(
             per_node(rolling.writes) <= 6.0,
-            "{:.2} writes per node upgraded besides evictions (goal: at most 6): {:?}",
-            per_node(rolling.writes),
-            rolling.by_kind
+            format!(
+                "{:.2} writes per node upgraded besides evictions (goal: at most 6): {:?}",
+                per_node(rolling.writes),
+                rolling.by_kind
+            ),
         );
     }
-    // The goal is the shipped binary's (dist: fat LTO): 32 MiB up to 1,000
-    // nodes, 48 MiB up to 5,000. The release binary maps ~4 MiB more code
-    // (its idle figure is that much higher in the same bench), so it is held
-    // to the goal plus that allowance: a regression in what acting costs
-    // still fails it. A debug binary maps ~37 MiB of unoptimised code; its
-    // own (anonymous) memory is held to the goal less 16 MiB (an optimised
-    // binary maps 19 MiB of code), as agent_figures holds it.
-    let goal: u64 = if n <= 1000 { 32 } else { 48 };
+    // The memory goal is the shipped binary's (dist: fat LTO): 32 MiB up
+    // to 1,000 nodes, 48 MiB up to 5,000. The release binary maps ~4 MiB
+    // more code (its idle figure is that much higher in the same bench), so
+    // it is held to the goal plus that allowance: a regression in what
+    // acting costs still fails it. A debug binary maps ~37 MiB of
+    // unoptimised code; its own (anonymous) memory is held to the goal less
+    // 16 MiB (an optimised binary maps 19 MiB of code), as agent_figures
+    // holds it.
+    let mib_goal: u64 = if n <= 1000 { 32 } else { 48 };
     let (what, measured, limit) = match profile.as_str() {
-        "dist" => ("peak RSS", hwm, goal),
-        "release" => ("peak RSS", hwm, goal + 4),
-        _ => ("peak anonymous RSS", anon_peak, goal - 16),
+        "dist" => ("peak RSS", hwm, mib_goal),
+        "release" => ("peak RSS", hwm, mib_goal + 4),
+        _ => ("peak anonymous RSS", anon_peak, mib_goal - 16),
     };
-    assert!(
+    goal(
         measured < limit * 1024,
-        "{what} {measured} KiB during the rollout of {n} nodes ({profile} binary; bound: under {limit} MiB)"
+        format!("{what} {measured} KiB during the rollout of {n} nodes ({profile} binary; bound: under {limit} MiB)"),
     );
     if profile != "debug" {
-        assert!(
+        goal(
             idle_hwm < limit * 1024,
-            "idle peak RSS {idle_hwm} KiB with {n} nodes ({profile} binary; bound: under {limit} MiB)"
+            format!("idle peak RSS {idle_hwm} KiB with {n} nodes ({profile} binary; bound: under {limit} MiB)"),
         );
     }
+    assert!(missed.is_empty(), "goals missed:\n{}", missed.join("\n"));
 }
 
 /// A benchmark binary (`harness = false`): each figure runs once, in order
