@@ -513,6 +513,11 @@ impl Observer {
         (at.elapsed() < DRAIN_LIST_FRESH).then_some(pods)
     }
 
+    /// [`Observer::list_pods`], named.
+    async fn list_named(&self, node: &str) -> (String, Result<Vec<Pod>, Error>) {
+        (node.to_string(), self.list_pods(node).await)
+    }
+
     /// The pods bound to `node`, listed now (pages of [`LIST_PAGE_SIZE`], at
     /// most [`MAX_DRAIN_PODS`]): what a drain pass reads, so that no watch
     /// is held open per draining node.
@@ -632,6 +637,14 @@ impl Observer {
         let watching = named(&|p| p.state == ProgressState::Watching);
         let blocked = named(&|p| p.state == ProgressState::Blocked && p.attempts == 0);
         self.plan_pod_watches(&draining, &watching, &blocked);
+        // The draining nodes' pod lists, several at once: one after another
+        // they made a pass with 50 nodes draining last ~0.7 s before it
+        // decided anything.
+        let lists: Vec<_> = draining.iter().map(|n| self.list_named(n)).collect();
+        let mut listed: HashMap<String, Result<Vec<Pod>, Error>> = futures::stream::iter(lists)
+            .buffer_unordered(crate::rollout::CALLS_AT_ONCE)
+            .collect()
+            .await;
 
         let mut views = Vec::with_capacity(nodes.len());
         for (mut node, progress) in nodes.into_iter().zip(progress) {
@@ -644,8 +657,8 @@ impl Observer {
                 if p.state == ProgressState::Blocked && p.attempts == 0 {
                     budgets_allow_drain = self.blocked_budgets_allow(&name).await;
                 }
-                if draining.contains(&name) {
-                    match self.list_pods(&name).await {
+                if let Some(pods) = listed.remove(&name) {
+                    match pods {
                         Ok(pods) => {
                             let evict: Vec<Pod> = pods
                                 .into_iter()

@@ -1,12 +1,19 @@
 //! The engine: one reconcile step observes the cluster, decides with
 //! [`decide`], and applies the actions. It keeps nothing between steps, so a
 //! restarted engine resumes from what the nodes record.
+//!
+//! The actions of a step are applied give-backs first, then starts (a place
+//! freed in the step is filled in the same step); within each, one node's
+//! calls in their order and up to [`CALLS_AT_ONCE`] nodes at once, so a
+//! step's length does not grow with the nodes in flight (BENCHMARKS.md,
+//! "Agent under load").
 
 use super::decide::decide;
 use super::decision::{Action, Decision, Held, Inputs, Policy};
 use super::health::bounded;
 use crate::cluster::{Cluster, NodeProgress, NodeSeen, NodeView, ProgressState};
 use chrono::{DateTime, Utc};
+use futures::StreamExt;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -199,11 +206,14 @@ pub async fn reconcile<C: Cluster>(
         .position(|a| matches!(a, Action::Cordon { .. }))
         .unwrap_or(decision.actions.len());
     let (rest, starts) = decision.actions.split_at(first_start);
-    let mut failed_give_backs = 0;
-    for action in rest {
-        if !run.step(cluster, action, &nodes, &decision.held, now).await && action.gives_back() {
-            failed_give_backs += 1;
-        }
+    let done = apply_all(cluster, rest, &nodes, &decision.held, now).await;
+    let failed_give_backs = rest
+        .iter()
+        .zip(&done)
+        .filter(|(a, d)| !d.landed && a.gives_back())
+        .count();
+    for d in done {
+        run.fold(d);
     }
     let room = decision.starts_within_budget(failed_give_backs);
     let cordons_decided = starts
@@ -217,15 +227,20 @@ pub async fn reconcile<C: Cluster>(
         );
     }
     let mut cordons = 0;
-    for action in starts {
-        // Prepares leave their node in service: only cordons are withheld.
-        if matches!(action, Action::Cordon { .. }) {
-            if cordons == room {
-                continue;
+    let starts: Vec<Action> = starts
+        .iter()
+        .filter(|action| {
+            // Prepares leave their node in service: only cordons are withheld.
+            if !matches!(action, Action::Cordon { .. }) {
+                return true;
             }
             cordons += 1;
-        }
-        run.step(cluster, action, &nodes, &decision.held, now).await;
+            cordons <= room
+        })
+        .cloned()
+        .collect();
+    for d in apply_all(cluster, &starts, &nodes, &decision.held, now).await {
+        run.fold(d);
     }
     let held = run.held(&decision.held, &inputs.held, now);
     decision.actions = run.landed;
@@ -236,6 +251,153 @@ pub async fn reconcile<C: Cluster>(
         retry_evictions: run.retry_evictions,
         held,
     })
+}
+
+/// Nodes whose calls one step makes at once. A pass with 50 nodes in
+/// flight decides ~100 calls (give-backs, Job deletes, starts): made one
+/// after another at ~10 ms each, a freed place waited a second for its
+/// next node. Each call in flight holds an HTTP/1.1 connection to the API
+/// server with its TLS and read buffers (~200 KiB): 16 at once added
+/// ~3 MiB to the agent's peak at 1,000 nodes, 4 keep it within the
+/// memory goal (BENCHMARKS.md, "Agent under load").
+pub const CALLS_AT_ONCE: usize = 4;
+
+/// Apply `actions`, each node's in their order (a note before the
+/// eviction pass it explains), different nodes' concurrently, at most
+/// [`CALLS_AT_ONCE`] nodes at a time; the outcomes in `actions`' order.
+async fn apply_all<C: Cluster>(
+    cluster: &C,
+    actions: &[Action],
+    nodes: &[NodeView],
+    held: &[Held],
+    now: DateTime<Utc>,
+) -> Vec<Done> {
+    let mut by_node: Vec<(&str, Vec<usize>)> = Vec::new();
+    for (i, a) in actions.iter().enumerate() {
+        match by_node.iter_mut().find(|(n, _)| *n == a.node()) {
+            Some((_, is)) => is.push(i),
+            None => by_node.push((a.node(), vec![i])),
+        }
+    }
+    // Futures made by a named fn, not a closure's async block: the
+    // agent's pass must stay `Send`, which closures over borrows defeat.
+    let groups: Vec<_> = by_node
+        .into_iter()
+        .map(|(_, is)| in_order(cluster, actions, is, nodes, held, now))
+        .collect();
+    let mut done: Vec<(usize, Done)> = futures::stream::iter(groups)
+        .buffer_unordered(CALLS_AT_ONCE)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, d)| d).collect()
+}
+
+/// One node's actions (`is`, indexes into `actions`), one after another.
+async fn in_order<C: Cluster>(
+    cluster: &C,
+    actions: &[Action],
+    is: Vec<usize>,
+    nodes: &[NodeView],
+    held: &[Held],
+    now: DateTime<Utc>,
+) -> Vec<(usize, Done)> {
+    let mut out = Vec::with_capacity(is.len());
+    for i in is {
+        out.push((i, attempt(cluster, &actions[i], nodes, held, now).await));
+    }
+    out
+}
+
+/// What one action came to.
+struct Done {
+    action: Action,
+    landed: bool,
+    /// (node, why) when the call failed (a note's failure holds nothing new).
+    failure: Option<(String, String)>,
+    /// The step changed something the next observation should see at once.
+    again: bool,
+    /// An eviction pass left pods on its node.
+    retry_evictions: bool,
+    /// (node, message) of a drain newly held back by budgets.
+    evictions_blocked: Option<(String, String)>,
+}
+
+/// Apply `action` (see [`Run::fold`] for what its outcome does).
+async fn attempt<C: Cluster>(
+    cluster: &C,
+    action: &Action,
+    nodes: &[NodeView],
+    held: &[Held],
+    now: DateTime<Utc>,
+) -> Done {
+    let mut done = Done {
+        action: action.clone(),
+        landed: false,
+        failure: None,
+        again: false,
+        retry_evictions: false,
+        evictions_blocked: None,
+    };
+    let pass = match apply(cluster, action).await {
+        Ok(pass) => pass,
+        Err(e) => {
+            let why = bounded(match &e {
+                EngineError::Apply { source, .. } => source.to_string(),
+                other => other.to_string(),
+            });
+            let node = action.node();
+            // Once per hold and reason: a fault that lasts is not news at every pass.
+            if held.iter().any(|h| h.node == node && h.why == why) {
+                tracing::debug!(action = action.kind(), node, error = %why, "call failed again");
+            } else {
+                tracing::warn!(
+                    action = action.kind(),
+                    node,
+                    error = %why,
+                    "call failed; the node is held, the others go on"
+                );
+            }
+            if !matches!(action, Action::Note { .. }) {
+                done.failure = Some((node.to_string(), why));
+            }
+            return done;
+        }
+    };
+    done.landed = true;
+    let Some(pass) = pass.filter(|p| p.remaining > 0) else {
+        // Something changed (a drain that emptied the node: the upgrade
+        // can start now).
+        done.again = true;
+        return done;
+    };
+    done.retry_evictions = true;
+    let progress = nodes
+        .iter()
+        .find(|n| n.name == action.node())
+        .and_then(|n| n.progress.as_ref().ok().cloned().flatten());
+    let (false, Some(p)) = (pass.blocked_by.is_empty(), progress) else {
+        return done;
+    };
+    let Some(msg) = refusal_message(&p.message, &pass, now) else {
+        return done;
+    };
+    let node = action.node().to_string();
+    let recorded = NodeProgress {
+        message: msg.clone(),
+        ..p
+    };
+    match cluster.set_progress(&node, Some(&recorded)).await {
+        Ok(()) => done.evictions_blocked = Some((node, msg)),
+        Err(e) => {
+            tracing::warn!(node = %node, error = %e, "could not record the refusal");
+            done.failure = Some((node, bounded(format!("recording the refusal: {e}"))));
+        }
+    }
+    done
 }
 
 /// What the actions of one step came to.
@@ -250,73 +412,17 @@ struct Run {
 }
 
 impl Run {
-    /// Apply `action`; false when it failed (its node is then held, unless
-    /// the action only recorded a hold: the hold stands as it was).
-    async fn step<C: Cluster>(
-        &mut self,
-        cluster: &C,
-        action: &Action,
-        nodes: &[NodeView],
-        held: &[Held],
-        now: DateTime<Utc>,
-    ) -> bool {
-        let pass = match apply(cluster, action).await {
-            Ok(pass) => pass,
-            Err(e) => {
-                let why = bounded(match &e {
-                    EngineError::Apply { source, .. } => source.to_string(),
-                    other => other.to_string(),
-                });
-                let node = action.node();
-                // Once per hold and reason: a fault that lasts is not news at every pass.
-                if held.iter().any(|h| h.node == node && h.why == why) {
-                    tracing::debug!(action = action.kind(), node, error = %why, "call failed again");
-                } else {
-                    tracing::warn!(
-                        action = action.kind(),
-                        node,
-                        error = %why,
-                        "call failed; the node is held, the others go on"
-                    );
-                }
-                if !matches!(action, Action::Note { .. }) {
-                    self.failures.push((node.to_string(), why));
-                }
-                return false;
-            }
-        };
-        self.landed.push(action.clone());
-        let Some(pass) = pass.filter(|p| p.remaining > 0) else {
-            // Something changed (a drain that emptied the node: the upgrade
-            // can start now).
-            self.again = true;
-            return true;
-        };
-        self.retry_evictions = true;
-        let progress = nodes
-            .iter()
-            .find(|n| n.name == action.node())
-            .and_then(|n| n.progress.as_ref().ok().cloned().flatten());
-        let (false, Some(p)) = (pass.blocked_by.is_empty(), progress) else {
-            return true;
-        };
-        let Some(msg) = refusal_message(&p.message, &pass, now) else {
-            return true;
-        };
-        let node = action.node().to_string();
-        let recorded = NodeProgress {
-            message: msg.clone(),
-            ..p
-        };
-        match cluster.set_progress(&node, Some(&recorded)).await {
-            Ok(()) => self.evictions_blocked.push((node, msg)),
-            Err(e) => {
-                tracing::warn!(node = %node, error = %e, "could not record the refusal");
-                self.failures
-                    .push((node, bounded(format!("recording the refusal: {e}"))));
-            }
+    /// Take one action's outcome in: a landed call is kept in the
+    /// decision, a failed one holds its node (unless the action only
+    /// recorded a hold: the hold stands as it was).
+    fn fold(&mut self, d: Done) {
+        if d.landed {
+            self.landed.push(d.action);
         }
-        true
+        self.failures.extend(d.failure);
+        self.again |= d.again;
+        self.retry_evictions |= d.retry_evictions;
+        self.evictions_blocked.extend(d.evictions_blocked);
     }
 
     /// The holds after the step: `decided`, less the nodes whose call

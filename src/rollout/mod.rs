@@ -37,6 +37,7 @@ pub use decide::decide;
 pub use decision::{Action, Decision, Held, Inputs, Policy, Skipped, WindowState, HELD_RETRY};
 pub use engine::{
     apply, reconcile, Clock, Engine, EngineError, Labels, Outcome, SystemClock, VirtualClock,
+    CALLS_AT_ONCE,
 };
 pub use held::HELD_PREFIX;
 pub use rollback::{ROLLBACK_FAILED_PREFIX, ROLLED_BACK_PREFIX};

@@ -226,7 +226,13 @@ impl ControlPlane {
         .await;
         text.lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|e| e["stage"] == "ResponseComplete")
+            // A watch is logged when it opens (`ResponseStarted`, with the
+            // harness's log-everything policy) and again when it closes:
+            // counted once, when it opened, so a watch still open counts.
+            .filter(|e| match e["verb"].as_str() {
+                Some("watch") => e["stage"] == "ResponseStarted",
+                _ => e["stage"] == "ResponseComplete",
+            })
             .filter_map(|e| {
                 let o = &e["objectRef"];
                 let sub = o["subresource"].as_str();
