@@ -15,8 +15,9 @@
 //!
 //! Every report is a commit signed in-process (ssh-key, as the agent signs),
 //! one key listed for every cluster (a signature costs the same to check
-//! whichever key made it); the store is packed with `git repack -ad`, as a
-//! fetch leaves it. Exits non-zero when a goal is missed.
+//! whichever key made it), written through an in-memory object database a
+//! pack at a time, then packed with `git repack -ad`, as a fetch leaves it.
+//! Exits non-zero when a goal is missed.
 //!
 //! Run: `cargo bench --bench status_bounds`. `DROVER_BENCH_ONLY=small|large|tree`
 //! runs one store.
