@@ -402,10 +402,11 @@ fn more_than_one() -> String {
 }
 
 /// The signature check of one commit for its cluster's principal, with the
-/// report signers indexed by principal once for a whole read of the store.
+/// report signers indexed by principal once for a whole read of the store
+/// (shared by the threads that read it).
 pub(super) struct Signatures<'a> {
     all: Option<&'a AllowedSigners>,
-    by_principal: Option<HashMap<String, AllowedSigners>>,
+    by_principal: HashMap<String, AllowedSigners>,
     none: AllowedSigners,
 }
 
@@ -413,7 +414,7 @@ impl<'a> Signatures<'a> {
     pub(super) fn new(all: ReportSigners<'a>) -> Self {
         Self {
             all,
-            by_principal: None,
+            by_principal: all.map(AllowedSigners::by_principal).unwrap_or_default(),
             none: AllowedSigners::default(),
         }
     }
@@ -421,21 +422,19 @@ impl<'a> Signatures<'a> {
     /// `Err` says why `commit` is not signed by a key listed for exactly
     /// `principal`, valid at its time and at `seen` (when known).
     fn check(
-        &mut self,
+        &self,
         repo: &Repository,
-        commit: Oid,
+        commit: &Commit<'_>,
         principal: &str,
         seen: Option<i64>,
     ) -> Result<Result<(), String>, git2::Error> {
         let Some(all) = self.all else {
             return Ok(Ok(()));
         };
-        let index = self.by_principal.get_or_insert_with(|| all.by_principal());
-        let own = index.get(principal).unwrap_or(&self.none);
-        let result = match seen {
-            Some(s) => trust::verify_commit_seen(repo, commit, own, s),
-            None => trust::verify_commit(repo, commit, own),
-        };
+        let own = self.by_principal.get(principal).unwrap_or(&self.none);
+        let time = commit.committer().when().seconds();
+        let commit = commit.id();
+        let result = trust::verify_commit_dated(repo, commit, own, time, seen);
         Ok(match result {
             Ok(_) => Ok(()),
             Err(trust::Error::Refused(r)) => Err(match r.reason {
@@ -536,7 +535,7 @@ struct Rule<'a, 's> {
     judge: &'a Judge<'a>,
     /// Latest commit time allowed: the reader's clock and the skew.
     limit: DateTime<Utc>,
-    sigs: &'a mut Signatures<'s>,
+    sigs: &'a Signatures<'s>,
     seen: SeenWalk,
 }
 
@@ -587,7 +586,7 @@ impl ClusterWalk<'_> {
             return Ok(Err(f));
         }
         let seen = rule.seen.at(oid);
-        if let Err(why) = rule.sigs.check(repo, oid, &self.principal, seen)? {
+        if let Err(why) = rule.sigs.check(repo, commit, &self.principal, seen)? {
             return Ok(Err((oid, why)));
         }
         self.child = Some((oid, time));
@@ -651,7 +650,7 @@ impl LegacyWalk {
                 Err(f) => Some(f),
                 Ok(()) => rule
                     .sigs
-                    .check(repo, oid, &principal, seen)?
+                    .check(repo, commit, &principal, seen)?
                     .err()
                     .map(|why| (oid, why)),
             };
@@ -707,7 +706,7 @@ pub(super) fn scan(
     tip: Oid,
     layout: &Layout,
     judge: &Judge<'_>,
-    sigs: &mut Signatures<'_>,
+    sigs: &Signatures<'_>,
     visit: &mut dyn FnMut(Found),
 ) -> Result<Scanned, git2::Error> {
     let odb = repo.odb()?;

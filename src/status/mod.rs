@@ -19,7 +19,8 @@ pub use read::{
 };
 pub use store::{
     cluster_branch, cluster_namespace, confirmations_in, find_store, judge_branch, trusted_reports,
-    walk_store, BranchRead, ClusterBranch, Store, Visitor, MAX_STATUS_BRANCHES,
+    walk_store, walk_store_threads, BranchRead, ClusterBranch, Store, Visitor, MAX_READ_THREADS,
+    MAX_STATUS_BRANCHES,
 };
 mod push;
 pub use push::{
@@ -27,27 +28,37 @@ pub use push::{
     PushError, Rejection,
 };
 
-/// Bound libgit2's object cache for the rest of the process (it is
-/// process-wide): by default it grows to 256 MiB, and reading a fleet's
-/// status store met every commit once, so the cache held the whole store.
-/// Also bound how much of the pack files is mapped at once, which counts in
-/// the process's resident memory once read. Every history walk of drover
-/// calls this (the status reader, `drover log`, the agent's source).
+/// Turn libgit2's object cache off for the rest of the process (it is
+/// process-wide), and bound how much of the pack files is mapped at once,
+/// which counts in the process's resident memory once read. Every history
+/// walk of drover calls this (the status reader, `drover log`, the agent's
+/// source). Why off: by default the cache grows to 256 MiB, and reading a
+/// fleet's status store meets every commit once, so it held the whole
+/// store; bounded (4 MiB), it still held about 17 MiB of parsed trees and
+/// commits on a 40,000-report store, and its eviction cost a fifth of the
+/// read's time (libgit2 evicts from the front of its hash table, whose
+/// probes then grow). Nothing drover reads twice needs it: a status branch
+/// is read once, newest first, and delta bases have their own cache.
+///
+/// Also, like git itself (and `drover log`), trust the local object store
+/// instead of hashing every object again on every read: each object was
+/// hashed when it arrived (a fetch indexes every object of its pack by its
+/// hash; drover hashes what it writes), and what a status commit signs is
+/// checked against the bytes read. Re-hashing was a tenth of a store read.
 pub fn bound_object_cache() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
+        git2::opts::enable_caching(false);
+        git2::opts::strict_hash_verification(false);
         // SAFETY: these store integers in libgit2's global settings, before
         // or between reads; libgit2 applies them to caches as they fill.
         unsafe {
-            let _ = git2::opts::set_cache_max_size(GIT_CACHE_BYTES as libc::ssize_t);
             let _ = git2::opts::set_mwindow_size(GIT_MAPPED_BYTES / 4);
             let _ = git2::opts::set_mwindow_mapped_limit(GIT_MAPPED_BYTES);
         }
     });
 }
 
-/// libgit2's object cache bound ([`bound_object_cache`]).
-pub const GIT_CACHE_BYTES: usize = 4 * 1024 * 1024;
 /// Most bytes of pack files mapped at once ([`bound_object_cache`]).
 pub const GIT_MAPPED_BYTES: usize = 16 * 1024 * 1024;
 

@@ -311,8 +311,34 @@ pub(super) fn read_report(
     env: &str,
     cluster: &str,
 ) -> Result<StatusReport, String> {
-    let odb = repo.odb().map_err(|e| e.to_string())?;
-    let (size, _) = odb.read_header(blob).map_err(|e| e.to_string())?;
+    read_report_sized(repo, blob, env, cluster).1
+}
+
+/// [`read_report`], with the size of the blob (0 when unknown).
+pub(super) fn read_report_sized(
+    repo: &Repository,
+    blob: Oid,
+    env: &str,
+    cluster: &str,
+) -> (usize, Result<StatusReport, String>) {
+    let odb = match repo.odb() {
+        Ok(o) => o,
+        Err(e) => return (0, Err(e.to_string())),
+    };
+    match odb.read_header(blob) {
+        Ok((size, _)) => (size, parse_report(repo, blob, size, env, cluster)),
+        Err(e) => (0, Err(e.to_string())),
+    }
+}
+
+/// The report in `blob` of `size` bytes.
+fn parse_report(
+    repo: &Repository,
+    blob: Oid,
+    size: usize,
+    env: &str,
+    cluster: &str,
+) -> Result<StatusReport, String> {
     if size > MAX_REPORT_BYTES {
         return Err(format!(
             "{size} bytes, larger than the {} KiB a report may have",

@@ -25,8 +25,8 @@
 
 use super::branch::{scan, Found, Judge, Layout, Signatures, Untrusted};
 use super::read::{
-    find_status_branch, for_display, merge_newest_first, read_report, tally, BranchRef,
-    Confirmations, Error, Event, Ignored, Newest, ReportSigners, ReportVersion, Trust,
+    find_status_branch, for_display, merge_newest_first, read_report, read_report_sized, tally,
+    BranchRef, Confirmations, Error, Event, Ignored, Newest, ReportSigners, ReportVersion, Trust,
 };
 use chrono::{DateTime, Utc};
 use git2::Repository;
@@ -171,84 +171,288 @@ pub trait Visitor {
     fn branch(&mut self, b: &BranchRead<'_>);
 }
 
+/// Most threads that read cluster branches at once ([`walk_store`]).
+pub const MAX_READ_THREADS: usize = 4;
+/// Most report bytes a reading thread holds for one branch before it hands
+/// the branch back to be read in order (about 2,000 ordinary reports).
+const MAX_BUFFERED_BYTES: usize = 1024 * 1024;
+/// Branches read ahead of the one being handed over, per thread: bounds
+/// what waits in memory when one long branch holds the others up.
+const READ_AHEAD: usize = 2;
+
 /// Read the whole store under `judge`: the single branch of the older layout
 /// first, then each cluster's branch in name order, every one through the
-/// whole-branch rule ([`super::branch`]). One report is held at a time.
+/// whole-branch rule ([`super::branch`]).
+///
+/// The cluster branches are read by up to [`MAX_READ_THREADS`] threads (as
+/// many as the process may run at once), each with its own handle on the
+/// repository, and handed to `visitor` in name order, one whole branch at a
+/// time: each branch is judged by the same code whichever thread reads it,
+/// so no verdict depends on timing. A thread holds at most
+/// [`MAX_BUFFERED_BYTES`] of a branch's reports; a larger branch is read
+/// again in order, one report at a time, as the single branch is.
 pub fn walk_store(
     repo: &Repository,
     store: &Store,
     judge: &Judge<'_>,
     visitor: &mut dyn Visitor,
 ) -> Result<(), git2::Error> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    walk_store_threads(repo, store, judge, visitor, threads)
+}
+
+/// [`walk_store`] with at most `threads` threads (1: every branch in order
+/// on the calling thread); the visitor is told the same either way.
+pub fn walk_store_threads(
+    repo: &Repository,
+    store: &Store,
+    judge: &Judge<'_>,
+    visitor: &mut dyn Visitor,
+    threads: usize,
+) -> Result<(), git2::Error> {
     super::bound_object_cache();
-    let mut sigs = Signatures::new(judge.signers);
+    let sigs = Signatures::new(judge.signers);
     if let Some(legacy) = &store.legacy {
-        // A file whose newest version deletes it: its reports no longer count.
-        let mut newest_seen: HashSet<(String, String)> = HashSet::new();
-        let mut deleted: HashSet<(String, String)> = HashSet::new();
-        let layout = Layout::Legacy;
-        let end = scan(
-            repo,
-            &legacy.refname,
-            legacy.tip,
-            &layout,
-            judge,
-            &mut sigs,
-            &mut |f: Found| {
-                let key = (f.env.clone(), f.cluster.clone());
-                if newest_seen.insert(key.clone()) && f.blob.is_none() {
-                    deleted.insert(key.clone());
-                }
-                let Some(blob) = f.blob else { return };
-                visitor.version(ReportVersion {
-                    report: read_report(repo, blob, &f.env, &f.cluster),
-                    deleted_at_tip: deleted.contains(&key),
-                    env: f.env,
-                    cluster: f.cluster,
-                    commit: f.commit,
-                    committed: f.committed,
-                });
-            },
-        )?;
-        visitor.branch(&BranchRead {
-            refname: &legacy.refname,
-            layout: &layout,
-            verdict: &end.verdict,
-            broken: &end.broken,
-            truncated: end.truncated,
-        });
+        walk_legacy(repo, legacy, judge, &sigs, visitor)?;
     }
-    for b in &store.clusters {
-        let layout = Layout::Cluster {
-            env: b.env.clone(),
-            cluster: b.cluster.clone(),
-        };
-        let end = scan(
-            repo,
-            &b.branch.refname,
-            b.branch.tip,
-            &layout,
-            judge,
-            &mut sigs,
-            &mut |f: Found| {
-                let Some(blob) = f.blob else { return };
-                visitor.version(ReportVersion {
-                    report: read_report(repo, blob, &f.env, &f.cluster),
-                    deleted_at_tip: false,
-                    env: f.env,
-                    cluster: f.cluster,
-                    commit: f.commit,
-                    committed: f.committed,
+    let threads = threads.min(MAX_READ_THREADS).min(store.clusters.len());
+    if threads < 2 {
+        for b in &store.clusters {
+            let read = read_cluster(repo, b, judge, &sigs, &mut |v, _| {
+                visitor.version(v);
+                true
+            })?;
+            visitor.branch(&read.view());
+        }
+        return Ok(());
+    }
+    let handles = (0..threads)
+        .map(|_| Repository::open(repo.path()))
+        .collect::<Result<Vec<_>, _>>()?;
+    walk_clusters_in_parallel(repo, handles, store, judge, &sigs, visitor)
+}
+
+/// The single branch of the older layout, read in order.
+fn walk_legacy(
+    repo: &Repository,
+    legacy: &BranchRef,
+    judge: &Judge<'_>,
+    sigs: &Signatures<'_>,
+    visitor: &mut dyn Visitor,
+) -> Result<(), git2::Error> {
+    // A file whose newest version deletes it: its reports no longer count.
+    let mut newest_seen: HashSet<(String, String)> = HashSet::new();
+    let mut deleted: HashSet<(String, String)> = HashSet::new();
+    let layout = Layout::Legacy;
+    let end = scan(
+        repo,
+        &legacy.refname,
+        legacy.tip,
+        &layout,
+        judge,
+        sigs,
+        &mut |f: Found| {
+            let key = (f.env.clone(), f.cluster.clone());
+            if newest_seen.insert(key.clone()) && f.blob.is_none() {
+                deleted.insert(key.clone());
+            }
+            let Some(blob) = f.blob else { return };
+            visitor.version(ReportVersion {
+                report: read_report(repo, blob, &f.env, &f.cluster),
+                deleted_at_tip: deleted.contains(&key),
+                env: f.env,
+                cluster: f.cluster,
+                commit: f.commit,
+                committed: f.committed,
+            });
+        },
+    )?;
+    visitor.branch(&BranchRead {
+        refname: &legacy.refname,
+        layout: &layout,
+        verdict: &end.verdict,
+        broken: &end.broken,
+        truncated: end.truncated,
+    });
+    Ok(())
+}
+
+/// How the read of one cluster's branch ended.
+struct ClusterRead<'b> {
+    branch: &'b ClusterBranch,
+    layout: Layout,
+    end: super::branch::Scanned,
+}
+
+impl ClusterRead<'_> {
+    fn view(&self) -> BranchRead<'_> {
+        BranchRead {
+            refname: &self.branch.branch.refname,
+            layout: &self.layout,
+            verdict: &self.end.verdict,
+            broken: &self.end.broken,
+            truncated: self.end.truncated,
+        }
+    }
+}
+
+/// Read one cluster's branch, giving each version of its report, with the
+/// size of its file, to `take` (newest first) until `take` wants no more.
+fn read_cluster<'b>(
+    repo: &Repository,
+    b: &'b ClusterBranch,
+    judge: &Judge<'_>,
+    sigs: &Signatures<'_>,
+    take: &mut dyn FnMut(ReportVersion, usize) -> bool,
+) -> Result<ClusterRead<'b>, git2::Error> {
+    let layout = Layout::Cluster {
+        env: b.env.clone(),
+        cluster: b.cluster.clone(),
+    };
+    let mut wanted = true;
+    let end = scan(
+        repo,
+        &b.branch.refname,
+        b.branch.tip,
+        &layout,
+        judge,
+        sigs,
+        &mut |f: Found| {
+            let Some(blob) = f.blob.filter(|_| wanted) else {
+                return;
+            };
+            let (size, report) = read_report_sized(repo, blob, &f.env, &f.cluster);
+            let v = ReportVersion {
+                report,
+                deleted_at_tip: false,
+                env: f.env,
+                cluster: f.cluster,
+                commit: f.commit,
+                committed: f.committed,
+            };
+            wanted = take(v, size);
+        },
+    )?;
+    Ok(ClusterRead {
+        branch: b,
+        layout,
+        end,
+    })
+}
+
+/// One cluster branch read by a thread: its reports (`None` when they
+/// outgrew [`MAX_BUFFERED_BYTES`]) and how its read ended.
+type Read<'b> = Result<(Option<Vec<ReportVersion>>, ClusterRead<'b>), git2::Error>;
+
+/// The cluster branches of `store`, read by one thread per handle and given
+/// to `visitor` in order (see [`walk_store`]).
+fn walk_clusters_in_parallel(
+    repo: &Repository,
+    handles: Vec<Repository>,
+    store: &Store,
+    judge: &Judge<'_>,
+    sigs: &Signatures<'_>,
+    visitor: &mut dyn Visitor,
+) -> Result<(), git2::Error> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{mpsc, Condvar, Mutex};
+    let branches = &store.clusters;
+    let ahead = READ_AHEAD * handles.len();
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    // The index of the branch being handed over, and its change.
+    let handed = (Mutex::new(0usize), Condvar::new());
+    let (tx, rx) = mpsc::sync_channel::<(usize, Read<'_>)>(ahead);
+    std::thread::scope(|s| {
+        for handle in handles {
+            let tx = tx.clone();
+            let (next, stop, handed) = (&next, &stop, &handed);
+            s.spawn(move || loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= branches.len() {
+                    return;
+                }
+                // Never more than `ahead` branches past the one handed over.
+                let (lock, moved) = handed;
+                let guard = lock.lock().unwrap_or_else(|e| e.into_inner());
+                let guard = moved
+                    .wait_while(guard, |h| i >= *h + ahead && !stop.load(Ordering::Relaxed))
+                    .unwrap_or_else(|e| e.into_inner());
+                drop(guard);
+                if stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                let mut held = Some(Vec::new());
+                let mut bytes = 0;
+                let read = read_cluster(&handle, &branches[i], judge, sigs, &mut |v, size| {
+                    // Parsed, a report takes about twice its file's bytes.
+                    bytes += std::mem::size_of::<ReportVersion>() + 2 * size;
+                    match held.as_mut().filter(|_| bytes <= MAX_BUFFERED_BYTES) {
+                        Some(h) => {
+                            h.push(v);
+                            true
+                        }
+                        None => {
+                            held = None;
+                            false
+                        }
+                    }
                 });
-            },
-        )?;
-        visitor.branch(&BranchRead {
-            refname: &b.branch.refname,
-            layout: &layout,
-            verdict: &end.verdict,
-            broken: &end.broken,
-            truncated: end.truncated,
-        });
+                if tx.send((i, read.map(|r| (held, r)))).is_err() {
+                    return;
+                }
+            });
+        }
+        drop(tx);
+        let result = hand_over(repo, branches, rx, judge, sigs, visitor, &handed);
+        // On an error, the threads stop at their next branch.
+        stop.store(true, Ordering::Relaxed);
+        handed.1.notify_all();
+        result
+    })
+}
+
+/// Give each branch read by the threads to `visitor`, in order; a branch
+/// whose reports a thread could not hold is read again here.
+fn hand_over<'b>(
+    repo: &Repository,
+    branches: &'b [ClusterBranch],
+    rx: std::sync::mpsc::Receiver<(usize, Read<'b>)>,
+    judge: &Judge<'_>,
+    sigs: &Signatures<'_>,
+    visitor: &mut dyn Visitor,
+    handed: &(std::sync::Mutex<usize>, std::sync::Condvar),
+) -> Result<(), git2::Error> {
+    let mut waiting: BTreeMap<usize, Read<'b>> = BTreeMap::new();
+    let mut want = 0;
+    while want < branches.len() {
+        let Some(read) = waiting.remove(&want) else {
+            let Ok((i, read)) = rx.recv() else {
+                // Every thread ended without this branch: only a panic does that.
+                return Err(git2::Error::from_str("a status branch reader stopped"));
+            };
+            waiting.insert(i, read);
+            continue;
+        };
+        let (held, read) = read?;
+        match held {
+            Some(versions) => {
+                for v in versions {
+                    visitor.version(v);
+                }
+                visitor.branch(&read.view());
+            }
+            None => {
+                let read = read_cluster(repo, &branches[want], judge, sigs, &mut |v, _| {
+                    visitor.version(v);
+                    true
+                })?;
+                visitor.branch(&read.view());
+            }
+        }
+        want += 1;
+        *handed.0.lock().unwrap_or_else(|e| e.into_inner()) = want;
+        handed.1.notify_all();
     }
     Ok(())
 }
@@ -434,8 +638,8 @@ pub fn judge_branch(
         env: env.to_owned(),
         cluster: cluster.to_owned(),
     };
-    let mut sigs = Signatures::new(judge.signers);
-    Ok(scan(repo, refname, tip, &layout, judge, &mut sigs, &mut |_| {})?.verdict)
+    let sigs = Signatures::new(judge.signers);
+    Ok(scan(repo, refname, tip, &layout, judge, &sigs, &mut |_| {})?.verdict)
 }
 
 /// The reports of the whole store that count (signed by their own

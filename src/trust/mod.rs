@@ -299,21 +299,40 @@ pub fn verify_commit_seen<'a>(
     verify_commit_inner(repo, oid, signers.into(), Some(seen))
 }
 
+/// [`verify_commit`] (with [`verify_commit_seen`]'s `seen` when known) of a
+/// commit whose committer time (seconds since the epoch) the caller has
+/// read already: the status reader, which checks every commit of a branch.
+pub fn verify_commit_dated<'a>(
+    repo: &Repository,
+    oid: Oid,
+    signers: impl Into<Signers<'a>>,
+    time: i64,
+    seen: Option<i64>,
+) -> Result<Verified, Error> {
+    let (sig, data) = signed_parts(repo, oid)?;
+    verify_buffer(oid, &sig, &data, time, seen, signers.into()).map_err(|r| refused(oid, r))
+}
+
+/// A commit's signature and the data it signs.
+fn signed_parts(repo: &Repository, oid: Oid) -> Result<(git2::Buf, git2::Buf), Error> {
+    match repo.extract_signature(&oid, None) {
+        Ok(pair) => Ok(pair),
+        Err(e) if e.code() == git2::ErrorCode::NotFound => {
+            // extract_signature also says NotFound for a missing commit; tell them apart.
+            repo.find_commit(oid)?;
+            Err(refused(oid, Reason::Unsigned))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 fn verify_commit_inner(
     repo: &Repository,
     oid: Oid,
     signers: Signers<'_>,
     seen: Option<i64>,
 ) -> Result<Verified, Error> {
-    let (sig, data) = match repo.extract_signature(&oid, None) {
-        Ok(pair) => pair,
-        Err(e) if e.code() == git2::ErrorCode::NotFound => {
-            // extract_signature also says NotFound for a missing commit; tell them apart.
-            repo.find_commit(oid)?;
-            return Err(refused(oid, Reason::Unsigned));
-        }
-        Err(e) => return Err(e.into()),
-    };
+    let (sig, data) = signed_parts(repo, oid)?;
     let time = repo.find_commit(oid)?.committer().when().seconds();
     verify_buffer(oid, &sig, &data, time, seen, signers).map_err(|r| refused(oid, r))
 }

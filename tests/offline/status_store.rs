@@ -319,3 +319,84 @@ fn more_status_branches_than_the_bound_are_refused_not_read_in_part() {
         "{err}"
     );
 }
+
+/// What a reader of the store is told, in order, as text.
+#[derive(Default)]
+struct Told(Vec<String>);
+
+impl status::Visitor for Told {
+    fn version(&mut self, v: status::ReportVersion) {
+        let report = match &v.report {
+            Ok(r) => format!("{} {} {}", r.state.as_str(), r.since, r.message.len()),
+            Err(why) => why.clone(),
+        };
+        self.0.push(format!(
+            "{}/{} {} {} {report}",
+            v.env, v.cluster, v.commit, v.committed
+        ));
+    }
+
+    fn branch(&mut self, b: &status::BranchRead<'_>) {
+        self.0.push(format!(
+            "{} {:?} {:?} {}",
+            b.refname, b.verdict, b.broken, b.truncated
+        ));
+    }
+}
+
+#[test]
+fn threads_tell_the_reader_what_one_thread_tells_it_in_the_same_order() {
+    // The cluster branches are read by several threads and handed over in
+    // name order: the same versions, verdicts and order as one thread,
+    // whichever thread finishes first, with a branch that breaks the rule
+    // deep in its history and one too large for a thread to hold.
+    let names: Vec<String> = (1..=7).map(|i| format!("stage-{i}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let f = Fixture::new(&refs);
+    let at = |h: u32| format!("2030-02-01T{h:02}:00:00Z");
+    for (i, c) in names.iter().enumerate() {
+        let mut tip = None;
+        // stage-3 holds reports of 60 KB each, more than a thread holds of a branch.
+        let (count, message) = match i {
+            2 => (24, "x".repeat(60_000)),
+            _ => (3 + i, String::new()),
+        };
+        for n in 0..count {
+            let state = [RolloutState::Rolling, RolloutState::Confirmed][n % 2];
+            let mut r = report(c, state, &at(n as u32));
+            r.message = message.clone();
+            // stage-5's second commit is signed by stage-6's key.
+            let signer = if i == 4 && n == 1 { "stage-6" } else { c };
+            tip = Some(f.commit(&r, signer, tip));
+        }
+        f.set(&format!("drover/status.d/stage/{c}"), tip.unwrap());
+    }
+    let store = status::find_store(&f.repo, BRANCH).unwrap();
+    let judge = status::Judge {
+        signers: Some(&f.signers),
+        now: chrono::Utc::now(),
+        seen: None,
+    };
+    let told = |threads: usize| {
+        let mut t = Told::default();
+        status::walk_store_threads(&f.repo, &store, &judge, &mut t, threads).unwrap();
+        t.0
+    };
+    let one = told(1);
+    assert_eq!(told(status::MAX_READ_THREADS), one);
+    assert_eq!(told(2), one);
+    // What one thread is told is the whole store: each branch's versions
+    // (stage-5's down to the commit that breaks it), then its verdict.
+    assert_eq!(one.len(), 3 + 4 + 24 + 6 + 6 + 8 + 9 + 7, "{one:#?}");
+    let broken = one
+        .iter()
+        .find(|l| l.starts_with("refs/heads/drover/status.d/stage/stage-5 Err"))
+        .unwrap();
+    assert!(broken.contains("stage/stage-6's key"), "{broken}");
+    assert_eq!(
+        one.iter()
+            .filter(|l| l.starts_with("stage/stage-3 ") && l.ends_with(" 60000"))
+            .count(),
+        24
+    );
+}
