@@ -696,6 +696,30 @@ fn untrusted_reports_say_why_and_now_reads_the_store_as_it_was() {
     );
 }
 
+/// A change to `environments/<file>.toml` (each `from` replaced by `to`)
+/// committed on a side branch dated the 3rd and merged on the 10th.
+fn merged_late(dir: &Path, edits: &[(&str, &str, &str)]) {
+    git(dir, &["switch", "-q", "-c", "bump"]);
+    for (file, from, to) in edits {
+        let f = dir.join(format!("environments/{file}.toml"));
+        let text = std::fs::read_to_string(&f).unwrap().replacen(from, to, 1);
+        std::fs::write(f, text).unwrap();
+    }
+    git_env(
+        dir,
+        &["commit", "-qam", "a change"],
+        Some("2026-12-03T00:00:00Z"),
+        &[],
+    );
+    git(dir, &["switch", "-q", "main"]);
+    git_env(
+        dir,
+        &["merge", "-q", "--no-ff", "-m", "Merge bump", "bump"],
+        Some("2026-12-10T00:00:00Z"),
+        &[],
+    );
+}
+
 /// `--now T` reads the config and the gate as they were at T: the config
 /// commit in force then, on HEAD's first-parent history. A change merged
 /// after T is not in force at T even when its own commit is older (the
@@ -704,29 +728,13 @@ fn untrusted_reports_say_why_and_now_reads_the_store_as_it_was() {
 fn now_reads_the_config_and_the_gate_in_force_then() {
     let dir = example_repo();
     let first = git(dir.path(), &["rev-parse", "HEAD"]);
-    // A change dated the 3rd on a side branch, merged on the 10th: test
-    // moves to 1.13.2 and stage is paused.
-    git(dir.path(), &["switch", "-q", "-c", "bump"]);
-    for (file, from, to) in [
-        ("test", "\"1.12.0\"", "\"1.13.2\""),
-        ("stage", "paused = false", "paused = true"),
-    ] {
-        let f = dir.path().join(format!("environments/{file}.toml"));
-        let text = std::fs::read_to_string(&f).unwrap().replacen(from, to, 1);
-        std::fs::write(f, text).unwrap();
-    }
-    git_env(
+    // Test moves to 1.13.2 and stage is paused.
+    merged_late(
         dir.path(),
-        &["commit", "-qam", "test: 1.13.2; stage: pause"],
-        Some("2026-12-03T00:00:00Z"),
-        &[],
-    );
-    git(dir.path(), &["switch", "-q", "main"]);
-    git_env(
-        dir.path(),
-        &["merge", "-q", "--no-ff", "-m", "Merge bump", "bump"],
-        Some("2026-12-10T00:00:00Z"),
-        &[],
+        &[
+            ("test", "\"1.12.0\"", "\"1.13.2\""),
+            ("stage", "paused = false", "paused = true"),
+        ],
     );
     let merge = git(dir.path(), &["rev-parse", "HEAD"]);
 
@@ -788,27 +796,10 @@ fn now_reads_the_config_and_the_gate_in_force_then() {
 #[test]
 fn now_draws_the_page_from_the_config_history_in_force_then() {
     let dir = example_repo();
-    // Stage promoted to 1.14.9 on a side branch dated the 3rd, merged on the 10th.
-    git(dir.path(), &["switch", "-q", "-c", "bump"]);
-    let f = dir.path().join("environments/stage.toml");
-    let text = std::fs::read_to_string(&f).unwrap().replacen(
-        "version = \"1.12.0\"",
-        "version = \"1.14.9\"",
-        1,
-    );
-    std::fs::write(f, text).unwrap();
-    git_env(
+    // Stage promoted to 1.14.9.
+    merged_late(
         dir.path(),
-        &["commit", "-qam", "stage: 1.14.9"],
-        Some("2026-12-03T00:00:00Z"),
-        &[],
-    );
-    git(dir.path(), &["switch", "-q", "main"]);
-    git_env(
-        dir.path(),
-        &["merge", "-q", "--no-ff", "-m", "Merge bump", "bump"],
-        Some("2026-12-10T00:00:00Z"),
-        &[],
+        &[("stage", "version = \"1.12.0\"", "version = \"1.14.9\"")],
     );
     let page = dir.path().join("page.html");
     let draw = |at: &str| {
