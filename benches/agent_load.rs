@@ -46,16 +46,13 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use drover::agent::crd::DroverStatus;
 use drover::cluster::ANN_STATE;
-use futures::StreamExt;
 use hmac::{Hmac, Mac};
-use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use kube::runtime::wait::await_condition;
-use kube::runtime::watcher;
 use kube::ResourceExt;
 use sha2::Sha256;
 use support::agent::*;
-use support::backend::{pool_options, start_sim, BudgetWatch, POOL_LABEL};
+use support::backend::{pool_options, start_sim, BudgetWatch, NodeWatch, POOL_LABEL};
 use support::kube::{node_ready, Audited, ControlPlane, TestNamespace};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -124,76 +121,49 @@ struct Steps {
 /// Watches the pool and records [`Steps`] per node towards `target`.
 struct Timeline {
     nodes: Arc<Mutex<HashMap<String, Steps>>>,
-    task: tokio::task::JoinHandle<()>,
+    _watch: NodeWatch,
 }
 
 impl Timeline {
     async fn start(client: &kube::Client, ns: &str, target: &str) -> Timeline {
-        let api: Api<Node> = Api::all(client.clone());
-        let cfg = watcher::Config::default().labels(&format!("{POOL_LABEL}={ns}"));
         let nodes = Arc::new(Mutex::new(HashMap::<String, Steps>::new()));
-        let (seen, target) = (nodes.clone(), target.to_string());
-        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn(async move {
-            let mut ready_tx = Some(ready_tx);
-            let stream = watcher(api, cfg);
-            futures::pin_mut!(stream);
-            while let Some(ev) = stream.next().await {
-                let n = match ev {
-                    Ok(watcher::Event::Apply(n)) => n,
-                    Ok(watcher::Event::InitDone) => {
-                        if let Some(tx) = ready_tx.take() {
-                            let _ = tx.send(());
-                        }
-                        continue;
-                    }
-                    Ok(_) => continue,
-                    Err(e) => {
-                        eprintln!("timeline watch: {e}");
-                        continue;
-                    }
-                };
-                let now = Instant::now();
-                let cordoned = n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
-                let upgrading =
-                    n.annotations().get(ANN_STATE).map(String::as_str) == Some("upgrading");
-                let ready = node_ready(&n) == Some("True");
-                let at_target = n
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.node_info.as_ref())
-                    .is_some_and(|i| i.os_image.contains(&format!(" {target} ")));
-                let mut g = seen.lock().unwrap();
-                let st = g.entry(n.name_any()).or_default();
-                if cordoned && st.cordoned.is_none() {
-                    st.cordoned = Some(now);
-                }
-                if upgrading && st.upgrading.is_none() {
-                    st.upgrading = Some(now);
-                }
-                if st.cordoned.is_some() && !ready && st.down.is_none() {
-                    st.down = Some(now);
-                }
-                if st.down.is_some() && ready && at_target && st.back.is_none() {
-                    st.back = Some(now);
-                }
-                if st.cordoned.is_some() && !cordoned && st.uncordoned.is_none() {
-                    st.uncordoned = Some(now);
-                }
+        let (seen, target) = (nodes.clone(), format!(" {target} "));
+        let watch = NodeWatch::start(client, ns, move |n, now| {
+            let cordoned = n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
+            let upgrading = n.annotations().get(ANN_STATE).map(String::as_str) == Some("upgrading");
+            let ready = node_ready(n) == Some("True");
+            let at_target = n
+                .status
+                .as_ref()
+                .and_then(|s| s.node_info.as_ref())
+                .is_some_and(|i| i.os_image.contains(&target));
+            let mut g = seen.lock().unwrap();
+            let st = g.entry(n.name_any()).or_default();
+            if cordoned && st.cordoned.is_none() {
+                st.cordoned = Some(now);
             }
-        });
-        ready_rx.await.expect("timeline watch lists the pool");
-        Timeline { nodes, task }
+            if upgrading && st.upgrading.is_none() {
+                st.upgrading = Some(now);
+            }
+            if st.cordoned.is_some() && !ready && st.down.is_none() {
+                st.down = Some(now);
+            }
+            if st.down.is_some() && ready && at_target && st.back.is_none() {
+                st.back = Some(now);
+            }
+            if st.cordoned.is_some() && !cordoned && st.uncordoned.is_none() {
+                st.uncordoned = Some(now);
+            }
+        })
+        .await;
+        Timeline {
+            nodes,
+            _watch: watch,
+        }
     }
 
     fn steps(&self) -> Vec<Steps> {
         self.nodes.lock().unwrap().values().copied().collect()
-    }
-}
-
-impl Drop for Timeline {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }
 

@@ -15,10 +15,6 @@ use std::time::{Duration, Instant};
 
 use drover::cluster::{ANN_MESSAGE, ANN_STATE};
 use drover::rollout::{Inputs, Policy, RolloutState, WindowState};
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
-use kube::api::Api;
-use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 
 use crate::support::backend::*;
@@ -51,59 +47,37 @@ impl Seen {
 /// Every pool node's [`Seen`], kept by a watch for the test's life.
 struct Timeline {
     seen: Arc<Mutex<BTreeMap<String, Seen>>>,
-    task: tokio::task::JoinHandle<()>,
+    _watch: NodeWatch,
 }
 
 impl Timeline {
     async fn start(client: &Client, ns: &str) -> Timeline {
-        let api: Api<Node> = Api::all(client.clone());
-        let cfg = watcher::Config::default().labels(&format!("{POOL_LABEL}={ns}"));
         let seen = Arc::new(Mutex::new(BTreeMap::<String, Seen>::new()));
         let s = seen.clone();
-        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn(async move {
-            let mut ready_tx = Some(ready_tx);
-            let stream = watcher(api, cfg);
-            futures::pin_mut!(stream);
-            while let Some(ev) = stream.next().await {
-                let n = match ev {
-                    Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => n,
-                    Ok(watcher::Event::InitDone) => {
-                        if let Some(tx) = ready_tx.take() {
-                            let _ = tx.send(());
-                        }
-                        continue;
-                    }
-                    _ => continue,
-                };
-                let now = Instant::now();
-                let cordoned = n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
-                let state = n.annotations().get(ANN_STATE).cloned();
-                let mut g = s.lock().unwrap();
-                let e = g.entry(n.name_any()).or_default();
-                if state.as_deref() == Some("preparing") && e.preparing.is_none() {
-                    e.preparing = Some(now);
-                }
-                if cordoned && e.cordoned.is_none() {
-                    e.cordoned = Some(now);
-                }
-                if !cordoned && e.cordoned.is_some() && e.uncordoned.is_none() {
-                    e.uncordoned = Some(now);
-                }
+        let watch = NodeWatch::start(client, ns, move |n, now| {
+            let cordoned = n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
+            let state = n.annotations().get(ANN_STATE).cloned();
+            let mut g = s.lock().unwrap();
+            let e = g.entry(n.name_any()).or_default();
+            if state.as_deref() == Some("preparing") && e.preparing.is_none() {
+                e.preparing = Some(now);
             }
-        });
-        ready_rx.await.expect("the timeline lists the pool");
-        Timeline { seen, task }
+            if cordoned && e.cordoned.is_none() {
+                e.cordoned = Some(now);
+            }
+            if !cordoned && e.cordoned.is_some() && e.uncordoned.is_none() {
+                e.uncordoned = Some(now);
+            }
+        })
+        .await;
+        Timeline {
+            seen,
+            _watch: watch,
+        }
     }
 
     fn seen(&self) -> BTreeMap<String, Seen> {
         self.seen.lock().unwrap().clone()
-    }
-}
-
-impl Drop for Timeline {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }
 

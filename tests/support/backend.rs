@@ -279,3 +279,51 @@ pub fn progress_of(n: &Node) -> Option<NodeProgress> {
 pub fn cordoned_by_drover(n: &Node) -> bool {
     n.annotations().get(ANN_CORDONED).map(String::as_str) == Some("true")
 }
+
+/// A watch of the pool `ns`'s nodes that hands each node it sees, with the
+/// instant it saw it, to a callback, from the initial list on, until it is
+/// dropped: how tests and benches time a node's steps as an outside
+/// observer would.
+pub struct NodeWatch {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl NodeWatch {
+    /// Start watching; returns once the initial list went through `on`.
+    pub async fn start(
+        client: &Client,
+        ns: &str,
+        mut on: impl FnMut(&Node, std::time::Instant) + Send + 'static,
+    ) -> NodeWatch {
+        let api: Api<Node> = Api::all(client.clone());
+        let cfg = watcher::Config::default().labels(&format!("{POOL_LABEL}={ns}"));
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            let mut ready_tx = Some(ready_tx);
+            let stream = watcher(api, cfg);
+            futures::pin_mut!(stream);
+            while let Some(ev) = stream.next().await {
+                match ev {
+                    Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
+                        on(&n, std::time::Instant::now())
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        if let Some(tx) = ready_tx.take() {
+                            let _ = tx.send(());
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => eprintln!("node watch of {POOL_LABEL}: {e}"),
+                }
+            }
+        });
+        ready_rx.await.expect("the node watch lists the pool");
+        NodeWatch { task }
+    }
+}
+
+impl Drop for NodeWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
