@@ -69,24 +69,13 @@ fn stand_in_dir() -> PathBuf {
 
 /// Start one run of `script` moving `api`'s node to `target`.
 fn spawn(script: Script, api: &BottlerocketApi, dir: &Path, target: &str, n: usize) -> Child {
-    spawn_with_unit(script, api, dir, target, n, UNIT)
+    spawn_env(script, api, dir, target, n, UNIT, &[])
 }
 
 /// The tests' `DROVER_TIME_UNIT`: every wait of the script 50 times shorter.
 const UNIT: &str = "0.02";
 
-fn spawn_with_unit(
-    script: Script,
-    api: &BottlerocketApi,
-    dir: &Path,
-    target: &str,
-    n: usize,
-    unit: &str,
-) -> Child {
-    spawn_env(script, api, dir, target, n, unit, &[])
-}
-
-/// [`spawn_with_unit`] with more variables in the script's environment.
+/// [`spawn`] with the script's time unit and more variables in its environment.
 fn spawn_env(
     script: Script,
     api: &BottlerocketApi,
@@ -190,7 +179,7 @@ impl Run {
 
 /// Run `script` for `target` over the pod's life (see the module doc).
 fn run(script: Script, api: &BottlerocketApi, dir: &Path, target: &str, unit: &str) -> Outcome {
-    let first = watch(spawn_with_unit(script, api, dir, target, 1, unit));
+    let first = watch(spawn_env(script, api, dir, target, 1, unit, &[]));
     let (exit, rebooted) = match first.until_exit_or_reboot(api, RUN_LIMIT) {
         Some(code) => (code, false),
         None => {
@@ -202,7 +191,7 @@ fn run(script: Script, api: &BottlerocketApi, dir: &Path, target: &str, unit: &s
                 "the script exits 143 on the shutdown's SIGTERM, got {code}"
             );
             api.reboot_now();
-            let second = watch(spawn_with_unit(script, api, dir, target, 2, unit));
+            let second = watch(spawn_env(script, api, dir, target, 2, unit, &[]));
             (second.exit(RUN_LIMIT), true)
         }
     };

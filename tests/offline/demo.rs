@@ -1,14 +1,14 @@
 //! `drover demo` tells the story of docs/design.md §0 and every invariant holds.
 
 use serde_json::Value;
+use std::ffi::OsStr;
 
-#[test]
-fn demo_tells_the_whole_story() {
-    let kept = tempfile::tempdir().unwrap();
-    let repo = kept.path().join("repo");
+/// `drover demo --format json` with `args`, run from the temporary
+/// directory; it must succeed. Its JSON report.
+fn demo_json(args: &[&OsStr]) -> Value {
     let out = crate::support::cli::drover_command()
-        .args(["demo", "--format", "json", "--keep-repo"])
-        .arg(&repo)
+        .args(["demo", "--format", "json"])
+        .args(args)
         .current_dir(std::env::temp_dir())
         .output()
         .expect("drover runs");
@@ -17,7 +17,14 @@ fn demo_tells_the_whole_story() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    serde_json::from_slice(&out.stdout).expect("JSON report")
+}
+
+#[test]
+fn demo_tells_the_whole_story() {
+    let kept = tempfile::tempdir().unwrap();
+    let repo = kept.path().join("repo");
+    let report = demo_json(&["--keep-repo".as_ref(), repo.as_os_str()]);
     crate::cli_schema::assert_valid("demo", &report);
     assert_eq!(
         (&report["ok"], &report["errors"]),
@@ -273,18 +280,12 @@ fn demo_wave_two_waits_for_wave_one_even_in_a_shared_window() {
             );
         std::fs::write(to, text).unwrap();
     }
-    let out = crate::support::cli::drover_command()
-        .args(["demo", "--format", "json", "--nodes", "2", "--example-repo"])
-        .arg(&example)
-        .current_dir(std::env::temp_dir())
-        .output()
-        .expect("drover runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let report = demo_json(&[
+        "--nodes".as_ref(),
+        "2".as_ref(),
+        "--example-repo".as_ref(),
+        example.as_os_str(),
+    ]);
     assert_eq!(report["violations"], Value::Array(vec![]));
     let lines: Vec<(String, String)> = report["timeline"]
         .as_array()
