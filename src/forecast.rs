@@ -113,15 +113,7 @@ pub async fn plan<C: Cluster>(
     waves: Option<WaveInputs<'_>>,
 ) -> Result<Plan, C::Error> {
     let policy = Policy::from_env(env);
-    let schedule = Timeline {
-        windows: calendar
-            .periods(now)
-            .take(max_windows)
-            .map(|p| (p.start, p.end))
-            .collect(),
-        calendar: Some(calendar.clone()),
-        gate_from: Some(now),
-    };
+    let schedule = Timeline::from_calendar(calendar, now, max_windows);
     let views = cluster.observe().await?;
     let decision = decide(&policy, &schedule.inputs(now), &views, now);
     let mut forecast = forecast(&policy, &views, &schedule, node_time, now).await;
@@ -423,15 +415,7 @@ pub async fn plan_waves(
         };
         let confirmed_at = match (&calendar, could_start_at) {
             (Some(c), Some(start)) => {
-                let schedule = Timeline {
-                    windows: c
-                        .periods(start)
-                        .take(max_windows)
-                        .map(|p| (p.start, p.end))
-                        .collect(),
-                    calendar: Some(c.clone()),
-                    gate_from: Some(start),
-                };
+                let schedule = Timeline::from_calendar(c, start, max_windows);
                 let policy = Policy::from_env(&wenv);
                 forecast(&policy, views, &schedule, node_time, start)
                     .await

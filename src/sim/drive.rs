@@ -121,6 +121,24 @@ impl Timeline {
         }
     }
 
+    /// `calendar`'s first `max_windows` windows from `from`, the gate passed
+    /// from `from` on: a forecast's schedule.
+    pub fn from_calendar(
+        calendar: &crate::window::Calendar,
+        from: DateTime<Utc>,
+        max_windows: usize,
+    ) -> Self {
+        Timeline {
+            windows: calendar
+                .periods(from)
+                .take(max_windows)
+                .map(|p| (p.start, p.end))
+                .collect(),
+            calendar: Some(calendar.clone()),
+            gate_from: Some(from),
+        }
+    }
+
     /// The engine's inputs at `now`.
     pub fn inputs(&self, now: DateTime<Utc>) -> Inputs {
         let (window, patch_window) = match &self.calendar {
