@@ -14,7 +14,7 @@ use crate::trust::{self, AllowedSigners};
 use chrono::{DateTime, Utc};
 use git2::{Oid, Repository, Tree};
 use semver::Version;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::Path;
 
@@ -211,7 +211,16 @@ pub struct GitEvidence<'r> {
     repo: &'r Repository,
     base: Oid,
     now: DateTime<Utc>,
-    cache: Option<(String, Option<String>, Confirmations)>,
+    cache: Option<Read>,
+}
+
+/// One read of the status store: the branch and report signers it was read
+/// with, the environments whose branches it read (`None`: every one).
+struct Read {
+    branch: String,
+    signers: Option<String>,
+    envs: Option<BTreeSet<String>>,
+    conf: Confirmations,
 }
 
 impl<'r> GitEvidence<'r> {
@@ -228,14 +237,47 @@ impl<'r> GitEvidence<'r> {
 
     /// The reports the last status read ignored, each named with why.
     pub fn ignored(&self) -> &[Ignored] {
-        self.cache.as_ref().map_or(&[], |(_, _, c)| &c.ignored)
+        self.cache.as_ref().map_or(&[], |r| &r.conf.ignored)
     }
 
-    /// The status branch as read with `policy` (its branch, its report signers).
+    /// The status store as read with `policy` (its branch, its report
+    /// signers), every environment's branches.
     pub fn confirmations(&mut self, policy: &Policy) -> Result<&Confirmations, Error> {
-        let fresh = matches!(&self.cache, Some((b, s, _))
-            if *b == policy.status_branch && *s == policy.signers_text);
-        if !fresh {
+        self.read(policy, None)
+    }
+
+    /// The status store as read with `policy`, at least the branches of
+    /// `envs`: a judgement reads only the environments its gates name, so a
+    /// production bump does not verify test's reports.
+    pub fn confirmations_of(
+        &mut self,
+        policy: &Policy,
+        envs: &BTreeSet<String>,
+    ) -> Result<&Confirmations, Error> {
+        self.read(policy, Some(envs))
+    }
+
+    fn read(
+        &mut self,
+        policy: &Policy,
+        wanted: Option<&BTreeSet<String>>,
+    ) -> Result<&Confirmations, Error> {
+        let same = self
+            .cache
+            .as_ref()
+            .filter(|r| r.branch == policy.status_branch && r.signers == policy.signers_text);
+        let covered = same.is_some_and(|r| match (&r.envs, wanted) {
+            (None, _) => true,
+            (Some(read), Some(w)) => w.is_subset(read),
+            (Some(_), None) => false,
+        });
+        if !covered {
+            // Widened: environments asked for later are read with the earlier ones.
+            let envs = wanted.map(|w| {
+                let mut envs = same.and_then(|r| r.envs.clone()).unwrap_or_default();
+                envs.extend(w.iter().cloned());
+                envs
+            });
             let signers = match &policy.signers_text {
                 Some(t) => Some(AllowedSigners::parse(t).map_err(|e| Error::Signers {
                     path: policy.report_signers.clone().unwrap_or_default(),
@@ -243,15 +285,21 @@ impl<'r> GitEvidence<'r> {
                 })?),
                 None => None,
             };
-            let c = status::read_confirmations(
+            let conf = status::read_confirmations_of(
                 self.repo,
                 &policy.status_branch,
                 signers.as_ref().filter(|_| policy.report_signers.is_some()),
                 self.now,
+                envs.as_ref(),
             )?;
-            self.cache = Some((policy.status_branch.clone(), policy.signers_text.clone(), c));
+            self.cache = Some(Read {
+                branch: policy.status_branch.clone(),
+                signers: policy.signers_text.clone(),
+                envs,
+                conf,
+            });
         }
-        Ok(&self.cache.as_ref().expect("filled above").2)
+        Ok(&self.cache.as_ref().expect("filled above").conf)
     }
 }
 
@@ -262,7 +310,7 @@ impl EvidenceSource for GitEvidence<'_> {
         lower: &str,
         version: &Version,
     ) -> Result<(BTreeMap<String, DateTime<Utc>>, BTreeMap<String, String>), Error> {
-        let conf = self.confirmations(policy)?;
+        let conf = self.confirmations_of(policy, &BTreeSet::from([lower.to_owned()]))?;
         let found = conf.for_version(lower, version);
         let mut notes = BTreeMap::new();
         let mut clusters: Vec<&str> = policy
@@ -325,8 +373,10 @@ pub struct ChangeReport {
 pub struct StatusRead {
     /// `[promotion] status_branch` of the policy in force.
     pub branch: String,
-    /// The refs read (local or `refs/remotes/origin/`); empty when none
-    /// exists, which in CI usually means none was fetched.
+    /// The refs read: the per-cluster branches of the environments whose
+    /// reports the decisions needed and the single branch of the older
+    /// layout (local or `refs/remotes/origin/`); empty when none exists,
+    /// which in CI usually means none was fetched.
     pub refs: Vec<String>,
 }
 
@@ -585,7 +635,8 @@ fn evidence_sources(
 ) -> Result<(), Error> {
     use crate::gate::{Basis, Reason};
     let mut named: Vec<(String, Version, String)> = Vec::new();
-    let mut needed = false;
+    // The environments whose reports the decisions read.
+    let mut needed: BTreeSet<String> = BTreeSet::new();
     for (_, d) in &out.decisions {
         let (version, lower, confirmed) = match d {
             Decision::Allowed(a) => match &a.basis {
@@ -605,18 +656,19 @@ fn evidence_sources(
             },
             Decision::Unchanged => continue,
         };
-        needed = true;
+        needed.insert(lower.clone());
         for (cluster, _) in confirmed {
             named.push((lower.clone(), version.clone(), cluster.clone()));
         }
     }
-    if !needed {
+    if needed.is_empty() {
         return Ok(());
     }
     let store = status::find_store(repo, &policy.status_branch)?;
     let mut refs: Vec<String> = store
         .clusters
         .iter()
+        .filter(|c| needed.contains(&c.env))
         .map(|c| c.branch.refname.clone())
         .collect();
     refs.extend(store.legacy.iter().map(|b| b.refname.clone()));
@@ -628,7 +680,7 @@ fn evidence_sources(
         Some(t) => AllowedSigners::parse(t).ok(),
         None => None,
     };
-    let conf = ev.confirmations(policy)?;
+    let conf = ev.confirmations_of(policy, &needed)?;
     for (env, version, cluster) in named {
         let Some((_, _, _, standing)) = conf
             .standing()

@@ -14,8 +14,9 @@ pub use branch::{
     MAX_LEGACY_COMMITS,
 };
 pub use read::{
-    find_status_branch, read_confirmations, BranchRef, Confirmations, Error, Failure, Ignored,
-    Newest, ReportSigners, ReportVersion, Standing, Trust, MAX_REPORT_BYTES, MAX_SHOWN_MESSAGE,
+    find_status_branch, read_confirmations, read_confirmations_of, BranchRef, Confirmations, Error,
+    Failure, Ignored, Newest, ReportSigners, ReportVersion, Standing, Trust, MAX_REPORT_BYTES,
+    MAX_SHOWN_MESSAGE,
 };
 pub use store::{
     cluster_branch, cluster_namespace, confirmations_in, find_store, judge_branch, trusted_reports,

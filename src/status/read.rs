@@ -516,13 +516,32 @@ impl Confirmations {
 /// older layout, each local or `origin/` (see [`super::find_store`]). The
 /// first-seen record of an agent's cache is used when the repository has
 /// one ([`crate::source::seen::StatusSeen`]).
+///
 pub fn read_confirmations(
     repo: &Repository,
     branch: &str,
     signers: ReportSigners<'_>,
     now: DateTime<Utc>,
 ) -> Result<Confirmations, Error> {
-    let store = super::find_store(repo, branch)?;
+    read_confirmations_of(repo, branch, signers, now, None)
+}
+
+/// [`read_confirmations`] of the per-cluster branches of `envs` only (the
+/// gate asks about one environment at a time: a production bump needs
+/// stage's reports, a third of a three-environment store); `None` reads
+/// every one. The single branch of the older layout is read whole either
+/// way: it holds every environment's reports in one history.
+pub fn read_confirmations_of(
+    repo: &Repository,
+    branch: &str,
+    signers: ReportSigners<'_>,
+    now: DateTime<Utc>,
+    envs: Option<&std::collections::BTreeSet<String>>,
+) -> Result<Confirmations, Error> {
+    let mut store = super::find_store(repo, branch)?;
+    if let Some(envs) = envs {
+        store.clusters.retain(|c| envs.contains(&c.env));
+    }
     super::confirmations_in(repo, &store, signers, now).map_err(|source| Error::Git {
         branch: branch.to_owned(),
         source,

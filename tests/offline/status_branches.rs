@@ -484,3 +484,56 @@ fn a_status_branch_whose_tree_holds_400000_files_is_named_and_not_read() {
         ],
     );
 }
+
+/// `check --base` reads the branches of the environments its gates need
+/// and no others: a production bump reads stage's, so a bent branch of
+/// test's neither slows it nor is named by it; `drover status`, which shows
+/// every environment, still names that branch.
+#[test]
+fn check_reads_only_the_environments_its_gates_need() {
+    let f = Fixture::new(|f| {
+        line("stage/stage-1", "", &f.key("stage-1")) + &line("test/test-1", "", &f.key("rogue"))
+    });
+    f.report(
+        STAGE_1,
+        "stage-1",
+        "1.13.0",
+        "confirmed",
+        (OLD, OLD),
+        Some("stage-1"),
+    );
+    // test-1's branch: an unsigned report, which would void the branch.
+    let unsigned = commit_file_on(
+        &f.repo,
+        "drover/status.d/test/test-1",
+        "status/test/test-1.toml",
+        Some(
+            report("test-1", "1.13.0", "confirmed", OLD)
+                .replace("env = \"stage\"", "env = \"test\"")
+                .as_bytes(),
+        ),
+        None,
+        "status: test-1 confirmed 1.13.0",
+        Some(OLD),
+    );
+    f.production_pr();
+    let repo = f.repo.to_str().unwrap();
+    let (code, out, err) = drover(&[
+        "-o", "json", "check", "--repo", repo, "--base", "main", "--now", NOW,
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let refs = v["status_branches"]["refs"].as_array().expect("refs");
+    assert_eq!(
+        refs,
+        &vec![Value::from(format!("refs/heads/{STAGE_1}"))],
+        "{out}"
+    );
+    let short = &unsigned[..10];
+    assert!(!out.contains(short) && !err.contains(short), "{out}{err}");
+    // Control: the fleet view reads test's branch and names it.
+    warns(
+        &f.status(),
+        &["drover/status.d/test/test-1", short, "not signed"],
+    );
+}
