@@ -425,6 +425,7 @@ impl<'a> Signatures<'a> {
         &self,
         repo: &Repository,
         commit: &Commit<'_>,
+        size: usize,
         principal: &str,
         seen: Option<i64>,
     ) -> Result<Result<(), String>, git2::Error> {
@@ -433,8 +434,8 @@ impl<'a> Signatures<'a> {
         };
         let own = self.by_principal.get(principal).unwrap_or(&self.none);
         let time = commit.committer().when().seconds();
+        let result = trust::verify_loaded_commit(repo, commit, size, own, time, seen);
         let commit = commit.id();
-        let result = trust::verify_commit_dated(repo, commit, own, time, seen);
         Ok(match result {
             Ok(_) => Ok(()),
             Err(trust::Error::Refused(r)) => Err(match r.reason {
@@ -557,7 +558,7 @@ impl ClusterWalk<'_> {
         repo: &Repository,
         odb: &Odb<'_>,
         rule: &mut Rule<'_, '_>,
-        commit: &Commit<'_>,
+        (commit, size): (&Commit<'_>, usize),
         visit: &mut dyn FnMut(Found),
     ) -> Result<Result<(), Fault>, git2::Error> {
         let oid = commit.id();
@@ -586,7 +587,7 @@ impl ClusterWalk<'_> {
             return Ok(Err(f));
         }
         let seen = rule.seen.at(oid);
-        if let Err(why) = rule.sigs.check(repo, commit, &self.principal, seen)? {
+        if let Err(why) = rule.sigs.check(repo, commit, size, &self.principal, seen)? {
             return Ok(Err((oid, why)));
         }
         self.child = Some((oid, time));
@@ -613,7 +614,7 @@ impl LegacyWalk {
         repo: &Repository,
         odb: &Odb<'_>,
         rule: &mut Rule<'_, '_>,
-        commit: &Commit<'_>,
+        (commit, size): (&Commit<'_>, usize),
         visit: &mut dyn FnMut(Found),
     ) -> Result<Result<(), Fault>, git2::Error> {
         let oid = commit.id();
@@ -650,7 +651,7 @@ impl LegacyWalk {
                 Err(f) => Some(f),
                 Ok(()) => rule
                     .sigs
-                    .check(repo, commit, &principal, seen)?
+                    .check(repo, commit, size, &principal, seen)?
                     .err()
                     .map(|why| (oid, why)),
             };
@@ -750,8 +751,8 @@ pub(super) fn scan(
         }
         let commit = repo.find_commit(oid)?;
         let step = match &mut walk {
-            Walk::Cluster(c) => c.step(repo, &odb, &mut rule, &commit, visit)?,
-            Walk::Legacy(l) => l.step(repo, &odb, &mut rule, &commit, visit)?,
+            Walk::Cluster(c) => c.step(repo, &odb, &mut rule, (&commit, size), visit)?,
+            Walk::Legacy(l) => l.step(repo, &odb, &mut rule, (&commit, size), visit)?,
         };
         if let Err(f) = step {
             fault = Some(f);

@@ -313,6 +313,90 @@ pub fn verify_commit_dated<'a>(
     verify_buffer(oid, &sig, &data, time, seen, signers.into()).map_err(|r| refused(oid, r))
 }
 
+/// [`verify_commit_dated`] of a commit the caller has loaded, whose object
+/// is `size` bytes (from its header): its signature is taken from the
+/// loaded commit rather than by reading the object again, as libgit2 takes
+/// it ([`signed_parts_loaded`]).
+pub fn verify_loaded_commit<'a>(
+    repo: &Repository,
+    commit: &git2::Commit<'_>,
+    size: usize,
+    signers: impl Into<Signers<'a>>,
+    time: i64,
+    seen: Option<i64>,
+) -> Result<Verified, Error> {
+    let oid = commit.id();
+    let verdict = match signed_parts_loaded(commit, size) {
+        Some(Some((sig, data))) => verify_buffer(oid, &sig, &data, time, seen, signers.into()),
+        Some(None) => Err(Reason::Unsigned),
+        None => {
+            let (sig, data) = signed_parts(repo, oid)?;
+            verify_buffer(oid, &sig, &data, time, seen, signers.into())
+        }
+    };
+    verdict.map_err(|r| refused(oid, r))
+}
+
+/// The signature (`gpgsig` header) of a loaded commit and the data it
+/// signs, split exactly as libgit2's `git_commit_extract_signature` splits
+/// the object: `Some(None)` when it has none, `None` when the loaded commit
+/// cannot give its object's bytes back (a NUL byte in it, or no blank line
+/// after its header: libgit2's copies of both parts stop short) or the
+/// header is malformed, so the caller asks libgit2 itself.
+fn signed_parts_loaded(
+    commit: &git2::Commit<'_>,
+    size: usize,
+) -> Option<Option<(Vec<u8>, Vec<u8>)>> {
+    let (header, message) = (commit.raw_header_bytes(), commit.message_raw_bytes());
+    if header.len() + 1 + message.len() != size {
+        return None;
+    }
+    let mut buf = Vec::with_capacity(size);
+    buf.extend_from_slice(header);
+    buf.push(b'\n');
+    buf.extend_from_slice(message);
+    extract_signature(&buf, b"gpgsig").ok()
+}
+
+/// libgit2's `git_commit__extract_signature` over the bytes of a commit
+/// object that holds no NUL (so its C string walk sees all of it): the
+/// first line that starts with `field` and a space, with the lines after it
+/// that start with a space, is the signature; every other byte is signed,
+/// except the name of a line that starts with `field` but no space (libgit2
+/// skips it). `Err` where libgit2 says the header is malformed.
+fn extract_signature(buf: &[u8], field: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>, ()> {
+    let newline = |from: usize| {
+        buf.get(from..)
+            .and_then(|rest| rest.iter().position(|&b| b == b'\n'))
+            .map(|i| from + i)
+    };
+    let mut signed = Vec::with_capacity(buf.len());
+    let mut at = 0;
+    while let Some(nl) = newline(at).filter(|nl| nl + 1 < buf.len()) {
+        if !buf[at..].starts_with(field) {
+            signed.extend_from_slice(&buf[at..=nl]);
+            at = nl + 1;
+            continue;
+        }
+        let name_end = at + field.len();
+        if buf[name_end] != b' ' {
+            at = name_end;
+            continue;
+        }
+        let mut eol = newline(name_end).ok_or(())?;
+        let mut sig = buf[name_end + 1..eol].to_vec();
+        while buf.get(eol + 1) == Some(&b' ') {
+            sig.push(b'\n');
+            let start = eol + 2;
+            eol = newline(start).ok_or(())?;
+            sig.extend_from_slice(&buf[start..eol]);
+        }
+        signed.extend_from_slice(&buf[eol + 1..]);
+        return Ok(Some((sig, signed)));
+    }
+    Ok(None)
+}
+
 /// A commit's signature and the data it signs.
 fn signed_parts(repo: &Repository, oid: Oid) -> Result<(git2::Buf, git2::Buf), Error> {
     match repo.extract_signature(&oid, None) {
@@ -399,7 +483,7 @@ fn verify_ssh(
             principal: first.principal(),
         });
     }
-    if first.key.verify(GIT_NAMESPACE, data, &sshsig).is_err() {
+    if !first.verifies(data, &sshsig) {
         return Err(Reason::BadSignature {
             principal: first.principal(),
         });
@@ -656,4 +740,75 @@ pub fn check<'a>(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Header lines and message lines a commit may carry, the awkward ones
+    /// included: a signature field with and without continuation lines, a
+    /// field that only starts like it, one in the message, a NUL byte.
+    const HEADERS: &[&str] = &[
+        "gpgsig -----BEGIN SSH SIGNATURE-----\n U1NIU0lH\n -----END SSH SIGNATURE-----\n",
+        "gpgsig one-line\n",
+        "gpgsig \n",
+        "gpgsigx not a signature\n",
+        "gpgsig-sha256 other\n",
+        "encoding ISO-8859-1\n",
+        "mergetag object 0000000000000000000000000000000000000000\n type commit\n",
+        "x-extra value\n",
+    ];
+    const MESSAGES: &[&str] = &[
+        "status: stage-1 confirmed 1.13.0\n",
+        "gpgsig in the message\n",
+        "two\n\nparagraphs\n",
+        "",
+        "no newline at the end",
+        "a NUL \0 inside\n",
+        " starts with a space\n",
+    ];
+
+    proptest! {
+        /// The signature taken from a loaded commit is libgit2's own,
+        /// byte for byte, whenever it is taken there at all; the rest are
+        /// left to libgit2.
+        #[test]
+        fn a_loaded_commit_splits_as_libgit2_splits_it(
+            headers in proptest::collection::vec(0..HEADERS.len(), 0..4),
+            message in 0..MESSAGES.len(),
+            blank in any::<bool>(),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let repo = Repository::init(dir.path()).unwrap();
+            let tree = repo.treebuilder(None).unwrap().write().unwrap();
+            let mut raw = format!(
+                "tree {tree}\nauthor A <a@example.com> 1700000000 +0000\ncommitter A <a@example.com> 1700000000 +0000\n"
+            );
+            for h in &headers {
+                raw.push_str(HEADERS[*h]);
+            }
+            if blank {
+                raw.push('\n');
+            }
+            raw.push_str(MESSAGES[message]);
+            let oid = repo.odb().unwrap().write(git2::ObjectType::Commit, raw.as_bytes()).unwrap();
+            let commit = repo.find_commit(oid).unwrap();
+            let libgit2 = repo.extract_signature(&oid, None);
+            match signed_parts_loaded(&commit, raw.len()) {
+                Some(Some((sig, data))) => {
+                    let (s, d) = libgit2.expect("libgit2 finds the signature too");
+                    prop_assert_eq!(&sig[..], &s[..]);
+                    prop_assert_eq!(&data[..], &d[..]);
+                }
+                Some(None) => prop_assert_eq!(
+                    libgit2.err().map(|e| e.code()),
+                    Some(git2::ErrorCode::NotFound)
+                ),
+                // Left to libgit2: only a NUL byte or no blank line.
+                None => prop_assert!(!blank || raw.contains('\0')),
+            }
+        }
+    }
 }

@@ -5,6 +5,7 @@ use super::Error;
 use chrono::{NaiveDate, NaiveDateTime, TimeZone, Utc};
 use ssh_key::{public::KeyData, PublicKey};
 use std::path::Path;
+use std::sync::OnceLock;
 
 /// One line of an allowed-signers file.
 #[derive(Debug, Clone)]
@@ -21,9 +22,38 @@ pub struct SignerEntry {
     pub key: PublicKey,
     /// Line number in the file, for messages.
     pub line: usize,
+    /// The Ed25519 point of `key`, decoded once for every signature it
+    /// checks (a status read checks thousands per key): `None` for other
+    /// key types or a key that is not a point.
+    ed25519: OnceLock<Option<ed25519_dalek::VerifyingKey>>,
 }
 
 impl SignerEntry {
+    /// Whether `sig` is this entry's key's signature of `msg` in `sig`'s own
+    /// namespace: `ssh_key`'s check, with an Ed25519 key's point decoded
+    /// once per entry rather than once per signature (a tenth of a status
+    /// read's time). Other keys, and signatures with reserved bytes, go
+    /// through `ssh_key` as they are.
+    pub fn verifies(&self, msg: &[u8], sig: &ssh_key::SshSig) -> bool {
+        use ed25519_dalek::Verifier;
+        let point = self.ed25519.get_or_init(|| match self.key.key_data() {
+            KeyData::Ed25519(k) => ed25519_dalek::VerifyingKey::from_bytes(&k.0).ok(),
+            _ => None,
+        });
+        match point {
+            Some(vk) if sig.reserved().is_empty() && self.key.key_data() == sig.public_key() => {
+                // The bytes `SshSig::verify` signs, with no reserved field.
+                let Ok(signed) = ssh_key::SshSig::signed_data(sig.namespace(), sig.hash_alg(), msg)
+                else {
+                    return false;
+                };
+                ed25519_dalek::Signature::try_from(sig.signature())
+                    .is_ok_and(|s| vk.verify(&signed, &s).is_ok())
+            }
+            _ => self.key.verify(sig.namespace(), msg, sig).is_ok(),
+        }
+    }
+
     /// The principals joined as in the file.
     pub fn principal(&self) -> String {
         self.principals.join(",")
@@ -132,6 +162,7 @@ impl AllowedSigners {
                     valid_before: e.valid_before,
                     key: e.key.clone(),
                     line: e.line,
+                    ed25519: e.ed25519.clone(),
                 });
             }
         }
@@ -224,6 +255,7 @@ fn parse_line(line: &str, lineno: usize) -> Result<SignerEntry, String> {
         valid_before,
         key,
         line: lineno,
+        ed25519: OnceLock::new(),
     })
 }
 
