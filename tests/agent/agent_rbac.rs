@@ -10,10 +10,11 @@ use crate::support::agent::*;
 use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
 use crate::support::kube::{apply_deploy_file, retry_until, ControlPlane, TestNamespace};
 use drover::rollout::VirtualClock;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
-use kube::Client;
+use kube::{Client, ResourceExt};
 
 const SERVICE_ACCOUNT: &str = "system:serviceaccount:drover-system:drover";
 
@@ -144,6 +145,21 @@ async fn the_agent_needs_nothing_beyond_its_service_account() {
             }
         })
         .await;
+    }
+    // The run over, each node's Jobs (prepare and upgrade) were deleted
+    // with its give-back, in one deletecollection the Role grants.
+    let jobs = Api::<Job>::namespaced(admin.clone(), "drover-upgrades");
+    for n in sim.node_names() {
+        let left: Vec<String> = jobs
+            .list(&ListParams::default().labels(&format!("drover.dev/node={n}")))
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|j| j.metadata.deletion_timestamp.is_none())
+            .map(|j| j.name_any())
+            .collect();
+        assert!(left.is_empty(), "{n}: Jobs left {left:?}");
     }
     let m = agent.metrics().await;
     assert_eq!(
