@@ -27,6 +27,8 @@
 //! `DROVER_AGENT_BIN=$PWD/target/dist/drover` the one the image ships;
 //! `DROVER_FIGURE_NODES=N` another cluster size for the rollout,
 //! `DROVER_FIGURE_IN_FLIGHT=M` another `max_unavailable`,
+//! `DROVER_FIGURE_PRESTAGE=2h` the rollout with `[driver] prestage`
+//! (default `"0s"`: a node downloads in its place, before its cordon),
 //! `DROVER_FIGURE_UPGRADED=K` ends the rollout figure once K nodes are at
 //! the target (the peak with M in flight is reached in the first batches;
 //! the pace and request goals are asserted on whole rollouts only),
@@ -543,6 +545,11 @@ async fn rollout_figure(client: &kube::Client) {
     let n: usize = env_or("DROVER_FIGURE_NODES", 1000);
     let in_flight: u32 = env_or("DROVER_FIGURE_IN_FLIGHT", 50);
     let idle_window = Duration::from_secs(env_or("DROVER_FIGURE_IDLE_SECS", 300));
+    // `[driver] prestage` for the rollout (the bump's commit); unset, the
+    // config's default "0s": each node downloads when its turn comes.
+    let prestage = std::env::var("DROVER_FIGURE_PRESTAGE")
+        .ok()
+        .filter(|p| !p.is_empty());
     let cp = ControlPlane::get();
     let ns = TestNamespace::create(client, "load-rollout").await;
     let mut opts = pool_options(ns.name(), n);
@@ -600,6 +607,9 @@ async fn rollout_figure(client: &kube::Client) {
         })
     };
     repo.set_max_unavailable(in_flight);
+    if let Some(p) = &prestage {
+        repo.set_prestage(p);
+    }
     repo.bump("test", "1.13.0", true);
     let body = "{}";
     let mut mac = Hmac::<Sha256>::new_from_slice(HMAC_SECRET.as_bytes()).unwrap();
@@ -659,12 +669,13 @@ async fn rollout_figure(client: &kube::Client) {
         hwm as f64 / idle_hwm.max(1) as f64,
     );
     println!(
-        "FIGURE rollout_pace binary={} nodes_done={} max_unavailable={in_flight} wall={:.1}s (first cordon to last uncordon; \
+        "FIGURE rollout_pace binary={} prestage={} nodes_done={} max_unavailable={in_flight} wall={:.1}s (first cordon to last uncordon; \
          webhook to first cordon {:.1}s, last uncordon to confirmed {:.1}s) node_time median={:.2}s mean={:.2}s p90={:.2}s max={:.2}s \
          ideal={:.1}s ({} x median) ratio_to_ideal={ratio:.3}; beyond ideal: node time spread {:+.3}, places waiting for a start {:+.3}, \
          last batch {:+.3}; phases (median): cordon->upgrading {:.2}s upgrading->down {:.2}s down->back {:.2}s back->uncordon {:.2}s; \
          freed place to next cordon median={:.2}s mean={:.2}s max={:.2}s",
         agent.profile,
+        prestage.as_deref().unwrap_or("0s"),
         p.nodes,
         p.wall,
         first_cordon.map_or(f64::NAN, |c| secs(c - t0)),

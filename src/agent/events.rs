@@ -1,5 +1,7 @@
-//! Kubernetes Events (events.k8s.io/v1) for every transition and refusal:
-//! on the nodes for what drover did to them, and on the status object for
+//! Kubernetes Events (events.k8s.io/v1) for every refusal and change of
+//! state: on the nodes for what drover did to them (taking one out of
+//! service, giving it back, every warning; the routine steps between are
+//! logged only, see [`Events::on_action`]), and on the status object for
 //! the rollout and the config. Publishing is best effort and never holds
 //! the control loop: an Event is logged at once and queued (at most
 //! [`QUEUE`] waiting; past that it is dropped and counted in
@@ -347,7 +349,18 @@ impl Events {
         self.publish(&reference, severity, reason, action, note);
     }
 
-    /// The Event for an engine action on a node; `None` for actions too frequent to record (eviction passes).
+    /// The Event for an engine action on a node. A node's routine upgrade
+    /// publishes two: `Draining` when it leaves service and `Upgraded` (or
+    /// `HealthWatch` with `[health]`) when it is back. The steps between
+    /// that disrupt nothing, the download in service (`Preparing`) and the
+    /// upgrade Job's start (`UpgradeStarted`), are logged at info as an
+    /// Event would be and stay in the node's annotation and the status, but
+    /// are not published: each Event is an API write, and at fleet size
+    /// these two were a sixth of the agent's writes per node (2,000 for
+    /// 1,000 nodes, BENCHMARKS.md "Agent under load"); kured and the
+    /// Bottlerocket update operator publish per-node Events only for the
+    /// disruption too. Every Warning is published. Eviction passes are too
+    /// frequent for either.
     pub async fn on_action(&self, action: &Action) {
         let (sev, reason, note) = match action {
             Action::Cordon { progress, .. } => (
@@ -355,14 +368,15 @@ impl Events {
                 "Draining",
                 format!("cordoned and draining to move to {}", progress.target),
             ),
-            Action::Prepare { progress, .. } => (
-                Severity::Normal,
-                "Preparing",
-                format!(
+            // Routine steps inside a node's upgrade are logged, not
+            // published: see [`Events::on_action`].
+            Action::Prepare { progress, .. } => {
+                let note = format!(
                     "downloading {} before the drain; the node stays in service",
                     progress.target
-                ),
-            ),
+                );
+                return log_only(action.node(), "Preparing", &note);
+            }
             // Eviction passes are too frequent; a hold's note has its own
             // Event (`NodeHeld`, published with the outcome's holds).
             Action::Evict { .. } | Action::Note { .. } => return,
@@ -375,11 +389,10 @@ impl Events {
                     progress.run_version()
                 ),
             ),
-            Action::StartUpgrade { progress, .. } => (
-                Severity::Normal,
-                "UpgradeStarted",
-                format!("drained; OS upgrade to {} started", progress.target),
-            ),
+            Action::StartUpgrade { progress, .. } => {
+                let note = format!("drained; OS upgrade to {} started", progress.target);
+                return log_only(action.node(), "UpgradeStarted", &note);
+            }
             Action::Block { progress, .. } => (
                 Severity::Warning,
                 "DrainBlocked",
@@ -444,6 +457,12 @@ impl Events {
         self.on_node(action.node(), sev, reason, action.kind(), note)
             .await;
     }
+}
+
+// A routine step of a node's upgrade: logged as its Event would be, at
+// info, and not published (see `Events::on_action`).
+fn log_only(node: &str, reason: &str, note: &str) {
+    tracing::info!(object = node, reason, note = %note, "event (logged, not published)");
 }
 
 /// The publisher task of one leadership term.

@@ -24,8 +24,14 @@ pub const CLUSTER_PERMISSIONS: &[Permission] = &[
 /// from the agent's own namespace so that only that namespace admits the
 /// pods an OS driver needs.
 pub const JOB_NAMESPACE_PERMISSIONS: &[Permission] = &[
-    // crate::kubernetes: the OS driver's upgrade Jobs.
-    ("batch", "jobs", &["create", "list", "watch", "delete"]),
+    // crate::kubernetes: the OS driver's upgrade Jobs; a node's Jobs are
+    // deleted in one request when its run is over (deletecollection), a
+    // running one alone when the node is given back blocked or failed.
+    (
+        "batch",
+        "jobs",
+        &["create", "list", "watch", "delete", "deletecollection"],
+    ),
 ];
 
 /// Every permission the agent uses in its own namespace (the Role `drover` in `deploy/base/rbac.yaml`).

@@ -19,7 +19,7 @@ use super::{is_status, Error, KubeOptions};
 use crate::cluster::NodeProgress;
 use crate::config::DriverSpec;
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
@@ -228,12 +228,12 @@ pub async fn start(obs: &Observer, node: &str, p: &NodeProgress) -> Result<(), E
 
 /// Delete `node`'s upgrade Jobs: all of them, or (`all` false) those still running.
 pub async fn cleanup(obs: &Observer, node: &str, all: bool) -> Result<(), Error> {
+    if all {
+        return cleanup_all(obs, node).await;
+    }
     let api: Api<Job> = Api::namespaced(obs.client.clone(), &obs.opts.namespace);
     for job in obs.jobs_of(node) {
-        if !all && job_finished(&job) {
-            continue;
-        }
-        if job.metadata.deletion_timestamp.is_some() {
+        if job_finished(&job) || job.metadata.deletion_timestamp.is_some() {
             continue;
         }
         let name = job.name_any();
@@ -249,6 +249,50 @@ pub async fn cleanup(obs: &Observer, node: &str, all: bool) -> Result<(), Error>
             }
         }
         obs.deleted_job(&name);
+    }
+    Ok(())
+}
+
+/// Delete every drover Job of `node` in one `deletecollection` (its
+/// prepare and upgrade Jobs, any attempt): the run is over. One request
+/// where a DELETE per Job made two per node upgraded with `prepare`
+/// (BENCHMARKS.md, "Agent under load"). The selector is the node's label
+/// and drover's managed-by label, so nothing but drover's Jobs of this
+/// node can match; none is sent when the stores know of no Job of the node
+/// still to delete (no request for a node that never had one).
+async fn cleanup_all(obs: &Observer, node: &str) -> Result<(), Error> {
+    let known: Vec<String> = obs
+        .jobs_of(node)
+        .iter()
+        .filter(|j| j.metadata.deletion_timestamp.is_none())
+        .map(|j| j.name_any())
+        .collect();
+    if known.is_empty() {
+        return Ok(());
+    }
+    let api: Api<Job> = Api::namespaced(obs.client.clone(), &obs.opts.namespace);
+    let selector = format!("{NODE_LABEL}={node},{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}");
+    let deleted = api
+        .delete_collection(
+            &DeleteParams::background(),
+            &ListParams::default().labels(&selector),
+        )
+        .await
+        .map_err(|source| Error::Node {
+            node: node.to_string(),
+            call: format!("delete jobs {selector} in {}", obs.opts.namespace),
+            source,
+        })?;
+    // The answer lists what the server deleted; the overlay may also hold a
+    // Job of ours the server already had gone: forget both.
+    let mut names: Vec<String> = deleted
+        .left()
+        .map(|list| list.items.iter().map(|j| j.name_any()).collect())
+        .unwrap_or_default();
+    tracing::info!(node, jobs = ?names, "upgrade Jobs deleted");
+    names.extend(known);
+    for name in &names {
+        obs.deleted_job(name);
     }
     Ok(())
 }

@@ -32,7 +32,9 @@
 //! node back (`uncordon`, or `set_progress` to `blocked`, `failed`,
 //! `watching` or none) the node's drover Jobs are deleted (propagation
 //! Background): every one when its record is cleared or its watch begins
-//! (the run is over), those still running when it is given back blocked or
+//! (the run is over: one `deletecollection` by the node's label, which
+//! takes its prepare and upgrade Jobs in one request), each of those still
+//! running, one by one, when it is given back blocked or
 //! failed (finished ones are kept for inspection until their
 //! `ttlSecondsAfterFinished`). A delete that fails fails the give-back: the
 //! node keeps its in-flight record and its cordon, so the engine gives it

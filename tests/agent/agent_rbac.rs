@@ -10,10 +10,11 @@ use crate::support::agent::*;
 use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
 use crate::support::kube::{apply_deploy_file, retry_until, ControlPlane, TestNamespace};
 use drover::rollout::VirtualClock;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
-use kube::Client;
+use kube::{Client, ResourceExt};
 
 const SERVICE_ACCOUNT: &str = "system:serviceaccount:drover-system:drover";
 
@@ -144,6 +145,61 @@ async fn the_agent_needs_nothing_beyond_its_service_account() {
             }
         })
         .await;
+    }
+    // The run over, each node's Jobs (prepare and upgrade) were deleted
+    // with its give-back, in one deletecollection the Role grants.
+    let jobs = Api::<Job>::namespaced(admin.clone(), "drover-upgrades");
+    for n in sim.node_names() {
+        let left: Vec<String> = jobs
+            .list(&ListParams::default().labels(&format!("drover.dev/node={n}")))
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|j| j.metadata.deletion_timestamp.is_none())
+            .map(|j| j.name_any())
+            .collect();
+        assert!(left.is_empty(), "{n}: Jobs left {left:?}");
+    }
+    // Two routine Events per node: out of service (Draining) and back
+    // (Upgraded); the download in service and the Job's start are in the
+    // log only. Published in order: once a node's Upgraded is there, the
+    // Events before it are too.
+    let node_events = Api::<Event>::namespaced(admin.clone(), "default");
+    let reasons = |ev: &[Event], node: &str| -> Vec<String> {
+        let mut r: Vec<String> = ev
+            .iter()
+            .filter(|e| e.regarding.as_ref().and_then(|o| o.name.as_deref()) == Some(node))
+            .filter_map(|e| e.reason.clone())
+            .collect();
+        r.sort();
+        r
+    };
+    retry_until("an Upgraded Event on every node", || async {
+        let ev = node_events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        let missing: Vec<String> = sim
+            .node_names()
+            .into_iter()
+            .filter(|n| !reasons(&ev, n).iter().any(|r| r == "Upgraded"))
+            .collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(missing)
+        }
+    })
+    .await;
+    let ev = node_events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    for n in sim.node_names() {
+        assert_eq!(reasons(&ev, &n), ["Draining", "Upgraded"], "Events on {n}");
     }
     let m = agent.metrics().await;
     assert_eq!(

@@ -9,7 +9,8 @@
 //!
 //! And a give-back deletes the node's running Job before it uncordons: a
 //! delete that fails keeps the node cordoned, held, and is tried again on
-//! every pass until the Job is gone. Blocked nodes' pod watches are capped,
+//! every pass until the Job is gone; a completed node's Jobs go in one
+//! `deletecollection`, and its cordon stays until that succeeds. Blocked nodes' pod watches are capped,
 //! the nodes beyond the cap polled.
 
 use std::time::{Duration, Instant};
@@ -271,6 +272,75 @@ async fn a_give_back_deletes_the_running_job_first_and_retries_until_it_can() {
         "{}",
         out.decision.message
     );
+    sim.shutdown().await;
+}
+
+/// A completed node's Jobs (its prepare and its upgrade) go in one
+/// `deletecollection` before its uncordon: while that request fails the
+/// node stays cordoned with its record, held with the error; once it
+/// passes, both Jobs are gone and the node is back in service.
+#[tokio::test]
+async fn a_completed_node_keeps_its_cordon_until_its_jobs_go_in_one_request() {
+    let (client, ns) = setup("giveback-all").await;
+    let sim = start_sim(&client, pool_options(ns.name(), 1)).await;
+    let node = sim.node_names()[0].clone();
+    let proxy = ApiProxy::start().await;
+    // The collection itself, not one Job: a DELETE per Job would pass.
+    let collection = format!("/apis/batch/v1/namespaces/{}/jobs", ns.name());
+    let deletes = proxy.answer(500, "etcdserver: leader changed", move |m, path, _| {
+        *m == Method::DELETE && path == collection
+    });
+    let cluster = KubeCluster::new(proxy.config(), kube_options(ns.name()))
+        .await
+        .expect("backend starts");
+    let minute = Duration::from_secs(60);
+    let engine = engine(drover::rollout::Policy {
+        prepare: true,
+        ..policy("1.13.0", 1, minute, minute)
+    });
+    let tried = deletes.clone();
+    let out = drive(
+        &engine,
+        &cluster,
+        &open_window(),
+        Duration::from_secs(60),
+        move |_| tried.hits() >= 2,
+    )
+    .await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let jobs: Api<Job> = Api::namespaced(client.clone(), ns.name());
+    let live = || async {
+        jobs.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|j| j.metadata.deletion_timestamp.is_none())
+            .map(|j| j.name_any())
+            .collect::<Vec<_>>()
+    };
+    let n = nodes.get(&node).await.unwrap();
+    assert!(unschedulable(&n), "not uncordoned before its Jobs are gone");
+    assert_eq!(progress_of(&n).unwrap().state, ProgressState::Upgrading);
+    assert_eq!(live().await.len(), 2, "the prepare and the upgrade Job");
+    let held = out.held.iter().find(|h| h.node == node).expect("held");
+    assert!(held.why.contains("leader changed"), "{held:?}");
+
+    proxy.clear();
+    let out = drive(
+        &engine,
+        &cluster,
+        &open_window(),
+        Duration::from_secs(60),
+        |o| o.decision.state == RolloutState::Confirmed,
+    )
+    .await;
+    assert_eq!(out.decision.nodes_at_version, 1);
+    assert_eq!(live().await, Vec::<String>::new(), "both Jobs deleted");
+    let n = nodes.get(&node).await.unwrap();
+    assert!(!unschedulable(&n), "back in service");
+    assert!(no_drover_annotations(&n), "{:?}", n.annotations());
+    assert_eq!(sim.upgrades_started(&node), 1);
     sim.shutdown().await;
 }
 

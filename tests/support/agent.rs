@@ -72,6 +72,9 @@ pub struct ConfigRepo {
     envs: Vec<EnvSpec>,
     /// `[rollout] max_unavailable` written from the next commit on (default 1).
     max_unavailable: std::cell::Cell<u32>,
+    /// `[driver] prestage` written from the next commit on (default: none,
+    /// the config's `"0s"`).
+    prestage: std::cell::RefCell<Option<String>>,
 }
 
 impl ConfigRepo {
@@ -129,6 +132,7 @@ impl ConfigRepo {
             report_keys,
             envs: envs.to_vec(),
             max_unavailable: std::cell::Cell::new(1),
+            prestage: Default::default(),
         };
         for e in envs {
             repo.write_env(e);
@@ -143,12 +147,16 @@ impl ConfigRepo {
     }
 
     fn write_env(&self, e: &EnvSpec) {
+        let driver = match &*self.prestage.borrow() {
+            Some(p) => format!("\n[driver]\nprestage = \"{p}\"\n"),
+            None => String::new(),
+        };
         std::fs::write(
             self.work.join(format!("environments/{}.toml", e.env)),
             format!(
                 "version = \"{}\"\n\n[window]\nschedule = \"{}\"\nduration = \"6h\"\ntimezone = \"UTC\"\n\n\
                  [rollout]\nmax_unavailable = {}\ndrain_timeout = \"5m\"\nnode_timeout = \"10m\"\nnode_selector = \"{}\"\n\n\
-                 [promotion]\nsoak = \"{}\"\n",
+                 [promotion]\nsoak = \"{}\"\n{driver}",
                 e.version,
                 e.schedule,
                 self.max_unavailable.get(),
@@ -175,6 +183,12 @@ impl ConfigRepo {
     /// Nodes upgraded at once, in the environment files of the next commits.
     pub fn set_max_unavailable(&self, n: u32) {
         self.max_unavailable.set(n);
+    }
+
+    /// `[driver] prestage` (a duration, `"2h"`), in the environment files
+    /// of the next commits.
+    pub fn set_prestage(&self, prestage: &str) {
+        *self.prestage.borrow_mut() = Some(prestage.to_string());
     }
 
     /// Pin `env` to `version` in a commit (signed: a reviewed merge; unsigned: pushed past review) and push it.
