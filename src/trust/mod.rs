@@ -337,16 +337,16 @@ pub fn verify_loaded_commit<'a>(
     verdict.map_err(|r| refused(oid, r))
 }
 
+/// A commit's signature and the bytes it signs.
+type SignedParts = (Vec<u8>, Vec<u8>);
+
 /// The signature (`gpgsig` header) of a loaded commit and the data it
 /// signs, split exactly as libgit2's `git_commit_extract_signature` splits
 /// the object: `Some(None)` when it has none, `None` when the loaded commit
 /// cannot give its object's bytes back (a NUL byte in it, or no blank line
 /// after its header: libgit2's copies of both parts stop short) or the
 /// header is malformed, so the caller asks libgit2 itself.
-fn signed_parts_loaded(
-    commit: &git2::Commit<'_>,
-    size: usize,
-) -> Option<Option<(Vec<u8>, Vec<u8>)>> {
+fn signed_parts_loaded(commit: &git2::Commit<'_>, size: usize) -> Option<Option<SignedParts>> {
     let (header, message) = (commit.raw_header_bytes(), commit.message_raw_bytes());
     if header.len() + 1 + message.len() != size {
         return None;
@@ -364,7 +364,7 @@ fn signed_parts_loaded(
 /// that start with a space, is the signature; every other byte is signed,
 /// except the name of a line that starts with `field` but no space (libgit2
 /// skips it). `Err` where libgit2 says the header is malformed.
-fn extract_signature(buf: &[u8], field: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>, ()> {
+fn extract_signature(buf: &[u8], field: &[u8]) -> Result<Option<SignedParts>, ()> {
     let newline = |from: usize| {
         buf.get(from..)
             .and_then(|rest| rest.iter().position(|&b| b == b'\n'))

@@ -110,6 +110,18 @@ impl Fixture {
         )
     }
 
+    /// stage-1's signed confirmation of 1.13.0 on its own branch, soaked by NOW.
+    fn stage_1_confirmed(&self) -> String {
+        self.report(
+            STAGE_1,
+            "stage-1",
+            "1.13.0",
+            "confirmed",
+            (OLD, OLD),
+            Some("stage-1"),
+        )
+    }
+
     fn set(&self, branch: &str, commit: &str) {
         git(
             &self.repo,
@@ -202,14 +214,7 @@ fn warns(v: &Value, what: &[&str]) {
 #[test]
 fn a_merge_commit_hiding_a_failed_report_is_refused_and_named() {
     let f = Fixture::plain();
-    let confirmed = f.report(
-        STAGE_1,
-        "stage-1",
-        "1.13.0",
-        "confirmed",
-        (OLD, OLD),
-        Some("stage-1"),
-    );
+    let confirmed = f.stage_1_confirmed();
     let failed = f.report(
         STAGE_1,
         "stage-1",
@@ -448,14 +453,7 @@ fn huge_tree_commit(f: &Fixture, branch: &str, files: usize) -> String {
 #[test]
 fn a_status_branch_whose_tree_holds_400000_files_is_named_and_not_read() {
     let f = Fixture::plain();
-    f.report(
-        STAGE_1,
-        "stage-1",
-        "1.13.0",
-        "confirmed",
-        (OLD, OLD),
-        Some("stage-1"),
-    );
+    f.stage_1_confirmed();
     let flood = huge_tree_commit(&f, "drover/status.d/stage/flood", 400_000);
     f.production_pr();
     // The genuine confirmation still passes; the flood is named, not read.
@@ -494,14 +492,7 @@ fn check_reads_only_the_environments_its_gates_need() {
     let f = Fixture::new(|f| {
         line("stage/stage-1", "", &f.key("stage-1")) + &line("test/test-1", "", &f.key("rogue"))
     });
-    f.report(
-        STAGE_1,
-        "stage-1",
-        "1.13.0",
-        "confirmed",
-        (OLD, OLD),
-        Some("stage-1"),
-    );
+    f.stage_1_confirmed();
     // test-1's branch: an unsigned report, which would void the branch.
     let unsigned = commit_file_on(
         &f.repo,
