@@ -357,10 +357,9 @@ impl Events {
     /// Event would be and stay in the node's annotation and the status, but
     /// are not published: each Event is an API write, and at fleet size
     /// these two were a sixth of the agent's writes per node (2,000 for
-    /// 1,000 nodes, BENCHMARKS.md "Agent under load"); kured and the
-    /// Bottlerocket update operator publish per-node Events only for the
-    /// disruption too. Every Warning is published. Eviction passes are too
-    /// frequent for either.
+    /// 1,000 nodes, BENCHMARKS.md "Agent under load"), and an operator
+    /// reads a node's disruption from the two that remain. Every Warning is
+    /// published. Eviction passes are too frequent for either.
     pub async fn on_action(&self, action: &Action) {
         let (sev, reason, note) = match action {
             Action::Cordon { progress, .. } => (
