@@ -932,7 +932,8 @@ pub fn env_evidence(
     let since = DateTime::from_timestamp(repo.find_commit(applied)?.time().seconds(), 0)
         .unwrap_or(DateTime::<Utc>::MIN_UTC);
     let mut evidence = GitEvidence::new(repo, applied, now);
-    let conf = evidence.confirmations(&snap.policy)?;
+    // The wave gate weighs `env`'s own clusters only: their branches are read.
+    let conf = evidence.confirmations_of(&snap.policy, &BTreeSet::from([env.to_owned()]))?;
     let out = evidence_of(conf, snap.config.clusters(env), env, version);
     Ok(Some((out, since)))
 }
