@@ -31,7 +31,7 @@ pub struct SignerEntry {
 impl SignerEntry {
     /// Whether `sig` is this entry's key's signature of `msg` in `sig`'s own
     /// namespace: `ssh_key`'s check, with an Ed25519 key's point decoded
-    /// once per entry rather than once per signature (a tenth of a status
+    /// once per entry rather than once per signature (about 5 % of a status
     /// read's time). Other keys, and signatures with reserved bytes, go
     /// through `ssh_key` as they are.
     pub fn verifies(&self, msg: &[u8], sig: &ssh_key::SshSig) -> bool {
