@@ -516,7 +516,6 @@ impl Confirmations {
 /// older layout, each local or `origin/` (see [`super::find_store`]). The
 /// first-seen record of an agent's cache is used when the repository has
 /// one ([`crate::source::seen::StatusSeen`]).
-///
 pub fn read_confirmations(
     repo: &Repository,
     branch: &str,

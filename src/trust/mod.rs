@@ -299,24 +299,11 @@ pub fn verify_commit_seen<'a>(
     verify_commit_inner(repo, oid, signers.into(), Some(seen))
 }
 
-/// [`verify_commit`] (with [`verify_commit_seen`]'s `seen` when known) of a
-/// commit whose committer time (seconds since the epoch) the caller has
-/// read already: the status reader, which checks every commit of a branch.
-pub fn verify_commit_dated<'a>(
-    repo: &Repository,
-    oid: Oid,
-    signers: impl Into<Signers<'a>>,
-    time: i64,
-    seen: Option<i64>,
-) -> Result<Verified, Error> {
-    let (sig, data) = signed_parts(repo, oid)?;
-    verify_buffer(oid, &sig, &data, time, seen, signers.into()).map_err(|r| refused(oid, r))
-}
-
-/// [`verify_commit_dated`] of a commit the caller has loaded, whose object
-/// is `size` bytes (from its header): its signature is taken from the
-/// loaded commit rather than by reading the object again, as libgit2 takes
-/// it ([`signed_parts_loaded`]).
+/// [`verify_commit`] (with [`verify_commit_seen`]'s `seen` when known) of
+/// a commit the status reader has loaded, with its committer time (seconds
+/// since the epoch) and its object's size (from its header): the signature
+/// is taken from the loaded commit rather than by reading the object again,
+/// as libgit2 takes it ([`signed_parts_loaded`]).
 pub fn verify_loaded_commit<'a>(
     repo: &Repository,
     commit: &git2::Commit<'_>,
@@ -326,15 +313,15 @@ pub fn verify_loaded_commit<'a>(
     seen: Option<i64>,
 ) -> Result<Verified, Error> {
     let oid = commit.id();
-    let verdict = match signed_parts_loaded(commit, size) {
-        Some(Some((sig, data))) => verify_buffer(oid, &sig, &data, time, seen, signers.into()),
-        Some(None) => Err(Reason::Unsigned),
+    let (sig, data) = match signed_parts_loaded(commit, size) {
+        Some(Some(parts)) => parts,
+        Some(None) => return Err(refused(oid, Reason::Unsigned)),
         None => {
             let (sig, data) = signed_parts(repo, oid)?;
-            verify_buffer(oid, &sig, &data, time, seen, signers.into())
+            (sig.to_vec(), data.to_vec())
         }
     };
-    verdict.map_err(|r| refused(oid, r))
+    verify_buffer(oid, &sig, &data, time, seen, signers.into()).map_err(|r| refused(oid, r))
 }
 
 /// A commit's signature and the bytes it signs.

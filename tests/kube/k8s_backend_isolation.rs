@@ -183,6 +183,47 @@ async fn a_failing_pod_list_and_a_refused_eviction_hold_only_their_nodes() {
     sim.shutdown().await;
 }
 
+/// A one-node pool's backend behind a proxy that answers 500 ("leader
+/// changed") to every DELETE whose path `refuses` accepts, driven until two
+/// were refused: the give-back tests then look at what the node kept.
+struct DeletesRefused {
+    proxy: ApiProxy,
+    cluster: KubeCluster,
+    engine: drover::rollout::Engine<drover::rollout::SystemClock>,
+    out: drover::rollout::Outcome,
+}
+
+impl DeletesRefused {
+    async fn drive(
+        ns: &str,
+        policy: drover::rollout::Policy,
+        refuses: impl Fn(&str) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        let proxy = ApiProxy::start().await;
+        let deletes = proxy.answer(500, "etcdserver: leader changed", move |m, path, _| {
+            *m == Method::DELETE && refuses(path)
+        });
+        let cluster = KubeCluster::new(proxy.config(), kube_options(ns))
+            .await
+            .expect("backend starts");
+        let engine = engine(policy);
+        let out = drive(
+            &engine,
+            &cluster,
+            &open_window(),
+            Duration::from_secs(60),
+            move |_| deletes.hits() >= 2,
+        )
+        .await;
+        DeletesRefused {
+            proxy,
+            cluster,
+            engine,
+            out,
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_give_back_deletes_the_running_job_first_and_retries_until_it_can() {
     let (client, ns) = setup("giveback-order").await;
@@ -191,27 +232,16 @@ async fn a_give_back_deletes_the_running_job_first_and_retries_until_it_can() {
     // The node never comes back from its reboot: its Job stays active, and
     // node_timeout gives the node back failed while its driver still runs.
     sim.set_fault(&node, Fault::NeverReady);
-    let proxy = ApiProxy::start().await;
     let jobs_path = format!("/apis/batch/v1/namespaces/{}/jobs/", ns.name());
-    let deletes = proxy.answer(500, "etcdserver: leader changed", move |m, path, _| {
-        *m == Method::DELETE && path.starts_with(&jobs_path)
-    });
-    let cluster = KubeCluster::new(proxy.config(), kube_options(ns.name()))
-        .await
-        .expect("backend starts");
-    let engine = engine(policy(
-        "1.13.0",
-        1,
-        Duration::from_secs(5),
-        Duration::from_secs(6),
-    ));
-    let tried = deletes.clone();
-    let out = drive(
-        &engine,
-        &cluster,
-        &open_window(),
-        Duration::from_secs(60),
-        move |_| tried.hits() >= 2,
+    let DeletesRefused {
+        proxy,
+        cluster,
+        engine,
+        out,
+    } = DeletesRefused::drive(
+        ns.name(),
+        policy("1.13.0", 1, Duration::from_secs(5), Duration::from_secs(6)),
+        move |path| path.starts_with(&jobs_path),
     )
     .await;
     // Tried twice, refused twice: still out of service, with its in-flight
@@ -284,29 +314,19 @@ async fn a_completed_node_keeps_its_cordon_until_its_jobs_go_in_one_request() {
     let (client, ns) = setup("giveback-all").await;
     let sim = start_sim(&client, pool_options(ns.name(), 1)).await;
     let node = sim.node_names()[0].clone();
-    let proxy = ApiProxy::start().await;
     // The collection itself, not one Job: a DELETE per Job would pass.
     let collection = format!("/apis/batch/v1/namespaces/{}/jobs", ns.name());
-    let deletes = proxy.answer(500, "etcdserver: leader changed", move |m, path, _| {
-        *m == Method::DELETE && path == collection
-    });
-    let cluster = KubeCluster::new(proxy.config(), kube_options(ns.name()))
-        .await
-        .expect("backend starts");
     let minute = Duration::from_secs(60);
-    let engine = engine(drover::rollout::Policy {
+    let policy = drover::rollout::Policy {
         prepare: true,
         ..policy("1.13.0", 1, minute, minute)
-    });
-    let tried = deletes.clone();
-    let out = drive(
-        &engine,
-        &cluster,
-        &open_window(),
-        Duration::from_secs(60),
-        move |_| tried.hits() >= 2,
-    )
-    .await;
+    };
+    let DeletesRefused {
+        proxy,
+        cluster,
+        engine,
+        out,
+    } = DeletesRefused::drive(ns.name(), policy, move |path| path == collection).await;
     let nodes: Api<Node> = Api::all(client.clone());
     let jobs: Api<Job> = Api::namespaced(client.clone(), ns.name());
     let live = || async {
