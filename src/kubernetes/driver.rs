@@ -12,11 +12,12 @@
 use super::node::ObservedNode;
 use super::objects::{
     attempt_label, job_finished, label_version, run_job_name, ACTION_ANNOTATION, ATTEMPT_LABEL,
-    MANAGED_BY_LABEL, MANAGED_BY_VALUE, NODE_LABEL, TARGET_VERSION_LABEL,
+    MANAGED_BY_LABEL, MANAGED_BY_VALUE, NODE_LABEL, RUN_VERSION_ANNOTATION, STARTED_AT_ANNOTATION,
+    TARGET_VERSION_LABEL,
 };
 use super::observe::Observer;
 use super::{is_status, Error, KubeOptions};
-use crate::cluster::NodeProgress;
+use crate::cluster::{NodeProgress, ANN_ATTEMPTS, ANN_PREVIOUS};
 use crate::config::DriverSpec;
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -153,11 +154,19 @@ pub fn upgrade_job(
         "namespace": opts.namespace,
         "labels": labels,
         "annotations": {
-            "drover.dev/target": target,
-            "drover.dev/started-at": p.started_at.to_rfc3339(),
+            RUN_VERSION_ANNOTATION: target,
+            STARTED_AT_ANNOTATION: p.started_at.to_rfc3339(),
             ACTION_ANNOTATION: p.run_action(),
         },
     });
+    // The rest of the record it was started for: a prepare's record is
+    // its Job only (`objects::run_seen`, `cluster::effective`).
+    if p.attempts > 0 {
+        metadata["annotations"][ANN_ATTEMPTS] = json!(p.attempts.to_string());
+    }
+    if let Some(v) = &p.previous {
+        metadata["annotations"][ANN_PREVIOUS] = json!(v.to_string());
+    }
     if let Some(o) = owner {
         metadata["ownerReferences"] = o;
     }
