@@ -41,15 +41,18 @@
 //! node back (`uncordon`, or `set_progress` to `blocked`, `failed`,
 //! `watching` or none) the node's drover Jobs are deleted (propagation
 //! Background; the observation forgets them at once, so a deleted prepare
-//! Job the watch still shows is no one's record): every one when its record is cleared or its watch begins
-//! (the run is over: one `deletecollection` by the node's label, which
-//! takes its prepare and upgrade Jobs in one request), each of those still
-//! running, one by one, when it is given back blocked or
+//! Job the watch still shows is no one's record): every one when its
+//! record is cleared or its watch begins (the run is over: one
+//! `deletecollection` by the node's label, which takes its prepare and
+//! upgrade Jobs in one request), each of those still running, one by one,
+//! when it is given back blocked or
 //! failed (finished ones are kept for inspection until their
 //! `ttlSecondsAfterFinished`). A delete that fails fails the give-back: the
 //! node keeps its in-flight record and its cordon, so the engine gives it
 //! back again on its next pass until the Jobs are gone, and a late driver
-//! can never reboot a node that is back in service.
+//! can never reboot a node that is back in service. A running Job that is
+//! the node's only record of its state is recorded on the node by the
+//! engine before such a give-back ([`crate::rollout::Action::Record`]).
 
 pub mod cordon;
 pub mod drain;

@@ -8,7 +8,8 @@
 //! record cleared) and the `Upgraded` Event. `preparing` and `upgrading`
 //! are the Jobs themselves (`drover::cluster::effective`), and the drain's
 //! `Draining` is logged, not published. Counted from the API server's
-//! audit log by the agent's own User-Agent.
+//! audit log by the agent's own User-Agent. Without `prepare`, five: no
+//! prepare Job.
 //!
 //! An agent killed while the node prepares (a prepare Job, no record on the
 //! node) or while it upgrades (`draining` on the node, its upgrade Job
@@ -137,17 +138,23 @@ async fn jobs_of(client: &Client, ns: &str, node: &str) -> Vec<Job> {
         .collect()
 }
 
-#[tokio::test]
-async fn a_node_upgrade_with_prepare_writes_six_times_besides_its_evictions() {
-    const UA: &str = "drover-test-writes/1";
+/// One node's upgrade to 1.13.0 by an agent sending `user_agent`, its
+/// config changed by `change`: the writes about the node (landed), and
+/// the node's Event reasons.
+async fn upgrade_one_node(
+    prefix: &str,
+    user_agent: &str,
+    change: impl FnOnce(&ConfigRepo, &str),
+) -> (BTreeMap<String, usize>, Vec<String>) {
     let cp = ControlPlane::get();
     let (client, ns, sim, node, repo) =
-        one_node("writes-six", Duration::from_secs(1), Duration::ZERO).await;
-    let agent = start_agent(&repo, ns.name(), "agent-w", UA).await;
+        one_node(prefix, Duration::from_secs(1), Duration::ZERO).await;
+    let agent = start_agent(&repo, ns.name(), "agent-w", user_agent).await;
     await_confirmed_at(&client, &ns, "1.12.0").await;
 
     let from = Utc::now();
-    bump(&repo, &agent).await;
+    change(&repo, ns.name());
+    assert_eq!(agent.webhook().await, 202);
     await_node(
         &client,
         &node,
@@ -181,18 +188,36 @@ async fn a_node_upgrade_with_prepare_writes_six_times_besides_its_evictions() {
     agent.stop();
 
     let log = cp.audited(&client).await;
-    let (landed, refused) = node_writes(&log, UA, from, ns.name(), &node);
+    let (landed, refused) = node_writes(&log, user_agent, from, ns.name(), &node);
     let all: usize = log
         .iter()
-        .filter(|a| a.user_agent.starts_with(UA) && a.received >= from && a.is_write())
+        .filter(|a| a.user_agent.starts_with(user_agent) && a.received >= from && a.is_write())
         .filter(|a| a.resource != "leases" && a.resource != "pods/eviction")
         .count();
     println!(
-        "writes of one node's upgrade, besides evictions: {landed:?}; refused (conflicts, \
-         retried): {refused:?}; every write of the agent meanwhile (status object and its \
-         Events included, leases and evictions apart): {all}"
+        "{prefix}: writes of one node's upgrade, besides evictions: {landed:?}; refused \
+         (conflicts, retried): {refused:?}; every write of the agent meanwhile (status object \
+         and its Events included, leases and evictions apart): {all}"
     );
-    let want: BTreeMap<String, usize> = [
+    // Its work done, rebooted once, no Job left.
+    assert_eq!(sim.upgrades_started(&node), 1);
+    assert!(jobs_of(&client, ns.name(), &node).await.is_empty());
+    let reasons = reasons().await;
+    sim.shutdown().await;
+    (landed, reasons)
+}
+
+fn counts(of: &[(&str, usize)]) -> BTreeMap<String, usize> {
+    of.iter().map(|(k, n)| (k.to_string(), *n)).collect()
+}
+
+#[tokio::test]
+async fn a_node_upgrade_with_prepare_writes_six_times_besides_its_evictions() {
+    let (landed, reasons) = upgrade_one_node("writes-six", "drover-test-writes/1", |repo, _| {
+        repo.bump("test", "1.13.0", true);
+    })
+    .await;
+    let want = counts(&[
         // The prepare Job and the upgrade Job: the records of `preparing`
         // and `upgrading`.
         ("create jobs", 2),
@@ -202,18 +227,37 @@ async fn a_node_upgrade_with_prepare_writes_six_times_besides_its_evictions() {
         ("deletecollection jobs", 1),
         // `Upgraded`: the drain's `Draining` is logged only.
         ("create events", 1),
-    ]
-    .into_iter()
-    .map(|(k, n)| (k.to_string(), n))
-    .collect();
-    assert_eq!(landed, want, "refused meanwhile: {refused:?}");
-    assert!(landed.values().sum::<usize>() <= 6);
-    assert_eq!(reasons().await, ["Upgraded"]);
-    // Its work done: downloaded once before the drain, rebooted once.
-    assert_eq!(sim.downloads(&node), (1, 0));
-    assert_eq!(sim.upgrades_started(&node), 1);
-    assert!(jobs_of(&client, ns.name(), &node).await.is_empty());
-    sim.shutdown().await;
+    ]);
+    assert_eq!(landed, want);
+    assert_eq!(landed.values().sum::<usize>(), 6);
+    assert_eq!(reasons, ["Upgraded"]);
+}
+
+#[tokio::test]
+async fn a_node_upgrade_without_prepare_writes_five_times_besides_its_evictions() {
+    let (landed, reasons) =
+        upgrade_one_node("writes-five", "drover-test-writes-noprep/1", |repo, ns| {
+            let selector = EnvSpec::test_pool(ns).selector;
+            repo.set_env_text(
+                "test",
+                &format!(
+                    "version = \"1.13.0\"\n\n[window]\nschedule = \"0 2 1 * *\"\nduration = \"6h\"\n\
+                     timezone = \"UTC\"\n\n[rollout]\nmax_unavailable = 1\ndrain_timeout = \"5m\"\n\
+                     node_timeout = \"10m\"\nnode_selector = \"{selector}\"\n\n[promotion]\n\
+                     soak = \"0s\"\n\n[driver]\nprepare = false\n"
+                ),
+                "test: move to 1.13.0, no download before the drain",
+            );
+        })
+        .await;
+    let want = counts(&[
+        ("create jobs", 1),
+        ("patch nodes", 2),
+        ("deletecollection jobs", 1),
+        ("create events", 1),
+    ]);
+    assert_eq!(landed, want);
+    assert_eq!(reasons, ["Upgraded"]);
 }
 
 #[tokio::test]
