@@ -208,6 +208,9 @@ fn draining_evicts_then_starts_the_upgrade_then_blocks_on_timeout() {
     let d = decide(&p, &open(), std::slice::from_ref(&n), t("03:05"));
     assert_eq!(kinds(&d), [("evict", "a".into())]);
     assert_eq!(d.wake_at, Some(t("03:20")));
+    // Its `Draining` is no Event: the status says it.
+    assert_eq!(d.state, RolloutState::Rolling);
+    assert_eq!(d.message, "draining: a");
 
     n.pods_to_evict = 0;
     let d = decide(&p, &open(), std::slice::from_ref(&n), t("03:06"));

@@ -42,6 +42,7 @@ pub(super) fn draining(
     t.wake.at(deadline);
     t.in_flight += 1;
     t.unavailable += 1;
+    t.draining.push(n.name.clone());
     let message = held::message_for(p, hold);
     if n.fault.is_some() {
         // Its pods could not be listed: neither evict nor upgrade on a
@@ -107,6 +108,17 @@ pub(super) fn fail(
         uncordon,
     });
     actions
+}
+
+/// The rolling message while nodes are drained or download before their
+/// drain (`prepare::message`): which ones, as the status object tells it.
+pub(super) fn message(t: &Tally<'_>) -> Option<String> {
+    let draining = (!t.draining.is_empty()).then(|| format!("draining: {}", t.draining.join(", ")));
+    let said: Vec<String> = draining
+        .into_iter()
+        .chain(super::prepare::message(t))
+        .collect();
+    (!said.is_empty()).then(|| super::health::bounded(said.join("; ")))
 }
 
 /// The drain did not finish in time: give the node back, blocked.
