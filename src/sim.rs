@@ -736,12 +736,17 @@ impl Cluster for Sim {
         }) {
             return Ok(());
         }
-        if n.runs.iter().any(|r| {
-            r.deleted
-                && r.target == version
-                && r.attempt == progress.started_at
-                && r.action == action
-        }) {
+        // A run deleted by a give-back is over: one that moves the node
+        // must never be started again for the same attempt (a prepare may:
+        // a node given back while preparing prepares again).
+        if action != "prepare"
+            && n.runs.iter().any(|r| {
+                r.deleted
+                    && r.target == version
+                    && r.attempt == progress.started_at
+                    && r.action == action
+            })
+        {
             s.violations.push(format!(
                 "{now}: a second {action} run on {node} for the attempt of {}",
                 progress.started_at

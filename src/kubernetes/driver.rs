@@ -257,7 +257,7 @@ pub async fn cleanup(obs: &Observer, node: &str, all: bool) -> Result<(), Error>
                 })
             }
         }
-        obs.deleted_job(&name);
+        obs.deleted_job(&job);
     }
     Ok(())
 }
@@ -270,11 +270,10 @@ pub async fn cleanup(obs: &Observer, node: &str, all: bool) -> Result<(), Error>
 /// node can match; none is sent when the stores know of no Job of the node
 /// still to delete (no request for a node that never had one).
 async fn cleanup_all(obs: &Observer, node: &str) -> Result<(), Error> {
-    let known: Vec<String> = obs
+    let known: Vec<std::sync::Arc<Job>> = obs
         .jobs_of(node)
-        .iter()
+        .into_iter()
         .filter(|j| j.metadata.deletion_timestamp.is_none())
-        .map(|j| j.name_any())
         .collect();
     if known.is_empty() {
         return Ok(());
@@ -294,14 +293,11 @@ async fn cleanup_all(obs: &Observer, node: &str) -> Result<(), Error> {
         })?;
     // The answer lists what the server deleted; the overlay may also hold a
     // Job of ours the server already had gone: forget both.
-    let mut names: Vec<String> = deleted
-        .left()
-        .map(|list| list.items.iter().map(|j| j.name_any()).collect())
-        .unwrap_or_default();
+    let deleted: Vec<Job> = deleted.left().map(|list| list.items).unwrap_or_default();
+    let names: Vec<String> = deleted.iter().map(|j| j.name_any()).collect();
     tracing::info!(node, jobs = ?names, "upgrade Jobs deleted");
-    names.extend(known);
-    for name in &names {
-        obs.deleted_job(name);
+    for job in deleted.iter().chain(known.iter().map(|j| j.as_ref())) {
+        obs.deleted_job(job);
     }
     Ok(())
 }

@@ -53,9 +53,11 @@ pub struct Observer {
     // cordon a node twice or start more nodes than the budget allows.
     node_overlay: Mutex<HashMap<String, Arc<ObservedNode>>>,
     job_overlay: Mutex<HashMap<String, Arc<Job>>>,
-    // Jobs we deleted, and when, until the watch shows them gone: a Job is
-    // a node's record of `preparing` (`cluster::effective`), so a deleted
-    // one the store still holds must not bring that state back.
+    // The UIDs of Jobs we deleted, and when, until the watch shows them
+    // gone: a Job is a node's record of `preparing` (`cluster::effective`),
+    // so a deleted one the store still holds must not bring that state
+    // back. By UID: a Job created again under the same name (an attempt
+    // started at the same instant) is a new record.
     deleted_jobs: Mutex<HashMap<String, Instant>>,
     /// Per draining node, UIDs of pods this process evicted, so a pass never
     /// evicts a pod twice while the watch has not shown its deletionTimestamp yet.
@@ -351,14 +353,26 @@ impl Observer {
     }
 
     /// Forget a Job we deleted.
-    pub(crate) fn deleted_job(&self, name: &str) {
-        lock(&self.job_overlay).remove(name);
-        lock(&self.deleted_jobs).insert(name.to_string(), Instant::now());
+    pub(crate) fn deleted_job(&self, job: &Job) {
+        let name = job.name_any();
+        let uid = job.uid();
+        let mut overlay = lock(&self.job_overlay);
+        if overlay.get(&name).is_some_and(|o| o.uid() == uid) {
+            overlay.remove(&name);
+        }
+        drop(overlay);
+        if let Some(uid) = uid {
+            lock(&self.deleted_jobs).insert(uid, Instant::now());
+        }
+    }
+
+    fn deleted_by_us(&self, job: &Job) -> bool {
+        job.uid()
+            .is_some_and(|uid| lock(&self.deleted_jobs).contains_key(&uid))
     }
 
     fn is_deleted(&self, job: &Job) -> bool {
-        job.metadata.deletion_timestamp.is_some()
-            || lock(&self.deleted_jobs).contains_key(&job.name_any())
+        job.metadata.deletion_timestamp.is_some() || self.deleted_by_us(job)
     }
 
     /// The newest copy of node `name` we know of: the store's or our own write's.
@@ -416,11 +430,13 @@ impl Observer {
             .get(&ObjectRef::new(name).within(&self.opts.namespace));
         let mut overlay = lock(&self.job_overlay);
         match stored {
-            Some(s) => {
+            Some(s) if !self.deleted_by_us(&s) => {
                 overlay.remove(name);
                 Some(s)
             }
-            None => overlay.get(name).cloned(),
+            // A copy we deleted (the watch has not shown it gone): only a
+            // Job created since under the same name is one.
+            _ => overlay.get(name).cloned(),
         }
     }
 
@@ -428,8 +444,7 @@ impl Observer {
     /// ones we deleted.
     pub(crate) fn jobs_of(&self, node: &str) -> Vec<Arc<Job>> {
         let of_node = |j: &Job| {
-            j.labels().get(NODE_LABEL).map(String::as_str) == Some(node)
-                && !lock(&self.deleted_jobs).contains_key(&j.name_any())
+            j.labels().get(NODE_LABEL).map(String::as_str) == Some(node) && !self.deleted_by_us(j)
         };
         let mut jobs: Vec<Arc<Job>> = self
             .jobs
@@ -611,8 +626,9 @@ impl Observer {
     fn runs(&self) -> HashMap<String, Vec<RunSeen>> {
         let stored = self.jobs.state();
         let names: HashSet<String> = stored.iter().map(|j| j.name_any()).collect();
+        let uids: HashSet<String> = stored.iter().filter_map(|j| j.uid()).collect();
         lock(&self.deleted_jobs)
-            .retain(|name, at| names.contains(name) || at.elapsed() < Duration::from_secs(60));
+            .retain(|uid, at| uids.contains(uid) || at.elapsed() < Duration::from_secs(60));
         let created: Vec<Arc<Job>> = lock(&self.job_overlay)
             .values()
             .filter(|j| !names.contains(&j.name_any()))
