@@ -47,14 +47,15 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use drover::agent::crd::DroverStatus;
-use drover::cluster::ANN_STATE;
 use hmac::{Hmac, Mac};
 use kube::api::Api;
 use kube::runtime::wait::await_condition;
 use kube::ResourceExt;
 use sha2::Sha256;
 use support::agent::*;
-use support::backend::{pool_options, start_sim, BudgetWatch, NodeWatch, POOL_LABEL};
+use support::backend::{
+    job_run, pool_options, start_sim, BudgetWatch, JobWatch, NodeWatch, POOL_LABEL,
+};
 use support::kube::{node_ready, Audited, ControlPlane, TestNamespace};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -110,7 +111,8 @@ fn rss_sampler(pid: u32) -> (Arc<AtomicBool>, tokio::task::JoinHandle<u64>) {
 struct Steps {
     /// `spec.unschedulable` first true: drover took it out of service.
     cordoned: Option<Instant>,
-    /// drover recorded `upgrading`: the drain ended, the Job was created.
+    /// Its upgrade Job appeared (drover's record of `upgrading`): the drain
+    /// ended, the Job was created.
     upgrading: Option<Instant>,
     /// NotReady: the simulator took the Job and rebooted it.
     down: Option<Instant>,
@@ -124,15 +126,25 @@ struct Steps {
 struct Timeline {
     nodes: Arc<Mutex<HashMap<String, Steps>>>,
     _watch: NodeWatch,
+    _jobs: JobWatch,
 }
 
 impl Timeline {
     async fn start(client: &kube::Client, ns: &str, target: &str) -> Timeline {
         let nodes = Arc::new(Mutex::new(HashMap::<String, Steps>::new()));
+        let jobs = {
+            let seen = nodes.clone();
+            JobWatch::start(client, ns, move |j, now| {
+                if let Some((node, false)) = job_run(j) {
+                    let mut g = seen.lock().unwrap();
+                    g.entry(node).or_default().upgrading.get_or_insert(now);
+                }
+            })
+            .await
+        };
         let (seen, target) = (nodes.clone(), format!(" {target} "));
         let watch = NodeWatch::start(client, ns, move |n, now| {
             let cordoned = n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
-            let upgrading = n.annotations().get(ANN_STATE).map(String::as_str) == Some("upgrading");
             let ready = node_ready(n) == Some("True");
             let at_target = n
                 .status
@@ -143,9 +155,6 @@ impl Timeline {
             let st = g.entry(n.name_any()).or_default();
             if cordoned && st.cordoned.is_none() {
                 st.cordoned = Some(now);
-            }
-            if upgrading && st.upgrading.is_none() {
-                st.upgrading = Some(now);
             }
             if st.cordoned.is_some() && !ready && st.down.is_none() {
                 st.down = Some(now);
@@ -161,6 +170,7 @@ impl Timeline {
         Timeline {
             nodes,
             _watch: watch,
+            _jobs: jobs,
         }
     }
 

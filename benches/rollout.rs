@@ -75,6 +75,7 @@ fn nodes(n: usize) -> Vec<NodeView> {
                 retry: false,
                 pods_to_evict: 0,
                 budgets_allow_drain: false,
+                from_run: false,
                 fault: None,
                 rolled_back: Vec::new(),
             }

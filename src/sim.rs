@@ -27,7 +27,8 @@ mod drive;
 pub use drive::{drive, drive_in_waves, DriveReport, Timeline, WaveSchedule};
 
 use crate::cluster::{
-    apply_patch, encode_progress, Cluster, EvictionPass, NodeProgress, NodeView, UpgradeStatus,
+    apply_patch, encode_progress, Cluster, EvictionPass, NodeProgress, NodeView, ProgressState,
+    RunSeen, UpgradeStatus,
 };
 use crate::rollout::Clock;
 use crate::rollout::VirtualClock;
@@ -112,6 +113,11 @@ struct Run {
     action: &'static str,
     done_at: Option<DateTime<Utc>>,
     status: UpgradeStatus,
+    /// The record it was started for ([`RunSeen`]: its state lives on it).
+    record: NodeProgress,
+    /// Its Job was deleted by a give-back: no longer seen (kept here for
+    /// the invariants and the health faults).
+    deleted: bool,
 }
 
 /// One simulated node.
@@ -529,6 +535,19 @@ impl State {
 
     fn write(&mut self, node: &str, progress: Option<&NodeProgress>) -> Result<(), SimError> {
         let n = self.node(node)?;
+        // As the Kubernetes backend deletes Jobs before a give-back: every
+        // run once the node is done or watched, the running ones when it
+        // is given back blocked or failed.
+        let state = progress.map(|p| p.state);
+        for r in &mut n.runs {
+            r.deleted |= match state {
+                None | Some(ProgressState::Watching) => true,
+                Some(ProgressState::Blocked | ProgressState::Failed) => {
+                    r.status == UpgradeStatus::Running
+                }
+                _ => false,
+            };
+        }
         apply_patch(&mut n.annotations, &encode_progress(progress));
         Ok(())
     }
@@ -548,19 +567,14 @@ impl Cluster for Sim {
         Ok(s.nodes
             .values()
             .map(|n| {
-                let progress = NodeProgress::decode(&n.annotations);
-                let upgrade = match &progress {
-                    Ok(Some(p)) => n
-                        .runs
-                        .iter()
-                        .find(|r| {
-                            r.target == *p.run_version()
-                                && r.attempt == p.started_at
-                                && r.action == p.run_action()
-                        })
-                        .map_or(UpgradeStatus::NotStarted, |r| r.status.clone()),
-                    _ => UpgradeStatus::NotStarted,
-                };
+                let runs: Vec<RunSeen> = n
+                    .runs
+                    .iter()
+                    .filter(|r| !r.deleted)
+                    .map(|r| RunSeen::of(&r.record, r.status.clone()))
+                    .collect();
+                let effective =
+                    crate::cluster::effective(NodeProgress::decode(&n.annotations), &runs);
                 let unlisted = n.in_flight() && s.faulty(&n.name, CallFault::Observe, now);
                 NodeView {
                     name: n.name.clone(),
@@ -569,12 +583,13 @@ impl Cluster for Sim {
                     unschedulable: n.unschedulable,
                     rolled_back: crate::cluster::decode_rolled_back(&n.annotations)
                         .unwrap_or_default(),
-                    progress,
+                    progress: effective.progress,
                     retry: crate::cluster::retry_requested(&n.annotations),
                     // What a backend reports when the list failed: no count.
                     pods_to_evict: if unlisted { 0 } else { n.pods.len() },
                     fault: unlisted.then(|| "injected: its pods cannot be listed".to_string()),
-                    upgrade,
+                    upgrade: effective.upgrade,
+                    from_run: effective.from_run,
                     // The same test as an eviction's, for every pod left.
                     budgets_allow_drain: !unlisted
                         && n.pods.iter().all(|pod| {
@@ -713,13 +728,32 @@ impl Cluster for Sim {
         let n = s.node(node)?;
         let version = progress.run_version().clone();
         let action = progress.run_action();
-        if n.runs
-            .iter()
-            .any(|r| r.target == version && r.attempt == progress.started_at && r.action == action)
-        {
+        if n.runs.iter().any(|r| {
+            !r.deleted
+                && r.target == version
+                && r.attempt == progress.started_at
+                && r.action == action
+        }) {
             return Ok(());
         }
-        if progress.state == crate::cluster::ProgressState::Preparing {
+        // A run deleted by a give-back is over: one that moves the node
+        // must never be started again for the same attempt (a prepare may:
+        // a node given back while preparing prepares again).
+        if action != "prepare"
+            && n.runs.iter().any(|r| {
+                r.deleted
+                    && r.target == version
+                    && r.attempt == progress.started_at
+                    && r.action == action
+            })
+        {
+            s.violations.push(format!(
+                "{now}: a second {action} run on {node} for the attempt of {}",
+                progress.started_at
+            ));
+        }
+        let n = s.node(node)?;
+        if progress.state == ProgressState::Preparing {
             // The download: no reboot, no drain needed, done at once (the
             // simulated node has no repository that could lack the target).
             n.runs.push(Run {
@@ -728,6 +762,8 @@ impl Cluster for Sim {
                 action,
                 done_at: Some(now),
                 status: UpgradeStatus::Succeeded,
+                record: progress.clone(),
+                deleted: false,
             });
             return Ok(());
         }
@@ -756,11 +792,13 @@ impl Cluster for Sim {
             action,
             done_at,
             status: UpgradeStatus::Running,
+            record: progress.clone(),
+            deleted: false,
         });
         s.log.push(Event {
             at: now,
             node: node.into(),
-            kind: if progress.state == crate::cluster::ProgressState::RollingBack {
+            kind: if progress.state == ProgressState::RollingBack {
                 EventKind::RollbackStart(version)
             } else {
                 EventKind::DriverStart(version)
@@ -783,6 +821,7 @@ impl Cluster for Sim {
         } else {
             self.set_progress(node, Some(progress)).await?;
         }
+
         // One patch on a real cluster; one lock here, taken again at once.
         let mut s = self.lock();
         let n = s.node(node)?;

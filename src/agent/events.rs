@@ -1,7 +1,7 @@
 //! Kubernetes Events (events.k8s.io/v1) for every refusal and change of
-//! state: on the nodes for what drover did to them (taking one out of
-//! service, giving it back, every warning; the routine steps between are
-//! logged only, see [`Events::on_action`]), and on the status object for
+//! state: on the nodes for what drover did to them (the outcome of each
+//! node's upgrade and every warning; the routine steps before the outcome
+//! are logged only, see [`Events::on_action`]), and on the status object for
 //! the rollout and the config. Publishing is best effort and never holds
 //! the control loop: an Event is logged at once and queued (at most
 //! [`QUEUE`] waiting; past that it is dropped and counted in
@@ -350,25 +350,26 @@ impl Events {
     }
 
     /// The Event for an engine action on a node. A node's routine upgrade
-    /// publishes two: `Draining` when it leaves service and `Upgraded` (or
-    /// `HealthWatch` with `[health]`) when it is back. The steps between
-    /// that disrupt nothing, the download in service (`Preparing`) and the
-    /// upgrade Job's start (`UpgradeStarted`), are logged at info as an
-    /// Event would be and stay in the node's annotation and the status, but
-    /// are not published: each Event is an API write, and at fleet size
-    /// these two were a sixth of the agent's writes per node (2,000 for
-    /// 1,000 nodes, BENCHMARKS.md "Agent under load"), and an operator
-    /// reads a node's disruption from the two that remain. Every Warning is
-    /// published. Eviction passes are too frequent for either.
+    /// publishes one: its outcome, `Upgraded` (or `HealthWatch` with
+    /// `[health]`) when it is back. The routine steps before it, the
+    /// download in service (`Preparing`), the cordon and drain
+    /// (`Draining`) and the upgrade Job's start (`UpgradeStarted`), are
+    /// logged at info as an Event would be and shown on the node (its
+    /// cordon and record, the Jobs) and in the status, but are not
+    /// published: each Event is an API write, and at fleet size these
+    /// three were a quarter of the agent's writes per node (issue 25; BENCHMARKS.md
+    /// "Agent under load"). What needs a person is published: a drain
+    /// PodDisruptionBudgets hold back (`EvictionRefused`), and every
+    /// Warning (`DrainBlocked` at its timeout, `UpgradeFailed`, ...).
+    /// Eviction passes are too frequent for either.
     pub async fn on_action(&self, action: &Action) {
         let (sev, reason, note) = match action {
-            Action::Cordon { progress, .. } => (
-                Severity::Normal,
-                "Draining",
-                format!("cordoned and draining to move to {}", progress.target),
-            ),
             // Routine steps inside a node's upgrade are logged, not
             // published: see [`Events::on_action`].
+            Action::Cordon { progress, .. } => {
+                let note = format!("cordoned and draining to move to {}", progress.target);
+                return log_only(action.node(), "Draining", &note);
+            }
             Action::Prepare { progress, .. } => {
                 let note = format!(
                     "downloading {} before the drain; the node stays in service",
@@ -378,7 +379,9 @@ impl Events {
             }
             // Eviction passes are too frequent; a hold's note has its own
             // Event (`NodeHeld`, published with the outcome's holds).
-            Action::Evict { .. } | Action::Note { .. } => return,
+            // A run's state written before its give-back: the give-back's
+            // own Event follows.
+            Action::Evict { .. } | Action::Note { .. } | Action::Record { .. } => return,
             Action::StartUpgrade { progress, .. } if progress.run_action() == "rollback" => (
                 Severity::Warning,
                 "RollbackStarted",

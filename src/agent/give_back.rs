@@ -146,6 +146,7 @@ mod tests {
             retry: false,
             pods_to_evict: 0,
             budgets_allow_drain: false,
+            from_run: false,
             upgrade: UpgradeStatus::NotStarted,
             fault: None,
             rolled_back: Vec::new(),

@@ -7,19 +7,28 @@
 //! functions ([`encode_progress`], [`NodeProgress::decode`]) so that the
 //! simulation behaves exactly like a real cluster.
 //!
+//! Two states are not written on the node: a driver run's Job is itself
+//! the record of `preparing` and `upgrading` (`run.rs`, [`effective`]), so a
+//! node's routine upgrade patches it twice (cordon, give-back).
+//!
 //! Every method may be repeated: the engine can crash between two calls,
 //! or after a call took effect but before it saw the answer, and will then
 //! issue the same call again from what it observes.
 
+mod run;
+
 pub use crate::health::observe::{NodeSeen, PodSeen};
 use chrono::{DateTime, SecondsFormat, Utc};
+pub use run::{effective, Effective, RunSeen};
 use semver::Version;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::future::Future;
 
-/// Annotation: drover's state for the node (`preparing`, `draining`,
-/// `upgrading`, `watching`, `passed`, `blocked`, `failed`, `rolling-back`).
+/// Annotation: drover's state for the node (`draining`, `watching`,
+/// `passed`, `blocked`, `failed`, `rolling-back`; `preparing` and
+/// `upgrading` are the driver run's Job (`run.rs`), and written only when a
+/// give-back deletes that Job while it runs, or by older agents).
 pub const ANN_STATE: &str = "drover.dev/state";
 /// Annotation: the version the node is being moved to.
 pub const ANN_TARGET: &str = "drover.dev/target";
@@ -406,6 +415,11 @@ pub struct NodeView {
     pub pods_to_evict: usize,
     /// The driver's run for the current attempt.
     pub upgrade: UpgradeStatus,
+    /// `progress` is what a driver run stands for (`preparing`, or
+    /// `upgrading` on a `draining` record), not written on the node: a
+    /// give-back that deletes that run while it runs records it first
+    /// ([`effective`]).
+    pub from_run: bool,
     /// Read for blocked nodes only: every PodDisruptionBudget covering the
     /// pods a drain would evict allows a disruption now, so a retry need not
     /// wait out its backoff.
@@ -431,7 +445,8 @@ fn ser_progress<S: serde::Serializer>(
 }
 
 impl NodeView {
-    /// A node view whose progress and retry flag come from its annotations.
+    /// A node view whose progress and retry flag come from its annotations
+    /// and its driver runs ([`effective`]).
     pub fn from_annotations(
         name: impl Into<String>,
         version: Option<Version>,
@@ -439,14 +454,19 @@ impl NodeView {
         unschedulable: bool,
         annotations: &BTreeMap<String, String>,
         pods_to_evict: usize,
-        upgrade: UpgradeStatus,
+        runs: &[RunSeen],
     ) -> Self {
-        let (progress, rolled_back) = match decode_rolled_back(annotations) {
+        let (record, rolled_back) = match decode_rolled_back(annotations) {
             Ok(list) => (NodeProgress::decode(annotations), list),
             // Unreadable: the node is skipped and reported, like any
             // unreadable record of drover's.
             Err(e) => (Err(e), Vec::new()),
         };
+        let Effective {
+            progress,
+            upgrade,
+            from_run,
+        } = effective(record, runs);
         NodeView {
             name: name.into(),
             version,
@@ -456,6 +476,7 @@ impl NodeView {
             retry: retry_requested(annotations),
             pods_to_evict,
             upgrade,
+            from_run,
             budgets_allow_drain: false,
             fault: None,
             rolled_back,

@@ -12,11 +12,12 @@
 use super::node::ObservedNode;
 use super::objects::{
     attempt_label, job_finished, label_version, run_job_name, ACTION_ANNOTATION, ATTEMPT_LABEL,
-    MANAGED_BY_LABEL, MANAGED_BY_VALUE, NODE_LABEL, TARGET_VERSION_LABEL,
+    MANAGED_BY_LABEL, MANAGED_BY_VALUE, NODE_LABEL, RUN_VERSION_ANNOTATION, STARTED_AT_ANNOTATION,
+    TARGET_VERSION_LABEL,
 };
 use super::observe::Observer;
 use super::{is_status, Error, KubeOptions};
-use crate::cluster::NodeProgress;
+use crate::cluster::{NodeProgress, ANN_ATTEMPTS, ANN_PREVIOUS};
 use crate::config::DriverSpec;
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -153,11 +154,19 @@ pub fn upgrade_job(
         "namespace": opts.namespace,
         "labels": labels,
         "annotations": {
-            "drover.dev/target": target,
-            "drover.dev/started-at": p.started_at.to_rfc3339(),
+            RUN_VERSION_ANNOTATION: target,
+            STARTED_AT_ANNOTATION: p.started_at.to_rfc3339(),
             ACTION_ANNOTATION: p.run_action(),
         },
     });
+    // The rest of the record it was started for: a prepare's record is
+    // its Job only (`objects::run_seen`, `cluster::effective`).
+    if p.attempts > 0 {
+        metadata["annotations"][ANN_ATTEMPTS] = json!(p.attempts.to_string());
+    }
+    if let Some(v) = &p.previous {
+        metadata["annotations"][ANN_PREVIOUS] = json!(v.to_string());
+    }
     if let Some(o) = owner {
         metadata["ownerReferences"] = o;
     }
@@ -248,7 +257,7 @@ pub async fn cleanup(obs: &Observer, node: &str, all: bool) -> Result<(), Error>
                 })
             }
         }
-        obs.deleted_job(&name);
+        obs.deleted_job(&job);
     }
     Ok(())
 }
@@ -261,11 +270,10 @@ pub async fn cleanup(obs: &Observer, node: &str, all: bool) -> Result<(), Error>
 /// node can match; none is sent when the stores know of no Job of the node
 /// still to delete (no request for a node that never had one).
 async fn cleanup_all(obs: &Observer, node: &str) -> Result<(), Error> {
-    let known: Vec<String> = obs
+    let known: Vec<std::sync::Arc<Job>> = obs
         .jobs_of(node)
-        .iter()
+        .into_iter()
         .filter(|j| j.metadata.deletion_timestamp.is_none())
-        .map(|j| j.name_any())
         .collect();
     if known.is_empty() {
         return Ok(());
@@ -285,14 +293,11 @@ async fn cleanup_all(obs: &Observer, node: &str) -> Result<(), Error> {
         })?;
     // The answer lists what the server deleted; the overlay may also hold a
     // Job of ours the server already had gone: forget both.
-    let mut names: Vec<String> = deleted
-        .left()
-        .map(|list| list.items.iter().map(|j| j.name_any()).collect())
-        .unwrap_or_default();
+    let deleted: Vec<Job> = deleted.left().map(|list| list.items).unwrap_or_default();
+    let names: Vec<String> = deleted.iter().map(|j| j.name_any()).collect();
     tracing::info!(node, jobs = ?names, "upgrade Jobs deleted");
-    names.extend(known);
-    for name in &names {
-        obs.deleted_job(name);
+    for job in deleted.iter().chain(known.iter().map(|j| j.as_ref())) {
+        obs.deleted_job(job);
     }
     Ok(())
 }

@@ -24,22 +24,35 @@
 //!   (e.g. "drover cordoned this node") holds for exactly the version written.
 //! - **Drain** ([`drain`]) goes through the Eviction API only; pods are never deleted.
 //! - **Objects** ([`objects`]): labels, annotation keys, Job names and
-//!   attempts, Job status, which pods a drain must evict; a leaf the others read.
+//!   attempts, Job status and the run a Job stands for
+//!   ([`objects::run_seen`]), which pods a drain must evict; a leaf the
+//!   others read.
 //! - **Drivers** ([`driver`]) are Jobs pinned to the node, named per node,
 //!   version and attempt so a repeated start is a 409 and never a second run.
+//!   A Job is also drover's record of `preparing` and `upgrading`
+//!   ([`crate::cluster::effective`]): the observation hands every node's
+//!   Jobs to it, and no node patch records either state. Writes per node
+//!   upgraded with `prepare`: the prepare Job, the cordon (`draining`), the
+//!   upgrade Job, one `deletecollection` of the node's Jobs and the uncordon
+//!   (5; the agent's `Upgraded` Event makes 6), measured from the audit log
+//!   by `tests/agent/agent_writes.rs`; without `prepare` 4 (and the Event).
 //!
 //! Job cleanup comes first in a give-back: before the write that hands a
 //! node back (`uncordon`, or `set_progress` to `blocked`, `failed`,
 //! `watching` or none) the node's drover Jobs are deleted (propagation
-//! Background): every one when its record is cleared or its watch begins
-//! (the run is over: one `deletecollection` by the node's label, which
-//! takes its prepare and upgrade Jobs in one request), each of those still
-//! running, one by one, when it is given back blocked or
+//! Background; the observation forgets them at once, so a deleted prepare
+//! Job the watch still shows is no one's record): every one when its
+//! record is cleared or its watch begins (the run is over: one
+//! `deletecollection` by the node's label, which takes its prepare and
+//! upgrade Jobs in one request), each of those still running, one by one,
+//! when it is given back blocked or
 //! failed (finished ones are kept for inspection until their
 //! `ttlSecondsAfterFinished`). A delete that fails fails the give-back: the
 //! node keeps its in-flight record and its cordon, so the engine gives it
 //! back again on its next pass until the Jobs are gone, and a late driver
-//! can never reboot a node that is back in service.
+//! can never reboot a node that is back in service. A running Job that is
+//! the node's only record of its state is recorded on the node by the
+//! engine before such a give-back ([`crate::rollout::Action::Record`]).
 
 pub mod cordon;
 pub mod drain;

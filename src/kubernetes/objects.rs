@@ -1,11 +1,12 @@
 //! What drover's objects look like, and nothing that talks to the API
 //! server: the labels and annotation keys drover reads and writes, the
-//! upgrade Jobs' names and attempt labels, how a Job's status reads, which
+//! upgrade Jobs' names and attempt labels, how a Job's status reads and
+//! which run (and so which record, `cluster::effective`) it stands for, which
 //! pods a drain must evict and which PodDisruptionBudgets cover them.
 //! A leaf: [`super::observe`], [`super::drain`] and [`super::driver`] all
 //! read it, it reads none of them.
 
-use crate::cluster::{NodeProgress, UpgradeStatus};
+use crate::cluster::{NodeProgress, RunSeen, UpgradeStatus, ANN_ATTEMPTS, ANN_PREVIOUS};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
@@ -142,16 +143,47 @@ fn named(node: &str, target: &Version, started_at: DateTime<Utc>, tag: Option<&s
 /// Annotation of a driver's Job: its `DROVER_ACTION` (`upgrade`,
 /// `rollback`, `prepare`).
 pub const ACTION_ANNOTATION: &str = "drover.dev/action";
+/// Annotation of a driver's Job: the version it moves its node to
+/// ([`NodeProgress::run_version`], unlike the label not rewritten for label syntax).
+pub const RUN_VERSION_ANNOTATION: &str = "drover.dev/target";
+/// Annotation of a driver's Job: the started-at of the record it was
+/// started for, to the nanosecond (the attempt label has seconds).
+pub const STARTED_AT_ANNOTATION: &str = "drover.dev/started-at";
 
-/// Whether `job` is the run of `node`'s attempt `p` (a prepare's run is
-/// never taken for an upgrade's, nor the other way round).
-pub fn is_attempt(job: &Job, node: &str, p: &NodeProgress) -> bool {
-    let l = job.labels();
-    let prepare = job.annotations().get(ACTION_ANNOTATION).map(String::as_str) == Some("prepare");
-    l.get(NODE_LABEL).map(String::as_str) == Some(node)
-        && l.get(TARGET_VERSION_LABEL) == Some(&label_version(p.run_version()))
-        && l.get(ATTEMPT_LABEL) == Some(&attempt_label(p.started_at))
-        && prepare == (p.run_action() == "prepare")
+/// The node and the run a drover Job stands for: what its labels and
+/// annotations say of the record it was started for, and its status
+/// (`cluster::effective` reads a node's state from it). `None` for a Job
+/// that says too little to be anyone's record (no node, version or
+/// started-at it can be read from).
+pub fn run_seen(job: &Job) -> Option<(String, RunSeen)> {
+    let node = job.labels().get(NODE_LABEL)?.clone();
+    let a = job.annotations();
+    let version = Version::parse(a.get(RUN_VERSION_ANNOTATION)?).ok()?;
+    let started_at = DateTime::parse_from_rfc3339(a.get(STARTED_AT_ANNOTATION)?)
+        .ok()?
+        .with_timezone(&Utc);
+    let attempts = match a.get(ANN_ATTEMPTS) {
+        Some(n) => n.parse().ok()?,
+        None => 0,
+    };
+    let previous = match a.get(ANN_PREVIOUS) {
+        Some(v) => Some(Version::parse(v).ok()?),
+        None => None,
+    };
+    Some((
+        node,
+        RunSeen {
+            action: a
+                .get(ACTION_ANNOTATION)
+                .cloned()
+                .unwrap_or_else(|| "upgrade".into()),
+            version,
+            started_at,
+            attempts,
+            previous,
+            status: job_status(job),
+        },
+    ))
 }
 
 fn condition<'a>(

@@ -19,11 +19,10 @@
 
 use super::node::ObservedNode;
 use super::objects::{
-    budgets_allow, is_attempt, job_status, must_evict, run_job_name, MANAGED_BY_LABEL,
-    MANAGED_BY_VALUE, NODE_LABEL,
+    budgets_allow, must_evict, run_seen, MANAGED_BY_LABEL, MANAGED_BY_VALUE, NODE_LABEL,
 };
 use super::{Error, KubeOptions};
-use crate::cluster::{NodeProgress, NodeView, ProgressState, UpgradeStatus};
+use crate::cluster::{effective, NodeProgress, NodeView, ProgressState, RunSeen, UpgradeStatus};
 use futures::FutureExt;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
@@ -54,6 +53,12 @@ pub struct Observer {
     // cordon a node twice or start more nodes than the budget allows.
     node_overlay: Mutex<HashMap<String, Arc<ObservedNode>>>,
     job_overlay: Mutex<HashMap<String, Arc<Job>>>,
+    // The UIDs of Jobs we deleted, and when, until the watch shows them
+    // gone: a Job is a node's record of `preparing` (`cluster::effective`),
+    // so a deleted one the store still holds must not bring that state
+    // back. By UID: a Job created again under the same name (an attempt
+    // started at the same instant) is a new record.
+    deleted_jobs: Mutex<HashMap<String, Instant>>,
     /// Per draining node, UIDs of pods this process evicted, so a pass never
     /// evicts a pod twice while the watch has not shown its deletionTimestamp yet.
     pub(crate) evicted: Mutex<HashMap<String, HashSet<String>>>,
@@ -321,6 +326,7 @@ impl Observer {
             changes,
             node_overlay: Mutex::new(HashMap::new()),
             job_overlay: Mutex::new(HashMap::new()),
+            deleted_jobs: Mutex::new(HashMap::new()),
             evicted: Mutex::new(HashMap::new()),
             pod_watches: Mutex::new(HashMap::new()),
             watch_plan: Mutex::new(HashSet::new()),
@@ -347,8 +353,26 @@ impl Observer {
     }
 
     /// Forget a Job we deleted.
-    pub(crate) fn deleted_job(&self, name: &str) {
-        lock(&self.job_overlay).remove(name);
+    pub(crate) fn deleted_job(&self, job: &Job) {
+        let name = job.name_any();
+        let uid = job.uid();
+        let mut overlay = lock(&self.job_overlay);
+        if overlay.get(&name).is_some_and(|o| o.uid() == uid) {
+            overlay.remove(&name);
+        }
+        drop(overlay);
+        if let Some(uid) = uid {
+            lock(&self.deleted_jobs).insert(uid, Instant::now());
+        }
+    }
+
+    fn deleted_by_us(&self, job: &Job) -> bool {
+        job.uid()
+            .is_some_and(|uid| lock(&self.deleted_jobs).contains_key(&uid))
+    }
+
+    fn is_deleted(&self, job: &Job) -> bool {
+        job.metadata.deletion_timestamp.is_some() || self.deleted_by_us(job)
     }
 
     /// The newest copy of node `name` we know of: the store's or our own write's.
@@ -406,17 +430,22 @@ impl Observer {
             .get(&ObjectRef::new(name).within(&self.opts.namespace));
         let mut overlay = lock(&self.job_overlay);
         match stored {
-            Some(s) => {
+            Some(s) if !self.deleted_by_us(&s) => {
                 overlay.remove(name);
                 Some(s)
             }
-            None => overlay.get(name).cloned(),
+            // A copy we deleted (the watch has not shown it gone): only a
+            // Job created since under the same name is one.
+            _ => overlay.get(name).cloned(),
         }
     }
 
-    /// drover's Jobs for `node` (store and our own creations).
+    /// drover's Jobs for `node` (store and our own creations), less the
+    /// ones we deleted.
     pub(crate) fn jobs_of(&self, node: &str) -> Vec<Arc<Job>> {
-        let of_node = |j: &Job| j.labels().get(NODE_LABEL).map(String::as_str) == Some(node);
+        let of_node = |j: &Job| {
+            j.labels().get(NODE_LABEL).map(String::as_str) == Some(node) && !self.deleted_by_us(j)
+        };
         let mut jobs: Vec<Arc<Job>> = self
             .jobs
             .state()
@@ -590,14 +619,31 @@ impl Observer {
             .all(|w| matches!(w.store.wait_until_ready().now_or_never(), Some(Ok(()))))
     }
 
-    /// The status of the driver's run for `node`'s current attempt.
-    pub(crate) fn upgrade_status(&self, node: &str, p: &NodeProgress) -> UpgradeStatus {
-        let name = run_job_name(node, p);
-        match self.job(&name) {
-            Some(job) if is_attempt(&job, node, p) => job_status(&job),
-            // Another attempt's Job under a colliding name is not this attempt's run.
-            _ => UpgradeStatus::NotStarted,
+    /// The runs of drover's Jobs, by node: every Job in the store or just
+    /// created, not being deleted and not deleted by us. Forgets the
+    /// deletions the store no longer shows (after a minute, so a watch
+    /// that had not even shown the creation yet cannot bring one back).
+    fn runs(&self) -> HashMap<String, Vec<RunSeen>> {
+        let stored = self.jobs.state();
+        let names: HashSet<String> = stored.iter().map(|j| j.name_any()).collect();
+        let uids: HashSet<String> = stored.iter().filter_map(|j| j.uid()).collect();
+        lock(&self.deleted_jobs)
+            .retain(|uid, at| uids.contains(uid) || at.elapsed() < Duration::from_secs(60));
+        let created: Vec<Arc<Job>> = lock(&self.job_overlay)
+            .values()
+            .filter(|j| !names.contains(&j.name_any()))
+            .cloned()
+            .collect();
+        let mut runs: HashMap<String, Vec<RunSeen>> = HashMap::new();
+        for job in stored.iter().chain(&created) {
+            if self.is_deleted(job) {
+                continue;
+            }
+            if let Some((node, run)) = run_seen(job) {
+                runs.entry(node).or_default().push(run);
+            }
         }
+        runs
     }
 
     /// The selected nodes as they are now (see [`crate::cluster::Cluster::observe`]).
@@ -609,10 +655,19 @@ impl Observer {
     pub async fn observe(&self) -> Result<Vec<NodeView>, Error> {
         let mut nodes = self.current_nodes();
         nodes.sort_by_key(|n| n.name_any());
-        let progress: Vec<_> = nodes
+        let mut runs = self.runs();
+        // What drover acts on: the record, or the state a run stands for
+        // (a `draining` record whose upgrade Job exists is upgrading, its
+        // pods no longer listed).
+        let seen: Vec<_> = nodes
             .iter()
-            .map(|n| NodeProgress::decode(n.annotations()))
+            .map(|n| {
+                let runs = runs.remove(&n.name_any()).unwrap_or_default();
+                let e = effective(NodeProgress::decode(n.annotations()), &runs);
+                (e, runs)
+            })
             .collect();
+        let progress: Vec<_> = seen.iter().map(|(e, _)| e.progress.clone()).collect();
         let named = |keep: &dyn Fn(&NodeProgress) -> bool| -> Vec<String> {
             nodes
                 .iter()
@@ -647,9 +702,8 @@ impl Observer {
             .await;
 
         let mut views = Vec::with_capacity(nodes.len());
-        for (mut node, progress) in nodes.into_iter().zip(progress) {
+        for ((mut node, progress), (e, runs)) in nodes.into_iter().zip(progress).zip(seen) {
             let name = node.name_any();
-            let mut upgrade = UpgradeStatus::NotStarted;
             let mut pods_to_evict = 0;
             let mut budgets_allow_drain = false;
             let mut fault = None;
@@ -675,11 +729,10 @@ impl Observer {
                     }
                 }
                 if p.state.runs_driver() {
-                    upgrade = self.upgrade_status(&name, p);
                     let at_target =
                         self.opts.nodes.version_of(&node.os_image) == Some(p.target.clone());
                     if p.state == ProgressState::Upgrading
-                        && upgrade == UpgradeStatus::Succeeded
+                        && e.upgrade == UpgradeStatus::Succeeded
                         && !at_target
                     {
                         // The verdict would be "failed, wrong version": the
@@ -706,7 +759,7 @@ impl Observer {
                 node.unschedulable,
                 node.annotations(),
                 pods_to_evict,
-                upgrade,
+                &runs,
             );
             view.budgets_allow_drain = budgets_allow_drain;
             view.fault = fault;

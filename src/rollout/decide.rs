@@ -136,6 +136,9 @@ pub(super) struct Tally<'a> {
     pub rollbacks: usize,
     /// Nodes whose prepare run is under way, in name order (`prepare.rs`).
     pub preparing: Vec<&'a NodeView>,
+    /// Nodes being drained, by name, in name order: the status says so
+    /// (their `Draining` is logged, not published as an Event).
+    pub draining: Vec<String>,
     /// Nodes whose prepare run succeeded: they start first, in name order.
     pub staged: Vec<&'a NodeView>,
 }
@@ -189,6 +192,7 @@ pub fn decide(
         held: Vec::new(),
         rollbacks: rollback::count(&order, target),
         preparing: Vec::new(),
+        draining: Vec::new(),
         staged: Vec::new(),
     };
     if let Some(Verdict::Held(why)) = &ctx.queries {
@@ -317,7 +321,7 @@ fn conclude(
                 .clone()
                 .or_else(|| held::message(&t.held))
                 .or_else(|| t.watch_msg.clone())
-                .or_else(|| prepare::message(&t))
+                .or_else(|| in_flight::message(&t))
                 .unwrap_or_default(),
         )
     } else if let Some(b) = &t.blocked_msg {

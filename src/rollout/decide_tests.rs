@@ -67,6 +67,7 @@ pub(super) fn idle(name: &str, ver: &str) -> NodeView {
         pods_to_evict: 0,
         upgrade: UpgradeStatus::NotStarted,
         budgets_allow_drain: false,
+        from_run: false,
         fault: None,
         rolled_back: Vec::new(),
     }
@@ -207,6 +208,9 @@ fn draining_evicts_then_starts_the_upgrade_then_blocks_on_timeout() {
     let d = decide(&p, &open(), std::slice::from_ref(&n), t("03:05"));
     assert_eq!(kinds(&d), [("evict", "a".into())]);
     assert_eq!(d.wake_at, Some(t("03:20")));
+    // Its `Draining` is no Event: the status says it.
+    assert_eq!(d.state, RolloutState::Rolling);
+    assert_eq!(d.message, "draining: a");
 
     n.pods_to_evict = 0;
     let d = decide(&p, &open(), std::slice::from_ref(&n), t("03:06"));
@@ -554,4 +558,56 @@ fn a_wave_waiting_for_the_one_before_is_pending_and_starts_nothing() {
     assert!(d.actions.is_empty());
     assert_eq!(d.state, RolloutState::Pending);
     assert!(d.message.starts_with("wave 2 waits"), "{}", d.message);
+}
+
+#[test]
+fn a_running_upgrade_whose_state_is_only_its_job_is_recorded_before_its_give_back() {
+    // `draining` on the node, its upgrade Job running (`cluster::effective`
+    // reads it as upgrading), node_timeout passed: the give-back deletes
+    // the running Job, so `upgrading` is written first.
+    let p = policy(1, OnDrainTimeout::Skip);
+    let mut n = with(idle("a", "1.12.0"), ProgressState::Upgrading, "03:00", true);
+    n.from_run = true;
+    n.upgrade = UpgradeStatus::Running;
+    n.ready = false;
+    let d = decide(&p, &open(), std::slice::from_ref(&n), t("03:45"));
+    assert_eq!(kinds(&d), [("record", "a".into()), ("fail", "a".into())]);
+    let Action::Record { progress, .. } = &d.actions[0] else {
+        unreachable!()
+    };
+    assert_eq!(progress.state, ProgressState::Upgrading);
+    assert!(progress.cordoned_by_drover, "the cordon record is kept");
+    assert!(!d.actions[0].gives_back());
+    // Before the timeout: nothing is written, the Job is the record.
+    let d = decide(&p, &open(), std::slice::from_ref(&n), t("03:30"));
+    assert_eq!(kinds(&d), []);
+    // A finished run is kept by the give-back: nothing to record first.
+    n.upgrade = UpgradeStatus::Failed("exit 1".into());
+    let d = decide(&p, &open(), std::slice::from_ref(&n), t("03:30"));
+    assert_eq!(kinds(&d), [("fail", "a".into())]);
+    // Nor on a node whose record says upgrading.
+    n.from_run = false;
+    n.upgrade = UpgradeStatus::Running;
+    let d = decide(&p, &open(), &[n], t("03:45"));
+    assert_eq!(kinds(&d), [("fail", "a".into())]);
+}
+
+#[test]
+fn draining_ready_at_its_target_without_a_run_is_given_back_as_upgraded() {
+    // The give-back after the upgrade deleted its Job, then did not land:
+    // the record still says draining, the node is Ready at the target.
+    let p = policy(1, OnDrainTimeout::Skip);
+    let n = with(idle("a", "1.13.2"), ProgressState::Draining, "03:00", true);
+    for now in ["03:10", "03:30"] {
+        let d = decide(&p, &open(), std::slice::from_ref(&n), t(now));
+        assert_eq!(kinds(&d), [("complete", "a".into())], "at {now}");
+        let Action::Complete { uncordon, .. } = &d.actions[0] else {
+            unreachable!()
+        };
+        assert!(*uncordon);
+    }
+    // Control: not at the target, drained: the upgrade starts, once.
+    let n = with(idle("a", "1.12.0"), ProgressState::Draining, "03:00", true);
+    let d = decide(&p, &open(), &[n], t("03:10"));
+    assert_eq!(kinds(&d), [("start_upgrade", "a".into())]);
 }

@@ -136,9 +136,10 @@ pub enum Action {
         /// The progress to write.
         progress: NodeProgress,
     },
-    /// Record state=preparing (the node stays in service, uncordoned) and
-    /// start the driver's `prepare` run: the target checked available and
-    /// downloaded before the drain (`prepare.rs`).
+    /// Start the driver's `prepare` run (the node stays in service,
+    /// uncordoned): the target checked available and downloaded before the
+    /// drain (`prepare.rs`). Its Job is the record of `preparing`: nothing
+    /// is written on the node.
     Prepare {
         /// Node name.
         node: String,
@@ -150,7 +151,8 @@ pub enum Action {
         /// Node name.
         node: String,
     },
-    /// Record state=upgrading and start the driver.
+    /// Start the driver (its Job is the record of `upgrading`, or of the
+    /// rollback's run: nothing is written on the node).
     StartUpgrade {
         /// Node name.
         node: String,
@@ -258,6 +260,17 @@ pub enum Action {
         /// The progress to write (only its message differs).
         progress: NodeProgress,
     },
+    /// Write the state a running driver run stands for (`preparing`,
+    /// `upgrading`: [`crate::cluster::effective`]) on the node, before the
+    /// give-back that follows deletes that run: a crash between the two
+    /// then resumes from this state. If it fails, the node's later actions
+    /// of the step are not applied.
+    Record {
+        /// Node name.
+        node: String,
+        /// The progress to write: the run's.
+        progress: NodeProgress,
+    },
 }
 
 impl Action {
@@ -278,7 +291,8 @@ impl Action {
             | Action::RolledBack { node, .. }
             | Action::RollbackFailed { node, .. }
             | Action::Clear { node, .. }
-            | Action::Note { node, .. } => node,
+            | Action::Note { node, .. }
+            | Action::Record { node, .. } => node,
         }
     }
 
@@ -300,6 +314,7 @@ impl Action {
             Action::RollbackFailed { .. } => "rollback_failed",
             Action::Clear { .. } => "clear",
             Action::Note { .. } => "note",
+            Action::Record { .. } => "record",
         }
     }
 

@@ -306,8 +306,17 @@ async fn in_order<C: Cluster>(
     now: DateTime<Utc>,
 ) -> Vec<(usize, Done)> {
     let mut out = Vec::with_capacity(is.len());
+    let mut stopped = false;
     for i in is {
-        out.push((i, attempt(cluster, &actions[i], nodes, held, now).await));
+        if stopped {
+            // Not applied: the give-back after a failed `Record` would
+            // delete the only record of the node's state.
+            out.push((i, Done::skipped(&actions[i])));
+            continue;
+        }
+        let done = attempt(cluster, &actions[i], nodes, held, now).await;
+        stopped = matches!(actions[i], Action::Record { .. }) && !done.landed;
+        out.push((i, done));
     }
     out
 }
@@ -326,6 +335,20 @@ struct Done {
     evictions_blocked: Option<(String, String)>,
 }
 
+impl Done {
+    /// An action not applied (its node's hold says why).
+    fn skipped(action: &Action) -> Done {
+        Done {
+            action: action.clone(),
+            landed: false,
+            failure: None,
+            again: false,
+            retry_evictions: false,
+            evictions_blocked: None,
+        }
+    }
+}
+
 /// Apply `action` (see [`Run::fold`] for what its outcome does).
 async fn attempt<C: Cluster>(
     cluster: &C,
@@ -334,14 +357,7 @@ async fn attempt<C: Cluster>(
     held: &[Held],
     now: DateTime<Utc>,
 ) -> Done {
-    let mut done = Done {
-        action: action.clone(),
-        landed: false,
-        failure: None,
-        again: false,
-        retry_evictions: false,
-        evictions_blocked: None,
-    };
+    let mut done = Done::skipped(action);
     let pass = match apply(cluster, action).await {
         Ok(pass) => pass,
         Err(e) => {
@@ -543,14 +559,12 @@ pub async fn apply<C: Cluster>(
     match action {
         Action::Cordon { node, progress } => cluster.cordon(node, progress).await.map_err(err)?,
         Action::Evict { node } => return cluster.evict(node).await.map(Some).map_err(err),
+        // The run's Job is its record (`cluster::effective`): a crash
+        // before it exists leaves the record it was started from
+        // (`draining`, none, `blocked`, `rolling-back`), and the start is
+        // repeated from it.
         Action::StartUpgrade { node, progress } | Action::Prepare { node, progress } => {
-            // Record first: a crash before the driver starts is seen as
-            // `upgrading` with no run, and the start is repeated.
-            cluster
-                .set_progress(node, Some(progress))
-                .await
-                .map_err(err)?;
-            cluster.start_upgrade(node, progress).await.map_err(err)?;
+            cluster.start_upgrade(node, progress).await.map_err(err)?
         }
         Action::Block {
             node,
@@ -595,7 +609,7 @@ pub async fn apply<C: Cluster>(
             .await
             .map_err(err)?,
         Action::Clear { node, .. } => cluster.set_progress(node, None).await.map_err(err)?,
-        Action::Note { node, progress } => cluster
+        Action::Note { node, progress } | Action::Record { node, progress } => cluster
             .set_progress(node, Some(progress))
             .await
             .map_err(err)?,

@@ -200,9 +200,14 @@ fn a_hold_that_ended_clears_its_note() {
         unreachable!()
     };
     assert_eq!(progress.message, "");
-    // Drained: the upgrade's own record carries the cleared message.
+    // Drained: the message is cleared on the record before the upgrade
+    // starts (its Job is the record of `upgrading`, nothing else is written).
     let d = decide(&policy(1), &open(), &[b], t("03:05"));
-    let Action::StartUpgrade { progress, .. } = &d.actions[0] else {
+    assert_eq!(
+        kinds(&d),
+        [("note", "b".into()), ("start_upgrade", "b".into())]
+    );
+    let Action::Note { progress, .. } = &d.actions[0] else {
         panic!("{:?}", d.actions)
     };
     assert_eq!(progress.message, "");

@@ -1,6 +1,7 @@
 //! What a node drover has in flight needs next: a draining node is evicted,
 //! then upgraded, or given back blocked at `drain_timeout`; an upgrading
-//! node completes (or is watched) once Ready at its target, and fails on a
+//! node (a `draining` record whose upgrade Job exists, `cluster::effective`)
+//! completes (or is watched) once Ready at its target, and fails on a
 //! driver failure, the wrong version or `node_timeout`.
 //!
 //! A node whose observation is incomplete ([`NodeView::fault`]) takes no
@@ -24,6 +25,16 @@ pub(super) fn draining(
     t: &mut Tally<'_>,
 ) {
     let policy = ctx.policy;
+    if n.fault.is_none() && n.ready && n.version.as_ref() == Some(&p.target) {
+        // Ready at its target with no run left: a give-back deleted the
+        // finished run's Job and did not land (it is repeated from here).
+        let run = NodeProgress {
+            state: ProgressState::Upgrading,
+            ..p.clone()
+        };
+        let at_target = p.target == *ctx.target;
+        return upgrading(ctx, n, &run, at_target, hold, t);
+    }
     let (timed_out, deadline) = elapsed(ctx.now, p.started_at, policy.drain_timeout);
     if timed_out {
         return drain_timed_out(ctx, n, p, hold, t);
@@ -31,6 +42,7 @@ pub(super) fn draining(
     t.wake.at(deadline);
     t.in_flight += 1;
     t.unavailable += 1;
+    t.draining.push(n.name.clone());
     let message = held::message_for(p, hold);
     if n.fault.is_some() {
         // Its pods could not be listed: neither evict nor upgrade on a
@@ -49,9 +61,9 @@ pub(super) fn draining(
 }
 
 /// The step of a drained-or-draining node: evict what is left on it, else
-/// start its driver with `started` as its record (an upgrade's, or a
-/// rollback's). A hold's message is noted while pods remain and carried
-/// into the started record.
+/// start its driver for `started` (an upgrade's record, or a rollback's),
+/// whose Job is the record from then on. A hold's message, or its end, is
+/// noted on the record first.
 pub(super) fn evict_or_start(
     n: &NodeView,
     p: &NodeProgress,
@@ -59,22 +71,54 @@ pub(super) fn evict_or_start(
     started: NodeProgress,
     t: &mut Tally<'_>,
 ) {
+    if let Some(m) = message {
+        t.advances.push(held::note(n, p, m));
+    }
     if n.pods_to_evict > 0 {
-        if let Some(m) = message {
-            t.advances.push(held::note(n, p, m));
-        }
         t.advances.push(Action::Evict {
             node: n.name.clone(),
         });
     } else {
         t.advances.push(Action::StartUpgrade {
             node: n.name.clone(),
-            progress: NodeProgress {
-                message: message.unwrap_or_else(|| p.message.clone()),
-                ..started
-            },
+            progress: started,
         });
     }
+}
+
+/// The give-back of `n` failed at `failed`: when its state lives only on a
+/// run still running (`cluster::effective`), that state is written first,
+/// for the give-back deletes the run.
+pub(super) fn fail(
+    n: &NodeView,
+    p: &NodeProgress,
+    failed: NodeProgress,
+    uncordon: bool,
+) -> Vec<Action> {
+    let mut actions = Vec::new();
+    if n.from_run && n.upgrade == UpgradeStatus::Running {
+        actions.push(Action::Record {
+            node: n.name.clone(),
+            progress: p.clone(),
+        });
+    }
+    actions.push(Action::Fail {
+        node: n.name.clone(),
+        progress: failed,
+        uncordon,
+    });
+    actions
+}
+
+/// The rolling message while nodes are drained or download before their
+/// drain (`prepare::message`): which ones, as the status object tells it.
+pub(super) fn message(t: &Tally<'_>) -> Option<String> {
+    let draining = (!t.draining.is_empty()).then(|| format!("draining: {}", t.draining.join(", ")));
+    let said: Vec<String> = draining
+        .into_iter()
+        .chain(super::prepare::message(t))
+        .collect();
+    (!said.is_empty()).then(|| super::health::bounded(said.join("; ")))
 }
 
 /// The drain did not finish in time: give the node back, blocked.
@@ -197,11 +241,8 @@ pub(super) fn upgrading(
         if p.target == *ctx.target {
             t.failed.get_or_insert((n.name.clone(), msg.clone()));
         }
-        t.releases.push(Action::Fail {
-            node: name,
-            progress: given_back_as(p, ProgressState::Failed, ctx.now, msg),
-            uncordon: p.cordoned_by_drover,
-        });
+        let failed = given_back_as(p, ProgressState::Failed, ctx.now, msg);
+        t.releases.extend(fail(n, p, failed, p.cordoned_by_drover));
         t.unavailable += usize::from(!n.ready);
         return;
     }
@@ -209,16 +250,15 @@ pub(super) fn upgrading(
     t.in_flight += 1;
     t.unavailable += 1;
     let message = held::message_for(p, hold);
+    if let Some(m) = message {
+        t.advances.push(held::note(n, p, m));
+    }
     if n.fault.is_none() && n.upgrade == UpgradeStatus::NotStarted {
-        // A crash between recording `upgrading` and starting the driver.
+        // Recorded `upgrading` (by an older agent, or before a give-back
+        // that did not land) with no run: start it.
         t.advances.push(Action::StartUpgrade {
             node: name,
-            progress: NodeProgress {
-                message: message.unwrap_or_else(|| p.message.clone()),
-                ..p.clone()
-            },
+            progress: p.clone(),
         });
-    } else if let Some(m) = message {
-        t.advances.push(held::note(n, p, m));
     }
 }

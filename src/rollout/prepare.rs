@@ -1,7 +1,7 @@
 //! Downloading before the drain (`[driver] prepare`): a node about to start
 //! is first `preparing`, in service and uncordoned, while the driver's
 //! `prepare` run checks that the target is available to it and downloads
-//! it; the node is cordoned only once that run succeeded (staged), so a
+//! it (the run's Job is the record of `preparing`, `cluster::effective`); the node is cordoned only once that run succeeded (staged), so a
 //! node is out of service for drain + reboot + health, never for the
 //! download, and a target the node cannot get fails it before it left
 //! service (brupop stages before it drains, too).
@@ -65,17 +65,16 @@ pub(super) fn preparing<'a>(
     if let Some(msg) = failure {
         let msg = super::health::bounded(msg);
         t.failed.get_or_insert((n.name.clone(), msg.clone()));
-        t.releases.push(Action::Fail {
-            node: n.name.clone(),
-            progress: given_back_as(p, ProgressState::Failed, ctx.now, msg),
-            uncordon: false,
-        });
+        let failed = given_back_as(p, ProgressState::Failed, ctx.now, msg);
+        t.releases
+            .extend(super::in_flight::fail(n, p, failed, false));
         return;
     }
     t.wake.at(deadline);
     t.preparing.push(n);
     if n.fault.is_none() && n.upgrade == UpgradeStatus::NotStarted {
-        // A crash between recording `preparing` and starting the run.
+        // Recorded `preparing` (by an older agent, or before a give-back
+        // that did not land) with no run: start it.
         t.advances.push(Action::Prepare {
             node: n.name.clone(),
             progress: p.clone(),

@@ -248,3 +248,37 @@ fn prestage_never_downloads_under_a_pause_a_freeze_or_a_refusal() {
         [("prepare", "a".into())]
     );
 }
+
+#[test]
+fn a_prepare_run_outlasting_node_timeout_is_recorded_before_its_job_is_deleted() {
+    // No record on the node: the running prepare Job is its only record.
+    let mut n = preparing("a", "03:00", UpgradeStatus::Running);
+    n.from_run = true;
+    let d = decide(
+        &policy(1),
+        &window(true),
+        std::slice::from_ref(&n),
+        t("03:45"),
+    );
+    assert_eq!(kinds(&d), [("record", "a".into()), ("fail", "a".into())]);
+    let Action::Record { progress, .. } = &d.actions[0] else {
+        unreachable!()
+    };
+    assert_eq!(progress.state, ProgressState::Preparing);
+    let Action::Fail { uncordon, .. } = &d.actions[1] else {
+        unreachable!()
+    };
+    assert!(!uncordon, "never cordoned");
+    // While it runs, and once it succeeded (staged), nothing is written
+    // but the cordon.
+    let d = decide(
+        &policy(1),
+        &window(true),
+        std::slice::from_ref(&n),
+        t("03:10"),
+    );
+    assert_eq!(kinds(&d), []);
+    n.upgrade = UpgradeStatus::Succeeded;
+    let d = decide(&policy(1), &window(true), &[n], t("03:10"));
+    assert_eq!(kinds(&d), [("cordon", "a".into())]);
+}

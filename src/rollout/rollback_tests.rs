@@ -78,6 +78,7 @@ fn model(name: &str, bad: bool, rollback_fails: bool) -> Model {
             pods_to_evict: 0,
             upgrade: UpgradeStatus::NotStarted,
             budgets_allow_drain: false,
+            from_run: false,
             fault: None,
             rolled_back: Vec::new(),
         },
@@ -195,6 +196,7 @@ fn apply(a: &Action, m: &mut Model) {
     let set = |m: &mut Model, p: Option<&NodeProgress>| {
         m.view.progress = Ok(p.cloned());
         m.view.retry = false;
+        m.view.from_run = false;
     };
     match a {
         Action::Cordon { progress, .. } | Action::RollBack { progress, .. } => {
@@ -206,7 +208,9 @@ fn apply(a: &Action, m: &mut Model) {
         // The policy here has no prepare step.
         Action::Prepare { .. } => unreachable!("prepare is off"),
         Action::StartUpgrade { progress, .. } => {
+            // Nothing written: the run's Job is the record (`cluster::effective`).
             set(m, Some(progress));
+            m.view.from_run = progress.run_action() == "upgrade";
             m.view.upgrade = UpgradeStatus::Running;
             m.view.ready = false;
             m.run = Some((progress.run_version().clone(), false));
@@ -230,7 +234,8 @@ fn apply(a: &Action, m: &mut Model) {
         Action::Pass { progress, .. }
         | Action::Unhealthy { progress, .. }
         | Action::RollbackFailed { progress, .. }
-        | Action::Note { progress, .. } => set(m, Some(progress)),
+        | Action::Note { progress, .. }
+        | Action::Record { progress, .. } => set(m, Some(progress)),
         Action::RolledBack {
             progress,
             rolled_back,

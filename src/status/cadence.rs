@@ -425,6 +425,7 @@ mod tests {
             pods_to_evict: 0,
             upgrade: UpgradeStatus::NotStarted,
             budgets_allow_drain: true,
+            from_run: false,
             fault: None,
             rolled_back: Vec::new(),
         }

@@ -188,9 +188,10 @@ async fn sigterm_leaves_a_rebooting_node_to_the_next_leader_which_finishes_it() 
     let mut w = world_with("giveback-reboot", 1, Some(Duration::from_secs(8)), true).await;
     let rebooting = w.idle[0].clone();
     w.start_draining().await;
+    // Upgrading: its record says draining, and its upgrade Job (what
+    // rebooted it) is the record of the upgrade.
     await_node(&w.client, &rebooting, "upgrading and rebooting", |n| {
-        n.annotations().get(ANN_STATE).map(String::as_str) == Some("upgrading")
-            && crate::support::kube::node_ready(n) == Some("False")
+        draining(n) && crate::support::kube::node_ready(n) == Some("False")
     })
     .await;
 
@@ -201,13 +202,14 @@ async fn sigterm_leaves_a_rebooting_node_to_the_next_leader_which_finishes_it() 
     let n = await_node(&w.client, &w.node, "uncordoned, record cleared", given_back).await;
     assert!(given_back(&n));
     assert_eq!(w.sim.upgrades_started(&w.node), 0);
-    // ...the rebooting one keeps its cordon, its record and its Job.
+    // ...the rebooting one keeps its cordon, its record and its Job (the
+    // Job is what says it is upgrading, not draining).
     let nodes: Api<Node> = Api::all(w.client.clone());
     let n = nodes.get(&rebooting).await.unwrap();
     assert!(unschedulable(&n), "still cordoned");
     assert_eq!(
         n.annotations().get(ANN_STATE).map(String::as_str),
-        Some("upgrading")
+        Some("draining")
     );
     assert_eq!(
         n.annotations().get(ANN_TARGET).map(String::as_str),

@@ -25,3 +25,4 @@ mod agent_status_branches;
 mod agent_story;
 mod agent_waves;
 mod agent_windows;
+mod agent_writes;

@@ -48,20 +48,30 @@ impl Seen {
 struct Timeline {
     seen: Arc<Mutex<BTreeMap<String, Seen>>>,
     _watch: NodeWatch,
+    _jobs: JobWatch,
 }
 
 impl Timeline {
     async fn start(client: &Client, ns: &str) -> Timeline {
         let seen = Arc::new(Mutex::new(BTreeMap::<String, Seen>::new()));
         let s = seen.clone();
+        // Preparing: its prepare Job exists (the Job is the record).
+        let p = seen.clone();
+        let jobs = JobWatch::start(client, ns, move |j, now| {
+            if let Some((node, true)) = job_run(j) {
+                p.lock()
+                    .unwrap()
+                    .entry(node)
+                    .or_default()
+                    .preparing
+                    .get_or_insert(now);
+            }
+        })
+        .await;
         let watch = NodeWatch::start(client, ns, move |n, now| {
             let cordoned = n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
-            let state = n.annotations().get(ANN_STATE).cloned();
             let mut g = s.lock().unwrap();
             let e = g.entry(n.name_any()).or_default();
-            if state.as_deref() == Some("preparing") && e.preparing.is_none() {
-                e.preparing = Some(now);
-            }
             if cordoned && e.cordoned.is_none() {
                 e.cordoned = Some(now);
             }
@@ -73,6 +83,7 @@ impl Timeline {
         Timeline {
             seen,
             _watch: watch,
+            _jobs: jobs,
         }
     }
 

@@ -10,8 +10,10 @@
 //! And a give-back deletes the node's running Job before it uncordons: a
 //! delete that fails keeps the node cordoned, held, and is tried again on
 //! every pass until the Job is gone; a completed node's Jobs go in one
-//! `deletecollection`, and its cordon stays until that succeeds. Blocked nodes' pod watches are capped,
-//! the nodes beyond the cap polled.
+//! `deletecollection`, and its cordon stays until that succeeds; a running
+//! Job that is the node's only record of its upgrade is not deleted until
+//! that state is written on the node. Blocked nodes' pod watches are
+//! capped, the nodes beyond the cap polled.
 
 use std::time::{Duration, Instant};
 
@@ -34,6 +36,7 @@ use crate::support::kubelet::Fault;
 use crate::support::proxy::{pod_list_of, ApiProxy};
 
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+const MINUTE: Duration = Duration::from_secs(60);
 
 #[tokio::test]
 async fn a_failing_pod_list_and_a_refused_eviction_hold_only_their_nodes() {
@@ -249,6 +252,8 @@ async fn a_give_back_deletes_the_running_job_first_and_retries_until_it_can() {
     let nodes: Api<Node> = Api::all(client.clone());
     let n = nodes.get(&node).await.unwrap();
     assert!(unschedulable(&n), "not uncordoned before its Job is gone");
+    // `upgrading` on the node: the running Job was the only record of it,
+    // so the give-back wrote it before trying the delete.
     assert_eq!(progress_of(&n).unwrap().state, ProgressState::Upgrading);
     let jobs: Api<Job> = Api::namespaced(client.clone(), ns.name());
     let live = |list: Vec<Job>| {
@@ -341,7 +346,10 @@ async fn a_completed_node_keeps_its_cordon_until_its_jobs_go_in_one_request() {
     };
     let n = nodes.get(&node).await.unwrap();
     assert!(unschedulable(&n), "not uncordoned before its Jobs are gone");
-    assert_eq!(progress_of(&n).unwrap().state, ProgressState::Upgrading);
+    // Its record as the drain wrote it: the (finished) upgrade Job is the
+    // record of the upgrade, and the give-back deletes only finished Jobs,
+    // so nothing more was written.
+    assert_eq!(progress_of(&n).unwrap().state, ProgressState::Draining);
     assert_eq!(live().await.len(), 2, "the prepare and the upgrade Job");
     let held = out.held.iter().find(|h| h.node == node).expect("held");
     assert!(held.why.contains("leader changed"), "{held:?}");
@@ -448,5 +456,90 @@ async fn blocked_nodes_beyond_the_watch_cap_are_polled() {
     let cluster = KubeCluster::new(admin_config().await, opts).await.unwrap();
     assert_eq!(budgets_allow(&cluster, &names).await, [true, true, true]);
     assert_eq!(cluster.pod_watches(), 2);
+    sim.shutdown().await;
+}
+
+/// A node upgrading whose running Job is the only record of it (its node
+/// says `draining`): at `node_timeout` its state is written before the
+/// give-back deletes that Job. While that write is refused, the Job is not
+/// deleted and nothing else is done to the node, so an agent dying then
+/// still finds the node upgrading; once the write passes, the node is
+/// given back failed and its Job goes.
+#[tokio::test]
+async fn a_running_job_that_is_the_only_record_stays_until_its_state_is_written() {
+    let (client, ns) = setup("record-first").await;
+    let sim = start_sim(&client, pool_options(ns.name(), 1)).await;
+    let node = sim.node_names()[0].clone();
+    sim.set_fault(&node, Fault::NeverReady);
+    let proxy = ApiProxy::start().await;
+    let refuse = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let node_path = format!("/api/v1/nodes/{node}");
+    let patches = {
+        let refuse = refuse.clone();
+        proxy.answer(500, "etcdserver: leader changed", move |m, path, _| {
+            refuse.load(std::sync::atomic::Ordering::SeqCst)
+                && *m == Method::PATCH
+                && path == node_path
+        })
+    };
+    let cluster = KubeCluster::new(proxy.config(), kube_options(ns.name()))
+        .await
+        .expect("backend starts");
+    let engine = engine(policy(
+        "1.13.0",
+        1,
+        Duration::from_secs(5),
+        Duration::from_secs(6),
+    ));
+    // Upgrading: cordoned, its Job started.
+    drive(&engine, &cluster, &open_window(), MINUTE, |o| {
+        o.decision
+            .actions
+            .iter()
+            .any(|a| matches!(a, drover::rollout::Action::StartUpgrade { .. }))
+    })
+    .await;
+    refuse.store(true, std::sync::atomic::Ordering::SeqCst);
+    let out = drive(&engine, &cluster, &open_window(), MINUTE, |_| {
+        patches.hits() >= 2
+    })
+    .await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let jobs: Api<Job> = Api::namespaced(client.clone(), ns.name());
+    let live = || async {
+        jobs.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|j| j.metadata.deletion_timestamp.is_none())
+            .count()
+    };
+    let n = nodes.get(&node).await.unwrap();
+    assert!(unschedulable(&n));
+    assert_eq!(progress_of(&n).unwrap().state, ProgressState::Draining);
+    assert_eq!(
+        live().await,
+        1,
+        "the Job, the only record of the upgrade, is kept"
+    );
+    let held = out.held.iter().find(|h| h.node == node).expect("held");
+    assert!(held.why.contains("leader changed"), "{held:?}");
+
+    proxy.clear();
+    let out = drive(&engine, &cluster, &open_window(), MINUTE, |o| {
+        o.decision.state == RolloutState::Failed && o.held.is_empty()
+    })
+    .await;
+    assert!(
+        out.decision.message.contains("node_timeout"),
+        "{}",
+        out.decision.message
+    );
+    let n = nodes.get(&node).await.unwrap();
+    assert!(!unschedulable(&n));
+    assert_eq!(progress_of(&n).unwrap().state, ProgressState::Failed);
+    assert_eq!(live().await, 0);
+    assert_eq!(sim.upgrades_started(&node), 1);
     sim.shutdown().await;
 }

@@ -260,10 +260,14 @@ fn a_restarted_engine_resumes_from_the_annotations() {
         t0() + D::minutes(20),
     ))
     .unwrap();
+    // Upgrading: the record still says draining, its driver run (the Job
+    // on a real cluster) is the record of the upgrade.
     assert_eq!(
         progress(&sim, "node-0001").unwrap().state,
-        ProgressState::Upgrading
+        ProgressState::Draining
     );
+    let upgrading = sim.nodes().into_iter().find(|n| n.name == "node-0001");
+    assert_eq!(upgrading.unwrap().driver_runs(), 1);
     let r = block_on(drive(
         &sim,
         &engine(p, &clock),

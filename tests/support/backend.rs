@@ -12,6 +12,7 @@ use drover::config::{DriverSpec, MaxUnavailable, NodesSpec, OnDrainTimeout};
 use drover::kubernetes::{KubeCluster, KubeOptions};
 use drover::rollout::{Engine, Inputs, Labels, Outcome, Policy, SystemClock, WindowState};
 use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 use kube::runtime::watcher;
@@ -326,4 +327,61 @@ impl Drop for NodeWatch {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// A watch of drover's Jobs in namespace `ns` that hands each Job it sees
+/// (created or changed), with the instant it saw it, to a callback, until
+/// it is dropped: a driver run's Job is drover's record of `preparing` and
+/// `upgrading` (`drover::cluster::effective`), so the node's annotations
+/// no longer show when those began.
+pub struct JobWatch {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl JobWatch {
+    /// Start watching; returns once the initial list went through `on`.
+    pub async fn start(
+        client: &Client,
+        ns: &str,
+        mut on: impl FnMut(&Job, std::time::Instant) + Send + 'static,
+    ) -> JobWatch {
+        let api: Api<Job> = Api::namespaced(client.clone(), ns);
+        let cfg = watcher::Config::default().labels("app.kubernetes.io/managed-by=drover");
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            let mut ready_tx = Some(ready_tx);
+            let stream = watcher(api, cfg);
+            futures::pin_mut!(stream);
+            while let Some(ev) = stream.next().await {
+                match ev {
+                    Ok(watcher::Event::Apply(j) | watcher::Event::InitApply(j)) => {
+                        on(&j, std::time::Instant::now())
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        if let Some(tx) = ready_tx.take() {
+                            let _ = tx.send(());
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => eprintln!("job watch: {e}"),
+                }
+            }
+        });
+        ready_rx.await.expect("the job watch lists the namespace");
+        JobWatch { task }
+    }
+}
+
+impl Drop for JobWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The node a drover Job runs for, and whether it is a prepare run
+/// (`drover.dev/action: prepare`).
+pub fn job_run(j: &Job) -> Option<(String, bool)> {
+    let node = j.labels().get("drover.dev/node")?.clone();
+    let prepare = j.annotations().get("drover.dev/action").map(String::as_str) == Some("prepare");
+    Some((node, prepare))
 }
