@@ -15,9 +15,12 @@
 //!   of the same run, with where the rest went (node time spread, places
 //!   waiting for a start, the last batch; phases per node) printed; peak
 //!   unavailable equal to `max_unavailable`; at most 6 writes per node
-//!   upgraded besides evictions and at most 1 request per idle minute per
-//!   1,000 nodes (the leader Lease apart, stated), both counted from the
-//!   API server's audit log of the same run (reads and watches stated).
+//!   upgraded besides evictions (those on nodes, their Jobs and Events; the
+//!   cluster's own, on its status object and about the rollout, a cost per
+//!   second of rollout, stated beside) and at
+//!   most 1 request per idle minute per 1,000 nodes (the leader Lease
+//!   apart, stated), both counted from the API server's audit log of the
+//!   same run (reads and watches stated).
 //! - the same with 5,000 nodes and 100 in flight
 //!   (`DROVER_FIGURE_NODES=5000 DROVER_FIGURE_IN_FLIGHT=100`). Goal: idle
 //!   and peak RSS under 48 MiB (dist; release 52 MiB). A debug binary's own
@@ -291,11 +294,16 @@ fn pace(steps: &[Steps], max: usize) -> Pace {
 
 /// drover's requests in `[from, to)` as the audit log counts them, by
 /// class; the leader Lease apart (a fixed cost of the replica, renewed
-/// every 5 s whatever the fleet's size).
+/// every 5 s whatever the fleet's size), and the cluster's own writes apart
+/// from the nodes' (its status object, patched as the cluster's counts
+/// change, at most about once a second however many nodes each change
+/// covers, and the Events about the rollout rather than a node: a cost per
+/// second of rollout, not per node).
 #[derive(Debug, Default)]
 struct Requests {
     evictions: usize,
     writes: usize,
+    cluster_writes: usize,
     reads: usize,
     watches: usize,
     lease: usize,
@@ -303,7 +311,9 @@ struct Requests {
 }
 
 impl Requests {
-    fn count(log: &[Audited], from: DateTime<Utc>, to: DateTime<Utc>) -> Requests {
+    /// `nodes`: the prefix of the pool's node names, which an Event about a
+    /// node is named after.
+    fn count(log: &[Audited], from: DateTime<Utc>, to: DateTime<Utc>, nodes: &str) -> Requests {
         let mut r = Requests::default();
         for a in log.iter().filter(|a| {
             a.user_agent.starts_with(drover::kubernetes::USER_AGENT)
@@ -318,6 +328,8 @@ impl Requests {
                 _ if a.resource == "pods/eviction" => r.evictions += 1,
                 "watch" => r.watches += 1,
                 "get" | "list" => r.reads += 1,
+                _ if a.resource.starts_with("droverstatuses") => r.cluster_writes += 1,
+                _ if a.resource == "events" && !a.name.starts_with(nodes) => r.cluster_writes += 1,
                 _ => r.writes += 1,
             }
         }
@@ -326,7 +338,7 @@ impl Requests {
 
     /// Everything but the leader Lease.
     fn total(&self) -> usize {
-        self.evictions + self.writes + self.reads + self.watches
+        self.evictions + self.writes + self.cluster_writes + self.reads + self.watches
     }
 }
 
@@ -708,21 +720,26 @@ async fn rollout_figure(client: &kube::Client) {
         p.refill[2],
     );
     let log = cp.audited(client).await;
-    let idle = Requests::count(&log, idle_from, idle_to);
-    let rolling = Requests::count(&log, from, to);
+    let nodes = format!("{}-node-", ns.name());
+    let idle = Requests::count(&log, idle_from, idle_to, &nodes);
+    let rolling = Requests::count(&log, from, to, &nodes);
     let idle_minutes = (idle_to - idle_from).num_milliseconds() as f64 / 60_000.0;
     let idle_per_min = idle.total() as f64 / idle_minutes;
     let idle_per_min_per_1000 = idle_per_min * 1000.0 / n as f64;
     let per_node = |c: usize| c as f64 / p.nodes.max(1) as f64;
     println!(
         "FIGURE rollout_requests binary={} nodes_done={} per node upgraded: writes besides evictions={:.2} evictions={:.2} \
-         reads={:.2} watches opened={} (whole rollout: {} requests, {:.1} per node; leader Lease {}); {:?}",
+         reads={:.2} watches opened={} the cluster's own writes (status object, Events on it)={} ({:.2}/s of rollout, {:.2} per node) \
+         (whole rollout: {} requests, {:.1} per node; leader Lease {}); {:?}",
         agent.profile,
         p.nodes,
         per_node(rolling.writes),
         per_node(rolling.evictions),
         per_node(rolling.reads),
         rolling.watches,
+        rolling.cluster_writes,
+        rolling.cluster_writes as f64 / (to - from).num_milliseconds().max(1) as f64 * 1000.0,
+        per_node(rolling.cluster_writes),
         rolling.total(),
         per_node(rolling.total()),
         rolling.lease,

@@ -294,31 +294,11 @@ impl NodeWatch {
     pub async fn start(
         client: &Client,
         ns: &str,
-        mut on: impl FnMut(&Node, std::time::Instant) + Send + 'static,
+        on: impl FnMut(&Node, std::time::Instant) + Send + 'static,
     ) -> NodeWatch {
         let api: Api<Node> = Api::all(client.clone());
         let cfg = watcher::Config::default().labels(&format!("{POOL_LABEL}={ns}"));
-        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn(async move {
-            let mut ready_tx = Some(ready_tx);
-            let stream = watcher(api, cfg);
-            futures::pin_mut!(stream);
-            while let Some(ev) = stream.next().await {
-                match ev {
-                    Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
-                        on(&n, std::time::Instant::now())
-                    }
-                    Ok(watcher::Event::InitDone) => {
-                        if let Some(tx) = ready_tx.take() {
-                            let _ = tx.send(());
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(e) => eprintln!("node watch of {POOL_LABEL}: {e}"),
-                }
-            }
-        });
-        ready_rx.await.expect("the node watch lists the pool");
+        let task = watch_each(api, cfg, "node watch of the pool", on).await;
         NodeWatch { task }
     }
 }
@@ -343,33 +323,51 @@ impl JobWatch {
     pub async fn start(
         client: &Client,
         ns: &str,
-        mut on: impl FnMut(&Job, std::time::Instant) + Send + 'static,
+        on: impl FnMut(&Job, std::time::Instant) + Send + 'static,
     ) -> JobWatch {
         let api: Api<Job> = Api::namespaced(client.clone(), ns);
         let cfg = watcher::Config::default().labels("app.kubernetes.io/managed-by=drover");
-        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn(async move {
-            let mut ready_tx = Some(ready_tx);
-            let stream = watcher(api, cfg);
-            futures::pin_mut!(stream);
-            while let Some(ev) = stream.next().await {
-                match ev {
-                    Ok(watcher::Event::Apply(j) | watcher::Event::InitApply(j)) => {
-                        on(&j, std::time::Instant::now())
-                    }
-                    Ok(watcher::Event::InitDone) => {
-                        if let Some(tx) = ready_tx.take() {
-                            let _ = tx.send(());
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(e) => eprintln!("job watch: {e}"),
-                }
-            }
-        });
-        ready_rx.await.expect("the job watch lists the namespace");
+        let task = watch_each(api, cfg, "job watch of the namespace", on).await;
         JobWatch { task }
     }
+}
+
+/// Watch `api` under `cfg`, handing each object created or changed, with
+/// the instant it was seen, to `on`; returns once the initial list went
+/// through `on` (`what` names the watch in its errors and its panic).
+async fn watch_each<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+    what: &'static str,
+    mut on: impl FnMut(&K, std::time::Instant) + Send + 'static,
+) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        let mut ready_tx = Some(ready_tx);
+        let stream = watcher(api, cfg);
+        futures::pin_mut!(stream);
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                    on(&o, std::time::Instant::now())
+                }
+                Ok(watcher::Event::InitDone) => {
+                    if let Some(tx) = ready_tx.take() {
+                        let _ = tx.send(());
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => eprintln!("{what}: {e}"),
+            }
+        }
+    });
+    ready_rx
+        .await
+        .unwrap_or_else(|_| panic!("the {what} lists its objects"));
+    task
 }
 
 impl Drop for JobWatch {
