@@ -7,10 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::agent::*;
-use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
+use crate::support::backend::{live_jobs, pool_options, start_sim, POOL_LABEL};
 use crate::support::kube::{apply_deploy_file, retry_until, ControlPlane, TestNamespace};
 use drover::rollout::VirtualClock;
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
@@ -148,17 +147,13 @@ async fn the_agent_needs_nothing_beyond_its_service_account() {
     }
     // The run over, each node's Jobs (prepare and upgrade) were deleted
     // with its give-back, in one deletecollection the Role grants.
-    let jobs = Api::<Job>::namespaced(admin.clone(), "drover-upgrades");
     for n in sim.node_names() {
-        let left: Vec<String> = jobs
-            .list(&ListParams::default().labels(&format!("drover.dev/node={n}")))
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .filter(|j| j.metadata.deletion_timestamp.is_none())
-            .map(|j| j.name_any())
-            .collect();
+        let left: Vec<String> =
+            live_jobs(&admin, "drover-upgrades", &format!("drover.dev/node={n}"))
+                .await
+                .iter()
+                .map(|j| j.name_any())
+                .collect();
         assert!(left.is_empty(), "{n}: Jobs left {left:?}");
     }
     // One routine Event per node, its outcome (Upgraded); the download in

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::agent::*;
-use crate::support::backend::{job_run, pool_options, start_sim};
+use crate::support::backend::{job_run, live_jobs, pool_options, start_sim};
 use crate::support::kube::{
     await_node, create, node_ready, os_image, pod_on, retry_until, unschedulable, Audited,
     ControlPlane, TestNamespace,
@@ -128,14 +128,7 @@ fn node_writes(
 }
 
 async fn jobs_of(client: &Client, ns: &str, node: &str) -> Vec<Job> {
-    Api::<Job>::namespaced(client.clone(), ns)
-        .list(&ListParams::default().labels(&format!("drover.dev/node={node}")))
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|j| j.metadata.deletion_timestamp.is_none())
-        .collect()
+    live_jobs(client, ns, &format!("drover.dev/node={node}")).await
 }
 
 /// One node's upgrade to 1.13.0 by an agent sending `user_agent`, its

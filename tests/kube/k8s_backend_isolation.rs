@@ -22,10 +22,9 @@ use drover::kubernetes::KubeCluster;
 use drover::rollout::RolloutState;
 use futures::StreamExt;
 use http::Method;
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
 use serde_json::json;
@@ -255,30 +254,26 @@ async fn a_give_back_deletes_the_running_job_first_and_retries_until_it_can() {
     // `upgrading` on the node: the running Job was the only record of it,
     // so the give-back wrote it before trying the delete.
     assert_eq!(progress_of(&n).unwrap().state, ProgressState::Upgrading);
-    let jobs: Api<Job> = Api::namespaced(client.clone(), ns.name());
-    let live = |list: Vec<Job>| {
-        list.into_iter()
-            .filter(|j| j.metadata.deletion_timestamp.is_none())
-            .count()
-    };
-    assert_eq!(
-        live(jobs.list(&ListParams::default()).await.unwrap().items),
-        1
-    );
+    assert_eq!(live_jobs(&client, ns.name(), "").await.len(), 1);
     let held = out.held.iter().find(|h| h.node == node).expect("held");
     assert!(held.why.contains("leader changed"), "{held:?}");
 
     // The deletes go through: the Job is gone by the time the node is back
     // in service (seen from a watch of the node).
     let seen = {
-        let (nodes, jobs, node) = (nodes.clone(), jobs.clone(), node.clone());
+        let (nodes, client, ns, node) = (
+            nodes.clone(),
+            client.clone(),
+            ns.name().to_owned(),
+            node.clone(),
+        );
         tokio::spawn(async move {
             let cfg = watcher::Config::default().fields(&format!("metadata.name={node}"));
             let updates = watcher(nodes, cfg).applied_objects();
             futures::pin_mut!(updates);
             while let Some(n) = updates.next().await {
                 if n.is_ok_and(|n| !unschedulable(&n)) {
-                    return live(jobs.list(&ListParams::default()).await.unwrap().items);
+                    return live_jobs(&client, &ns, "").await.len();
                 }
             }
             unreachable!("the node watch ended")
@@ -333,14 +328,10 @@ async fn a_completed_node_keeps_its_cordon_until_its_jobs_go_in_one_request() {
         out,
     } = DeletesRefused::drive(ns.name(), policy, move |path| path == collection).await;
     let nodes: Api<Node> = Api::all(client.clone());
-    let jobs: Api<Job> = Api::namespaced(client.clone(), ns.name());
     let live = || async {
-        jobs.list(&ListParams::default())
+        live_jobs(&client, ns.name(), "")
             .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|j| j.metadata.deletion_timestamp.is_none())
+            .iter()
             .map(|j| j.name_any())
             .collect::<Vec<_>>()
     };
@@ -505,16 +496,7 @@ async fn a_running_job_that_is_the_only_record_stays_until_its_state_is_written(
     })
     .await;
     let nodes: Api<Node> = Api::all(client.clone());
-    let jobs: Api<Job> = Api::namespaced(client.clone(), ns.name());
-    let live = || async {
-        jobs.list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|j| j.metadata.deletion_timestamp.is_none())
-            .count()
-    };
+    let live = || async { live_jobs(&client, ns.name(), "").await.len() };
     let n = nodes.get(&node).await.unwrap();
     assert!(unschedulable(&n));
     assert_eq!(progress_of(&n).unwrap().state, ProgressState::Draining);

@@ -31,14 +31,7 @@ async fn node(client: &kube::Client, name: &str) -> Node {
 }
 
 async fn jobs_in(client: &kube::Client, ns: &str) -> Vec<Job> {
-    Api::<Job>::namespaced(client.clone(), ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|j| j.metadata.deletion_timestamp.is_none())
-        .collect()
+    live_jobs(client, ns, "").await
 }
 
 #[tokio::test]

@@ -281,6 +281,19 @@ pub fn cordoned_by_drover(n: &Node) -> bool {
     n.annotations().get(ANN_CORDONED).map(String::as_str) == Some("true")
 }
 
+/// drover's Jobs in `ns` matching the label `selector` ("" for all) that
+/// are not being deleted: what a node's give-back leaves behind.
+pub async fn live_jobs(client: &Client, ns: &str, selector: &str) -> Vec<Job> {
+    Api::<Job>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(selector))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|j| j.metadata.deletion_timestamp.is_none())
+        .collect()
+}
+
 /// A watch of the pool `ns`'s nodes that hands each node it sees, with the
 /// instant it saw it, to a callback, from the initial list on, until it is
 /// dropped: how tests and benches time a node's steps as an outside
