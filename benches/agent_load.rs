@@ -10,10 +10,12 @@
 //!   32 MiB for the binary the image ships (dist profile), 36 MiB for the
 //!   release binary (~4 MiB more code pages), baseline the same process
 //!   idle with the 1,000 nodes observed, just before the bump; wall time
-//!   (first cordon to last uncordon) at most 1.05 × the ideal,
-//!   ⌈n / max_unavailable⌉ × the median node time (cordon to uncordon)
-//!   of the same run, with where the rest went (node time spread, places
-//!   waiting for a start, the last batch; phases per node) printed; peak
+//!   at most 1.05 × the ideal, ⌈n / max_unavailable⌉ × the median time a
+//!   node holds one of the places, of the same run: cordon to uncordon
+//!   with prestage (the next nodes download ahead), prepare Job to
+//!   uncordon without (a node downloads in its place); both printed, with
+//!   where the rest went (node time spread, places waiting for a start,
+//!   the last batch; phases per node); peak
 //!   unavailable equal to `max_unavailable`; at most 6 writes per node
 //!   upgraded besides evictions (those on nodes, their Jobs and Events; the
 //!   cluster's own, on its status object and about the rollout, a cost per
@@ -112,6 +114,9 @@ fn rss_sampler(pid: u32) -> (Arc<AtomicBool>, tokio::task::JoinHandle<u64>) {
 /// node, so differences between steps are the rollout's own).
 #[derive(Debug, Default, Clone, Copy)]
 struct Steps {
+    /// Its prepare Job appeared (the download, in service): with prestage
+    /// "0s" the node holds one of the places from here.
+    preparing: Option<Instant>,
     /// `spec.unschedulable` first true: drover took it out of service.
     cordoned: Option<Instant>,
     /// Its upgrade Job appeared (drover's record of `upgrading`): the drain
@@ -138,9 +143,14 @@ impl Timeline {
         let jobs = {
             let seen = nodes.clone();
             JobWatch::start(client, ns, move |j, now| {
-                if let Some((node, false)) = job_run(j) {
+                if let Some((node, prepare)) = job_run(j) {
                     let mut g = seen.lock().unwrap();
-                    g.entry(node).or_default().upgrading.get_or_insert(now);
+                    let st = g.entry(node).or_default();
+                    if prepare {
+                        st.preparing.get_or_insert(now);
+                    } else {
+                        st.upgrading.get_or_insert(now);
+                    }
                 }
             })
             .await
@@ -221,6 +231,12 @@ struct Pace {
     spread: f64,
     waiting: f64,
     tail: f64,
+    /// Against the time a node holds a place (its prepare Job → uncordon;
+    /// cordon → uncordon without one): first place → last uncordon, the
+    /// median place time and Σ ⌈n / max⌉ × it.
+    place_wall: f64,
+    place_median: f64,
+    place_ideal: f64,
 }
 
 fn pace(steps: &[Steps], max: usize) -> Pace {
@@ -279,6 +295,13 @@ fn pace(steps: &[Steps], max: usize) -> Pace {
     // `max` nodes are left to start, the last batch's.
     let slots = wall * max as f64;
     let ideal_slots = ideal * max as f64;
+    let placed = |s: &Steps| s.preparing.or(s.cordoned).unwrap();
+    let first_place = done.iter().map(|s| placed(s)).min().unwrap();
+    let mut place: Vec<f64> = done
+        .iter()
+        .map(|s| secs(s.uncordoned.unwrap().saturating_duration_since(placed(s))))
+        .collect();
+    let place_median = quantile(&mut place, 0.5);
     Pace {
         nodes: n,
         wall,
@@ -289,6 +312,9 @@ fn pace(steps: &[Steps], max: usize) -> Pace {
         spread: (sum - n as f64 * median) / ideal_slots,
         waiting: refill_sum / ideal_slots,
         tail: (slots - sum - refill_sum) / ideal_slots,
+        place_wall: secs(last - first_place),
+        place_median,
+        place_ideal: n.div_ceil(max) as f64 * place_median,
     }
 }
 
@@ -678,6 +704,18 @@ async fn rollout_figure(client: &kube::Client) {
     let last_uncordon = steps.iter().filter_map(|s| s.uncordoned).max();
     let p = pace(&steps, in_flight as usize);
     let ratio = p.wall / p.ideal;
+    let place_ratio = p.place_wall / p.place_ideal;
+    // The goal's ratio: out of service against the ideal's with prestage
+    // (the next nodes download ahead, holding no place); without it a node
+    // holds its place from its download, which the ideal must count too.
+    let (goal_ratio, goal_what) = if prestage.is_some() {
+        (ratio, "cordon → uncordon")
+    } else {
+        (
+            place_ratio,
+            "prepare → uncordon: the time a node holds a place",
+        )
+    };
     println!(
         "FIGURE rollout_memory binary={} nodes={n} upgraded>={upgraded} max_unavailable={in_flight} peak_unavailable={peak_unavailable} \
          took={took:.0?} idle_VmHWM={:.1}MiB idle_RssAnon={:.1}MiB peak_VmRSS={:.1}MiB VmHWM={:.1}MiB RssAnon_end={:.1}MiB RssAnon_peak={:.1}MiB ratio_to_idle={:.2}",
@@ -695,7 +733,8 @@ async fn rollout_figure(client: &kube::Client) {
          webhook to first cordon {:.1}s, last uncordon to confirmed {:.1}s) node_time median={:.2}s mean={:.2}s p90={:.2}s max={:.2}s \
          ideal={:.1}s ({} x median) ratio_to_ideal={ratio:.3}; beyond ideal: node time spread {:+.3}, places waiting for a start {:+.3}, \
          last batch {:+.3}; phases (median): cordon->upgrading {:.2}s upgrading->down {:.2}s down->back {:.2}s back->uncordon {:.2}s; \
-         freed place to next cordon median={:.2}s mean={:.2}s max={:.2}s",
+         freed place to next cordon median={:.2}s mean={:.2}s max={:.2}s; \
+         against the time a node holds a place (prepare -> uncordon): wall={:.1}s median={:.2}s ideal={:.1}s ratio_to_place_ideal={place_ratio:.3}",
         agent.profile,
         prestage.as_deref().unwrap_or("0s"),
         p.nodes,
@@ -718,6 +757,9 @@ async fn rollout_figure(client: &kube::Client) {
         p.refill[0],
         p.refill[1],
         p.refill[2],
+        p.place_wall,
+        p.place_median,
+        p.place_ideal,
     );
     let log = cp.audited(client).await;
     let nodes = format!("{}-node-", ns.name());
@@ -788,10 +830,11 @@ async fn rollout_figure(client: &kube::Client) {
             format!("peak unavailable {peak_unavailable} (goal: the budget, {in_flight}, reached)"),
         );
         goal(
-            ratio <= 1.05,
+            goal_ratio <= 1.05,
             format!(
-                "wall time {:.1}s against ideal {:.1}s: ratio {ratio:.3} (goal: at most 1.05)",
-                p.wall, p.ideal
+                "ratio to ideal {goal_ratio:.3} against the node time {goal_what} (goal: at most 1.05); \
+                 cordon → uncordon: wall {:.1}s, ideal {:.1}s, ratio {ratio:.3}; place: wall {:.1}s, ideal {:.1}s, ratio {place_ratio:.3}",
+                p.wall, p.ideal, p.place_wall, p.place_ideal
             ),
         );
         goal(

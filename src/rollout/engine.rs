@@ -2,18 +2,18 @@
 //! [`decide`], and applies the actions. It keeps nothing between steps, so a
 //! restarted engine resumes from what the nodes record.
 //!
-//! The actions of a step are applied give-backs first, then starts (a place
-//! freed in the step is filled in the same step); within each, one node's
-//! calls in their order and up to [`CALLS_AT_ONCE`] nodes at once, so a
-//! step's length does not grow with the nodes in flight (BENCHMARKS.md,
-//! "Agent under load").
+//! The actions of a step are applied one node's calls in their order and
+//! several nodes' at once, so a step's length does not grow with the nodes
+//! in flight; a place freed in the step is filled in the same step, by a
+//! cordon served as soon as the give-backs that landed make room for it
+//! (`pacing.rs`; BENCHMARKS.md, "Agent under load").
 
 use super::decide::decide;
 use super::decision::{Action, Decision, Held, Inputs, Policy};
 use super::health::bounded;
+use super::pacing::{Room, Slots, Turn};
 use crate::cluster::{Cluster, NodeProgress, NodeSeen, NodeView, ProgressState};
 use chrono::{DateTime, Utc};
-use futures::StreamExt;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -200,47 +200,25 @@ pub async fn reconcile<C: Cluster>(
         "decided"
     );
     let mut run = Run::default();
-    let first_start = decision
-        .actions
-        .iter()
-        .position(|a| matches!(a, Action::Cordon { .. }))
-        .unwrap_or(decision.actions.len());
-    let (rest, starts) = decision.actions.split_at(first_start);
-    let done = apply_all(cluster, rest, &nodes, &decision.held, now).await;
-    let failed_give_backs = rest
-        .iter()
-        .zip(&done)
-        .filter(|(a, d)| !d.landed && a.gives_back())
-        .count();
-    for d in done {
+    let room = Room::for_step(&decision);
+    for d in apply_all(
+        cluster,
+        &decision.actions,
+        &nodes,
+        &decision.held,
+        now,
+        &room,
+    )
+    .await
+    {
         run.fold(d);
     }
-    let room = decision.starts_within_budget(failed_give_backs);
-    let cordons_decided = starts
-        .iter()
-        .filter(|a| matches!(a, Action::Cordon { .. }))
-        .count();
-    if room < cordons_decided {
+    let withheld = room.withheld();
+    if withheld > 0 {
         tracing::warn!(
-            withheld = cordons_decided - room,
+            withheld,
             "starts withheld: nodes whose give-back failed still count against the budget"
         );
-    }
-    let mut cordons = 0;
-    let starts: Vec<Action> = starts
-        .iter()
-        .filter(|action| {
-            // Prepares leave their node in service: only cordons are withheld.
-            if !matches!(action, Action::Cordon { .. }) {
-                return true;
-            }
-            cordons += 1;
-            cordons <= room
-        })
-        .cloned()
-        .collect();
-    for d in apply_all(cluster, &starts, &nodes, &decision.held, now).await {
-        run.fold(d);
     }
     let held = run.held(&decision.held, &inputs.held, now);
     decision.actions = run.landed;
@@ -253,24 +231,17 @@ pub async fn reconcile<C: Cluster>(
     })
 }
 
-/// Nodes whose calls one step makes at once. A pass with 50 nodes in
-/// flight decides ~100 calls (give-backs, Job deletes, starts): made one
-/// after another at ~10 ms each, a freed place waited a second for its
-/// next node. Each call in flight holds an HTTP/1.1 connection to the API
-/// server with its TLS and read buffers (~200 KiB): 16 at once added
-/// ~3 MiB to the agent's peak at 1,000 nodes, 4 keep it within the
-/// memory goal (BENCHMARKS.md, "Agent under load").
-pub const CALLS_AT_ONCE: usize = 4;
-
 /// Apply `actions`, each node's in their order (a note before the
-/// eviction pass it explains), different nodes' concurrently, at most
-/// [`CALLS_AT_ONCE`] nodes at a time; the outcomes in `actions`' order.
+/// eviction pass it explains), different nodes' concurrently as [`Slots`]
+/// serve them, cordons as `room` lets them; the outcomes in `actions`'
+/// order (a withheld cordon has none).
 async fn apply_all<C: Cluster>(
     cluster: &C,
     actions: &[Action],
     nodes: &[NodeView],
     held: &[Held],
     now: DateTime<Utc>,
+    room: &Room,
 ) -> Vec<Done> {
     let mut by_node: Vec<(&str, Vec<usize>)> = Vec::new();
     for (i, a) in actions.iter().enumerate() {
@@ -279,15 +250,13 @@ async fn apply_all<C: Cluster>(
             None => by_node.push((a.node(), vec![i])),
         }
     }
+    let slots = Slots::new();
     // Futures made by a named fn, not a closure's async block: the
     // agent's pass must stay `Send`, which closures over borrows defeat.
-    let groups: Vec<_> = by_node
+    let groups = by_node
         .into_iter()
-        .map(|(_, is)| in_order(cluster, actions, is, nodes, held, now))
-        .collect();
-    let mut done: Vec<(usize, Done)> = futures::stream::iter(groups)
-        .buffer_unordered(CALLS_AT_ONCE)
-        .collect::<Vec<_>>()
+        .map(|(_, is)| in_order(cluster, actions, is, nodes, held, now, room, &slots));
+    let mut done: Vec<(usize, Done)> = futures::future::join_all(groups)
         .await
         .into_iter()
         .flatten()
@@ -296,7 +265,9 @@ async fn apply_all<C: Cluster>(
     done.into_iter().map(|(_, d)| d).collect()
 }
 
-/// One node's actions (`is`, indexes into `actions`), one after another.
+/// One node's actions (`is`, indexes into `actions`), one after another,
+/// in one call slot (given up while a cordon waits for room).
+#[allow(clippy::too_many_arguments)]
 async fn in_order<C: Cluster>(
     cluster: &C,
     actions: &[Action],
@@ -304,18 +275,57 @@ async fn in_order<C: Cluster>(
     nodes: &[NodeView],
     held: &[Held],
     now: DateTime<Utc>,
+    room: &Room,
+    slots: &Slots,
 ) -> Vec<(usize, Done)> {
     let mut out = Vec::with_capacity(is.len());
     let mut stopped = false;
+    let mut slot = None;
     for i in is {
+        let action = &actions[i];
         if stopped {
             // Not applied: the give-back after a failed `Record` would
-            // delete the only record of the node's state.
-            out.push((i, Done::skipped(&actions[i])));
+            // delete the only record of the node's state; the node's
+            // calls after a withheld cordon wait for a later step.
+            if action.gives_back() {
+                room.resolved(false);
+            }
+            if room.ticket(i).is_some() {
+                room.cordon_resolved();
+            }
+            out.push((i, Done::skipped(action)));
             continue;
         }
-        let done = attempt(cluster, &actions[i], nodes, held, now).await;
-        stopped = matches!(actions[i], Action::Record { .. }) && !done.landed;
+        let ticket = room.ticket(i);
+        if let Some(ticket) = ticket {
+            slot = None;
+            if !room.wait(ticket).await {
+                room.cordon_resolved();
+                stopped = true;
+                continue;
+            }
+        } else if room.after_cordons(i) {
+            slot = None;
+            room.cordons_done().await;
+        }
+        if slot.is_none() {
+            let turn = match ticket {
+                Some(_) => Turn::Cordon(i),
+                None => Turn::Call(i),
+            };
+            slot = Some(slots.acquire(turn).await);
+        }
+        // Boxed: every node's future is made at once, and the call's own
+        // state (a few KiB for an API request) is only needed by the
+        // `CALLS_AT_ONCE` holding a slot.
+        let done = Box::pin(attempt(cluster, action, nodes, held, now)).await;
+        if action.gives_back() {
+            room.resolved(done.landed);
+        }
+        if ticket.is_some() {
+            room.cordon_resolved();
+        }
+        stopped = matches!(action, Action::Record { .. }) && !done.landed;
         out.push((i, done));
     }
     out

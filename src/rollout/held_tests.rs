@@ -351,3 +351,146 @@ fn a_failed_uncordon_keeps_its_slot_and_the_budget_holds() {
         .unwrap();
     assert!(b_start.at >= t("03:30"), "{}", b_start.at);
 }
+
+/// The sim, with `b`'s eviction passes slow (they yield to the executor a
+/// number of times) and every call's start and end in `calls`.
+struct SlowDrain<'a> {
+    sim: &'a Sim,
+    calls: std::sync::Mutex<Vec<String>>,
+}
+
+impl SlowDrain<'_> {
+    fn note(&self, what: String) {
+        self.calls.lock().unwrap().push(what);
+    }
+}
+
+/// Returns `Pending` once, waking itself: the executor polls others first.
+struct YieldNow(bool);
+
+impl std::future::Future for YieldNow {
+    type Output = ();
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        if self.0 {
+            return std::task::Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    }
+}
+
+impl Cluster for SlowDrain<'_> {
+    type Error = crate::sim::SimError;
+    fn name(&self) -> &str {
+        self.sim.name()
+    }
+    async fn observe(&self) -> Result<Vec<NodeView>, Self::Error> {
+        self.sim.observe().await
+    }
+    async fn cordon(&self, node: &str, p: &NodeProgress) -> Result<(), Self::Error> {
+        let r = self.sim.cordon(node, p).await;
+        self.note(format!("cordon {node}"));
+        r
+    }
+    async fn uncordon(&self, node: &str, p: Option<&NodeProgress>) -> Result<(), Self::Error> {
+        let r = self.sim.uncordon(node, p).await;
+        self.note(format!("uncordon {node}"));
+        r
+    }
+    async fn set_progress(&self, node: &str, p: Option<&NodeProgress>) -> Result<(), Self::Error> {
+        self.sim.set_progress(node, p).await
+    }
+    async fn evict(&self, node: &str) -> Result<crate::cluster::EvictionPass, Self::Error> {
+        if node != "b" {
+            return self.sim.evict(node).await;
+        }
+        self.note("evict b begins".into());
+        for _ in 0..50 {
+            YieldNow(false).await;
+        }
+        let r = self.sim.evict(node).await;
+        self.note("evict b ends".into());
+        r
+    }
+    async fn start_upgrade(&self, node: &str, p: &NodeProgress) -> Result<(), Self::Error> {
+        self.sim.start_upgrade(node, p).await
+    }
+    async fn mark_rolled_back(
+        &self,
+        node: &str,
+        p: &NodeProgress,
+        from: &[semver::Version],
+        uncordon: bool,
+    ) -> Result<(), Self::Error> {
+        self.sim.mark_rolled_back(node, p, from, uncordon).await
+    }
+}
+
+#[test]
+fn a_freed_place_is_filled_while_the_steps_slower_calls_are_still_out() {
+    let clock = VirtualClock::new(t("03:00"));
+    // `b`'s pod is under a budget that refuses it for an hour: `b` is
+    // evicted again at every step while `a` upgrades and comes back.
+    let sim = sim_with(&clock, &[("a", 0), ("c", 0)]);
+    sim.add_node(
+        SimNode::new("b", Some(v("1.12.0")), Duration::from_secs(5 * 60)).with_pods(vec![Pod {
+            name: "b-0".into(),
+            pdb: Some("hold".into()),
+        }]),
+    );
+    sim.add_pdb(
+        "hold",
+        crate::sim::Pdb {
+            min_available: 0,
+            blocked_until: Some(t("04:00")),
+        },
+    );
+    let slow = SlowDrain {
+        sim: &sim,
+        calls: std::sync::Mutex::new(Vec::new()),
+    };
+    let p = policy(2);
+    let mut held = Vec::new();
+    for _ in 0..50 {
+        let now = clock.now();
+        let inputs = Inputs {
+            held: std::mem::take(&mut held),
+            ..open()
+        };
+        let out = block_on(reconcile(&slow, &p, &inputs, now)).expect("observation never fails");
+        held = out.held;
+        if slow.calls.lock().unwrap().iter().any(|c| c == "cordon c") {
+            break;
+        }
+        if !out.again {
+            let next = [sim.next_event(now), out.decision.wake_at]
+                .into_iter()
+                .flatten()
+                .filter(|w| *w > now)
+                .min()
+                .expect("something is due");
+            clock.set(next);
+        }
+    }
+    let calls = slow.calls.lock().unwrap().clone();
+    let c = calls
+        .iter()
+        .position(|c| c == "cordon c")
+        .unwrap_or_else(|| panic!("c never started: {calls:?}"));
+    // In the step that gave `a` back, `c` was cordoned while `b`'s pass
+    // (decided before it) was still out: the place did not wait for it.
+    let a = calls.iter().position(|c| c == "uncordon a");
+    assert!(a.is_some_and(|a| a < c), "{calls:?}");
+    let last_b = calls[..c]
+        .iter()
+        .rposition(|c| c.starts_with("evict b"))
+        .expect("b was evicted in the step");
+    assert_eq!(calls[last_b], "evict b begins", "{calls:?}");
+    assert_eq!(calls[c + 1], "evict b ends", "{calls:?}");
+    assert_eq!(sim.violations(), Vec::<String>::new());
+    assert_eq!(sim.peak_unavailable(), 2);
+}

@@ -7,7 +7,9 @@
 //! `watch.rs` (health watch and settle), `held.rs` (nodes held by a fault of
 //! their own), `rollback.rs` (a node failed after its upgrade, driven back)
 //! `prepare.rs` (a node downloading its update before the drain) and
-//! `start.rs` (which nodes may start) answer them.
+//! `start.rs` (which nodes may start) answer them. `engine.rs` applies a
+//! decision, its calls paced by `pacing.rs` (calls at once, cordons as
+//! give-backs make room).
 
 pub mod decide;
 pub mod decision;
@@ -16,6 +18,7 @@ mod given_back;
 pub mod health;
 mod held;
 mod in_flight;
+mod pacing;
 mod prepare;
 mod rollback;
 mod start;
@@ -37,8 +40,8 @@ pub use decide::decide;
 pub use decision::{Action, Decision, Held, Inputs, Policy, Skipped, WindowState, HELD_RETRY};
 pub use engine::{
     apply, reconcile, Clock, Engine, EngineError, Labels, Outcome, SystemClock, VirtualClock,
-    CALLS_AT_ONCE,
 };
 pub use held::HELD_PREFIX;
+pub use pacing::CALLS_AT_ONCE;
 pub use rollback::{ROLLBACK_FAILED_PREFIX, ROLLED_BACK_PREFIX};
 pub use state::{Attention, RolloutState};
