@@ -200,7 +200,7 @@ pub async fn reconcile<C: Cluster>(
         "decided"
     );
     let mut run = Run::default();
-    let room = Room::for_step(&decision);
+    let room = Room::for_step(&decision, policy.prestage.is_zero());
     for d in apply_all(
         cluster,
         &decision.actions,
@@ -290,9 +290,6 @@ async fn in_order<C: Cluster>(
             if action.gives_back() {
                 room.resolved(false);
             }
-            if room.ticket(i).is_some() {
-                room.cordon_resolved();
-            }
             out.push((i, Done::skipped(action)));
             continue;
         }
@@ -300,18 +297,15 @@ async fn in_order<C: Cluster>(
         if let Some(ticket) = ticket {
             slot = None;
             if !room.wait(ticket).await {
-                room.cordon_resolved();
                 stopped = true;
                 continue;
             }
-        } else if room.after_cordons(i) {
-            slot = None;
-            room.cordons_done().await;
         }
         if slot.is_none() {
-            let turn = match ticket {
-                Some(_) => Turn::Cordon(i),
-                None => Turn::Call(i),
+            let turn = if room.fills_place(i) {
+                Turn::Start(i)
+            } else {
+                Turn::Call(i)
             };
             slot = Some(slots.acquire(turn).await);
         }
@@ -321,9 +315,6 @@ async fn in_order<C: Cluster>(
         let done = Box::pin(attempt(cluster, action, nodes, held, now)).await;
         if action.gives_back() {
             room.resolved(done.landed);
-        }
-        if ticket.is_some() {
-            room.cordon_resolved();
         }
         stopped = matches!(action, Action::Record { .. }) && !done.landed;
         out.push((i, done));

@@ -7,9 +7,10 @@
 //! Served in the decision's order, the first place freed waited for every
 //! other give-back of the step before its next node was cordoned (a
 //! freed place waited a median 0.24 s, BENCHMARKS.md, "Agent under load").
-//! So a cordon with room is served before every call still queued, and a
-//! cordon never holds a slot while it waits for room (the give-backs it
-//! waits for could not get one).
+//! So a start that fills a place (a cordon with room; without `prestage` a
+//! prepare) is served before every call still queued, and a cordon never
+//! holds a slot while it waits for room (the give-backs it waits for could
+//! not get one).
 
 use super::decision::{Action, Decision};
 use std::collections::{BTreeMap, BTreeSet};
@@ -47,15 +48,14 @@ struct RoomState {
     tickets: BTreeMap<usize, usize>,
     /// Cordons decided.
     cordons: usize,
-    /// Cordons not yet applied or withheld.
-    cordons_open: usize,
-    /// Index of the first start: the starts after the cordons (prepares)
-    /// wait for every cordon, as they come after them in the decision.
-    first_start: usize,
+    /// Indexes of the prepares that fill a place (without `prestage`).
+    placing: BTreeSet<usize>,
 }
 
 impl Room {
-    pub(super) fn for_step(decision: &Decision) -> Room {
+    /// `prepares_place`: a prepare starts a node in its place (no
+    /// `prestage`), rather than staging one ahead of its turn.
+    pub(super) fn for_step(decision: &Decision, prepares_place: bool) -> Room {
         let pending = decision.actions.iter().filter(|a| a.gives_back()).count();
         let tickets: BTreeMap<usize, usize> = decision
             .actions
@@ -66,11 +66,13 @@ impl Room {
             .map(|(ticket, (i, _))| (i, ticket))
             .collect();
         let cordons = tickets.len();
-        let first_start = tickets
-            .keys()
-            .next()
-            .copied()
-            .unwrap_or(decision.actions.len());
+        let placing = decision
+            .actions
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| prepares_place && matches!(a, Action::Prepare { .. }))
+            .map(|(i, _)| i)
+            .collect();
         // The room once every give-back landed, less those still pending.
         let full = decision.starts_within_budget(0);
         Room {
@@ -79,8 +81,7 @@ impl Room {
                 pending,
                 tickets,
                 cordons,
-                cordons_open: cordons,
-                first_start,
+                placing,
             }),
             changed: Notify::new(),
         }
@@ -91,10 +92,11 @@ impl Room {
         lock(&self.state).tickets.get(&index).copied()
     }
 
-    /// A start after the cordons (a prepare): it waits for them.
-    pub(super) fn after_cordons(&self, index: usize) -> bool {
+    /// The action at `index` fills a place: a cordon, or a prepare that
+    /// starts its node in its place.
+    pub(super) fn fills_place(&self, index: usize) -> bool {
         let s = lock(&self.state);
-        index >= s.first_start && !s.tickets.contains_key(&index)
+        s.tickets.contains_key(&index) || s.placing.contains(&index)
     }
 
     /// Wait until the cordon with `ticket` fits (true) or every give-back
@@ -116,32 +118,12 @@ impl Room {
         }
     }
 
-    /// Wait until every cordon was applied or withheld.
-    pub(super) async fn cordons_done(&self) {
-        loop {
-            let changed = self.changed.notified();
-            if lock(&self.state).cordons_open == 0 {
-                return;
-            }
-            changed.await;
-        }
-    }
-
     /// A give-back was applied (`landed`) or not.
     pub(super) fn resolved(&self, landed: bool) {
         {
             let mut s = lock(&self.state);
             s.pending = s.pending.saturating_sub(1);
             s.room += isize::from(landed);
-        }
-        self.changed.notify_waiters();
-    }
-
-    /// A cordon was applied or withheld.
-    pub(super) fn cordon_resolved(&self) {
-        {
-            let mut s = lock(&self.state);
-            s.cordons_open = s.cordons_open.saturating_sub(1);
         }
         self.changed.notify_waiters();
     }
@@ -153,12 +135,16 @@ impl Room {
     }
 }
 
-/// Who is served first for a call slot: cordons with room, then the rest;
-/// within each, the decision's order (give-backs first).
+/// Who is served first for a call slot: starts that fill a place, then
+/// the rest; within each, the decision's order (cordons before prepares,
+/// give-backs before other calls).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Turn {
-    /// A cordon the budget has room for: it fills a place a give-back freed.
-    Cordon(usize),
+    /// A start that fills a place: a cordon the budget has room for, or
+    /// without `prestage` a prepare (it leaves its node in service, so it
+    /// needs no room). With `prestage` a prepare stages a node ahead of its
+    /// turn and waits like any other call.
+    Start(usize),
     /// Any other call, by its index in the decision.
     Call(usize),
 }
@@ -250,9 +236,9 @@ mod tests {
         let waiting = [
             Turn::Call(10),
             Turn::Call(11),
-            Turn::Cordon(0),
+            Turn::Start(0),
             Turn::Call(12),
-            Turn::Cordon(1),
+            Turn::Start(1),
         ];
         block_on(async {
             let all = join_all(waiting.into_iter().map(call));
@@ -264,8 +250,8 @@ mod tests {
         assert_eq!(
             *order.lock().unwrap(),
             [
-                Turn::Cordon(0),
-                Turn::Cordon(1),
+                Turn::Start(0),
+                Turn::Start(1),
                 Turn::Call(10),
                 Turn::Call(11),
                 Turn::Call(12)
@@ -281,7 +267,7 @@ mod tests {
             .collect();
         // A fifth waits; dropping it leaves the line, so the next is served.
         {
-            let mut fifth = Box::pin(slots.acquire(Turn::Cordon(0)));
+            let mut fifth = Box::pin(slots.acquire(Turn::Start(0)));
             let waker = futures::task::noop_waker();
             let mut cx = std::task::Context::from_waker(&waker);
             assert!(fifth.as_mut().poll(&mut cx).is_pending());
