@@ -189,9 +189,19 @@ where
 }
 
 /// Drop what drover never reads of a Job: its spec (the pod template carries
-/// the driver's whole script). Labels, status and deletionTimestamp stay.
+/// the driver's whole script) and its managedFields (which list every field
+/// of that spec again: ~35 KiB decoded, most of a created Job's response).
+/// Labels, status and deletionTimestamp stay.
 pub(crate) fn trim_job(j: &mut Job) {
     j.spec = None;
+    j.managed_fields_mut().clear();
+}
+
+/// Forget the Jobs we created that the store now shows (the same uid): the
+/// overlay only bridges the time until the watch catches up, so it stays as
+/// small as the Jobs the watch has not delivered yet.
+fn forget_caught_up(overlay: &mut HashMap<String, Arc<Job>>, stored_uids: &HashSet<String>) {
+    overlay.retain(|_, j| j.uid().is_none_or(|uid| !stored_uids.contains(&uid)));
 }
 
 async fn ready<K>(store: &Store<K>, what: &str, timeout: Duration) -> Result<(), Error>
@@ -622,18 +632,23 @@ impl Observer {
     /// The runs of drover's Jobs, by node: every Job in the store or just
     /// created, not being deleted and not deleted by us. Forgets the
     /// deletions the store no longer shows (after a minute, so a watch
-    /// that had not even shown the creation yet cannot bring one back).
+    /// that had not even shown the creation yet cannot bring one back),
+    /// and the creations it shows (the same uid: the watch caught up).
     fn runs(&self) -> HashMap<String, Vec<RunSeen>> {
         let stored = self.jobs.state();
         let names: HashSet<String> = stored.iter().map(|j| j.name_any()).collect();
         let uids: HashSet<String> = stored.iter().filter_map(|j| j.uid()).collect();
         lock(&self.deleted_jobs)
             .retain(|uid, at| uids.contains(uid) || at.elapsed() < Duration::from_secs(60));
-        let created: Vec<Arc<Job>> = lock(&self.job_overlay)
-            .values()
-            .filter(|j| !names.contains(&j.name_any()))
-            .cloned()
-            .collect();
+        let created: Vec<Arc<Job>> = {
+            let mut overlay = lock(&self.job_overlay);
+            forget_caught_up(&mut overlay, &uids);
+            overlay
+                .values()
+                .filter(|j| !names.contains(&j.name_any()))
+                .cloned()
+                .collect()
+        };
         let mut runs: HashMap<String, Vec<RunSeen>> = HashMap::new();
         for job in stored.iter().chain(&created) {
             if self.is_deleted(job) {
@@ -791,5 +806,51 @@ impl Observer {
                 source,
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+
+    fn job(name: &str, uid: &str) -> Job {
+        Job {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                uid: Some(uid.into()),
+                labels: Some([(NODE_LABEL.to_string(), "n1".to_string())].into()),
+                managed_fields: Some(vec![ManagedFieldsEntry {
+                    manager: Some("drover".into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            },
+            spec: Some(Default::default()),
+            status: Some(Default::default()),
+        }
+    }
+
+    #[test]
+    fn a_trimmed_job_keeps_what_drover_reads() {
+        let mut j = job("a", "u1");
+        trim_job(&mut j);
+        assert!(j.spec.is_none());
+        assert!(j.managed_fields().is_empty());
+        assert_eq!(j.labels().get(NODE_LABEL).map(String::as_str), Some("n1"));
+        assert!(j.status.is_some());
+    }
+
+    #[test]
+    fn the_overlay_forgets_a_creation_once_the_store_shows_it() {
+        let mut overlay: HashMap<String, Arc<Job>> = [
+            ("a".to_string(), Arc::new(job("a", "u1"))),
+            ("b".to_string(), Arc::new(job("b", "u2"))),
+        ]
+        .into();
+        // The store shows `a` as created, and an older `b` (another uid: a
+        // copy deleted and created again under the same name).
+        forget_caught_up(&mut overlay, &["u1".to_string(), "u0".to_string()].into());
+        assert_eq!(overlay.keys().collect::<Vec<_>>(), vec!["b"]);
     }
 }
