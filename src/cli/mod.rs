@@ -103,6 +103,34 @@ pub enum Command {
     Version,
 }
 
+impl Command {
+    /// Commands that read the local repository only: no fetch, no API call,
+    /// no child process.
+    fn opens_no_connection(&self) -> bool {
+        matches!(
+            self,
+            Command::Check(_)
+                | Command::Log(_)
+                | Command::Verify(_)
+                | Command::Windows(_)
+                | Command::Completion(_)
+                | Command::Man
+                | Command::Version
+        )
+    }
+}
+
+/// libgit2 initialises OpenSSL on its first use, and OpenSSL then parses the
+/// whole system CA bundle: two thirds of `check --base`'s CPU time (47 ms
+/// against 13–18 ms without), for commands that make no TLS connection. An empty
+/// `SSL_CERT_FILE` makes that load find nothing (OpenSSL ignores a failed
+/// default load); the agent and every command that connects keep the bundle.
+fn skip_ca_bundle() {
+    // Called from `main` before any thread exists, so nothing reads the
+    // environment concurrently.
+    std::env::set_var("SSL_CERT_FILE", "/dev/null");
+}
+
 /// How a command that ran ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -115,13 +143,17 @@ pub enum Outcome {
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     quiet_on_closed_pipe();
-    // Before any thread starts: libgit2's caches are process-wide.
-    crate::status::bound_object_cache();
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let mut cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(e) => return usage_error(e, Format::sniff(&args[1..])),
     };
+    // Both before any thread starts and before libgit2's first use.
+    if cli.command.opens_no_connection() {
+        skip_ca_bundle();
+    }
+    // libgit2's caches are process-wide.
+    crate::status::bound_object_cache();
     let format = cli.global.format;
     let result = resolve_repo(&mut cli).and_then(|()| run(cli));
     match result {

@@ -2,10 +2,11 @@
 //! unknown environments rejected by every command, a closed pipe ending a
 //! command quietly with exit 0, the JSON rejection document on stdout for
 //! every command, `plan` saying when its forecast is cut short, and errors
-//! that say libgit2's text once.
+//! that say libgit2's text once, and local commands that leave the system
+//! CA bundle unread.
 
-use crate::support::cli::drover;
-use crate::support::git::{git, WorkRepo};
+use crate::support::cli::{drover, drover_command};
+use crate::support::git::{commit_all, example_checkout, git, WorkRepo};
 use serde_json::Value;
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::Path;
@@ -413,4 +414,82 @@ fn errors_say_libgit2_s_text_once() {
     let (code, _, err) = drover(&["--repo", tmp.path().to_str().unwrap(), "log"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.matches("class=").count() <= 1, "{err}");
+}
+
+/// Whether `drover --repo repo args` opened the CA bundle `SSL_CERT_FILE`
+/// names. inotify queues the open as it happens, so once the process has
+/// exited the answer is in the queue: no timing involved.
+fn opens_ca_bundle(repo: &Path, args: &[&str]) -> bool {
+    use std::ffi::CString;
+    use std::io::Read as _;
+    use std::os::fd::{FromRawFd as _, OwnedFd};
+    use std::os::unix::ffi::OsStrExt as _;
+
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("ca-certificates.crt");
+    std::fs::write(&bundle, "").unwrap();
+    let path = CString::new(bundle.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a descriptor this function owns from here on, and a path that
+    // outlives the call.
+    let inotify = unsafe {
+        let fd = libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC);
+        assert!(
+            fd >= 0,
+            "inotify_init1: {}",
+            std::io::Error::last_os_error()
+        );
+        let owned = OwnedFd::from_raw_fd(fd);
+        let wd = libc::inotify_add_watch(fd, path.as_ptr(), libc::IN_OPEN);
+        assert!(
+            wd >= 0,
+            "inotify_add_watch: {}",
+            std::io::Error::last_os_error()
+        );
+        owned
+    };
+    let out = drover_command()
+        .arg("--repo")
+        .arg(repo)
+        .args(args)
+        .env("SSL_CERT_FILE", &bundle)
+        .output()
+        .expect("run drover");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        matches!(out.status.code(), Some(0 | 1)) && !err.contains("panicked"),
+        "{args:?}: {:?} {err}",
+        out.status
+    );
+    let mut events = [0u8; 4096];
+    match std::fs::File::from(inotify).read(&mut events) {
+        Ok(n) => n > 0,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => false,
+        Err(e) => panic!("reading inotify events: {e}"),
+    }
+}
+
+/// libgit2 initialises OpenSSL on first use, which parses the whole CA
+/// bundle: most of a local command's CPU time, for no connection. The
+/// commands that only read the repository skip it; one that may fetch
+/// (`status`) still reads it, which is also the control that the probe sees
+/// an open at all.
+#[test]
+fn local_commands_leave_the_ca_bundle_unread_and_a_fetching_one_reads_it() {
+    let dir = example_checkout();
+    commit_all(dir.path(), "initial configuration", None, None);
+    for args in [
+        &["check"][..],
+        &["--format", "json", "check", "--base", "HEAD", "--now", NOW],
+        &["log", "--env", "test"],
+        &["windows", "--env", "test"],
+    ] {
+        assert!(
+            !opens_ca_bundle(dir.path(), args),
+            "{args:?} parsed the CA bundle"
+        );
+    }
+    assert!(
+        opens_ca_bundle(dir.path(), &["status", "--now", NOW]),
+        "status (which may fetch) no longer reads the CA bundle: the probe is blind"
+    );
 }
