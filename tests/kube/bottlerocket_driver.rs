@@ -12,12 +12,10 @@
 //! `podFailurePolicy` ignores the killed pod).
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::thread;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::support::bottlerocket_api::script::*;
 use crate::support::bottlerocket_api::{v, BottlerocketApi, Scenario};
 use chrono::{DateTime, Utc};
 use drover::cluster::{NodeProgress, ProgressState};
@@ -26,246 +24,6 @@ use drover::kubernetes::driver::{self, BOTTLEROCKET_COMMAND};
 use drover::kubernetes::node::ObservedNode;
 use drover::kubernetes::KubeOptions;
 use serde_json::Value;
-
-const OLD_SCRIPT: &str = include_str!("../support/bottlerocket/old_driver.sh");
-const PREVIOUS_SCRIPT: &str = include_str!("../support/bottlerocket/previous_driver.sh");
-
-/// The driver script as the updater image holds it.
-fn script_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/updater/bottlerocket-update.sh")
-}
-
-fn script_text() -> String {
-    fs::read_to_string(script_path()).expect("the driver script")
-}
-/// Bound for one run of a script (the slowest fault takes ~12 s).
-const RUN_LIMIT: Duration = Duration::from_secs(60);
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Script {
-    /// The first script (`/bin/sh -c`).
-    Old,
-    /// The script before it refused to activate what updog did not say it
-    /// wrote (`/bin/bash -c`, as the Job ran it then).
-    Previous,
-    /// `deploy/updater/bottlerocket-update.sh`, executed as the Job's command.
-    New,
-}
-
-/// What happened over a pod's life.
-#[derive(Debug)]
-struct Outcome {
-    /// The exit code of the last run (143 for SIGTERM).
-    exit: i32,
-    /// Whether the node rebooted.
-    rebooted: bool,
-    /// Everything the runs wrote.
-    output: String,
-}
-
-fn stand_in_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/bottlerocket")
-}
-
-/// Start one run of `script` moving `api`'s node to `target`.
-fn spawn(script: Script, api: &BottlerocketApi, dir: &Path, target: &str, n: usize) -> Child {
-    spawn_env(script, api, dir, target, n, UNIT, &[])
-}
-
-/// The tests' `DROVER_TIME_UNIT`: every wait of the script 50 times shorter.
-const UNIT: &str = "0.02";
-
-/// [`spawn`] with the script's time unit and more variables in its environment.
-fn spawn_env(
-    script: Script,
-    api: &BottlerocketApi,
-    dir: &Path,
-    target: &str,
-    n: usize,
-    unit: &str,
-    env: &[(&str, &str)],
-) -> Child {
-    let state = dir.join("state");
-    fs::create_dir_all(&state).unwrap();
-    let path = format!(
-        "{}:{}",
-        stand_in_dir().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let mut command = match script {
-        Script::New => Command::new(script_path()),
-        Script::Previous => {
-            let mut c = Command::new("bash");
-            c.arg("-c").arg(PREVIOUS_SCRIPT);
-            c
-        }
-        // The old script names the container's mount point itself.
-        Script::Old => {
-            let mut c = Command::new("sh");
-            c.arg("-c")
-                .arg(OLD_SCRIPT.replace("/drover-state", &state.display().to_string()));
-            c
-        }
-    };
-    let out = fs::File::create(dir.join(format!("run-{n}.log"))).unwrap();
-    command
-        .env("PATH", path)
-        .env("APICLIENT_SOCKET", api.socket())
-        .env("DROVER_TARGET_VERSION", target)
-        .env("DROVER_NODE_NAME", "node-1")
-        .env("DROVER_ATTEMPT", "1764460800")
-        .env("DROVER_STATE_DIR", &state)
-        .env("DROVER_TIME_UNIT", unit)
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .expect("start the driver script")
-}
-
-/// A running script whose exit is reported on a channel.
-struct Run {
-    pid: u32,
-    exited: mpsc::Receiver<i32>,
-}
-
-fn watch(mut child: Child) -> Run {
-    let pid = child.id();
-    let (tx, exited) = mpsc::channel();
-    thread::spawn(move || {
-        let status = child.wait().expect("wait for the script");
-        use std::os::unix::process::ExitStatusExt;
-        let code = status
-            .code()
-            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
-        let _ = tx.send(code);
-    });
-    Run { pid, exited }
-}
-
-fn signal(pid: u32, sig: &str) {
-    let ok = Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(ok.success(), "kill {sig} {pid}");
-}
-
-impl Run {
-    /// The exit code, or the reboot request if that comes first.
-    fn until_exit_or_reboot(&self, api: &BottlerocketApi, limit: Duration) -> Option<i32> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Ok(code) = self.exited.recv_timeout(Duration::from_millis(20)) {
-                return Some(code);
-            }
-            if api.reboot_requests() > 0 && api.boots().is_empty() {
-                return None;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the script neither exited nor rebooted within {limit:?}"
-            );
-        }
-    }
-
-    fn exit(&self, limit: Duration) -> i32 {
-        self.exited
-            .recv_timeout(limit)
-            .unwrap_or_else(|_| panic!("the script did not exit within {limit:?}"))
-    }
-}
-
-/// Run `script` for `target` over the pod's life (see the module doc).
-fn run(script: Script, api: &BottlerocketApi, dir: &Path, target: &str, unit: &str) -> Outcome {
-    let first = watch(spawn_env(script, api, dir, target, 1, unit, &[]));
-    let (exit, rebooted) = match first.until_exit_or_reboot(api, RUN_LIMIT) {
-        Some(code) => (code, false),
-        None => {
-            // The graceful shutdown stops the pod, then the node reboots.
-            signal(first.pid, "-TERM");
-            let code = first.exit(Duration::from_secs(30));
-            assert!(
-                code == 143 || script == Script::Old,
-                "the script exits 143 on the shutdown's SIGTERM, got {code}"
-            );
-            api.reboot_now();
-            let second = watch(spawn_env(script, api, dir, target, 2, unit, &[]));
-            (second.exit(RUN_LIMIT), true)
-        }
-    };
-    let mut output = String::new();
-    for n in 1..=2 {
-        if let Ok(s) = fs::read_to_string(dir.join(format!("run-{n}.log"))) {
-            output.push_str(&format!("--- run {n}\n{s}"));
-        }
-    }
-    Outcome {
-        exit,
-        rebooted,
-        output,
-    }
-}
-
-/// Run the old and the new script, each against its own node from `scenario`.
-fn both(
-    scenario: Scenario,
-    target: &str,
-) -> (
-    (Outcome, BottlerocketApi, tempfile::TempDir),
-    (Outcome, BottlerocketApi, tempfile::TempDir),
-) {
-    both_with_unit(scenario, target, UNIT)
-}
-
-/// [`both`], with the new script's waits in units of `unit` seconds.
-fn both_with_unit(
-    scenario: Scenario,
-    target: &str,
-    unit: &str,
-) -> (
-    (Outcome, BottlerocketApi, tempfile::TempDir),
-    (Outcome, BottlerocketApi, tempfile::TempDir),
-) {
-    pair(Script::Old, scenario, target, unit)
-}
-
-/// Run `earlier` and the new script, each against its own node from `scenario`.
-fn pair(
-    earlier: Script,
-    scenario: Scenario,
-    target: &str,
-    unit: &str,
-) -> (
-    (Outcome, BottlerocketApi, tempfile::TempDir),
-    (Outcome, BottlerocketApi, tempfile::TempDir),
-) {
-    let go = |script| {
-        let dir = tempfile::tempdir().unwrap();
-        let api = BottlerocketApi::start(dir.path(), scenario.clone());
-        let outcome = run(script, &api, dir.path(), target, unit);
-        (outcome, api, dir)
-    };
-    thread::scope(|s| {
-        let old = s.spawn(|| go(earlier));
-        let new = s.spawn(|| go(Script::New));
-        (old.join().unwrap(), new.join().unwrap())
-    })
-}
-
-/// The new script's success: only the target written and booted, once.
-fn assert_upgraded(o: &Outcome, api: &BottlerocketApi, target: &str, staged_before: usize) {
-    assert_eq!(o.exit, 0, "{}\n{:#?}", o.output, api.requests());
-    assert!(o.rebooted, "{}", o.output);
-    assert_eq!(api.running(), v(target));
-    assert_eq!(api.boots(), vec![v(target)], "booted once, into the target");
-    assert_eq!(
-        api.staged()[staged_before..],
-        [v(target)],
-        "only the target was written to the staging partition"
-    );
-}
 
 // --- Failure 1: the image's apiclient against an older node's API server ---
 
@@ -470,7 +228,7 @@ fn a_stale_ready_update_is_cancelled_before_the_upgrade() {
 #[test]
 fn a_failed_reboot_leaves_the_update_cancelled() {
     let mut scenario = Scenario::new("1.22.0", &["1.22.3"]);
-    scenario.reboot_fails = true;
+    scenario.inhibitor = true;
     let ((old, old_api, _d1), (new, new_api, d2)) = both(scenario, "1.22.3");
 
     assert_eq!(old.exit, 1, "{}", old.output);
@@ -547,7 +305,7 @@ fn a_job_deleted_while_the_update_is_activated_leaves_it_cancelled() {
                 api.reboot_now();
                 assert_eq!(api.running(), v("1.22.3"), "booted behind drover's back");
             }
-            Script::New | Script::Previous => {
+            _ => {
                 assert_eq!(code, 143, "{log}");
                 assert!(log.contains("update cancelled"), "{log}");
                 assert_eq!(api.update_state(), ("Staged".into(), false), "{log}");
@@ -592,6 +350,11 @@ fn a_sigterm_at_any_moment_ends_the_script_and_leaves_no_update_activated() {
             assert!(
                 !api.update_state().1,
                 "left activated after request {n}:\n{log}"
+            );
+            // No reboot was asked for: no marker may say it was.
+            assert!(
+                !marker(dir.path()).exists(),
+                "a marker left after request {n}:\n{log}"
             );
         }
         stopped += 1;
@@ -639,11 +402,6 @@ fn a_node_back_at_another_version_fails_without_a_second_update() {
     let log = fs::read_to_string(dir.path().join("run-1.log")).unwrap();
     assert!(log.contains("rebooted for 1.22.3 but runs 1.22.0"), "{log}");
     assert!(api.staged().is_empty());
-}
-
-/// The host marker of the tests' attempt.
-fn marker(dir: &Path) -> PathBuf {
-    dir.join("state/attempt-1764460800")
 }
 
 // --- The Job, the docs and the image ---
@@ -891,7 +649,8 @@ fn the_updater_image_holds_the_script_the_job_runs_and_what_it_runs_and_nothing_
         "rm -f",
         "touch ",
         "cat ",
-        "apiclient raw",
+        "seq ",
+        "apiclient -m",
     ] {
         assert!(script.contains(word), "{word}");
     }
@@ -901,33 +660,19 @@ fn the_updater_image_holds_the_script_the_job_runs_and_what_it_runs_and_nothing_
     for absent in ["sed", "awk", "grep", "curl", "python", "perl"] {
         assert!(!words.contains(&absent), "the script uses {absent}");
     }
-    for absent in ["apiclient get", "apiclient set", "apiclient update"] {
+    // `raw` did not exist before 1.0.3 (the default subcommand since).
+    for absent in [
+        "apiclient raw",
+        "apiclient get",
+        "apiclient set",
+        "apiclient update",
+    ] {
         assert!(!script.contains(absent), "the script uses {absent}");
     }
     assert!(script.contains("set -euo pipefail"));
 }
 
 // --- Downloading before the drain: DROVER_ACTION=prepare ---
-
-/// One run of the new script with `DROVER_ACTION=prepare`: its exit code
-/// and what it wrote. It must neither activate nor reboot.
-fn prepare(api: &BottlerocketApi, dir: &Path, target: &str) -> (i32, String) {
-    let run = watch(spawn_env(
-        Script::New,
-        api,
-        dir,
-        target,
-        0,
-        UNIT,
-        &[
-            ("DROVER_ACTION", "prepare"),
-            ("DROVER_ATTEMPT", "1764460000"),
-        ],
-    ));
-    let code = run.exit(RUN_LIMIT);
-    let output = fs::read_to_string(dir.join("run-0.log")).unwrap_or_default();
-    (code, output)
-}
 
 #[test]
 fn a_prepare_stages_the_target_in_service_and_the_upgrade_after_the_drain_does_not_download_it_again(

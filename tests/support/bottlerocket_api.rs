@@ -19,6 +19,25 @@
 //!   `sources/updater/updog/src/main.rs` (`applicable_updates`,
 //!   `update_required`, `main_inner`) and thar-be-updates' `status.rs`
 //!   (`set_recent_command_info`);
+//! - the partition sets' flags as signpost keeps them, what updog does to
+//!   them (`clear_inactive` before it writes, `mark_inactive_valid` after;
+//!   `update_image` in updog's `main.rs`) and what activate refuses:
+//!   `support/bottlerocket/disk.rs`;
+//! - how the update actions fail: updog loads its TUF metadata and the
+//!   manifest before it touches the disk (`load_repository`,
+//!   `load_manifest`), so a repository that does not answer or whose
+//!   metadata expired fails a refresh or a prepare with nothing written
+//!   ("Metadata error: ..."), while an image download that breaks off
+//!   fails after `clear_inactive` ("Starting update to V" then "Failed
+//!   writing update data to disk: ..."); thar-be-updates keeps the state it
+//!   had and records the command `Failed` with updog's stderr (`prepare`,
+//!   `activate`: the error propagates before `set_update_state`; `refresh`:
+//!   back to `Idle` from `Idle`/`Available`);
+//! - the reboot endpoint: `/sbin/shutdown -r now` before Bottlerocket
+//!   1.22.0, which no shutdown inhibitor stops, `systemctl reboot
+//!   --check-inhibitors=yes` since (core-kit commit e139cf49, first in
+//!   core-kit 2.4.0, Bottlerocket 1.22.0), which a held inhibitor refuses:
+//!   500 "Unable to reboot, ...";
 //! - before Bottlerocket 1.20.0, a refresh chose the update from the API's
 //!   committed settings (`GET /settings`) instead of a rendered file, while
 //!   updog read `/etc/updog.toml`: bottlerocket-os/bottlerocket commit
@@ -45,14 +64,49 @@ use std::time::{Duration, Instant};
 use semver::Version;
 use serde_json::{json, Value};
 
+#[path = "bottlerocket/disk.rs"]
+pub mod disk;
+#[path = "bottlerocket/script.rs"]
+pub mod script;
+use disk::{Disk, PartitionSet};
+
 /// The largest request head or body the simulator reads (requests are tiny).
 const MAX_REQUEST: usize = 64 * 1024;
+/// `handle`'s answer for a request whose answer is lost (the connection drops).
+const ANSWER_LOST: u16 = 0;
+/// `handle`'s answer for a request answered 204 once the test releases it.
+const ANSWER_HELD: u16 = 1;
 /// The first release whose API server has `PATCH /settings/keypair`
 /// (mod.rs route added in Bottlerocket 1.21.0).
 const KEYPAIR_SINCE: Version = Version::new(1, 21, 0);
 /// The first release whose refresh reads the version lock from a rendered
 /// file rather than the API's committed settings (see the module doc).
 pub const CONFIG_FILE_SINCE: Version = Version::new(1, 20, 0);
+/// The first release whose reboot endpoint honours shutdown inhibitors
+/// (`systemctl reboot --check-inhibitors=yes`, see the module doc).
+pub const INHIBITORS_SINCE: Version = Version::new(1, 22, 0);
+
+/// How an update action fails (see the module doc for upstream's shapes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// The update repository does not answer (network, proxy, CDN): updog
+    /// fails loading its metadata, before it touches the disk.
+    Unreachable,
+    /// The repository's TUF metadata expired (a mirror not re-signed in
+    /// time): refused before anything is written, on every try.
+    Expired,
+    /// The image download breaks off after updog cleared the inactive
+    /// partition set (prepare only; a refresh downloads no image).
+    Download,
+}
+
+/// An action failing `times` times in a row, then working (`usize::MAX`:
+/// for good).
+#[derive(Clone, Copy, Debug)]
+pub struct Fails {
+    pub how: Failure,
+    pub times: usize,
+}
 
 /// A release in the update repository.
 #[derive(Clone, Debug)]
@@ -93,8 +147,23 @@ pub struct Scenario {
     /// `locked_at_start` only), so that a test sees the refusals however
     /// slowly the machine runs the script.
     pub locked_for_refusals: usize,
-    /// `systemctl reboot` fails (e.g. a shutdown inhibitor): 500.
-    pub reboot_fails: bool,
+    /// A shutdown inhibitor is held (e.g. by a host container): from
+    /// 1.22.0 the reboot endpoint refuses with 500; before, it reboots.
+    pub inhibitor: bool,
+    /// What the inactive partition set holds at the start: an earlier
+    /// version, booted successfully once (as a finished upgrade leaves it),
+    /// or nothing bootable.
+    pub inactive: Option<Version>,
+    /// How refreshes fail, before they work.
+    pub refresh_fails: Option<Fails>,
+    /// How prepares fail, before they work.
+    pub prepare_fails: Option<Fails>,
+    /// This many answers to `POST /tx/commit_and_apply` are lost after the
+    /// commit took effect (the connection drops).
+    pub lost_commit_answers: usize,
+    /// The reboot request is answered only once the test releases it
+    /// ([`BottlerocketApi::release_reboot`]).
+    pub hold_reboot_answer: bool,
     /// How long the API does not answer after a reboot.
     pub reboot_downtime: Duration,
 }
@@ -119,7 +188,12 @@ impl Scenario {
             stale_ready: None,
             locked_at_start: Duration::ZERO,
             locked_for_refusals: 0,
-            reboot_fails: false,
+            inhibitor: false,
+            inactive: None,
+            refresh_fails: None,
+            prepare_fails: None,
+            lost_commit_answers: 0,
+            hold_reboot_answer: false,
             reboot_downtime: Duration::from_millis(300),
         }
     }
@@ -132,6 +206,18 @@ impl Scenario {
                 r.in_wave = false;
             }
         }
+        self
+    }
+
+    /// Refreshes fail `times` times as `how` says, then work.
+    pub fn refresh_failing(mut self, how: Failure, times: usize) -> Self {
+        self.refresh_fails = Some(Fails { how, times });
+        self
+    }
+
+    /// Prepares fail `times` times as `how` says, then work.
+    pub fn prepare_failing(mut self, how: Failure, times: usize) -> Self {
+        self.prepare_fails = Some(Fails { how, times });
         self
     }
 }
@@ -174,16 +260,6 @@ struct Running {
     disk: Disk,
 }
 
-/// What is on the disks (signpost's partition flags and updog's writes).
-#[derive(Clone, Debug)]
-struct Disk {
-    active: Version,
-    /// The image on the inactive partition set, if any was written.
-    staging: Option<Version>,
-    /// Whether the inactive set is marked to boot next.
-    staging_next: bool,
-}
-
 struct State {
     arch: String,
     variant: String,
@@ -207,7 +283,15 @@ struct State {
     /// 423 answers still due before `locked_until` is lifted.
     refusals_left: usize,
     disk: Disk,
-    reboot_fails: bool,
+    inhibitor: bool,
+    refresh_fails: Option<Fails>,
+    prepare_fails: Option<Fails>,
+    lost_commit_answers: usize,
+    hold_reboot_answer: bool,
+    /// Set by the test to let a held reboot answer go.
+    reboot_released: bool,
+    /// The reboot answer held until then.
+    held_answer: Option<(u16, String)>,
     reboot_downtime: Duration,
     down_until: Option<Instant>,
     /// Reboots accepted, and refused.
@@ -267,7 +351,7 @@ impl State {
     /// The release a refresh chooses: from the rendered config since 1.20.0,
     /// from the API's committed settings before (see the module doc).
     fn chosen_by_refresh(&self) -> Option<Version> {
-        if self.disk.active < CONFIG_FILE_SINCE {
+        if self.disk.running() < CONFIG_FILE_SINCE {
             self.selected_by(&self.datastore.version_lock)
         } else {
             self.selected()
@@ -279,7 +363,7 @@ impl State {
     /// (prepare) agree on it: the newest newer one for "latest", else the
     /// locked version if offered and not running.
     fn selected_by(&self, lock: &str) -> Option<Version> {
-        let running = &self.disk.active;
+        let running = &self.disk.running();
         let offered = self.applicable();
         if lock == "latest" {
             return offered.into_iter().find(|u| u > running);
@@ -293,9 +377,9 @@ impl State {
 
     fn os(&self) -> Value {
         json!({
-            "pretty_name": format!("Bottlerocket OS {} ({})", self.disk.active, self.variant),
+            "pretty_name": format!("Bottlerocket OS {} ({})", self.disk.running(), self.variant),
             "variant_id": self.variant,
-            "version_id": self.disk.active.to_string(),
+            "version_id": self.disk.running().to_string(),
             "build_id": "0123abcd",
             "arch": self.arch,
         })
@@ -322,7 +406,7 @@ impl State {
             "available_updates": s.available.iter().map(|v| v.to_string()).collect::<Vec<_>>(),
             "chosen_update": s.chosen.as_ref().map(|c| self.image(c)),
             "active_partition": {
-                "image": self.image(&self.disk.active),
+                "image": self.image(&self.disk.running()),
                 "next_to_boot": !s.staging.as_ref().is_some_and(|(_, next)| *next),
             },
             "staging_partition": s.staging.as_ref().map(|(v, next)| json!({
@@ -355,56 +439,91 @@ impl State {
         });
         let mut disk = self.disk.clone();
         let mut stderr = String::new();
+        let mut ok = true;
         let takes;
         match (cmd, status.state) {
             ("refresh", state) => {
-                // `updog whats --all` lists from the config updog reads now;
-                // status.rs update_available_updates chooses among them.
-                status.available = self.applicable();
-                status.chosen = self.chosen_by_refresh();
-                if state == "Idle" || state == "Available" {
-                    status.state = if status.chosen.is_some() {
-                        "Available"
-                    } else {
-                        "Idle"
-                    };
-                }
                 takes = self.takes[0];
+                if let Some(how) = Self::failing(&mut self.refresh_fails) {
+                    // main.rs refresh: `updog whats` failed -> Ok(false):
+                    // Idle from Idle/Available, nothing else changes.
+                    stderr = self.failure_text(how, None);
+                    ok = false;
+                    if state == "Idle" || state == "Available" {
+                        status.state = "Idle";
+                    }
+                } else {
+                    // `updog whats --all` lists from the config updog reads now;
+                    // status.rs update_available_updates chooses among them.
+                    status.available = self.applicable();
+                    status.chosen = self.chosen_by_refresh();
+                    if state == "Idle" || state == "Available" {
+                        status.state = if status.chosen.is_some() {
+                            "Available"
+                        } else {
+                            "Idle"
+                        };
+                    }
+                }
             }
             ("prepare", "Available" | "Staged") => {
                 let Some(chosen) = status.chosen.clone() else {
                     return (404, "Update does not exist".into());
                 };
+                takes = self.takes[1];
                 // updog update-image writes what *its* config selects ("No
                 // update required" writes nothing); thar-be-updates records
                 // chosen_update as staged either way (main.rs prepare).
                 // Its stderr is kept as the command's (set_recent_command_info).
-                if let Some(written) = self.selected() {
-                    stderr = format!("Starting update to {written}\n");
-                    disk.staging = Some(written.clone());
-                    disk.staging_next = false;
-                    self.staged.push(written);
-                } else {
-                    stderr = "No update required\n".into();
+                let selected = self.selected();
+                match (Self::failing(&mut self.prepare_fails), selected) {
+                    (Some(how), selected) => {
+                        // The error propagates before set_update_state and
+                        // set_staging_partition_image_info: state and
+                        // bookkeeping stay as they were.
+                        stderr = self.failure_text(how, selected.as_ref());
+                        ok = false;
+                        if how == Failure::Download && selected.is_some() {
+                            disk.clear_inactive();
+                        }
+                    }
+                    (None, Some(written)) => {
+                        stderr = format!("Starting update to {written}\n");
+                        disk.write_inactive(written.clone());
+                        self.staged.push(written);
+                        status.staging = Some((chosen, false));
+                        status.state = "Staged";
+                    }
+                    (None, None) => {
+                        stderr = "No update required\n".into();
+                        status.staging = Some((chosen, false));
+                        status.state = "Staged";
+                    }
                 }
-                status.staging = Some((chosen, false));
-                status.state = "Staged";
-                takes = self.takes[1];
             }
             ("activate", "Staged") => {
                 let Some((staged, _)) = status.staging.clone() else {
                     return (404, "No staged image".into());
                 };
-                disk.staging_next = true;
-                status.staging = Some((staged, true));
-                status.state = "Ready";
                 takes = self.takes[2];
+                // updog update-apply: signpost upgrade_to_inactive, which
+                // reads the disk's flags, not thar-be-updates' bookkeeping.
+                match disk.upgrade_to_inactive() {
+                    Ok(()) => {
+                        status.staging = Some((staged, true));
+                        status.state = "Ready";
+                    }
+                    Err(e) => {
+                        stderr = format!("Could not mark inactive partition for boot: {e}\n");
+                        ok = false;
+                    }
+                }
             }
             ("deactivate", "Ready") => {
                 let Some((staged, _)) = status.staging.clone() else {
                     return (404, "No staged image".into());
                 };
-                disk.staging_next = false;
+                disk.cancel_upgrade();
                 status.staging = Some((staged, false));
                 status.state = "Staged";
                 takes = self.takes[2];
@@ -418,7 +537,7 @@ impl State {
         }
         status.recent = Some(CommandResult {
             cmd_type: cmd,
-            ok: true,
+            ok,
             timestamp: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
             stderr,
         });
@@ -442,15 +561,45 @@ impl State {
         (204, String::new())
     }
 
-    /// What the node boots into: the staging set if it is marked next.
-    fn reboot(&mut self, now: Instant) {
-        // A marked set that updog never wrote to holds no bootable image:
-        // the boot falls back to the active set (signpost's priority rules).
-        if let (true, Some(booted)) = (self.disk.staging_next, self.disk.staging.clone()) {
-            self.disk.staging = Some(std::mem::replace(&mut self.disk.active, booted));
+    /// Whether this action fails now (spending one failure of `fails`).
+    fn failing(fails: &mut Option<Fails>) -> Option<Failure> {
+        let f = fails.as_mut()?;
+        if f.times == 0 {
+            return None;
         }
-        self.disk.staging_next = false;
-        self.boots.push(self.disk.active.clone());
+        if f.times != usize::MAX {
+            f.times -= 1;
+        }
+        Some(f.how)
+    }
+
+    /// updog's stderr for `how` (main.rs main_inner prints the error; the
+    /// metadata is loaded before "Starting update to V", the image after).
+    fn failure_text(&self, how: Failure, writing: Option<&Version>) -> String {
+        let repo = format!(
+            "https://updates.bottlerocket.aws/2020-07-07/{}/{}",
+            self.variant, self.arch
+        );
+        match (how, writing) {
+            (Failure::Unreachable, _) | (Failure::Download, None) => format!(
+                "Metadata error: Failed to fetch {repo}/timestamp.json: error sending request: \
+                 connection closed before message completed\n"
+            ),
+            (Failure::Expired, _) => "Metadata error: timestamp metadata is expired\n".into(),
+            (Failure::Download, Some(v)) => format!(
+                "Starting update to {v}\nFailed writing update data to disk: Failed to fetch \
+                 https://updates.bottlerocket.aws/targets/bottlerocket-{}-{}-{v}-root.ext4.lz4: \
+                 connection reset by peer (os error 104)\n",
+                self.variant, self.arch
+            ),
+        }
+    }
+
+    /// The node reboots: into the set the partition flags choose.
+    fn reboot(&mut self, now: Instant) {
+        // The bootloader takes the set signpost's flags name (disk.rs).
+        let booted = self.disk.boot();
+        self.boots.push(booted);
         // /run is a tmpfs: no status file, no lock; updog.toml is rendered at boot.
         self.status = None;
         self.running = None;
@@ -505,7 +654,7 @@ impl State {
                 }
                 _ => (400, "Unable to deserialize input JSON".into()),
             },
-            ("PATCH", "/settings/keypair") if self.disk.active >= KEYPAIR_SINCE => {
+            ("PATCH", "/settings/keypair") if self.disk.running() >= KEYPAIR_SINCE => {
                 // mod.rs patch_settings_key_pair + massage_set_input.
                 let Ok(req) = serde_json::from_slice::<Value>(body) else {
                     return (400, "Unable to deserialize input JSON".into());
@@ -533,6 +682,8 @@ impl State {
                 let Some(change) = self.pending.remove(&tx) else {
                     return (422, "Commit with no pending changes".into());
                 };
+                let lost = self.lost_commit_answers > 0;
+                self.lost_commit_answers = self.lost_commit_answers.saturating_sub(1);
                 let u = &change["updates"];
                 if let Some(lock) = u["version-lock"].as_str() {
                     self.datastore.version_lock = lock.to_string();
@@ -547,6 +698,10 @@ impl State {
                     None => {
                         self.render_at = Some((now + self.settings_delay, self.datastore.clone()))
                     }
+                }
+                if lost {
+                    // Committed, but the answer never reaches the client.
+                    return (ANSWER_LOST, String::new());
                 }
                 (
                     200,
@@ -573,19 +728,34 @@ impl State {
             ("POST", "/actions/activate-update") => self.dispatch("activate", now),
             ("POST", "/actions/deactivate-update") => self.dispatch("deactivate", now),
             ("POST", "/actions/reboot") => {
-                // mod.rs reboot: `systemctl reboot --check-inhibitors=yes`.
-                if self.reboot_fails {
-                    self.reboot_refusals += 1;
-                    return (
-                        500,
-                        "Unable to reboot, exit code: 1, stderr: Operation inhibited".into(),
-                    );
+                // mod.rs reboot: since 1.22.0 `systemctl reboot
+                // --check-inhibitors=yes`, refused while an inhibitor is
+                // held; before, `shutdown -r now`, which ignores it.
+                let answer = self.reboot_answer();
+                if self.hold_reboot_answer {
+                    self.held_answer = Some(answer);
+                    return (ANSWER_HELD, String::new());
                 }
-                self.reboot_requests += 1;
-                (204, String::new())
+                answer
             }
             _ => (404, String::new()),
         }
+    }
+
+    /// The reboot endpoint's answer (see `handle`).
+    fn reboot_answer(&mut self) -> (u16, String) {
+        if self.inhibitor && self.disk.running() >= INHIBITORS_SINCE {
+            self.reboot_refusals += 1;
+            return (
+                500,
+                "Unable to reboot, exit code: 1, stderr: Call to Reboot failed: \
+                 Operation inhibited by \"host-containers\" (PID 1234 \"containerd\", \
+                 user root), reason is \"admin shell\"."
+                    .into(),
+            );
+        }
+        self.reboot_requests += 1;
+        (204, String::new())
     }
 }
 
@@ -657,12 +827,14 @@ impl BottlerocketApi {
             locked_until: (!scenario.locked_at_start.is_zero())
                 .then(|| now + scenario.locked_at_start),
             refusals_left: scenario.locked_for_refusals,
-            disk: Disk {
-                active: scenario.running,
-                staging: None,
-                staging_next: false,
-            },
-            reboot_fails: scenario.reboot_fails,
+            disk: Disk::new(scenario.running, scenario.inactive),
+            inhibitor: scenario.inhibitor,
+            refresh_fails: scenario.refresh_fails,
+            prepare_fails: scenario.prepare_fails,
+            lost_commit_answers: scenario.lost_commit_answers,
+            hold_reboot_answer: scenario.hold_reboot_answer,
+            reboot_released: false,
+            held_answer: None,
             reboot_downtime: scenario.reboot_downtime,
             down_until: None,
             reboot_requests: 0,
@@ -674,8 +846,11 @@ impl BottlerocketApi {
         };
         if let Some(stale) = scenario.stale_ready {
             // An earlier attempt prepared and activated `stale`, then stopped.
-            state.disk.staging = Some(stale.clone());
-            state.disk.staging_next = true;
+            state.disk.write_inactive(stale.clone());
+            state
+                .disk
+                .upgrade_to_inactive()
+                .expect("a freshly written set can be activated");
             state.staged.push(stale.clone());
             state.status = Some(UpdateStatus {
                 state: "Ready",
@@ -771,7 +946,49 @@ impl BottlerocketApi {
 
     /// The version the node runs.
     pub fn running(&self) -> Version {
-        self.lock().disk.active.clone()
+        self.lock().disk.running()
+    }
+
+    /// The inactive partition set: what it holds and its flags.
+    pub fn inactive(&self) -> PartitionSet {
+        self.await_state(Duration::from_secs(30), "the running action to end", |s| {
+            s.running.is_none()
+        });
+        self.lock().disk.inactive().clone()
+    }
+
+    /// `signpost rollback-to-inactive` from a root shell on the node (the
+    /// manual way back; the update API has no such action): its error, as
+    /// signpost prints it, when it refuses.
+    pub fn signpost_rollback_to_inactive(&self) -> Result<(), String> {
+        self.lock().disk.rollback_to_inactive()
+    }
+
+    /// `updog.toml` rendered now, as the commit's background rendering
+    /// finally does (a test's `settings_delay` that never ended).
+    pub fn render_now(&self) {
+        let mut s = self.lock();
+        s.updog = s.datastore.clone();
+        s.render_at = None;
+        s.render_waits = None;
+    }
+
+    /// From now on, the next `times` prepares fail as `how` says.
+    pub fn fail_prepares(&self, how: Failure, times: usize) {
+        self.lock().prepare_fails = Some(Fails { how, times });
+    }
+
+    /// Let a held reboot answer go ([`Scenario::hold_reboot_answer`]).
+    pub fn release_reboot(&self) {
+        self.lock().reboot_released = true;
+        self.state.1.notify_all();
+    }
+
+    /// Wait until the reboot was asked for (its answer may be held).
+    pub fn await_reboot_request(&self, limit: Duration) {
+        self.await_state(limit, "a reboot request", |s| {
+            s.reboot_requests + s.reboot_refusals > 0
+        });
     }
 
     /// Every image updog wrote to the staging partition.
@@ -802,7 +1019,7 @@ impl BottlerocketApi {
         });
         let s = self.lock();
         let state = s.status.as_ref().map(|st| st.state).unwrap_or("Idle");
-        (state.to_string(), s.disk.staging_next)
+        (state.to_string(), s.disk.inactive_is_next())
     }
 
     /// Requests served so far, as "METHOD URI -> STATUS".
@@ -885,13 +1102,36 @@ fn serve(conn: UnixStream, state: &(Mutex<State>, Condvar)) {
             if code == 423 && s.refusals_left > 0 && s.running.is_none() {
                 s.refusals_left -= 1;
             }
-            s.log.push(format!("{method} {uri} -> {code}"));
+            let shown = match code {
+                ANSWER_LOST => "applied, answer lost".to_string(),
+                ANSWER_HELD => "204 (held)".to_string(),
+                c => c.to_string(),
+            };
+            s.log.push(format!("{method} {uri} -> {shown}"));
             s.log_at.push(now);
             Some((code, text))
         }
     };
     cvar.notify_all();
-    let Some((code, text)) = answer else { return };
+    let Some((mut code, mut text)) = answer else {
+        return;
+    };
+    match code {
+        ANSWER_LOST => return,
+        ANSWER_HELD => {
+            // Answered once the test lets it go (or the node reboots).
+            let mut s = lock.lock().unwrap_or_else(|e| e.into_inner());
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !s.reboot_released && Instant::now() < deadline {
+                s = cvar
+                    .wait_timeout(s, Duration::from_millis(50))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+            (code, text) = s.held_answer.take().unwrap_or((204, String::new()));
+        }
+        _ => {}
+    }
     let reason = match code {
         200 => "OK",
         204 => "No Content",
