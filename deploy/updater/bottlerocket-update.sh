@@ -2,14 +2,16 @@
 # drover's Bottlerocket driver: moves this node to $DROVER_TARGET_VERSION
 # through the node's update API and reboots it (docs/drivers.md).
 #
-# Baked into the updater image (deploy/updater/Dockerfile) as
+# Baked into the updater image (deploy/updater/build) as
 # /usr/local/bin/drover-bottlerocket-update, the upgrade Job's whole command:
 # the admission policy of deploy/components/bottlerocket-host-access pins the
 # image's digest and this command, so a Job from the agent's token can run
 # this script and nothing else. The image holds bash, jq and coreutils; the
-# host's own /bin/apiclient is mounted in. Only `apiclient raw` is used,
-# against endpoints every supported Bottlerocket release serves: /os,
-# /settings, /tx/commit_and_apply, /updates/status and
+# host's own /bin/apiclient is mounted in. apiclient is called as `apiclient
+# -m METHOD -u URI [-d DATA]`, the one form every release since 1.0.0
+# accepts (`raw` is the default subcommand since 1.0.3, and the clients
+# before had no subcommands), against endpoints every supported Bottlerocket
+# release serves: /os, /settings, /tx/commit_and_apply, /updates/status and
 # /actions/{refresh,prepare,activate,deactivate}-update and /actions/reboot.
 #
 # The update API's state machine (thar-be-updates' drive_state_machine):
@@ -17,7 +19,10 @@
 # Available/Staged (-> Staged), activate in Staged (-> Ready), deactivate in
 # Ready (-> Staged); anything else is 409. Each action runs in a forked
 # child that holds the update lock, so the API answers 423 until it ends and
-# its result shows in /updates/status' most_recent_command.
+# its result shows in /updates/status' most_recent_command. An action that
+# fails (updog could not reach the repository, its metadata expired, the
+# download broke off) leaves the state as it was and says Failed, with
+# updog's stderr: the driver retries it, a bounded number of times.
 #
 # Idempotent per attempt: the pod the Job starts again after the reboot reads
 # the version, finds the target and exits 0; a marker on the host says this
@@ -30,23 +35,39 @@
 # reboot; a target the node's repository does not offer fails here, before
 # the node left service. The upgrade Job that follows the drain finds the
 # target staged and goes straight to step 5.
+#
+# What it did is written, as one line of JSON, to the pod's termination
+# message ($DROVER_TERMINATION_LOG, /dev/termination-log by default): the
+# outcome, the retries of each kind and the reason; drover puts it on the
+# node's record when the Job fails.
 set -euo pipefail
 
 target="$DROVER_TARGET_VERSION"
 node="$DROVER_NODE_NAME"
-marker="${DROVER_STATE_DIR:-/drover-state}/attempt-$DROVER_ATTEMPT"
+state_dir="${DROVER_STATE_DIR:-/drover-state}"
+marker="$state_dir/attempt-$DROVER_ATTEMPT"
+termlog="${DROVER_TERMINATION_LOG:-/dev/termination-log}"
+action="${DROVER_ACTION:-upgrade}"
 # Every wait is a multiple of this many seconds (tests shrink it).
 unit="${DROVER_TIME_UNIT:-1}"
 # Scratch space shared by the supervisor and the worker (see the end).
 scratch="$(mktemp -d)"
 errf="$scratch/err"
-# Present once the reboot was accepted: a SIGTERM after that is the
-# shutdown, which must not cancel the update it is about to boot.
+# The worker's retries so far ({"refresh": n, ...}) and why it failed.
+retries="$scratch/retries"
+reason="$scratch/reason"
+printf '{}' >"$retries"
+# Present once this process wrote the marker, once it asked for the reboot,
+# and once the reboot was accepted: a SIGTERM after that is the shutdown,
+# which must not cancel the update it is about to boot.
+marked="$scratch/marked"
+asked="$scratch/asked"
 rebooting="$scratch/rebooting"
 
 log() { printf '%s drover-driver %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$node" "$*" >&2; }
 fail() {
   log "$*"
+  printf '%s' "$*" >"$reason"
   exit 1
 }
 
@@ -60,12 +81,18 @@ nap() {
 # seconds N: N units in whole seconds, at least 1.
 seconds() { jq -n --argjson u "$unit" --argjson n "$1" '[($u * $n) | ceil, 1] | max'; }
 
-# call METHOD URI [DATA]: one `apiclient raw` request. Prints the body; on
-# failure the error is in $errf (see set_code).
+# retried KIND: count one more retry of KIND (refresh, prepare, commit).
+retried() {
+  jq -c --arg k "$1" '.[$k] = ((.[$k] // 0) + 1)' "$retries" >"$retries.new"
+  mv -f "$retries.new" "$retries"
+}
+
+# call METHOD URI [DATA]: one request through the host's apiclient. Prints
+# the body; on failure the error is in $errf (see set_code).
 call() {
   code=""
   local out
-  if out="$(apiclient raw -m "$1" -u "$2" ${3:+-d "$3"} 2>"$errf")"; then
+  if out="$(apiclient -m "$1" -u "$2" ${3:+-d "$3"} 2>"$errf")"; then
     printf '%s' "$out"
     return 0
   fi
@@ -75,7 +102,8 @@ call() {
 
 # set_code: $code from the last failed call: the HTTP status apiclient
 # reports for an answered request ("... Status 423 when POSTing ...",
-# apiclient's lib.rs ResponseStatus), or "transport" when no answer came.
+# apiclient's lib.rs ResponseStatus, the same words since 1.0.0), or
+# "transport" when no answer came.
 # (Read from $errf because calls often run in a $(...) subshell.)
 code=""
 set_code() {
@@ -125,13 +153,14 @@ status() {
 
 # update_command NAME URI LIMIT: start an update action, then poll the status
 # until most_recent_command is NAME with a new timestamp (as apiclient's
-# update.rs wait_request does), for at most LIMIT units; fail unless it
-# succeeded.
+# update.rs wait_request does), for at most LIMIT units. Returns 0 if it
+# succeeded, 2 if it ran and failed (updog's stderr in $scratch/cmd_err);
+# fails the node when it cannot be started or does not end in time.
 update_command() {
   local name="$1" uri="$2" before st deadline
   before="$(status | jq -r '.most_recent_command.timestamp // "none"')" ||
     fail "cannot read the update status"
-  api POST "$uri" >/dev/null || fail "could not start $name"
+  api POST "$uri" >/dev/null || fail "could not start $name: $(cat "$errf")"
   deadline=$(($(date +%s) + $(seconds "$3")))
   while :; do
     nap 0.5
@@ -139,13 +168,62 @@ update_command() {
     if st="$(call GET /updates/status)"; then
       if [ "$(jq -r '.most_recent_command | "\(.cmd_type) \(.timestamp)"' <<<"$st")" != "$name $before" ] &&
         [ "$(jq -r '.most_recent_command.cmd_type' <<<"$st")" = "$name" ]; then
-        [ "$(jq -r '.most_recent_command.cmd_status' <<<"$st")" = Success ] ||
-          fail "$name failed: $(jq -r '.most_recent_command.stderr // ""' <<<"$st")"
-        return 0
+        [ "$(jq -r '.most_recent_command.cmd_status' <<<"$st")" = Success ] && return 0
+        jq -r '.most_recent_command.stderr // "" | rtrimstr("\n")' <<<"$st" >"$scratch/cmd_err"
+        return 2
       fi
     fi
     [ "$(date +%s)" -lt "$deadline" ] || fail "$name did not finish within $3 units"
   done
+}
+
+# permanent ERR: whether updog's error will not go away by trying again:
+# the repository's TUF metadata expired or does not verify (tough's
+# ExpiredMetadata and VerifyMetadata). Anything else (no answer, a
+# download broken off) is retried.
+permanent() {
+  [[ "$1" == *"metadata is expired"* || "$1" == *"Failed to verify"* ]]
+}
+
+# cleared ERR: whether a failed prepare had cleared the inactive partition
+# set: updog prints "Starting update to V" once its metadata and migrations
+# are in, then clears the set (signpost clear_inactive) and writes the
+# images; a write that fails leaves it cleared.
+cleared() {
+  [[ "$1" == *"Starting update to "* && "$1" == *"Failed writing update data"* ]]
+}
+
+# action_with_retries NAME URI LIMIT DELAY...: update_command, tried again
+# after each DELAY (units) while it fails for a reason that may pass.
+action_with_retries() {
+  local name="$1" uri="$2" limit="$3" delay err rc tries=1
+  shift 3
+  for delay in "$@" 0; do
+    rc=0
+    update_command "$name" "$uri" "$limit" || rc=$?
+    [ "$rc" -eq 0 ] && return 0
+    err="$(cat "$scratch/cmd_err")"
+    if permanent "$err"; then
+      fail "$name failed, not retried (the update repository's metadata must be fixed): $err$(after_prepare "$name" "$err")"
+    fi
+    if [ "$delay" -eq 0 ]; then
+      fail "$name failed $tries times; the last: $err$(after_prepare "$name" "$err")"
+    fi
+    retried "$name"
+    log "$name failed (try $tries): $err; trying again in $delay units"
+    tries=$((tries + 1))
+    nap "$delay"
+  done
+}
+
+# after_prepare NAME ERR: what a failed prepare left on the disk, for the reason.
+after_prepare() {
+  [ "$1" = prepare ] || return 0
+  if cleared "$2"; then
+    printf '%s' "; updog cleared the inactive partition set before the download broke off, so \`signpost rollback-to-inactive\` no longer works on this node"
+  else
+    printf '%s' "; nothing was written: the inactive partition set is as it was"
+  fi
 }
 
 # updog_wrote STATUS: the version updog reported writing in the last
@@ -157,19 +235,31 @@ updog_wrote() {
     (if any(. == "No update required") then "no update" else "" end)' <<<"$1"
 }
 
+# staged_by_updog STATUS: whether the status shows TARGET staged by updog's
+# own report: Staged at the target in thar-be-updates' bookkeeping, which
+# records the chosen update as staged whatever updog wrote, AND the last
+# command a successful prepare whose stderr says updog started the update
+# to exactly the target. A refresh since, or a failed prepare since (its
+# download may have cleared the partition), leaves no such report: the
+# target is downloaded again.
+staged_by_updog() {
+  [ "$(jq -r '"\(.update_state) \(.staging_partition.image.version) \(.most_recent_command.cmd_type) \(.most_recent_command.cmd_status)"' <<<"$1")" = "Staged $target prepare Success" ] &&
+    [ "$(updog_wrote "$1")" = "$target" ]
+}
+
 # cancel_ready: if an update is activated (Ready), deactivate it, so that no
 # reboot boots it. Bounded to 20 s: the pod's grace period is 30 s.
 cancel_ready() {
-  local st deadline=$(($(date +%s) + 20)) asked=0
+  local st deadline=$(($(date +%s) + 20)) asked_off=0
   while [ "$(date +%s)" -lt "$deadline" ]; do
     if st="$(call GET /updates/status)"; then
       [ "$(jq -r '.update_state // "Idle"' <<<"$st")" = Ready ] || {
-        [ "$asked" -eq 0 ] || log "update cancelled"
+        [ "$asked_off" -eq 0 ] || log "update cancelled"
         return 0
       }
-      if [ "$asked" -eq 0 ] && call POST /actions/deactivate-update >/dev/null; then
+      if [ "$asked_off" -eq 0 ] && call POST /actions/deactivate-update >/dev/null; then
         log "cancelling the activated update"
-        asked=1
+        asked_off=1
       fi
     elif set_code && [ "$code" = 404 ]; then
       return 0
@@ -178,6 +268,47 @@ cancel_ready() {
   done
   log "could not see the update state settle within 20 s (an action still holds the lock); left as it is"
   return 1
+}
+
+# lock_reads_back: whether the API's settings hold the lock to the target
+# with waves ignored.
+lock_reads_back() {
+  [ "$(api GET /settings | jq -r '"\(.updates["version-lock"]) \(.updates["ignore-waves"])"')" = "$target true" ]
+}
+
+# commit_lock: set the lock in a transaction of our own and commit it. The
+# commit's answer can be lost (the API restarts, the connection drops)
+# after the commit took effect, and a commit asked again then finds nothing
+# pending (422): what the API holds decides, read back from GET /settings.
+commit_lock() {
+  local settings tx delay
+  settings="$(jq -cn --arg v "$target" '{updates: {"version-lock": $v, "ignore-waves": true}}')"
+  tx="drover-$DROVER_ATTEMPT"
+  for delay in 2 8 30 0; do
+    api PATCH "/settings?tx=$tx" "$settings" >/dev/null || fail "cannot set the version lock: $(cat "$errf")"
+    if call POST "/tx/commit_and_apply?tx=$tx" >/dev/null; then
+      return 0
+    fi
+    case "$code" in
+      transport | 422) ;;
+      *) fail "cannot commit the version lock: $(cat "$errf")" ;;
+    esac
+    if lock_reads_back; then
+      retried commit
+      log "the commit's answer was lost ($code); the lock reads back as $target: committed"
+      return 0
+    fi
+    [ "$delay" -eq 0 ] && fail "cannot commit the version lock: $(cat "$errf")"
+    retried commit
+    log "the commit was not answered ($code) and the lock is not $target yet; trying again in $delay units"
+    nap "$delay"
+  done
+}
+
+# clear_markers: this node runs what drover asked for: the markers of this
+# and earlier attempts have nothing left to guard.
+clear_markers() {
+  rm -f "$state_dir"/attempt-*
 }
 
 # upgrade: the steps below, run by the worker.
@@ -194,19 +325,26 @@ upgrade() {
   done
   [ -n "$current" ] || fail "cannot read the running version from the Bottlerocket API"
   if [ "$current" = "$target" ]; then
+    # The retries of the run that asked for the reboot, kept in its marker.
+    if [ -s "$marker" ] && jq -e 'type == "object"' "$marker" >/dev/null 2>&1; then
+      cp "$marker" "$retries"
+    fi
+    clear_markers
     log "runs $target"
     exit 0
   fi
   if [ -e "$marker" ]; then
     fail "rebooted for $target but runs $current"
   fi
-  action="${DROVER_ACTION:-upgrade}"
   if [ "$action" = prepare ]; then
     log "preparing $target (running $current): checking it is offered and downloading it, before the drain"
   elif [ "$action" = rollback ]; then
     # A rollback is the same steps: the version lock selects an older
-    # release as it selects a newer one.
-    log "rolling back from $current to $target (${DROVER_FAILED_VERSION:-$current} failed its health checks)"
+    # release as it selects a newer one. The update API has no way to boot
+    # the inactive partition set without writing it again (activate needs
+    # an image staged by a prepare of this boot, and prepare downloads):
+    # the previous version is downloaded from the repository.
+    log "rolling back from $current to $target (${DROVER_FAILED_VERSION:-$current} failed its health checks): downloading $target again"
   else
     log "moving from $current to $target"
   fi
@@ -216,19 +354,17 @@ upgrade() {
   st="$(status)" || fail "cannot read the update status"
   if [ "$(jq -r '.update_state // "Idle"' <<<"$st")" = Ready ]; then
     log "cancelling the update left activated for $(jq -r '.staging_partition.image.version // "?"' <<<"$st")"
-    update_command deactivate /actions/deactivate-update 60
+    update_command deactivate /actions/deactivate-update 60 ||
+      fail "could not cancel the activated update: $(cat "$scratch/cmd_err")"
+    st="$(status)" || fail "cannot read the update status"
   fi
 
   # 2. Lock to exactly the target, ignoring waves: PATCH /settings in our own
   #    transaction, then commit and apply it. The API answers before the config
   #    updog reads is rendered again (thar-be-settings runs in the background),
   #    so the refresh below confirms the lock took effect.
-  settings="$(jq -cn --arg v "$target" '{updates: {"version-lock": $v, "ignore-waves": true}}')"
-  tx="drover-$DROVER_ATTEMPT"
-  api PATCH "/settings?tx=$tx" "$settings" >/dev/null || fail "cannot set the version lock"
-  api POST "/tx/commit_and_apply?tx=$tx" >/dev/null || fail "cannot commit the version lock"
-  [ "$(api GET /settings | jq -r '.updates["version-lock"]')" = "$target" ] ||
-    fail "the version lock did not read back as $target"
+  commit_lock
+  lock_reads_back || fail "the version lock did not read back as $target"
 
   # 3. and 4. Refresh until the update chosen is exactly the target, then
   #    download and write it to the staging partition (prepare). The API answers the
@@ -247,23 +383,24 @@ upgrade() {
   #      files' rendering raced) is only a second guard.
   #    Nothing is activated until both agree: a wrong image left on the
   #    staging partition is never booted, and the next prepare overwrites it.
+  #    A refresh or prepare that fails is tried again (action_with_retries):
+  #    refresh after 10, 20, 40 and 80 units, prepare after 30, 60 and 120.
   before_config_files="$(jq -n --arg v "$current" '($v | split("-")[0] | split(".") | map(tonumber? // 0)) < [1, 20, 0]')"
   chosen="" written="" staged=""
-  # Staged by this attempt's prepare Job (before the drain): the staging
-  # partition holds the target, checked by that run as below; it is not
-  # downloaded again. The lock set above keeps any refresh on it.
-  if [ "$action" != prepare ] &&
-    [ "$(jq -r '"\(.update_state) \(.staging_partition.image.version)"' <<<"$st")" = "Staged $target" ]; then
-    log "$target is staged already (prepared before the drain)"
+  # Staged by this attempt's prepare Job (before the drain): updog's own
+  # report says it wrote the target, and the lock set above keeps any
+  # refresh on it; it is not downloaded again.
+  if [ "$action" != prepare ] && staged_by_updog "$st"; then
+    log "$target is staged already (prepared before the drain; updog reported writing it)"
     chosen="$target" staged=1
   fi
   for delay in 2 4 8 16 30 30 30 0; do
     [ -z "$staged" ] || break
-    update_command refresh /actions/refresh-updates 300
+    action_with_retries refresh /actions/refresh-updates 300 10 20 40 80
     st="$(status)" || fail "cannot read the update status"
     chosen="$(jq -r '.chosen_update.version // "none"' <<<"$st")"
     if [ "$chosen" = "$target" ]; then
-      update_command prepare /actions/prepare-update 1800
+      action_with_retries prepare /actions/prepare-update 1800 30 60 120
       st="$(status)" || fail "cannot read the update status"
       [ "$(jq -r '"\(.update_state) \(.staging_partition.image.version)"' <<<"$st")" = "Staged $target" ] ||
         fail "prepare left $(jq -c '{update_state, staging_partition}' <<<"$st"), not $target staged"
@@ -287,28 +424,51 @@ upgrade() {
     exit 0
   fi
 
-  # 5. Activate: the staging partition becomes the next to boot.
-  update_command activate /actions/activate-update 60
+  # 5. Activate: the staging partition becomes the next to boot. signpost
+  #    refuses a partition set updog did not finish writing.
+  update_command activate /actions/activate-update 60 ||
+    fail "activate failed: $(cat "$scratch/cmd_err")"
   st="$(status)" || fail "cannot read the update status"
   [ "$(jq -r '"\(.update_state) \(.staging_partition.image.version) \(.staging_partition.next_to_boot)"' <<<"$st")" = "Ready $target true" ] ||
     fail "activate left $(jq -c '{update_state, staging_partition}' <<<"$st"), not $target next to boot"
 
-  # 6. Reboot. The shutdown stops this pod (SIGTERM): the Job starts it again
-  #    after the reboot, and step 0 finds the target.
-  touch "$marker"
-  touch "$rebooting"
+  # 6. Reboot. The marker (holding this run's retries) says the attempt
+  #    asked for its reboot; the supervisor removes it again if the reboot
+  #    is refused or never asked for. The shutdown stops this pod (SIGTERM):
+  #    the Job starts it again after the reboot, and step 0 finds the target.
+  cp "$retries" "$marker"
+  touch "$marked"
+  touch "$asked"
   log "rebooting into $target"
-  if ! call POST /actions/reboot >/dev/null; then
-    if [ "$code" != transport ]; then
-      # The API refused (e.g. a shutdown inhibitor): no reboot is coming.
-      rm -f "$rebooting" "$marker"
-      fail "reboot refused: $(cat "$errf")"
-    fi
+  if call POST /actions/reboot >/dev/null; then
+    touch "$rebooting"
+  elif [ "$code" = transport ]; then
+    touch "$rebooting"
     log "no answer to the reboot request: the node may be going down"
+  else
+    # The API refused (e.g. a shutdown inhibitor): no reboot is coming.
+    fail "reboot refused: $(cat "$errf")"
   fi
   nap 600
-  rm -f "$rebooting" "$marker"
+  rm -f "$rebooting"
   fail "no reboot within 600 units"
+}
+
+# report RC: the termination message: the outcome, the retries, the reason.
+# Bounded well under the kubelet's 4096 bytes.
+report() {
+  local outcome=failed
+  if [ "$1" -eq 0 ] && [ "$action" = prepare ]; then
+    outcome=prepared
+  elif [ "$1" -eq 0 ]; then
+    outcome="done"
+  elif [ "$1" -eq 130 ] || [ "$1" -eq 143 ]; then
+    outcome=stopped
+  fi
+  jq -cn --arg outcome "$outcome" --arg action "$action" --arg target "$target" \
+    --arg reason "$(cat "$reason" 2>/dev/null || true)" --slurpfile r "$retries" \
+    '{outcome: $outcome, action: $action, target: $target, retries: ($r[0] // {}), reason: $reason[:2000]}' \
+    >"$termlog" 2>/dev/null || true
 }
 
 # The supervisor. bash 5.2 can run a trap while it parses a $(...), and the
@@ -316,9 +476,10 @@ upgrade() {
 # while looking for matching `)'"): the TERM is lost. So the process that
 # receives the pod's SIGTERM runs no $(...) while its trap is set: it only
 # waits for the worker, which runs the steps with the default TERM action in
-# its own process group. On a stop the supervisor ends that group, ignores
-# further signals and cancels an activated update unless the reboot was
-# already asked for.
+# its own process group. On a stop the supervisor lets a reboot request in
+# flight get its answer, ends the worker's group, ignores further signals
+# and, unless the reboot was accepted, cancels an activated update and
+# removes the marker the worker wrote.
 stopped=0
 trap 'stopped=143' TERM
 trap 'stopped=130' INT
@@ -336,6 +497,14 @@ done
 trap '' TERM INT
 set +e
 if [ "$stopped" -ne 0 ]; then
+  # A stop while the reboot request is in flight: the shutdown it started,
+  # or a deletion racing it. Its answer decides (at most 10 s).
+  if [ -e "$asked" ] && [ ! -e "$rebooting" ]; then
+    for _ in $(seq 50); do
+      [ -e "$rebooting" ] || ! kill -0 "$worker" 2>/dev/null && break
+      sleep 0.2
+    done
+  fi
   kill -TERM -- "-$worker" 2>/dev/null
   wait "$worker" 2>/dev/null
   if [ "$stopped" -eq 130 ]; then log "stopped by SIGINT"; else log "stopped by SIGTERM"; fi
@@ -343,6 +512,10 @@ if [ "$stopped" -ne 0 ]; then
 fi
 if [ "$rc" -ne 0 ] && [ ! -e "$rebooting" ]; then
   cancel_ready
+  if [ -e "$marked" ]; then
+    rm -f "$marker"
+  fi
 fi
+report "$rc"
 rm -rf "$scratch"
 exit "$rc"

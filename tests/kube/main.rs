@@ -12,6 +12,7 @@ mod agent_leader;
 mod agent_status_writes;
 mod agent_watch_backoff;
 mod bottlerocket_driver;
+mod bottlerocket_failures;
 mod bottlerocket_prepare;
 mod bottlerocket_selection;
 mod bottlerocket_shutdown;
