@@ -1,11 +1,18 @@
 //! Build facts `drover version` prints: the commit the binary was built
-//! from and the build date.
+//! from and the build date; and the updater image a release build defaults
+//! to.
 //!
 //! The commit is `DROVER_GIT_COMMIT` when set (an image build without
 //! `.git`, deploy/Dockerfile), else `git rev-parse HEAD` of the source tree,
 //! else `unknown`. The date honours `SOURCE_DATE_EPOCH` (reproducible
 //! builds), else it is the day of the build. The script reruns only when
 //! HEAD moves, so an unchanged tree is not rebuilt for a new date.
+//!
+//! `DROVER_UPDATER_IMAGE` is the Bottlerocket updater image the release
+//! built (`REPOSITORY@sha256:<digest>`, the digest `deploy/updater/build`
+//! computed): the default `[driver] image` of this binary. It must be
+//! pinned by a digest that is not all zeros, or the build fails; unset, the
+//! binary has no default (src/config/model.rs, docs/drivers.md).
 
 use std::process::Command;
 
@@ -29,7 +36,30 @@ fn date(secs: i64) -> String {
     format!("{year:04}-{month:02}-{day:02}")
 }
 
+/// `REPOSITORY@sha256:<64 lowercase hex digits>`, the digest not all zeros.
+fn pinned(image: &str) -> bool {
+    image.rsplit_once("@sha256:").is_some_and(|(repo, hex)| {
+        !repo.is_empty()
+            && !repo.contains(char::is_whitespace)
+            && hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            && hex.bytes().any(|b| b != b'0')
+    })
+}
+
 fn main() {
+    println!("cargo:rerun-if-env-changed=DROVER_UPDATER_IMAGE");
+    let updater = std::env::var("DROVER_UPDATER_IMAGE").unwrap_or_default();
+    if !updater.is_empty() && !pinned(&updater) {
+        panic!(
+            "DROVER_UPDATER_IMAGE={updater:?}: expected REPOSITORY@sha256:<64 lowercase hex \
+             digits> of the updater image the release built (deploy/updater/build prints it), \
+             not a tag or a placeholder"
+        );
+    }
+    println!("cargo:rustc-env=DROVER_RELEASE_UPDATER_IMAGE={updater}");
     println!("cargo:rerun-if-env-changed=DROVER_GIT_COMMIT");
     println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
     let commit = std::env::var("DROVER_GIT_COMMIT")

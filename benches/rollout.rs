@@ -29,6 +29,7 @@ fn start() -> DateTime<Utc> {
 fn policy(max: MaxUnavailable) -> Policy {
     Policy {
         target: Version::new(1, 13, 2),
+        allow_downgrade: false,
         max_unavailable: max,
         drain_timeout: Duration::from_secs(20 * 60),
         node_timeout: Duration::from_secs(45 * 60),
@@ -78,6 +79,7 @@ fn nodes(n: usize) -> Vec<NodeView> {
                 from_run: false,
                 fault: None,
                 rolled_back: Vec::new(),
+                managed_by: None,
             }
         })
         .collect()

@@ -153,6 +153,7 @@ fn rollout_commits(max: u32, node_mins: (u64, u64), interval: Duration) -> Commi
     }
     let policy = Policy {
         target: target.clone(),
+        allow_downgrade: false,
         max_unavailable: MaxUnavailable::Count(max),
         drain_timeout: Duration::from_secs(20 * 60),
         node_timeout: Duration::from_secs(45 * 60),

@@ -583,6 +583,7 @@ impl Cluster for Sim {
                     unschedulable: n.unschedulable,
                     rolled_back: crate::cluster::decode_rolled_back(&n.annotations)
                         .unwrap_or_default(),
+                    managed_by: None,
                     progress: effective.progress,
                     retry: crate::cluster::retry_requested(&n.annotations),
                     // What a backend reports when the list failed: no count.

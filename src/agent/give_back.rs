@@ -150,6 +150,7 @@ mod tests {
             upgrade: UpgradeStatus::NotStarted,
             fault: None,
             rolled_back: Vec::new(),
+            managed_by: None,
         }
     }
 

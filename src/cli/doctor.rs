@@ -19,7 +19,7 @@ use crate::agent::rbac::{
     Permission, CLUSTER_PERMISSIONS, JOB_NAMESPACE_PERMISSIONS, NAMESPACE_PERMISSIONS,
 };
 use crate::agent::AgentConfig;
-use crate::config::{DriverSpec, RepoConfig};
+use crate::config::RepoConfig;
 use crate::source::{Source, SourceConfig};
 use crate::trust::{AllowedSigners, OpenPgpKeys, Signers};
 use anyhow::Context;
@@ -965,9 +965,17 @@ fn check_status_push(
 
 /// The updater image the driver runs is pinned by a real digest.
 fn check_updater_image(env: &crate::config::EnvConfig, c: &mut Checks) {
-    let image = match &env.driver {
-        DriverSpec::Bottlerocket { image } | DriverSpec::Job { image, .. } => image,
+    let image = match env.driver.updater_image() {
+        Ok(image) => image,
+        Err(why) => return c.fail("updater-image", why, "set [driver] image"),
     };
+    if image == crate::config::TEST_UPDATER_IMAGE {
+        return c.fail(
+            "updater-image",
+            format!("{image} is the tests' stand-in digest of a build with test hooks"),
+            "run a release build of drover (drover --version names its updater image), or set [driver] image to a pushed image by digest",
+        );
+    }
     let digest = image.split_once("@sha256:").map(|(_, d)| d);
     match digest {
         Some(d) if d.len() == 64 && d.bytes().all(|b| b == b'0') => c.fail(

@@ -30,13 +30,12 @@ pub static LONG: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// The default `[driver] image` of the Bottlerocket driver, said unpinned when it is.
+/// The default `[driver] image` of the Bottlerocket driver: the one the
+/// release built, or none (build.rs, `DROVER_UPDATER_IMAGE`).
 fn updater_image() -> String {
-    let image = crate::config::DEFAULT_BOTTLEROCKET_IMAGE;
-    if image.contains("@sha256:") {
-        image.to_owned()
-    } else {
-        format!("{image} (not pinned by digest)")
+    match crate::config::DEFAULT_BOTTLEROCKET_IMAGE {
+        Some(image) => image.to_owned(),
+        None => "none (not a release build: set [driver] image)".to_owned(),
     }
 }
 

@@ -432,6 +432,10 @@ pub struct NodeView {
     /// The versions the node was rolled back from ([`ANN_ROLLED_BACK`]):
     /// drover never moves it to one of them again.
     pub rolled_back: Vec<Version>,
+    /// Another updater manages this node, and what says so (the Bottlerocket
+    /// update operator's label, `[nodes] other_updater_label`): drover
+    /// leaves it alone unless it already has a record of drover's.
+    pub managed_by: Option<String>,
 }
 
 fn ser_progress<S: serde::Serializer>(
@@ -480,6 +484,7 @@ impl NodeView {
             budgets_allow_drain: false,
             fault: None,
             rolled_back,
+            managed_by: None,
         }
     }
 }

@@ -53,7 +53,7 @@ pub(super) const ENV_KEYS: &[(&str, &[&str])] = &[
         "driver",
         &["kind", "image", "command", "prepare", "prestage"],
     ),
-    ("nodes", &["version_regex", "os_image_regex"]),
+    ("nodes", &["version_regex", "os_image_regex", "brupop"]),
     (
         "wave",
         &[
@@ -272,6 +272,25 @@ pub(super) fn env_with_sites(
             }),
     };
 
+    let skip_brupop = match nodes.and_then(|t| t.get("brupop")) {
+        None => true,
+        Some(v) => match cx.want_str("brupop", v, "\"skip\" or \"take\"") {
+            Some("skip") => true,
+            Some("take") => false,
+            Some(other) => {
+                cx.err(
+                    &v.span(),
+                    format!(
+                        "`brupop` must be \"skip\" (leave nodes the Bottlerocket update operator \
+                         manages alone, the default) or \"take\" (drive them anyway); found \"{other}\""
+                    ),
+                );
+                true
+            }
+            None => true,
+        },
+    };
+
     let failure_budget = match rollout.and_then(|t| t.get("failure_budget")) {
         None => 0,
         Some(v) => match v.get_ref() {
@@ -326,6 +345,7 @@ pub(super) fn env_with_sites(
                 nodes: NodesSpec {
                     version_regex,
                     os_image_regex,
+                    skip_brupop,
                 },
                 health,
                 waves,
@@ -504,7 +524,16 @@ impl<'a> Ctx<'a> {
                     );
                 }
                 if let (Some(v), Some(s)) = (get("image"), image.as_deref()) {
-                    if !pinned_by_digest(s) {
+                    if pinned_by_digest(s) && s.ends_with(&"0".repeat(64)) {
+                        self.err(
+                            &v.span(),
+                            format!(
+                                "`image` \"{s}\" names the all-zero placeholder digest, no image: \
+                                 set the digest of a pushed updater image, or leave `image` out to \
+                                 use the one of this release (`drover --version` names it)"
+                            ),
+                        );
+                    } else if !pinned_by_digest(s) {
                         self.err(
                             &v.span(),
                             format!(
@@ -517,7 +546,7 @@ impl<'a> Ctx<'a> {
                     }
                 }
                 DriverSpec::Bottlerocket {
-                    image: image.unwrap_or_else(|| DEFAULT_BOTTLEROCKET_IMAGE.to_owned()),
+                    image: image.or_else(|| DEFAULT_BOTTLEROCKET_IMAGE.map(str::to_owned)),
                 }
             }
         }

@@ -49,13 +49,30 @@ pub const DEFAULT_SOAK: Duration = Duration::from_secs(24 * 3600);
 /// Default `soak` of a `[[wave]]`: the same day as between environments, so
 /// one word has one default.
 pub const DEFAULT_WAVE_SOAK: Duration = DEFAULT_SOAK;
+/// The updater image a release build was given (`DROVER_UPDATER_IMAGE`,
+/// checked by build.rs: pinned by a digest that is not all zeros), "" for
+/// any other build.
+const RELEASE_UPDATER_IMAGE: &str = env!("DROVER_RELEASE_UPDATER_IMAGE");
+/// The default `[driver] image` of builds with the test hooks (the tests'
+/// and benches' builds, never shipped) when no release image was given: a
+/// digest no registry serves, so that the tests' Jobs have an image.
+pub const TEST_UPDATER_IMAGE: &str =
+    "ghcr.io/drover-dev/bottlerocket-updater@sha256:7e577e577e577e577e577e577e577e577e577e577e577e577e577e577e577e57";
 /// Default `[driver] image` of `kind = "bottlerocket"` (`kind = "job"`
-/// requires its own image): the updater image built from
-/// `deploy/updater/Dockerfile`, pinned by digest. The admission policy of
-/// `deploy/components/bottlerocket-host-access` admits exactly this digest,
-/// read from its `updater.env`; `deploy/updater/pin` writes both when a
-/// release pushes the image, and a test keeps them equal.
-pub const DEFAULT_BOTTLEROCKET_IMAGE: &str = "ghcr.io/drover-dev/bottlerocket-updater@sha256:0000000000000000000000000000000000000000000000000000000000000000";
+/// requires its own image): the updater image the release built from
+/// `deploy/updater/` (`deploy/updater/build`, reproducibly), pinned by the
+/// digest the release computed and wrote into this binary and into the
+/// admission policy's `updater.env` of the tag it published. None in a
+/// build that was not given one (not a release): the agent then refuses to
+/// drive Bottlerocket nodes until `[driver] image` is set
+/// ([`DriverSpec::updater_image`]); there is no placeholder digest.
+pub const DEFAULT_BOTTLEROCKET_IMAGE: Option<&str> = if !RELEASE_UPDATER_IMAGE.is_empty() {
+    Some(RELEASE_UPDATER_IMAGE)
+} else if cfg!(feature = "test-hooks") {
+    Some(TEST_UPDATER_IMAGE)
+} else {
+    None
+};
 /// Default `[nodes] version_regex`.
 pub const DEFAULT_VERSION_REGEX: &str = r"(\d+\.\d+\.\d+)";
 /// Default `[nodes] os_image_regex` of `kind = "bottlerocket"`: the start of
@@ -63,6 +80,12 @@ pub const DEFAULT_VERSION_REGEX: &str = r"(\d+\.\d+\.\d+)";
 /// ("Bottlerocket OS 1.26.0 (aws-k8s-1.31)"). `kind = "job"` selects every
 /// node by default.
 pub const DEFAULT_BOTTLEROCKET_OS_IMAGE_REGEX: &str = "^Bottlerocket OS ";
+/// The label the Bottlerocket update operator (brupop) drives nodes by
+/// (its models/src/constants.rs `LABEL_BRUPOP_INTERFACE_NAME`; its agent
+/// runs only on nodes carrying it): `[nodes] brupop = "skip"`, the default,
+/// leaves such a node alone, since two updaters driving one node's update
+/// API undo each other's version lock and reboot it behind each other's drain.
+pub const BRUPOP_LABEL: &str = "bottlerocket.aws/updater-interface-version";
 
 /// The whole config repository at one commit.
 #[derive(Debug, Clone, PartialEq)]
@@ -322,8 +345,9 @@ pub struct PromotionSpec {
 pub enum DriverSpec {
     /// Bottlerocket's API: version-lock, update, reboot.
     Bottlerocket {
-        /// Image of the helper that talks to the Bottlerocket API socket.
-        image: String,
+        /// Image of the helper that talks to the Bottlerocket API socket;
+        /// None when neither the config nor this build names one.
+        image: Option<String>,
     },
     /// A user-supplied Job; gets `DROVER_TARGET_VERSION`.
     Job {
@@ -333,6 +357,25 @@ pub enum DriverSpec {
         command: Vec<String>,
     },
 }
+
+impl DriverSpec {
+    /// The image the driver's Jobs run, or why there is none: a
+    /// Bottlerocket driver with no `[driver] image` in a build without an
+    /// updater image of its own (docs/drivers.md). The message names the
+    /// setting.
+    pub fn updater_image(&self) -> Result<&str, String> {
+        match self {
+            DriverSpec::Job { image, .. } => Ok(image),
+            DriverSpec::Bottlerocket { image: Some(image) } => Ok(image),
+            DriverSpec::Bottlerocket { image: None } => Err(NO_UPDATER_IMAGE.to_owned()),
+        }
+    }
+}
+
+/// Why the Bottlerocket driver has no image ([`DriverSpec::updater_image`]).
+pub const NO_UPDATER_IMAGE: &str = "the Bottlerocket driver has no updater image: set [driver] \
+     image = \"REPOSITORY@sha256:<digest>\" in the environment's file; this build of drover has \
+     none of its own (only a release build has: `drover --version` names it; docs/drivers.md)";
 
 /// `[driver] prepare` and `[driver] prestage` (docs/config.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -359,6 +402,11 @@ pub struct NodesSpec {
     /// Default [`DEFAULT_BOTTLEROCKET_OS_IMAGE_REGEX`] for the Bottlerocket
     /// driver (its Job could only fail elsewhere), None for `kind = "job"`.
     pub os_image_regex: Option<regex::Regex>,
+    /// `[nodes] brupop`: a node carrying [`BRUPOP_LABEL`] is managed by the
+    /// Bottlerocket update operator, and drover leaves it alone (skipped,
+    /// with the reason) unless it already has a record of drover's. Default
+    /// true (`"skip"`); `"take"` drives it anyway.
+    pub skip_brupop: bool,
 }
 
 impl PartialEq for NodesSpec {
@@ -366,6 +414,7 @@ impl PartialEq for NodesSpec {
         self.version_regex.as_str() == other.version_regex.as_str()
             && self.os_image_regex.as_ref().map(regex::Regex::as_str)
                 == other.os_image_regex.as_ref().map(regex::Regex::as_str)
+            && self.skip_brupop == other.skip_brupop
     }
 }
 
@@ -375,6 +424,16 @@ impl NodesSpec {
         self.os_image_regex
             .as_ref()
             .is_none_or(|re| re.is_match(os_image))
+    }
+
+    /// Why drover leaves a node alone whose [`BRUPOP_LABEL`] is `brupop`
+    /// (None: the node has no such label, or `[nodes] brupop = "take"`).
+    pub fn managed_by(&self, brupop: Option<&str>) -> Option<String> {
+        let value = brupop.filter(|_| self.skip_brupop)?;
+        Some(format!(
+            "managed by the Bottlerocket update operator (label {BRUPOP_LABEL}={value}): \
+             left alone; set [nodes] brupop = \"take\" to drive it"
+        ))
     }
 
     /// The version in an `osImage` string, if the regex finds a valid one.
@@ -420,7 +479,7 @@ impl Default for PromotionSpec {
 impl Default for DriverSpec {
     fn default() -> Self {
         DriverSpec::Bottlerocket {
-            image: DEFAULT_BOTTLEROCKET_IMAGE.to_owned(),
+            image: DEFAULT_BOTTLEROCKET_IMAGE.map(str::to_owned),
         }
     }
 }
@@ -446,6 +505,7 @@ impl Default for NodesSpec {
                 regex::Regex::new(DEFAULT_BOTTLEROCKET_OS_IMAGE_REGEX)
                     .expect("the default OS image regex compiles"),
             ),
+            skip_brupop: true,
         }
     }
 }

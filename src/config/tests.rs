@@ -303,6 +303,41 @@ fn a_bottlerocket_image_must_be_pinned_by_digest() {
             "{bad}: {errs:?}"
         );
     }
+    // The all-zero digest names no image: refused, naming the key and line.
+    let zero = format!(
+        "ghcr.io/drover-dev/bottlerocket-updater@sha256:{}",
+        "0".repeat(64)
+    );
+    let errs = env(&zero).expect_err("a placeholder");
+    let text = format!("{errs:?}");
+    assert!(
+        text.contains("names the all-zero placeholder digest"),
+        "{text}"
+    );
+    assert!(errs.iter().any(|d| d.line == 3), "{text}");
+}
+
+#[test]
+fn a_bottlerocket_driver_without_an_image_names_the_setting() {
+    // What a build without an updater image of its own (not a release, no
+    // test hooks) parses a file without `[driver] image` into.
+    let none = DriverSpec::Bottlerocket { image: None };
+    let why = none.updater_image().expect_err("no image");
+    assert!(
+        why.contains("[driver] image = \"REPOSITORY@sha256:<digest>\""),
+        "{why}"
+    );
+    assert!(why.contains("drover --version"), "{why}");
+    // Control: an image configured, or the job driver's own.
+    let some = DriverSpec::Bottlerocket {
+        image: Some(TEST_UPDATER_IMAGE.into()),
+    };
+    assert_eq!(some.updater_image(), Ok(TEST_UPDATER_IMAGE));
+    // This build (the tests', with their hooks) defaults to the test image;
+    // a release build to the one it was given (build.rs).
+    let parsed = parse_env("environments/x.toml", "x", "version = \"1.2.3\"\n").unwrap();
+    assert_eq!(parsed.driver.updater_image(), Ok(TEST_UPDATER_IMAGE));
+    assert!(!TEST_UPDATER_IMAGE.ends_with(&"0".repeat(64)));
 }
 
 #[test]

@@ -24,8 +24,9 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
-/// Container name of the driver in the Job's pod.
-pub const CONTAINER: &str = "update";
+/// Container name of the driver in the Job's pod (its termination message
+/// is read by [`super::termination`]).
+pub use super::termination::CONTAINER;
 /// Where the Bottlerocket API socket is on the host, and in the driver's container.
 pub const API_SOCKET: &str = "/run/api.sock";
 /// Host directory where the Bottlerocket driver remembers the attempt it rebooted for.
@@ -93,8 +94,12 @@ pub fn upgrade_job(
         env.push(json!({ "name": "DROVER_FAILED_VERSION", "value": p.target.to_string() }));
     }
     let env = Value::Array(env);
+    let image = opts.driver.updater_image().map_err(|why| Error::BuildJob {
+        node: name.clone(),
+        why,
+    })?;
     let (container, volumes) = match &opts.driver {
-        DriverSpec::Bottlerocket { image } => (
+        DriverSpec::Bottlerocket { .. } => (
             json!({
                 "name": CONTAINER,
                 "image": image,
@@ -119,7 +124,7 @@ pub fn upgrade_job(
                 { "name": "state", "hostPath": { "path": STATE_DIR, "type": "DirectoryOrCreate" } },
             ]),
         ),
-        DriverSpec::Job { image, command } => (
+        DriverSpec::Job { command, .. } => (
             json!({ "name": CONTAINER, "image": image, "command": command, "env": env }),
             json!([]),
         ),

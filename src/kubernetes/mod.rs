@@ -27,6 +27,8 @@
 //!   attempts, Job status and the run a Job stands for
 //!   ([`objects::run_seen`]), which pods a drain must evict; a leaf the
 //!   others read.
+//! - **What a driver said** ([`termination`]): a failed Job's pod's
+//!   termination message, on the node's record ahead of the Job's message.
 //! - **Drivers** ([`driver`]) are Jobs pinned to the node, named per node,
 //!   version and attempt so a repeated start is a 409 and never a second run.
 //!   A Job is also drover's record of `preparing` and `upgrading`
@@ -61,6 +63,7 @@ mod health;
 pub mod node;
 pub mod objects;
 pub mod observe;
+pub mod termination;
 
 use crate::cluster::{Cluster, EvictionPass, NodeProgress, NodeView, ProgressState};
 use crate::config::{DriverSpec, EnvConfig, NodesSpec};
@@ -147,6 +150,12 @@ pub enum Error {
         node: String,
         /// Most pods a pass reads.
         limit: usize,
+    },
+    /// The Bottlerocket driver has no image to run (docs/drivers.md).
+    #[error("{why}")]
+    NoUpdaterImage {
+        /// What to set.
+        why: String,
     },
     /// An upgrade Job could not be built from the config.
     #[error("building the upgrade Job for node {node}: {why}")]
@@ -240,6 +249,12 @@ impl KubeCluster {
         opts: KubeOptions,
         write_timeout: Duration,
     ) -> Result<KubeCluster, Error> {
+        // The agent's backend: a view whose driver has no image would
+        // cordon and drain nodes for Jobs it cannot create. Refused before
+        // anything is watched, with the setting to fix.
+        opts.driver
+            .updater_image()
+            .map_err(|why| Error::NoUpdaterImage { why })?;
         let client = client(config, Some(write_timeout))?;
         let inner = observe::Observer::start(client, opts).await?;
         Ok(KubeCluster { inner })

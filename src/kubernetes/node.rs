@@ -1,6 +1,8 @@
 //! The part of a Node that drover reads, decoded straight from the API
 //! server's JSON: name, uid, resourceVersion, drover's own annotations,
-//! `spec.unschedulable`, the Ready condition and `nodeInfo.osImage`.
+//! `spec.unschedulable`, the Ready condition, `nodeInfo.osImage` and the
+//! Bottlerocket update operator's label ([`BRUPOP_LABEL`]: a node it
+//! manages is left alone).
 //!
 //! The decoder skips everything else (images, capacity, addresses, other
 //! controllers' annotations, managedFields) without allocating it. Decoding
@@ -12,6 +14,7 @@
 //! replaced, so nothing skipped here can be lost.
 
 use crate::cluster::{ALL_ANNOTATIONS, ANN_ROLLED_BACK};
+use crate::config::BRUPOP_LABEL;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::ClusterResourceScope;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
@@ -31,6 +34,8 @@ pub struct ObservedNode {
     pub ready: bool,
     /// `status.nodeInfo.osImage` ("" when unset).
     pub os_image: String,
+    /// The value of [`BRUPOP_LABEL`], when the node carries it.
+    pub brupop: Option<String>,
 }
 
 impl kube::Resource for ObservedNode {
@@ -73,6 +78,8 @@ struct MetaWire {
     resource_version: Option<String>,
     #[serde(default, deserialize_with = "drover_annotations")]
     annotations: BTreeMap<String, String>,
+    #[serde(default, deserialize_with = "brupop_label")]
+    labels: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -122,6 +129,7 @@ impl From<Wire> for ObservedNode {
                 .and_then(|s| s.node_info)
                 .map(|i| i.os_image)
                 .unwrap_or_default(),
+            brupop: w.metadata.labels,
         }
     }
 }
@@ -144,6 +152,32 @@ fn drover_annotations<'de, D: Deserializer<'de>>(
             while let Some(key) = map.next_key::<String>()? {
                 if ALL_ANNOTATIONS.contains(&key.as_str()) || key == ANN_ROLLED_BACK {
                     kept.insert(key, map.next_value()?);
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(kept)
+        }
+    }
+    d.deserialize_any(Keep)
+}
+
+// Keep the value of the Bottlerocket update operator's label; skip the others.
+fn brupop_label<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    struct Keep;
+    impl<'de> Visitor<'de> for Keep {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a map of labels")
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut kept = None;
+            while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                if key == BRUPOP_LABEL {
+                    kept = Some(map.next_value()?);
                 } else {
                     map.next_value::<IgnoredAny>()?;
                 }
@@ -209,6 +243,11 @@ mod tests {
         let kept: Vec<&String> = n.annotations().keys().collect();
         assert_eq!(kept, ["drover.dev/state", "drover.dev/target"]);
         assert!(n.labels().is_empty() && n.managed_fields().is_empty());
+        assert_eq!(n.brupop, None);
+        let mut managed = full_node();
+        managed["metadata"]["labels"][BRUPOP_LABEL] = json!("2.0.0");
+        let n: ObservedNode = serde_json::from_value(managed).unwrap();
+        assert_eq!(n.brupop.as_deref(), Some("2.0.0"));
     }
 
     #[test]

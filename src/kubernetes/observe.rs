@@ -778,6 +778,16 @@ impl Observer {
             );
             view.budgets_allow_drain = budgets_allow_drain;
             view.fault = fault;
+            view.managed_by = self.opts.nodes.managed_by(node.brupop.as_deref());
+            // A failed driver run: what the driver said, not only its exit code.
+            let jobs = self.jobs_of(&view.name);
+            super::termination::explain_failure(
+                &self.client,
+                &self.opts.namespace,
+                &jobs,
+                &mut view,
+            )
+            .await;
             views.push(view);
         }
         Ok(views)

@@ -232,7 +232,7 @@ fn node<'a>(ctx: &Ctx<'_>, n: &'a NodeView, t: &mut Tally<'a>) {
         t.held.push(h.clone());
     }
     let Some(p) = progress else {
-        return idle(n, ctx.target, at_target, t);
+        return idle(n, ctx, at_target, t);
     };
     if ctx.health.is_some()
         && p.state == ProgressState::Passed
@@ -257,7 +257,8 @@ fn node<'a>(ctx: &Ctx<'_>, n: &'a NodeView, t: &mut Tally<'a>) {
 }
 
 /// A node drover has no record on: done, skipped, or a candidate to start.
-fn idle<'a>(n: &'a NodeView, target: &Version, at_target: bool, t: &mut Tally<'a>) {
+fn idle<'a>(n: &'a NodeView, ctx: &Ctx<'_>, at_target: bool, t: &mut Tally<'a>) {
+    let target = ctx.target;
     t.unavailable += usize::from(!n.ready);
     if n.ready && at_target {
         return;
@@ -269,6 +270,22 @@ fn idle<'a>(n: &'a NodeView, target: &Version, at_target: bool, t: &mut Tally<'a
         t.skipped.push(skip(n, "NotReady".into()));
     } else if n.version.is_none() {
         t.skipped.push(skip(n, "OS version cannot be read".into()));
+    } else if let Some(why) = &n.managed_by {
+        t.skipped.push(skip(n, why.clone()));
+    } else if let Some(v) = n
+        .version
+        .as_ref()
+        .filter(|v| *v > target && !ctx.policy.allow_downgrade)
+    {
+        // Someone else put it there; moving it down is a decision the
+        // config must state.
+        t.skipped.push(skip(
+            n,
+            format!(
+                "runs {v}, newer than the pinned {target}: left alone, since the \
+                 environment's file does not set allow_downgrade = true"
+            ),
+        ));
     } else if n.unschedulable {
         t.skipped.push(skip(n, "cordoned by someone else".into()));
     } else if !n.ready {

@@ -28,6 +28,7 @@ pub(super) fn v(s: &str) -> Version {
 pub(super) fn policy(max: u32, mode: OnDrainTimeout) -> Policy {
     Policy {
         target: v("1.13.2"),
+        allow_downgrade: false,
         max_unavailable: MaxUnavailable::Count(max),
         drain_timeout: Duration::from_secs(20 * 60),
         node_timeout: Duration::from_secs(45 * 60),
@@ -70,6 +71,7 @@ pub(super) fn idle(name: &str, ver: &str) -> NodeView {
         from_run: false,
         fault: None,
         rolled_back: Vec::new(),
+        managed_by: None,
     }
 }
 
@@ -610,4 +612,55 @@ fn draining_ready_at_its_target_without_a_run_is_given_back_as_upgraded() {
     let n = with(idle("a", "1.12.0"), ProgressState::Draining, "03:00", true);
     let d = decide(&p, &open(), &[n], t("03:10"));
     assert_eq!(kinds(&d), [("start_upgrade", "a".into())]);
+}
+
+#[test]
+fn a_node_newer_than_the_pin_is_left_alone_unless_allow_downgrade_is_set() {
+    let nodes = [idle("a", "1.13.2"), idle("b", "1.14.0")];
+    let p = policy(1, OnDrainTimeout::Skip);
+    let d = decide(&p, &open(), &nodes, t("03:00"));
+    assert!(d.actions.is_empty(), "{:?}", kinds(&d));
+    assert_eq!(d.skipped.len(), 1);
+    assert_eq!(d.skipped[0].node, "b");
+    assert!(
+        d.skipped[0]
+            .reason
+            .contains("runs 1.14.0, newer than the pinned 1.13.2")
+            && d.skipped[0].reason.contains("allow_downgrade = true"),
+        "{}",
+        d.skipped[0].reason
+    );
+    assert_eq!(
+        d.state,
+        RolloutState::Blocked,
+        "never confirmed: b is not at the pin"
+    );
+    assert!(d.message.contains("runs 1.14.0"), "{}", d.message);
+
+    let down = Policy {
+        allow_downgrade: true,
+        ..p
+    };
+    let d = decide(&down, &open(), &nodes, t("03:00"));
+    assert_eq!(kinds(&d), [("cordon", "b".to_string())]);
+    assert!(d.skipped.is_empty());
+}
+
+#[test]
+fn a_node_another_updater_manages_is_skipped_with_the_reason() {
+    let mut managed = idle("a", "1.12.0");
+    managed.managed_by = Some("managed by the Bottlerocket update operator (...)".into());
+    let nodes = [managed, idle("b", "1.12.0")];
+    let d = decide(
+        &policy(2, OnDrainTimeout::Skip),
+        &open(),
+        &nodes,
+        t("03:00"),
+    );
+    assert_eq!(kinds(&d), [("cordon", "b".to_string())]);
+    assert_eq!(d.skipped.len(), 1);
+    assert_eq!(
+        d.skipped[0].reason,
+        "managed by the Bottlerocket update operator (...)"
+    );
 }

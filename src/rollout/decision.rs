@@ -19,6 +19,10 @@ use std::time::Duration;
 pub struct Policy {
     /// The pinned version.
     pub target: Version,
+    /// `allow_downgrade = true` in the environment's file: a node newer than
+    /// the pin is moved down to it; without it such a node is left alone
+    /// and reported (someone else put it there).
+    pub allow_downgrade: bool,
     /// Budget of unavailable selected nodes.
     pub max_unavailable: MaxUnavailable,
     /// Longest a drain may take.
@@ -51,6 +55,7 @@ impl Policy {
     pub fn from_env(env: &EnvConfig) -> Self {
         Policy {
             target: env.version.clone(),
+            allow_downgrade: env.allow_downgrade,
             max_unavailable: env.rollout.max_unavailable,
             drain_timeout: env.rollout.drain_timeout,
             node_timeout: env.rollout.node_timeout,

@@ -25,6 +25,7 @@ fn v(s: &str) -> Version {
 fn policy(on_failure: OnFailure, max_unavailable: u32, max_rollbacks: u32) -> Policy {
     Policy {
         target: v("1.13.3"),
+        allow_downgrade: false,
         max_unavailable: MaxUnavailable::Count(max_unavailable),
         drain_timeout: Duration::from_secs(20 * 60),
         node_timeout: Duration::from_secs(45 * 60),
@@ -81,6 +82,7 @@ fn model(name: &str, bad: bool, rollback_fails: bool) -> Model {
             from_run: false,
             fault: None,
             rolled_back: Vec::new(),
+            managed_by: None,
         },
         bad_at: bad.then(|| v("1.13.3")),
         rollback_fails,

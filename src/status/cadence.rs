@@ -428,6 +428,7 @@ mod tests {
             from_run: false,
             fault: None,
             rolled_back: Vec::new(),
+            managed_by: None,
         }
     }
 

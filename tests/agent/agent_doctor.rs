@@ -137,7 +137,7 @@ async fn doctor_passes_what_the_agent_s_first_pass_needs_and_names_what_is_missi
         "{message}"
     );
     assert!(fix.contains("rbac.yaml"), "{fix}");
-    // A development build's updater image is the placeholder digest.
+    // A test build's updater image is the tests' stand-in digest.
     let (result, _, fix) = check(&doc, "updater-image");
     assert_eq!(result, "fail");
     assert!(fix.contains("release build"), "{fix}");

@@ -3,7 +3,8 @@
 //! agent's ServiceAccount can create the Job the driver builds and nothing
 //! else. Every refusal docs/install.md lists ("Refused by the admission
 //! policy": the field of drover's Job and the value tried) is tried here, so
-//! the document's security claims are what the policy enforces.
+//! the document's security claims are what the policy enforces; and the
+//! component's ResourceQuota bounds the upgrade pods running at once.
 
 use std::time::{Duration, Instant};
 
@@ -12,7 +13,7 @@ use crate::support::backend::{kube_options, pool_options, start_sim};
 use crate::support::kube::{apply_deploy_file, ControlPlane, TestNamespace, WAIT};
 use chrono::Utc;
 use drover::cluster::{NodeProgress, ProgressState};
-use drover::config::{DriverSpec, DEFAULT_BOTTLEROCKET_IMAGE};
+use drover::config::{DriverSpec, TEST_UPDATER_IMAGE};
 use drover::kubernetes::driver::upgrade_job;
 use drover::kubernetes::node::ObservedNode;
 use k8s_openapi::api::batch::v1::Job;
@@ -44,32 +45,41 @@ fn updater_env() -> Vec<(String, String)> {
         .collect()
 }
 
-/// The ConfigMap the component generates from `updater.env`.
-fn updater_config_map(image: &str) -> ConfigMap {
+/// The ConfigMap the component generates from `updater.env`, with
+/// `image` as a release writes it (deploy/updater/pin) and `min_version`.
+fn updater_config_map(image: &str, min_version: &str) -> ConfigMap {
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": { "name": "drover-updater", "namespace": "drover-upgrades" },
-        "data": { "image": image },
+        "data": { "image": image, "min_version": min_version },
     }))
     .unwrap()
 }
 
-/// One row of docs/install.md's "Refused by the admission policy" table.
+/// One row of docs/install.md's "Refused by the admission policy" tables.
 struct Refusal {
     what: String,
-    /// JSON pointer into the pod template's spec.
+    /// JSON pointer into the pod template's spec (or, `job`, the Job's spec).
     pointer: String,
+    job: bool,
     value: Value,
     /// What the refusal's message says after "drover's upgrade Jobs ".
     says: String,
 }
 
 fn documented_refusals() -> Vec<Refusal> {
+    let mut rows = refusals_after("**Refused by the admission policy**", false);
+    rows.extend(refusals_after("**Refused for the Job itself**", true));
+    assert!(rows.len() >= 24, "only {} documented refusals", rows.len());
+    rows
+}
+
+fn refusals_after(heading: &str, job: bool) -> Vec<Refusal> {
     let docs = repo_file("docs/install.md");
     let start = docs
-        .find("**Refused by the admission policy**")
-        .expect("docs/install.md lists the policy's refusals");
-    let rows: Vec<Refusal> = docs[start..]
+        .find(heading)
+        .unwrap_or_else(|| panic!("docs/install.md has {heading}"));
+    docs[start..]
         .lines()
         .skip_while(|l| !l.starts_with('|'))
         .take_while(|l| l.starts_with('|'))
@@ -83,13 +93,12 @@ fn documented_refusals() -> Vec<Refusal> {
             Refusal {
                 what: cells[0].to_string(),
                 pointer: unquote(cells[1]),
+                job,
                 value,
                 says: format!("{REFUSED} {}", cells[3]),
             }
         })
-        .collect();
-    assert!(rows.len() >= 20, "only {} documented refusals", rows.len());
-    rows
+        .collect()
 }
 
 /// Set `pointer` (RFC 6901, `-` appends to an array) in `doc` to `value`,
@@ -120,6 +129,19 @@ fn forged(job: &Job, name: &str, edit: impl FnOnce(&mut Value)) -> Job {
     let mut v = serde_json::to_value(job).unwrap();
     v["metadata"]["name"] = name.into();
     edit(&mut v["spec"]["template"]["spec"]);
+    serde_json::from_value(v).unwrap()
+}
+
+/// `r` applied to drover's own Job.
+fn forged_by(job: &Job, name: &str, r: &Refusal) -> Job {
+    let mut v = serde_json::to_value(job).unwrap();
+    v["metadata"]["name"] = name.into();
+    let at = if r.job {
+        &mut v["spec"]
+    } else {
+        &mut v["spec"]["template"]["spec"]
+    };
+    set_pointer(at, &r.pointer, r.value.clone());
     serde_json::from_value(v).unwrap()
 }
 
@@ -172,21 +194,20 @@ async fn the_agent_can_create_the_driver_job_and_nothing_that_takes_the_host() {
     )
     .await
     .unwrap();
+    // As a release's tree has it: the image it built, pinned by
+    // deploy/updater/pin, and the floor as shipped.
     let env = updater_env();
-    assert_eq!(env.len(), 1, "{env:?}");
-    assert_eq!(env[0].0, "image");
-    let pinned = env[0].1.clone();
-    assert_eq!(
-        pinned, DEFAULT_BOTTLEROCKET_IMAGE,
-        "the policy's parameter and drover's default image name the same updater"
-    );
+    let keys: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, ["image", "min_version"], "{env:?}");
+    let floor = env[1].1.clone();
+    let pinned = TEST_UPDATER_IMAGE.to_string();
     let config_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), "drover-upgrades");
     let apply = PatchParams::apply("drover-install").force();
     config_maps
         .patch(
             "drover-updater",
             &apply,
-            &Patch::Apply(&updater_config_map(&pinned)),
+            &Patch::Apply(&updater_config_map(&pinned, &floor)),
         )
         .await
         .unwrap();
@@ -198,7 +219,7 @@ async fn the_agent_can_create_the_driver_job_and_nothing_that_takes_the_host() {
     let mut opts = kube_options(pool.name());
     opts.namespace = "drover-upgrades".into();
     opts.driver = DriverSpec::Bottlerocket {
-        image: DEFAULT_BOTTLEROCKET_IMAGE.into(),
+        image: Some(pinned.clone()),
     };
     let progress = NodeProgress {
         state: ProgressState::Upgrading,
@@ -214,16 +235,12 @@ async fn the_agent_can_create_the_driver_job_and_nothing_that_takes_the_host() {
     let agent = client_as(Some(SERVICE_ACCOUNT)).await;
     let jobs: Api<Job> = Api::namespaced(agent.clone(), "drover-upgrades");
     let documented = documented_refusals();
-    let first = forged(&driver_job, "first", |p| {
-        set_pointer(p, &documented[0].pointer, documented[0].value.clone())
-    });
+    let first = forged_by(&driver_job, "first", &documented[0]);
     until_admission(&jobs, &first, true, "the admission policy").await;
 
     let mut wrong = Vec::new();
     for (i, r) in documented.iter().enumerate() {
-        let job = forged(&driver_job, &format!("forged-{i}"), |p| {
-            set_pointer(p, &r.pointer, r.value.clone())
-        });
+        let job = forged_by(&driver_job, &format!("forged-{i}"), r);
         match refusal(&jobs, &job).await {
             Some(m) if m.contains(&r.says) => {}
             other => wrong.push(format!(
@@ -304,6 +321,7 @@ async fn the_agent_can_create_the_driver_job_and_nothing_that_takes_the_host() {
             &apply,
             &Patch::Apply(&updater_config_map(
                 "ghcr.io/drover-dev/bottlerocket-updater:v0.1.0",
+                &floor,
             )),
         )
         .await
@@ -312,49 +330,161 @@ async fn the_agent_can_create_the_driver_job_and_nothing_that_takes_the_host() {
     until_admission(&jobs, &again, true, "the tag in the parameter").await;
     let m = refusal(&jobs, &again).await.unwrap();
     assert!(m.contains("must pin the updater image by digest"), "{m}");
+    // The floor raised above drover's own target: refused, naming it; a
+    // ConfigMap without a floor refuses everything.
+    for (floor_now, says) in [
+        ("1.13.1", "may not move a node below min_version 1.13.1"),
+        ("", "must set min_version"),
+    ] {
+        config_maps
+            .patch(
+                "drover-updater",
+                &apply,
+                &Patch::Apply(&updater_config_map(&pinned, floor_now)),
+            )
+            .await
+            .unwrap();
+        until_admission(&jobs, &again, true, "the raised floor").await;
+        let m = refusal(&jobs, &again).await.unwrap();
+        assert!(m.contains(says), "{m}");
+    }
     config_maps
         .patch(
             "drover-updater",
             &apply,
-            &Patch::Apply(&updater_config_map(&pinned)),
+            &Patch::Apply(&updater_config_map(&pinned, "1.13.0")),
         )
         .await
         .unwrap();
-    until_admission(&jobs, &again, false, "the digest back in the parameter").await;
+    until_admission(&jobs, &again, false, "the digest and the floor back").await;
     sim.shutdown().await;
 }
 
-#[test]
-fn the_pinned_updater_is_the_same_image_everywhere() {
-    // The policy's parameter, drover's default and example-repo's "default
-    // shown" name one image, by digest (deploy/updater/pin writes all three).
-    let env = updater_env();
-    assert_eq!(
-        env,
-        [("image".to_string(), DEFAULT_BOTTLEROCKET_IMAGE.to_string())]
-    );
-    let (_, hex) = DEFAULT_BOTTLEROCKET_IMAGE
-        .rsplit_once("@sha256:")
-        .expect("pinned by digest");
+/// The component's ResourceQuota, applied as it ships (in a namespace of
+/// the test's own, so no other test's pods count): pods beyond its bound
+/// are refused, whoever creates them. The quota's `status.used` is kept by
+/// kube-controller-manager, which this control plane does not run: the
+/// test writes the status the controller would (nothing used yet), and
+/// the API server's quota admission counts each pod admitted.
+#[tokio::test]
+async fn the_quota_bounds_the_upgrade_pods_running_at_once() {
+    let cp = ControlPlane::get();
+    let admin = cp.admin_client().await;
+    let ns = TestNamespace::create(&admin, "jobs-quota").await;
+    let text = repo_file(&format!("{COMPONENT}/resource-quota.yaml"));
+    let mut quota: Value = serde_yaml::from_str(&text).unwrap();
+    quota["metadata"]["namespace"] = ns.name().into();
+    let hard: u32 = quota["spec"]["hard"]["pods"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(
-        hex.len() == 64
-            && hex
-                .bytes()
-                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        hard >= 2,
+        "room for one node's prepare and upgrade at least"
     );
-    for env in ["test", "stage", "production"] {
-        let text = repo_file(&format!("example-repo/environments/{env}.toml"));
-        let line = text
-            .lines()
-            .find(|l| l.starts_with("image = "))
-            .expect("example-repo shows the image");
+    let quotas: Api<k8s_openapi::api::core::v1::ResourceQuota> =
+        Api::namespaced(admin.clone(), ns.name());
+    let name = quota["metadata"]["name"].as_str().unwrap().to_string();
+    quotas
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(quota).unwrap(),
+        )
+        .await
+        .unwrap();
+    quotas
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "status": {
+                "hard": { "pods": hard.to_string() }, "used": { "pods": "0" } } })),
+        )
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns.name());
+    let pod = |i: u32| -> Pod {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": { "name": format!("upgrade-{i}") },
+            "spec": { "containers": [{ "name": "update", "image": TEST_UPDATER_IMAGE }] },
+        }))
+        .unwrap()
+    };
+    for i in 0..hard {
+        pods.create(&PostParams::default(), &pod(i))
+            .await
+            .unwrap_or_else(|e| panic!("pod {i} of {hard}: {e}"));
+    }
+    let err = pods
+        .create(&PostParams::default(), &pod(hard))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 403 && s.message.contains(&format!("exceeded quota: {name}"))),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_component_ships_no_placeholder_and_the_pin_writes_the_image() {
+    // The tree holds no image: a release pins the one it built
+    // (deploy/updater/pin, run by .github/release/prepare) in the tree it
+    // tags; until then the policy refuses every Job (tested above).
+    let env = updater_env();
+    assert_eq!(env[0], ("image".to_string(), String::new()));
+    for file in ["src/config/model.rs", "example-repo/environments/test.toml"] {
         assert!(
-            line.starts_with(&format!("image = \"{DEFAULT_BOTTLEROCKET_IMAGE}\"")),
-            "{env}: {line}"
+            !repo_file(file).contains(&"0".repeat(64)),
+            "{file} has a placeholder digest"
         );
     }
+    // deploy/updater/pin, on a copy of the tree, writes the reference and
+    // refuses a tag or the all-zero digest.
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    std::fs::create_dir_all(dir.path().join(COMPONENT)).unwrap();
+    std::fs::copy(
+        root.join(COMPONENT).join("updater.env"),
+        dir.path().join(COMPONENT).join("updater.env"),
+    )
+    .unwrap();
+    let pin = |reference: &str| {
+        std::process::Command::new(root.join("deploy/updater/pin"))
+            .arg(reference)
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+    for bad in [
+        "ghcr.io/drover-dev/bottlerocket-updater:v0.1.0".to_string(),
+        format!(
+            "ghcr.io/drover-dev/bottlerocket-updater@sha256:{}",
+            "0".repeat(64)
+        ),
+    ] {
+        let out = pin(&bad);
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+    }
+    let out = pin(TEST_UPDATER_IMAGE);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let written = std::fs::read_to_string(dir.path().join(COMPONENT).join("updater.env")).unwrap();
+    assert!(
+        written.contains(&format!("\nimage={TEST_UPDATER_IMAGE}\n")),
+        "{written}"
+    );
+    assert!(written.contains("\nmin_version=1.0.0\n"), "{written}");
+
     let kustomization = repo_file(&format!("{COMPONENT}/kustomization.yaml"));
     assert!(kustomization.contains("- updater.env"), "{kustomization}");
+    assert!(
+        kustomization.contains("- resource-quota.yaml"),
+        "{kustomization}"
+    );
     let policy = repo_file(&format!("{COMPONENT}/admission-policy.yaml"));
     assert!(
         policy.contains(&format!(

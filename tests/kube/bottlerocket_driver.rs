@@ -19,7 +19,7 @@ use crate::support::bottlerocket_api::script::*;
 use crate::support::bottlerocket_api::{v, BottlerocketApi, Scenario};
 use chrono::{DateTime, Utc};
 use drover::cluster::{NodeProgress, ProgressState};
-use drover::config::{DriverSpec, NodesSpec, DEFAULT_BOTTLEROCKET_IMAGE};
+use drover::config::{DriverSpec, NodesSpec, TEST_UPDATER_IMAGE};
 use drover::kubernetes::driver::{self, BOTTLEROCKET_COMMAND};
 use drover::kubernetes::node::ObservedNode;
 use drover::kubernetes::KubeOptions;
@@ -426,7 +426,7 @@ fn job_for(p: NodeProgress) -> Value {
         node_selector: String::new(),
         nodes: NodesSpec::default(),
         driver: DriverSpec::Bottlerocket {
-            image: DEFAULT_BOTTLEROCKET_IMAGE.into(),
+            image: Some(TEST_UPDATER_IMAGE.into()),
         },
         job_deadline: Some(Duration::from_secs(1800)),
         job_ttl: Duration::from_secs(3600),
@@ -525,7 +525,7 @@ fn the_job_has_the_mounts_and_selinux_options_docs_drivers_md_documents() {
     let c = &pod["containers"][0];
     assert_eq!(c["command"], serde_json::json!([BOTTLEROCKET_COMMAND]));
     assert!(c.get("args").is_none());
-    assert_eq!(c["image"], DEFAULT_BOTTLEROCKET_IMAGE);
+    assert_eq!(c["image"], TEST_UPDATER_IMAGE);
     assert_eq!(pod["terminationGracePeriodSeconds"], 30);
 
     let docs =
@@ -612,7 +612,7 @@ fn the_updater_image_holds_the_script_the_job_runs_and_what_it_runs_and_nothing_
         .collect();
     packages.sort();
     assert_eq!(packages, ["bash", "coreutils", "jq"], "{install}");
-    let repository = DEFAULT_BOTTLEROCKET_IMAGE.split('@').next().unwrap();
+    let repository = TEST_UPDATER_IMAGE.split('@').next().unwrap();
     assert!(
         dockerfile.contains(&format!("-t {repository}:")),
         "the Dockerfile names the default image's repository it builds"

@@ -162,13 +162,14 @@ fn cases() -> Vec<Case> {
             "`version_regex` must be a valid regular expression with a capture group"),
         case("bad os_image_regex", vec![Replace(STAGE, "os_image_regex = '^Bottlerocket OS '", "os_image_regex = '^Bottlerocket (OS '")], STAGE, "os_image_regex",
             "`os_image_regex` must be a valid regular expression matched against a node's status.nodeInfo.osImage"),
-        case("bottlerocket image by tag", vec![Replace(PROD, "@sha256:", ":v0.1.0\" # @sha256:")], PROD, "image =",
+        case("bottlerocket image by tag", vec![Replace(PROD, "# image = \"REPOSITORY@sha256:<digest>\"", "image = \"ghcr.io/drover-dev/bottlerocket-updater:v0.1.0\"")], PROD, "image =",
             "`image` of kind = \"bottlerocket\" must be pinned by digest"),
+        case("bottlerocket image by the placeholder digest", vec![Replace(PROD, "# image = \"REPOSITORY@sha256:<digest>\"", "image = \"ghcr.io/drover-dev/bottlerocket-updater@sha256:0000000000000000000000000000000000000000000000000000000000000000\"")], PROD, "image =",
+            "names the all-zero placeholder digest, no image"),
         case("unknown driver kind", vec![Replace(TEST, "kind = \"bottlerocket\"", "kind = \"ansible\"")], TEST, "kind =",
             "`kind` must be \"bottlerocket\" or \"job\"; found \"ansible\""),
         case("job driver without image", vec![
                 Replace(TEST, "kind = \"bottlerocket\"", "kind = \"job\""),
-                Replace(TEST, "image = ", "# image = "),
                 Replace(TEST, "command = []", "command = [\"/bin/update\"]"),
             ], TEST, "kind =", "kind = \"job\" requires `image`"),
         case("job driver with empty command", vec![

@@ -207,6 +207,7 @@ fn build(c: &Case, clock: &VirtualClock) -> (Sim, Policy) {
     }
     let policy = Policy {
         target: target(),
+        allow_downgrade: false,
         max_unavailable: c.max,
         drain_timeout: min(c.drain_min),
         node_timeout: min(c.node_min),

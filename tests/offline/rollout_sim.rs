@@ -21,6 +21,7 @@ fn mins(m: u64) -> Duration {
 fn policy(max: u32, mode: OnDrainTimeout) -> Policy {
     Policy {
         target: Version::new(1, 13, 2),
+        allow_downgrade: false,
         max_unavailable: MaxUnavailable::Count(max),
         drain_timeout: mins(20),
         node_timeout: mins(45),

@@ -420,21 +420,18 @@ fn release_builds_both_architectures_and_pins_the_updater_into_the_agent() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
+    let default = drover::config::DEFAULT_BOTTLEROCKET_IMAGE.expect("a test-hooks build has one");
     assert!(
-        text.contains(&format!(
-            "updater image: {}",
-            drover::config::DEFAULT_BOTTLEROCKET_IMAGE
-        )),
+        text.contains(&format!("updater image: {default}")),
         "{text}"
     );
     // And the default config names the updater image the release pushes.
     assert!(
-        drover::config::DEFAULT_BOTTLEROCKET_IMAGE.starts_with(&format!(
+        default.starts_with(&format!(
             "{}@sha256:",
             w["env"]["UPDATER_IMAGE"].as_str().unwrap()
         )),
-        "{}",
-        drover::config::DEFAULT_BOTTLEROCKET_IMAGE
+        "{default}"
     );
 }
 

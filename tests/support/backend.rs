@@ -51,7 +51,7 @@ pub fn kube_options(ns: &str) -> KubeOptions {
             ..NodesSpec::default()
         },
         driver: DriverSpec::Bottlerocket {
-            image: "registry.example/drover-bottlerocket:1".into(),
+            image: Some("registry.example/drover-bottlerocket:1".into()),
         },
         job_deadline: Some(Duration::from_secs(600)),
         job_ttl: Duration::from_secs(3600),
@@ -84,6 +84,7 @@ pub async fn config_from(path: &std::path::Path) -> kube::Config {
 pub fn policy(target: &str, max: u32, drain_timeout: Duration, node_timeout: Duration) -> Policy {
     Policy {
         target: Version::parse(target).unwrap(),
+        allow_downgrade: false,
         max_unavailable: MaxUnavailable::Count(max),
         drain_timeout,
         node_timeout,

@@ -146,7 +146,7 @@ impl Disk {
     /// activate).
     pub fn upgrade_to_inactive(&mut self) -> Result<(), String> {
         let s = self.inactive();
-        if !(s.priority == 0 && !s.successful) {
+        if s.priority != 0 || s.successful {
             return Err(format!(
                 "Inactive partition {OS_DISK} is already marked for upgrade"
             ));
