@@ -162,6 +162,7 @@ async fn main() -> anyhow::Result<()> {
         graceful_shutdown: args.graceful_shutdown,
         job_backoff: args.job_backoff,
         download: args.download,
+        driver: None,
     };
     let faults = parse_faults(&args.faults)?;
 

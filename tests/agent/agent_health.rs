@@ -79,12 +79,24 @@ async fn world(prefix: &str, n: usize) -> World {
 }
 
 pub(crate) async fn world_with(prefix: &str, n: usize, pod: fn(usize, &str) -> Pod) -> World {
+    world_tuned(prefix, n, pod, |_| {}).await
+}
+
+/// [`world_with`], the simulator's options changed by `tune` first.
+pub(crate) async fn world_tuned(
+    prefix: &str,
+    n: usize,
+    pod: fn(usize, &str) -> Pod,
+    tune: impl FnOnce(&mut crate::support::kubelet::KubeletOptions),
+) -> World {
     let cp = ControlPlane::get();
     let client = cp.admin_client().await;
     install_crd(&client).await;
     let ns = TestNamespace::create(&client, prefix).await;
     let pool = ns.name().to_string();
-    let sim = start_sim(&client, pool_options(&pool, n)).await;
+    let mut opts = pool_options(&pool, n);
+    tune(&mut opts);
+    let sim = start_sim(&client, opts).await;
     let mut nodes = sim.node_names();
     nodes.sort();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &pool);

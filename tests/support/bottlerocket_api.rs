@@ -66,6 +66,8 @@ use serde_json::{json, Value};
 
 #[path = "bottlerocket/disk.rs"]
 pub mod disk;
+#[path = "bottlerocket/nodes.rs"]
+pub mod nodes;
 #[path = "bottlerocket/script.rs"]
 pub mod script;
 use disk::{Disk, PartitionSet};

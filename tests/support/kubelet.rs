@@ -113,6 +113,18 @@
 //! Only the Job's own pod is played; other pods on the node are left as they
 //! are, as in the default mode.
 //!
+//! # A real driver in the pod ([`KubeletOptions::driver`])
+//!
+//! With a [`PodDriver`] the pod of every drover Job (prepare, upgrade and
+//! rollback alike) runs it instead of the simulated driver, under the Job
+//! controller and the graceful shutdown above: the driver gets the pod's
+//! environment; when it exits, the pod ends with its exit code and its
+//! termination message (`state.terminated.message`); when it asks its node
+//! for a reboot, the graceful shutdown kills the pod (the driver is stopped
+//! as SIGTERM stops it), and the node comes back at whatever version the
+//! driver's node boots. `support/bottlerocket/nodes.rs` runs drover's
+//! Bottlerocket script there, each node with a simulated Bottlerocket API.
+//!
 //! Several simulators may share one API server (one per test): each handles
 //! only pods and Jobs bound to its own nodes, and [`KubeletOptions::pdb_namespace`]
 //! keeps their disruption controllers apart.
@@ -220,6 +232,32 @@ pub struct KubeletOptions {
     /// How long downloading an update takes (a prepare Job, or an upgrade
     /// Job that finds nothing staged).
     pub download: Duration,
+    /// What the Jobs' pods run (module docs); None: the simulated driver.
+    pub driver: Option<Arc<dyn PodDriver>>,
+}
+
+/// A driver that runs in the pods of drover's Jobs (module docs).
+pub trait PodDriver: Send + Sync + fmt::Debug + 'static {
+    /// Run the driver on `node` with the pod's environment, until it exits
+    /// or asks for a reboot.
+    fn run(
+        &self,
+        node: &str,
+        env: Vec<(String, String)>,
+    ) -> futures::future::BoxFuture<'static, DriverRun>;
+    /// The shutdown's SIGTERM: stop the run that asked for the reboot; its exit code.
+    fn stop(&self, node: &str) -> futures::future::BoxFuture<'static, i32>;
+    /// The node reboots now; the version it runs after.
+    fn reboot(&self, node: &str) -> String;
+}
+
+/// How a [`PodDriver`] run ended.
+#[derive(Debug)]
+pub enum DriverRun {
+    /// It exited with this code, having written this termination message.
+    Exited { code: i32, message: Option<String> },
+    /// It asked its node for a reboot (and runs until stopped).
+    Rebooting,
 }
 
 impl Default for KubeletOptions {
@@ -242,6 +280,7 @@ impl Default for KubeletOptions {
             graceful_shutdown: None,
             job_backoff: Duration::from_secs(10),
             download: Duration::ZERO,
+            driver: None,
         }
     }
 }
@@ -1138,6 +1177,11 @@ impl Inner {
         let _one_at_a_time = node.upgrade_lock.lock().await;
         // Computed once: startTime is immutable once set on an unsuspended Job.
         let start = job_start_time(&job);
+        if self.opts.driver.is_some() {
+            // A real driver decides everything, prepares included.
+            self.run_job_pods(&job, &node, &target, &start).await;
+            return;
+        }
         let prepare =
             job.annotations().get(ACTION_ANNOTATION).map(String::as_str) == Some("prepare");
         // A prepare ends here; an upgrade goes on unless its version is not offered.
@@ -1179,7 +1223,7 @@ impl Inner {
         }
         self.start_reboot(&node, &target, false).await;
         tokio::time::sleep(self.opts.reboot).await;
-        if self.finish_reboot(&node, &current, &target).await {
+        if self.finish_reboot(&node, &current, &target, None).await {
             self.complete_job(&job, &start, &node_name).await;
         }
     }
@@ -1267,11 +1311,13 @@ impl Inner {
         node: &Arc<SimNode>,
         current: &str,
         target: &str,
+        booted: Option<String>,
     ) -> bool {
         let node_name = node.name.clone();
         // Read now, not at the start, so a test can break a node mid-reboot.
         let fault = self.fault(&node_name);
         let version = match fault.clone() {
+            _ if booted.is_some() => booted.clone().expect("checked"),
             Fault::NeverReady => {
                 self.emit(SimEvent::NodeStaysDown { node: node_name });
                 return false;
@@ -1478,15 +1524,20 @@ impl Inner {
             return self.write_pod_status(pod, status).await;
         }
         Inner::make_running(self.clone(), pod.clone()).await;
-        let container = |code: i32, reason: &str| {
+        let container_said = |code: i32, reason: &str, message: Option<&str>| {
+            let mut terminated = json!({ "exitCode": code, "reason": reason, "startedAt": now, "finishedAt": now_rfc3339() });
+            if let Some(m) = message {
+                terminated["message"] = json!(m);
+            }
             json!([{
                 "name": pod.spec.as_ref().map(|s| s.containers[0].name.clone()).unwrap_or_default(),
                 "image": pod.spec.as_ref().and_then(|s| s.containers[0].image.clone()).unwrap_or_default(),
                 "imageID": "", "ready": false, "restartCount": 0, "started": false,
                 "containerID": format!("containerd://{}", random_hex(32)),
-                "state": { "terminated": { "exitCode": code, "reason": reason, "startedAt": now, "finishedAt": now_rfc3339() } },
+                "state": { "terminated": terminated },
             }])
         };
+        let container = |code: i32, reason: &str| container_said(code, reason, None);
         let not_ready = |reason: &str| {
             json!([
                 { "type": "Ready", "status": "False", "reason": reason, "lastTransitionTime": now },
@@ -1495,14 +1546,37 @@ impl Inner {
                 { "type": "PodScheduled", "status": "True", "lastTransitionTime": now },
             ])
         };
-        if st.version == target {
+        let driver = self.opts.driver.clone();
+        if let Some(driver) = &driver {
+            let env: Vec<(String, String)> = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.containers[0].env.clone())
+                .unwrap_or_default()
+                .into_iter()
+                .map(|e| (e.name, e.value.unwrap_or_default()))
+                .collect();
+            if let DriverRun::Exited { code, message } = driver.run(&node.name, env).await {
+                let (phase, reason) = if code == 0 {
+                    ("Succeeded", "Completed")
+                } else {
+                    ("Failed", "Error")
+                };
+                let status = json!({
+                    "phase": phase,
+                    "conditions": not_ready(if code == 0 { "PodCompleted" } else { "PodFailed" }),
+                    "containerStatuses": container_said(code, reason, message.as_deref()),
+                });
+                return self.write_pod_status(pod, status).await;
+            }
+        } else if st.version == target {
             let status = json!({
                 "phase": "Succeeded", "conditions": not_ready("PodCompleted"),
                 "containerStatuses": container(0, "Completed"),
             });
             return self.write_pod_status(pod, status).await;
         }
-        if *rebooted || self.fault(&node.name) == Fault::JobFails {
+        if driver.is_none() && (*rebooted || self.fault(&node.name) == Fault::JobFails) {
             let status = json!({
                 "phase": "Failed", "conditions": not_ready("PodFailed"),
                 "containerStatuses": container(1, "Error"),
@@ -1514,6 +1588,11 @@ impl Inner {
         // Job controller goes on).
         *rebooted = true;
         self.start_reboot(node, target, true).await;
+        if let Some(driver) = &driver {
+            // The shutdown's SIGTERM reaches the driver.
+            let code = driver.stop(&node.name).await;
+            tracing::debug!(node = %node.name, code, "driver stopped by the shutdown");
+        }
         let mut conditions = not_ready("PodFailed");
         conditions.as_array_mut().expect("a list").push(json!({
             "type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",
@@ -1537,7 +1616,8 @@ impl Inner {
             })
             .await;
             tokio::time::sleep(me.opts.reboot).await;
-            me.finish_reboot(&node, &current, &target).await;
+            let booted = me.opts.driver.as_ref().map(|d| d.reboot(&node.name));
+            me.finish_reboot(&node, &current, &target, booted).await;
         });
         written
     }

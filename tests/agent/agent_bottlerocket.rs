@@ -1,0 +1,228 @@
+//! The agent with drover's own Bottlerocket driver in its Jobs' pods: the
+//! simulated kubelet runs each pod's script, exactly as the updater image
+//! holds it, against a simulated Bottlerocket API per node that fails as a
+//! real one does (support/bottlerocket/nodes.rs, support/bottlerocket_api.rs).
+//! What a person sees (the node, its record, the status, the Events) comes
+//! from the real script's exit and termination message, through the Job
+//! controller, the kubelet's graceful shutdown and drover's observation.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::agent_health::{progress, world_tuned, World};
+use crate::support::agent::*;
+use crate::support::backend::{nodes_in, NodeWatch, POOL_LABEL};
+use crate::support::bottlerocket_api::nodes::BottlerocketNodes;
+use crate::support::bottlerocket_api::{v, Failure, Scenario};
+use crate::support::kube::{await_node, events_for, os_image, pod_on, unschedulable};
+use crate::support::kubelet::{Fault, KubeletOptions};
+use drover::cluster::{ProgressState, ANN_ROLLED_BACK, ANN_STATE};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+
+/// Every node starts at 1.12.0 with 1.12.0 and 1.13.0 in its repository.
+fn scenario(_node: &str) -> Scenario {
+    Scenario::new("1.12.0", &["1.12.0", "1.13.0"])
+}
+
+/// The simulator runs the real script in the Jobs' pods, with short
+/// shutdowns and pod backoffs.
+fn real_driver(nodes: &Arc<BottlerocketNodes>) -> impl FnOnce(&mut KubeletOptions) {
+    let nodes = nodes.clone();
+    move |o| {
+        o.driver = Some(nodes);
+        o.graceful_shutdown = Some(Duration::from_millis(300));
+        o.job_backoff = Duration::from_millis(200);
+        o.reboot = Duration::from_secs(1);
+    }
+}
+
+/// A DaemonSet's pod on `node`, so it stays through drains.
+fn app_pod(i: usize, node: &str) -> Pod {
+    let mut pod = pod_on(&format!("app-{i}"), node, &[("app", "app")], 1);
+    pod.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: "DaemonSet".into(),
+            name: "app".into(),
+            uid: "00000000-0000-0000-0000-000000000003".into(),
+            controller: Some(true),
+            ..Default::default()
+        },
+    ]);
+    pod
+}
+
+/// Stage at 1.13.0, one node at a time, failed nodes rolled back.
+fn move_stage(w: &World) {
+    w.repo.set_env_text(
+        "stage",
+        &format!(
+            "version = \"1.13.0\"\n\n[window]\nschedule = \"0 2 1 * *\"\nduration = \"6h\"\ntimezone = \"UTC\"\n\n\
+             [rollout]\nmax_unavailable = 1\ndrain_timeout = \"5m\"\nnode_timeout = \"10m\"\n\
+             node_selector = \"{POOL_LABEL}={}\"\non_failure = \"rollback\"\nmax_rollbacks = 1\n\n\
+             [promotion]\nsoak = \"0s\"\n\n[health]\nsettle = \"10m\"\npod_ready_timeout = \"5m\"\n",
+            w.pool
+        ),
+        "stage: move to 1.13.0, rolling back failed nodes",
+    );
+    w.agent.handle.fetch();
+}
+
+async fn failed(w: &World, says: &str) -> String {
+    await_status(&w.client, &w.pool, "stage-stage-1", says, |s| {
+        s.state.as_deref() == Some("failed") && s.message.contains(says)
+    })
+    .await
+    .status
+    .unwrap()
+    .message
+}
+
+/// A node as the watch saw it: cordoned, drover's state, osImage.
+type Seen = (bool, Option<String>, String);
+
+/// The issue's rollback: the node failed its health checks at 1.13.0, and
+/// the download of 1.12.0 breaks off after updog cleared the inactive
+/// partition set, which held 1.12.0 bootable. The node stays cordoned at
+/// 1.13.0, named with the driver's own reason (which says the offline way
+/// back is gone), and the cluster halts; it is never uncordoned at 1.13.0
+/// after the rollback began.
+#[tokio::test]
+async fn a_rollback_whose_download_breaks_off_leaves_the_node_cordoned_named_and_the_cluster_halted(
+) {
+    let nodes = BottlerocketNodes::new(scenario);
+    let w = world_tuned("br-rollback", 2, app_pod, real_driver(&nodes)).await;
+    let (first, second) = (w.nodes[0].clone(), w.nodes[1].clone());
+    w.sim.set_fault(&first, Fault::CrashLoopAt("1.13.0".into()));
+
+    // Every state the node is seen in, with its cordon.
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let s = seen.clone();
+    let name = first.clone();
+    let _watch = NodeWatch::start(&w.client, &w.pool, move |n, _| {
+        if n.name_any() == name {
+            s.lock().unwrap().push((
+                unschedulable(n),
+                n.annotations().get(ANN_STATE).cloned(),
+                os_image(n).to_string(),
+            ));
+        }
+    })
+    .await;
+    // Once it runs 1.13.0, its repository's downloads break off.
+    let node = nodes.node(&first);
+    let injector = {
+        let node = node.clone();
+        tokio::task::spawn_blocking(move || {
+            let deadline = Instant::now() + Duration::from_secs(120);
+            while node.api().running() != v("1.13.0") {
+                assert!(Instant::now() < deadline, "never at 1.13.0");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            node.api().fail_prepares(Failure::Download, usize::MAX);
+        })
+    };
+    move_stage(&w);
+    injector.await.unwrap();
+
+    let message = failed(&w, "rollback failed").await;
+    assert!(message.contains(&first), "{message}");
+    let n = await_node(&w.client, &first, "rollback failed", |n| {
+        progress(n).is_some_and(|p| p.state == ProgressState::Failed)
+    })
+    .await;
+    let logs = node.logs();
+    assert!(unschedulable(&n), "left cordoned\n{logs}");
+    assert!(os_image(&n).contains("1.13.0"), "{}", os_image(&n));
+    assert!(!n.annotations().contains_key(ANN_ROLLED_BACK));
+    let record = progress(&n).unwrap().message;
+    assert!(
+        record.starts_with("rollback failed: its driver failed: prepare failed 4 times"),
+        "{record}\n{logs}"
+    );
+    assert!(
+        record.contains(
+            "updog cleared the inactive partition set before the download broke off, so `signpost rollback-to-inactive` no longer works on this node"
+        ) && record.contains("the driver retried prepare 3 times"),
+        "the record carries the driver's own reason: {record}"
+    );
+    // What the record says is so: the manual way back is refused.
+    let refused = node.api().signpost_rollback_to_inactive().unwrap_err();
+    assert!(refused.contains("not valid to roll back to"), "{refused}");
+    assert_eq!(node.api().running(), v("1.13.0"));
+
+    let evs = events_for(&w.client, "default", &first).await;
+    assert!(
+        evs.iter()
+            .any(|e| e.reason.as_deref() == Some("RollbackFailed")
+                && e.note
+                    .as_deref()
+                    .is_some_and(|m| m.contains("signpost rollback-to-inactive"))),
+        "{evs:?}"
+    );
+
+    // Never uncordoned once the rollback began, over more passes.
+    let mut passes = 0;
+    until_pass(
+        &w.agent.handle,
+        "several passes",
+        crate::agent_health::STEP,
+        || {
+            passes += 1;
+            passes > 3
+        },
+    )
+    .await;
+    let seen = seen.lock().unwrap().clone();
+    let from = seen
+        .iter()
+        .position(|(_, state, _)| state.as_deref() == Some("rolling-back"))
+        .unwrap_or_else(|| panic!("never rolling back: {seen:?}"));
+    assert!(
+        seen[from..].iter().all(|(cordoned, _, _)| *cordoned),
+        "uncordoned after the rollback began: {seen:?}"
+    );
+    // The cluster halted: the second node never left 1.12.0 or service.
+    let all = nodes_in(&w.client, &w.pool).await;
+    let other = all.iter().find(|n| n.name_any() == second).unwrap();
+    assert!(os_image(other).contains("1.12.0") && !unschedulable(other));
+    assert_eq!(w.sim.upgrades_started(&second), 0);
+    w.agent.stop();
+    w.sim.shutdown().await;
+}
+
+/// A repository whose TUF metadata expired: the prepare Job fails at once,
+/// on the node still in service, which is failed uncordoned with the
+/// driver's reason; nothing was downloaded and no other node starts.
+#[tokio::test]
+async fn a_prepare_the_repository_refuses_for_good_fails_the_node_in_service() {
+    let nodes = BottlerocketNodes::new(|_| {
+        Scenario::new("1.12.0", &["1.12.0", "1.13.0"]).refresh_failing(Failure::Expired, usize::MAX)
+    });
+    let w = world_tuned("br-expired", 2, app_pod, real_driver(&nodes)).await;
+    move_stage(&w);
+    let message = failed(&w, "metadata is expired").await;
+    let n = nodes_in(&w.client, &w.pool)
+        .await
+        .into_iter()
+        .find(|n| progress(n).is_some_and(|p| p.state == ProgressState::Failed))
+        .expect("a failed node");
+    assert!(message.contains(&n.name_any()), "{message}");
+    assert!(!unschedulable(&n), "failed in service, never cordoned");
+    let record = progress(&n).unwrap().message;
+    assert!(
+        record.contains("refresh failed, not retried (the update repository's metadata must be fixed): Metadata error: timestamp metadata is expired"),
+        "{record}\n{}",
+        nodes.node(&n.name_any()).logs()
+    );
+    for node in &w.nodes {
+        assert!(
+            nodes.node(node).api().staged().is_empty(),
+            "nothing downloaded"
+        );
+        assert_eq!(w.sim.upgrades_started(node), 0);
+    }
+    w.agent.stop();
+    w.sim.shutdown().await;
+}
