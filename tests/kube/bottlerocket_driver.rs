@@ -583,59 +583,101 @@ fn the_job_has_the_mounts_and_selinux_options_docs_drivers_md_documents() {
     assert_eq!(c["securityContext"]["seLinuxOptions"]["type"], "super_t");
 }
 
+/// The updater image as the release builds it (deploy/updater/build, from
+/// the Debian packages tests/release/build caches): the driver script runs
+/// with the image's own bash, jq and coreutils (its own loader and
+/// libraries, on x86_64) and upgrades a node; the packages are bash, jq,
+/// coreutils and their dependencies, nothing more.
 #[test]
 fn the_updater_image_holds_the_script_the_job_runs_and_what_it_runs_and_nothing_else() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let dockerfile = fs::read_to_string(root.join("deploy/updater/Dockerfile")).unwrap();
-    let froms: Vec<&str> = dockerfile
+    let lock = fs::read_to_string(root.join("deploy/updater/packages.lock")).unwrap();
+    let mut programs: Vec<&str> = lock
         .lines()
-        .filter(|l| l.starts_with("FROM "))
+        .filter(|l| l.starts_with("amd64 "))
+        .map(|l| l.split_whitespace().nth(1).unwrap())
+        .filter(|p| !p.starts_with("lib"))
         .collect();
+    programs.sort();
+    // bash, jq and coreutils; the rest are what they load (libgcc's and
+    // OpenSSL's data packages, zlib).
     assert_eq!(
-        froms.last().copied(),
-        Some("FROM scratch"),
-        "the image holds only the packages installed into its root"
-    );
-    let install = dockerfile
-        .lines()
-        .find(|l| l.contains("apk add") && l.contains("--root"))
-        .expect("apk add --root");
-    let mut packages: Vec<&str> = install
-        .split_whitespace()
-        .skip_while(|w| w.starts_with('-') || *w != "add")
-        .skip(1)
-        .filter(|w| {
-            w.chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        })
-        .filter(|w| !w.starts_with('-'))
-        .collect();
-    packages.sort();
-    assert_eq!(packages, ["bash", "coreutils", "jq"], "{install}");
-    let repository = TEST_UPDATER_IMAGE.split('@').next().unwrap();
-    assert!(
-        dockerfile.contains(&format!("-t {repository}:")),
-        "the Dockerfile names the default image's repository it builds"
-    );
-
-    // The script beside the Dockerfile is copied, executable, to the one
-    // path the Job runs (and the admission policy requires).
-    let copy: Vec<&str> = dockerfile
-        .lines()
-        .find(|l| l.starts_with("COPY") && l.contains("bottlerocket-update.sh"))
-        .expect("the script is copied into the image")
-        .split_whitespace()
-        .collect();
-    assert_eq!(
-        copy,
+        programs,
         [
-            "COPY",
-            "--chmod=0555",
-            "bottlerocket-update.sh",
-            BOTTLEROCKET_COMMAND
+            "bash",
+            "coreutils",
+            "gcc-14-base",
+            "jq",
+            "openssl-provider-legacy",
+            "zlib1g"
         ]
     );
-    assert!(dockerfile.contains(&format!("ENTRYPOINT [\"{BOTTLEROCKET_COMMAND}\"]")));
+    let build = fs::read_to_string(root.join("deploy/updater/build")).unwrap();
+    assert!(build.contains("command=\"/usr/local/bin/drover-bottlerocket-update\""));
+    assert_eq!(
+        BOTTLEROCKET_COMMAND,
+        "/usr/local/bin/drover-bottlerocket-update"
+    );
+    assert!(build.contains(&format!(
+        "repository=\"${{1:-{}}}\"",
+        TEST_UPDATER_IMAGE.split('@').next().unwrap()
+    )));
+
+    if cfg!(target_arch = "x86_64") {
+        let tmp = tempfile::tempdir().unwrap();
+        let image = built_image_root(tmp.path());
+        let libs = image.join("usr/lib/x86_64-linux-gnu");
+        let loader = libs.join("ld-linux-x86-64.so.2");
+        // Each tool the script starts, from the image.
+        let tools = tmp.path().join("tools");
+        fs::create_dir_all(&tools).unwrap();
+        for tool in [
+            "jq", "date", "sleep", "mktemp", "rm", "touch", "cat", "cp", "mv", "seq",
+        ] {
+            let shim = tools.join(tool);
+            fs::write(
+                &shim,
+                format!(
+                    "#!/bin/sh\nexec {} --library-path {} {} \"$@\"\n",
+                    loader.display(),
+                    libs.display(),
+                    image.join("usr/bin").join(tool).display()
+                ),
+            )
+            .unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(&shim, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        // The Job's command, run by the image's bash, the image's tools
+        // first on PATH (then the stand-in apiclient).
+        let driver = tmp.path().join("driver");
+        fs::write(
+            &driver,
+            format!(
+                "#!/bin/sh\nPATH={}:$PATH exec {} --library-path {} {} {}\n",
+                tools.display(),
+                loader.display(),
+                libs.display(),
+                image.join("usr/bin/bash").display(),
+                image
+                    .join(BOTTLEROCKET_COMMAND.trim_start_matches('/'))
+                    .display()
+            ),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&driver, fs::Permissions::from_mode(0o755)).unwrap();
+        let in_image = fs::read(image.join(BOTTLEROCKET_COMMAND.trim_start_matches('/'))).unwrap();
+        assert!(
+            in_image == fs::read(script_path()).unwrap(),
+            "the image's driver is the script"
+        );
+        let driver: &'static Path = Box::leak(driver.into_boxed_path());
+        let dir = tempfile::tempdir().unwrap();
+        let api = BottlerocketApi::start(dir.path(), Scenario::new("1.22.0", &["1.22.3"]));
+        let o = run(Script::Exec(driver), &api, dir.path(), "1.22.3", UNIT);
+        assert_upgraded(&o, &api, "1.22.3", 0);
+    }
 
     // Every program the script starts is in those packages or is the
     // host's apiclient; no text tool the image lacks.
@@ -767,4 +809,56 @@ fn the_prepare_job_says_prepare_and_is_never_taken_for_the_upgrade_of_the_same_i
     );
     p.state = ProgressState::Upgrading;
     assert_eq!(job_for(p)["metadata"]["name"], upgrade["metadata"]["name"]);
+}
+
+/// The root filesystem of the updater image's amd64 layer, built as the
+/// release builds it (into `dir`).
+fn built_image_root(dir: &Path) -> std::path::PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tools = std::process::Command::new(root.join("tests/release/build"))
+        .output()
+        .unwrap();
+    assert!(
+        tools.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tools.stderr)
+    );
+    let layout = dir.join("layout");
+    let built = std::process::Command::new(root.join("deploy/updater/build"))
+        .arg("-o")
+        .arg(&layout)
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let blob = |d: &str| {
+        layout
+            .join("blobs/sha256")
+            .join(d.trim_start_matches("sha256:"))
+    };
+    let read = |d: &str| -> Value { serde_json::from_slice(&fs::read(blob(d)).unwrap()).unwrap() };
+    let top: Value = serde_json::from_slice(&fs::read(layout.join("index.json")).unwrap()).unwrap();
+    let index = read(top["manifests"][0]["digest"].as_str().unwrap());
+    let amd64 = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["platform"]["architecture"] == "amd64")
+        .unwrap();
+    let manifest = read(amd64["digest"].as_str().unwrap());
+    let layer = blob(manifest["layers"][0]["digest"].as_str().unwrap());
+    let rootfs = dir.join("rootfs");
+    fs::create_dir_all(&rootfs).unwrap();
+    let ok = std::process::Command::new("tar")
+        .args(["-x", "-z", "-f"])
+        .arg(&layer)
+        .arg("-C")
+        .arg(&rootfs)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    rootfs
 }

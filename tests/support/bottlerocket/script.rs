@@ -43,6 +43,9 @@ pub enum Script {
     StagedBookkeeping,
     /// `deploy/updater/bottlerocket-update.sh`, executed as the Job's command.
     New,
+    /// This program, standing for the Job's command (the script as the
+    /// updater image runs it, with the image's own tools).
+    Exec(&'static Path),
 }
 
 /// What happened over a pod's life.
@@ -89,6 +92,7 @@ pub fn spawn_env(
     );
     let mut command = match script {
         Script::New => Command::new(script_path()),
+        Script::Exec(program) => Command::new(program),
         Script::Previous => {
             let mut c = Command::new("bash");
             c.arg("-c").arg(PREVIOUS_SCRIPT);
