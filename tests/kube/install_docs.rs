@@ -134,10 +134,10 @@ fn workdir() -> tempfile::TempDir {
     let bin = dir.path().join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     // Answers like `cosign verify` does for a verified image, and only for
-    // the identity the release workflow signs with.
-    let identity = format!(
-        "https://github.com/drover-dev/drover/.github/workflows/release.yml@refs/tags/v{VERSION}"
-    );
+    // the identity the release workflow signs with (it runs on main).
+    let identity =
+        "https://github.com/drover-dev/drover/.github/workflows/release.yml@refs/heads/main"
+            .to_string();
     let cosign = format!(
         r#"#!/bin/bash
 set -eu

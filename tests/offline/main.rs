@@ -40,6 +40,7 @@ mod hostile_files;
 mod key_validity;
 mod openpgp_trust;
 mod promote;
+mod release_dry_run;
 mod rollout_props;
 mod rollout_sim;
 mod status_branches;

@@ -129,7 +129,16 @@ fn shellcheck_accepts_the_scripts_the_workflows_run() {
     for e in std::fs::read_dir(root().join(".github/release")).unwrap() {
         files.push(e.unwrap().path());
     }
-    files.push(root().join("tests/tools/build"));
+    for f in [
+        "tests/tools/build",
+        "tests/release/build",
+        "deploy/updater/build",
+        "deploy/updater/fetch",
+        "deploy/updater/pin",
+        "deploy/updater/bottlerocket-update.sh",
+    ] {
+        files.push(root().join(f));
+    }
     run_clean(Command::new(which("shellcheck")).args(&files), "shellcheck");
 }
 
@@ -137,7 +146,7 @@ fn shellcheck_accepts_the_scripts_the_workflows_run() {
 fn hadolint_accepts_the_dockerfiles() {
     run_clean(
         Command::new(tools().join("hadolint"))
-            .args(["deploy/Dockerfile", "deploy/updater/Dockerfile"])
+            .args(["deploy/Dockerfile"])
             .current_dir(root()),
         "hadolint",
     );
@@ -286,10 +295,12 @@ fn third_party_images_are_pinned_by_digest() {
             }
         }
     }
-    // Both Dockerfiles' bases, the syntax lines, the Deployment's image and
-    // the updater's pin were read.
+    // The agent's Dockerfile's bases and syntax line and the Deployment's
+    // image were read (the updater image has no Dockerfile: its inputs are
+    // pinned by SHA-256 in deploy/updater/packages.lock, and updater.env
+    // names no image until a release pins the one it built).
     assert!(
-        seen >= 7,
+        seen >= 4,
         "only {seen} image references found under deploy/"
     );
     assert!(problems.is_empty(), "{}", problems.join("\n"));
@@ -372,9 +383,34 @@ fn published() -> (BTreeSet<String>, BTreeSet<String>) {
     (images, assets)
 }
 
+/// The names of a job's steps, in order (`uses:` for the unnamed ones).
+fn step_names(w: &Value, job: &str) -> Vec<String> {
+    w["jobs"][job]["steps"]
+        .as_sequence()
+        .unwrap_or_else(|| panic!("job {job}"))
+        .iter()
+        .map(|s| {
+            s["name"]
+                .as_str()
+                .or(s["uses"].as_str())
+                .or(s["run"].as_str())
+                .unwrap_or("")
+                .to_owned()
+        })
+        .collect()
+}
+
+fn position(steps: &[String], what: &str) -> usize {
+    steps
+        .iter()
+        .position(|s| s.contains(what))
+        .unwrap_or_else(|| panic!("no step {what:?} in {steps:#?}"))
+}
+
 #[test]
-fn release_builds_both_architectures_and_pins_the_updater_into_the_agent() {
+fn release_computes_the_updater_digest_first_and_tags_last() {
     let w = yaml(&root().join(".github/workflows/release.yml"));
+    let text = std::fs::read_to_string(root().join(".github/workflows/release.yml")).unwrap();
     let (_, assets) = published();
     for a in [
         "drover-x86_64-unknown-linux-musl",
@@ -382,50 +418,101 @@ fn release_builds_both_architectures_and_pins_the_updater_into_the_agent() {
     ] {
         assert!(assets.contains(a), "{assets:?}");
     }
-    for job in ["updater", "agent"] {
-        let platforms: BTreeSet<&str> = w["jobs"][job]["strategy"]["matrix"]["include"]
-            .as_sequence()
-            .unwrap()
-            .iter()
-            .map(|m| m["platform"].as_str().unwrap())
-            .collect();
-        assert_eq!(
-            platforms,
-            BTreeSet::from(["linux/amd64", "linux/arm64"]),
+    // Started by hand, never by a tag: the tag is the release's last write.
+    let on = w["on"].as_mapping().unwrap();
+    assert_eq!(on.len(), 1, "{on:?}");
+    assert!(on.contains_key("workflow_dispatch"), "{on:?}");
+    // The agent for both platforms; the updater image (both platforms in one
+    // layout) computed by prepare, before anything is pushed.
+    let platforms: BTreeSet<&str> = w["jobs"]["agent"]["strategy"]["matrix"]["include"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|m| m["platform"].as_str().unwrap())
+        .collect();
+    assert_eq!(platforms, BTreeSet::from(["linux/amd64", "linux/arm64"]));
+    let prepare = serde_yaml::to_string(&w["jobs"]["prepare"]["steps"]).unwrap();
+    assert!(prepare.contains(".github/release/prepare"), "{prepare}");
+    let build = std::fs::read_to_string(root().join(".github/release/prepare")).unwrap();
+    assert!(build.contains("deploy/updater/build") && build.contains("deploy/updater/pin"));
+    for job in ["updater", "agent", "agent-index", "binaries", "publish"] {
+        let needs = serde_yaml::to_string(&w["jobs"][job]["needs"]).unwrap();
+        assert!(
+            needs.contains("prepare") || needs.contains("agent"),
+            "{job} runs before prepare: {needs}"
+        );
+    }
+    // Pushed by digest only: the layout as built (the digest read back), the
+    // agent by digest under a staging tag.
+    let updater = serde_yaml::to_string(&w["jobs"]["updater"]["steps"]).unwrap();
+    assert!(
+        updater.contains("push release/updater \"$UPDATER\""),
+        "{updater}"
+    );
+    let agent = serde_yaml::to_string(&w["jobs"]["agent"]["steps"]).unwrap();
+    assert!(agent.contains("push-by-digest=true"), "{agent}");
+    assert!(agent.contains("sbom: true"), "{agent}");
+    // The digest prepare computed is built into the binaries and the agent.
+    for (job, key) in [
+        (
+            "binaries",
+            "DROVER_UPDATER_IMAGE: ${{ needs.prepare.outputs.updater }}",
+        ),
+        (
+            "agent",
+            "DROVER_UPDATER_IMAGE=${{ needs.prepare.outputs.updater }}",
+        ),
+    ] {
+        let steps = serde_yaml::to_string(&w["jobs"][job]["steps"]).unwrap();
+        assert!(
+            steps.contains(key),
+            "{job} does not build the digest in: {steps}"
+        );
+    }
+    let dockerfile = std::fs::read_to_string(root().join("deploy/Dockerfile")).unwrap();
+    assert!(dockerfile.contains("ARG DROVER_UPDATER_IMAGE"));
+    // publish: every check, then the signatures, then the tags, the git tag
+    // after the images', the GitHub release last.
+    let steps = step_names(&w, "publish");
+    let check = position(&steps, "Check what was pushed and built");
+    let sign = position(&steps, "Sign the images");
+    let tag_images = position(&steps, "Tag the images");
+    let tag = position(&steps, "Push the tag");
+    let release = position(&steps, "Publish");
+    assert!(
+        check < sign && sign < tag_images && tag_images < tag && tag < release,
+        "{steps:#?}"
+    );
+    let publish = serde_yaml::to_string(&w["jobs"]["publish"]["steps"]).unwrap();
+    assert!(
+        publish.contains("cosign sign --yes \"$UPDATER\""),
+        "{publish}"
+    );
+    assert_eq!(
+        text.matches("attest-build-provenance").count(),
+        3,
+        "binaries, updater, agent"
+    );
+    // Nothing else writes a tag: no tag pushed by docker, no `git push` elsewhere.
+    for job in ["prepare", "updater", "agent", "agent-index", "binaries"] {
+        let steps = serde_yaml::to_string(&w["jobs"][job]).unwrap();
+        assert!(
+            !steps.contains("git push") && !steps.contains("crane tag"),
             "{job}"
         );
     }
-    // The updater's index is the digest deploy/updater/pin committed.
-    let text = std::fs::read_to_string(root().join(".github/workflows/release.yml")).unwrap();
-    assert!(
-        text.contains("deploy/updater/pin committed"),
-        "updater-index checks the pin"
-    );
-    for job in ["updater-index", "agent-index"] {
-        let steps = serde_yaml::to_string(&w["jobs"][job]["steps"]).unwrap();
-        assert!(steps.contains("cosign sign --yes"), "{job} does not sign");
-        assert!(
-            steps.contains("attest-build-provenance"),
-            "{job} does not attest"
-        );
-    }
-    for job in ["updater", "agent"] {
-        let steps = serde_yaml::to_string(&w["jobs"][job]["steps"]).unwrap();
-        assert!(steps.contains("push-by-digest=true"), "{job} pushes by tag");
-        assert!(steps.contains("sbom: true"), "{job} has no SBOM");
-    }
-    // `drover --version` says which updater image this build defaults to.
+    // `drover --version` says which updater image this build defaults to
+    // (the tests' build: their stand-in digest).
     let out = Command::new(env!("CARGO_BIN_EXE_drover"))
         .arg("--version")
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let version = String::from_utf8_lossy(&out.stdout);
     let default = drover::config::DEFAULT_BOTTLEROCKET_IMAGE.expect("a test-hooks build has one");
     assert!(
-        text.contains(&format!("updater image: {default}")),
-        "{text}"
+        version.contains(&format!("updater image: {default}")),
+        "{version}"
     );
-    // And the default config names the updater image the release pushes.
     assert!(
         default.starts_with(&format!(
             "{}@sha256:",
