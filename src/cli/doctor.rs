@@ -980,7 +980,7 @@ fn check_updater_image(env: &crate::config::EnvConfig, c: &mut Checks) {
     match digest {
         Some(d) if d.len() == 64 && d.bytes().all(|b| b == b'0') => c.fail(
             "updater-image",
-            format!("{image} is the placeholder digest of an unreleased build"),
+            format!("{image} is the all-zero placeholder digest, no image"),
             "run a release build of drover (drover --version names its updater image), or set [driver] image to a pushed image by digest",
         ),
         Some(_) => c.pass("updater-image", format!("{image} (pinned by digest)")),
