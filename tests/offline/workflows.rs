@@ -327,7 +327,19 @@ fn the_example_workflow_uses_the_action_as_it_is() {
                     continue;
                 };
                 if let Some(reference) = uses.strip_prefix("drover-dev/drover@") {
-                    assert_eq!(reference, format!("v{VERSION}"), "{}", wf.display());
+                    // Pinned by commit like every other action, the version in the comment.
+                    assert!(
+                        sha.is_match(uses),
+                        "{}: {uses} is not pinned by commit",
+                        wf.display()
+                    );
+                    let text = std::fs::read_to_string(&wf).unwrap();
+                    assert!(
+                        text.contains(&format!("{uses} # v{VERSION}")),
+                        "{}: {uses} does not say `# v{VERSION}`",
+                        wf.display()
+                    );
+                    action_at_commit(reference);
                     for k in step["with"]
                         .as_mapping()
                         .into_iter()
@@ -357,6 +369,36 @@ fn the_example_workflow_uses_the_action_as_it_is() {
     assert!(
         example["on"]["pull_request"].is_mapping(),
         "no pull_request"
+    );
+}
+
+/// The commit the example workflow pins the action to, when this checkout's
+/// history holds it (a shallow clone may not): a commit of this repository
+/// with the action, at this version.
+fn action_at_commit(commit: &str) {
+    let show = |path: &str| {
+        Command::new("git")
+            .current_dir(root())
+            .args(["show", &format!("{commit}:{path}")])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+    };
+    let known = Command::new("git")
+        .current_dir(root())
+        .args(["cat-file", "-e", &format!("{commit}^{{commit}}")])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !known {
+        eprintln!("note: {commit} is not in this checkout's history; its content is not checked");
+        return;
+    }
+    assert!(show("action.yml").is_some(), "{commit} has no action.yml");
+    let cargo = show("Cargo.toml").unwrap_or_default();
+    assert!(
+        cargo.contains(&format!("\nversion = \"{VERSION}\"")),
+        "{commit} is not drover {VERSION}"
     );
 }
 
