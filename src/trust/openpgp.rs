@@ -10,8 +10,10 @@
 //! - **creation**: a key is not valid before its creation time (the
 //!   `valid-after` of an allowed-signers line);
 //! - **expiry**: the newest self-signature's key expiration time, for the
-//!   primary key and, separately, for each subkey; a subkey ends when its
-//!   primary does (the `valid-before`);
+//!   primary key (its newest direct-key signature or user ID
+//!   self-certification: a user ID's revocation revokes that user ID and
+//!   nothing else, RFC 9580) and, separately, for each subkey (its newest
+//!   binding); a subkey ends when its primary does (the `valid-before`);
 //! - **revocation**: a revocation of the primary key revokes every subkey. A
 //!   revocation giving the reason "superseded" or "retired" (a soft one)
 //!   ends the key's validity at the revocation's time, like a
@@ -493,9 +495,15 @@ fn self_issued(sig: &Signature, primary: &PublicKey) -> bool {
         || ids.contains(&&primary.legacy_key_id())
 }
 
-/// The newest verified self-signature of the primary key (a direct-key
-/// signature or a user ID certification), and the user ID to name it by:
-/// the one marked primary, else the first certified.
+/// The self-signature that states the primary key's flags and expiry, and
+/// the user ID to name the key by (RFC 9580, §5.2.3.10 and §10.1): the
+/// newest verified direct-key signature (0x1F) or self-certification of a
+/// user ID (0x10 to 0x13; gpg makes positive ones, 0x13). A user ID's
+/// revocation (0x30) is neither: it revokes that user ID and nothing else,
+/// so it never stands in for the key's flags or expiry (a revocation states
+/// none, and taking it as the binding made an expired key valid again and
+/// a certify-only primary key a signing one). The key is named by a user ID
+/// that is not revoked: the one marked primary, else the first certified.
 fn primary_binding(cert: &SignedPublicKey) -> Option<(&Signature, Option<String>)> {
     let primary = &cert.primary_key;
     let direct = cert
@@ -504,16 +512,54 @@ fn primary_binding(cert: &SignedPublicKey) -> Option<(&Signature, Option<String>
         .iter()
         .filter(|s| s.typ() == Some(SignatureType::Key) && s.verify_key(primary).is_ok())
         .map(|s| (s, None));
+    let certifies = |s: &Signature| {
+        matches!(
+            s.typ(),
+            Some(
+                SignatureType::CertGeneric
+                    | SignatureType::CertPersona
+                    | SignatureType::CertCasual
+                    | SignatureType::CertPositive
+            )
+        )
+    };
+    let own = |s: &&Signature, u: &pgp::types::SignedUser| {
+        self_issued(s, primary) && s.verify_certification(primary, Tag::UserId, &u.id).is_ok()
+    };
     let certified = cert.details.users.iter().flat_map(|u| {
         u.signatures
             .iter()
-            .filter(|s| s.is_certification() && self_issued(s, primary))
-            .filter(|s| s.verify_certification(primary, Tag::UserId, &u.id).is_ok())
+            .filter(move |s| certifies(s) && own(s, u))
             .map(move |s| (s, Some(u)))
     });
     let all: Vec<_> = direct.chain(certified).collect();
     let binding = all.iter().max_by_key(|(s, _)| created(s))?.0;
-    let users = || all.iter().filter_map(|(s, u)| u.map(|u| (*s, u)));
+    // A user ID stands unless a verified revocation of it is at least as
+    // new as its newest certification (a later one certifies it again).
+    let stands = |u: &pgp::types::SignedUser| {
+        let newest = u
+            .signatures
+            .iter()
+            .filter(|s| certifies(s) && own(s, u))
+            .map(created)
+            .max();
+        let revoked = u
+            .signatures
+            .iter()
+            .filter(|s| s.typ() == Some(SignatureType::CertRevocation) && own(s, u))
+            .map(created)
+            .max();
+        match (newest, revoked) {
+            (Some(c), Some(r)) => c > r,
+            (Some(_), None) => true,
+            (None, _) => false,
+        }
+    };
+    let users = || {
+        all.iter()
+            .filter_map(|(s, u)| u.map(|u| (*s, u)))
+            .filter(|(_, u)| stands(u))
+    };
     let named = users()
         .filter(|(s, _)| s.is_primary())
         .max_by_key(|(s, _)| created(s))

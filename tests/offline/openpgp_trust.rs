@@ -333,6 +333,73 @@ fn an_expired_key_is_refused_for_what_is_first_seen_after_its_expiry() {
     assert_eq!(json["head"], head);
 }
 
+/// RFC 9580: a user ID's revocation (0x30) revokes that user ID and
+/// nothing else; the key's expiry and flags stay those of its newest
+/// self-certification or direct-key signature.
+#[test]
+fn an_expired_key_stays_expired_after_its_owner_revokes_a_user_id() {
+    let f = fixture();
+    let made = now() - 10 * DAY;
+    let uid = "Old Bot <old@example.com>";
+    let key = f.gpg.key(uid, "ed25519", "sign", "2d", Some(made));
+    let extra = "Old Bot (ops) <ops@example.com>";
+    f.gpg.add_uid(&key, extra, Some(made + DAY / 2));
+    // Signed (and dated) nine days ago, while the key was valid.
+    let old = f.bump("test", "1.1.0", &key, Some(made + DAY));
+    f.list(&[&key]);
+    // Control: before the revocation, expired for what is first seen now.
+    f.assert_refused(&["--since", &f.root], &old, "expired_key");
+    // The owner revokes the second user ID while the key was still valid:
+    // the newest self-signature is now that revocation, which states no expiry.
+    f.gpg.revoke_uid(&key, extra, Some(made + DAY + 3600));
+    f.list(&[&key]);
+    let message = f.assert_refused(&["--since", &f.root], &old, "expired_key");
+    assert!(message.contains("OpenPGP key expired"), "{message}");
+    // Control: an agent that fetched it while the key was valid still trusts it,
+    // and names the key by the user ID that stands.
+    assert_eq!(f.check(&old, &|_| made + DAY + 60), Ok(()));
+    let repo = Repository::open(&f.work.dir).unwrap();
+    let keys = OpenPgpKeys::load(&f.keys).unwrap();
+    let signers = Signers {
+        ssh: &AllowedSigners::EMPTY,
+        openpgp: &keys,
+    };
+    let v = trust::verify_commit(&repo, Oid::from_str(&old).unwrap(), signers).unwrap();
+    assert_eq!(v.principal, uid);
+}
+
+#[test]
+fn a_certify_only_primary_key_does_not_sign_again_after_a_user_id_revocation() {
+    let f = fixture();
+    let made = now() - 3 * 3600;
+    let primary = f.gpg.key(
+        "Platform Team <platform@example.com>",
+        "ed25519",
+        "sign",
+        "never",
+        Some(made),
+    );
+    let sub = f.gpg.subkey(&primary, "ed25519", "sign", Some(made));
+    let extra = "Platform Team (old) <old-platform@example.com>";
+    f.gpg.add_uid(&primary, extra, Some(made + 60));
+    // The primary key signs once, then is made certify-only: from then on
+    // only its subkey signs.
+    let by_primary = f.bump("test", "1.1.0", &primary, Some(made + 120));
+    f.gpg.certify_only(&primary, Some(made + 180));
+    let by_sub = f.bump("stage", "1.1.0", &sub, Some(made + 240));
+    f.list(&[&primary]);
+    f.assert_refused(&["--since", &f.root], &by_primary, "unknown_key");
+    // Control: the subkey signs.
+    f.assert_ok(&["--since", &by_primary]);
+    // A user ID revoked: the newest self-signature states no key flags,
+    // which must not give the primary key its signing back.
+    f.gpg.revoke_uid(&primary, extra, Some(made + 300));
+    f.list(&[&primary]);
+    f.assert_refused(&["--since", &f.root], &by_primary, "unknown_key");
+    let json = f.assert_ok(&["--since", &by_primary]);
+    assert_eq!(json["head"], by_sub);
+}
+
 #[test]
 fn a_revoked_subkey_is_refused_while_its_sibling_still_signs() {
     let f = fixture();

@@ -159,6 +159,34 @@ impl Gpg {
         );
     }
 
+    /// Add the user ID `uid` to `primary`, at `at` or now.
+    pub fn add_uid(&self, primary: &str, uid: &str, at: Option<i64>) {
+        self.run(&["--quick-add-uid", primary, uid], None, at);
+    }
+
+    /// Revoke the user ID `uid` of `primary` (a signature of type 0x30), at `at` or now.
+    pub fn revoke_uid(&self, primary: &str, uid: &str, at: Option<i64>) {
+        self.run(&["--quick-revoke-uid", primary, uid], None, at);
+    }
+
+    /// Take the signing capability away from the primary key `primary`
+    /// (gpg's expert `change-usage`: a new self-signature whose key flags
+    /// say certify only), at `at` or now.
+    pub fn certify_only(&self, primary: &str, at: Option<i64>) {
+        self.run(
+            &["--command-fd", "0", "--expert", "--edit-key", primary],
+            Some("change-usage\nS\nQ\nsave\n"),
+            at,
+        );
+        let caps = self
+            .run(&["--with-colons", "--list-keys", primary], None, None)
+            .lines()
+            .find(|l| l.starts_with("pub:"))
+            .map(|l| l.split(':').nth(11).unwrap_or("").to_string())
+            .unwrap_or_default();
+        assert!(!caps.contains('s'), "{primary} still signs: {caps}");
+    }
+
     /// Write the armored public keys `fprs` to `path` (as `gpg --export --armor`).
     pub fn export(&self, fprs: &[&str], path: &Path) {
         let mut args = vec!["--armor", "--export"];
