@@ -24,6 +24,7 @@ mod agent_manifests;
 mod check_fuzz;
 mod check_json;
 mod check_malformed;
+mod check_merge;
 mod cli_edges;
 mod cli_newcomer;
 mod cli_revoke;
