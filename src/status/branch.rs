@@ -420,7 +420,8 @@ impl<'a> Signatures<'a> {
     }
 
     /// `Err` says why `commit` is not signed by a key listed for exactly
-    /// `principal`, valid at its time and at `seen` (when known).
+    /// `principal`, valid at its time and at `seen` (when known). For a
+    /// branch's `newest` commit, `seen` is the reader's clock.
     fn check(
         &self,
         repo: &Repository,
@@ -428,6 +429,7 @@ impl<'a> Signatures<'a> {
         size: usize,
         principal: &str,
         seen: Option<i64>,
+        newest: bool,
     ) -> Result<Result<(), String>, git2::Error> {
         let Some(all) = self.all else {
             return Ok(Ok(()));
@@ -451,6 +453,13 @@ impl<'a> Signatures<'a> {
                         ),
                     }
                 }
+                trust::Reason::ExpiredWhenSeen { limit, .. } if newest => format!(
+                    "is the branch's newest commit, signed by a key of {principal} that is no \
+                     longer valid ({limit}): a branch counts only while its newest report is \
+                     signed by a key valid now, so a retired key can neither create a branch \
+                     nor extend one (its cluster's next report, signed by its current key, \
+                     makes the branch count again)"
+                ),
                 other => format!("is not signed by a valid key of {principal}: {other}"),
             }),
             Err(trust::Error::Git(e)) => return Err(e),
@@ -587,7 +596,21 @@ impl ClusterWalk<'_> {
             return Ok(Err(f));
         }
         let seen = rule.seen.at(oid);
-        if let Err(why) = rule.sigs.check(repo, commit, size, &self.principal, seen)? {
+        // The newest commit's key must still be valid now, for every
+        // reader: a retired key cannot create a branch (nor add to one)
+        // with a report backdated into its validity, which a reader with
+        // no first-seen record (`drover check` in a fresh clone) could not
+        // tell from an old one.
+        let newest = self.child.is_none();
+        let seen = if newest {
+            Some(rule.judge.now.timestamp())
+        } else {
+            seen
+        };
+        if let Err(why) = rule
+            .sigs
+            .check(repo, commit, size, &self.principal, seen, newest)?
+        {
             return Ok(Err((oid, why)));
         }
         self.child = Some((oid, time));
@@ -651,7 +674,7 @@ impl LegacyWalk {
                 Err(f) => Some(f),
                 Ok(()) => rule
                     .sigs
-                    .check(repo, commit, size, &principal, seen)?
+                    .check(repo, commit, size, &principal, seen, false)?
                     .err()
                     .map(|why| (oid, why)),
             };

@@ -231,6 +231,12 @@ fn cases() -> Vec<Case> {
                     (&backdated, &backdated),
                     Some(&k),
                 );
+                // Under the cluster's next report by its current key: the
+                // branch's newest commit is valid now, so only the record of
+                // when the backdated one was first fetched refuses it.
+                let new = r.dir.path().join("report-stage-1-new");
+                let now = days_ago(0);
+                stage_report(r, STAGE_1, "1.14.0", "pending", (&now, &now), Some(&new));
             },
             says: "when the commit was first seen",
         },

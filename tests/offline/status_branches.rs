@@ -376,14 +376,13 @@ fn a_retired_report_key_cannot_add_a_backdated_report() {
         Some("stage-1-old"),
     );
     f.production_pr();
+    // It is the branch's newest commit, by a key retired since (and its
+    // time goes backwards against the new key's report under it).
     refused(
         &f,
         &[
             "not confirmed by: stage-1",
-            &format!(
-                "commit {} is dated 2026-11-10T00:00:00Z, before the commit under it",
-                &forged[..10]
-            ),
+            &format!("commit {} is the branch's newest commit", &forged[..10]),
         ],
     );
     // Dated honestly, today, it is past the key's valid-before.
@@ -421,6 +420,72 @@ fn a_retired_report_key_cannot_add_a_backdated_report() {
         Some("stage-1"),
     );
     g.production_pr();
+    passes(&g);
+    assert_eq!(stage_1(&g.status()).0, "trusted");
+}
+
+/// The agent refuses a retired key's backdated report it first fetched
+/// after the key's `valid-before`; `drover check` in a fresh clone has no
+/// such record, and a newly created branch has no newer report for the
+/// backdated one to go backwards against. The newest commit of a branch
+/// must be signed by a key valid now, for every reader.
+#[test]
+fn a_retired_report_key_cannot_create_a_branch_with_a_backdated_report() {
+    let signers = |f: &Fixture| {
+        line(
+            "stage/stage-1",
+            ",valid-before=\"20261120000000Z\"",
+            &f.key("stage-1-old"),
+        ) + &line("stage/stage-1", "", &f.key("stage-1"))
+    };
+    let f = Fixture::new(signers);
+    // stage-1 has no branch yet; the retired key creates one, its only
+    // report dated inside the key's validity.
+    let backdated = "2026-11-10T00:00:00Z";
+    let forged = f.report(
+        STAGE_1,
+        "stage-1",
+        "1.13.0",
+        "confirmed",
+        (backdated, backdated),
+        Some("stage-1-old"),
+    );
+    f.production_pr();
+    let out = refused(
+        &f,
+        &[
+            "not confirmed by: stage-1",
+            &format!("commit {} is the branch's newest commit", &forged[..10]),
+            "no longer valid",
+        ],
+    );
+    assert!(out.contains("valid-before"), "{out}");
+    let (trust, why) = stage_1(&f.status());
+    assert_eq!(trust, "untrusted", "{why}");
+    assert!(why.contains("newest commit"), "{why}");
+
+    // Control: the cluster's next report, signed by its current key, on
+    // top of an honest one the old key signed while valid: the old
+    // confirmation counts again.
+    let g = Fixture::new(signers);
+    g.report(
+        STAGE_1,
+        "stage-1",
+        "1.13.0",
+        "confirmed",
+        (backdated, backdated),
+        Some("stage-1-old"),
+    );
+    g.production_pr();
+    refused(&g, &["newest commit", "no longer valid"]);
+    g.report(
+        STAGE_1,
+        "stage-1",
+        "1.14.0",
+        "pending",
+        ("2026-11-25T00:00:00Z", "2026-11-25T00:00:00Z"),
+        Some("stage-1"),
+    );
     passes(&g);
     assert_eq!(stage_1(&g.status()).0, "trusted");
 }
