@@ -339,6 +339,19 @@ async fn bent_status_branches_are_refused_by_the_agent_and_controls_are_applied(
                     (&honest, &honest),
                     Some(&k),
                 );
+                // The agent restarted with its new key when the old one was
+                // retired (docs/status.md, "Rotating a cluster's report
+                // key", step 2) and pushed its state again.
+                let new = r.dir.path().join("report-stage-1-new");
+                let rotated = days_ago(30);
+                stage_report(
+                    r,
+                    STAGE_1,
+                    "1.13.0",
+                    "confirmed",
+                    (&rotated, &rotated),
+                    Some(&new),
+                );
             },
             |_| {},
         ),
