@@ -215,12 +215,20 @@ pub struct GitEvidence<'r> {
 }
 
 /// One read of the status store: the branch and report signers it was read
-/// with, the environments whose branches it read (`None`: every one).
+/// with, the clusters whose branches it looked up.
 struct Read {
     branch: String,
     signers: Option<String>,
-    envs: Option<BTreeSet<String>>,
+    listed: status::Listed,
     conf: Confirmations,
+}
+
+/// Whether every cluster of `wanted` is in `read`.
+fn covers(read: &status::Listed, wanted: &status::Listed) -> bool {
+    wanted.iter().all(|(env, clusters)| {
+        read.get(env)
+            .is_some_and(|have| clusters.iter().all(|c| have.contains(c)))
+    })
 }
 
 impl<'r> GitEvidence<'r> {
@@ -241,43 +249,57 @@ impl<'r> GitEvidence<'r> {
     }
 
     /// The status store as read with `policy` (its branch, its report
-    /// signers), every environment's branches.
+    /// signers), the branches of every cluster its `[clusters]` lists.
     pub fn confirmations(&mut self, policy: &Policy) -> Result<&Confirmations, Error> {
-        self.read(policy, None)
+        let all = policy.clusters.clone();
+        self.read(policy, &all)
     }
 
     /// The status store as read with `policy`, at least the branches of
-    /// `envs`: a judgement reads only the environments its gates name, so a
-    /// production bump does not verify test's reports.
+    /// the clusters its `[clusters]` lists for `envs`: a judgement reads
+    /// only the environments its gates name, so a production bump does not
+    /// verify test's reports.
     pub fn confirmations_of(
         &mut self,
         policy: &Policy,
         envs: &BTreeSet<String>,
     ) -> Result<&Confirmations, Error> {
-        self.read(policy, Some(envs))
+        let wanted: status::Listed = policy
+            .clusters
+            .iter()
+            .filter(|(e, _)| envs.contains(*e))
+            .map(|(e, c)| (e.clone(), c.clone()))
+            .collect();
+        self.read(policy, &wanted)
     }
 
-    fn read(
+    /// The status store as read with `policy`, at least the branches of
+    /// `wanted`: exactly the clusters asked about are looked up, whatever
+    /// else the status namespace holds.
+    pub fn confirmations_of_clusters(
         &mut self,
         policy: &Policy,
-        wanted: Option<&BTreeSet<String>>,
+        wanted: &status::Listed,
     ) -> Result<&Confirmations, Error> {
+        self.read(policy, wanted)
+    }
+
+    fn read(&mut self, policy: &Policy, wanted: &status::Listed) -> Result<&Confirmations, Error> {
         let same = self
             .cache
             .as_ref()
             .filter(|r| r.branch == policy.status_branch && r.signers == policy.signers_text);
-        let covered = same.is_some_and(|r| match (&r.envs, wanted) {
-            (None, _) => true,
-            (Some(read), Some(w)) => w.is_subset(read),
-            (Some(_), None) => false,
-        });
-        if !covered {
-            // Widened: environments asked for later are read with the earlier ones.
-            let envs = wanted.map(|w| {
-                let mut envs = same.and_then(|r| r.envs.clone()).unwrap_or_default();
-                envs.extend(w.iter().cloned());
-                envs
-            });
+        if !same.is_some_and(|r| covers(&r.listed, wanted)) {
+            // Widened: clusters asked for later are read with the earlier ones.
+            let mut listed = same.map(|r| r.listed.clone()).unwrap_or_default();
+            for (env, clusters) in wanted {
+                let have = listed.entry(env.clone()).or_default();
+                for c in clusters {
+                    if !have.contains(c) {
+                        have.push(c.clone());
+                    }
+                }
+            }
             let signers = match &policy.signers_text {
                 Some(t) => Some(AllowedSigners::parse(t).map_err(|e| Error::Signers {
                     path: policy.report_signers.clone().unwrap_or_default(),
@@ -290,12 +312,12 @@ impl<'r> GitEvidence<'r> {
                 &policy.status_branch,
                 signers.as_ref().filter(|_| policy.report_signers.is_some()),
                 self.now,
-                envs.as_ref(),
-            )?;
+                status::Scope::Listed(&listed),
+            );
             self.cache = Some(Read {
                 branch: policy.status_branch.clone(),
                 signers: policy.signers_text.clone(),
-                envs,
+                listed,
                 conf,
             });
         }
@@ -308,32 +330,25 @@ impl EvidenceSource for GitEvidence<'_> {
         &mut self,
         policy: &Policy,
         lower: &str,
+        clusters: &[String],
         version: &Version,
-    ) -> Result<(BTreeMap<String, DateTime<Utc>>, BTreeMap<String, String>), Error> {
-        let conf = self.confirmations_of(policy, &BTreeSet::from([lower.to_owned()]))?;
+    ) -> Result<super::StatusEvidence, Error> {
+        let wanted = status::Listed::from([(lower.to_owned(), clusters.to_vec())]);
+        let conf = self.confirmations_of_clusters(policy, &wanted)?;
         let found = conf.for_version(lower, version);
         let mut notes = BTreeMap::new();
-        let mut clusters: Vec<&str> = policy
-            .clusters
-            .get(lower)
-            .into_iter()
-            .flatten()
-            .map(String::as_str)
-            .collect();
-        clusters.extend(
-            conf.ignored
-                .iter()
-                .filter(|i| i.env == lower)
-                .map(|i| i.cluster.as_str()),
-        );
         for c in clusters {
             if !found.contains_key(c) {
                 if let Some(why) = conf.why_not(lower, c, version) {
-                    notes.insert(c.to_owned(), why);
+                    notes.insert(c.clone(), why);
                 }
             }
         }
-        Ok((found, notes))
+        Ok(super::StatusEvidence {
+            confirmations: found,
+            notes,
+            held: conf.held(lower, None),
+        })
     }
 
     fn history(&mut self, lower: &str, version: &Version) -> Result<LowerHistory, Error> {
@@ -744,7 +759,14 @@ fn evidence_sources(
     if needed.is_empty() {
         return Ok(());
     }
-    let store = status::find_store(repo, &policy.status_branch)?;
+    let listed: status::Listed = policy
+        .clusters
+        .iter()
+        .filter(|(e, _)| needed.contains(*e))
+        .map(|(e, c)| (e.clone(), c.clone()))
+        .collect();
+    let store = status::find_store(repo, &policy.status_branch, status::Scope::Listed(&listed))
+        .unwrap_or_default();
     let mut refs: Vec<String> = store
         .clusters
         .iter()
@@ -996,41 +1018,66 @@ pub fn admit_adoption(
 
 /// What `env`'s clusters reported for `version`, read by the one reader
 /// (the status store) by the policy in force at `applied`, the agent's last
-/// applied commit: the wave gate's evidence (`crate::gate::wave`), and the
-/// applied commit's time, before which failures were answered by a reviewed
-/// change. `None` when the applied commit's config cannot be read.
+/// applied commit: the wave gate's evidence (`crate::gate::wave`), as
+/// `own` (a cluster of `env`, whose own branch does not hold the others;
+/// `None` for a reader outside the environment) reads it. Held when the
+/// applied commit's config cannot be read: nothing says which branches to
+/// read.
 pub fn env_evidence(
     repo: &Repository,
     applied: Oid,
     env: &str,
+    own: Option<&str>,
     version: &Version,
     now: DateTime<Utc>,
-) -> Result<Option<(crate::gate::wave::EnvEvidence, DateTime<Utc>)>, Error> {
-    let Ok(snap) = snapshot_recent(repo, applied, now)? else {
-        return Ok(None);
+) -> Result<crate::gate::wave::EnvEvidence, Error> {
+    let snap = match snapshot_recent(repo, applied, now)? {
+        Ok(s) => s,
+        Err(d) => {
+            return Ok(crate::gate::wave::EnvEvidence {
+                held: Some(format!(
+                    "the config of the applied commit {applied:.10} cannot be read ({}), so \
+                     nothing says which status branches to read",
+                    d.first().map(ToString::to_string).unwrap_or_default()
+                )),
+                ..Default::default()
+            })
+        }
     };
-    let since = DateTime::from_timestamp(repo.find_commit(applied)?.time().seconds(), 0)
-        .unwrap_or(DateTime::<Utc>::MIN_UTC);
     let mut evidence = GitEvidence::new(repo, applied, now);
     // The wave gate weighs `env`'s own clusters only: their branches are read.
     let conf = evidence.confirmations_of(&snap.policy, &BTreeSet::from([env.to_owned()]))?;
-    let out = evidence_of(conf, snap.config.clusters(env), env, version);
-    Ok(Some((out, since)))
+    Ok(evidence_of(
+        conf,
+        snap.config.clusters(env),
+        env,
+        own,
+        version,
+    ))
 }
 
 /// The wave gate's evidence for `env`'s `clusters` and `version` out of
-/// what the one reader found: standing confirmations, trusted `failed`
-/// reports, and why a cluster has no confirmation.
+/// what the one reader found: standing confirmations, standing failures,
+/// each cluster's newest trusted report of the version, why a cluster has
+/// no confirmation, and whether the environment's evidence is held (but
+/// for `own`'s branch).
 pub fn evidence_of(
     conf: &Confirmations,
     clusters: &[String],
     env: &str,
+    own: Option<&str>,
     version: &Version,
 ) -> crate::gate::wave::EnvEvidence {
     let mut out = crate::gate::wave::EnvEvidence {
         confirmed: conf.for_version(env, version),
+        held: conf.held(env, own),
         ..Default::default()
     };
+    for c in clusters {
+        if let Some(l) = conf.latest(env, c, version) {
+            out.latest.insert(c.clone(), (l.at, l.failed));
+        }
+    }
     for (c, f) in conf.failures(env, version) {
         out.failed.insert(
             c,

@@ -177,18 +177,32 @@ impl Policy {
     }
 }
 
+/// What the status store says about one environment and version, for the gate.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StatusEvidence {
+    /// Cluster -> since when its standing, trusted confirmation counts.
+    pub confirmations: BTreeMap<String, DateTime<Utc>>,
+    /// Cluster -> why there is none, where the store says.
+    pub notes: BTreeMap<String, String>,
+    /// Why the environment's evidence is held, if it is (the store cannot
+    /// be read or is refused, or a branch of its clusters does not count):
+    /// the gate then refuses (docs/design.md §6, missing evidence holds).
+    pub held: Option<String>,
+}
+
 /// Where the gate's evidence comes from (the git edge, or a test's values).
 pub trait EvidenceSource {
-    /// Status evidence read with `policy`'s branch and report signers: per
-    /// cluster of `lower`, its standing confirmation of `version`, and why
-    /// there is none for the clusters the branch says something about.
-    #[allow(clippy::type_complexity)]
+    /// Status evidence read with `policy`'s branch and report signers: of
+    /// `lower`'s `clusters`, each one's standing confirmation of `version`,
+    /// why there is none for those the store says something about, and
+    /// whether the environment's evidence is held.
     fn status(
         &mut self,
         policy: &Policy,
         lower: &str,
+        clusters: &[String],
         version: &Version,
-    ) -> Result<(BTreeMap<String, DateTime<Utc>>, BTreeMap<String, String>), Error>;
+    ) -> Result<StatusEvidence, Error>;
 
     /// History evidence: how long `lower` has been configured at `version`,
     /// over the commits already on the base only.
@@ -274,11 +288,12 @@ pub fn judge_env(
                     if policy.report_signers.is_none() {
                         return refuse(Reason::NoReportSigners);
                     }
-                    let (confirmations, notes) = evidence.status(policy, l, &new.version)?;
+                    let found = evidence.status(policy, l, &clusters, &new.version)?;
                     LowerEvidence::Status {
                         branch: policy.status_branch.clone(),
-                        confirmations,
-                        notes,
+                        confirmations: found.confirmations,
+                        notes: found.notes,
+                        held: found.held,
                     }
                 }
                 Evidence::History => LowerEvidence::History(evidence.history(l, &new.version)?),
@@ -313,5 +328,6 @@ pub fn reason_code(r: &Reason) -> &'static str {
         Reason::PolicyAndVersion { .. } => "policy_and_version",
         Reason::NoReportSigners => "no_report_signers",
         Reason::Revoked { .. } => "revoked",
+        Reason::EvidenceHeld { .. } => "evidence_held",
     }
 }

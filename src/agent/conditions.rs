@@ -16,6 +16,8 @@
 //! | `confirmed` | True | False | False | `Confirmed` | Current |
 //! | `blocked` | False | False | True | `Blocked` | Failed |
 //! | `failed` | False | False | True | `Failed` | Failed |
+//! | `halted` (more clusters failed the version than `failure_budget` allows) | False | False | True | `Halted` | Failed |
+//! | `halted` (the environment's status evidence is held: unreadable, refused, a branch that does not count) | False | False | True | `EvidenceHeld` | Failed |
 //! | `revoked` | False | False | True | `Revoked` | Failed |
 //! | `refused` (trust, config, or a gate refusal no time cures) | False | False | True | `RefusedByTrust`, `RefusedByConfig`, `RefusedByGate` | Failed |
 //! | `refused` (the gate waits for a confirmation or a soak) | False | True | False | `AwaitingEvidence` | InProgress |
@@ -81,6 +83,9 @@ pub struct Facts<'a> {
     pub message: &'a str,
     /// Why the last fetch failed, when it did.
     pub fetch_error: Option<&'a str>,
+    /// Why the environment's evidence is held, when it is, and whether
+    /// that alone halts it (no cluster's standing failure does).
+    pub held_alone: bool,
     /// The `ReportPushed` condition's message while the git server refuses
     /// the status report (status False, reason `Refused`); it names the
     /// branch and the server's words.
@@ -98,6 +103,7 @@ impl<'a> Facts<'a> {
             nodes: status.nodes,
             nodes_at_version: status.nodes_at_version,
             message: &status.message,
+            held_alone: status.evidence_held.is_some() && status.halted_by.is_empty(),
             fetch_error: status
                 .last_fetch
                 .as_ref()
@@ -217,6 +223,9 @@ fn verdict(f: &Facts) -> Verdict {
             Some(RolloutState::Blocked) => (True::Stalled, "Blocked", progress()),
             Some(RolloutState::Failed) => (True::Stalled, "Failed", progress()),
             // Another cluster's failure stopped the environment: a person must look.
+            Some(RolloutState::Halted) if f.held_alone => {
+                (True::Stalled, "EvidenceHeld", progress())
+            }
             Some(RolloutState::Halted) => (True::Stalled, "Halted", progress()),
             Some(RolloutState::Revoked) => (True::Stalled, "Revoked", progress()),
             Some(RolloutState::Refused) => match f.refused {
@@ -393,6 +402,16 @@ mod tests {
             assert_eq!(kstatus(&conditions(&f, Some(1), &[], "t0")), k, "{state:?}");
         }
         assert_eq!(RolloutState::ALL.len(), cases.len());
+        // Halted because the environment's evidence is held, no failure standing.
+        let f = Facts {
+            held_alone: true,
+            ..facts(Halted)
+        };
+        let (r, rc, st, reason) = said(&f);
+        assert_eq!(
+            (r, rc, st, reason.as_str()),
+            ("False", "False", "True", "EvidenceHeld")
+        );
     }
 
     #[test]

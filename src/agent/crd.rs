@@ -110,6 +110,18 @@ pub struct DroverStatusStatus {
     /// Why the newest head is not applied, when it is not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<Refused>,
+    /// Why the environment's status evidence is held, if it is: no node
+    /// starts for the target while it is (docs/design.md §4a).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence_held: Option<String>,
+    /// The clusters whose standing failures halt the environment.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub halted_by: Vec<String>,
+    /// Trusted failures of the environment's other clusters for the target
+    /// that this agent has seen (at most 32), kept so that a branch that is
+    /// rewritten or turns untrusted cannot make it forget them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures_seen: Vec<SeenFailure>,
     /// Why the state is what it is.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
@@ -217,6 +229,20 @@ pub struct Refused {
     /// Machine-readable reason (`unsigned`, `invalid`, `not_confirmed`, ...).
     pub reason: String,
     /// Human-readable explanation.
+    pub message: String,
+}
+
+/// A trusted `failed` report of another cluster, as the agent saw it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SeenFailure {
+    /// The failed cluster.
+    pub cluster: String,
+    /// The version it failed.
+    pub version: String,
+    /// The report's time (RFC 3339).
+    pub at: String,
+    /// What failed, as the report says (cut at 256 bytes).
     pub message: String,
 }
 
@@ -490,6 +516,9 @@ impl StatusObject {
                 "appliedVersion",
                 "headCommit",
                 "refused",
+                "evidenceHeld",
+                "haltedBy",
+                "failuresSeen",
                 "message",
                 "lastFetch",
                 "reporter",

@@ -102,10 +102,8 @@ pub fn from_own_reports(
     own: &AllowedSigners,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Option<Oid> {
-    let mut store = find_store(repo, branch).ok()?;
-    store
-        .clusters
-        .retain(|b| b.env == env && b.cluster == cluster);
+    let listed = crate::status::Listed::from([(env.to_owned(), vec![cluster.to_owned()])]);
+    let store = find_store(repo, branch, crate::status::Scope::Listed(&listed)).ok()?;
     let seen = StatusSeen::load(repo.path());
     let judge = Judge {
         signers: Some(own),

@@ -81,7 +81,13 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         .as_ref()
         .and_then(|p| p.signers_text.as_deref())
         .and_then(|t| AllowedSigners::parse(t).ok());
-    let store = crate::status::find_store(&repo, &branch)
+    // The clusters HEAD's config lists; without one, every ref of the
+    // namespace (bounded: status::Scope::Every).
+    let listed = policy.as_ref().map(|p| p.clusters.clone());
+    let scope = listed
+        .as_ref()
+        .map_or(crate::status::Scope::Every, crate::status::Scope::Listed);
+    let store = crate::status::find_store(&repo, &branch, scope)
         .ok()
         .filter(|s| !s.is_empty());
     let opts = LogOptions {

@@ -209,10 +209,8 @@ fn wave_evidence(
         };
         let decision =
             admit::judge_env(change, &env.name, &mut git, now).map_err(|e| e.to_string())?;
-        let evidence = admit::env_evidence(&repo, head, &env.name, &env.version, now)
-            .map_err(|e| e.to_string())?
-            .map(|(e, _)| e)
-            .unwrap_or_default();
+        let evidence = admit::env_evidence(&repo, head, &env.name, None, &env.version, now)
+            .map_err(|e| e.to_string())?;
         Ok((decision, evidence))
     };
     let (decision, evidence) = match read() {

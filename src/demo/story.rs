@@ -569,16 +569,20 @@ impl Story {
         until: DateTime<Utc>,
     ) -> Result<sim::WaveSchedule, Error> {
         let a = &self.agents[i];
-        let (evidence, since) =
-            admit::env_evidence(a.source.repo(), applied, &a.env, &env.version, until)?
-                .unwrap_or((wave::EnvEvidence::default(), DateTime::<Utc>::MIN_UTC));
+        let evidence = admit::env_evidence(
+            a.source.repo(),
+            applied,
+            &a.env,
+            Some(&a.cluster),
+            &env.version,
+            until,
+        )?;
         Ok(sim::WaveSchedule {
             env: a.env.clone(),
             cluster: a.cluster.clone(),
             version: env.version.clone(),
             waves: waves.to_vec(),
             failure_budget: env.rollout.failure_budget,
-            since,
             evidence,
         })
     }

@@ -82,7 +82,11 @@ fn collect(
 ) -> Result<Fleet, Error> {
     let as_of = at.is_some();
     let envs = envs(cfg, only);
-    let store = status::find_store(repo, &cfg.root.status_branch)?;
+    let store = status::find_store(
+        repo,
+        &cfg.root.status_branch,
+        status::Scope::Listed(&cfg.root.clusters),
+    )?;
     let mut warnings = Vec::new();
     let head = match at {
         Some(c) => repo.find_commit(c).ok(),
@@ -184,12 +188,8 @@ fn collect(
         let waves = wave::waves(cfg, &env.name);
         let evidence_env = verified
             .as_ref()
-            .map(|c| admit::evidence_of(c, cfg.clusters(&env.name), &env.name, &env.version));
+            .map(|c| admit::evidence_of(c, cfg.clusters(&env.name), &env.name, None, &env.version));
         let empty = wave::EnvEvidence::default();
-        let since = head
-            .as_ref()
-            .and_then(|h| DateTime::from_timestamp(h.time().seconds(), 0))
-            .unwrap_or(DateTime::<Utc>::MIN_UTC);
         let gate_of = |c: &str| {
             wave::judge(&wave::WaveRequest {
                 env: &env.name,
@@ -197,7 +197,6 @@ fn collect(
                 version: &env.version,
                 waves: &waves,
                 failure_budget: env.rollout.failure_budget,
-                since,
                 evidence: evidence_env.as_ref().unwrap_or(&empty),
                 now,
             })
@@ -208,7 +207,6 @@ fn collect(
                 &env.name,
                 &env.version,
                 env.rollout.failure_budget,
-                since,
                 ev,
                 &all,
             )
@@ -574,7 +572,11 @@ pub fn timeline(
     };
     let snap = tip.and_then(|t| admit::snapshot(repo, t, now).ok()?.ok());
     let signers = report_signers(snap.as_ref(), &mut warnings);
-    let store = status::find_store(repo, &cfg.root.status_branch)?;
+    let store = status::find_store(
+        repo,
+        &cfg.root.status_branch,
+        status::Scope::Listed(&cfg.root.clusters),
+    )?;
     if !store.is_empty() {
         let found = reports::walk(repo, cfg, &store, signers.as_ref(), now)?;
         warnings.extend(found.warnings);

@@ -73,6 +73,10 @@ pub enum LowerEvidence {
         /// Cluster -> why the branch holds no standing confirmation from it
         /// (withdrawn by `failed`, reports ignored), named in refusals.
         notes: BTreeMap<String, String>,
+        /// Why the lower environment's evidence is held, if it is: the store
+        /// cannot be read or is refused, or a branch of its clusters does
+        /// not count. Missing evidence holds: the gate refuses.
+        held: Option<String>,
     },
     /// `evidence = "history"`: the lower environment's configured version.
     History(LowerHistory),
@@ -190,6 +194,14 @@ pub enum Reason {
     },
     /// `evidence = "status"` without `report_signers`: no report can be trusted.
     NoReportSigners,
+    /// The lower environment's evidence is held: the status store cannot
+    /// be read or is refused, or a branch of its clusters does not count.
+    EvidenceHeld {
+        /// Lower environment.
+        lower: String,
+        /// Why.
+        why: String,
+    },
     /// The version is listed in `[promotion] revoked` of the policy in force.
     Revoked {
         /// Why, as the entry says.
@@ -283,7 +295,14 @@ pub fn judge(req: &GateRequest) -> Decision {
             branch,
             confirmations,
             notes,
+            held,
         } => {
+            if let Some(why) = held {
+                return refuse(Reason::EvidenceHeld {
+                    lower: lower.env.clone(),
+                    why: why.clone(),
+                });
+            }
             if lower.clusters.is_empty() {
                 return refuse(Reason::NoLowerClusters {
                     lower: lower.env.clone(),
@@ -413,6 +432,10 @@ impl fmt::Display for Refusal {
                 f,
                 "{env} may not take {v} in a change that also edits the promotion policy ({}): the policy is judged by the policy before it, so make the policy change and the version change separately",
                 edits.join(", ")
+            ),
+            Reason::EvidenceHeld { lower, why } => write!(
+                f,
+                "{env} may not take {v}: {lower}'s evidence is held, and missing evidence never opens the gate: {why}"
             ),
             Reason::Revoked { why } => write!(
                 f,

@@ -9,13 +9,18 @@
 //! one of its clusters may start nodes for it yet:
 //!
 //! - **The halt.** Once more than `failure_budget` clusters of the
-//!   environment have a trusted `failed` report for the version, dated at
-//!   or after the applied config commit, no cluster starts a node for it.
-//!   A reviewed change (any newer applied commit: raise the budget, or
-//!   just acknowledge) or a new version ends it; a retried node that
-//!   confirms later does not, as a halt asks a person to look. A cluster's
-//!   own failure does not halt itself: it is its `failed` state, which a
-//!   retry of the node resumes (docs/design.md §5a).
+//!   environment have a standing trusted `failed` report for the version
+//!   (it is still that cluster's newest trusted report of the version),
+//!   no cluster starts a node for it. That cluster's own later trusted
+//!   report of the version (its node retried), a new pin, a revocation of
+//!   the version or a larger `failure_budget` ends it; never another
+//!   environment's change nor a clock. A cluster's own failure does not
+//!   halt itself: it is its `failed` state, which a retry of the node
+//!   resumes (docs/design.md §5a).
+//! - **Held.** When the environment's evidence cannot be read (the status
+//!   store cannot be read or is refused, a branch of one of its clusters
+//!   does not count), no cluster starts a node either: missing evidence
+//!   holds, it never opens.
 //! - **Waves.** A cluster of wave N (N > 1) may start the version only
 //!   when every cluster of wave N−1 has a standing trusted confirmation of
 //!   it at least wave N−1's `soak` old. Wave 1 is gated by the lower
@@ -77,6 +82,12 @@ pub struct EnvEvidence {
     pub failed: BTreeMap<String, Failure>,
     /// Cluster -> why it has no standing confirmation (withdrawn, branch untrusted).
     pub notes: BTreeMap<String, String>,
+    /// Why the environment's evidence is held, if it is.
+    pub held: Option<String>,
+    /// Cluster -> when its newest trusted report of the version was
+    /// committed, and whether it says `failed` (what ends a failure the
+    /// agent remembers).
+    pub latest: BTreeMap<String, (DateTime<Utc>, bool)>,
 }
 
 /// Everything the wave gate needs for one cluster and one version.
@@ -92,9 +103,6 @@ pub struct WaveRequest<'a> {
     pub waves: &'a [Wave],
     /// `[rollout] failure_budget`.
     pub failure_budget: u32,
-    /// Failures before this instant (the applied config commit's time) were
-    /// answered by a reviewed change and do not count.
-    pub since: DateTime<Utc>,
     /// What the clusters reported.
     pub evidence: &'a EnvEvidence,
     /// The time to judge at.
@@ -111,6 +119,15 @@ pub enum WaveGate {
     },
     /// The environment is halted for the version.
     Halted(Halt),
+    /// The environment's evidence is held: no node starts.
+    Held {
+        /// The environment.
+        env: String,
+        /// The version.
+        version: Version,
+        /// Why.
+        why: String,
+    },
     /// The previous wave has not confirmed the version everywhere.
     Waiting {
         /// The cluster's wave, from 1.
@@ -147,6 +164,8 @@ pub struct Halt {
     pub failed: Vec<(String, Failure)>,
     /// `failure_budget`.
     pub budget: u32,
+    /// Why the environment's evidence is also held, if it is.
+    pub held: Option<String>,
 }
 
 impl WaveGate {
@@ -161,7 +180,18 @@ impl WaveGate {
         match self {
             WaveGate::Open { .. } => (None, None),
             WaveGate::Halted(h) => (Some(h.to_string()), None),
+            held @ WaveGate::Held { .. } => (Some(held.to_string()), None),
             other => (None, Some(other.to_string())),
+        }
+    }
+
+    /// Why the environment's evidence is held, if it is (held alone, or
+    /// beside a halt).
+    pub fn held(&self) -> Option<&str> {
+        match self {
+            WaveGate::Held { why, .. } => Some(why),
+            WaveGate::Halted(h) => h.held.as_deref(),
+            _ => None,
         }
     }
 
@@ -174,20 +204,19 @@ impl WaveGate {
     }
 }
 
-/// The halt of `env` for `version`, if more than the budget of clusters
-/// failed it since `since`.
+/// The halt of `env` for `version`, if more than the budget of `clusters`
+/// have a standing failure of it.
 pub fn halt(
     env: &str,
     version: &Version,
     budget: u32,
-    since: DateTime<Utc>,
     evidence: &EnvEvidence,
     clusters: &[String],
 ) -> Option<Halt> {
     let failed: Vec<(String, Failure)> = evidence
         .failed
         .iter()
-        .filter(|(c, f)| f.at >= since && clusters.contains(c))
+        .filter(|(c, _)| clusters.contains(c))
         .map(|(c, f)| (c.clone(), f.clone()))
         .collect();
     (failed.len() > budget as usize).then(|| Halt {
@@ -195,6 +224,7 @@ pub fn halt(
         version: version.clone(),
         failed,
         budget,
+        held: evidence.held.clone(),
     })
 }
 
@@ -209,15 +239,15 @@ pub fn judge(req: &WaveRequest<'_>) -> WaveGate {
         .filter(|c| *c != req.cluster)
         .cloned()
         .collect();
-    if let Some(h) = halt(
-        req.env,
-        req.version,
-        req.failure_budget,
-        req.since,
-        req.evidence,
-        &all,
-    ) {
+    if let Some(h) = halt(req.env, req.version, req.failure_budget, req.evidence, &all) {
         return WaveGate::Halted(h);
+    }
+    if let Some(why) = &req.evidence.held {
+        return WaveGate::Held {
+            env: req.env.to_owned(),
+            version: req.version.clone(),
+            why: why.clone(),
+        };
     }
     let Some(i) = req
         .waves
@@ -285,15 +315,20 @@ impl fmt::Display for Halt {
         write!(
             f,
             "{} halted for {}: {} cluster(s) failed it, more than failure_budget = {} ({list}); \
-             no node starts for {} until a new version or a reviewed change (`drover revoke {}` \
-             stops it everywhere)",
+             no node starts for {} until each failed cluster reports it again (a retry of its \
+             node), or a reviewed change pins another version or raises failure_budget \
+             (`drover revoke {}` stops it everywhere)",
             self.env,
             self.version,
             self.failed.len(),
             self.budget,
             self.version,
             self.version,
-        )
+        )?;
+        if let Some(why) = &self.held {
+            write!(f, "; its evidence is also held: {why}")?;
+        }
+        Ok(())
     }
 }
 
@@ -302,6 +337,11 @@ impl fmt::Display for WaveGate {
         match self {
             WaveGate::Open { wave } => write!(f, "wave {wave}: may start"),
             WaveGate::Halted(h) => h.fmt(f),
+            WaveGate::Held { env, version, why } => write!(
+                f,
+                "{env} held for {version}: its status reports cannot be trusted to show every \
+                 failure, and missing evidence never lets a node start: {why}"
+            ),
             WaveGate::Waiting { wave, missing } => write!(
                 f,
                 "wave {wave} waits for wave {} to confirm: not yet confirmed by {}",
@@ -365,7 +405,6 @@ mod tests {
             version: v,
             waves: w,
             failure_budget: 0,
-            since: t("2026-12-01T00:00:00Z"),
             evidence: ev,
             now: t("2026-12-20T12:00:00Z"),
         }
@@ -428,12 +467,29 @@ mod tests {
         let mut r = req("eu-2", &ev, &w, &v);
         r.failure_budget = 1;
         assert!(judge(&r).is_open());
-        // A reviewed change applied after the failure ends the halt.
-        let mut r = req("eu-2", &ev, &w, &v);
-        r.since = t("2026-12-20T11:00:00Z");
-        assert!(judge(&r).is_open());
+        // Held evidence beside the failure: still halted, naming both.
+        ev.held = Some("status branch of eu-3 does not count".into());
+        let gate = judge(&req("eu-2", &ev, &w, &v));
+        assert!(matches!(&gate, WaveGate::Halted(_)), "{gate:?}");
+        assert!(gate.to_string().contains("also held"), "{gate}");
+        ev.held = None;
         // The failing cluster itself is not halted by its own failure.
         assert!(judge(&req("eu-1", &ev, &w, &v)).is_open());
+        // Held evidence without a failure holds every wave, the first too.
+        let mut held = EnvEvidence {
+            held: Some("the status store cannot be read".into()),
+            ..Default::default()
+        };
+        for c in ["eu-1", "us-1"] {
+            let gate = judge(&req(c, &held, &w, &v));
+            assert!(matches!(&gate, WaveGate::Held { .. }), "{c}: {gate:?}");
+            assert!(
+                gate.holds().0.is_some(),
+                "{c}: the decision is told it halts"
+            );
+        }
+        held.held = None;
+        assert!(judge(&req("eu-1", &held, &w, &v)).is_open());
         // A cluster of another environment never counts.
         ev.failed.clear();
         ev.failed.insert(

@@ -40,8 +40,6 @@ pub struct WaveSchedule {
     pub waves: Vec<Wave>,
     /// `[rollout] failure_budget`.
     pub failure_budget: u32,
-    /// Failures before this instant (the applied commit's time) do not count.
-    pub since: DateTime<Utc>,
     /// Every report read, whenever it was made.
     pub evidence: EnvEvidence,
 }
@@ -63,6 +61,8 @@ impl WaveSchedule {
                 .map(|(c, f)| (c.clone(), f.clone()))
                 .collect(),
             notes: self.evidence.notes.clone(),
+            held: self.evidence.held.clone(),
+            latest: self.evidence.latest.clone(),
         };
         wave::judge(&wave::WaveRequest {
             env: &self.env,
@@ -70,7 +70,6 @@ impl WaveSchedule {
             version: &self.version,
             waves: &self.waves,
             failure_budget: self.failure_budget,
-            since: self.since,
             evidence: &evidence,
             now,
         })
@@ -291,7 +290,6 @@ mod tests {
                 },
             ],
             failure_budget: 0,
-            since: t("2026-12-12T00:00:00Z"),
             evidence,
         }
     }

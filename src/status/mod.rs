@@ -6,6 +6,7 @@
 
 mod branch;
 pub mod cadence;
+mod evidence;
 mod read;
 mod store;
 
@@ -13,15 +14,16 @@ pub use branch::{
     short_ref, Judge, Layout, Untrusted, MAX_BRANCH_COMMITS, MAX_CLOCK_SKEW_SECS,
     MAX_LEGACY_COMMITS,
 };
+pub use evidence::confirmations_in;
 pub use read::{
     find_status_branch, read_confirmations, read_confirmations_of, BranchRef, Confirmations, Error,
-    Failure, Ignored, Newest, ReportSigners, ReportVersion, Standing, Trust, MAX_REPORT_BYTES,
-    MAX_SHOWN_MESSAGE,
+    Failure, Ignored, Latest, Newest, ReportSigners, ReportVersion, Standing, Trust,
+    MAX_REPORT_BYTES, MAX_SHOWN_MESSAGE,
 };
 pub use store::{
-    cluster_branch, cluster_namespace, confirmations_in, find_store, judge_branch, trusted_reports,
-    walk_store, walk_store_threads, BranchRead, ClusterBranch, Store, Visitor, MAX_READ_THREADS,
-    MAX_STATUS_BRANCHES,
+    cluster_branch, cluster_namespace, find_store, judge_branch, trusted_reports, walk_store,
+    walk_store_threads, BranchRead, ClusterBranch, Listed, Scope, Store, Visitor, MAX_IGNORED_REFS,
+    MAX_READ_THREADS, MAX_STATUS_BRANCHES,
 };
 mod push;
 pub use push::{

@@ -224,6 +224,24 @@ pub struct Confirmations {
     /// The single branch of the older layout does not count as a whole, so
     /// no cluster's confirmation does.
     pub(super) single_void: Option<Untrusted>,
+    /// Why no environment's evidence can be read: the store could not be
+    /// read or was refused, or the single branch does not count.
+    pub held_all: Option<String>,
+    /// env -> cluster -> why a branch holding that cluster's reports does
+    /// not count (its environment's evidence is held).
+    pub(super) held: BTreeMap<String, BTreeMap<String, String>>,
+    /// (env, cluster, version) -> that cluster's newest trusted report of the version.
+    pub(super) latest: BTreeMap<(String, String, Version), Latest>,
+}
+
+/// A cluster's newest trusted report of a version: when, and whether it
+/// says `failed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Latest {
+    /// Its signed commit's time.
+    pub at: DateTime<Utc>,
+    /// It is a `failed` report.
+    pub failed: bool,
 }
 
 impl Confirmations {
@@ -255,8 +273,42 @@ impl Confirmations {
             .collect()
     }
 
-    /// The clusters of `env` with a trusted `failed` report for `version`,
-    /// each with its newest one.
+    /// The store as read when it could not be read at all: every
+    /// environment's evidence held, for `why`.
+    pub fn held_everywhere(why: String) -> Self {
+        Confirmations {
+            held_all: Some(why),
+            ..Confirmations::default()
+        }
+    }
+
+    /// Why `env`'s evidence is held, if it is: the whole store, or a branch
+    /// of one of its clusters (but `except`'s, a reader's own) that does
+    /// not count.
+    pub fn held(&self, env: &str, except: Option<&str>) -> Option<String> {
+        if let Some(all) = &self.held_all {
+            return Some(all.clone());
+        }
+        let why: Vec<&str> = self
+            .held
+            .get(env)?
+            .iter()
+            .filter(|(c, _)| Some(c.as_str()) != except)
+            .map(|(_, w)| w.as_str())
+            .collect();
+        (!why.is_empty()).then(|| why.join("; "))
+    }
+
+    /// `cluster` of `env`'s newest trusted report of `version`, if any.
+    pub fn latest(&self, env: &str, cluster: &str, version: &Version) -> Option<Latest> {
+        self.latest
+            .get(&(env.to_owned(), cluster.to_owned(), version.clone()))
+            .copied()
+    }
+
+    /// The clusters of `env` whose standing failure of `version` counts:
+    /// a trusted `failed` report that is still that cluster's newest
+    /// trusted report of the version.
     pub fn failures(&self, env: &str, version: &Version) -> BTreeMap<String, Failure> {
         self.failures
             .iter()
@@ -399,6 +451,8 @@ pub(super) struct Event {
     /// When a confirmation counts from: the later of the commit time and `since`.
     pub at: DateTime<Utc>,
     pub version: Version,
+    /// `confirmed` or `failed`: what the gate counts.
+    pub decisive: bool,
     pub failed: bool,
     pub config_commit: String,
     /// A `failed` report's message (what failed), cut as for display; empty
@@ -407,26 +461,28 @@ pub(super) struct Event {
 }
 
 impl Event {
-    /// The event of a report, when it is decisive.
-    pub(super) fn of(v: &ReportVersion, r: &StatusReport) -> Option<Self> {
-        let failed = match r.state {
-            RolloutState::Failed => true,
-            RolloutState::Confirmed => false,
-            _ => return None,
-        };
-        Some(Event {
+    /// The event of a report: decisive (`confirmed`, `failed`) or not.
+    pub(super) fn of(v: &ReportVersion, r: &StatusReport) -> Self {
+        let failed = r.state == RolloutState::Failed;
+        let decisive = failed || r.state == RolloutState::Confirmed;
+        Event {
             commit: v.commit,
             committed: v.committed,
             at: v.committed.max(r.since),
             version: r.version.clone(),
+            decisive,
             failed,
-            config_commit: r.config_commit.clone(),
+            config_commit: if decisive {
+                r.config_commit.clone()
+            } else {
+                String::new()
+            },
             message: if failed {
                 for_display(r.clone()).message
             } else {
                 String::new()
             },
-        })
+        }
     }
 }
 
@@ -460,7 +516,7 @@ pub(super) type Tally = HashMap<Version, Result<Standing, DateTime<Utc>>>;
 pub(super) fn tally(events: &[Event]) -> Tally {
     let mut out: Tally = HashMap::new();
     let mut decided: HashSet<&Version> = HashSet::new();
-    for e in events {
+    for e in events.iter().filter(|e| e.decisive) {
         if decided.contains(&e.version) {
             continue;
         }
@@ -482,15 +538,31 @@ pub(super) fn tally(events: &[Event]) -> Tally {
 }
 
 impl Confirmations {
-    /// Add one cluster's `failed` reports (newest first): the newest per version.
-    pub(super) fn add_failures(&mut self, env: &str, cluster: &str, events: &[Event]) {
-        for e in events.iter().filter(|e| e.failed) {
+    /// Add one cluster's newest report of each version (events newest
+    /// first), and its failure where that report is a `failed` one.
+    pub(super) fn add_latest(&mut self, env: &str, cluster: &str, events: &[Event]) {
+        for e in events {
             let key = (env.to_owned(), cluster.to_owned(), e.version.clone());
-            self.failures.entry(key).or_insert_with(|| Failure {
-                at: e.at,
-                status_commit: e.commit,
-                message: e.message.clone(),
-            });
+            if self.latest.contains_key(&key) {
+                continue;
+            }
+            self.latest.insert(
+                key.clone(),
+                Latest {
+                    at: e.committed,
+                    failed: e.failed,
+                },
+            );
+            if e.failed {
+                self.failures.insert(
+                    key,
+                    Failure {
+                        at: e.at,
+                        status_commit: e.commit,
+                        message: e.message.clone(),
+                    },
+                );
+            }
         }
     }
 
@@ -513,37 +585,42 @@ impl Confirmations {
 /// Read what the status store named `branch` proves at `now`, trusting
 /// reports signed by `signers` (docs/design.md §5): every per-cluster branch
 /// `<branch>.d/<env>/<cluster>` and the single branch `<branch>` of the
-/// older layout, each local or `origin/` (see [`super::find_store`]). The
-/// first-seen record of an agent's cache is used when the repository has
-/// one ([`crate::source::seen::StatusSeen`]).
+/// older layout, each local or `origin/` (see [`super::find_store`]). For
+/// readers without a config: the gate's reads are [`read_confirmations_of`].
 pub fn read_confirmations(
     repo: &Repository,
     branch: &str,
     signers: ReportSigners<'_>,
     now: DateTime<Utc>,
-) -> Result<Confirmations, Error> {
-    read_confirmations_of(repo, branch, signers, now, None)
+) -> Confirmations {
+    read_confirmations_of(repo, branch, signers, now, super::Scope::Every)
 }
 
-/// [`read_confirmations`] of the per-cluster branches of `envs` only (the
-/// gate asks about one environment at a time: a production bump needs
-/// stage's reports, a third of a three-environment store); `None` reads
-/// every one. The single branch of the older layout is read whole either
-/// way: it holds every environment's reports in one history.
+/// [`read_confirmations`] of the per-cluster branches of `scope` (the gate
+/// asks about one environment at a time: a production bump needs stage's
+/// reports, a third of a three-environment store; and it looks up only the
+/// clusters the policy lists). The single branch of the older layout is
+/// read whole either way: it holds every environment's reports in one
+/// history. The first-seen record of an agent's cache is used when the
+/// repository has one ([`crate::source::seen::StatusSeen`]). A store that
+/// cannot be read, or is refused (too many branches), is no error: every
+/// environment's evidence is then held ([`Confirmations::held_all`]), for
+/// the gate and the halt alike.
 pub fn read_confirmations_of(
     repo: &Repository,
     branch: &str,
     signers: ReportSigners<'_>,
     now: DateTime<Utc>,
-    envs: Option<&std::collections::BTreeSet<String>>,
-) -> Result<Confirmations, Error> {
-    let mut store = super::find_store(repo, branch)?;
-    if let Some(envs) = envs {
-        store.clusters.retain(|c| envs.contains(&c.env));
-    }
-    super::confirmations_in(repo, &store, signers, now).map_err(|source| Error::Git {
-        branch: branch.to_owned(),
-        source,
+    scope: super::Scope<'_>,
+) -> Confirmations {
+    let read = super::find_store(repo, branch, scope).and_then(|store| {
+        super::confirmations_in(repo, &store, signers, now).map_err(|source| Error::Git {
+            branch: branch.to_owned(),
+            source,
+        })
+    });
+    read.unwrap_or_else(|e| {
+        Confirmations::held_everywhere(format!("the status store cannot be read: {e}"))
     })
 }
 
@@ -561,6 +638,7 @@ mod tests {
             committed: t(at),
             at: t(at),
             version: Version::new(1, 13, 0),
+            decisive: true,
             failed,
             config_commit: String::new(),
             message: String::new(),

@@ -25,12 +25,12 @@
 
 use super::branch::{scan, Found, Judge, Layout, Signatures, Untrusted};
 use super::read::{
-    find_status_branch, for_display, merge_newest_first, read_report, read_report_sized, tally,
-    BranchRef, Confirmations, Error, Event, Ignored, Newest, ReportSigners, ReportVersion, Trust,
+    find_status_branch, read_report, read_report_sized, BranchRef, Error, Ignored, ReportSigners,
+    ReportVersion,
 };
 use chrono::{DateTime, Utc};
 use git2::Repository;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 
 /// Most per-cluster status branches read (docs/status.md): ten times the
 /// largest fleet drover is measured at. A store with more is refused as a
@@ -81,10 +81,39 @@ impl Store {
     }
 }
 
-/// Find the status store of `status_branch`: per-cluster branches (a local
-/// branch wins over `origin/`'s, as for the single branch) and the single
-/// branch of the older layout. More than [`MAX_STATUS_BRANCHES`] is an error.
-pub fn find_store(repo: &Repository, status_branch: &str) -> Result<Store, Error> {
+/// The clusters whose branches a read looks up: environment -> cluster
+/// names, as `[clusters]` of a policy lists them.
+pub type Listed = BTreeMap<String, Vec<String>>;
+
+/// Which branches of the per-cluster namespace a read takes.
+#[derive(Debug, Clone, Copy)]
+pub enum Scope<'a> {
+    /// Exactly the branches of these clusters, each looked up by its name
+    /// (a binary search of the packed refs, a file for a loose one): what
+    /// else the namespace holds, however much, is never listed nor read.
+    /// The gate, the waves and the halt, `drover check`, `drover status`
+    /// and the agent read this way, from the policy's `[clusters]`.
+    Listed(&'a Listed),
+    /// Every ref of the namespace, for a reader without a config (tests,
+    /// benches): more than [`MAX_STATUS_BRANCHES`] cluster branches are
+    /// refused, and refs that name no `<env>/<cluster>` are counted, the
+    /// first [`MAX_IGNORED_REFS`] of them named.
+    Every,
+}
+
+/// Most refs of the namespace that name no `<env>/<cluster>` that a read
+/// of [`Scope::Every`] names one by one; the rest are counted in one line.
+pub const MAX_IGNORED_REFS: usize = 20;
+
+/// Find the status store of `status_branch` within `scope`: per-cluster
+/// branches (a local branch wins over `origin/`'s, as for the single
+/// branch) and the single branch of the older layout. More than
+/// [`MAX_STATUS_BRANCHES`] is an error.
+pub fn find_store(
+    repo: &Repository,
+    status_branch: &str,
+    scope: Scope<'_>,
+) -> Result<Store, Error> {
     let git = |source| Error::Git {
         branch: status_branch.to_owned(),
         source,
@@ -92,51 +121,109 @@ pub fn find_store(repo: &Repository, status_branch: &str) -> Result<Store, Error
     let ns = cluster_namespace(status_branch);
     let mut found: BTreeMap<(String, String), ClusterBranch> = BTreeMap::new();
     let mut ignored = Vec::new();
-    // Remote-tracking first, so a local branch of the same cluster replaces it.
-    for prefix in [
-        format!("refs/remotes/origin/{ns}"),
-        format!("refs/heads/{ns}"),
-    ] {
-        let refs = match repo.references_glob(&format!("{prefix}*")) {
-            Ok(r) => r,
-            Err(e) if e.code() == git2::ErrorCode::InvalidSpec => continue,
-            Err(e) => return Err(git(e)),
-        };
-        for r in refs {
-            let r = r.map_err(git)?;
-            let Ok(name) = r.name() else { continue };
-            let rest = &name[prefix.len()..];
-            let parts: Vec<&str> = rest.split('/').collect();
-            let [env, cluster] = parts[..] else {
+    let too_many = || Error::TooManyBranches {
+        branch: status_branch.to_owned(),
+        max: MAX_STATUS_BRANCHES,
+    };
+    match scope {
+        Scope::Listed(listed) => {
+            if listed.values().map(Vec::len).sum::<usize>() > MAX_STATUS_BRANCHES {
+                return Err(too_many());
+            }
+            for (env, clusters) in listed {
+                for cluster in clusters {
+                    let rest = format!("{ns}{env}/{cluster}");
+                    // Local first: a local branch wins over origin's.
+                    for refname in [
+                        format!("refs/heads/{rest}"),
+                        format!("refs/remotes/origin/{rest}"),
+                    ] {
+                        let r = match repo.find_reference(&refname) {
+                            Ok(r) => r,
+                            Err(e)
+                                if matches!(
+                                    e.code(),
+                                    git2::ErrorCode::NotFound | git2::ErrorCode::InvalidSpec
+                                ) =>
+                            {
+                                continue
+                            }
+                            Err(e) => return Err(git(e)),
+                        };
+                        let tip = r.peel_to_commit().map_err(git)?.id();
+                        found.insert(
+                            (env.clone(), cluster.clone()),
+                            ClusterBranch {
+                                env: env.clone(),
+                                cluster: cluster.clone(),
+                                branch: BranchRef { refname, tip },
+                            },
+                        );
+                        break;
+                    }
+                }
+            }
+        }
+        Scope::Every => {
+            let mut foreign = 0usize;
+            // Remote-tracking first, so a local branch of the same cluster replaces it.
+            for prefix in [
+                format!("refs/remotes/origin/{ns}"),
+                format!("refs/heads/{ns}"),
+            ] {
+                let refs = match repo.references_glob(&format!("{prefix}*")) {
+                    Ok(r) => r,
+                    Err(e) if e.code() == git2::ErrorCode::InvalidSpec => continue,
+                    Err(e) => return Err(git(e)),
+                };
+                for r in refs {
+                    let r = r.map_err(git)?;
+                    let Ok(name) = r.name() else { continue };
+                    let rest = &name[prefix.len()..];
+                    let parts: Vec<&str> = rest.split('/').collect();
+                    let [env, cluster] = parts[..] else {
+                        foreign += 1;
+                        if foreign <= MAX_IGNORED_REFS {
+                            ignored.push(Ignored {
+                                env: String::new(),
+                                cluster: rest.to_owned(),
+                                commit: r.target().map(|o| o.to_string()).unwrap_or_default(),
+                                why: format!(
+                                    "{name} is not a cluster's status branch ({prefix}<env>/<cluster>)"
+                                ),
+                            });
+                        }
+                        continue;
+                    };
+                    let key = (env.to_owned(), cluster.to_owned());
+                    if found.len() >= MAX_STATUS_BRANCHES && !found.contains_key(&key) {
+                        return Err(too_many());
+                    }
+                    let tip = r.peel_to_commit().map_err(git)?.id();
+                    found.insert(
+                        key,
+                        ClusterBranch {
+                            env: env.to_owned(),
+                            cluster: cluster.to_owned(),
+                            branch: BranchRef {
+                                refname: name.to_owned(),
+                                tip,
+                            },
+                        },
+                    );
+                }
+            }
+            if foreign > MAX_IGNORED_REFS {
                 ignored.push(Ignored {
                     env: String::new(),
-                    cluster: rest.to_owned(),
-                    commit: r.target().map(|o| o.to_string()).unwrap_or_default(),
+                    cluster: format!("{ns}*"),
+                    commit: String::new(),
                     why: format!(
-                        "{name} is not a cluster's status branch ({prefix}<env>/<cluster>)"
+                        "{} more refs that name no <env>/<cluster> (not named one by one)",
+                        foreign - MAX_IGNORED_REFS
                     ),
                 });
-                continue;
-            };
-            let key = (env.to_owned(), cluster.to_owned());
-            if found.len() >= MAX_STATUS_BRANCHES && !found.contains_key(&key) {
-                return Err(Error::TooManyBranches {
-                    branch: status_branch.to_owned(),
-                    max: MAX_STATUS_BRANCHES,
-                });
             }
-            let tip = r.peel_to_commit().map_err(git)?.id();
-            found.insert(
-                key,
-                ClusterBranch {
-                    env: env.to_owned(),
-                    cluster: cluster.to_owned(),
-                    branch: BranchRef {
-                        refname: name.to_owned(),
-                        tip,
-                    },
-                },
-            );
         }
     }
     Ok(Store {
@@ -455,171 +542,6 @@ fn hand_over<'b>(
         handed.1.notify_all();
     }
     Ok(())
-}
-
-/// The store read for the gate: confirmations, what is ignored and why, and
-/// each cluster's newest report.
-struct Tallier {
-    signed: bool,
-    out: Confirmations,
-    /// The branch being read: decisive reports per cluster (newest first),
-    /// reports that cannot be read, newest readable report per cluster.
-    events: HashMap<(String, String), Vec<Event>>,
-    unreadable: Vec<Ignored>,
-    newest: HashMap<(String, String), (ReportVersion, super::StatusReport)>,
-    /// Decisive reports of the single branch, once it is known to hold.
-    single: HashMap<(String, String), Vec<Event>>,
-    /// Clusters with no standing confirmation: a branch holding their reports does not count.
-    void: HashSet<(String, String)>,
-    /// The single branch does not count: no cluster's confirmation does.
-    void_all: bool,
-    /// Files deleted at the single branch's tip, named once.
-    deleted_noted: HashSet<(String, String)>,
-}
-
-impl Visitor for Tallier {
-    fn version(&mut self, v: ReportVersion) {
-        let key = (v.env.clone(), v.cluster.clone());
-        if v.deleted_at_tip && self.deleted_noted.insert(key.clone()) {
-            self.unreadable.push(Ignored {
-                env: v.env.clone(),
-                cluster: v.cluster.clone(),
-                commit: v.commit.to_string(),
-                why: "the file is deleted at the branch tip, so its confirmations no longer count"
-                    .into(),
-            });
-        }
-        match &v.report {
-            Ok(r) => {
-                if let Some(e) = Event::of(&v, r) {
-                    // A deleted file's confirmations no longer count; its failures still withdraw.
-                    if e.failed || !v.deleted_at_tip {
-                        self.events.entry(key.clone()).or_default().push(e);
-                    }
-                }
-                if !v.deleted_at_tip && !self.newest.contains_key(&key) {
-                    let r = for_display(r.clone());
-                    self.newest.insert(key, (v, r));
-                }
-            }
-            Err(why) => self.unreadable.push(Ignored {
-                env: v.env.clone(),
-                cluster: v.cluster.clone(),
-                commit: v.commit.to_string(),
-                why: why.clone(),
-            }),
-        }
-    }
-
-    fn branch(&mut self, b: &BranchRead<'_>) {
-        let events = std::mem::take(&mut self.events);
-        let unreadable = std::mem::take(&mut self.unreadable);
-        let trust = |principal: &str| match (self.signed, b.verdict, b.broken.get(principal)) {
-            (false, _, _) => Trust::Unverified,
-            (true, Err(u), _) | (true, Ok(()), Some(u)) => Trust::Untrusted(u.to_string()),
-            (true, Ok(()), None) => Trust::Trusted,
-        };
-        for ((env, cluster), (v, report)) in std::mem::take(&mut self.newest) {
-            let trust = trust(&format!("{env}/{cluster}"));
-            self.out.newest.insert(
-                (env, cluster),
-                Newest {
-                    report,
-                    commit: v.commit,
-                    committed: v.committed,
-                    trust,
-                },
-            );
-        }
-        match (b.layout, b.verdict) {
-            (Layout::Legacy, Err(u)) => {
-                self.void_all = true;
-                self.out.single_void = Some(u.clone());
-                self.out.ignored.push(Ignored::branch(u, "", ""));
-                self.out.untrusted.push(u.clone());
-            }
-            (Layout::Legacy, Ok(())) => {
-                for (principal, u) in b.broken {
-                    let (env, cluster) = principal.split_once('/').unwrap_or(("", principal));
-                    self.void.insert((env.to_owned(), cluster.to_owned()));
-                    self.out.ignored.push(Ignored::branch(u, env, cluster));
-                    self.out.untrusted.push(u.clone());
-                }
-                self.out.ignored.extend(unreadable);
-                self.single = events;
-            }
-            (Layout::Cluster { env, cluster }, Err(u)) => {
-                self.void.insert((env.clone(), cluster.clone()));
-                self.out.ignored.push(Ignored::branch(u, env, cluster));
-                self.out.untrusted.push(u.clone());
-            }
-            (Layout::Cluster { env, cluster }, Ok(())) => {
-                self.out.ignored.extend(unreadable);
-                let key = (env.clone(), cluster.clone());
-                let own = events.into_values().next().unwrap_or_default();
-                let single = self.single.remove(&key).unwrap_or_default();
-                self.settle(key, merge_newest_first(own, single));
-            }
-        }
-    }
-}
-
-impl Tallier {
-    /// Tally one cluster's merged decisive reports, unless it is void.
-    fn settle(&mut self, key: (String, String), events: Vec<Event>) {
-        if !self.signed || self.void_all || self.void.contains(&key) {
-            return;
-        }
-        self.out.add_failures(&key.0, &key.1, &events);
-        self.out.add(&key.0, &key.1, tally(&events));
-    }
-}
-
-/// What the whole store proves at `now`, trusting reports signed by
-/// `signers`, judged with the first-seen record of the repository when it
-/// has one (an agent's cache).
-pub fn confirmations_in(
-    repo: &Repository,
-    store: &Store,
-    signers: ReportSigners<'_>,
-    now: DateTime<Utc>,
-) -> Result<Confirmations, git2::Error> {
-    let seen = crate::source::seen::StatusSeen::load(repo.path());
-    let judge = Judge {
-        signers,
-        now,
-        seen: (!seen.is_empty()).then_some(&seen),
-    };
-    let mut t = Tallier {
-        signed: signers.is_some(),
-        out: Confirmations {
-            branch: store.legacy.clone(),
-            ignored: store.ignored.clone(),
-            ..Confirmations::default()
-        },
-        events: HashMap::new(),
-        unreadable: Vec::new(),
-        newest: HashMap::new(),
-        single: HashMap::new(),
-        void: HashSet::new(),
-        void_all: false,
-        deleted_noted: HashSet::new(),
-    };
-    walk_store(repo, store, &judge, &mut t)?;
-    // Clusters with reports only on the single branch.
-    for (key, events) in std::mem::take(&mut t.single) {
-        t.settle(key, events);
-    }
-    if !t.signed && !store.is_empty() {
-        t.out.ignored.push(Ignored {
-            env: String::new(),
-            cluster: "every status report".into(),
-            commit: String::new(),
-            why: "no `report_signers` in [promotion] of drover.toml, so no report can be trusted"
-                .into(),
-        });
-    }
-    Ok(t.out)
 }
 
 /// Whether the branch `refname` at `tip`, holding `env`/`cluster`'s

@@ -13,7 +13,8 @@
 //! clusters' report keys as their agents sign them, or forged), against
 //! `us-1`'s agent alone:
 //! - the attack: wave 1's confirmations forged (unsigned) on their branches
-//!   do not release wave 2, whatever the clock says;
+//!   do not release wave 2, whatever the clock says: branches that do not
+//!   count hold the environment;
 //! - the control: signed confirmations release wave 2 once wave 1's soak
 //!   has passed, not before;
 //! - a `failed` report of wave 1 halts wave 2's agent within 60 s of landing
@@ -157,14 +158,20 @@ async fn wave_two_waits_for_signed_soaked_confirmations_and_halts_on_a_failure_i
         report(&forged, c, "confirmed", "", "2026-12-20T01:00:00Z", None);
     }
     assert_eq!(agent.webhook().await, 202);
-    // The agent read the forged branches (it names them) and still waits.
+    // The agent read the forged branches (it names them): branches of
+    // production that do not count hold it, so nothing starts.
     let st = await_status(&client, ns.name(), "waves-attack", "forgeries read", |s| {
-        s.message.contains("eu-1 (ignored reports") && s.message.contains("eu-2 (ignored reports")
+        s.evidence_held.as_deref().is_some_and(|h| {
+            h.contains("drover/status.d/production/eu-1")
+                && h.contains("drover/status.d/production/eu-2")
+        })
     })
     .await
     .status
     .unwrap();
-    assert_eq!(st.state.as_deref(), Some("pending"), "{}", st.message);
+    assert_eq!(st.state.as_deref(), Some("halted"), "{}", st.message);
+    let stalled = st.conditions.iter().find(|c| c.kind == "Stalled").unwrap();
+    assert_eq!(stalled.reason, "EvidenceHeld", "{}", st.message);
     until_pass(
         &agent.handle,
         "three more passes",

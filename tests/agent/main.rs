@@ -13,6 +13,7 @@ mod agent_evidence;
 mod agent_gate;
 mod agent_github_merge;
 mod agent_give_back;
+mod agent_halt_holds;
 mod agent_health;
 mod agent_held;
 mod agent_key_validity;

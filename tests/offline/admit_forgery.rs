@@ -174,10 +174,11 @@ fn unsigned_report_is_refused() {
     let f = Fixture::new("status");
     f.report("stage", "stage-1", "1.13.0", "confirmed", OLD, None);
     production_pr(&f);
+    // Held: the branch holding stage-1's reports does not count.
     refused(
         &f,
         &[
-            "not confirmed by: stage-1",
+            "stage's evidence is held",
             "unsigned",
             "note: ignored status report status/stage/stage-1.toml",
         ],

@@ -3,7 +3,7 @@
 
 use crate::support::time::t;
 use chrono::{DateTime, Utc};
-use drover::admit::{judge_env, Change, Error, EvidenceSource, Policy};
+use drover::admit::{judge_env, Change, Error, EvidenceSource, Policy, StatusEvidence};
 use drover::config::{self, DirEntry, EntryKind, Files, RepoConfig};
 use drover::gate::{Decision, LowerHistory, Reason};
 use semver::Version;
@@ -74,17 +74,21 @@ impl EvidenceSource for Given {
         &mut self,
         policy: &Policy,
         lower: &str,
+        _clusters: &[String],
         version: &Version,
-    ) -> Result<(BTreeMap<String, DateTime<Utc>>, BTreeMap<String, String>), Error> {
+    ) -> Result<StatusEvidence, Error> {
         self.asked
             .push(format!("{}:{lower}:{version}", policy.status_branch));
-        let found = self
+        let confirmations = self
             .confirmed
             .iter()
             .filter(|((_, v), _)| v == version)
             .map(|((c, _), at)| (c.clone(), *at))
             .collect();
-        Ok((found, BTreeMap::new()))
+        Ok(StatusEvidence {
+            confirmations,
+            ..Default::default()
+        })
     }
     fn history(&mut self, _: &str, _: &Version) -> Result<LowerHistory, Error> {
         Ok(LowerHistory::AtOtherVersion(None))

@@ -25,6 +25,7 @@ fn status_lower(env: &str, clusters: &[&str], confirmed: &[(&str, &str)]) -> Low
                 .map(|(c, at)| (c.to_string(), t(at)))
                 .collect::<BTreeMap<_, _>>(),
             notes: BTreeMap::new(),
+            held: None,
         },
     }
 }

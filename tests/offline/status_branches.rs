@@ -247,10 +247,11 @@ fn a_merge_commit_hiding_a_failed_report_is_refused_and_named() {
     assert_eq!(base, "", "a fast-forward from the failed tip");
     f.production_pr();
     let short = &merge[..10];
+    // Held: a branch that does not count may hide a `failed`.
     refused(
         &f,
         &[
-            "not confirmed by: stage-1",
+            "stage's evidence is held",
             "note: ignored status report status/stage/stage-1.toml",
             &format!("commit {short} is a merge commit"),
         ],
@@ -381,7 +382,7 @@ fn a_retired_report_key_cannot_add_a_backdated_report() {
     refused(
         &f,
         &[
-            "not confirmed by: stage-1",
+            "stage's evidence is held",
             &format!("commit {} is the branch's newest commit", &forged[..10]),
         ],
     );
@@ -454,7 +455,7 @@ fn a_retired_report_key_cannot_create_a_branch_with_a_backdated_report() {
     let out = refused(
         &f,
         &[
-            "not confirmed by: stage-1",
+            "stage's evidence is held",
             &format!("commit {} is the branch's newest commit", &forged[..10]),
             "no longer valid",
         ],
@@ -517,13 +518,23 @@ fn huge_tree_commit(f: &Fixture, branch: &str, files: usize) -> String {
 
 #[test]
 fn a_status_branch_whose_tree_holds_400000_files_is_named_and_not_read() {
-    let f = Fixture::plain();
+    // stage-1 and a cluster `flood` [clusters] lists too.
+    let f = Fixture::new(|f| {
+        line("stage/stage-1", "", &f.key("stage-1")) + &line("stage/flood", "", &f.key("rogue"))
+    });
+    f.write(
+        "drover.toml",
+        &std::fs::read_to_string(f.repo.join("drover.toml"))
+            .unwrap()
+            .replace("stage = [\"stage-1\"]", "stage = [\"stage-1\", \"flood\"]"),
+    );
+    commit_all(&f.repo, "flood", None, Some("2026-11-02T00:00:00Z"));
     f.stage_1_confirmed();
     let flood = huge_tree_commit(&f, "drover/status.d/stage/flood", 400_000);
     f.production_pr();
-    // The genuine confirmation still passes; the flood is named, not read.
+    // The flood is named, not read, and holds stage's evidence.
     let t0 = Instant::now();
-    let out = passes(&f);
+    let out = refused(&f, &["stage's evidence is held"]);
     let took = t0.elapsed();
     assert!(
         out.contains(&format!("commit {}", &flood[..10]))
@@ -536,13 +547,22 @@ fn a_status_branch_whose_tree_holds_400000_files_is_named_and_not_read() {
         &f.status(),
         &["drover/status.d/stage/flood", &flood[..10], "not read"],
     );
+    // Control: the same flood on a branch of a cluster no [clusters] lists
+    // is neither read nor named; the genuine confirmation passes.
+    let g = Fixture::plain();
+    g.stage_1_confirmed();
+    let unlisted = huge_tree_commit(&g, "drover/status.d/stage/flood", 400_000);
+    g.production_pr();
+    let out = passes(&g);
+    assert!(!out.contains(&unlisted[..10]), "{out}");
 
-    // The same flood on stage-1's own branch voids stage-1's reports.
-    let on_own = huge_tree_commit(&f, STAGE_1, 400_000);
+    // The same flood on stage-1's own branch voids stage-1's reports and
+    // holds stage's evidence.
+    let on_own = huge_tree_commit(&g, STAGE_1, 400_000);
     refused(
-        &f,
+        &g,
         &[
-            "not confirmed by: stage-1",
+            "stage's evidence is held",
             &format!("commit {}", &on_own[..10]),
         ],
     );

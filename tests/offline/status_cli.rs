@@ -963,8 +963,10 @@ fn waves_show_what_each_cluster_waits_on_and_a_failure_halts_the_environment() {
     assert!(out.contains("drover revoke 1.13.2"), "{out}");
     assert!(out.contains("wave 2: halted"), "{out}");
     assert_fits_80(&out);
-    // A reviewed change after the failure ends the halt (here: prod-us moves
-    // at night in New York), and plan for a cluster of a wave with its own window forecasts in that window.
+    // A reviewed change that neither pins another version, revokes it nor
+    // raises the failure budget does not end the halt (here: prod-us moves
+    // at night in New York), and plan for a cluster of a wave with its own
+    // window forecasts in that window.
     let f = dir.path().join("environments/production.toml");
     let text = std::fs::read_to_string(&f).unwrap().replace(
         "clusters = [\"prod-us-*\"]\n",
@@ -994,6 +996,22 @@ fn waves_show_what_each_cluster_waits_on_and_a_failure_halts_the_environment() {
     };
     assert_eq!(plan("prod-us-1"), "2026-12-21T07:00:00Z");
     assert_eq!(plan("prod-eu-1"), "2026-12-20T01:00:00Z");
+    // Neither that commit nor the clock ends the halt...
+    let v = json(dir.path(), &["status", "--now", "2026-12-05T04:00:00Z"]);
+    assert_eq!(
+        env(&v, "production")["halt"]["failed"][0]["cluster"],
+        "prod-eu-1"
+    );
+    // ...prod-eu-1's own later report of the version does (its node retried).
+    let retried = report(
+        "production",
+        "prod-eu-1",
+        "1.13.2",
+        "rolling",
+        "2026-12-01T02:50:00Z",
+        "",
+    );
+    put_on(dir.path(), branch, path, retried.as_bytes(), Some(&eu));
     let v = json(dir.path(), &["status", "--now", "2026-12-01T04:00:00Z"]);
     assert_eq!(env(&v, "production")["halt"], Value::Null);
 }

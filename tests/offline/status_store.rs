@@ -83,7 +83,6 @@ impl Fixture {
 
     fn read(&self) -> status::Confirmations {
         status::read_confirmations(&self.repo, BRANCH, Some(&self.signers), chrono::Utc::now())
-            .unwrap()
     }
 }
 
@@ -306,18 +305,20 @@ fn more_status_branches_than_the_bound_are_refused_not_read_in_part() {
     };
     // Control: exactly the bound is read.
     packed(MAX_STATUS_BRANCHES);
-    let store = status::find_store(&f.repo, BRANCH).unwrap();
+    let store = status::find_store(&f.repo, BRANCH, status::Scope::Every).unwrap();
     assert_eq!(store.clusters.len(), MAX_STATUS_BRANCHES);
-    // One more and nothing is read, with an error that says why.
+    // One more and nothing is read: every environment's evidence is
+    // held, saying why (missing evidence never opens anything).
     packed(MAX_STATUS_BRANCHES + 1);
-    let err = status::read_confirmations(&f.repo, BRANCH, Some(&f.signers), chrono::Utc::now())
-        .unwrap_err();
+    let conf = status::read_confirmations(&f.repo, BRANCH, Some(&f.signers), chrono::Utc::now());
+    let held = conf.held("stage", None).expect("held");
     assert!(
-        err.to_string().contains(&format!(
+        held.contains(&format!(
             "more than {MAX_STATUS_BRANCHES} per-cluster branches"
         )),
-        "{err}"
+        "{held}"
     );
+    assert!(conf.for_version("stage", &v()).is_empty());
 }
 
 /// What a reader of the store is told, in order, as text.
@@ -371,7 +372,7 @@ fn threads_tell_the_reader_what_one_thread_tells_it_in_the_same_order() {
         }
         f.set(&format!("drover/status.d/stage/{c}"), tip.unwrap());
     }
-    let store = status::find_store(&f.repo, BRANCH).unwrap();
+    let store = status::find_store(&f.repo, BRANCH, status::Scope::Every).unwrap();
     let judge = status::Judge {
         signers: Some(&f.signers),
         now: chrono::Utc::now(),

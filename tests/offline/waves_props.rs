@@ -144,7 +144,6 @@ fn run(seed: u64) {
                 version: &v,
                 waves: &waves,
                 failure_budget: 0,
-                since: t0() - D::days(1),
                 evidence: &evidence,
                 now,
             });

@@ -117,7 +117,7 @@ fn publish_creates_the_branch_skips_identical_reports_and_signs() {
     let signers = AllowedSigners::load(&allowed).unwrap();
     // A fetch brings every cluster's branch (and there is no single branch).
     assert_eq!(src.fetch().unwrap().status_tip, None);
-    let store = status::find_store(src.repo(), "drover/status").unwrap();
+    let store = status::find_store(src.repo(), "drover/status", status::Scope::Every).unwrap();
     let tips: Vec<(String, String, git2::Oid)> = store
         .clusters
         .iter()
@@ -137,8 +137,7 @@ fn publish_creates_the_branch_skips_identical_reports_and_signs() {
         "drover/status",
         Some(&signers),
         chrono::Utc::now(),
-    )
-    .unwrap();
+    );
     let v: semver::Version = "1.13.2".parse().unwrap();
     assert!(conf.confirmed_at("test", "test-1", &v).is_some());
     let ignored: Vec<String> = conf.ignored.iter().map(ToString::to_string).collect();
@@ -227,8 +226,7 @@ fn a_remote_with_only_the_older_single_branch_still_works_and_gains_cluster_bran
         "drover/status",
         Some(&signers),
         chrono::Utc::now(),
-    )
-    .unwrap();
+    );
     assert!(conf.confirmed_at("test", "test-1", &v).is_some());
 
     // A new agent's report lands on its own branch beside the older one
@@ -245,12 +243,11 @@ fn a_remote_with_only_the_older_single_branch_still_works_and_gains_cluster_bran
         "drover/status",
         Some(&signers),
         chrono::Utc::now(),
-    )
-    .unwrap();
+    );
     // The confirmation on the older branch still stands (a `rolling` report
     // does not withdraw it), read from both branches of the store.
     assert!(conf.confirmed_at("test", "test-1", &v).is_some());
-    let store = status::find_store(src.repo(), "drover/status").unwrap();
+    let store = status::find_store(src.repo(), "drover/status", status::Scope::Every).unwrap();
     assert_eq!(store.clusters.len(), 1);
     assert_eq!(
         store.legacy.unwrap().refname,
