@@ -1,8 +1,10 @@
 //! The git source: fetching the config repository and reading it at a commit.
 //!
 //! The agent keeps a bare cache repository across restarts. A fetch writes
-//! only `refs/drover/fetched/head` (the tracked branch) and
-//! `refs/remotes/origin/<status branch>`; the commit the agent acts on lives
+//! only `refs/drover/fetched/head` (the tracked branch) and the status
+//! branches it is asked for under `refs/remotes/origin/` (the agent asks for
+//! those of the clusters its policy needs, by name: [`Source::set_status_scope`]);
+//! the commit the agent acts on lives
 //! in `refs/drover/current` and moves only when the caller, after the trust
 //! check, calls [`Source::accept`]. A failed, partial or refused fetch thus
 //! never replaces the last good state.
@@ -22,6 +24,8 @@ use std::time::{Duration, Instant};
 
 /// Ref holding the tracked branch as last fetched (not yet trusted).
 pub const FETCHED_REF: &str = "refs/drover/fetched/head";
+/// Where a fetch takes the tracked branch before it becomes [`FETCHED_REF`].
+const FETCHING_REF: &str = "refs/drover/fetching/head";
 /// Ref holding the commit the caller accepted (trusted, being applied).
 pub const CURRENT_REF: &str = "refs/drover/current";
 
@@ -302,6 +306,9 @@ pub struct Source {
     cfg: SourceConfig,
     repo: Repository,
     abort: Arc<AtomicBool>,
+    /// The per-cluster status branches fetched, by name (`None`: every
+    /// one under the namespace, for `drover doctor` and the benches).
+    status_scope: Option<crate::status::Listed>,
 }
 
 impl std::fmt::Debug for Source {
@@ -341,6 +348,7 @@ impl Source {
             cfg,
             repo,
             abort: Arc::default(),
+            status_scope: None,
         })
     }
 
@@ -361,6 +369,15 @@ impl Source {
     /// admitting a commit.
     pub fn set_status_branch(&mut self, branch: &str) {
         self.cfg.status_branch = branch.to_owned();
+    }
+
+    /// Fetch only these clusters' status branches from now on, each by its
+    /// name (the agent's: its own environment's clusters and the lower
+    /// environment's, as its policy lists them), so that whatever else the
+    /// status namespace holds, however many refs, is never fetched nor
+    /// stored. At most [`crate::status::MAX_STATUS_BRANCHES`] are taken.
+    pub fn set_status_scope(&mut self, listed: crate::status::Listed) {
+        self.status_scope = Some(listed);
     }
 
     /// The local cache repository (bare).
@@ -385,28 +402,30 @@ impl Source {
     /// move; [`Source::current`] is untouched until [`Source::accept`].
     pub fn fetch(&self) -> Result<FetchResult, Error> {
         let branch_ref = format!("refs/heads/{}", self.cfg.branch);
-        let status_ref = format!("refs/heads/{}", self.cfg.status_branch);
-        let [legacy, clusters] = self.status_refspecs();
-        let specs = [format!("+{branch_ref}:{FETCHED_REF}"), legacy, clusters];
-        let mut advertised = Vec::new();
-        let received = self.fetch_refspecs(&specs, Some(&mut advertised))?;
-        let head = advertised
-            .iter()
-            .find(|(n, _)| *n == branch_ref)
-            .map(|(_, o)| *o)
-            .ok_or_else(|| Error::BranchMissing {
+        // The head lands in a ref of its own first, gone before the fetch,
+        // so that a branch the remote no longer has is told apart from an
+        // older fetch (the remote's list of refs is never copied out: it may
+        // be hundreds of thousands long).
+        if let Ok(mut r) = self.repo.find_reference(FETCHING_REF) {
+            r.delete()?;
+        }
+        let mut specs = vec![format!("+{branch_ref}:{FETCHING_REF}")];
+        specs.extend(self.status_refspecs());
+        let received = self.fetch_refspecs(&specs)?;
+        let Ok(head) = self.repo.refname_to_id(FETCHING_REF) else {
+            return Err(Error::BranchMissing {
                 url: redact(&self.cfg.url),
                 branch: self.cfg.branch.clone(),
-            })?;
-        let status_tip = advertised
-            .iter()
-            .find(|(n, _)| *n == status_ref)
-            .map(|(_, o)| *o);
+            });
+        };
+        self.repo
+            .reference(FETCHED_REF, head, true, "drover: fetched")?;
+        self.repo.find_reference(FETCHING_REF)?.delete()?;
         self.record_seen(head);
         self.record_status_seen();
         Ok(FetchResult {
             head,
-            status_tip,
+            status_tip: self.status_tip(),
             received_objects: received,
         })
     }
@@ -443,37 +462,44 @@ impl Source {
     }
 
     /// Refspecs of the status store (docs/design.md §5): the single status
-    /// branch of the older layout, and every per-cluster branch
-    /// `<status_branch>.d/<env>/<cluster>`, each to `refs/remotes/origin/`.
-    /// How many per-cluster branches are read is bounded by the reader
-    /// ([`crate::status::MAX_STATUS_BRANCHES`]).
-    pub fn status_refspecs(&self) -> [String; 2] {
+    /// branch of the older layout, and each per-cluster branch
+    /// `<status_branch>.d/<env>/<cluster>` of the scope (every one under
+    /// the namespace without a scope), each to `refs/remotes/origin/`.
+    pub fn status_refspecs(&self) -> Vec<String> {
         let sb = &self.cfg.status_branch;
         let ns = crate::status::cluster_namespace(sb);
-        [
-            format!("+refs/heads/{sb}:refs/remotes/origin/{sb}"),
-            format!("+refs/heads/{ns}*:refs/remotes/origin/{ns}*"),
-        ]
+        let mut specs = vec![format!("+refs/heads/{sb}:refs/remotes/origin/{sb}")];
+        match &self.status_scope {
+            None => specs.push(format!("+refs/heads/{ns}*:refs/remotes/origin/{ns}*")),
+            Some(listed) => specs.extend(
+                listed
+                    .iter()
+                    .flat_map(|(env, clusters)| clusters.iter().map(move |c| (env, c)))
+                    .take(crate::status::MAX_STATUS_BRANCHES)
+                    .map(|(env, c)| {
+                        format!("+refs/heads/{ns}{env}/{c}:refs/remotes/origin/{ns}{env}/{c}")
+                    }),
+            ),
+        }
+        specs
     }
 
-    /// Fetch only the status store (every status branch); returns the
-    /// remote tip of the single status branch of the older layout.
+    /// Fetch only the status store (the branches of the scope); returns
+    /// the remote tip of the single status branch of the older layout.
     pub fn fetch_status(&self) -> Result<Option<Oid>, Error> {
-        let status_ref = format!("refs/heads/{}", self.cfg.status_branch);
-        let mut advertised = Vec::new();
-        self.fetch_refspecs(&self.status_refspecs(), Some(&mut advertised))?;
+        self.fetch_refspecs(&self.status_refspecs())?;
         self.record_status_seen();
-        Ok(advertised
-            .iter()
-            .find(|(n, _)| *n == status_ref)
-            .map(|(_, o)| *o))
+        Ok(self.status_tip())
     }
 
-    fn fetch_refspecs(
-        &self,
-        specs: &[String],
-        advertised: Option<&mut Vec<(String, Oid)>>,
-    ) -> Result<usize, Error> {
+    /// The single status branch of the older layout as last fetched.
+    fn status_tip(&self) -> Option<Oid> {
+        let name = format!("refs/remotes/origin/{}", self.cfg.status_branch);
+        self.repo.refname_to_id(&name).ok()
+    }
+
+    /// Fetch `specs`; returns the objects received.
+    fn fetch_refspecs(&self, specs: &[String]) -> Result<usize, Error> {
         let state = CallbackState::default();
         let deadline = Instant::now() + self.cfg.timeout;
         let timed_out = std::cell::Cell::new(false);
@@ -494,12 +520,11 @@ impl Source {
             let mut fo = FetchOptions::new();
             fo.remote_callbacks(cbs);
             fo.download_tags(git2::AutotagOption::None);
+            // A branch deleted on the remote goes from the cache too: the
+            // agent reads the store as a fresh clone would (a deleted
+            // single branch, a bent branch reset by a person).
+            fo.prune(git2::FetchPrune::On);
             remote.fetch(specs, Some(&mut fo), None)?;
-            if let Some(out) = advertised {
-                for h in remote.list()? {
-                    out.push((h.name().to_string(), h.oid()));
-                }
-            }
             Ok::<_, git2::Error>(())
         })();
         match result {
