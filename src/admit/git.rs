@@ -1096,3 +1096,44 @@ pub fn evidence_of(
     }
     out
 }
+
+/// The status branches an agent of `env`/`cluster` reads, and so fetches,
+/// as the configs at `heads` (its applied commit, its last fetched head)
+/// list them: the clusters of `env`
+/// and of the environment below it in each one's chain, and always
+/// `env`/`cluster` itself (what recovery reads before anything is applied).
+pub fn status_scope(
+    repo: &git2::Repository,
+    heads: &[Option<git2::Oid>],
+    env: &str,
+    cluster: &str,
+) -> crate::status::Listed {
+    let mut out = crate::status::Listed::new();
+    let mut add = |e: &str, c: &str| {
+        let have = out.entry(e.to_owned()).or_default();
+        if !have.iter().any(|h| h == c) {
+            have.push(c.to_owned());
+        }
+    };
+    add(env, cluster);
+    for head in heads.iter().flatten() {
+        let Ok(files) = crate::config::GitTreeFiles::at_rev(repo, &head.to_string()) else {
+            continue;
+        };
+        let Ok(cfg) = crate::config::load(&files) else {
+            continue;
+        };
+        let chain = &cfg.root.chain;
+        let lower = chain
+            .iter()
+            .position(|e| e == env)
+            .and_then(|i| i.checked_sub(1))
+            .map(|i| chain[i].clone());
+        for e in std::iter::once(env.to_owned()).chain(lower) {
+            for c in cfg.root.clusters.get(&e).into_iter().flatten() {
+                add(&e, c);
+            }
+        }
+    }
+    out
+}

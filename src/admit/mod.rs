@@ -47,8 +47,8 @@ use std::time::Duration;
 
 pub use git::{
     admit_adoption, admit_head, at_promotion_key, check_base, check_report_signers, env_evidence,
-    evidence_of, judge_span, snapshot, Admitted, ChangeReport, ConfirmationSource, EnvVerdict,
-    GitEvidence, Judged, Judgement, Rejection, Snapshot, Stage, StatusRead, TrustCheck,
+    evidence_of, judge_span, snapshot, status_scope, Admitted, ChangeReport, ConfirmationSource,
+    EnvVerdict, GitEvidence, Judged, Judgement, Rejection, Snapshot, Stage, StatusRead, TrustCheck,
 };
 pub use history::{lower_history, HistoryError};
 

@@ -14,10 +14,10 @@
 //! is cut by the socket timeout) and is not waited for.
 //!
 //! A fetch brings the status branches the agent's gate, waves and halt
-//! read, by name ([`status_scope`]): its own cluster's, and those of every
+//! read, by name: its own cluster's, and those of every
 //! cluster its environment and the one below list in the applied config and
-//! in the last fetched head's. Nothing else of the status namespace is
-//! fetched or stored, however many refs it holds.
+//! in the last fetched head's (`crate::admit::status_scope`). Nothing else
+//! of the status namespace is fetched or stored, however many refs it holds.
 
 use super::crd::FetchRecord;
 use super::{lock, rfc3339, Acting, ClusterBackend};
@@ -82,10 +82,9 @@ impl<B: ClusterBackend> Acting<B> {
         let task = tokio::task::spawn_blocking(move || {
             let mut source = source;
             source.set_status_branch(&branch);
-            let heads = [applied, source.fetched()];
-            let scope = status_scope(source.repo(), &heads, &env, &cluster);
-            source.set_status_scope(scope);
-            let r = source.fetch();
+            let r = source.fetch_scoped(|repo, head| {
+                crate::admit::status_scope(repo, &[applied, head], &env, &cluster)
+            });
             (source, r)
         });
         self.fetching = Some(InFlight {
@@ -170,44 +169,4 @@ impl<B: ClusterBackend> Acting<B> {
         self.fetched_once = true;
         self.ready.set_fetched();
     }
-}
-
-/// The status branches a fetch brings, as the configs at `heads` (the
-/// applied commit, the last fetched head) list them: the clusters of `env`
-/// and of the environment below it in each one's chain, and always
-/// `env`/`cluster` itself (what recovery reads before anything is applied).
-pub(super) fn status_scope(
-    repo: &git2::Repository,
-    heads: &[Option<git2::Oid>],
-    env: &str,
-    cluster: &str,
-) -> crate::status::Listed {
-    let mut out = crate::status::Listed::new();
-    let mut add = |e: &str, c: &str| {
-        let have = out.entry(e.to_owned()).or_default();
-        if !have.iter().any(|h| h == c) {
-            have.push(c.to_owned());
-        }
-    };
-    add(env, cluster);
-    for head in heads.iter().flatten() {
-        let Ok(files) = crate::config::GitTreeFiles::at_rev(repo, &head.to_string()) else {
-            continue;
-        };
-        let Ok(cfg) = crate::config::load(&files) else {
-            continue;
-        };
-        let chain = &cfg.root.chain;
-        let lower = chain
-            .iter()
-            .position(|e| e == env)
-            .and_then(|i| i.checked_sub(1))
-            .map(|i| chain[i].clone());
-        for e in std::iter::once(env.to_owned()).chain(lower) {
-            for c in cfg.root.clusters.get(&e).into_iter().flatten() {
-                add(&e, c);
-            }
-        }
-    }
-    out
 }

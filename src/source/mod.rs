@@ -430,6 +430,26 @@ impl Source {
         })
     }
 
+    /// [`Source::fetch`] with the status branches `scope` names for the
+    /// head fetched before (`None` in an empty cache), fetched again, alone,
+    /// when the head just fetched names others (a first fetch, a change of
+    /// `[clusters]` or of the chain): the branches read are those the new
+    /// head asks for, in one fetch of the trigger.
+    pub fn fetch_scoped(
+        &mut self,
+        scope: impl Fn(&Repository, Option<Oid>) -> crate::status::Listed,
+    ) -> Result<FetchResult, Error> {
+        let before = scope(&self.repo, self.fetched());
+        self.set_status_scope(before.clone());
+        let fetched = self.fetch()?;
+        let after = scope(&self.repo, Some(fetched.head));
+        if after != before {
+            self.set_status_scope(after);
+            self.fetch_status()?;
+        }
+        Ok(fetched)
+    }
+
     /// Note when the commits up to `head` were first fetched (key validity,
     /// see [`seen`]). A record that cannot be written only makes the trust
     /// check stricter, so it does not fail the fetch.

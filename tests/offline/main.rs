@@ -46,6 +46,7 @@ mod rollout_props;
 mod rollout_sim;
 mod status_branches;
 mod status_cli;
+mod status_foreign_refs;
 mod status_store;
 mod terminal_escape;
 mod timeline_readback;

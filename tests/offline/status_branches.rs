@@ -31,9 +31,9 @@ fn report(cluster: &str, version: &str, state: &str, since: &str) -> String {
     )
 }
 
-struct Fixture {
+pub(crate) struct Fixture {
     _dir: tempfile::TempDir,
-    repo: PathBuf,
+    pub(crate) repo: PathBuf,
     keys: PathBuf,
 }
 
@@ -74,7 +74,7 @@ impl Fixture {
     }
 
     /// The usual report signers: stage-1's one key.
-    fn plain() -> Fixture {
+    pub(crate) fn plain() -> Fixture {
         Fixture::new(|f| line("stage/stage-1", "", &f.key("stage-1")))
     }
 
@@ -111,7 +111,7 @@ impl Fixture {
     }
 
     /// stage-1's signed confirmation of 1.13.0 on its own branch, soaked by NOW.
-    fn stage_1_confirmed(&self) -> String {
+    pub(crate) fn stage_1_confirmed(&self) -> String {
         self.report(
             STAGE_1,
             "stage-1",
@@ -130,7 +130,7 @@ impl Fixture {
     }
 
     /// production to 1.13.0 on a pull request branch.
-    fn production_pr(&self) {
+    pub(crate) fn production_pr(&self) {
         git(&self.repo, &["switch", "-q", "-c", "pr", "main"]);
         self.write("environments/production.toml", &env_toml("1.13.0"));
         commit_all(
@@ -142,7 +142,7 @@ impl Fixture {
     }
 
     /// `drover check --base main --now NOW`: (exit code, stdout + stderr).
-    fn check(&self) -> (i32, String) {
+    pub(crate) fn check(&self) -> (i32, String) {
         let repo = self.repo.to_str().unwrap();
         let (code, out, err) = drover(&["check", "--repo", repo, "--base", "main", "--now", NOW]);
         (code, format!("{out}{err}"))
@@ -181,7 +181,7 @@ fn refused(f: &Fixture, why: &[&str]) -> String {
     out
 }
 
-fn passes(f: &Fixture) -> String {
+pub(crate) fn passes(f: &Fixture) -> String {
     let (code, out) = f.check();
     assert_eq!(code, 0, "expected the change to pass: {out}");
     out
