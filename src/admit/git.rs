@@ -874,7 +874,7 @@ pub struct Admitted {
     pub decision: Decision,
 }
 
-fn reject(stage: Stage, code: &str, message: String) -> Rejection {
+pub(super) fn reject(stage: Stage, code: &str, message: String) -> Rejection {
     Rejection {
         stage,
         code: code.into(),
@@ -896,8 +896,16 @@ pub struct TrustCheck<'a> {
     pub first_seen: &'a dyn Fn(Oid) -> i64,
 }
 
+/// The trust stage's rejection of `e`.
+pub(super) fn trust_rejection(e: trust::Error) -> Rejection {
+    match e {
+        trust::Error::Refused(r) => reject(Stage::Trust, r.reason.code(), r.to_string()),
+        e => reject(Stage::Trust, "error", e.to_string()),
+    }
+}
+
 impl TrustCheck<'_> {
-    fn check(
+    pub(super) fn check(
         &self,
         repo: &Repository,
         last: Option<Oid>,

@@ -33,6 +33,7 @@
 //! cluster may be added beside a version move), but removing one does not
 //! weaken the gate, as said above.
 
+pub mod bootstrap;
 pub mod git;
 mod history;
 
@@ -45,6 +46,9 @@ use semver::Version;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+pub use bootstrap::{
+    admit_named, check_trust, named_commit, trust_base, TrustBase, TrustInputs, TRUST_ANNOTATION,
+};
 pub use git::{
     admit_adoption, admit_head, at_promotion_key, check_base, check_report_signers, env_evidence,
     evidence_of, judge_span, snapshot, status_scope, Admitted, ChangeReport, ConfirmationSource,

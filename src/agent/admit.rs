@@ -71,8 +71,9 @@ impl Kept {
 
 /// What recovery found when no last applied commit is recorded.
 enum Recovery {
-    /// The commit to start from.
-    Found(Oid),
+    /// The commit to start from, and the annotation that named it (to be
+    /// removed once the commit is applied).
+    Found(Oid, Option<String>),
     /// The commit a person named may not be trusted, and why.
     Refused(Refusal),
     /// Nothing: adopt the head if the nodes already run it.
@@ -86,7 +87,7 @@ impl<B: ClusterBackend> Acting<B> {
         if self.crd_status.last_applied_commit.is_none() {
             if let Some(head) = head {
                 match self.recover(head).await {
-                    Recovery::Found(commit) => {
+                    Recovery::Found(commit, named) => {
                         self.crd_status.last_applied_commit = Some(commit.to_string());
                         self.crd_status.commit = Some(short(&commit.to_string()));
                         if let Some(a) = self.load_active(commit).await {
@@ -96,6 +97,11 @@ impl<B: ClusterBackend> Acting<B> {
                         if !self.write_crd_status().await {
                             self.crd_status.last_applied_commit = None;
                             return;
+                        }
+                        // Applied: the person's word is used up.
+                        if let Some(value) = named {
+                            self.consume_annotation(&value, "used: the agent starts from it")
+                                .await;
                         }
                     }
                     Recovery::Refused(r) => {
@@ -112,6 +118,23 @@ impl<B: ClusterBackend> Acting<B> {
             .last_applied_commit
             .as_deref()
             .and_then(|s| Oid::from_str(s).ok());
+        // A commit named while one is applied is never used: it is removed,
+        // so that it cannot outrank the agent's own record later.
+        if let (Some(_), Some(value)) = (applied, self.trust_annotation.clone()) {
+            self.events
+                .on_status(
+                    Severity::Warning,
+                    "TrustCommitIgnored",
+                    "Recover",
+                    format!(
+                        "{} ignored: the agent has an applied commit and starts from it",
+                        recover::TRUST_ANNOTATION
+                    ),
+                )
+                .await;
+            self.consume_annotation(&value, "ignored").await;
+            self.trust_annotation = None;
+        }
         if self.active.is_none() {
             if let Some(commit) = applied {
                 self.active = self.load_active(commit).await;
@@ -274,8 +297,9 @@ impl<B: ClusterBackend> Acting<B> {
         self.crd_status.refused = r;
     }
 
-    /// Without a last applied commit: the one a person confirmed, else the
-    /// one this agent's own signed reports name (see [`recover`]).
+    /// Without a last applied commit: the one this agent's own signed
+    /// reports name, else the one a person named (the annotation, else
+    /// `--trust-commit`), by the one rule of `crate::admit::bootstrap`.
     async fn recover(&mut self, head: Oid) -> Recovery {
         if self.trust_annotation.is_none() {
             // Read again: the person may have annotated since the term began.
@@ -287,19 +311,6 @@ impl<B: ClusterBackend> Acting<B> {
                     .and_then(|a| a.get(recover::TRUST_ANNOTATION))
                     .cloned();
             }
-        }
-        if let Some(named) = self.trust_annotation.clone() {
-            return match self.annotated(&named, head).await {
-                Ok(commit) => {
-                    self.recovered(commit, head, "confirmed by a person").await;
-                    Recovery::Found(commit)
-                }
-                Err(r) => {
-                    // Read the annotation again next time: the person may correct it.
-                    self.trust_annotation = None;
-                    Recovery::Refused(r)
-                }
-            };
         }
         let src = self.source.clone();
         let own = self
@@ -317,13 +328,74 @@ impl<B: ClusterBackend> Acting<B> {
         })
         .await
         .flatten();
-        match found {
-            Some(commit) => {
-                self.recovered(commit, head, "recovered from this cluster's signed reports")
+        if let Some(commit) = found {
+            // The agent's own record outranks any commit a person named.
+            if let Some(value) = self.trust_annotation.clone() {
+                self.events
+                    .on_status(
+                        Severity::Warning,
+                        "TrustCommitIgnored",
+                        "Recover",
+                        format!(
+                            "{} names {}, ignored: this cluster's own signed report names {}, \
+                             and the agent starts from that",
+                            recover::TRUST_ANNOTATION,
+                            value.trim().chars().take(64).collect::<String>(),
+                            short(&commit.to_string())
+                        ),
+                    )
                     .await;
-                Recovery::Found(commit)
+                self.consume_annotation(&value, "ignored").await;
+            } else if let Some(flag) = &self.cfg.trust_commit {
+                tracing::warn!(flag = %flag, "--trust-commit ignored: this cluster has a signed report of its own");
             }
-            None => Recovery::Nothing,
+            self.recovered(commit, head, "recovered from this cluster's signed reports")
+                .await;
+            return Recovery::Found(commit, None);
+        }
+        let named = self
+            .trust_annotation
+            .clone()
+            .map(|v| (v, true))
+            .or_else(|| self.cfg.trust_commit.clone().map(|v| (v, false)));
+        if let Some((value, annotated)) = named {
+            return match self.named(&value, head).await {
+                Ok(commit) => {
+                    self.recovered(commit, head, "named by a person").await;
+                    Recovery::Found(commit, annotated.then_some(value))
+                }
+                Err(r) => {
+                    // Read the annotation again next time: the person may correct it.
+                    self.trust_annotation = None;
+                    Recovery::Refused(r)
+                }
+            };
+        }
+        Recovery::Nothing
+    }
+
+    /// Remove the trust annotation that says `value`, used or ignored, and
+    /// say so; a failure leaves it, and it is tried again next time.
+    async fn consume_annotation(&mut self, value: &str, how: &str) {
+        match self
+            .status_object
+            .remove_annotation(recover::TRUST_ANNOTATION, value)
+            .await
+        {
+            Ok(()) => {
+                self.trust_annotation = None;
+                self.events
+                    .on_status(
+                        Severity::Normal,
+                        "TrustCommitConsumed",
+                        "Recover",
+                        format!("{} removed ({how})", recover::TRUST_ANNOTATION),
+                    )
+                    .await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot remove the {} annotation", recover::TRUST_ANNOTATION)
+            }
         }
     }
 
@@ -339,11 +411,11 @@ impl<B: ClusterBackend> Acting<B> {
             .await;
     }
 
-    /// The commit a person named with [`recover::TRUST_ANNOTATION`], if it
-    /// may be the starting point: its full id, on the tracked branch, then
-    /// admitted as any head without a base is (trust, config, gate), unless
-    /// every selected node already runs its version (it moves nothing).
-    async fn annotated(&mut self, named: &str, head: Oid) -> Result<Oid, Refusal> {
+    /// The commit a person named, if it may be the starting point: its full
+    /// id, on the tracked branch, then admitted by `crate::admit::admit_named`
+    /// (trusted from it, judged by the head's policy, the gate unless every
+    /// selected node already runs its version).
+    async fn named(&mut self, named: &str, head: Oid) -> Result<Oid, Refusal> {
         let src = self.source.clone();
         let (value, branch) = (named.to_owned(), self.cfg.source.branch.clone());
         let found = blocking(move || {
@@ -372,11 +444,11 @@ impl<B: ClusterBackend> Acting<B> {
             return Err(r);
         }
         let store = self.store_state().await;
-        let adopt = match self.load_active(commit).await {
-            Some(a) => self.nodes_at(&a.env).await,
-            None => false,
+        let nodes = match self.load_active(commit).await {
+            Some(a) => self.nodes_view(&a.env).await,
+            None => None,
         };
-        match self.evaluate(commit, None, adopt).await {
+        match self.evaluate_named(commit, head, nodes).await {
             Verdict::Accept { .. } => Ok(commit),
             Verdict::Refuse(r) => {
                 self.keep(commit, None, store, &r);
@@ -387,16 +459,22 @@ impl<B: ClusterBackend> Acting<B> {
 
     /// Whether every selected node of `env` already runs its version.
     async fn nodes_at(&mut self, env: &EnvConfig) -> bool {
+        self.nodes_view(env).await.is_some_and(|(all, _)| all)
+    }
+
+    /// Whether every selected node of `env` already runs its version, and
+    /// the highest version a selected node runs; `None` when the cluster
+    /// cannot be observed.
+    async fn nodes_view(&mut self, env: &EnvConfig) -> Option<(bool, Option<semver::Version>)> {
         if !self.ensure_cluster(env).await {
-            return false;
+            return None;
         }
-        match &self.connected {
-            Some((_, c)) => match c.cluster.observe().await {
-                Ok(nodes) => recover::adoptable(&nodes, &env.version),
-                Err(_) => false,
-            },
-            None => false,
-        }
+        let (_, c) = self.connected.as_ref()?;
+        let nodes = c.cluster.observe().await.ok()?;
+        Some((
+            recover::adoptable(&nodes, &env.version),
+            recover::highest(&nodes),
+        ))
     }
 
     /// No trusted state: adopt the head when every selected node already
@@ -408,7 +486,23 @@ impl<B: ClusterBackend> Acting<B> {
             None => false,
         };
         if adoptable {
-            return self.evaluate(head, None, true).await;
+            return match self.evaluate(head, None, true).await {
+                // The history does not verify from its first commit (a
+                // forge's first push is unsigned): say how to name one.
+                Verdict::Refuse(mut r) if r.refused.stage == "trust" => {
+                    r.refused.message = format!(
+                        "{}; to start from a commit you reviewed instead (it and its \
+                         ancestors are trusted, every later commit is verified): kubectl -n {} \
+                         annotate droverstatus {} {}=<full commit id>",
+                        r.refused.message,
+                        self.cfg.namespace,
+                        self.cfg.status_name,
+                        recover::TRUST_ANNOTATION
+                    );
+                    Verdict::Refuse(r)
+                }
+                v => v,
+            };
         }
         Verdict::Refuse(Refusal {
             refused: Refused {
@@ -467,6 +561,34 @@ impl<B: ClusterBackend> Acting<B> {
         applied: Option<Oid>,
         adopt: bool,
     ) -> impl Future<Output = Verdict> + Send + 'static {
+        let how = match (adopt, applied) {
+            (true, _) => How::Adopt,
+            (false, applied) => How::Span(applied),
+        };
+        self.admit(head, how)
+    }
+
+    /// The commit a person named, `named`, with `head` fetched
+    /// (`crate::admit::admit_named`), given the nodes as `nodes_view` saw them.
+    fn evaluate_named(
+        &self,
+        named: Oid,
+        head: Oid,
+        nodes: Option<(bool, Option<semver::Version>)>,
+    ) -> impl Future<Output = Verdict> + Send + 'static {
+        let (adopt, highest) = nodes.unwrap_or((false, None));
+        self.admit(
+            named,
+            How::Named {
+                head,
+                adopt,
+                highest,
+            },
+        )
+    }
+
+    /// `commit` through the admission `how` says.
+    fn admit(&self, head: Oid, how: How) -> impl Future<Output = Verdict> + Send + 'static {
         self.metrics.admissions.inc();
         let src = self.source.clone();
         let env_name = self.cfg.env.clone();
@@ -513,10 +635,24 @@ impl<B: ClusterBackend> Acting<B> {
                 },
                 first_seen: &first_seen,
             };
-            let admitted = if adopt {
-                crate::admit::admit_adoption(repo, head, &env_name, &trusted, now)
-            } else {
-                crate::admit::admit_head(repo, applied, head, &env_name, &trusted, now)
+            let admitted = match &how {
+                How::Adopt => crate::admit::admit_adoption(repo, head, &env_name, &trusted, now),
+                How::Span(applied) => {
+                    crate::admit::admit_head(repo, *applied, head, &env_name, &trusted, now)
+                }
+                How::Named {
+                    head: fetched,
+                    adopt,
+                    highest,
+                } => crate::admit::admit_named(
+                    repo,
+                    head,
+                    *fetched,
+                    &env_name,
+                    &trusted,
+                    (*adopt, highest.as_ref()),
+                    now,
+                ),
             };
             match admitted {
                 Ok(a) => {
@@ -557,6 +693,20 @@ impl<B: ClusterBackend> Acting<B> {
                 .unwrap_or_else(|| refuse2("trust", "error", "the check task failed".into(), None))
         }
     }
+}
+
+/// Which admission a commit goes through.
+enum How {
+    /// The one judgement of the span from the applied commit (`None`: none).
+    Span(Option<Oid>),
+    /// Adoption: trust over the whole history and a valid config.
+    Adopt,
+    /// A commit a person named, with the fetched `head` whose policy judges it.
+    Named {
+        head: Oid,
+        adopt: bool,
+        highest: Option<semver::Version>,
+    },
 }
 
 /// The agent's refusal of `commit` from the admission's rejection.

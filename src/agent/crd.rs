@@ -445,6 +445,31 @@ impl StatusObject {
         Ok(())
     }
 
+    /// Remove the annotation `key` (a named trust commit, once used or
+    /// ignored: docs/design.md §6), if the object still has it with `value`.
+    pub async fn remove_annotation(&self, key: &str, value: &str) -> Result<(), Error> {
+        let obj = self.bounded(self.api.get(&self.name)).await?;
+        let current = obj.metadata.annotations.as_ref().and_then(|a| a.get(key));
+        if current.map(String::as_str) != Some(value) {
+            return Ok(());
+        }
+        // The resourceVersion makes it conditional: a person's newer value stays.
+        let patch = serde_json::json!({ "metadata": {
+            "resourceVersion": obj.metadata.resource_version,
+            "annotations": { key: null },
+        } });
+        self.bounded(self.api.patch(
+            &self.name,
+            &PatchParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..Default::default()
+            },
+            &Patch::Merge(&patch),
+        ))
+        .await?;
+        Ok(())
+    }
+
     /// Yields whenever a follower asks for a fetch ([`Self::request_fetch`]):
     /// whenever the request stamp differs from the last one seen, starting
     /// from `seen`, the stamp on the object when the caller last read it.

@@ -103,6 +103,10 @@ pub struct AgentConfig {
     pub source: SourceConfig,
     /// How much history must be signed.
     pub verify: trust::Mode,
+    /// `--trust-commit`: the commit a person names to start from when there
+    /// is neither an applied commit nor a signed report of the agent's own
+    /// (`recover`; the `drover.dev/trust-commit` annotation wins over it).
+    pub trust_commit: Option<String>,
     /// Allowed-signers file (git's SSH format); re-read for every new head.
     pub allowed_signers: Option<PathBuf>,
     /// Armored OpenPGP public keys (e.g. the forge's merge-button key);
@@ -186,6 +190,7 @@ impl AgentConfig {
             identity: default_identity(),
             source: SourceConfig::new(url, cache_dir),
             verify: trust::Mode::All,
+            trust_commit: None,
             allowed_signers: None,
             openpgp_keys: None,
             status_branch: None,

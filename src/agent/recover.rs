@@ -1,21 +1,23 @@
 //! State that survives (docs/design.md §6): where the agent's last applied
-//! commit comes from when the `DroverStatus` object does not hold it.
-//!
-//! In order:
-//! 1. a person's word: the annotation [`TRUST_ANNOTATION`] on the status
-//!    object names the commit to trust (`kubectl annotate`). It must be the
-//!    full object id of a commit on the tracked branch ([`annotated_commit`]),
-//!    and that commit is then admitted like any other: signed by an allowed
-//!    signer, a valid config, and past the gate unless every selected node
-//!    already runs the version it pins (then it moves nothing, as in 3.);
-//! 2. the agent's own signed reports on the status branch: every report
+//! commit comes from when the `DroverStatus` object does not hold it, by
+//! the one rule of `crate::admit::bootstrap` (which `drover doctor` runs
+//! too). In order:
+//! 1. the agent's own signed reports on the status branch: every report
 //!    carries the config commit the agent was applying, and only a report
-//!    signed by this agent's own key (as `<env>/<cluster>`) counts;
+//!    signed by this agent's own key (as `<env>/<cluster>`) counts; a
+//!    commit a person named meanwhile is ignored, with a Warning Event, and
+//!    the annotation removed;
+//! 2. a person's word: the annotation [`TRUST_ANNOTATION`] on the status
+//!    object (`kubectl annotate`), or `--trust-commit`, names the commit to
+//!    start from: it and its ancestors are trusted, the commits after it
+//!    verified, and it is judged by the head's policy
+//!    (`crate::admit::admit_named`); applied, the annotation is removed;
 //! 3. adoption: when every selected node already runs the version the head
-//!    pins, the head moves nothing and is applied without the gate.
+//!    pins, and the head's whole history verifies, the head moves nothing
+//!    and is applied without the gate.
 //!
 //! With none of these the agent applies nothing and says which command
-//! confirms a commit.
+//! names a commit.
 
 use crate::cluster::NodeView;
 use crate::source::seen::StatusSeen;
@@ -25,58 +27,9 @@ use git2::{Oid, Repository};
 use semver::Version;
 use ssh_key::PrivateKey;
 
-/// Annotation on the `DroverStatus` object by which a person names the
-/// commit to trust when the agent has no last applied commit.
-pub const TRUST_ANNOTATION: &str = "drover.dev/trust-commit";
-
-/// Most first-parent commits searched for the annotated commit: the tracked
-/// branch's last 100,000 commits, far more than any fleet's config history
-/// holds between two losses of the agent's state.
-pub const MAX_TRUST_WALK: usize = 100_000;
-
-/// The commit a [`TRUST_ANNOTATION`] value names, if it may be trusted as a
-/// starting point at all: its full object id (no revspec such as `HEAD` or
-/// `main~3`, which would follow whatever the repository says now), of a
-/// commit on the first-parent history of the fetched `head` of `branch`
-/// (not a commit of another branch or one the cache holds for another
-/// reason). Its signature and config are the admission's to check.
-pub fn annotated_commit(
-    repo: &Repository,
-    value: &str,
-    head: Oid,
-    branch: &str,
-) -> Result<Oid, String> {
-    let value = value.trim();
-    let full = value.len() == 40 && value.bytes().all(|b| b.is_ascii_hexdigit());
-    let oid = match Oid::from_str(value) {
-        Ok(o) if full => o,
-        _ => {
-            return Err(format!(
-                "{TRUST_ANNOTATION} must name a commit by its full 40-hex object id                  (git rev-parse <commit>), not {value:?}"
-            ))
-        }
-    };
-    if repo.find_commit(oid).is_err() {
-        return Err(format!(
-            "{TRUST_ANNOTATION} names {oid}, which is not a commit of the fetched repository"
-        ));
-    }
-    let mut c = repo.find_commit(head).map_err(|e| e.to_string())?;
-    for _ in 0..MAX_TRUST_WALK {
-        if c.id() == oid {
-            return Ok(oid);
-        }
-        match c.parent(0) {
-            Ok(p) => c = p,
-            Err(_) => break,
-        }
-    }
-    Err(format!(
-        "{TRUST_ANNOTATION} names {oid}, which is not on {branch} (the first-parent history \
-         of the fetched head {}, searched {MAX_TRUST_WALK} commits deep)",
-        &head.to_string()[..12]
-    ))
-}
+pub use crate::admit::bootstrap::{
+    named_commit as annotated_commit, MAX_TRUST_WALK, TRUST_ANNOTATION,
+};
 
 /// The allowed signers that accept exactly this agent's own reports.
 pub fn own_signers(key: &PrivateKey, env: &str, cluster: &str) -> Option<AllowedSigners> {
@@ -168,12 +121,18 @@ pub fn adoptable(nodes: &[NodeView], version: &Version) -> bool {
             .all(|n| n.ready && n.version.as_ref() == Some(version))
 }
 
+/// The highest version a selected node runs, if any runs a known one.
+pub fn highest(nodes: &[NodeView]) -> Option<Version> {
+    nodes.iter().filter_map(|n| n.version.clone()).max()
+}
+
 /// The message of a refusal for want of any trusted state.
 pub fn no_trusted_state(namespace: &str, status_name: &str, head: &str) -> String {
     format!(
         "no last applied commit: the DroverStatus object holds none, this cluster has no signed report, \
-         and its nodes do not all run the pinned version; nothing is applied until a person confirms \
-         a commit: kubectl -n {namespace} annotate droverstatus {status_name} {TRUST_ANNOTATION}=<commit> \
-         (the head is {head})"
+         and its nodes do not all run the pinned version or the history does not verify from its first \
+         commit; nothing is applied until a person names a commit to trust (it and its ancestors are \
+         trusted, every later commit is verified): kubectl -n {namespace} annotate droverstatus \
+         {status_name} {TRUST_ANNOTATION}=<full commit id> (the head is {head})"
     )
 }

@@ -54,6 +54,12 @@ pub struct Args {
     /// Signature check: off, head or all.
     #[arg(long, env = "DROVER_VERIFY")]
     pub verify: Option<String>,
+    /// The commit to trust (its full id) when the agent has neither an
+    /// applied commit nor a signed report of its own: it and its ancestors
+    /// are trusted, every later commit is verified (as the
+    /// drover.dev/trust-commit annotation, which wins over it).
+    #[arg(long, env = "DROVER_TRUST_COMMIT")]
+    pub trust_commit: Option<String>,
     /// Allowed-signers file (git's SSH format), mounted from a Secret.
     #[arg(long, env = "DROVER_ALLOWED_SIGNERS")]
     pub allowed_signers: Option<PathBuf>,
@@ -164,6 +170,7 @@ impl Args {
             status_branch: self.status_branch.or(f.status_branch),
             cache_dir: self.cache_dir.or(f.cache_dir),
             verify: self.verify.or(f.verify),
+            trust_commit: self.trust_commit.or(f.trust_commit),
             allowed_signers: self.allowed_signers.or(f.allowed_signers),
             openpgp_keys: self.openpgp_keys.or(f.openpgp_keys),
             git_token_file: self.git_token_file.or(f.git_token_file),
@@ -222,6 +229,7 @@ impl Args {
         }
         cfg.allowed_signers = self.allowed_signers.clone();
         cfg.openpgp_keys = self.openpgp_keys.clone();
+        cfg.trust_commit = self.trust_commit.clone().filter(|c| !c.trim().is_empty());
         if let Some(k) = &self.status_signing_key {
             cfg.publish = PublishOptions::default().with_signing_key_file(k)?;
         }

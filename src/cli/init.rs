@@ -110,11 +110,22 @@ fn next_steps(out: &Output, args: &Args) -> String {
     if out.git_init {
         s.push_str("  ran git init (branch main)\n");
     }
+    let last = args.envs.last().map_or("production", String::as_str);
     s.push_str(&format!(
         "next:\n  1. name your clusters under [clusters] in {ROOT_FILE} (one placeholder each now)\n  \
          2. add each cluster's report key to {SIGNERS_FILE} (the file says how)\n  \
-         3. git add -A && git commit -m \"Start the config repository\" and push it\n  \
-         4. bump `version` in {ENV_DIR}/{first}.toml in a pull request; CI runs \
+         3. sign your commits: the agents verify every commit (verify = \"all\") against the\n     \
+         keys of their allowed-signers Secret (docs/install.md, step 2), so list yours there:\n       \
+         git config gpg.format ssh\n       \
+         git config user.signingkey ~/.ssh/id_ed25519.pub\n       \
+         git config commit.gpgsign true\n  \
+         4. git add -A && git commit -m \"Start the config repository\" and push it\n  \
+         5. install the agent in each cluster (docs/install.md); once it runs, name the commit\n     \
+         you reviewed as the one to trust (a forge's first push may be unsigned: it and\n     \
+         everything before it are trusted, every later commit is verified), for example:\n       \
+         kubectl -n drover-system annotate droverstatus {last}-{last}-1 \\\n         \
+         drover.dev/trust-commit=$(git rev-parse origin/main)\n  \
+         6. bump `version` in {ENV_DIR}/{first}.toml in a pull request; CI runs \
          `drover check --base origin/main`\n"
     ));
     s

@@ -633,7 +633,7 @@ async fn without_any_trusted_state_nothing_is_applied_until_a_person_confirms() 
     let msg = st.refused.unwrap().message;
     assert!(
         msg.contains(&format!(
-            "kubectl -n {} annotate droverstatus notrust drover.dev/trust-commit=<commit>",
+            "kubectl -n {} annotate droverstatus notrust drover.dev/trust-commit=<full commit id>",
             ns.name()
         )),
         "{msg}"

@@ -6,6 +6,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod agent_bootstrap;
 mod agent_bottlerocket;
 mod agent_conditions;
 mod agent_doctor;

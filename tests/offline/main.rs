@@ -50,6 +50,7 @@ mod status_foreign_refs;
 mod status_store;
 mod terminal_escape;
 mod timeline_readback;
+mod trust_differential;
 mod waves_props;
 mod windows_cli;
 mod windows_differential;
