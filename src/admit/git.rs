@@ -192,7 +192,11 @@ static RECENT: std::sync::Mutex<std::collections::VecDeque<(Oid, Loaded)>> =
     std::sync::Mutex::new(std::collections::VecDeque::new());
 
 /// [`snapshot`], through [`RECENT`].
-fn snapshot_recent(repo: &Repository, commit: Oid, now: DateTime<Utc>) -> Result<Loaded, Error> {
+pub(super) fn snapshot_recent(
+    repo: &Repository,
+    commit: Oid,
+    now: DateTime<Utc>,
+) -> Result<Loaded, Error> {
     let recent = || RECENT.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, hit)) = recent().iter().find(|(c, _)| *c == commit) {
         return Ok(hit.clone());
@@ -577,7 +581,7 @@ fn judge_span_with(
 }
 
 /// `drover check --base REV`: the one judgement ([`judge_span`]) of the
-/// span from `base` to what HEAD would land on it ([`landed`]: HEAD itself
+/// span from `base` to what HEAD would land on it (`super::merge::landed`: HEAD itself
 /// when it descends from `base`, else the merge of the two) in the
 /// repository at `repo_path`; each refusal is a diagnostic at the `version`
 /// key.
@@ -587,7 +591,7 @@ pub fn check_base(repo_path: &Path, base: &str, now: DateTime<Utc>) -> Result<Ch
     let base = commit_of(&repo, base)?;
     let tip = commit_of(&repo, "HEAD")?;
     let mut out = ChangeReport::default();
-    let head = match landed(&repo, base, tip, base_name)? {
+    let head = match super::merge::landed(&repo, base, tip, base_name)? {
         Ok(head) => head,
         Err(refused) => {
             out.diagnostics = refused;
@@ -647,76 +651,6 @@ pub fn check_base(repo_path: &Path, base: &str, now: DateTime<Utc>) -> Result<Ch
     }
     evidence_sources(&repo, policy, &mut ev, &mut out)?;
     Ok(out)
-}
-
-/// What a pull request at `tip` would land on `base`: `tip` itself when it
-/// descends from `base` (a fast-forward), `base` when `tip` is behind it
-/// with nothing of its own, else the merge of the two computed in memory
-/// (as `git merge-tree` does: the trees and the merge commit go to an
-/// in-memory object database, nothing is written to the repository). A
-/// merge that conflicts is refused, one diagnostic per conflicting file,
-/// since what would land cannot be known until the branch is rebased.
-fn landed(
-    repo: &Repository,
-    base: Oid,
-    tip: Oid,
-    base_name: &str,
-) -> Result<Result<Oid, Vec<Diagnostic>>, Error> {
-    if tip == base || repo.graph_descendant_of(tip, base)? {
-        return Ok(Ok(tip));
-    }
-    if repo.graph_descendant_of(base, tip)? {
-        return Ok(Ok(base));
-    }
-    if repo.merge_base(base, tip).is_err() {
-        return Ok(Err(vec![Diagnostic::file(
-            ROOT_FILE,
-            format!(
-                "HEAD and {base_name} share no history, so there is no change to judge: \
-                 run drover check --base with the branch the pull request goes into"
-            ),
-        )]));
-    }
-    // Highest priority: every object the merge writes goes to memory.
-    repo.odb()?.add_new_mempack_backend(1000)?;
-    let (b, t) = (repo.find_commit(base)?, repo.find_commit(tip)?);
-    let mut index = repo.merge_commits(&b, &t, None)?;
-    if index.has_conflicts() {
-        let mut files: Vec<String> = index
-            .conflicts()?
-            .filter_map(Result::ok)
-            .filter_map(|c| c.our.or(c.their).or(c.ancestor))
-            .map(|e| String::from_utf8_lossy(&e.path).into_owned())
-            .collect();
-        files.dedup();
-        return Ok(Err(files
-            .into_iter()
-            .take(20)
-            .map(|f| {
-                Diagnostic::file(
-                    f.clone(),
-                    format!(
-                        "HEAD does not merge cleanly into {base_name}: {f} changed on both \
-                         sides, so what the pull request would land is unknown; rebase the \
-                         branch onto {base_name} (or merge {base_name} into it), resolve, and \
-                         run again"
-                    ),
-                )
-            })
-            .collect()));
-    }
-    let tree = repo.find_tree(index.write_tree_to(repo)?)?;
-    let when = git2::Time::new(t.committer().when().seconds(), 0);
-    let who = git2::Signature::new("drover", "drover@localhost", &when)?;
-    let merged = repo.commit(
-        None,
-        &who,
-        &who,
-        &format!("what {tip:.10} would land on {base_name}"),
-        &tree,
-        &[&b, &t],
-    )?;
-    Ok(Ok(merged))
 }
 
 /// Fill `out.status` and `out.sources` for the decisions that read status
@@ -1022,126 +956,4 @@ pub fn admit_adoption(
         Ok(Err(d)) => Err(reject(Stage::Config, "invalid", first_five(&d))),
         Err(e) => Err(reject(Stage::Gate, "error", e.to_string())),
     }
-}
-
-/// What `env`'s clusters reported for `version`, read by the one reader
-/// (the status store) by the policy in force at `applied`, the agent's last
-/// applied commit: the wave gate's evidence (`crate::gate::wave`), as
-/// `own` (a cluster of `env`, whose own branch does not hold the others;
-/// `None` for a reader outside the environment) reads it. Held when the
-/// applied commit's config cannot be read: nothing says which branches to
-/// read.
-pub fn env_evidence(
-    repo: &Repository,
-    applied: Oid,
-    env: &str,
-    own: Option<&str>,
-    version: &Version,
-    now: DateTime<Utc>,
-) -> Result<crate::gate::wave::EnvEvidence, Error> {
-    let snap = match snapshot_recent(repo, applied, now)? {
-        Ok(s) => s,
-        Err(d) => {
-            return Ok(crate::gate::wave::EnvEvidence {
-                held: Some(format!(
-                    "the config of the applied commit {applied:.10} cannot be read ({}), so \
-                     nothing says which status branches to read",
-                    d.first().map(ToString::to_string).unwrap_or_default()
-                )),
-                ..Default::default()
-            })
-        }
-    };
-    let mut evidence = GitEvidence::new(repo, applied, now);
-    // The wave gate weighs `env`'s own clusters only: their branches are read.
-    let conf = evidence.confirmations_of(&snap.policy, &BTreeSet::from([env.to_owned()]))?;
-    Ok(evidence_of(
-        conf,
-        snap.config.clusters(env),
-        env,
-        own,
-        version,
-    ))
-}
-
-/// The wave gate's evidence for `env`'s `clusters` and `version` out of
-/// what the one reader found: standing confirmations, standing failures,
-/// each cluster's newest trusted report of the version, why a cluster has
-/// no confirmation, and whether the environment's evidence is held (but
-/// for `own`'s branch).
-pub fn evidence_of(
-    conf: &Confirmations,
-    clusters: &[String],
-    env: &str,
-    own: Option<&str>,
-    version: &Version,
-) -> crate::gate::wave::EnvEvidence {
-    let mut out = crate::gate::wave::EnvEvidence {
-        confirmed: conf.for_version(env, version),
-        held: conf.held(env, own),
-        ..Default::default()
-    };
-    for c in clusters {
-        if let Some(l) = conf.latest(env, c, version) {
-            out.latest.insert(c.clone(), (l.at, l.failed));
-        }
-    }
-    for (c, f) in conf.failures(env, version) {
-        out.failed.insert(
-            c,
-            crate::gate::wave::Failure {
-                at: f.at,
-                message: f.message,
-            },
-        );
-    }
-    for c in clusters {
-        if !out.confirmed.contains_key(c) {
-            if let Some(why) = conf.why_not(env, c, version) {
-                out.notes.insert(c.clone(), why);
-            }
-        }
-    }
-    out
-}
-
-/// The status branches an agent of `env`/`cluster` reads, and so fetches,
-/// as the configs at `heads` (its applied commit, its last fetched head)
-/// list them: the clusters of `env`
-/// and of the environment below it in each one's chain, and always
-/// `env`/`cluster` itself (what recovery reads before anything is applied).
-pub fn status_scope(
-    repo: &git2::Repository,
-    heads: &[Option<git2::Oid>],
-    env: &str,
-    cluster: &str,
-) -> crate::status::Listed {
-    let mut out = crate::status::Listed::new();
-    let mut add = |e: &str, c: &str| {
-        let have = out.entry(e.to_owned()).or_default();
-        if !have.iter().any(|h| h == c) {
-            have.push(c.to_owned());
-        }
-    };
-    add(env, cluster);
-    for head in heads.iter().flatten() {
-        let Ok(files) = crate::config::GitTreeFiles::at_rev(repo, &head.to_string()) else {
-            continue;
-        };
-        let Ok(cfg) = crate::config::load(&files) else {
-            continue;
-        };
-        let chain = &cfg.root.chain;
-        let lower = chain
-            .iter()
-            .position(|e| e == env)
-            .and_then(|i| i.checked_sub(1))
-            .map(|i| chain[i].clone());
-        for e in std::iter::once(env.to_owned()).chain(lower) {
-            for c in cfg.root.clusters.get(&e).into_iter().flatten() {
-                add(&e, c);
-            }
-        }
-    }
-    out
 }

@@ -34,8 +34,10 @@
 //! weaken the gate, as said above.
 
 pub mod bootstrap;
+mod evidence;
 pub mod git;
 mod history;
+mod merge;
 
 use crate::config::{Evidence, RepoConfig, Revoked};
 use crate::gate::{
@@ -49,10 +51,11 @@ use std::time::Duration;
 pub use bootstrap::{
     admit_named, check_trust, named_commit, trust_base, TrustBase, TrustInputs, TRUST_ANNOTATION,
 };
+pub use evidence::{env_evidence, evidence_of, status_scope};
 pub use git::{
-    admit_adoption, admit_head, at_promotion_key, check_base, check_report_signers, env_evidence,
-    evidence_of, judge_span, snapshot, status_scope, Admitted, ChangeReport, ConfirmationSource,
-    EnvVerdict, GitEvidence, Judged, Judgement, Rejection, Snapshot, Stage, StatusRead, TrustCheck,
+    admit_adoption, admit_head, at_promotion_key, check_base, check_report_signers, judge_span,
+    snapshot, Admitted, ChangeReport, ConfirmationSource, EnvVerdict, GitEvidence, Judged,
+    Judgement, Rejection, Snapshot, Stage, StatusRead, TrustCheck,
 };
 pub use history::{lower_history, HistoryError};
 

@@ -136,3 +136,112 @@ pub fn no_trusted_state(namespace: &str, status_name: &str, head: &str) -> Strin
          {status_name} {TRUST_ANNOTATION}=<full commit id> (the head is {head})"
     )
 }
+
+/// What the agent has recorded that bears on where its trust starts: its
+/// last applied commit and a commit a person named, from its `DroverStatus`
+/// (none when there is none yet).
+#[derive(Debug, Clone, Default)]
+pub struct AgentState {
+    /// `status.lastAppliedCommit`.
+    pub applied: Option<String>,
+    /// The `drover.dev/trust-commit` annotation.
+    pub annotation: Option<String>,
+}
+
+/// The agent's own trust check of the fetched `head` (`crate::admit`: where
+/// trust starts, by the one rule, then every commit after it), as `drover
+/// doctor` runs it, on what the
+/// agent has recorded (`state`) and would find (its own signed reports):
+/// the message of a pass, or the refusal (its reason code, as the agent
+/// gives it, the message, what to do). `drover doctor` and the agent run
+/// the same functions, so they cannot disagree.
+pub fn trust_verdict(
+    cfg: &super::AgentConfig,
+    state: &AgentState,
+    repo: &git2::Repository,
+    head: git2::Oid,
+    signers: crate::trust::Signers<'_>,
+) -> Result<String, TrustRefusal> {
+    let own = cfg
+        .publish
+        .signing_key
+        .as_ref()
+        .and_then(|k| own_signers(k, &cfg.env, &cfg.cluster));
+    let own_report = own.as_ref().and_then(|own| {
+        let config = crate::config::GitTreeFiles::at_rev(repo, &head.to_string())
+            .ok()
+            .and_then(|f| crate::config::load(&f).ok());
+        let branch = config.map_or_else(
+            || cfg.source.status_branch.clone(),
+            |c| c.root.status_branch,
+        );
+        from_own_reports(
+            repo,
+            &branch,
+            &cfg.env,
+            &cfg.cluster,
+            own,
+            chrono::Utc::now(),
+        )
+    });
+    let named = state.annotation.as_deref().or(cfg.trust_commit.as_deref());
+    let inputs = crate::admit::TrustInputs {
+        applied: state
+            .applied
+            .as_deref()
+            .and_then(|c| git2::Oid::from_str(c).ok()),
+        own_report,
+        named,
+        branch: &cfg.source.branch,
+    };
+    let annotate = format!(
+        "kubectl -n {} annotate droverstatus {} {}=<full commit id>",
+        cfg.namespace,
+        cfg.status_name,
+        crate::admit::TRUST_ANNOTATION
+    );
+    let base = crate::admit::trust_base(repo, head, &inputs).map_err(|r| TrustRefusal {
+        code: r.code.clone(),
+        message: format!("the agent would refuse the head: {r}"),
+        fix: format!("name a commit of the tracked branch by its full id: {annotate}"),
+    })?;
+    let now = chrono::Utc::now().timestamp();
+    let first_seen = |_| now;
+    let trusted = crate::admit::TrustCheck {
+        mode: cfg.verify,
+        signers,
+        first_seen: &first_seen,
+    };
+    match crate::admit::check_trust(repo, base, head, &trusted) {
+        Ok(checked) => Ok(format!(
+            "trust starts at {base}; {} commit(s) verified up to the head{}",
+            checked.checked,
+            checked
+                .head_signer
+                .map(|v| format!(", signed by {} ({})", v.principal, v.fingerprint))
+                .unwrap_or_default()
+        )),
+        Err(r) => Err(TrustRefusal {
+            code: r.code.clone(),
+            message: format!("trust starts at {base}, and the agent would refuse the head: {r}"),
+            fix: match base {
+                crate::admit::TrustBase::Root => format!(
+                    "sign the branch's commits with a listed key (or list the key that signs \
+                     them), or name a commit you reviewed to start from: {annotate}"
+                ),
+                _ => "sign the commits after it with a listed key, or list the key that signs them (allowed_signers, or the OpenPGP keys for a forge's merge button)".into(),
+            },
+        }),
+    }
+}
+
+/// Why the agent would refuse the head at its trust check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrustRefusal {
+    /// The reason code the agent gives (`unsigned`, `trust_commit`, ...).
+    pub code: String,
+    /// What doctor says.
+    pub message: String,
+    /// What to do.
+    pub fix: String,
+}

@@ -1,6 +1,7 @@
 //! `drover doctor`'s trust check against the agent's (docs/design.md §6,
 //! one bootstrap rule): for every trust case, doctor's `signature` verdict
-//! (`drover::cli::doctor::trust_verdict`, on what the agent recorded and
+//! (`drover::agent::recover::trust_verdict`, which doctor's `signature`
+//! check calls, on what the agent recorded and
 //! would find) equals the agent's: its trust stage, through the entry
 //! points the agent calls in the order it calls them (its own signed
 //! report, else a named commit, else adoption from the first commit; its
@@ -13,8 +14,8 @@
 
 use crate::support::git::*;
 use drover::admit::{self, TrustCheck};
+use drover::agent::recover::{trust_verdict, AgentState};
 use drover::agent::AgentConfig;
-use drover::cli::doctor::{trust_verdict, AgentState};
 use drover::status::{PublishOptions, StatusReport};
 use drover::trust::{AllowedSigners, Mode, OpenPgpKeys, Signers};
 use git2::{Oid, Repository};
