@@ -401,6 +401,13 @@ impl Source {
     /// Fetch the tracked branch and the status branch. Only the fetched refs
     /// move; [`Source::current`] is untouched until [`Source::accept`].
     pub fn fetch(&self) -> Result<FetchResult, Error> {
+        let fetched = self.fetch_head()?;
+        self.record_status_seen();
+        Ok(fetched)
+    }
+
+    /// [`Source::fetch`] without recording when the status branches moved.
+    fn fetch_head(&self) -> Result<FetchResult, Error> {
         let branch_ref = format!("refs/heads/{}", self.cfg.branch);
         // The head lands in a ref of its own first, gone before the fetch,
         // so that a branch the remote no longer has is told apart from an
@@ -422,7 +429,6 @@ impl Source {
             .reference(FETCHED_REF, head, true, "drover: fetched")?;
         self.repo.find_reference(FETCHING_REF)?.delete()?;
         self.record_seen(head);
-        self.record_status_seen();
         Ok(FetchResult {
             head,
             status_tip: self.status_tip(),
@@ -441,12 +447,16 @@ impl Source {
     ) -> Result<FetchResult, Error> {
         let before = scope(&self.repo, self.fetched());
         self.set_status_scope(before.clone());
-        let fetched = self.fetch()?;
+        let mut fetched = self.fetch_head()?;
         let after = scope(&self.repo, Some(fetched.head));
         if after != before {
             self.set_status_scope(after);
-            self.fetch_status()?;
+            self.fetch_refspecs(&self.status_refspecs())?;
+            fetched.status_tip = self.status_tip();
         }
+        // One record of when the status branches moved, after both: what a
+        // first fetch brings in two steps is all there when the agent starts.
+        self.record_status_seen();
         Ok(fetched)
     }
 
