@@ -190,14 +190,24 @@ fn collect(
             .as_ref()
             .map(|c| admit::evidence_of(c, cfg.clusters(&env.name), &env.name, None, &env.version));
         let empty = wave::EnvEvidence::default();
+        // Each cluster as its agent reads it: its own branch holds nothing.
         let gate_of = |c: &str| {
+            let own = verified.as_ref().map(|conf| {
+                admit::evidence_of(
+                    conf,
+                    cfg.clusters(&env.name),
+                    &env.name,
+                    Some(c),
+                    &env.version,
+                )
+            });
             wave::judge(&wave::WaveRequest {
                 env: &env.name,
                 cluster: c,
                 version: &env.version,
                 waves: &waves,
                 failure_budget: env.rollout.failure_budget,
-                evidence: evidence_env.as_ref().unwrap_or(&empty),
+                evidence: own.as_ref().unwrap_or(&empty),
                 now,
             })
         };
