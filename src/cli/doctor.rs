@@ -667,7 +667,17 @@ fn check_git(
     let mut source_cfg: SourceConfig = cfg.source.clone();
     source_cfg.cache_dir = cache.path().join("cache");
     source_cfg.timeout = timeout;
-    let fetched = Source::open(source_cfg).and_then(|s| s.fetch().map(|f| (s, f)));
+    // The agent's fetch: its status branches by name, as its scope says.
+    let applied = state
+        .applied
+        .as_deref()
+        .and_then(|c| git2::Oid::from_str(c).ok());
+    let fetched = Source::open(source_cfg).and_then(|mut s| {
+        s.fetch_scoped(|repo, head| {
+            crate::admit::status_scope(repo, &[applied, head], &cfg.env, &cfg.cluster)
+        })
+        .map(|f| (s, f))
+    });
     let (source, fetched) = match fetched {
         Ok(x) => x,
         Err(e) => {
