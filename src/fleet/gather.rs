@@ -82,7 +82,12 @@ fn collect(
 ) -> Result<Fleet, Error> {
     let as_of = at.is_some();
     let envs = envs(cfg, only);
-    let store = status::find_store(repo, &cfg.root.status_branch)?;
+    let mut store = status::find_store(repo, &cfg.root.status_branch)?;
+    // Asked about a past instant: the store as it was then.
+    let mut written_later = 0;
+    if as_of {
+        (store, written_later) = rewound(repo, cfg, &store, now)?;
+    }
     let mut warnings = Vec::new();
     let head = match at {
         Some(c) => repo.find_commit(c).ok(),
@@ -98,7 +103,14 @@ fn collect(
     let signers = report_signers(snap.as_ref(), &mut warnings);
     // One read of the store for every environment's gate and every
     // cluster's latest report: the status store is read once per invocation.
-    let mut evidence = snap.as_ref().map(|s| GitEvidence::new(repo, s.commit, now));
+    let mut evidence = snap.as_ref().map(|s| {
+        let e = GitEvidence::new(repo, s.commit, now);
+        if as_of {
+            e.as_of()
+        } else {
+            e
+        }
+    });
     let unsigned = |e| status::confirmations_in(repo, &store, None, now).map_err(|_| e);
     let conf = match (&snap, evidence.as_mut()) {
         (Some(s), Some(ev)) => match ev.confirmations(&s.policy) {
@@ -136,6 +148,7 @@ fn collect(
             &store,
             signers.as_ref(),
             now,
+            written_later,
             &mut latest,
             &mut warnings,
         )?;
@@ -368,17 +381,37 @@ impl Shown {
     }
 }
 
-/// The store as it was at `now` (`status --now T`): a cluster whose newest
-/// report is of a state entered after `now` shows the report in force then,
-/// read from its history, and the warnings say how many were left out.
-/// (`since`, not the commit's time: a report is written at or after its
-/// `since`, and a commit's time is the writer's clock, not the cluster's.)
+/// The status store as it was at `now` ([`status::Store::as_of`]), and how
+/// many reports were written after `now`.
+fn rewound(
+    repo: &Repository,
+    cfg: &RepoConfig,
+    store: &status::Store,
+    now: DateTime<Utc>,
+) -> Result<(status::Store, usize), Error> {
+    store.as_of(repo, now).map_err(|source| {
+        Error::Reports(reports::Error::Git {
+            branch: cfg.root.status_branch.clone(),
+            source,
+        })
+    })
+}
+
+/// The store as it was at `now` (`status --now T`), already rewound to the
+/// commits of then ([`rewound`], `written_later` of them passed over): a
+/// cluster whose newest report of then is of a state entered after `now`
+/// (its agent's clock ahead of its commit's) shows the report in force
+/// then, read from its history, and the warnings say how many were left
+/// out. (`since`, not the commit's time: a report is written at or after
+/// its `since`, and a commit's time is the writer's clock, not the cluster's.)
+#[allow(clippy::too_many_arguments)]
 fn as_it_was(
     repo: &Repository,
     cfg: &RepoConfig,
     store: &status::Store,
     signers: Option<&AllowedSigners>,
     now: DateTime<Utc>,
+    written_later: usize,
     latest: &mut BTreeMap<(String, String), Shown>,
     warnings: &mut Vec<String>,
 ) -> Result<(), Error> {
@@ -387,14 +420,17 @@ fn as_it_was(
         .filter(|(_, s)| s.report.since > now)
         .map(|(k, _)| k.clone())
         .collect();
+    let mut left_out = written_later;
     if later.is_empty() {
+        if left_out > 0 {
+            warnings.push(left_out_warning(left_out, now));
+        }
         return Ok(());
     }
     for k in &later {
         latest.remove(k);
     }
     let found = reports::walk(repo, cfg, store, signers, now)?;
-    let mut left_out = 0;
     for e in found.entries {
         let key = (e.report.env.clone(), e.report.cluster.clone());
         if !later.contains(&key) {
@@ -411,11 +447,15 @@ fn as_it_was(
             why: e.untrusted.clone(),
         });
     }
-    warnings.push(format!(
-        "{left_out} report(s) from after {} left out: the status store, the config and the gate are read as they were then",
-        now.to_rfc3339_opts(SecondsFormat::Secs, true)
-    ));
+    warnings.push(left_out_warning(left_out, now));
     Ok(())
+}
+
+fn left_out_warning(n: usize, now: DateTime<Utc>) -> String {
+    format!(
+        "{n} report(s) from after {} left out: the status store, the config and the gate are read as they were then",
+        now.to_rfc3339_opts(SecondsFormat::Secs, true)
+    )
 }
 
 fn report_view(r: &status::StatusReport, commit: git2::Oid) -> ReportView {
@@ -574,7 +614,10 @@ pub fn timeline(
     };
     let snap = tip.and_then(|t| admit::snapshot(repo, t, now).ok()?.ok());
     let signers = report_signers(snap.as_ref(), &mut warnings);
-    let store = status::find_store(repo, &cfg.root.status_branch)?;
+    let mut store = status::find_store(repo, &cfg.root.status_branch)?;
+    if at.is_some() {
+        store = rewound(repo, cfg, &store, now)?.0;
+    }
     if !store.is_empty() {
         let found = reports::walk(repo, cfg, &store, signers.as_ref(), now)?;
         warnings.extend(found.warnings);

@@ -522,22 +522,32 @@ pub fn read_confirmations(
     signers: ReportSigners<'_>,
     now: DateTime<Utc>,
 ) -> Result<Confirmations, Error> {
-    read_confirmations_of(repo, branch, signers, now, None)
+    read_confirmations_of(repo, branch, signers, now, None, false)
 }
 
 /// [`read_confirmations`] of the per-cluster branches of `envs` only (the
 /// gate asks about one environment at a time: a production bump needs
 /// stage's reports, a third of a three-environment store); `None` reads
 /// every one. The single branch of the older layout is read whole either
-/// way: it holds every environment's reports in one history.
+/// way: it holds every environment's reports in one history. `as_of`
+/// reads the store as it was at `now` ([`super::Store::as_of`]), for a
+/// reader asking about a past instant.
 pub fn read_confirmations_of(
     repo: &Repository,
     branch: &str,
     signers: ReportSigners<'_>,
     now: DateTime<Utc>,
     envs: Option<&std::collections::BTreeSet<String>>,
+    as_of: bool,
 ) -> Result<Confirmations, Error> {
+    let git = |source| Error::Git {
+        branch: branch.to_owned(),
+        source,
+    };
     let mut store = super::find_store(repo, branch)?;
+    if as_of {
+        store = store.as_of(repo, now).map_err(git)?.0;
+    }
     if let Some(envs) = envs {
         store.clusters.retain(|c| envs.contains(&c.env));
     }

@@ -696,6 +696,110 @@ fn untrusted_reports_say_why_and_now_reads_the_store_as_it_was() {
     );
 }
 
+/// `--now T` before a cluster's latest signed report, on its own branch
+/// (the layout agents write): the report in force at T is shown, trusted,
+/// and the gate reads the confirmations of then. (Before the fix every
+/// cluster that reported after T showed `no report`: the later commit, dated
+/// ahead of a clock set to T, voided its whole branch.)
+#[test]
+fn now_shows_the_signed_report_in_force_then_on_a_cluster_branch() {
+    let dir = example_repo();
+    let keys = tempfile::tempdir().unwrap();
+    let (key, line) = keygen(keys.path(), "test/test-1");
+    let signers = dir.path().join("agents.allowed_signers");
+    let mut text = std::fs::read_to_string(&signers).unwrap();
+    text.push_str(&line);
+    std::fs::write(&signers, text).unwrap();
+    commit_configured(dir.path(), &["-qam", "List test-1's report key"]);
+    let branch = "drover/status.d/test/test-1";
+    let at = |content: String, date: &str| {
+        commit_file_on(
+            dir.path(),
+            branch,
+            "status/test/test-1.toml",
+            Some(content.as_bytes()),
+            Some(&key),
+            "status",
+            Some(date),
+        );
+    };
+    at(
+        report(
+            "test",
+            "test-1",
+            "1.12.0",
+            "confirmed",
+            "2026-12-01T02:40:00Z",
+            "",
+        ),
+        "2026-12-01T02:41:00Z",
+    );
+    at(
+        report(
+            "test",
+            "test-1",
+            "1.13.2",
+            "rolling",
+            "2026-12-08T01:00:00Z",
+            "n-1 upgrading",
+        ),
+        "2026-12-08T01:00:30Z",
+    );
+    at(
+        report(
+            "test",
+            "test-1",
+            "1.13.2",
+            "confirmed",
+            "2026-12-08T02:00:00Z",
+            "",
+        ),
+        "2026-12-08T02:00:30Z",
+    );
+    let shown = |now: &str| {
+        let v = json(dir.path(), &["status", "--now", now]);
+        let c = env(&v, "test")["clusters"][0].clone();
+        (v, c)
+    };
+    let (v, c) = shown("2026-12-05T00:00:00Z");
+    assert_eq!(c["report"]["version"], "1.12.0", "{v:#}");
+    assert_eq!(c["report"]["state"], "confirmed");
+    assert_eq!(c["trust"], "trusted", "{c:#}");
+    let warnings: Vec<&str> = v["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_str().unwrap())
+        .collect();
+    assert!(
+        warnings.iter().all(|w| !w.contains("does not count")),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("2 report(s) from after 2026-12-05T00:00:00Z left out")),
+        "{warnings:?}"
+    );
+    // Mid-rollout, and after: each report of then.
+    let (_, c) = shown("2026-12-08T01:30:00Z");
+    assert_eq!(
+        (&c["report"]["version"], &c["report"]["state"], &c["trust"]),
+        (&"1.13.2".into(), &"rolling".into(), &"trusted".into())
+    );
+    let (v, c) = shown("2026-12-10T00:00:00Z");
+    assert_eq!(c["report"]["state"], "confirmed");
+    assert!(v["warnings"].as_array().unwrap().is_empty(), "{v:#}");
+    // The text says the same.
+    let (code, text, err) = drover(dir.path(), &["status", "--now", "2026-12-05T00:00:00Z"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("  test-1 ") && l.contains("1.12.0") && l.contains("trusted")),
+        "{text}"
+    );
+}
+
 /// A change to `environments/<file>.toml` (each `from` replaced by `to`)
 /// committed on a side branch dated the 3rd and merged on the 10th.
 fn merged_late(dir: &Path, edits: &[(&str, &str, &str)]) {
