@@ -71,6 +71,10 @@ impl<B: ClusterBackend> Acting<B> {
         let was_open = self.window_seen.replace(window.opened_at.is_some());
         if was_open.is_some_and(|w| w != window.opened_at.is_some()) {
             let note = match (window.closes_at, window.next_opens_at) {
+                // Overlapping windows followed a year ahead: no end known.
+                (Some(end), _) if window.continues => {
+                    format!("maintenance window open, no close before {}", rfc3339(end))
+                }
                 (Some(end), _) => format!("maintenance window open until {}", rfc3339(end)),
                 (None, Some(next)) => {
                     format!("maintenance window closed; next opens {}", rfc3339(next))
@@ -92,6 +96,9 @@ impl<B: ClusterBackend> Acting<B> {
         self.crd_status.at_version = Some(format!("{}/{}", d.nodes_at_version, d.nodes));
         self.crd_status.window_open = window.opened_at.is_some();
         self.crd_status.next_window = match (window.closes_at, window.next_opens_at) {
+            (Some(end), _) if window.continues => {
+                Some(format!("open, no close before {}", rfc3339(end)))
+            }
             (Some(end), _) => Some(format!("open until {}", rfc3339(end))),
             (None, Some(start)) => Some(rfc3339(start)),
             (None, None) => None,

@@ -293,7 +293,11 @@ fn render(p: &Plan, node_time: Duration, env: &EnvConfig) -> String {
     }
     let _ = writeln!(s, "{}", headline(p, node_time));
     for w in &f.windows {
-        let view = crate::fleet::gather::window_view(env, w.start, w.end, p.now);
+        let view = crate::fleet::gather::window_view(
+            env,
+            crate::window::Window::new(w.start, w.end),
+            p.now,
+        );
         let _ = writeln!(
             s,
             "  window {}: {} started, {} done",

@@ -51,6 +51,14 @@ pub struct WindowOut {
     /// The `minor` freeze's reason when only a patch update may start here.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub patch_only: Option<String>,
+    /// Open before `start` too: windows overlap without a gap for longer
+    /// than drover looks back (a year).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub opened_earlier: bool,
+    /// Still open at `end`: windows overlap without a gap for longer than
+    /// drover looks ahead (a year); the next period starts at `end`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub continues: bool,
 }
 
 fn utc(t: DateTime<Utc>) -> String {
@@ -116,6 +124,8 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
                         start: utc(w.start),
                         end: utc(w.end),
                         patch_only: w.patch_only.clone(),
+                        opened_earlier: w.opened_earlier,
+                        continues: w.continues,
                     })
                     .collect(),
             },
@@ -167,8 +177,15 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
                     Some(r) => format!("  patch updates only: {r}"),
                     None => String::new(),
                 };
+                // A window cut by the horizon: open past the times shown.
+                let cut = match (w.opened_earlier, w.continues) {
+                    (true, true) => "  (open before and after: windows overlap)",
+                    (false, true) => "  (continues: windows overlap)",
+                    (true, false) => "  (open before: windows overlap)",
+                    (false, false) => "",
+                };
                 line(format!(
-                    "{:<26} {:<26} {:<21} {:<21}{open}{patch}",
+                    "{:<26} {:<26} {:<21} {:<21}{open}{cut}{patch}",
                     local(w.start),
                     local(w.end),
                     utc(w.start),

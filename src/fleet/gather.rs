@@ -308,9 +308,7 @@ fn when(
     now: DateTime<Utc>,
 ) -> (Option<WindowView>, Option<HoldView>, Vec<FreezeView>) {
     let opening = cal.opening(now, window::Change::Other);
-    let next = opening
-        .next_start()
-        .map(|w| window_view(env, w.start, w.end, now));
+    let next = opening.next_start().map(|w| window_view(env, w, now));
     let hold = opening.hold.as_ref().map(|h| {
         let file = format!("{}/{}.toml", crate::config::ENV_DIR, env.name);
         let (kind, reason, message) = match h {
@@ -489,12 +487,8 @@ fn report_signers(
 }
 
 /// A window in UTC and in the environment's zone.
-pub fn window_view(
-    env: &EnvConfig,
-    start: DateTime<Utc>,
-    end: DateTime<Utc>,
-    now: DateTime<Utc>,
-) -> WindowView {
+pub fn window_view(env: &EnvConfig, w: window::Window, now: DateTime<Utc>) -> WindowView {
+    let (start, end) = (w.start, w.end);
     let tz = env.windows[0].timezone;
     let local = |t: DateTime<Utc>| {
         t.with_timezone(&tz)
@@ -507,6 +501,8 @@ pub fn window_view(
         end_local: local(end),
         zone: start.with_timezone(&tz).format("%Z").to_string(),
         open: start <= now && now < end,
+        opened_earlier: w.opened_earlier,
+        continues: w.continues,
     }
 }
 
@@ -664,7 +660,13 @@ pub fn timeline(
             Some((env.name.as_str(), w))
         })
         .collect();
-    let last = next.values().map(|w| w.end).fold(now, DateTime::max);
+    // A window that goes on past the horizon (overlapping windows) has
+    // no end to show: the page would stretch a year ahead and put today
+    // off its left edge. Its band runs to the page's edge instead.
+    let last = next
+        .values()
+        .map(|w| if w.continues { now } else { w.end })
+        .fold(now, DateTime::max);
     let to = last + Span::days(1);
     let from = (first - Span::days(1)).max(to - Span::days(MAX_TIMELINE_SPAN_DAYS));
 
@@ -691,7 +693,7 @@ pub fn timeline(
                 .take_while(|w| w.start < to)
                 .take(64)
                 .map(|w| {
-                    let v = window_view(env, w.start, w.end, now);
+                    let v = window_view(env, w, now);
                     Band {
                         start: w.start,
                         end: w.end,

@@ -51,5 +51,6 @@ mod timeline_readback;
 mod waves_props;
 mod windows_cli;
 mod windows_differential;
+mod windows_merge;
 mod windows_schedule;
 mod workflows;
