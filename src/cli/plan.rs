@@ -88,6 +88,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         waves: &waves,
         first: first.clone(),
         evidence: &evidence,
+        cluster: &args.cluster,
     };
     // A cluster of a wave with a window of its own moves in that window.
     let env = &env.for_cluster(&args.cluster);

@@ -466,6 +466,7 @@ impl Story {
             windows: horizon_windows.clone(),
             calendar: Some(calendar),
             gate_from,
+            gate_waits: None,
         };
         let engine = Engine::new(
             Policy::from_env(&env_cfg),

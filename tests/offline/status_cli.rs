@@ -475,11 +475,40 @@ fn first_window(dir: &Path, now: &str) -> (Value, Value) {
     (w["start"].clone(), w["end"].clone())
 }
 
+/// test-1's report key listed, and its signed confirmation of 1.12.0 (the
+/// example's pin) on its own branch, a week before the tests' instants:
+/// stage's promotion gate passes, so `plan` forecasts stage's rollout.
+fn stage_gate_passed(dir: &Path) {
+    let keys = tempfile::tempdir().unwrap();
+    let (key, line) = keygen(keys.path(), "test/test-1");
+    let signers = dir.join("agents.allowed_signers");
+    let mut text = std::fs::read_to_string(&signers).unwrap();
+    text.push_str(&line);
+    std::fs::write(&signers, text).unwrap();
+    commit_configured(dir, &["-qam", "List test-1's report key"]);
+    let r = report(
+        "test",
+        "test-1",
+        "1.12.0",
+        "confirmed",
+        "2026-12-01T02:40:00Z",
+        "",
+    );
+    put_on(
+        dir,
+        "drover/status.d/test/test-1",
+        "status/test/test-1.toml",
+        r.as_bytes(),
+        Some(&key),
+    );
+}
+
 #[test]
 fn status_and_plan_say_what_freezes_and_the_pause_hold() {
     // stage's window: 02:00–08:00 Madrid on the 8th (01:00–07:00 UTC). A
     // freeze to 05:00 Madrid covers its first three hours.
     let dir = example_repo();
+    stage_gate_passed(dir.path());
     edit_stage(
         dir.path(),
         &[],
@@ -581,6 +610,7 @@ fn status_and_plan_say_what_freezes_and_the_pause_hold() {
     // Paused: no next window, the pause and where it is set, in text and JSON;
     // plan starts no node.
     let dir = example_repo();
+    stage_gate_passed(dir.path());
     edit_stage(dir.path(), &[("paused = false", "paused = true")], "");
     let v = json(dir.path(), &["status", "--now", now, "--env", "stage"]);
     let stage = env(&v, "stage");
@@ -1094,10 +1124,60 @@ fn waves_show_what_each_cluster_waits_on_and_a_failure_halts_the_environment() {
                 "2026-12-01T04:00:00Z",
             ],
         );
-        p["forecast"]["windows"][0]["start"].clone()
+        p["forecast"].clone()
     };
-    assert_eq!(plan("prod-us-1"), "2026-12-21T07:00:00Z");
-    assert_eq!(plan("prod-eu-1"), "2026-12-20T01:00:00Z");
+    // The forecast keeps to the gates the wave section names (issue 41: it
+    // forecast nodes upgrading while its own wave said the wave could not
+    // start). prod-eu-1 waits on stage's confirmation, prod-us-1 on
+    // prod-eu-1's, which its failure withdrew: neither starts by time alone.
+    for (cluster, wave, gate) in [
+        ("prod-eu-1", 1, "production may not take 1.13.2"),
+        ("prod-us-1", 2, "not yet confirmed by prod-eu-1"),
+    ] {
+        let f = plan(cluster);
+        assert_eq!(f["windows"], serde_json::json!([]), "{cluster}: {f:#}");
+        assert_eq!(f["windows_needed"], 0);
+        let held = f["held"].as_str().unwrap();
+        assert!(
+            held.starts_with(&format!("wave {wave}'s gate: {gate}"))
+                && held.ends_with("(no node starts by time alone)"),
+            "{held}"
+        );
+    }
+    let (code, out, err) = drover(
+        dir.path(),
+        &[
+            "plan",
+            "--env",
+            "production",
+            "--cluster",
+            "prod-us-1",
+            "--now",
+            "2026-12-01T04:00:00Z",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("state now: pending (wave 2's gate: not yet confirmed by prod-eu-1)"),
+        "{out}"
+    );
+    assert!(out.contains("the agent would do nothing now"), "{out}");
+    assert!(out.contains("the forecast starts none"), "{out}");
+    // Control: prod-eu-1 confirms 1.13.2 again; after wave 1's soak prod-us-1
+    // may start, in its own window (the 21st, at night in New York).
+    let again = report(
+        "production",
+        "prod-eu-1",
+        "1.13.2",
+        "confirmed",
+        "2026-12-01T02:50:00Z",
+        "",
+    );
+    put_on(dir.path(), branch, path, again.as_bytes(), Some(&eu));
+    let f = plan("prod-us-1");
+    assert_eq!(f["windows"][0]["start"], "2026-12-21T07:00:00Z", "{f:#}");
+    assert_eq!(f["held"], Value::Null);
+    assert_eq!(plan("prod-eu-1")["windows"], serde_json::json!([]));
     let v = json(dir.path(), &["status", "--now", "2026-12-01T04:00:00Z"]);
     assert_eq!(env(&v, "production")["halt"], Value::Null);
 }
