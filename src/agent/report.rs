@@ -329,17 +329,17 @@ pub(super) fn report_condition(
             "False",
             "Unreachable",
             format!(
-                "{} report(s) waiting, retried with backoff: {m}",
-                health.waiting
+                "{} waiting, retried with backoff: {m}",
+                crate::terminal::count(health.waiting as u64, "report", "reports")
             ),
         ),
         Verdict::Refused { branch, message } => (
             "False",
             PUSH_REFUSED,
             format!(
-                "the git server refuses the status report on branch {branch} ({} report(s) \
+                "the git server refuses the status report on branch {branch} ({} \
                  waiting; not retried until the next report or five poll intervals): {message}",
-                health.waiting
+                crate::terminal::count(health.waiting as u64, "report", "reports")
             ),
         ),
     };

@@ -44,8 +44,9 @@ pub struct Args {
     /// Tracked branch.
     #[arg(long, env = "DROVER_BRANCH")]
     pub branch: Option<String>,
-    /// Status branch: `[promotion] status_branch` of the config owns it; when
-    /// given, a config naming another branch is refused.
+    /// Status branch name (the agent pushes to `<name>.d/<env>/<cluster>`):
+    /// `[promotion] status_branch` of the config owns it; when given, a
+    /// config naming another name is refused.
     #[arg(long, env = "DROVER_STATUS_BRANCH")]
     pub status_branch: Option<String>,
     /// Local git cache (an emptyDir in the cluster).
@@ -461,8 +462,16 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
 
 /// JSON (or text) logs filtered by `RUST_LOG` (default `info`).
 fn init_logging(format: &str) -> anyhow::Result<()> {
+    use std::io::IsTerminal as _;
     let filter = log_filter(&std::env::var("RUST_LOG").unwrap_or_default());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let ansi = colours(
+        format,
+        std::io::stdout().is_terminal(),
+        std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()),
+    );
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi);
     let result = match format {
         // Every line inside a reconcile carries the whole span list, so the
         // reconcile span's env, cluster and commit are on it even when a
@@ -476,6 +485,13 @@ fn init_logging(format: &str) -> anyhow::Result<()> {
         other => bail!("--log-format: expected json or text, got {other:?}"),
     };
     result.map_err(|e| anyhow::anyhow!("initialising logging: {e}"))
+}
+
+/// Whether log lines carry terminal colours: text logs on a terminal only
+/// (and not under `NO_COLOR`); never JSON, never a pipe or a file, where
+/// the escape sequences end up in a log store as `\u001b[32m`.
+fn colours(format: &str, terminal: bool, no_color: bool) -> bool {
+    format == "text" && terminal && !no_color
 }
 
 /// The log filter for `RUST_LOG` = `spec` (`info` when empty or invalid).
@@ -545,6 +561,54 @@ mod tests {
         });
         let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
         text.lines().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn logs_are_coloured_only_as_text_on_a_terminal() {
+        assert!(colours("text", true, false));
+        assert!(!colours("text", false, false), "a pipe or a file");
+        assert!(!colours("text", true, true), "NO_COLOR");
+        assert!(!colours("json", true, false));
+        assert!(!colours("json", false, false));
+        // What a subscriber built that way writes: no escape sequence in
+        // text or JSON, with a level, a span and fields (what colours them).
+        use std::sync::{Arc, Mutex};
+        #[derive(Clone, Default)]
+        struct Buf(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        for (json, ansi) in [(false, false), (true, false), (false, true)] {
+            let buf = Buf::default();
+            let writer = buf.clone();
+            let builder = tracing_subscriber::fmt()
+                .with_ansi(ansi)
+                .with_writer(move || writer.clone());
+            let log = || {
+                let span = tracing::info_span!("reconcile", env = "stage");
+                let _e = span.enter();
+                tracing::warn!(node = "n-1", "cannot cordon");
+            };
+            if json {
+                tracing::subscriber::with_default(builder.json().finish(), log);
+            } else {
+                tracing::subscriber::with_default(builder.finish(), log);
+            }
+            let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+            assert!(text.contains("cannot cordon"), "{text}");
+            // Control: a coloured subscriber does write escapes.
+            assert_eq!(
+                text.contains('\u{1b}'),
+                ansi,
+                "json {json}, ansi {ansi}: {text:?}"
+            );
+        }
     }
 
     #[test]

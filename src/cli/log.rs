@@ -20,8 +20,9 @@ pub struct Args {
     /// a directory of files), e.g. GitHub's web-flow key.
     #[arg(long, value_name = "FILE")]
     pub openpgp_keys: Option<PathBuf>,
-    /// Branch holding the status reports whose confirmations are shown
-    /// (default: `[promotion] status_branch` of the config at HEAD).
+    /// Status branch name whose reports' confirmations are shown: each
+    /// cluster's branch `<name>.d/<env>/<cluster>` (and the single `<name>`
+    /// of the older layout); default `[promotion] status_branch` at HEAD.
     #[arg(long)]
     pub status_branch: Option<String>,
 }

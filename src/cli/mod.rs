@@ -143,6 +143,11 @@ pub enum Outcome {
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     quiet_on_closed_pipe();
+    // A completion script asking for the environments (see `completion`).
+    if std::env::var_os(completion::ASK).is_some_and(|v| v == "envs") {
+        completion::envs();
+        return ExitCode::SUCCESS;
+    }
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let mut cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,

@@ -451,7 +451,8 @@ fn as_it_was(
 
 fn left_out_warning(n: usize, now: DateTime<Utc>) -> String {
     format!(
-        "{n} report(s) from after {} left out: the status store, the config and the gate are read as they were then",
+        "{} from after {} left out: the status store, the config and the gate are read as they were then",
+        crate::terminal::count(n as u64, "report", "reports"),
         now.to_rfc3339_opts(SecondsFormat::Secs, true)
     )
 }

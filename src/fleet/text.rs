@@ -234,7 +234,7 @@ fn wave_line(out: &mut String, c: &super::model::ClusterView) {
 /// The whole fleet as text.
 pub fn render(f: &Fleet) -> String {
     let mut out = String::new();
-    let branch = super::branch_line(&f.status_branch, "not found: no reports yet");
+    let branch = super::branch_line(&f.status_branch, "none yet: no reports");
     put(
         &mut out,
         &format!("drover status at {}Z", utc_min(&f.now).replace(' ', "T")),

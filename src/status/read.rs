@@ -46,7 +46,7 @@ pub const MAX_SHOWN_MESSAGE: usize = 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A git operation failed.
-    #[error("reading status branch {branch}: {source}")]
+    #[error("reading the status branches {branch}.d/<env>/<cluster>: {source}")]
     Git {
         /// Branch being read.
         branch: String,

@@ -29,6 +29,7 @@ mod cli_newcomer;
 mod cli_revoke;
 mod cli_schema;
 mod cli_watch;
+mod cli_words;
 mod demo;
 mod docs_generated;
 mod gate_judge;

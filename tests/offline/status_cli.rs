@@ -91,7 +91,11 @@ fn example_repository_text_and_json() {
     let (code, text, err) = drover(dir.path(), &["status", "--now", now]);
     assert_eq!(code, 0, "{err}");
     assert_fits_80(&text);
-    assert!(text.contains("not found: no reports yet"), "{text}");
+    // Where reports go now, not the single branch of the older layout.
+    assert!(
+        text.contains("status branch drover/status.d/<env>/<cluster> (none yet: no reports)"),
+        "{text}"
+    );
     for cluster in ["test-1", "stage-1", "prod-eu-1", "prod-us-1"] {
         let line = text
             .lines()
@@ -583,10 +587,12 @@ fn status_and_plan_say_what_freezes_and_the_pause_hold() {
         .max()
         .unwrap();
     assert_eq!(f["fit_per_window"], most);
+    let n = |k: u64, one: &str, many: &str| format!("{k} {}", if k == 1 { one } else { many });
     assert!(
         text.contains(&format!(
-            "30 nodes to upgrade, 1 at a time, 25m each (15m to Ready, then the [health] watch), then 30m settle: {} windows, at most {most} nodes started in one",
-            f["windows_needed"]
+            "30 nodes to upgrade, 1 at a time, 25m each (15m to Ready, then the [health] watch), then 30m settle: {}, at most {} started in one",
+            n(f["windows_needed"].as_u64().unwrap(), "window", "windows"),
+            n(most, "node", "nodes")
         )),
         "{text}"
     );
@@ -716,7 +722,7 @@ fn untrusted_reports_say_why_and_now_reads_the_store_as_it_was() {
         warnings.iter().any(|w| w
             .as_str()
             .unwrap()
-            .contains("1 report(s) from after 2026-12-05T00:00:00Z left out")),
+            .contains("1 report from after 2026-12-05T00:00:00Z left out")),
         "{warnings:?}"
     );
     let v = json(dir.path(), &["status", "--now", "2026-12-10T00:00:00Z"]);
@@ -808,7 +814,7 @@ fn now_shows_the_signed_report_in_force_then_on_a_cluster_branch() {
     assert!(
         warnings
             .iter()
-            .any(|w| w.contains("2 report(s) from after 2026-12-05T00:00:00Z left out")),
+            .any(|w| w.contains("2 reports from after 2026-12-05T00:00:00Z left out")),
         "{warnings:?}"
     );
     // Mid-rollout, and after: each report of then.
