@@ -93,6 +93,8 @@ impl<B: ClusterBackend> Acting<B> {
         self.crd_status.target = Some(active.env.version.to_string());
         self.crd_status.nodes = d.nodes;
         self.crd_status.nodes_at_version = d.nodes_at_version;
+        let counts = super::crd::NodeCounts::of(observed, &active.env.version);
+        counts.write(&mut self.crd_status);
         self.crd_status.at_version = Some(format!("{}/{}", d.nodes_at_version, d.nodes));
         self.crd_status.window_open = window.opened_at.is_some();
         self.crd_status.next_window = match (window.closes_at, window.next_opens_at) {
@@ -279,7 +281,11 @@ impl<B: ClusterBackend> Acting<B> {
             .iter()
             .find(|c| c.kind == REPORT_PUSHED)
             .cloned();
-        if let Some(c) = report_condition(&t.reporter.health(), previous.as_ref(), &now) {
+        let health = t.reporter.health();
+        if let Some(c) = health.commit.as_ref() {
+            self.crd_status.last_report_commit = Some(c.clone());
+        }
+        if let Some(c) = report_condition(&health, previous.as_ref(), &now) {
             self.crd_status
                 .conditions
                 .retain(|c| c.kind != REPORT_PUSHED);
@@ -373,7 +379,11 @@ mod tests {
     use super::*;
 
     fn health(last: Option<Verdict>) -> PushHealth {
-        PushHealth { waiting: 1, last }
+        PushHealth {
+            waiting: 1,
+            last,
+            commit: None,
+        }
     }
 
     #[test]
