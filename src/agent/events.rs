@@ -69,6 +69,8 @@ pub struct Events {
     /// Failed publications are logged once a minute (an API outage fails them all).
     failures: Arc<crate::retry::Paced>,
     counters: Counters,
+    /// CloudEvents notifications of what is published (`notify.rs`).
+    notifier: Option<super::notify::Notifier>,
 }
 
 /// Where dropped and failed Events are counted (`drover_events_dropped_total`,
@@ -250,7 +252,14 @@ impl Events {
             queue: None,
             failures: Default::default(),
             counters: Counters::default(),
+            notifier: None,
         }
+    }
+
+    /// Send what is published to `notifier` too: each Event whose reason
+    /// maps to a notification kind makes one (the one place both are made).
+    pub fn notify_with(&mut self, notifier: super::notify::Notifier) {
+        self.notifier = Some(notifier);
     }
 
     /// Count dropped and failed Events in `counters` (the agent's metrics).
@@ -313,6 +322,9 @@ impl Events {
         match severity {
             Severity::Normal => tracing::info!(object = what, reason, note = %note, "event"),
             Severity::Warning => tracing::warn!(object = what, reason, note = %note, "event"),
+        }
+        if let Some(n) = &self.notifier {
+            n.notify_event(reason, what, &note);
         }
         let Some(queue) = &self.queue else { return };
         let pending = Pending {

@@ -124,6 +124,27 @@ pub struct Args {
     /// File holding the webhook's plain token (X-Drover-Token).
     #[arg(long, env = "DROVER_WEBHOOK_TOKEN_FILE")]
     pub webhook_token_file: Option<PathBuf>,
+    /// Send CloudEvents notifications to these http(s) URLs (comma-separated
+    /// or repeated; docs/install.md, "Notifications").
+    #[arg(long, env = "DROVER_NOTIFY_URL", value_delimiter = ',')]
+    pub notify_url: Option<Vec<String>>,
+    /// Which notifications: available, started, blocked, halted,
+    /// rolled-back, revoked, confirmed (comma-separated; default all).
+    #[arg(long, env = "DROVER_NOTIFY_EVENTS", value_delimiter = ',')]
+    pub notify_events: Option<Vec<String>>,
+    /// File holding the HMAC-SHA256 key that signs each notification
+    /// (X-Drover-Signature: sha256=...).
+    #[arg(long, env = "DROVER_NOTIFY_SECRET_FILE")]
+    pub notify_secret_file: Option<PathBuf>,
+    /// Most notifications waiting per receiver (default 1000; the oldest is dropped).
+    #[arg(long, env = "DROVER_NOTIFY_QUEUE")]
+    pub notify_queue: Option<usize>,
+    /// Most delivery attempts of one notification (default 30).
+    #[arg(long, env = "DROVER_NOTIFY_MAX_ATTEMPTS")]
+    pub notify_max_attempts: Option<u32>,
+    /// Oldest a notification may be and still be tried (default 1h).
+    #[arg(long, env = "DROVER_NOTIFY_MAX_AGE")]
+    pub notify_max_age: Option<String>,
     /// Test hook, only in builds with the `test-hooks` feature (never a
     /// release): shift the agent's clock (windows, gate, timeouts), e.g.
     /// "+30d" or "-2h". Any other build refuses to start when it is set.
@@ -186,6 +207,12 @@ impl Args {
             job_namespace: self.job_namespace.or(f.job_namespace),
             webhook_secret_file: self.webhook_secret_file.or(f.webhook_secret_file),
             webhook_token_file: self.webhook_token_file.or(f.webhook_token_file),
+            notify_url: self.notify_url.or(f.notify_url),
+            notify_events: self.notify_events.or(f.notify_events),
+            notify_secret_file: self.notify_secret_file.or(f.notify_secret_file),
+            notify_queue: self.notify_queue.or(f.notify_queue),
+            notify_max_attempts: self.notify_max_attempts.or(f.notify_max_attempts),
+            notify_max_age: self.notify_max_age.or(f.notify_max_age),
             clock_offset: self.clock_offset.or(f.clock_offset),
             log_format: self.log_format.or(f.log_format),
         }
@@ -272,7 +299,64 @@ impl Args {
                 token,
             });
         }
+        cfg.notify = self.notify_config()?;
         Ok(cfg)
+    }
+
+    /// The notifications' settings, each checked.
+    fn notify_config(&self) -> anyhow::Result<crate::agent::notify::Config> {
+        use crate::agent::notify::{Config, Kind};
+        let mut n = Config::default();
+        for url in self.notify_url.iter().flatten() {
+            let url = url.trim();
+            if url.is_empty() {
+                continue;
+            }
+            let uri: http::Uri = url
+                .parse()
+                .with_context(|| format!("--notify-url: {url:?} is not a URL"))?;
+            if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+                bail!("--notify-url: {url:?} must be an http:// or https:// URL with a host");
+            }
+            n.endpoints.push(url.to_owned());
+        }
+        if let Some(names) = &self.notify_events {
+            n.kinds = names
+                .iter()
+                .filter(|s| !s.trim().is_empty())
+                .map(|s| {
+                    Kind::parse(s).with_context(|| {
+                        format!(
+                            "--notify-events: {s:?} is not a notification; valid: {}",
+                            Kind::ALL.map(Kind::as_str).join(", ")
+                        )
+                    })
+                })
+                .collect::<anyhow::Result<_>>()?;
+        }
+        if let Some(p) = &self.notify_secret_file {
+            n.secret = read_secret(p)?;
+        }
+        if let Some(q) = self.notify_queue {
+            if !(1..=100_000).contains(&q) {
+                bail!("--notify-queue: {q} is out of range 1 to 100000");
+            }
+            n.queue = q;
+        }
+        if let Some(a) = self.notify_max_attempts {
+            if !(1..=1000).contains(&a) {
+                bail!("--notify-max-attempts: {a} is out of range 1 to 1000");
+            }
+            n.attempts = a;
+        }
+        if let Some(d) = &self.notify_max_age {
+            n.max_age = duration(
+                "notify-max-age",
+                d,
+                (Duration::from_secs(1), Duration::from_secs(7 * DAY)),
+            )?;
+        }
+        Ok(n)
     }
 
     fn auth(&self) -> anyhow::Result<Auth> {

@@ -16,6 +16,7 @@ mod agent_give_back;
 mod agent_health;
 mod agent_held;
 mod agent_key_validity;
+mod agent_notify;
 mod agent_outage;
 mod agent_poll;
 mod agent_rbac;

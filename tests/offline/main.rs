@@ -39,6 +39,7 @@ mod git_trigger;
 mod git_trust;
 mod hostile_files;
 mod key_validity;
+mod notify_relay;
 mod openpgp_trust;
 mod promote;
 mod release_dry_run;
