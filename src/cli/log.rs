@@ -13,6 +13,9 @@ pub struct Args {
     /// Only this environment.
     #[arg(long)]
     pub env: Option<String>,
+    /// Text: no header line, for scripts.
+    #[arg(long)]
+    pub no_headers: bool,
     /// Verify commit signatures against this allowed-signers file (SSH keys).
     #[arg(long, value_name = "FILE")]
     pub allowed_signers: Option<PathBuf>,
@@ -95,7 +98,12 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
     if g.format.is_document() {
         print_ok(g.format, &history)?;
     } else {
-        print_text(&history, signers.is_some(), g.format == Format::Wide)?;
+        print_text(
+            &history,
+            signers.is_some(),
+            g.format == Format::Wide,
+            !args.no_headers,
+        )?;
     }
     // The process exits next: freeing the changes and libgit2's delta-base
     // cache one allocation at a time took 8% of a 100,000-commit log, and the
@@ -107,7 +115,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
 
 /// The history as a table whose columns fit their widest value, changes
 /// and revocations merged newest first; `wide` keeps commit ids whole.
-fn print_text(h: &History, verifying: bool, wide: bool) -> anyhow::Result<()> {
+fn print_text(h: &History, verifying: bool, wide: bool, headers: bool) -> anyhow::Result<()> {
     use std::io::Write;
     let short = |c: &str| {
         if wide {
@@ -205,7 +213,9 @@ fn print_text(h: &History, verifying: bool, wide: bool) -> anyhow::Result<()> {
         s
     };
     let mut out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
-    out.write_all(line(header).as_bytes())?;
+    if headers {
+        out.write_all(line(header).as_bytes())?;
+    }
     for row in &rows {
         out.write_all(line(row.each_ref().map(String::as_str)).as_bytes())?;
     }

@@ -22,6 +22,9 @@ pub struct Args {
     /// How many windows to list (at most 10000).
     #[arg(long, default_value_t = 5)]
     pub count: u64,
+    /// Text: no header line and no lines above the table, for scripts.
+    #[arg(long)]
+    pub no_headers: bool,
 }
 
 /// The most windows one `drover windows` lists (27 years of daily windows):
@@ -146,15 +149,18 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
                 .collect();
             // Freeze reasons are free text: no control character reaches the terminal.
             let line = |text: String| println!("{}", escape(&text));
-            line(format!("Windows of {}: {}", args.env, specs.join("; ")));
-            for f in &env.freezes {
+            let headers = !args.no_headers;
+            if headers {
+                line(format!("Windows of {}: {}", args.env, specs.join("; ")));
+            }
+            for f in env.freezes.iter().filter(|_| headers) {
                 line(format!(
                     "Freeze from {}: {}",
                     window::local_and_utc(f.start, f.timezone),
                     f.describe()
                 ));
             }
-            if env.rollout.paused {
+            if env.rollout.paused && headers {
                 println!("PAUSED ([rollout] paused = true): no node starts in any window below");
             }
             let local = |t: DateTime<Utc>| {
@@ -162,10 +168,12 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
                     .format("%a %Y-%m-%d %H:%M %Z")
                     .to_string()
             };
-            println!(
-                "{:<26} {:<26} {:<21} {:<21}",
-                "START (local)", "END (local)", "START (UTC)", "END (UTC)"
-            );
+            if headers {
+                println!(
+                    "{:<26} {:<26} {:<21} {:<21}",
+                    "START (local)", "END (local)", "START (UTC)", "END (UTC)"
+                );
+            }
             for w in &list {
                 let open = if w.start <= from && from < w.end {
                     "  (open)"

@@ -221,3 +221,85 @@ fn env_completes_environment_names_not_file_names() {
         );
     }
 }
+
+#[test]
+fn tables_drop_their_headers_and_jsonpath_reads_the_document() {
+    let dir = example_repo();
+    let from = "2026-12-05T00:00:00Z";
+    let (code, with, err) = drover_at(
+        dir.path(),
+        &["windows", "--env", "stage", "--from", from, "--count", "2"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (_, without, _) = drover_at(
+        dir.path(),
+        &[
+            "windows",
+            "--env",
+            "stage",
+            "--from",
+            from,
+            "--count",
+            "2",
+            "--no-headers",
+        ],
+    );
+    assert_eq!(without.lines().count(), 2, "{without}");
+    assert!(
+        with.ends_with(&without) && with.lines().count() > 2,
+        "{with}"
+    );
+    let (_, log, _) = drover_at(dir.path(), &["log", "--no-headers"]);
+    assert!(!log.contains("DATE") && !log.trim().is_empty(), "{log}");
+    // -o jsonpath: the JSON document through kubectl's template.
+    let (code, names, err) = drover_at(
+        dir.path(),
+        &[
+            "status",
+            "--now",
+            from,
+            "-o",
+            "jsonpath={.environments[*].name}",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(names, "test stage production");
+    let (_, starts, _) = drover_at(
+        dir.path(),
+        &[
+            "windows",
+            "--env",
+            "stage",
+            "--from",
+            from,
+            "--count",
+            "2",
+            "-o",
+            r#"jsonpath={range .windows[*]}{.start}{"\n"}{end}"#,
+        ],
+    );
+    let (_, json, _) = drover_at(
+        dir.path(),
+        &[
+            "windows", "--env", "stage", "--from", from, "--count", "2", "-o", "json",
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let want: String = v["windows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| format!("{}\n", w["start"].as_str().unwrap()))
+        .collect();
+    assert_eq!(starts, want);
+    // A rejection is said on stderr; a bad template is a usage error.
+    let (code, out, err) = drover_at(
+        dir.path(),
+        &["windows", "--env", "prod", "-o", "jsonpath={.env}"],
+    );
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert!(err.contains("did you mean \"production\""), "{err}");
+    let (code, _, err) = drover_at(dir.path(), &["status", "-o", "jsonpath={.environments[}"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("is not a JSONPath expression"), "{err}");
+}
