@@ -303,3 +303,67 @@ fn tables_drop_their_headers_and_jsonpath_reads_the_document() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("is not a JSONPath expression"), "{err}");
 }
+
+/// What `cargo install --git ... drover` and `cargo install --path .`
+/// (docs/install.md, "The CLI") rely on, checked without building: one
+/// binary target `drover` that needs no feature, the lock file in git (for
+/// `--locked`), and the release publishing both static binaries with
+/// `SHA256SUMS`. (`cargo install --locked --offline --debug --path .
+/// --root DIR` with the tests' target directory installs it in ~16 s when
+/// the plain binary is built; too slow to repeat in every CI run.)
+#[test]
+fn the_cli_installs_with_cargo_and_from_the_release() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args([
+            "metadata",
+            "--no-deps",
+            "--offline",
+            "--format-version",
+            "1",
+        ])
+        .current_dir(root)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pkg = &meta["packages"][0];
+    assert_eq!(pkg["name"], "drover");
+    let bins: Vec<&serde_json::Value> = pkg["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["kind"].as_array().unwrap().iter().any(|k| k == "bin"))
+        .collect();
+    assert_eq!(bins.len(), 1, "{bins:?}");
+    assert_eq!(bins[0]["name"], "drover");
+    assert!(bins[0]["required-features"].is_null(), "{:?}", bins[0]);
+    assert!(
+        pkg["features"]["default"]
+            .as_array()
+            .is_none_or(|d| d.is_empty()),
+        "no default feature: the test hooks stay out of an install"
+    );
+    let tracked = git(root, &["ls-files", "Cargo.lock"]);
+    assert_eq!(tracked.trim(), "Cargo.lock");
+    let release = std::fs::read_to_string(root.join(".github/workflows/release.yml")).unwrap();
+    for want in [
+        "x86_64-unknown-linux-musl",
+        "aarch64-unknown-linux-musl",
+        "subject-path: dist/drover-${{ matrix.target }}",
+        "sha256sum drover-* > SHA256SUMS",
+        "gh release create \"$TAG\" dist/*",
+    ] {
+        assert!(release.contains(want), "release.yml lacks {want:?}");
+    }
+    let doc = std::fs::read_to_string(root.join("docs/install.md")).unwrap();
+    assert!(doc.contains(
+        "cargo install --locked --git https://github.com/drover-dev/drover --tag v0.1.0 drover"
+    ));
+    assert!(doc.contains("cargo install --locked --path ."));
+}
