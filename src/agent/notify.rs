@@ -137,6 +137,68 @@ impl Default for Config {
     }
 }
 
+impl Config {
+    /// The settings as the agent's flags give them, each checked: http(s)
+    /// URLs with a host, known kinds, the bounds' ranges; the error names
+    /// the flag and what would be valid.
+    pub fn from_flags(
+        urls: &[String],
+        kinds: Option<&[String]>,
+        secret: Option<Vec<u8>>,
+        queue: Option<usize>,
+        attempts: Option<u32>,
+        max_age: Option<Duration>,
+    ) -> Result<Config, String> {
+        let mut n = Config {
+            secret,
+            ..Config::default()
+        };
+        for url in urls.iter().map(|u| u.trim()).filter(|u| !u.is_empty()) {
+            let ok = url.parse::<http::Uri>().is_ok_and(|u| {
+                matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some()
+            });
+            if !ok {
+                return Err(format!(
+                    "--notify-url: {url:?} must be an http:// or https:// URL with a host"
+                ));
+            }
+            n.endpoints.push(url.to_owned());
+        }
+        if let Some(names) = kinds {
+            n.kinds = names
+                .iter()
+                .filter(|s| !s.trim().is_empty())
+                .map(|s| {
+                    Kind::parse(s).ok_or_else(|| {
+                        format!(
+                            "--notify-events: {s:?} is not a notification; valid: {}",
+                            Kind::ALL.map(Kind::as_str).join(", ")
+                        )
+                    })
+                })
+                .collect::<Result<_, _>>()?;
+        }
+        if let Some(q) = queue {
+            if !(1..=100_000).contains(&q) {
+                return Err(format!("--notify-queue: {q} is out of range 1 to 100000"));
+            }
+            n.queue = q;
+        }
+        if let Some(a) = attempts {
+            if !(1..=1000).contains(&a) {
+                return Err(format!(
+                    "--notify-max-attempts: {a} is out of range 1 to 1000"
+                ));
+            }
+            n.attempts = a;
+        }
+        if let Some(d) = max_age {
+            n.max_age = d;
+        }
+        Ok(n)
+    }
+}
+
 /// Where notifications are counted.
 #[derive(Clone, Default)]
 pub struct Counters {
@@ -218,7 +280,9 @@ struct Inner {
     seq: std::sync::atomic::AtomicU64,
     /// Drops are logged at most once a minute, with a count.
     pace: crate::retry::Paced,
-    started: Instant,
+    /// When this notifier was made (Unix nanoseconds): with the sequence,
+    /// an id no other notification of this source has, across restarts.
+    boot: i64,
 }
 
 impl std::fmt::Debug for Notifier {
@@ -253,7 +317,7 @@ impl Notifier {
                 counters,
                 seq: Default::default(),
                 pace: Default::default(),
-                started: Instant::now(),
+                boot: chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0),
             }),
         }
     }
@@ -300,16 +364,7 @@ impl Notifier {
         let now = chrono::Utc::now();
         let event = CloudEvent {
             specversion: "1.0".into(),
-            // Unique per source: the process's start, then a sequence.
-            id: format!(
-                "{}-{}-{seq}",
-                inner.cluster,
-                inner
-                    .started
-                    .elapsed()
-                    .as_nanos()
-                    .wrapping_add(now.timestamp_nanos_opt().unwrap_or(0) as u128)
-            ),
+            id: format!("{:x}-{seq}", inner.boot),
             source: inner.source.clone(),
             kind: kind.event_type(),
             subject: subject.to_owned(),
@@ -530,6 +585,41 @@ mod tests {
             Kind::RolledBack.event_type(),
             "dev.drover.rollout.rolled-back"
         );
+    }
+
+    #[test]
+    fn flags_are_checked_naming_the_flag() {
+        let urls = |u: &[&str]| u.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let c = Config::from_flags(
+            &urls(&["http://relay:8080/", " https://hooks.example/x "]),
+            Some(&urls(&["started", "rolled-back"])),
+            None,
+            Some(10),
+            None,
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            c.endpoints,
+            ["http://relay:8080/", "https://hooks.example/x"]
+        );
+        assert_eq!(c.kinds, [Kind::Started, Kind::RolledBack]);
+        assert_eq!((c.queue, c.attempts), (10, 30));
+        for (u, k, q, want) in [
+            (&["ftp://x/"][..], None, None, "--notify-url"),
+            (&["/relative"][..], None, None, "--notify-url"),
+            (
+                &[][..],
+                Some(&["stared"][..]),
+                None,
+                "valid: available, started",
+            ),
+            (&[][..], None, Some(0), "--notify-queue"),
+        ] {
+            let e = Config::from_flags(&urls(u), k.map(urls).as_deref(), None, q, None, None)
+                .unwrap_err();
+            assert!(e.contains(want), "{e}");
+        }
     }
 
     #[test]

@@ -93,7 +93,7 @@ impl<B: ClusterBackend> Acting<B> {
         self.crd_status.target = Some(active.env.version.to_string());
         self.crd_status.nodes = d.nodes;
         self.crd_status.nodes_at_version = d.nodes_at_version;
-        let counts = super::crd::NodeCounts::of(observed, &active.env.version);
+        let counts = NodeCounts::of(observed, &active.env.version);
         counts.write(&mut self.crd_status);
         self.crd_status.at_version = Some(format!("{}/{}", d.nodes_at_version, d.nodes));
         self.crd_status.window_open = window.opened_at.is_some();
@@ -315,6 +315,40 @@ impl<B: ClusterBackend> Acting<B> {
         if let Some(obj) = obj {
             self.adopt_status(&obj);
         }
+    }
+}
+
+/// The node counts of the status, as scalars tools read without code
+/// (kstatus, Argo CD's Lua health, `kubectl wait --for=jsonpath`, a fleet
+/// hub's status feedback).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeCounts {
+    /// At the target version.
+    pub up_to_date: u32,
+    /// Ready.
+    pub ready: u32,
+    /// Out of service by drover.
+    pub in_flight: u32,
+}
+
+impl NodeCounts {
+    /// The counts of the selected nodes `observed`, for `target`.
+    pub fn of(observed: &[crate::cluster::NodeView], target: &semver::Version) -> Self {
+        let n = |f: &dyn Fn(&crate::cluster::NodeView) -> bool| {
+            u32::try_from(observed.iter().filter(|v| f(v)).count()).unwrap_or(u32::MAX)
+        };
+        NodeCounts {
+            up_to_date: n(&|v| v.version.as_ref() == Some(target)),
+            ready: n(&|v| v.ready),
+            in_flight: n(&|v| matches!(&v.progress, Ok(Some(p)) if p.state.in_flight())),
+        }
+    }
+
+    /// Write them into `status`.
+    pub fn write(self, status: &mut super::crd::DroverStatusStatus) {
+        status.up_to_date_nodes = self.up_to_date;
+        status.ready_nodes = self.ready;
+        status.in_flight_nodes = self.in_flight;
     }
 }
 

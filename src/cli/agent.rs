@@ -303,60 +303,32 @@ impl Args {
         Ok(cfg)
     }
 
-    /// The notifications' settings, each checked.
+    /// The notifications' settings, each checked (`notify::Config::from_flags`).
     fn notify_config(&self) -> anyhow::Result<crate::agent::notify::Config> {
-        use crate::agent::notify::{Config, Kind};
-        let mut n = Config::default();
-        for url in self.notify_url.iter().flatten() {
-            let url = url.trim();
-            if url.is_empty() {
-                continue;
-            }
-            let uri: http::Uri = url
-                .parse()
-                .with_context(|| format!("--notify-url: {url:?} is not a URL"))?;
-            if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
-                bail!("--notify-url: {url:?} must be an http:// or https:// URL with a host");
-            }
-            n.endpoints.push(url.to_owned());
-        }
-        if let Some(names) = &self.notify_events {
-            n.kinds = names
-                .iter()
-                .filter(|s| !s.trim().is_empty())
-                .map(|s| {
-                    Kind::parse(s).with_context(|| {
-                        format!(
-                            "--notify-events: {s:?} is not a notification; valid: {}",
-                            Kind::ALL.map(Kind::as_str).join(", ")
-                        )
-                    })
-                })
-                .collect::<anyhow::Result<_>>()?;
-        }
-        if let Some(p) = &self.notify_secret_file {
-            n.secret = read_secret(p)?;
-        }
-        if let Some(q) = self.notify_queue {
-            if !(1..=100_000).contains(&q) {
-                bail!("--notify-queue: {q} is out of range 1 to 100000");
-            }
-            n.queue = q;
-        }
-        if let Some(a) = self.notify_max_attempts {
-            if !(1..=1000).contains(&a) {
-                bail!("--notify-max-attempts: {a} is out of range 1 to 1000");
-            }
-            n.attempts = a;
-        }
-        if let Some(d) = &self.notify_max_age {
-            n.max_age = duration(
-                "notify-max-age",
-                d,
-                (Duration::from_secs(1), Duration::from_secs(7 * DAY)),
-            )?;
-        }
-        Ok(n)
+        let secret = match &self.notify_secret_file {
+            Some(p) => read_secret(p)?,
+            None => None,
+        };
+        let max_age = self
+            .notify_max_age
+            .as_deref()
+            .map(|d| {
+                duration(
+                    "notify-max-age",
+                    d,
+                    (Duration::from_secs(1), Duration::from_secs(7 * DAY)),
+                )
+            })
+            .transpose()?;
+        crate::agent::notify::Config::from_flags(
+            self.notify_url.as_deref().unwrap_or_default(),
+            self.notify_events.as_deref(),
+            secret,
+            self.notify_queue,
+            self.notify_max_attempts,
+            max_age,
+        )
+        .map_err(anyhow::Error::msg)
     }
 
     fn auth(&self) -> anyhow::Result<Auth> {
