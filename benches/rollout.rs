@@ -146,6 +146,7 @@ fn bench_rollout(n: usize, max: u32) -> bool {
         windows: vec![(start(), start() + chrono::Duration::days(365))],
         calendar: None,
         gate_from: Some(start()),
+        gate_waits: None,
     };
     let t = Instant::now();
     let report = match block_on(drive(

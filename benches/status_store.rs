@@ -169,6 +169,7 @@ fn rollout_commits(max: u32, node_mins: (u64, u64), interval: Duration) -> Commi
         windows: vec![(start, start + chrono::Duration::days(365))],
         calendar: None,
         gate_from: Some(start),
+        gate_waits: None,
     };
     let (mut before, mut after) = (0u32, 0u32);
     let mut old_last: Option<StatusReport> = None;

@@ -4,6 +4,29 @@
 use serde::Serialize;
 use std::fmt;
 
+/// What an I/O error means, in words and without the OS's error number
+/// (`no such file or directory`, not `No such file or directory (os error
+/// 2)`): the text people read where a file could not be read or written.
+pub fn io_words(e: &std::io::Error) -> String {
+    use std::io::ErrorKind as K;
+    match e.kind() {
+        K::NotFound => "no such file or directory".to_owned(),
+        K::PermissionDenied => "permission denied".to_owned(),
+        K::AlreadyExists => "it already exists".to_owned(),
+        K::IsADirectory => "it is a directory".to_owned(),
+        K::NotADirectory => "a part of its path is not a directory".to_owned(),
+        K::StorageFull => "no space left on the device".to_owned(),
+        K::ReadOnlyFilesystem => "the file system is read-only".to_owned(),
+        _ => {
+            let text = e.to_string();
+            match text.find(" (os error") {
+                Some(i) => text[..i].to_lowercase(),
+                None => text,
+            }
+        }
+    }
+}
+
 /// One problem found in the config repository.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Diagnostic {

@@ -1,8 +1,10 @@
 //! The plan forecast: how a rollout would go, window by window. The rollout
 //! engine itself runs on an in-memory cluster seeded from the real nodes and a
 //! virtual clock, so the forecast and the agent decide the same way. It
-//! assumes the promotion gate and the trust check pass. `drover plan` prints
-//! it; the agent never uses it.
+//! assumes the trust check passes, and keeps to the gate of the planned
+//! cluster's wave as the plan's wave section answers it (no node starts
+//! before it passes, none while only a person can lift it). `drover plan`
+//! prints it; the agent never uses it.
 
 use crate::cluster::{Cluster, NodeView};
 use crate::config::EnvConfig;
@@ -113,12 +115,8 @@ pub async fn plan<C: Cluster>(
     waves: Option<WaveInputs<'_>>,
 ) -> Result<Plan, C::Error> {
     let policy = Policy::from_env(env);
-    let schedule = Timeline::from_calendar(calendar, now, max_windows);
     let views = cluster.observe().await?;
-    let decision = decide(&policy, &schedule.inputs(now), &views, now);
-    let mut forecast = forecast(&policy, &views, &schedule, node_time, now).await;
-    let change = Change::of(&policy.target, views.iter().map(|v| v.version.as_ref()));
-    forecast.held = calendar.opening(now, change).hold.map(|h| h.describe());
+    let planned = waves.as_ref().map(|w| w.cluster);
     let waves = match waves {
         Some(w) => {
             plan_waves(
@@ -134,6 +132,32 @@ pub async fn plan<C: Cluster>(
             .await
         }
         None => Vec::new(),
+    };
+    // The cluster's wave (the first, for a cluster no wave names) says
+    // when its gate lets a node start: the decision and the forecast
+    // start none before, and none at all when the gate needs a person or
+    // a report, as the wave section below them says.
+    let wave = waves
+        .iter()
+        .find(|w| w.clusters.iter().any(|c| Some(c.as_str()) == planned))
+        .or(waves.first());
+    let gate_from = match wave {
+        Some(w) => w.gate_passes_at.map(|t| t.max(now)),
+        None => Some(now),
+    };
+    let gate_hold = wave
+        .filter(|_| gate_from != Some(now))
+        .map(|w| format!("wave {}'s gate: {}", w.wave, w.gate_now));
+    let mut schedule = Timeline::from_calendar(calendar, gate_from.unwrap_or(now), max_windows);
+    schedule.gate_from = gate_from;
+    schedule.gate_waits.clone_from(&gate_hold);
+    let decision = decide(&policy, &schedule.inputs(now), &views, now);
+    let mut forecast = forecast(&policy, &views, &schedule, node_time, now).await;
+    let change = Change::of(&policy.target, views.iter().map(|v| v.version.as_ref()));
+    forecast.held = match (calendar.opening(now, change).hold, gate_from) {
+        (Some(h), _) => Some(h.describe()),
+        (None, None) => gate_hold.map(|h| format!("{h} (no node starts by time alone)")),
+        (None, Some(_)) => None,
     };
     Ok(Plan {
         env: env.name.clone(),
@@ -313,6 +337,9 @@ pub struct WaveInputs<'a> {
     pub waves: &'a [crate::gate::wave::Wave],
     /// What wave 1 waits on.
     pub first: FirstGate,
+    /// The cluster planned for (`--cluster`): its wave's gate holds the
+    /// decision and the forecast.
+    pub cluster: &'a str,
     /// The environment's clusters' reports for its version.
     pub evidence: &'a crate::gate::wave::EnvEvidence,
 }

@@ -150,8 +150,8 @@ pub fn choose(
         };
         let what = match cfg.root.evidence {
             Evidence::Status => format!(
-                "versions confirmed there on {}: {shown}",
-                cfg.root.status_branch
+                "versions its clusters confirmed on their status branches {}: {shown}",
+                crate::status::cluster_branch(&cfg.root.status_branch, lower, "<cluster>")
             ),
             Evidence::History => format!("{lower} is configured at {shown}"),
         };

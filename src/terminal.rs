@@ -14,6 +14,12 @@
 
 use std::borrow::Cow;
 
+/// `n` and the noun, singular for one: `1 node`, `3 nodes`, `0 nodes`.
+pub fn count(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// Whether `c` must not reach a terminal as is: C0 and C1 controls and DEL
 /// (Unicode's `Cc`), and the bidirectional formatting characters that
 /// reorder what is displayed (the "Trojan Source" characters).

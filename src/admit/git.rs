@@ -215,6 +215,8 @@ pub struct GitEvidence<'r> {
     repo: &'r Repository,
     base: Oid,
     now: DateTime<Utc>,
+    /// Read the status store as it was at `now` (a past instant).
+    as_of: bool,
     cache: Option<Read>,
 }
 
@@ -243,8 +245,17 @@ impl<'r> GitEvidence<'r> {
             repo,
             base,
             now,
+            as_of: false,
             cache: None,
         }
+    }
+
+    /// Read the status store as it was at `now`, for a reader asking
+    /// about a past instant (`status --now T`, `plan --now T`): the reports
+    /// written after it are not read ([`status::Store::as_of`]).
+    pub fn as_of(mut self) -> Self {
+        self.as_of = true;
+        self
     }
 
     /// The reports the last status read ignored, each named with why.
@@ -317,6 +328,7 @@ impl<'r> GitEvidence<'r> {
                 signers.as_ref().filter(|_| policy.report_signers.is_some()),
                 self.now,
                 status::Scope::Listed(&listed),
+                self.as_of,
             );
             self.cache = Some(Read {
                 branch: policy.status_branch.clone(),

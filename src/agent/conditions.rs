@@ -532,7 +532,7 @@ mod tests {
     #[test]
     fn a_report_the_git_server_refuses_stalls_whatever_the_rollout_says() {
         let refusal = "the git server refuses the status report on branch \
-                       drover/status.d/test/test-1 (1 report(s) waiting; not retried until the \
+                       drover/status.d/test/test-1 (1 report waiting; not retried until the \
                        next report or five poll intervals): pre-receive hook declined";
         for state in RolloutState::ALL {
             let f = Facts {

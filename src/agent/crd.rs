@@ -53,6 +53,8 @@ pub fn fetch_request_stamp(o: &DroverStatus) -> Option<String> {
     printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"At Version","type":"string","jsonPath":".status.atVersion"}"#,
+    printcolumn = r#"{"name":"Up-to-date","type":"integer","priority":1,"jsonPath":".status.upToDateNodes"}"#,
+    printcolumn = r#"{"name":"In Flight","type":"integer","priority":1,"jsonPath":".status.inFlightNodes"}"#,
     printcolumn = r#"{"name":"Next Window","type":"string","jsonPath":".status.nextWindow"}"#,
     printcolumn = r#"{"name":"Commit","type":"string","jsonPath":".status.commit"}"#,
     printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.message"}"#,
@@ -89,6 +91,22 @@ pub struct DroverStatusStatus {
     /// Selected nodes Ready at the target.
     #[serde(default)]
     pub nodes_at_version: u32,
+    /// Selected nodes whose OS runs the target (Ready or not), as a
+    /// Deployment's `updatedReplicas`: `kubectl wait
+    /// --for=jsonpath='{.status.upToDateNodes}'=6`.
+    #[serde(default)]
+    pub up_to_date_nodes: u32,
+    /// Selected nodes whose Ready condition is True, at any version.
+    #[serde(default)]
+    pub ready_nodes: u32,
+    /// Selected nodes drover has out of service now (cordoned and draining,
+    /// upgrading, rolling back).
+    #[serde(default)]
+    pub in_flight_nodes: u32,
+    /// The status-branch commit of the last signed status report this
+    /// agent pushed: the evidence a later environment's gate reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_report_commit: Option<String>,
     /// "open until <time>" while a window is open, else the next opening (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_window: Option<String>,
@@ -546,6 +564,7 @@ impl StatusObject {
                 "failuresSeen",
                 "message",
                 "lastFetch",
+                "lastReportCommit",
                 "reporter",
                 "observedGeneration",
                 "conditions",
@@ -864,6 +883,8 @@ mod tests {
                 "State",
                 "Ready",
                 "At Version",
+                "Up-to-date",
+                "In Flight",
                 "Next Window",
                 "Commit",
                 "Message",

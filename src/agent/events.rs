@@ -12,9 +12,13 @@
 //! with its term: nothing is published after leadership is lost, and what
 //! was still queued is dropped with it.
 //!
-//! A repeat of an Event (same object, type, reason and action) within
+//! A repeat of an Event (same object, type, reason, action and note) within
 //! [`SERIES_WINDOW`] is counted into the first one's `series` with a patch
-//! rather than created again, as client-go's recorder does. What that
+//! rather than created again, as client-go's recorder does. The same Event
+//! with other words (`Applied` for another commit) is a new Event, which
+//! takes the first one's place for later repeats: the API server keeps an
+//! Event's note as it was created, so counting it into the first one would
+//! show the first words under the newest count. What that
 //! needs is kept in [`SeriesCache`]: the Event's name and a count per key,
 //! at most [`SERIES_CAPACITY`] of them. (kube's `Recorder` kept a full
 //! copy of every Event it published for its window, about 5 per node during
@@ -65,6 +69,8 @@ pub struct Events {
     /// Failed publications are logged once a minute (an API outage fails them all).
     failures: Arc<crate::retry::Paced>,
     counters: Counters,
+    /// CloudEvents notifications of what is published (`notify.rs`).
+    notifier: Option<super::notify::Notifier>,
 }
 
 /// Where dropped and failed Events are counted (`drover_events_dropped_total`,
@@ -124,6 +130,8 @@ impl Severity {
 struct Published {
     namespace: String,
     name: String,
+    /// A hash of its note: a repeat with other words is a new Event.
+    note: u64,
     /// Occurrences so far (1: the Event alone, no series yet).
     count: i32,
     last: Instant,
@@ -148,11 +156,11 @@ pub struct SeriesCache {
 }
 
 impl SeriesCache {
-    /// What to do with an Event of `key` at `now`: a repeat names the Event
-    /// to patch and its new count.
-    fn lookup(&mut self, key: u64, now: Instant) -> Publication {
+    /// What to do with an Event of `key` saying `note` (its hash) at `now`:
+    /// a repeat of the same words names the Event to patch and its new count.
+    fn lookup(&mut self, key: u64, note: u64, now: Instant) -> Publication {
         match self.entries.get(&key) {
-            Some(p) if now.saturating_duration_since(p.last) < SERIES_WINDOW => {
+            Some(p) if p.note == note && now.saturating_duration_since(p.last) < SERIES_WINDOW => {
                 Publication::Repeat {
                     namespace: p.namespace.clone(),
                     name: p.name.clone(),
@@ -163,8 +171,16 @@ impl SeriesCache {
         }
     }
 
-    /// Remember a publication of `key` (created, or counted to `count`).
-    fn record(&mut self, key: u64, namespace: &str, name: &str, count: i32, now: Instant) {
+    /// Remember a publication of `key` saying `note` (created, or counted to `count`).
+    fn record(
+        &mut self,
+        key: u64,
+        note: u64,
+        namespace: &str,
+        name: &str,
+        count: i32,
+        now: Instant,
+    ) {
         if !self.entries.contains_key(&key) && self.entries.len() >= SERIES_CAPACITY {
             self.entries
                 .retain(|_, p| now.saturating_duration_since(p.last) < SERIES_WINDOW);
@@ -184,6 +200,7 @@ impl SeriesCache {
             Published {
                 namespace: namespace.to_string(),
                 name: name.to_string(),
+                note,
                 count,
                 last: now,
             },
@@ -235,7 +252,14 @@ impl Events {
             queue: None,
             failures: Default::default(),
             counters: Counters::default(),
+            notifier: None,
         }
+    }
+
+    /// Send what is published to `notifier` too: each Event whose reason
+    /// maps to a notification kind makes one (the one place both are made).
+    pub fn notify_with(&mut self, notifier: super::notify::Notifier) {
+        self.notifier = Some(notifier);
     }
 
     /// Count dropped and failed Events in `counters` (the agent's metrics).
@@ -298,6 +322,9 @@ impl Events {
         match severity {
             Severity::Normal => tracing::info!(object = what, reason, note = %note, "event"),
             Severity::Warning => tracing::warn!(object = what, reason, note = %note, "event"),
+        }
+        if let Some(n) = &self.notifier {
+            n.notify_event(reason, what, &note);
         }
         let Some(queue) = &self.queue else { return };
         let pending = Pending {
@@ -523,7 +550,8 @@ impl Publisher {
             note.truncate(cut);
         }
         let key = series_key(&p.reference, p.severity, &p.reason, &p.action);
-        let publication = lock(&self.series).lookup(key, Instant::now());
+        let said = note_key(&note);
+        let publication = lock(&self.series).lookup(key, said, Instant::now());
         let (namespace, name, count) = match publication {
             Publication::Repeat {
                 namespace,
@@ -537,7 +565,7 @@ impl Publisher {
             },
             Publication::Create => self.create(p, note).await?,
         };
-        lock(&self.series).record(key, &namespace, &name, count, Instant::now());
+        lock(&self.series).record(key, said, &namespace, &name, count, Instant::now());
         Ok(())
     }
 
@@ -592,6 +620,12 @@ impl Publisher {
     }
 }
 
+fn note_key(note: &str) -> u64 {
+    let mut h = DefaultHasher::new();
+    note.hash(&mut h);
+    h.finish()
+}
+
 fn lock(m: &Mutex<SeriesCache>) -> std::sync::MutexGuard<'_, SeriesCache> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -614,25 +648,33 @@ mod tests {
         let mut c = SeriesCache::default();
         let t0 = Instant::now();
         let k = series_key(&node("a"), Severity::Warning, "DrainBlocked", "Block");
-        assert_eq!(c.lookup(k, t0), Publication::Create);
-        c.record(k, "default", "a.1", 1, t0);
+        assert_eq!(c.lookup(k, 7, t0), Publication::Create);
+        c.record(k, 7, "default", "a.1", 1, t0);
         let t1 = t0 + Duration::from_secs(60);
         assert_eq!(
-            c.lookup(k, t1),
+            c.lookup(k, 7, t1),
             Publication::Repeat {
                 namespace: "default".into(),
                 name: "a.1".into(),
                 count: 2
             }
         );
-        c.record(k, "default", "a.1", 2, t1);
+        c.record(k, 7, "default", "a.1", 2, t1);
         // The window runs from the last repeat, as a series stays alive while it repeats.
         let t2 = t1 + SERIES_WINDOW - Duration::from_secs(1);
         assert!(matches!(
-            c.lookup(k, t2),
+            c.lookup(k, 7, t2),
             Publication::Repeat { count: 3, .. }
         ));
-        assert_eq!(c.lookup(k, t1 + SERIES_WINDOW), Publication::Create);
+        assert_eq!(c.lookup(k, 7, t1 + SERIES_WINDOW), Publication::Create);
+        // Other words are a new Event, which later repeats count into.
+        assert_eq!(c.lookup(k, 8, t2), Publication::Create);
+        c.record(k, 8, "default", "a.2", 1, t2);
+        assert!(matches!(
+            c.lookup(k, 8, t2),
+            Publication::Repeat { count: 2, ref name, .. } if name == "a.2"
+        ));
+        assert_eq!(c.lookup(k, 7, t2), Publication::Create);
     }
 
     #[test]
@@ -671,6 +713,7 @@ mod tests {
         for i in 0..5_000u64 {
             c.record(
                 i,
+                0,
                 "default",
                 &format!("n{i}.1"),
                 1,
@@ -681,11 +724,14 @@ mod tests {
         assert_eq!(c.len(), SERIES_CAPACITY);
         let now = t0 + Duration::from_secs(5);
         // The oldest were forgotten, the newest are kept.
-        assert_eq!(c.lookup(0, now), Publication::Create);
-        assert!(matches!(c.lookup(4_999, now), Publication::Repeat { .. }));
+        assert_eq!(c.lookup(0, 0, now), Publication::Create);
+        assert!(matches!(
+            c.lookup(4_999, 0, now),
+            Publication::Repeat { .. }
+        ));
         // Expired entries make room before a live one is dropped.
         let later = t0 + SERIES_WINDOW + Duration::from_secs(10);
-        c.record(9_999, "default", "x.1", 1, later);
+        c.record(9_999, 0, "default", "x.1", 1, later);
         assert_eq!(c.len(), 1);
     }
 }

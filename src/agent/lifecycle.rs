@@ -28,6 +28,9 @@ impl<B: ClusterBackend> Agent<B> {
     /// election, act while leader. On shutdown the current API call is
     /// finished, no further one starts, and the lease is released.
     pub async fn run(mut self, shutdown: watch::Receiver<bool>) -> Result<(), Error> {
+        // Notifications are delivered by tasks of their own, never awaited
+        // by the loop; they end with the agent.
+        let _notifiers = self.state.notifier.start(shutdown.clone());
         let server_tasks: Vec<_> = std::mem::take(&mut self.servers)
             .into_iter()
             .map(|(srv, app)| tokio::spawn(srv.serve(app, shutdown.clone())))

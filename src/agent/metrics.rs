@@ -58,6 +58,8 @@ pub struct Metrics {
     pub status_push_refused: Gauge,
     /// `drover_events_dropped_total`: Events dropped because too many waited.
     pub events_dropped: Counter,
+    /// `drover_notifications_*`: CloudEvents delivered, dropped, failed, waiting.
+    pub notifications: super::notify::Counters,
     /// `drover_event_failures_total`: Events the API server refused or did not answer.
     pub event_failures: Counter,
 }
@@ -120,6 +122,7 @@ impl Metrics {
             status_reports_waiting: Gauge::default(),
             status_push_refused: Gauge::default(),
             events_dropped: Counter::default(),
+            notifications: Default::default(),
             event_failures: Counter::default(),
             registry: Registry::default(),
         };
@@ -203,6 +206,26 @@ impl Metrics {
             "status_push_refused",
             "1 while the git server refuses the status report (a hook, a protected branch, credentials)",
             m.status_push_refused.clone(),
+        );
+        registry.register(
+            "notifications_delivered",
+            "CloudEvents notifications a receiver took (2xx)",
+            m.notifications.delivered.clone(),
+        );
+        registry.register(
+            "notifications_dropped",
+            "CloudEvents notifications dropped: queue_full (the oldest), attempts, age",
+            m.notifications.dropped.clone(),
+        );
+        registry.register(
+            "notification_attempts_failed",
+            "notification requests that failed or were not answered in time (retried)",
+            m.notifications.failed.clone(),
+        );
+        registry.register(
+            "notifications_waiting",
+            "CloudEvents notifications queued for their receivers",
+            m.notifications.waiting.clone(),
         );
         registry.register(
             "events_dropped",

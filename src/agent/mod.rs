@@ -33,6 +33,7 @@ pub mod http;
 pub mod leader;
 mod lifecycle;
 pub mod metrics;
+pub mod notify;
 mod pass;
 pub mod rbac;
 pub mod recover;
@@ -146,6 +147,8 @@ pub struct AgentConfig {
     pub webhook_min_interval: Duration,
     /// Also wake when the repository, a local path, changes on disk.
     pub watch_local: bool,
+    /// CloudEvents notifications (none without endpoints).
+    pub notify: notify::Config,
 }
 
 /// The longest one call of the status object's writer, the Event
@@ -209,6 +212,7 @@ impl AgentConfig {
             webhook_listen: None,
             job_namespace: None,
             watch_local: true,
+            notify: notify::Config::default(),
         }
     }
 }
@@ -335,6 +339,13 @@ impl<B: ClusterBackend> Agent<B> {
             dropped: metrics.events_dropped.clone(),
             failed: metrics.event_failures.clone(),
         });
+        let notifier = notify::Notifier::new(
+            cfg.notify.clone(),
+            &cfg.env,
+            &cfg.cluster,
+            metrics.notifications.clone(),
+        );
+        events.notify_with(notifier.clone());
         let state = Acting {
             cfg,
             source: Arc::new(Mutex::new(source)),
@@ -344,6 +355,7 @@ impl<B: ClusterBackend> Agent<B> {
             term_fetched: false,
             status_object: store,
             events,
+            notifier,
             metrics,
             ready,
             clock,
@@ -402,6 +414,9 @@ struct Acting<B: ClusterBackend> {
     /// The DroverStatus object this agent writes (through its term's writer).
     status_object: StatusObject,
     events: Events,
+    /// Notifications: made by `events`, delivered off the loop by tasks
+    /// started with the agent.
+    notifier: notify::Notifier,
     metrics: Arc<Metrics>,
     ready: Arc<http::Readiness>,
     clock: SharedClock,

@@ -71,6 +71,10 @@ impl<B: ClusterBackend> Acting<B> {
         let was_open = self.window_seen.replace(window.opened_at.is_some());
         if was_open.is_some_and(|w| w != window.opened_at.is_some()) {
             let note = match (window.closes_at, window.next_opens_at) {
+                // Overlapping windows followed a year ahead: no end known.
+                (Some(end), _) if window.continues => {
+                    format!("maintenance window open, no close before {}", rfc3339(end))
+                }
                 (Some(end), _) => format!("maintenance window open until {}", rfc3339(end)),
                 (None, Some(next)) => {
                     format!("maintenance window closed; next opens {}", rfc3339(next))
@@ -89,9 +93,14 @@ impl<B: ClusterBackend> Acting<B> {
         self.crd_status.target = Some(active.env.version.to_string());
         self.crd_status.nodes = d.nodes;
         self.crd_status.nodes_at_version = d.nodes_at_version;
+        let counts = NodeCounts::of(observed, &active.env.version);
+        counts.write(&mut self.crd_status);
         self.crd_status.at_version = Some(format!("{}/{}", d.nodes_at_version, d.nodes));
         self.crd_status.window_open = window.opened_at.is_some();
         self.crd_status.next_window = match (window.closes_at, window.next_opens_at) {
+            (Some(end), _) if window.continues => {
+                Some(format!("open, no close before {}", rfc3339(end)))
+            }
             (Some(end), _) => Some(format!("open until {}", rfc3339(end))),
             (None, Some(start)) => Some(rfc3339(start)),
             (None, None) => None,
@@ -272,7 +281,11 @@ impl<B: ClusterBackend> Acting<B> {
             .iter()
             .find(|c| c.kind == REPORT_PUSHED)
             .cloned();
-        if let Some(c) = report_condition(&t.reporter.health(), previous.as_ref(), &now) {
+        let health = t.reporter.health();
+        if let Some(c) = health.commit.as_ref() {
+            self.crd_status.last_report_commit = Some(c.clone());
+        }
+        if let Some(c) = report_condition(&health, previous.as_ref(), &now) {
             self.crd_status
                 .conditions
                 .retain(|c| c.kind != REPORT_PUSHED);
@@ -305,6 +318,40 @@ impl<B: ClusterBackend> Acting<B> {
     }
 }
 
+/// The node counts of the status, as scalars tools read without code
+/// (kstatus, Argo CD's Lua health, `kubectl wait --for=jsonpath`, a fleet
+/// hub's status feedback).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeCounts {
+    /// At the target version.
+    pub up_to_date: u32,
+    /// Ready.
+    pub ready: u32,
+    /// Out of service by drover.
+    pub in_flight: u32,
+}
+
+impl NodeCounts {
+    /// The counts of the selected nodes `observed`, for `target`.
+    pub fn of(observed: &[crate::cluster::NodeView], target: &semver::Version) -> Self {
+        let n = |f: &dyn Fn(&crate::cluster::NodeView) -> bool| {
+            u32::try_from(observed.iter().filter(|v| f(v)).count()).unwrap_or(u32::MAX)
+        };
+        NodeCounts {
+            up_to_date: n(&|v| v.version.as_ref() == Some(target)),
+            ready: n(&|v| v.ready),
+            in_flight: n(&|v| matches!(&v.progress, Ok(Some(p)) if p.state.in_flight())),
+        }
+    }
+
+    /// Write them into `status`.
+    pub fn write(self, status: &mut super::crd::DroverStatusStatus) {
+        status.up_to_date_nodes = self.up_to_date;
+        status.ready_nodes = self.ready;
+        status.in_flight_nodes = self.in_flight;
+    }
+}
+
 /// The `ReportPushed` condition for `health`, keeping `previous`'s
 /// transition time while its status holds; `None` before any attempt.
 pub(super) fn report_condition(
@@ -322,17 +369,17 @@ pub(super) fn report_condition(
             "False",
             "Unreachable",
             format!(
-                "{} report(s) waiting, retried with backoff: {m}",
-                health.waiting
+                "{} waiting, retried with backoff: {m}",
+                crate::terminal::count(health.waiting as u64, "report", "reports")
             ),
         ),
         Verdict::Refused { branch, message } => (
             "False",
             PUSH_REFUSED,
             format!(
-                "the git server refuses the status report on branch {branch} ({} report(s) \
+                "the git server refuses the status report on branch {branch} ({} \
                  waiting; not retried until the next report or five poll intervals): {message}",
-                health.waiting
+                crate::terminal::count(health.waiting as u64, "report", "reports")
             ),
         ),
     };
@@ -366,7 +413,11 @@ mod tests {
     use super::*;
 
     fn health(last: Option<Verdict>) -> PushHealth {
-        PushHealth { waiting: 1, last }
+        PushHealth {
+            waiting: 1,
+            last,
+            commit: None,
+        }
     }
 
     #[test]

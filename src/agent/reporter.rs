@@ -205,6 +205,9 @@ pub struct PushHealth {
     pub waiting: usize,
     /// `None` until the first attempt; then whether the last one landed.
     pub last: Option<Verdict>,
+    /// The status-branch commit of the newest signed report pushed this
+    /// term (`None` until one lands).
+    pub commit: Option<String>,
 }
 
 /// The outcome of the last push attempt.
@@ -412,6 +415,8 @@ impl Task {
                         "unchanged"
                     });
                     if let Some(commit) = published {
+                        let id = commit.to_string();
+                        self.health.send_modify(|h| h.commit = Some(id));
                         tracing::info!(%commit, state = ?head.out.report.state, reports = chain.len(), "status report pushed");
                         if chain
                             .iter()

@@ -44,8 +44,9 @@ pub struct Args {
     /// Tracked branch.
     #[arg(long, env = "DROVER_BRANCH")]
     pub branch: Option<String>,
-    /// Status branch: `[promotion] status_branch` of the config owns it; when
-    /// given, a config naming another branch is refused.
+    /// Status branch name (the agent pushes to `<name>.d/<env>/<cluster>`):
+    /// `[promotion] status_branch` of the config owns it; when given, a
+    /// config naming another name is refused.
     #[arg(long, env = "DROVER_STATUS_BRANCH")]
     pub status_branch: Option<String>,
     /// Local git cache (an emptyDir in the cluster).
@@ -129,6 +130,27 @@ pub struct Args {
     /// File holding the webhook's plain token (X-Drover-Token).
     #[arg(long, env = "DROVER_WEBHOOK_TOKEN_FILE")]
     pub webhook_token_file: Option<PathBuf>,
+    /// Send CloudEvents notifications to these http(s) URLs (comma-separated
+    /// or repeated; docs/install.md, "Notifications").
+    #[arg(long, env = "DROVER_NOTIFY_URL", value_delimiter = ',')]
+    pub notify_url: Option<Vec<String>>,
+    /// Which notifications: available, started, blocked, halted,
+    /// rolled-back, revoked, confirmed (comma-separated; default all).
+    #[arg(long, env = "DROVER_NOTIFY_EVENTS", value_delimiter = ',')]
+    pub notify_events: Option<Vec<String>>,
+    /// File holding the HMAC-SHA256 key that signs each notification
+    /// (X-Drover-Signature: sha256=...).
+    #[arg(long, env = "DROVER_NOTIFY_SECRET_FILE")]
+    pub notify_secret_file: Option<PathBuf>,
+    /// Most notifications waiting per receiver (default 1000; the oldest is dropped).
+    #[arg(long, env = "DROVER_NOTIFY_QUEUE")]
+    pub notify_queue: Option<usize>,
+    /// Most delivery attempts of one notification (default 30).
+    #[arg(long, env = "DROVER_NOTIFY_MAX_ATTEMPTS")]
+    pub notify_max_attempts: Option<u32>,
+    /// Oldest a notification may be and still be tried (default 1h).
+    #[arg(long, env = "DROVER_NOTIFY_MAX_AGE")]
+    pub notify_max_age: Option<String>,
     /// Test hook, only in builds with the `test-hooks` feature (never a
     /// release): shift the agent's clock (windows, gate, timeouts), e.g.
     /// "+30d" or "-2h". Any other build refuses to start when it is set.
@@ -192,6 +214,12 @@ impl Args {
             job_namespace: self.job_namespace.or(f.job_namespace),
             webhook_secret_file: self.webhook_secret_file.or(f.webhook_secret_file),
             webhook_token_file: self.webhook_token_file.or(f.webhook_token_file),
+            notify_url: self.notify_url.or(f.notify_url),
+            notify_events: self.notify_events.or(f.notify_events),
+            notify_secret_file: self.notify_secret_file.or(f.notify_secret_file),
+            notify_queue: self.notify_queue.or(f.notify_queue),
+            notify_max_attempts: self.notify_max_attempts.or(f.notify_max_attempts),
+            notify_max_age: self.notify_max_age.or(f.notify_max_age),
             clock_offset: self.clock_offset.or(f.clock_offset),
             log_format: self.log_format.or(f.log_format),
         }
@@ -279,7 +307,36 @@ impl Args {
                 token,
             });
         }
+        cfg.notify = self.notify_config()?;
         Ok(cfg)
+    }
+
+    /// The notifications' settings, each checked (`notify::Config::from_flags`).
+    fn notify_config(&self) -> anyhow::Result<crate::agent::notify::Config> {
+        let secret = match &self.notify_secret_file {
+            Some(p) => read_secret(p)?,
+            None => None,
+        };
+        let max_age = self
+            .notify_max_age
+            .as_deref()
+            .map(|d| {
+                duration(
+                    "notify-max-age",
+                    d,
+                    (Duration::from_secs(1), Duration::from_secs(7 * DAY)),
+                )
+            })
+            .transpose()?;
+        crate::agent::notify::Config::from_flags(
+            self.notify_url.as_deref().unwrap_or_default(),
+            self.notify_events.as_deref(),
+            secret,
+            self.notify_queue,
+            self.notify_max_attempts,
+            max_age,
+        )
+        .map_err(anyhow::Error::msg)
     }
 
     fn auth(&self) -> anyhow::Result<Auth> {
@@ -469,8 +526,16 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
 
 /// JSON (or text) logs filtered by `RUST_LOG` (default `info`).
 fn init_logging(format: &str) -> anyhow::Result<()> {
+    use std::io::IsTerminal as _;
     let filter = log_filter(&std::env::var("RUST_LOG").unwrap_or_default());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let ansi = colours(
+        format,
+        std::io::stdout().is_terminal(),
+        std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()),
+    );
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi);
     let result = match format {
         // Every line inside a reconcile carries the whole span list, so the
         // reconcile span's env, cluster and commit are on it even when a
@@ -484,6 +549,13 @@ fn init_logging(format: &str) -> anyhow::Result<()> {
         other => bail!("--log-format: expected json or text, got {other:?}"),
     };
     result.map_err(|e| anyhow::anyhow!("initialising logging: {e}"))
+}
+
+/// Whether log lines carry terminal colours: text logs on a terminal only
+/// (and not under `NO_COLOR`); never JSON, never a pipe or a file, where
+/// the escape sequences end up in a log store as `\u001b[32m`.
+fn colours(format: &str, terminal: bool, no_color: bool) -> bool {
+    format == "text" && terminal && !no_color
 }
 
 /// The log filter for `RUST_LOG` = `spec` (`info` when empty or invalid).
@@ -553,6 +625,54 @@ mod tests {
         });
         let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
         text.lines().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn logs_are_coloured_only_as_text_on_a_terminal() {
+        assert!(colours("text", true, false));
+        assert!(!colours("text", false, false), "a pipe or a file");
+        assert!(!colours("text", true, true), "NO_COLOR");
+        assert!(!colours("json", true, false));
+        assert!(!colours("json", false, false));
+        // What a subscriber built that way writes: no escape sequence in
+        // text or JSON, with a level, a span and fields (what colours them).
+        use std::sync::{Arc, Mutex};
+        #[derive(Clone, Default)]
+        struct Buf(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        for (json, ansi) in [(false, false), (true, false), (false, true)] {
+            let buf = Buf::default();
+            let writer = buf.clone();
+            let builder = tracing_subscriber::fmt()
+                .with_ansi(ansi)
+                .with_writer(move || writer.clone());
+            let log = || {
+                let span = tracing::info_span!("reconcile", env = "stage");
+                let _e = span.enter();
+                tracing::warn!(node = "n-1", "cannot cordon");
+            };
+            if json {
+                tracing::subscriber::with_default(builder.json().finish(), log);
+            } else {
+                tracing::subscriber::with_default(builder.finish(), log);
+            }
+            let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+            assert!(text.contains("cannot cordon"), "{text}");
+            // Control: a coloured subscriber does write escapes.
+            assert_eq!(
+                text.contains('\u{1b}'),
+                ansi,
+                "json {json}, ansi {ansi}: {text:?}"
+            );
+        }
     }
 
     #[test]

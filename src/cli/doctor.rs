@@ -159,7 +159,10 @@ fn render(checks: &[Check]) -> String {
     if failed == 0 {
         out.push_str("drover doctor: every check passed\n");
     } else {
-        out.push_str(&format!("drover doctor: {failed} check(s) failed\n"));
+        out.push_str(&format!(
+            "drover doctor: {} failed\n",
+            crate::terminal::count(failed as u64, "check", "checks")
+        ));
     }
     out
 }
@@ -173,9 +176,21 @@ async fn client(args: &Args, impersonate: Option<&str>) -> anyhow::Result<Client
                 .await
                 .with_context(|| format!("using {}", path.display()))?
         }
-        None => kube::Config::infer()
-            .await
-            .context("no kubeconfig and not in a cluster")?,
+        // KUBECONFIG set: its own error, not kube's summary of every
+        // place it looked (in-cluster variables included).
+        None => match std::env::var_os("KUBECONFIG").filter(|p| !p.is_empty()) {
+            Some(p) => {
+                let shown = p.to_string_lossy().into_owned();
+                let kc = kube::config::Kubeconfig::read()
+                    .with_context(|| format!("reading KUBECONFIG {shown}"))?;
+                kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                    .await
+                    .with_context(|| format!("using KUBECONFIG {shown}"))?
+            }
+            None => kube::Config::infer()
+                .await
+                .context("no kubeconfig and not in a cluster")?,
+        },
     };
     if let Some(user) = impersonate {
         config.auth_info.impersonate = Some(user.to_owned());
@@ -196,7 +211,7 @@ async fn diagnose(args: &Args) -> Vec<Check> {
         Err(e) => {
             c.fail(
                 "cluster",
-                format!("{e}: {}", e.root_cause()),
+                super::explain::explain(&e),
                 "point --kubeconfig (or KUBECONFIG) at the cluster the agent is installed in",
             );
             return c.0;
@@ -558,11 +573,7 @@ async fn check_rbac(args: &Args, install: &Install, c: &mut Checks) {
     let client = match client(args, Some(&sa)).await {
         Ok(cl) => cl,
         Err(e) => {
-            c.fail(
-                "rbac",
-                format!("{e}: {}", e.root_cause()),
-                "check --kubeconfig",
-            );
+            c.fail("rbac", super::explain::explain(&e), "check --kubeconfig");
             return;
         }
     };
@@ -1033,10 +1044,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("fix: apply rbac.yaml"), "{text}");
-        assert!(
-            text.ends_with("drover doctor: 1 check(s) failed\n"),
-            "{text}"
-        );
+        assert!(text.ends_with("drover doctor: 1 check failed\n"), "{text}");
     }
 
     #[test]

@@ -50,7 +50,10 @@ fn shown(path: &Path) -> String {
 
 /// The error and its causes, each said once (many errors already include
 /// their source's text, `git: {0}`), with a libgit2 error it recognizes
-/// replaced by what it means for the user.
+/// replaced by what it means for the user, an operating system's error by
+/// its words without the error number (`no such file or directory`), and
+/// each cause on one line (a YAML parser's error draws the offending line
+/// under it).
 pub fn explain(err: &anyhow::Error) -> String {
     let mut parts: Vec<String> = Vec::new();
     for cause in err.chain() {
@@ -62,7 +65,19 @@ pub fn explain(err: &anyhow::Error) -> String {
                 break;
             }
         }
+        if let Some(io) = cause
+            .downcast_ref::<std::io::Error>()
+            .filter(|e| e.raw_os_error().is_some())
+        {
+            // A library's wrapping of it (`failed to read kubeconfig from
+            // '"/x"': No such file ...`) says nothing the context does not.
+            let raw = io.to_string();
+            parts.retain(|p| !p.contains(&raw));
+            parts.push(crate::diag::io_words(io));
+            break;
+        }
         let text = cause.to_string();
+        let text = text.lines().next().unwrap_or("").trim_end().to_owned();
         if text.is_empty() || parts.iter().any(|p| p.contains(&text)) {
             continue;
         }
@@ -116,6 +131,28 @@ mod tests {
              commit the config first (git add -A && git commit -m \"Start the config repository\")"
         );
         assert!(!text.contains("class="), "{text}");
+    }
+
+    #[test]
+    fn an_os_error_is_said_in_words_and_a_librarys_wrapping_of_it_dropped() {
+        // As kube's kubeconfig reader wraps a missing file.
+        #[derive(Debug, thiserror::Error)]
+        #[error("failed to read kubeconfig from '{1:?}': {0}")]
+        struct Wrapped(#[source] std::io::Error, String);
+        let io = std::fs::read("/nonexistent/kubeconfig").unwrap_err();
+        let err = anyhow::Error::new(Wrapped(io, "/nonexistent/kubeconfig".into()))
+            .context("reading /nonexistent/kubeconfig");
+        assert_eq!(
+            explain(&err),
+            "reading /nonexistent/kubeconfig: no such file or directory"
+        );
+        // A many-line cause is said by its first line.
+        let err = anyhow::anyhow!("line 1 column 1: expected mapping start\n --> <input>:1:1\n  |")
+            .context("using kubeconfig");
+        assert_eq!(
+            explain(&err),
+            "using kubeconfig: line 1 column 1: expected mapping start"
+        );
     }
 
     #[test]

@@ -13,6 +13,9 @@ pub struct Args {
     /// Only this environment.
     #[arg(long)]
     pub env: Option<String>,
+    /// Text: no header line, for scripts.
+    #[arg(long)]
+    pub no_headers: bool,
     /// Verify commit signatures against this allowed-signers file (SSH keys).
     #[arg(long, value_name = "FILE")]
     pub allowed_signers: Option<PathBuf>,
@@ -20,8 +23,9 @@ pub struct Args {
     /// a directory of files), e.g. GitHub's web-flow key.
     #[arg(long, value_name = "FILE")]
     pub openpgp_keys: Option<PathBuf>,
-    /// Branch holding the status reports whose confirmations are shown
-    /// (default: `[promotion] status_branch` of the config at HEAD).
+    /// Status branch name whose reports' confirmations are shown: each
+    /// cluster's branch `<name>.d/<env>/<cluster>` (and the single `<name>`
+    /// of the older layout); default `[promotion] status_branch` at HEAD.
     #[arg(long)]
     pub status_branch: Option<String>,
 }
@@ -100,7 +104,12 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
     if g.format.is_document() {
         print_ok(g.format, &history)?;
     } else {
-        print_text(&history, signers.is_some(), g.format == Format::Wide)?;
+        print_text(
+            &history,
+            signers.is_some(),
+            g.format == Format::Wide,
+            !args.no_headers,
+        )?;
     }
     // The process exits next: freeing the changes and libgit2's delta-base
     // cache one allocation at a time took 8% of a 100,000-commit log, and the
@@ -112,7 +121,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
 
 /// The history as a table whose columns fit their widest value, changes
 /// and revocations merged newest first; `wide` keeps commit ids whole.
-fn print_text(h: &History, verifying: bool, wide: bool) -> anyhow::Result<()> {
+fn print_text(h: &History, verifying: bool, wide: bool, headers: bool) -> anyhow::Result<()> {
     use std::io::Write;
     let short = |c: &str| {
         if wide {
@@ -210,7 +219,9 @@ fn print_text(h: &History, verifying: bool, wide: bool) -> anyhow::Result<()> {
         s
     };
     let mut out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
-    out.write_all(line(header).as_bytes())?;
+    if headers {
+        out.write_all(line(header).as_bytes())?;
+    }
     for row in &rows {
         out.write_all(line(row.each_ref().map(String::as_str)).as_bytes())?;
     }

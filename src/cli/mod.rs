@@ -16,6 +16,7 @@ pub mod demo;
 pub mod doctor;
 pub mod explain;
 pub mod init;
+pub mod jsonpath;
 pub mod log;
 pub mod output;
 pub mod plan;
@@ -54,14 +55,16 @@ pub struct Global {
     /// The config repository, resolved from `--repo` or found upward.
     #[arg(skip)]
     pub repo: PathBuf,
-    /// Output format: text, wide (text, unabridged), json or yaml.
+    /// Output format: text, wide (text, unabridged), json, yaml, or
+    /// jsonpath=TEMPLATE (kubectl's: -o jsonpath='{.environments[*].name}').
     #[arg(
         long,
         short = 'o',
         visible_alias = "output",
         global = true,
-        value_enum,
-        default_value_t = Format::Text
+        value_name = "FORMAT",
+        value_parser = output::parse_format,
+        default_value = "text"
     )]
     pub format: Format,
 }
@@ -70,36 +73,80 @@ pub struct Global {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Validate the repository; with --base, judge version changes against the promotion gate.
+    #[command(
+        after_help = "Examples:\n  drover check\n  drover check --base origin/main\n  drover check --base origin/main -o json"
+    )]
     Check(check::Args),
     /// List the next maintenance windows of an environment.
+    #[command(
+        after_help = "Examples:\n  drover windows --env production\n  drover windows --env stage --from 2027-01-01 --count 10\n  drover windows --env production -o json"
+    )]
     Windows(windows::Args),
     /// Version history from git, newest first, with confirmations, failures and revocations.
+    #[command(
+        after_help = "Examples:\n  drover log\n  drover log --env production --allowed-signers agents.allowed_signers\n  drover log -o json"
+    )]
     Log(log::Args),
     /// Check commit signatures against an allowed-signers file.
+    #[command(
+        after_help = "Examples:\n  drover verify --allowed-signers maintainers.allowed_signers\n  drover verify --allowed-signers maintainers.allowed_signers --since origin/main --mode all\n  drover verify --openpgp-keys web-flow.asc"
+    )]
     Verify(verify::Args),
     /// Prepare a branch and commit promoting an environment.
+    #[command(
+        after_help = "Examples:\n  drover promote production --dry-run\n  drover promote production\n  drover promote production --to 1.13.2"
+    )]
     Promote(promote::Args),
     /// Prepare a branch and commit adding a version to `[promotion] revoked`.
+    #[command(
+        after_help = "Examples:\n  drover revoke 1.13.3 --reason \"kernel panic on m7i\" --dry-run\n  drover revoke 1.13.3 --reason \"kernel panic on m7i\""
+    )]
     Revoke(revoke::Args),
     /// What the agent would do now, and how many windows the rollout needs.
+    #[command(
+        after_help = "Examples:\n  drover plan --env production\n  drover plan --env production --nodes 200 --node-time 20m\n  drover plan --env stage --kubeconfig ~/.kube/config --cluster stage-1"
+    )]
     Plan(plan::Args),
     /// The fleet at a glance: every environment and cluster, next windows, the gate's answers.
+    #[command(
+        after_help = "Examples:\n  drover status\n  drover status --env production --now 2027-01-08T03:00:00Z\n  drover status --html fleet.html\n  drover status -o jsonpath='{.environments[*].name}'\n  drover status --watch"
+    )]
     Status(status::Args),
     /// Wait until an environment's clusters confirm its version (like `kubectl rollout status`).
+    #[command(
+        after_help = "Examples:\n  drover wait --env stage --timeout 2h\n  drover wait --env production --cluster prod-eu-1 --timeout 30m"
+    )]
     Wait(wait::Args),
     /// Start a config repository: drover.toml, environments/, report signers.
+    #[command(
+        after_help = "Examples:\n  drover init --version 1.13.2\n  drover init --version 1.13.2 --envs test,stage,production --timezone Europe/Madrid config-repo"
+    )]
     Init(init::Args),
     /// After an install: check each step the agent needs, and say what to fix.
+    #[command(
+        after_help = "Examples:\n  drover doctor\n  drover doctor --kubeconfig ~/.kube/config --namespace drover-system"
+    )]
     Doctor(doctor::Args),
     /// Run the in-cluster agent.
+    #[command(
+        after_help = "Examples:\n  drover agent --env production --cluster prod-eu-1 --repo-url https://github.com/example/fleet-config\n  drover agent --config /etc/drover/agent.toml"
+    )]
     Agent(Box<agent::Args>),
     /// The controlled-upgrade story end to end on simulated clusters.
+    #[command(
+        after_help = "Examples:\n  drover demo\n  drover demo --html demo.html\n  drover demo --keep-repo demo-repo"
+    )]
     Demo(demo::Args),
     /// Print a shell completion script (bash, zsh or fish).
+    #[command(
+        after_help = "Examples:\n  drover completion bash > /etc/bash_completion.d/drover\n  drover completion zsh > \"${fpath[1]}/_drover\"\n  drover completion fish > ~/.config/fish/completions/drover.fish"
+    )]
     Completion(completion::Args),
     /// Print the manual page (roff), generated from these flags.
+    #[command(after_help = "Examples:\n  drover man | man -l -")]
     Man,
     /// The version, the commit it was built from and the build date.
+    #[command(after_help = "Examples:\n  drover version\n  drover version -o json")]
     Version,
 }
 
@@ -143,6 +190,11 @@ pub enum Outcome {
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     quiet_on_closed_pipe();
+    // A completion script asking for the environments (see `completion`).
+    if std::env::var_os(completion::ASK).is_some_and(|v| v == "envs") {
+        completion::envs();
+        return ExitCode::SUCCESS;
+    }
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let mut cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
@@ -441,4 +493,78 @@ pub fn parse_time(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
         "{s:?} is not a time{zone}; give an RFC 3339 time such as 2026-12-01T02:00:00Z \
          or 2026-12-01T03:00:00+01:00, or a date such as 2026-12-01 (00:00 UTC)"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A command line as a shell splits it (quotes, no expansion), up to
+    /// a pipe or a redirection.
+    fn words(line: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut cur = String::new();
+        let mut quote: Option<char> = None;
+        let mut any = false;
+        for c in line.chars() {
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), c) => cur.push(c),
+                (None, '\'' | '"') => {
+                    quote = Some(c);
+                    any = true;
+                }
+                (None, ' ') => {
+                    if any || !cur.is_empty() {
+                        out.push(std::mem::take(&mut cur));
+                    }
+                    any = false;
+                }
+                (None, c) => cur.push(c),
+            }
+        }
+        if any || !cur.is_empty() {
+            out.push(cur);
+        }
+        let end = out
+            .iter()
+            .position(|w| w == "|" || w == ">")
+            .unwrap_or(out.len());
+        out.truncate(end);
+        out
+    }
+
+    #[test]
+    fn every_command_shows_examples_that_parse() {
+        let cmd = Cli::command();
+        let mut seen = 0;
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            if sub.get_name() == "help" {
+                continue;
+            }
+            let help = sub
+                .get_after_help()
+                .map(|h| h.to_string())
+                .unwrap_or_default();
+            let examples: Vec<&str> = help
+                .lines()
+                .filter_map(|l| l.strip_prefix("  "))
+                .filter(|l| l.starts_with("drover "))
+                .collect();
+            assert!(
+                help.starts_with("Examples:") && !examples.is_empty(),
+                "{} has no examples in --help",
+                sub.get_name()
+            );
+            for e in examples {
+                let args = words(e);
+                assert_eq!(args[1], sub.get_name(), "{e}");
+                if let Err(err) = Cli::try_parse_from(&args) {
+                    panic!("{e}: {err}");
+                }
+                seen += 1;
+            }
+        }
+        assert!(seen > 30, "{seen} examples");
+    }
 }

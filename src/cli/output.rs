@@ -1,6 +1,7 @@
-//! What every command prints: the output formats (`-o text|wide|json|yaml`)
-//! and the one document every command gives in JSON and YAML, whatever its
-//! exit code (docs/cli.md, docs/cli.schema.json):
+//! What every command prints: the output formats (`-o text|wide|json|yaml`,
+//! and `-o jsonpath=TEMPLATE` over the JSON document, as kubectl's) and the
+//! one document every command gives in JSON and YAML, whatever its exit
+//! code (docs/cli.md, docs/cli.schema.json):
 //!
 //! ```json
 //! {"ok": true, "errors": [], ...the command's own fields}
@@ -20,12 +21,38 @@ pub enum Format {
     Json,
     /// The same document as YAML.
     Yaml,
+    /// `jsonpath=TEMPLATE`: the JSON document through kubectl's template
+    /// (the template is kept in [`TEMPLATE`]; a failure's errors go to
+    /// stderr as text).
+    #[value(skip)]
+    JsonPath,
+}
+
+/// The `-o jsonpath=` template of this process's command line.
+static TEMPLATE: std::sync::OnceLock<super::jsonpath::Template> = std::sync::OnceLock::new();
+
+/// `-o`'s value: a format's name, or `jsonpath=TEMPLATE` (quotes around the
+/// template, as a shell may leave them, are taken off).
+pub fn parse_format(s: &str) -> Result<Format, String> {
+    if let Some(t) = s.strip_prefix("jsonpath=") {
+        let t = t
+            .strip_prefix('\'')
+            .and_then(|t| t.strip_suffix('\''))
+            .unwrap_or(t);
+        let template = super::jsonpath::Template::parse(t)?;
+        let _ = TEMPLATE.set(template);
+        return Ok(Format::JsonPath);
+    }
+    <Format as clap::ValueEnum>::from_str(s, true).map_err(|_| {
+        format!("expected text, wide, json, yaml or jsonpath=TEMPLATE (such as jsonpath='{{.environments[*].name}}'), got {s:?}")
+    })
 }
 
 impl Format {
-    /// JSON or YAML: one document on stdout, for programs.
+    /// JSON, YAML or a JSONPath template over JSON: one document on
+    /// stdout, for programs.
     pub fn is_document(self) -> bool {
-        matches!(self, Format::Json | Format::Yaml)
+        matches!(self, Format::Json | Format::Yaml | Format::JsonPath)
     }
 
     /// The format named on a command line clap could not parse (`-o json`,
@@ -136,6 +163,20 @@ pub fn print_document<T: Serialize>(
         Format::Json => print_json(&doc),
         Format::Yaml => {
             write_stdout(|out| yaml_serde::to_writer(out, &doc).map_err(std::io::Error::other))
+        }
+        Format::JsonPath if !ok => {
+            for e in errors {
+                eprintln!("{}", e.text());
+            }
+            Ok(())
+        }
+        Format::JsonPath => {
+            let value = serde_json::to_value(&doc)?;
+            let text = match TEMPLATE.get() {
+                Some(t) => t.render(&value).map_err(anyhow::Error::msg)?,
+                None => String::new(),
+            };
+            write_stdout(|out| std::io::Write::write_all(out, text.as_bytes()))
         }
         Format::Text | Format::Wide => Ok(()),
     }

@@ -88,6 +88,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         waves: &waves,
         first: first.clone(),
         evidence: &evidence,
+        cluster: &args.cluster,
     };
     // A cluster of a wave with a window of its own moves in that window.
     let env = &env.for_cluster(&args.cluster);
@@ -258,6 +259,8 @@ fn when_in(t: DateTime<Utc>, tz: chrono_tz::Tz) -> String {
     format!("{} ({utc})", local.format("%a %Y-%m-%d %H:%M %Z"))
 }
 
+use crate::terminal::count;
+
 fn render(p: &Plan, node_time: Duration, env: &EnvConfig) -> String {
     use std::fmt::Write as _;
     let ts = |t: DateTime<Utc>| when(t, env);
@@ -266,11 +269,11 @@ fn render(p: &Plan, node_time: Duration, env: &EnvConfig) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{} on {}: target {}, {} nodes, {} at target; now {}",
+        "{} on {}: target {}, {}, {} at target; now {}",
         p.env,
         p.cluster,
         p.target,
-        d.nodes,
+        count(d.nodes, "node", "nodes"),
         d.nodes_at_version,
         ts(p.now)
     );
@@ -291,7 +294,11 @@ fn render(p: &Plan, node_time: Duration, env: &EnvConfig) -> String {
     }
     let _ = writeln!(s, "{}", headline(p, node_time));
     for w in &f.windows {
-        let view = crate::fleet::gather::window_view(env, w.start, w.end, p.now);
+        let view = crate::fleet::gather::window_view(
+            env,
+            crate::window::Window::new(w.start, w.end),
+            p.now,
+        );
         let _ = writeln!(
             s,
             "  window {}: {} started, {} done",
@@ -304,8 +311,8 @@ fn render(p: &Plan, node_time: Duration, env: &EnvConfig) -> String {
     let fin = f.finishes_at.map_or("-".to_string(), ts);
     let _ = write!(
         s,
-        "{} windows, last ends {end}; rollout {} (last node Ready at {fin}",
-        f.windows_needed,
+        "{}, last ends {end}; rollout {} (last node Ready at {fin}",
+        count(f.windows_needed as u64, "window", "windows"),
         f.state.as_str()
     );
     match f.confirmed_at {
@@ -320,9 +327,11 @@ fn render(p: &Plan, node_time: Duration, env: &EnvConfig) -> String {
     if let Some(c) = &f.cut_short {
         let _ = writeln!(
             s,
-            "forecast cut short by --max-windows {}: {} nodes still to upgrade, about {} more \
-             windows needed; raise --max-windows to see the whole rollout",
-            c.limit, c.nodes_left, c.more_windows_estimated
+            "forecast cut short by --max-windows {}: {} still to upgrade, about {} more \
+             needed; raise --max-windows to see the whole rollout",
+            c.limit,
+            count(c.nodes_left as u64, "node", "nodes"),
+            count(c.more_windows_estimated as u64, "window", "windows")
         );
     }
     s
@@ -384,8 +393,8 @@ fn headline(p: &Plan, node_time: Duration) -> String {
     let d = &p.decision;
     if let (Some(held), 0) = (&f.held, f.windows_needed) {
         return format!(
-            "{held}: the agent starts no node, so the forecast starts none ({} nodes to upgrade)",
-            f.nodes_to_upgrade
+            "{held}: the agent starts no node, so the forecast starts none ({} to upgrade)",
+            count(f.nodes_to_upgrade as u64, "node", "nodes")
         );
     }
     let each = if f.node_cycle == crate::forecast::hours(node_time) {
@@ -403,8 +412,11 @@ fn headline(p: &Plan, node_time: Duration) -> String {
         .map(|s| format!(", then {s} settle"))
         .unwrap_or_default();
     let mut line = format!(
-        "{} nodes to upgrade, {} at a time, {each}{settle}: {} windows, at most {} nodes started in one",
-        f.nodes_to_upgrade, d.max_unavailable, f.windows_needed, f.fit_per_window
+        "{} to upgrade, {} at a time, {each}{settle}: {}, at most {} started in one",
+        count(f.nodes_to_upgrade as u64, "node", "nodes"),
+        d.max_unavailable,
+        count(f.windows_needed as u64, "window", "windows"),
+        count(f.fit_per_window as u64, "node", "nodes")
     );
     if let Some(held) = &f.held {
         line.push_str(&format!("; now {held}"));

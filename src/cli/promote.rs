@@ -34,6 +34,11 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         }
         return Ok(Outcome::Rejected);
     };
+    // An unknown name is a rejection like every command's, with the
+    // nearest name (`prod`: did you mean "production"?).
+    if let Err(rejected) = super::known_env(g, &cfg, &args.env) {
+        return rejected;
+    }
     let repo = super::open_git(g)?;
     let now = args.now.unwrap_or_else(Utc::now);
     let choice = match promote::choose(&repo, &cfg, &args.env, args.to.as_ref(), now) {

@@ -208,6 +208,13 @@ pub fn write_page(
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
+    if !dir.is_dir() {
+        anyhow::bail!(
+            "cannot write {}: the directory {} does not exist",
+            path.display(),
+            dir.display()
+        );
+    }
     let mut tmp = tempfile::NamedTempFile::new_in(dir)
         .with_context(|| format!("cannot write {}", path.display()))?;
     std::io::Write::write_all(&mut tmp, page.as_bytes())

@@ -22,6 +22,9 @@ pub struct Args {
     /// How many windows to list (at most 10000).
     #[arg(long, default_value_t = 5)]
     pub count: u64,
+    /// Text: no header line and no lines above the table, for scripts.
+    #[arg(long)]
+    pub no_headers: bool,
 }
 
 /// The most windows one `drover windows` lists (27 years of daily windows):
@@ -51,6 +54,14 @@ pub struct WindowOut {
     /// The `minor` freeze's reason when only a patch update may start here.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub patch_only: Option<String>,
+    /// Open before `start` too: windows overlap without a gap for longer
+    /// than drover looks back (a year).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub opened_earlier: bool,
+    /// Still open at `end`: windows overlap without a gap for longer than
+    /// drover looks ahead (a year); the next period starts at `end`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub continues: bool,
 }
 
 fn utc(t: DateTime<Utc>) -> String {
@@ -116,6 +127,8 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
                         start: utc(w.start),
                         end: utc(w.end),
                         patch_only: w.patch_only.clone(),
+                        opened_earlier: w.opened_earlier,
+                        continues: w.continues,
                     })
                     .collect(),
             },
@@ -136,15 +149,18 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
                 .collect();
             // Freeze reasons are free text: no control character reaches the terminal.
             let line = |text: String| println!("{}", escape(&text));
-            line(format!("Windows of {}: {}", args.env, specs.join("; ")));
-            for f in &env.freezes {
+            let headers = !args.no_headers;
+            if headers {
+                line(format!("Windows of {}: {}", args.env, specs.join("; ")));
+            }
+            for f in env.freezes.iter().filter(|_| headers) {
                 line(format!(
                     "Freeze from {}: {}",
                     window::local_and_utc(f.start, f.timezone),
                     f.describe()
                 ));
             }
-            if env.rollout.paused {
+            if env.rollout.paused && headers {
                 println!("PAUSED ([rollout] paused = true): no node starts in any window below");
             }
             let local = |t: DateTime<Utc>| {
@@ -152,10 +168,12 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
                     .format("%a %Y-%m-%d %H:%M %Z")
                     .to_string()
             };
-            println!(
-                "{:<26} {:<26} {:<21} {:<21}",
-                "START (local)", "END (local)", "START (UTC)", "END (UTC)"
-            );
+            if headers {
+                println!(
+                    "{:<26} {:<26} {:<21} {:<21}",
+                    "START (local)", "END (local)", "START (UTC)", "END (UTC)"
+                );
+            }
             for w in &list {
                 let open = if w.start <= from && from < w.end {
                     "  (open)"
@@ -167,8 +185,15 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
                     Some(r) => format!("  patch updates only: {r}"),
                     None => String::new(),
                 };
+                // A window cut by the horizon: open past the times shown.
+                let cut = match (w.opened_earlier, w.continues) {
+                    (true, true) => "  (open before and after: windows overlap)",
+                    (false, true) => "  (continues: windows overlap)",
+                    (true, false) => "  (open before: windows overlap)",
+                    (false, false) => "",
+                };
                 line(format!(
-                    "{:<26} {:<26} {:<21} {:<21}{open}{patch}",
+                    "{:<26} {:<26} {:<21} {:<21}{open}{cut}{patch}",
                     local(w.start),
                     local(w.end),
                     utc(w.start),

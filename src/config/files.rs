@@ -118,7 +118,8 @@ pub fn stray_entry(name: &str, kind: EntryKind) -> crate::diag::Diagnostic {
 /// `what` names such files in the messages ("config files").
 pub fn read_regular(path: &Path, what: &str) -> Result<Vec<u8>, String> {
     use std::os::unix::fs::OpenOptionsExt as _;
-    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read: {e}"))?;
+    let meta = std::fs::metadata(path)
+        .map_err(|e| format!("cannot read it: {}", crate::diag::io_words(&e)))?;
     let kind = kind_of(meta.file_type());
     if kind != EntryKind::File {
         return Err(not_regular(kind, what));
@@ -132,15 +133,17 @@ pub fn read_regular(path: &Path, what: &str) -> Result<Vec<u8>, String> {
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(path)
-        .map_err(|e| format!("cannot read: {e}"))?;
-    let meta = file.metadata().map_err(|e| format!("cannot read: {e}"))?;
+        .map_err(|e| format!("cannot read it: {}", crate::diag::io_words(&e)))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("cannot read it: {}", crate::diag::io_words(&e)))?;
     if !meta.is_file() {
         return Err(not_regular(kind_of(meta.file_type()), what));
     }
     let mut bytes = Vec::with_capacity(meta.len().min(MAX_FILE_BYTES) as usize);
     file.take(MAX_FILE_BYTES + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read: {e}"))?;
+        .map_err(|e| format!("cannot read it: {}", crate::diag::io_words(&e)))?;
     if bytes.len() as u64 > MAX_FILE_BYTES {
         return Err(too_large(bytes.len() as u64, what));
     }
@@ -203,7 +206,7 @@ impl Files for DirFiles {
         // symlink_metadata never opens the file, so a FIFO cannot block here.
         match std::fs::symlink_metadata(&full) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("cannot read: {e}")),
+            Err(e) => return Err(format!("cannot read it: {}", crate::diag::io_words(&e))),
             Ok(_) => {}
         }
         // Every component resolved, so neither the file nor a directory on

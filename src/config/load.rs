@@ -21,18 +21,6 @@ pub fn load(files: &dyn Files) -> Result<RepoConfig, Vec<Diagnostic>> {
 pub fn load_at(files: &dyn Files, _now: DateTime<Utc>) -> Result<RepoConfig, Vec<Diagnostic>> {
     let mut diags = Vec::new();
 
-    let root = match read_text(files, ROOT_FILE) {
-        Ok(text) => {
-            let parsed = root_inner(ROOT_FILE, &text);
-            diags.extend(parsed.diags.iter().cloned());
-            Some((text, parsed))
-        }
-        Err(d) => {
-            diags.push(d);
-            None
-        }
-    };
-
     // Anything in environments/ but `<env>.toml` regular files is reported,
     // never silently skipped (a stray entry is usually a mistake).
     let mut on_disk: Vec<String> = Vec::new();
@@ -42,6 +30,18 @@ pub fn load_at(files: &dyn Files, _now: DateTime<Utc>) -> Result<RepoConfig, Vec
             (kind, _) => diags.push(super::files::stray_entry(&entry.name, kind)),
         }
     }
+
+    let root = match read_text(files, ROOT_FILE) {
+        Ok(text) => {
+            let parsed = root_inner(ROOT_FILE, &text, Some(&on_disk));
+            diags.extend(parsed.diags.iter().cloned());
+            Some((text, parsed))
+        }
+        Err(d) => {
+            diags.push(d);
+            None
+        }
+    };
 
     // Environments to parse: the chain's (valid names only, so a name like
     // `../x` never becomes a path) and every file on disk.
@@ -83,13 +83,25 @@ pub fn load_at(files: &dyn Files, _now: DateTime<Utc>) -> Result<RepoConfig, Vec
     if let Some((text, r)) = &root {
         for (name, span) in &r.chain {
             if !on_disk.contains(name) {
+                // A file the chain does not name, spelled nearly alike: the
+                // chain's name is the typo.
+                let strays = on_disk
+                    .iter()
+                    .filter(|d| !r.chain.iter().any(|(n, _)| n == *d))
+                    .map(String::as_str);
+                let fix = match super::nearest(name, strays) {
+                    Some(d) => format!(
+                        "did you mean `{d}`? ({} exists: correct the chain)",
+                        env_path(d)
+                    ),
+                    None => format!("create it or remove `{name}` from the chain"),
+                };
                 diags.push(Diagnostic::at(
                     ROOT_FILE,
                     text,
                     span.start,
                     format!(
-                        "environment `{name}` has no file `{}`; create it or remove `{name}` \
-                         from the chain",
+                        "environment `{name}` has no file `{}`; {fix}",
                         env_path(name)
                     ),
                 ));
@@ -100,13 +112,23 @@ pub fn load_at(files: &dyn Files, _now: DateTime<Utc>) -> Result<RepoConfig, Vec
                 if !r.chain.iter().any(|(n, _)| n == name) {
                     let path = env_path(name);
                     let text = read_text(files, &path).unwrap_or_default();
+                    // A chain name without a file, spelled nearly alike.
+                    let fileless = r
+                        .chain
+                        .iter()
+                        .map(|(n, _)| n.as_str())
+                        .filter(|n| !on_disk.iter().any(|d| d == n));
+                    let fix = match super::nearest(name, fileless) {
+                        Some(n) => format!("correct `{n}` in the chain to `{name}`"),
+                        None => "add it to the chain or delete this file".to_owned(),
+                    };
                     diags.push(Diagnostic::at(
                         path,
                         &text,
                         0,
                         format!(
                             "environment `{name}` is not in [promotion] chain of {ROOT_FILE} \
-                             ({}); add it to the chain or delete this file",
+                             ({}); {fix}",
                             quoted_list(r.chain.iter().map(|(n, _)| n.as_str()))
                         ),
                     ));
@@ -134,7 +156,7 @@ pub fn load_at(files: &dyn Files, _now: DateTime<Utc>) -> Result<RepoConfig, Vec
 
 /// Parse and validate `drover.toml` from its text.
 pub fn parse_root(file: &str, text: &str) -> Result<RootConfig, Vec<Diagnostic>> {
-    let parsed = root_inner(file, text);
+    let parsed = root_inner(file, text, None);
     match parsed.config {
         Some(c) if parsed.diags.is_empty() => Ok(c),
         _ => Err(parsed.diags),

@@ -39,7 +39,11 @@ pub(super) struct RootParsed {
     pub(super) diags: Vec<Diagnostic>,
 }
 
-pub(super) fn root_inner(file: &str, text: &str) -> RootParsed {
+/// Parse `drover.toml`. `on_disk` are the environment files present
+/// (`None`: not known): a name in `[clusters]` that is not in the chain is
+/// then judged against them, so the suggestion points at the typo, not at
+/// the name that matches a file.
+pub(super) fn root_inner(file: &str, text: &str, on_disk: Option<&[String]>) -> RootParsed {
     let mut cx = Ctx::new(file, text);
     let Some(doc) = cx.parse() else {
         return RootParsed {
@@ -177,9 +181,17 @@ pub(super) fn root_inner(file: &str, text: &str) -> RootParsed {
                     let env = k.get_ref().as_ref();
                     if chain_known && !chain.iter().any(|(n, _)| n == env) {
                         let names: Vec<&str> = chain.iter().map(|(n, _)| n.as_str()).collect();
-                        let hint = nearest(env, names.iter().copied())
-                            .map(|s| format!("; did you mean `{s}`?"))
-                            .unwrap_or_default();
+                        let has_file = |n: &str| on_disk.is_some_and(|d| d.iter().any(|f| f == n));
+                        let hint = match nearest(env, names.iter().copied()) {
+                            // The chain's name has no file and this one has:
+                            // the chain holds the typo.
+                            Some(s) if has_file(env) && !has_file(s) => format!(
+                                "; the chain's `{s}` has no environment file and \
+                                 environments/{env}.toml exists: did you mean `{env}` in the chain?"
+                            ),
+                            Some(s) => format!("; did you mean `{s}`?"),
+                            None => String::new(),
+                        };
                         cx.err(
                             &k.span(),
                             format!(

@@ -203,9 +203,9 @@ pub async fn run(opts: &Options) -> Result<Report, Error> {
     }
     story.say_fleet(
         format!(
-            "fleet: {} clusters of {} nodes, all at {from}; test upgrades on the 1st, stage on the 8th, production in two waves: prod-eu-1 on the 20th in Madrid, then prod-us-1 the next night in New York once prod-eu-1's signed confirmation has soaked 24h",
+            "fleet: {} clusters of {}, all at {from}; test upgrades on the 1st, stage on the 8th, production in two waves: prod-eu-1 on the 20th in Madrid, then prod-us-1 the next night in New York once prod-eu-1's signed confirmation has soaked 24h",
             story.agents.len(),
-            opts.nodes
+            crate::terminal::count(opts.nodes as u64, "node", "nodes")
         ),
     );
     story.tick().await?;

@@ -466,6 +466,7 @@ impl Story {
             windows: horizon_windows.clone(),
             calendar: Some(calendar),
             gate_from,
+            gate_waits: None,
         };
         let engine = Engine::new(
             Policy::from_env(&env_cfg),
@@ -673,7 +674,9 @@ impl Story {
                 at,
                 i,
                 format!(
-                    "{opened} open; cordon, drain ({evictions} evictions through PDB \"web\"), upgrade {starts} nodes to {target}, one at a time"
+                    "{opened} open; cordon, drain ({} through PDB \"web\"), upgrade {} to {target}, one at a time",
+                    crate::terminal::count(evictions as u64, "eviction", "evictions"),
+                    crate::terminal::count(starts as u64, "node", "nodes")
                 ),
             );
         }

@@ -82,11 +82,16 @@ fn collect(
 ) -> Result<Fleet, Error> {
     let as_of = at.is_some();
     let envs = envs(cfg, only);
-    let store = status::find_store(
+    let mut store = status::find_store(
         repo,
         &cfg.root.status_branch,
         status::Scope::Listed(&cfg.root.clusters),
     )?;
+    // Asked about a past instant: the store as it was then.
+    let mut written_later = 0;
+    if as_of {
+        (store, written_later) = rewound(repo, cfg, &store, now)?;
+    }
     let mut warnings = Vec::new();
     let head = match at {
         Some(c) => repo.find_commit(c).ok(),
@@ -102,7 +107,14 @@ fn collect(
     let signers = report_signers(snap.as_ref(), &mut warnings);
     // One read of the store for every environment's gate and every
     // cluster's latest report: the status store is read once per invocation.
-    let mut evidence = snap.as_ref().map(|s| GitEvidence::new(repo, s.commit, now));
+    let mut evidence = snap.as_ref().map(|s| {
+        let e = GitEvidence::new(repo, s.commit, now);
+        if as_of {
+            e.as_of()
+        } else {
+            e
+        }
+    });
     let unsigned = |e| status::confirmations_in(repo, &store, None, now).map_err(|_| e);
     let conf = match (&snap, evidence.as_mut()) {
         (Some(s), Some(ev)) => match ev.confirmations(&s.policy) {
@@ -140,6 +152,7 @@ fn collect(
             &store,
             signers.as_ref(),
             now,
+            written_later,
             &mut latest,
             &mut warnings,
         )?;
@@ -303,9 +316,7 @@ fn when(
     now: DateTime<Utc>,
 ) -> (Option<WindowView>, Option<HoldView>, Vec<FreezeView>) {
     let opening = cal.opening(now, window::Change::Other);
-    let next = opening
-        .next_start()
-        .map(|w| window_view(env, w.start, w.end, now));
+    let next = opening.next_start().map(|w| window_view(env, w, now));
     let hold = opening.hold.as_ref().map(|h| {
         let file = format!("{}/{}.toml", crate::config::ENV_DIR, env.name);
         let (kind, reason, message) = match h {
@@ -376,17 +387,37 @@ impl Shown {
     }
 }
 
-/// The store as it was at `now` (`status --now T`): a cluster whose newest
-/// report is of a state entered after `now` shows the report in force then,
-/// read from its history, and the warnings say how many were left out.
-/// (`since`, not the commit's time: a report is written at or after its
-/// `since`, and a commit's time is the writer's clock, not the cluster's.)
+/// The status store as it was at `now` ([`status::Store::as_of`]), and how
+/// many reports were written after `now`.
+fn rewound(
+    repo: &Repository,
+    cfg: &RepoConfig,
+    store: &status::Store,
+    now: DateTime<Utc>,
+) -> Result<(status::Store, usize), Error> {
+    store.as_of(repo, now).map_err(|source| {
+        Error::Reports(reports::Error::Git {
+            branch: cfg.root.status_branch.clone(),
+            source,
+        })
+    })
+}
+
+/// The store as it was at `now` (`status --now T`), already rewound to the
+/// commits of then ([`rewound`], `written_later` of them passed over): a
+/// cluster whose newest report of then is of a state entered after `now`
+/// (its agent's clock ahead of its commit's) shows the report in force
+/// then, read from its history, and the warnings say how many were left
+/// out. (`since`, not the commit's time: a report is written at or after
+/// its `since`, and a commit's time is the writer's clock, not the cluster's.)
+#[allow(clippy::too_many_arguments)]
 fn as_it_was(
     repo: &Repository,
     cfg: &RepoConfig,
     store: &status::Store,
     signers: Option<&AllowedSigners>,
     now: DateTime<Utc>,
+    written_later: usize,
     latest: &mut BTreeMap<(String, String), Shown>,
     warnings: &mut Vec<String>,
 ) -> Result<(), Error> {
@@ -395,14 +426,17 @@ fn as_it_was(
         .filter(|(_, s)| s.report.since > now)
         .map(|(k, _)| k.clone())
         .collect();
+    let mut left_out = written_later;
     if later.is_empty() {
+        if left_out > 0 {
+            warnings.push(left_out_warning(left_out, now));
+        }
         return Ok(());
     }
     for k in &later {
         latest.remove(k);
     }
     let found = reports::walk(repo, cfg, store, signers, now)?;
-    let mut left_out = 0;
     for e in found.entries {
         let key = (e.report.env.clone(), e.report.cluster.clone());
         if !later.contains(&key) {
@@ -419,11 +453,16 @@ fn as_it_was(
             why: e.untrusted.clone(),
         });
     }
-    warnings.push(format!(
-        "{left_out} report(s) from after {} left out: the status store, the config and the gate are read as they were then",
-        now.to_rfc3339_opts(SecondsFormat::Secs, true)
-    ));
+    warnings.push(left_out_warning(left_out, now));
     Ok(())
+}
+
+fn left_out_warning(n: usize, now: DateTime<Utc>) -> String {
+    format!(
+        "{} from after {} left out: the status store, the config and the gate are read as they were then",
+        crate::terminal::count(n as u64, "report", "reports"),
+        now.to_rfc3339_opts(SecondsFormat::Secs, true)
+    )
 }
 
 fn report_view(r: &status::StatusReport, commit: git2::Oid) -> ReportView {
@@ -457,12 +496,8 @@ fn report_signers(
 }
 
 /// A window in UTC and in the environment's zone.
-pub fn window_view(
-    env: &EnvConfig,
-    start: DateTime<Utc>,
-    end: DateTime<Utc>,
-    now: DateTime<Utc>,
-) -> WindowView {
+pub fn window_view(env: &EnvConfig, w: window::Window, now: DateTime<Utc>) -> WindowView {
+    let (start, end) = (w.start, w.end);
     let tz = env.windows[0].timezone;
     let local = |t: DateTime<Utc>| {
         t.with_timezone(&tz)
@@ -475,6 +510,8 @@ pub fn window_view(
         end_local: local(end),
         zone: start.with_timezone(&tz).format("%Z").to_string(),
         open: start <= now && now < end,
+        opened_earlier: w.opened_earlier,
+        continues: w.continues,
     }
 }
 
@@ -582,11 +619,14 @@ pub fn timeline(
     };
     let snap = tip.and_then(|t| admit::snapshot(repo, t, now).ok()?.ok());
     let signers = report_signers(snap.as_ref(), &mut warnings);
-    let store = status::find_store(
+    let mut store = status::find_store(
         repo,
         &cfg.root.status_branch,
         status::Scope::Listed(&cfg.root.clusters),
     )?;
+    if at.is_some() {
+        store = rewound(repo, cfg, &store, now)?.0;
+    }
     if !store.is_empty() {
         let found = reports::walk(repo, cfg, &store, signers.as_ref(), now)?;
         warnings.extend(found.warnings);
@@ -633,7 +673,13 @@ pub fn timeline(
             Some((env.name.as_str(), w))
         })
         .collect();
-    let last = next.values().map(|w| w.end).fold(now, DateTime::max);
+    // A window that goes on past the horizon (overlapping windows) has
+    // no end to show: the page would stretch a year ahead and put today
+    // off its left edge. Its band runs to the page's edge instead.
+    let last = next
+        .values()
+        .map(|w| if w.continues { now } else { w.end })
+        .fold(now, DateTime::max);
     let to = last + Span::days(1);
     let from = (first - Span::days(1)).max(to - Span::days(MAX_TIMELINE_SPAN_DAYS));
 
@@ -660,7 +706,7 @@ pub fn timeline(
                 .take_while(|w| w.start < to)
                 .take(64)
                 .map(|w| {
-                    let v = window_view(env, w.start, w.end, now);
+                    let v = window_view(env, w, now);
                     Band {
                         start: w.start,
                         end: w.end,

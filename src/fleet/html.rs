@@ -1035,7 +1035,7 @@ td.failed, td.blocked {{ color: #c00; font-weight: bold; }}
 <p class="sub">status branch {branch} · generated for {now}</p>
 "#,
         title = esc(title),
-        branch = esc(&super::branch_line(&fleet.status_branch, "not found")),
+        branch = esc(&super::branch_line(&fleet.status_branch, "none yet")),
         now = esc(&ts(&fleet.now)),
     );
     let _ = writeln!(out, "{}", svg(&with_waits(t, fleet)));

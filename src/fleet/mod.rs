@@ -30,8 +30,18 @@ pub fn branch_line(b: &StatusBranch, absent: &str) -> String {
     };
     match (b.cluster_branches, legacy) {
         (0, Some(l)) => l,
-        (0, None) => format!("{} ({absent})", b.name),
-        (n, None) => format!("{}.d/<env>/<cluster> ({n} branches)", b.name),
-        (n, Some(l)) => format!("{}.d/<env>/<cluster> ({n} branches) and {l}", b.name),
+        // Name where reports go now, not the single branch of the older
+        // layout, which a new install never has.
+        (0, None) => format!("{}.d/<env>/<cluster> ({absent})", b.name),
+        (n, None) => format!(
+            "{}.d/<env>/<cluster> ({})",
+            b.name,
+            crate::terminal::count(n as u64, "branch", "branches")
+        ),
+        (n, Some(l)) => format!(
+            "{}.d/<env>/<cluster> ({}) and {l}",
+            b.name,
+            crate::terminal::count(n as u64, "branch", "branches")
+        ),
     }
 }

@@ -87,6 +87,27 @@ pub struct WindowView {
     pub zone: String,
     /// Whether it is open at `now`.
     pub open: bool,
+    /// Open before `start` too: windows overlap without a gap for longer
+    /// than drover looks back (a year), as hourly windows of two hours do.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub opened_earlier: bool,
+    /// Still open at `end`: windows overlap without a gap for longer than
+    /// drover looks ahead (a year); `end` is how far it looked.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub continues: bool,
+}
+
+impl WindowView {
+    /// What a window cut by the horizon needs said beside its times
+    /// (empty for a window that opens and closes as shown).
+    pub fn overlap_note(&self) -> &'static str {
+        match (self.opened_earlier, self.continues) {
+            (true, true) => "windows overlap without a gap: open before and after these times",
+            (false, true) => "windows overlap without a gap: still open at the end shown",
+            (true, false) => "windows overlap without a gap: open before the start shown",
+            (false, false) => "",
+        }
+    }
 }
 
 /// Most freezes one environment shows (the config bounds them anyway).

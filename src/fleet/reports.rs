@@ -17,7 +17,7 @@ pub const MAX_HISTORY: usize = 100_000;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A git operation failed.
-    #[error("reading status branch {branch}: {source}")]
+    #[error("reading the status branches {branch}.d/<env>/<cluster>: {source}")]
     Git {
         /// Branch being read.
         branch: String,
@@ -74,7 +74,7 @@ impl status::Visitor for Collect<'_> {
         if self.out.entries.len() + self.branch.len() >= MAX_HISTORY {
             self.full = true;
             self.out.warnings.push(format!(
-                "status branch {}: more than {MAX_HISTORY} report versions; older ones are not shown",
+                "status branches {}.d/<env>/<cluster>: more than {MAX_HISTORY} report versions; older ones are not shown",
                 self.name
             ));
             return;

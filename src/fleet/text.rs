@@ -122,6 +122,10 @@ pub fn env_block(out: &mut String, e: &EnvView) {
                 put(out, &format!("  {label}  {local}"));
                 put(out, &format!("               {utc}"));
             }
+            let note = w.overlap_note();
+            if !note.is_empty() {
+                wrap(out, "               ", &format!("({note})"));
+            }
         }
         None => {
             put(out, "  next window  (none: see warnings)");
@@ -230,7 +234,7 @@ fn wave_line(out: &mut String, c: &super::model::ClusterView) {
 /// The whole fleet as text.
 pub fn render(f: &Fleet) -> String {
     let mut out = String::new();
-    let branch = super::branch_line(&f.status_branch, "not found: no reports yet");
+    let branch = super::branch_line(&f.status_branch, "none yet: no reports");
     put(
         &mut out,
         &format!("drover status at {}Z", utc_min(&f.now).replace(' ', "T")),
@@ -286,6 +290,8 @@ mod tests {
                     end_local: "2026-12-20T20:00:00-05:00".into(),
                     zone: "EST".into(),
                     open,
+                    opened_earlier: false,
+                    continues: false,
                 }),
                 paused: false,
                 hold: None,

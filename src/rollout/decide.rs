@@ -361,8 +361,9 @@ fn conclude(
         (
             RolloutState::Blocked,
             format!(
-                "budget used up: {} of {budget} nodes unavailable",
-                t.unavailable
+                "budget used up: {} of {} unavailable",
+                t.unavailable,
+                crate::terminal::count(budget as u64, "node", "nodes")
             ),
         )
     };

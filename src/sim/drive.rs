@@ -22,6 +22,10 @@ pub struct Timeline {
     pub calendar: Option<crate::window::Calendar>,
     /// The gate passes from this instant on; `None` = never.
     pub gate_from: Option<DateTime<Utc>>,
+    /// What the gate waits on, when it is a wave's (`plan`): until it
+    /// passes the rollout is `pending` with this message, as an agent whose
+    /// wave waits is; `None`: `blocked`, the promotion gate not passed.
+    pub gate_waits: Option<String>,
 }
 
 /// The wave gate (`crate::gate::wave`) as a function of time: the reports
@@ -117,6 +121,7 @@ impl Timeline {
             windows: vec![(DateTime::<Utc>::MIN_UTC, DateTime::<Utc>::MAX_UTC)],
             calendar: None,
             gate_from: Some(DateTime::<Utc>::MIN_UTC),
+            gate_waits: None,
         }
     }
 
@@ -135,6 +140,7 @@ impl Timeline {
                 .collect(),
             calendar: Some(calendar.clone()),
             gate_from: Some(from),
+            gate_waits: None,
         }
     }
 
@@ -144,7 +150,9 @@ impl Timeline {
             Some(c) => c.inputs_at(now),
             None => (WindowState::from_intervals(&self.windows, now), None),
         };
-        let may_start = self.gate_from.is_some_and(|g| now >= g);
+        let passed = self.gate_from.is_some_and(|g| now >= g);
+        let waiting = self.gate_waits.clone().filter(|_| !passed);
+        let may_start = passed || waiting.is_some();
         Inputs {
             may_start,
             hold_reason: if may_start {
@@ -152,6 +160,7 @@ impl Timeline {
             } else {
                 "promotion gate not passed".into()
             },
+            waiting,
             window,
             patch_window,
             ..Default::default()
@@ -161,7 +170,7 @@ impl Timeline {
     /// Whether a node may start at `now`.
     pub fn allows(&self, now: DateTime<Utc>) -> bool {
         let i = self.inputs(now);
-        i.may_start && i.window.is_open()
+        i.may_start && i.waiting.is_none() && i.window.is_open()
     }
 
     fn next_change(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
@@ -210,11 +219,12 @@ pub async fn drive_in_waves(
     loop {
         let now = sim.clock.now();
         let (halted, waiting) = wave.map_or((None, None), |w| w.at(now).holds());
+        let given = schedule.inputs(now);
         let inputs = Inputs {
             held: std::mem::take(&mut held),
             halted,
-            waiting,
-            ..schedule.inputs(now)
+            waiting: waiting.or(given.waiting.clone()),
+            ..given
         };
         let out = engine.reconcile(sim, &inputs).await?;
         held = out.held.clone();

@@ -46,7 +46,7 @@ pub const MAX_SHOWN_MESSAGE: usize = 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A git operation failed.
-    #[error("reading status branch {branch}: {source}")]
+    #[error("reading the status branches {branch}.d/<env>/<cluster>: {source}")]
     Git {
         /// Branch being read.
         branch: String,
@@ -593,7 +593,7 @@ pub fn read_confirmations(
     signers: ReportSigners<'_>,
     now: DateTime<Utc>,
 ) -> Confirmations {
-    read_confirmations_of(repo, branch, signers, now, super::Scope::Every)
+    read_confirmations_of(repo, branch, signers, now, super::Scope::Every, false)
 }
 
 /// [`read_confirmations`] of the per-cluster branches of `scope` (the gate
@@ -605,19 +605,28 @@ pub fn read_confirmations(
 /// repository has one ([`crate::source::seen::StatusSeen`]). A store that
 /// cannot be read, or is refused (too many branches), is no error: every
 /// environment's evidence is then held ([`Confirmations::held_all`]), for
-/// the gate and the halt alike.
+/// the gate and the halt alike. `as_of` reads the store as it was at `now`
+/// ([`super::Store::as_of`]), for a reader asking about a past instant.
 pub fn read_confirmations_of(
     repo: &Repository,
     branch: &str,
     signers: ReportSigners<'_>,
     now: DateTime<Utc>,
     scope: super::Scope<'_>,
+    as_of: bool,
 ) -> Confirmations {
+    let git = |source| Error::Git {
+        branch: branch.to_owned(),
+        source,
+    };
     let read = super::find_store(repo, branch, scope).and_then(|store| {
-        super::confirmations_in(repo, &store, signers, now).map_err(|source| Error::Git {
-            branch: branch.to_owned(),
-            source,
-        })
+        // Asked about a past instant: the store as it was then.
+        let store = if as_of {
+            store.as_of(repo, now).map_err(git)?.0
+        } else {
+            store
+        };
+        super::confirmations_in(repo, &store, signers, now).map_err(git)
     });
     read.unwrap_or_else(|e| {
         Confirmations::held_everywhere(format!("the status store cannot be read: {e}"))

@@ -79,7 +79,67 @@ impl Store {
     pub fn len(&self) -> usize {
         self.clusters.len() + usize::from(self.legacy.is_some())
     }
+
+    /// The store as it was at `at` (`status --now T`): each branch's tip
+    /// moved back along its first parents to the newest commit dated at or
+    /// before `at`, a branch with none left out, and how many commits were
+    /// passed over (each a report written after `at`). Reading the later
+    /// commits would judge them by a clock set to `at`, and a commit dated
+    /// ahead of the reader's clock breaks its whole branch (the branch
+    /// rule), which hid every report of then behind one of later. At most
+    /// [`MAX_REWIND`] commits are passed over per branch; a branch with
+    /// more is left out, and counted as such.
+    pub fn as_of(
+        &self,
+        repo: &Repository,
+        at: DateTime<Utc>,
+    ) -> Result<(Store, usize), git2::Error> {
+        let mut left_out = 0;
+        let mut rewind = |b: &BranchRef| -> Result<Option<BranchRef>, git2::Error> {
+            let mut commit = repo.find_commit(b.tip)?;
+            for _ in 0..MAX_REWIND {
+                if super::branch::time_of(&commit) <= at {
+                    return Ok(Some(BranchRef {
+                        refname: b.refname.clone(),
+                        tip: commit.id(),
+                    }));
+                }
+                left_out += 1;
+                commit = match commit.parent(0) {
+                    Ok(p) => p,
+                    Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(None),
+                    Err(e) => return Err(e),
+                };
+            }
+            Ok(None)
+        };
+        let legacy = match &self.legacy {
+            Some(b) => rewind(b)?,
+            None => None,
+        };
+        let mut clusters = Vec::with_capacity(self.clusters.len());
+        for c in &self.clusters {
+            if let Some(branch) = rewind(&c.branch)? {
+                clusters.push(ClusterBranch {
+                    branch,
+                    ..c.clone()
+                });
+            }
+        }
+        Ok((
+            Store {
+                clusters,
+                legacy,
+                ignored: self.ignored.clone(),
+            },
+            left_out,
+        ))
+    }
 }
+
+/// Most commits [`Store::as_of`] passes over on one branch (a cluster that
+/// reports every few minutes writes about 100,000 a year).
+pub const MAX_REWIND: usize = 100_000;
 
 /// The clusters whose branches a read looks up: environment -> cluster
 /// names, as `[clusters]` of a policy lists them.

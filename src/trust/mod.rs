@@ -35,7 +35,7 @@ pub enum Error {
     #[error("{0}")]
     Refused(Refusal),
     /// A signers file (allowed signers, OpenPGP keys) could not be read or parsed.
-    #[error("{path}:{line}: {message}")]
+    #[error("{path}{}: {message}", if *line > 0 { format!(":{line}") } else { String::new() })]
     Signers {
         /// File path.
         path: String,

@@ -11,11 +11,15 @@
 //! - A freeze of scope `all` removes its interval from the union; a freeze of
 //!   scope `minor` removes it for every change except a patch update (same
 //!   major.minor as every selected node runs now). `paused` holds everything.
-//! - Work is bounded: a merged window is followed for at most
-//!   [`MAX_MERGED_FIRINGS`] firings (an always-open schedule, such as
-//!   `* * * * *` for 1h, then reports its window as closing there, and the
-//!   next question continues from that point).
+//! - Work is bounded: a merged window is followed for at most [`HORIZON`]
+//!   and [`MAX_MERGED_FIRINGS`] firings, and its start looked for as far
+//!   back. Where it is cut it says so (`continues`: open at its end too;
+//!   `opened_earlier`: open before its start too), and the next window
+//!   starts where it was cut, so every answer is exact minute by minute:
+//!   hourly 2-hour windows are one window that never closes, shown as open
+//!   past the horizon, not as closing at an end the cut made up.
 
+mod merge;
 pub mod schedule;
 
 pub use schedule::{is_fixed_time, Schedule};
@@ -28,10 +32,17 @@ use std::time::Duration;
 /// The most firings merged into one window before it is cut (see the module doc).
 pub const MAX_MERGED_FIRINGS: usize = 10_000;
 
+/// How far a merged window is followed from where it is asked about (and
+/// its start looked for back from there) before it is cut: any window
+/// shorter than a year is shown whole, and windows that overlap without a
+/// gap for longer (hourly windows of two hours) are shown as open past
+/// this. The work stays below the firings the cut by count allows anyway
+/// for schedules firing every hour or less often.
+pub const HORIZON: chrono::Duration = chrono::Duration::days(366);
+
 /// How many touching periods one open interval of [`Calendar::state_at`]
-/// joins: an always-open schedule yields periods of
-/// [`MAX_MERGED_FIRINGS`] firings each, so joining more would only cost
-/// time (quadratic in the firings) for an end years away.
+/// joins (periods touch where a `minor` freeze begins or ends; freezes are
+/// few, this only bounds the work).
 pub const MAX_JOINED_PERIODS: usize = 8;
 
 /// Why a window specification cannot be used.
@@ -171,11 +182,28 @@ impl Change {
 pub struct Window {
     /// First instant the window is open.
     pub start: DateTime<Utc>,
-    /// First instant the window is closed again.
+    /// First instant the window is closed again, unless `continues`.
     pub end: DateTime<Utc>,
+    /// Open before `start` too: its start was looked for no further back.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub opened_earlier: bool,
+    /// Open at `end` too: followed no further (see [`HORIZON`]); the next
+    /// window starts at `end`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub continues: bool,
 }
 
 impl Window {
+    /// A window that opens at `start` and closes at `end`.
+    pub fn new(start: DateTime<Utc>, end: DateTime<Utc>) -> Self {
+        Window {
+            start,
+            end,
+            opened_earlier: false,
+            continues: false,
+        }
+    }
+
     /// Whether `t` lies inside `[start, end)`.
     pub fn contains(&self, t: DateTime<Utc>) -> bool {
         self.start <= t && t < self.end
@@ -188,10 +216,16 @@ impl Window {
 pub struct Period {
     /// First instant open.
     pub start: DateTime<Utc>,
-    /// First instant closed.
+    /// First instant closed, unless `continues`.
     pub end: DateTime<Utc>,
     /// `Some(reason)` when only a patch update may start here (a `minor` freeze).
     pub patch_only: Option<String>,
+    /// Open before `start` too (its window's start was looked for no further back).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub opened_earlier: bool,
+    /// Open at `end` too: its window was followed no further ([`HORIZON`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub continues: bool,
 }
 
 /// The window state at one instant for one kind of change: the input the
@@ -200,8 +234,12 @@ pub struct Period {
 pub struct WindowState {
     /// When the open period containing `now` opened; `None` when closed.
     pub opened_at: Option<DateTime<Utc>>,
-    /// When the open period containing `now` closes.
+    /// When the open period containing `now` closes (or, with
+    /// `continues`, how far it was followed: it is open then too).
     pub closes_at: Option<DateTime<Utc>>,
+    /// The open period goes on past `closes_at` ([`HORIZON`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub continues: bool,
     /// When the next open period (after the current one, if any) opens; `None` if never.
     pub next_opens_at: Option<DateTime<Utc>>,
     /// Held by `paused` or a freeze at `now`: why, in one line.
@@ -228,6 +266,7 @@ impl WindowState {
             next_opens_at: next,
             held: None,
             timezone: None,
+            continues: false,
         }
     }
 
@@ -275,6 +314,8 @@ pub struct Calendar {
     longest: chrono::Duration,
     freezes: Vec<Freeze>,
     paused: bool,
+    /// How far a merged window is followed ([`HORIZON`]).
+    horizon: chrono::Duration,
 }
 
 impl Calendar {
@@ -300,7 +341,16 @@ impl Calendar {
             longest,
             freezes,
             paused,
+            horizon: HORIZON,
         })
+    }
+
+    /// Follow a merged window at most `horizon` (instead of [`HORIZON`]),
+    /// and look for its start as far back: the answers are as exact, cut
+    /// sooner. Tests use a short one to meet cuts in a short walk.
+    pub fn with_horizon(mut self, horizon: chrono::Duration) -> Self {
+        self.horizon = horizon.max(chrono::Duration::minutes(1));
+        self
     }
 
     /// The calendar an environment file configures.
@@ -326,7 +376,10 @@ impl Calendar {
     }
 
     /// Raw windows of every part starting strictly after `after`, by start.
-    fn raw_after(&self, after: DateTime<Utc>) -> impl Iterator<Item = Window> + '_ {
+    fn raw_after(
+        &self,
+        after: DateTime<Utc>,
+    ) -> impl Iterator<Item = (DateTime<Utc>, DateTime<Utc>)> + '_ {
         let mut its: Vec<_> = self
             .parts
             .iter()
@@ -342,84 +395,28 @@ impl Calendar {
             let end = start
                 .checked_add_signed(self.parts[i].duration)
                 .unwrap_or(DateTime::<Utc>::MAX_UTC);
-            Some(Window { start, end })
+            Some((start, end))
         })
-    }
-
-    /// Merged windows from the raw windows starting strictly after `after`.
-    fn merged_after(&self, after: DateTime<Utc>) -> impl Iterator<Item = Window> + '_ {
-        let mut raw = self.raw_after(after).peekable();
-        std::iter::from_fn(move || {
-            let mut w = raw.next()?;
-            let mut n = 1;
-            while let Some(next) = raw.peek() {
-                if next.start > w.end || n >= MAX_MERGED_FIRINGS {
-                    break;
-                }
-                w.end = w.end.max(next.end);
-                raw.next();
-                n += 1;
-            }
-            Some(w)
-        })
-    }
-
-    /// The first merged window that reaches past `t`, its start looked for
-    /// only as far back as `t - longest`: enough wherever the start before
-    /// `t` does not matter (the caller clips at `t`).
-    fn window_reaching_past(&self, t: DateTime<Utc>) -> Option<Window> {
-        let back = t.checked_sub_signed(self.longest).unwrap_or(t);
-        // Windows that reach past `t` start after `t - longest`.
-        self.merged_after(back - chrono::Duration::nanoseconds(1))
-            .find(|w| w.end > t)
     }
 
     /// The merged window open at `t`, or else the next one; `None` if none ever opens.
     pub fn window_at_or_after(&self, t: DateTime<Utc>) -> Option<Window> {
-        let mut w = self.window_reaching_past(t)?;
-        // An earlier window may run into this one: look further back, a
-        // chunk at a time, over raw windows only, at most
-        // MAX_MERGED_FIRINGS of them.
-        let chunk = self.longest.max(chrono::Duration::days(1));
-        let mut budget = MAX_MERGED_FIRINGS;
-        while w.start <= t && budget > 0 {
-            let from = w.start.checked_sub_signed(chunk).unwrap_or(w.start)
-                - chrono::Duration::nanoseconds(1);
-            let mut chain: Option<Window> = None;
-            for r in self.raw_after(from) {
-                if r.start >= w.start || budget == 0 {
-                    break;
-                }
-                budget -= 1;
-                chain = match chain {
-                    Some(c) if r.start <= c.end => Some(Window {
-                        start: c.start,
-                        end: c.end.max(r.end),
-                    }),
-                    _ => Some(r),
-                };
-            }
-            match chain {
-                Some(c) if c.end >= w.start && c.start < w.start => {
-                    w.start = c.start;
-                    // Windows starting before `from` end by `from + longest`.
-                    if c.start > from + self.longest {
-                        break;
-                    }
-                }
-                _ => break,
-            }
-        }
-        Some(w)
+        self.windows(t).next()
     }
 
-    /// Merged windows (ignoring freezes) that end after `from`, the one open at `from` first.
+    /// Merged windows (ignoring freezes) that end after `from`, the one
+    /// open at `from` first, with its start looked for back from `from`
+    /// ([`Calendar::began`]). A window is followed at most [`HORIZON`] and
+    /// [`MAX_MERGED_FIRINGS`] firings; where it is cut it is marked
+    /// `continues` and the next one starts at its end.
     pub fn windows(&self, from: DateTime<Utc>) -> impl Iterator<Item = Window> + '_ {
-        let mut next = self.window_at_or_after(from);
+        let mut sweep = self.sweep(from);
+        let mut first = true;
         std::iter::from_fn(move || {
-            let w = next?;
-            // Every raw window starting by `w.end` is part of `w`.
-            next = self.merged_after(w.end).next();
+            let mut w = sweep.next()?;
+            if std::mem::take(&mut first) && w.start == from {
+                (w.start, w.opened_earlier) = self.began(from);
+            }
             Some(w)
         })
     }
@@ -428,42 +425,24 @@ impl Calendar {
     /// merged windows clipped by `all` freezes and split at `minor` freezes.
     /// Ignores `paused` (a pause has no end time).
     pub fn periods(&self, from: DateTime<Utc>) -> impl Iterator<Item = Period> + '_ {
-        let mut t = from;
-        // End of the last period listed: a window found again after a cut
-        // (a capped merge, a freeze jump) never lists a stretch twice.
-        let mut done: Option<DateTime<Utc>> = None;
+        let mut windows: Box<dyn Iterator<Item = Window> + '_> = Box::new(self.windows(from));
         let mut queue: std::collections::VecDeque<Period> = Default::default();
-        // Only the first window's true start is shown; every later one is
-        // clipped at the end of the one before, so looking back for its
-        // start (up to MAX_MERGED_FIRINGS firings) would be wasted, and for
-        // an always-open schedule it made each question quadratic.
-        let mut first = true;
         std::iter::from_fn(move || loop {
-            if let Some(mut p) = queue.pop_front() {
-                if let Some(d) = done {
-                    if p.end <= d {
-                        continue;
-                    }
-                    p.start = p.start.max(d);
-                }
-                done = Some(p.end);
+            if let Some(p) = queue.pop_front() {
                 return Some(p);
             }
-            let w = if first {
-                self.window_at_or_after(t)?
-            } else {
-                self.window_reaching_past(t)?
-            };
-            first = false;
-            // A window entirely inside an `all` freeze: jump past the freeze.
+            let w = windows.next()?;
+            // A window ending inside an `all` freeze that covers the rest
+            // of it: go on from the freeze's end, not window by window
+            // through a long freeze. A later sweep starts clipped at its
+            // `from`, which the freeze held anyway.
             if let Some(f) = self.freezes.iter().find(|f| {
-                f.scope == FreezeScope::All && f.start <= w.start.max(t) && w.end <= f.end
+                f.scope == FreezeScope::All && f.start <= w.start.max(from) && w.end <= f.end
             }) {
-                t = f.end;
+                windows = Box::new(self.sweep(f.end));
                 continue;
             }
             queue.extend(self.split(w).into_iter().filter(|p| p.end > from));
-            t = w.end;
         })
     }
 
@@ -500,14 +479,19 @@ impl Calendar {
                     start: s,
                     end: e,
                     patch_only,
+                    opened_earlier: s == w.start && w.opened_earlier,
+                    continues: false,
                 }),
             }
+        }
+        if let Some(last) = out.last_mut().filter(|p| p.end == w.end) {
+            last.continues = w.continues;
         }
         out
     }
 
     /// Open intervals for `change`, ending after `from`: periods that let it
-    /// start, with touching ones joined.
+    /// start, with touching ones joined (a cut window stays cut).
     fn open_for(&self, from: DateTime<Utc>, change: Change) -> impl Iterator<Item = Window> + '_ {
         let mut ps = self
             .periods(from)
@@ -518,13 +502,16 @@ impl Calendar {
             let mut w = Window {
                 start: first.start,
                 end: first.end,
+                opened_earlier: first.opened_earlier,
+                continues: first.continues,
             };
             let mut n = 0;
             while let Some(p) = ps.peek() {
-                if p.start > w.end || n >= MAX_JOINED_PERIODS {
+                if w.continues || p.start > w.end || n >= MAX_JOINED_PERIODS {
                     break;
                 }
                 w.end = w.end.max(p.end);
+                w.continues = p.continues;
                 ps.next();
                 n += 1;
             }
@@ -644,6 +631,7 @@ impl From<Opening> for WindowState {
         WindowState {
             opened_at: o.open.map(|w| w.start),
             closes_at: o.open.map(|w| w.end),
+            continues: o.open.is_some_and(|w| w.continues),
             next_opens_at: o.next.map(|w| w.start),
             held: o.hold.as_ref().map(Hold::describe),
             timezone: Some(o.timezone),

@@ -68,6 +68,40 @@ fn kubectl_cmd(ns: &str, args: &[&str]) -> Command {
     c
 }
 
+/// `kubectl wait --for=jsonpath='{<path>}'=<value> dst/NAME --timeout=<timeout>`,
+/// as a hub or a pipeline gates on the counts, run to its end.
+fn kubectl_wait_for(ns: &str, path: &str, value: &str, timeout: &str) -> Output {
+    kubectl_cmd(
+        ns,
+        &[
+            "wait",
+            &format!("--for=jsonpath={{{path}}}={value}"),
+            &format!("dst/{NAME}"),
+            &format!("--timeout={timeout}"),
+        ],
+    )
+    .output()
+    .unwrap()
+}
+
+/// The Argo CD script's message for the object as the API server serves it.
+fn argocd_message(ns: &str, lua: &Path) -> String {
+    let got = kubectl_cmd(ns, &["get", "dst", NAME, "-o", "json"])
+        .output()
+        .unwrap();
+    let mut child = Command::new(judge())
+        .args([std::ffi::OsStr::new("argocd"), lua.as_os_str()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(&got.stdout).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["message"].as_str().unwrap_or_default().to_owned()
+}
+
 /// `kubectl wait --for=condition=<condition> dst/NAME --timeout=<timeout>`,
 /// run to its end.
 fn kubectl_wait(ns: &str, condition: &str, timeout: &str) -> Output {
@@ -205,6 +239,26 @@ async fn kubectl_wait_flux_and_argo_cd_read_a_confirmed_and_a_failed_rollout() {
         judged(&pool, &lua),
         ("Current".to_owned(), "Healthy".to_owned())
     );
+    // The counts, as scalars the tools read without code: kubectl waits
+    // on them, the Argo CD script says them.
+    for (path, value) in [
+        (".status.upToDateNodes", "1"),
+        (".status.readyNodes", "1"),
+        (".status.inFlightNodes", "0"),
+        (".status.nodes", "1"),
+        (".status.target", "1.12.0"),
+    ] {
+        let wait = kubectl_wait_for(&pool, path, value, "60s");
+        assert!(wait.status.success(), "{path}={value}: {}", text(&wait));
+    }
+    // Control: a count the object does not have is not met.
+    let wait = kubectl_wait_for(&pool, ".status.upToDateNodes", "2", "2s");
+    assert!(!wait.status.success(), "{}", text(&wait));
+    assert!(
+        argocd_message(&pool, &lua).ends_with("(1/1 nodes up to date, 1 ready, 0 in flight)"),
+        "{}",
+        argocd_message(&pool, &lua)
+    );
 
     // The git server refuses the status report for good (a pre-receive
     // hook, as a forge's branch protection answers): a rollout that would
@@ -276,6 +330,11 @@ async fn kubectl_wait_flux_and_argo_cd_read_a_confirmed_and_a_failed_rollout() {
         (r.version.to_string(), r.state.as_str()),
         ("1.12.1".into(), "confirmed")
     );
+    // The digest of the last signed report: the status branch's tip, as
+    // a hub compares it with what it fetched.
+    let tip = repo.report_commit("test", "test-1").unwrap();
+    let wait = kubectl_wait_for(&pool, ".status.lastReportCommit", &tip, "60s");
+    assert!(wait.status.success(), "{}", text(&wait));
     assert_eq!(
         judged(&pool, &lua),
         ("Current".to_owned(), "Healthy".to_owned())

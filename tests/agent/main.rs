@@ -18,6 +18,7 @@ mod agent_halt_holds;
 mod agent_health;
 mod agent_held;
 mod agent_key_validity;
+mod agent_notify;
 mod agent_outage;
 mod agent_poll;
 mod agent_rbac;

@@ -322,6 +322,52 @@ async fn a_node_with_more_pods_than_a_drain_pass_reads_is_held_by_name() {
     sim.shutdown().await;
 }
 
+/// The newest Event says the newest words: `kubectl describe dst` showed
+/// "applying commit d7e24a6 (version 1.13.2)" after 1.13.3 was applied,
+/// the second `Applied` counted into the first's series under the first's
+/// words (the API server keeps a note as created). Other words are a new
+/// Event, which later repeats count into (issue 41).
+#[tokio::test]
+async fn a_repeated_event_carries_the_newest_note() {
+    use drover::agent::events::{Events, Severity};
+    use k8s_openapi::api::events::v1::Event;
+    let (client, ns) = setup("ops-event-note").await;
+    let mut events = Events::new(Some(client.clone()), "agent-0", ns.name(), "test-status");
+    let (_stop, stop) = tokio::sync::watch::channel(false);
+    events.start(stop, std::time::Duration::from_secs(10));
+    for version in ["1.13.2", "1.13.3", "1.13.3"] {
+        events
+            .on_status(
+                Severity::Normal,
+                "Applied",
+                "Apply",
+                format!("applying commit d7e24a6 (version {version})"),
+            )
+            .await;
+    }
+    events.flushed().await;
+    let api: Api<Event> = Api::namespaced(client.clone(), ns.name());
+    let mut listed = api.list(&Default::default()).await.unwrap().items;
+    listed.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+    let shown: Vec<_> = listed
+        .iter()
+        .map(|e| (e.note.clone(), e.series.as_ref().map(|s| s.count)))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            (
+                Some("applying commit d7e24a6 (version 1.13.2)".to_string()),
+                None
+            ),
+            (
+                Some("applying commit d7e24a6 (version 1.13.3)".to_string()),
+                Some(2)
+            )
+        ]
+    );
+}
+
 #[tokio::test]
 async fn a_repeated_event_is_counted_into_one_series() {
     use drover::agent::events::{Events, Severity};

@@ -145,7 +145,7 @@ fn demo_tells_the_whole_story() {
         "node stage-1-node-0 failed: rolled back to 1.13.2: health check failed",
     );
     find("stage", "pod default/stage-1-node-0-app is crash-looping");
-    find("stage", "upgrade 1 nodes to 1.13.3");
+    find("stage", "upgrade 1 node to 1.13.3");
     find(
         "production",
         "\"Bump production to 1.13.3\": `drover check --base main` refuses it",

@@ -158,6 +158,7 @@ fn schedule(c: &Case) -> Timeline {
         windows,
         calendar: None,
         gate_from: Some(start() + D::hours(i64::from(c.gate_after_h))),
+        gate_waits: None,
     }
 }
 

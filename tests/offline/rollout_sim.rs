@@ -134,6 +134,7 @@ fn a_drain_that_never_finishes_is_given_back_blocked_and_others_go_on() {
         windows: vec![(t0(), t0() + D::hours(1))],
         calendar: None,
         gate_from: Some(t0()),
+        gate_waits: None,
     };
     let r = block_on(drive(
         &sim,
@@ -167,6 +168,7 @@ fn stop_mode_waits_for_the_next_window_after_a_blocked_drain() {
         windows: vec![(t0(), t0() + D::hours(6)), (next, next + D::hours(6))],
         calendar: None,
         gate_from: Some(t0()),
+        gate_waits: None,
     };
     let r = block_on(drive(
         &sim,
@@ -289,6 +291,7 @@ fn the_window_closing_lets_the_node_in_flight_finish_and_starts_no_other() {
         windows: vec![(t0(), t0() + D::minutes(20))],
         calendar: None,
         gate_from: Some(t0()),
+        gate_waits: None,
     };
     let r = block_on(drive(
         &sim,

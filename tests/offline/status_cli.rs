@@ -91,7 +91,11 @@ fn example_repository_text_and_json() {
     let (code, text, err) = drover(dir.path(), &["status", "--now", now]);
     assert_eq!(code, 0, "{err}");
     assert_fits_80(&text);
-    assert!(text.contains("not found: no reports yet"), "{text}");
+    // Where reports go now, not the single branch of the older layout.
+    assert!(
+        text.contains("status branch drover/status.d/<env>/<cluster> (none yet: no reports)"),
+        "{text}"
+    );
     for cluster in ["test-1", "stage-1", "prod-eu-1", "prod-us-1"] {
         let line = text
             .lines()
@@ -475,11 +479,40 @@ fn first_window(dir: &Path, now: &str) -> (Value, Value) {
     (w["start"].clone(), w["end"].clone())
 }
 
+/// test-1's report key listed, and its signed confirmation of 1.12.0 (the
+/// example's pin) on its own branch, a week before the tests' instants:
+/// stage's promotion gate passes, so `plan` forecasts stage's rollout.
+fn stage_gate_passed(dir: &Path) {
+    let keys = tempfile::tempdir().unwrap();
+    let (key, line) = keygen(keys.path(), "test/test-1");
+    let signers = dir.join("agents.allowed_signers");
+    let mut text = std::fs::read_to_string(&signers).unwrap();
+    text.push_str(&line);
+    std::fs::write(&signers, text).unwrap();
+    commit_configured(dir, &["-qam", "List test-1's report key"]);
+    let r = report(
+        "test",
+        "test-1",
+        "1.12.0",
+        "confirmed",
+        "2026-12-01T02:40:00Z",
+        "",
+    );
+    put_on(
+        dir,
+        "drover/status.d/test/test-1",
+        "status/test/test-1.toml",
+        r.as_bytes(),
+        Some(&key),
+    );
+}
+
 #[test]
 fn status_and_plan_say_what_freezes_and_the_pause_hold() {
     // stage's window: 02:00–08:00 Madrid on the 8th (01:00–07:00 UTC). A
     // freeze to 05:00 Madrid covers its first three hours.
     let dir = example_repo();
+    stage_gate_passed(dir.path());
     edit_stage(
         dir.path(),
         &[],
@@ -554,10 +587,12 @@ fn status_and_plan_say_what_freezes_and_the_pause_hold() {
         .max()
         .unwrap();
     assert_eq!(f["fit_per_window"], most);
+    let n = |k: u64, one: &str, many: &str| format!("{k} {}", if k == 1 { one } else { many });
     assert!(
         text.contains(&format!(
-            "30 nodes to upgrade, 1 at a time, 25m each (15m to Ready, then the [health] watch), then 30m settle: {} windows, at most {most} nodes started in one",
-            f["windows_needed"]
+            "30 nodes to upgrade, 1 at a time, 25m each (15m to Ready, then the [health] watch), then 30m settle: {}, at most {} started in one",
+            n(f["windows_needed"].as_u64().unwrap(), "window", "windows"),
+            n(most, "node", "nodes")
         )),
         "{text}"
     );
@@ -581,6 +616,7 @@ fn status_and_plan_say_what_freezes_and_the_pause_hold() {
     // Paused: no next window, the pause and where it is set, in text and JSON;
     // plan starts no node.
     let dir = example_repo();
+    stage_gate_passed(dir.path());
     edit_stage(dir.path(), &[("paused = false", "paused = true")], "");
     let v = json(dir.path(), &["status", "--now", now, "--env", "stage"]);
     let stage = env(&v, "stage");
@@ -686,13 +722,117 @@ fn untrusted_reports_say_why_and_now_reads_the_store_as_it_was() {
         warnings.iter().any(|w| w
             .as_str()
             .unwrap()
-            .contains("1 report(s) from after 2026-12-05T00:00:00Z left out")),
+            .contains("1 report from after 2026-12-05T00:00:00Z left out")),
         "{warnings:?}"
     );
     let v = json(dir.path(), &["status", "--now", "2026-12-10T00:00:00Z"]);
     assert_eq!(
         env(&v, "stage")["clusters"][0]["report"]["version"],
         "1.13.2"
+    );
+}
+
+/// `--now T` before a cluster's latest signed report, on its own branch
+/// (the layout agents write): the report in force at T is shown, trusted,
+/// and the gate reads the confirmations of then. (Before the fix every
+/// cluster that reported after T showed `no report`: the later commit, dated
+/// ahead of a clock set to T, voided its whole branch.)
+#[test]
+fn now_shows_the_signed_report_in_force_then_on_a_cluster_branch() {
+    let dir = example_repo();
+    let keys = tempfile::tempdir().unwrap();
+    let (key, line) = keygen(keys.path(), "test/test-1");
+    let signers = dir.path().join("agents.allowed_signers");
+    let mut text = std::fs::read_to_string(&signers).unwrap();
+    text.push_str(&line);
+    std::fs::write(&signers, text).unwrap();
+    commit_configured(dir.path(), &["-qam", "List test-1's report key"]);
+    let branch = "drover/status.d/test/test-1";
+    let at = |content: String, date: &str| {
+        commit_file_on(
+            dir.path(),
+            branch,
+            "status/test/test-1.toml",
+            Some(content.as_bytes()),
+            Some(&key),
+            "status",
+            Some(date),
+        );
+    };
+    at(
+        report(
+            "test",
+            "test-1",
+            "1.12.0",
+            "confirmed",
+            "2026-12-01T02:40:00Z",
+            "",
+        ),
+        "2026-12-01T02:41:00Z",
+    );
+    at(
+        report(
+            "test",
+            "test-1",
+            "1.13.2",
+            "rolling",
+            "2026-12-08T01:00:00Z",
+            "n-1 upgrading",
+        ),
+        "2026-12-08T01:00:30Z",
+    );
+    at(
+        report(
+            "test",
+            "test-1",
+            "1.13.2",
+            "confirmed",
+            "2026-12-08T02:00:00Z",
+            "",
+        ),
+        "2026-12-08T02:00:30Z",
+    );
+    let shown = |now: &str| {
+        let v = json(dir.path(), &["status", "--now", now]);
+        let c = env(&v, "test")["clusters"][0].clone();
+        (v, c)
+    };
+    let (v, c) = shown("2026-12-05T00:00:00Z");
+    assert_eq!(c["report"]["version"], "1.12.0", "{v:#}");
+    assert_eq!(c["report"]["state"], "confirmed");
+    assert_eq!(c["trust"], "trusted", "{c:#}");
+    let warnings: Vec<&str> = v["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_str().unwrap())
+        .collect();
+    assert!(
+        warnings.iter().all(|w| !w.contains("does not count")),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("2 reports from after 2026-12-05T00:00:00Z left out")),
+        "{warnings:?}"
+    );
+    // Mid-rollout, and after: each report of then.
+    let (_, c) = shown("2026-12-08T01:30:00Z");
+    assert_eq!(
+        (&c["report"]["version"], &c["report"]["state"], &c["trust"]),
+        (&"1.13.2".into(), &"rolling".into(), &"trusted".into())
+    );
+    let (v, c) = shown("2026-12-10T00:00:00Z");
+    assert_eq!(c["report"]["state"], "confirmed");
+    assert!(v["warnings"].as_array().unwrap().is_empty(), "{v:#}");
+    // The text says the same.
+    let (code, text, err) = drover(dir.path(), &["status", "--now", "2026-12-05T00:00:00Z"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("  test-1 ") && l.contains("1.12.0") && l.contains("trusted")),
+        "{text}"
     );
 }
 
@@ -992,10 +1132,24 @@ fn waves_show_what_each_cluster_waits_on_and_a_failure_halts_the_environment() {
                 "2026-12-01T04:00:00Z",
             ],
         );
-        p["forecast"]["windows"][0]["start"].clone()
+        p["forecast"].clone()
     };
-    assert_eq!(plan("prod-us-1"), "2026-12-21T07:00:00Z");
-    assert_eq!(plan("prod-eu-1"), "2026-12-20T01:00:00Z");
+    // The forecast keeps to the gates the wave section names (issue 41: it
+    // forecast nodes upgrading while its own wave said the wave could not
+    // start): while the halt stands neither cluster starts by time alone.
+    for (cluster, gate) in [
+        ("prod-eu-1", "wave 1's gate: production may not take 1.13.2"),
+        ("prod-us-1", "wave 2's gate: not yet confirmed by prod-eu-1"),
+    ] {
+        let f = plan(cluster);
+        assert_eq!(f["windows"], serde_json::json!([]), "{cluster}: {f:#}");
+        assert_eq!(f["windows_needed"], 0);
+        let held = f["held"].as_str().unwrap();
+        assert!(
+            held.starts_with(gate) && held.ends_with("(no node starts by time alone)"),
+            "{cluster}: {held}"
+        );
+    }
     // Neither that commit nor the clock ends the halt...
     let v = json(dir.path(), &["status", "--now", "2026-12-05T04:00:00Z"]);
     assert_eq!(
@@ -1012,6 +1166,51 @@ fn waves_show_what_each_cluster_waits_on_and_a_failure_halts_the_environment() {
         "",
     );
     put_on(dir.path(), branch, path, retried.as_bytes(), Some(&eu));
+    let v = json(dir.path(), &["status", "--now", "2026-12-01T04:00:00Z"]);
+    assert_eq!(env(&v, "production")["halt"], Value::Null);
+    // prod-us-1 still waits on prod-eu-1's confirmation, withdrawn by its failure.
+    let f = plan("prod-us-1");
+    assert_eq!(f["windows"], serde_json::json!([]), "{f:#}");
+    let held = f["held"].as_str().unwrap();
+    assert!(
+        held.starts_with("wave 2's gate: not yet confirmed by prod-eu-1")
+            && held.ends_with("(no node starts by time alone)"),
+        "{held}"
+    );
+    let (code, out, err) = drover(
+        dir.path(),
+        &[
+            "plan",
+            "--env",
+            "production",
+            "--cluster",
+            "prod-us-1",
+            "--now",
+            "2026-12-01T04:00:00Z",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("state now: pending (wave 2's gate: not yet confirmed by prod-eu-1)"),
+        "{out}"
+    );
+    assert!(out.contains("the agent would do nothing now"), "{out}");
+    assert!(out.contains("the forecast starts none"), "{out}");
+    // Control: prod-eu-1 confirms 1.13.2; after wave 1's soak prod-us-1 may
+    // start, in its own window (the 21st, at night in New York).
+    let again = report(
+        "production",
+        "prod-eu-1",
+        "1.13.2",
+        "confirmed",
+        "2026-12-01T02:55:00Z",
+        "",
+    );
+    put_on(dir.path(), branch, path, again.as_bytes(), Some(&eu));
+    let f = plan("prod-us-1");
+    assert_eq!(f["windows"][0]["start"], "2026-12-21T07:00:00Z", "{f:#}");
+    assert_eq!(f["held"], Value::Null);
+    assert_eq!(plan("prod-eu-1")["windows"], serde_json::json!([]));
     let v = json(dir.path(), &["status", "--now", "2026-12-01T04:00:00Z"]);
     assert_eq!(env(&v, "production")["halt"], Value::Null);
 }

@@ -103,6 +103,7 @@ fn run(seed: u64) {
                     windows: vec![(opens, opens + D::hours(6))],
                     calendar: None,
                     gate_from: Some(DateTime::<Utc>::MIN_UTC),
+                    gate_waits: None,
                 },
                 opens,
                 max_unavailable,

@@ -126,7 +126,7 @@ fn wall(tz: Tz, t: DateTime<Utc>) -> NaiveDateTime {
 
 /// Firings of `line` in `tz` in `[from, to)`, walking real time by the minute.
 /// `counted` tallies firings whose wall time was skipped or repeated.
-fn oracle_firings(
+pub(crate) fn oracle_firings(
     line: &str,
     tz: Tz,
     from: DateTime<Utc>,
@@ -181,22 +181,22 @@ fn oracle_firings(
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct P {
-    start: DateTime<Utc>,
-    end: DateTime<Utc>,
-    patch_only: Option<String>,
+pub(crate) struct P {
+    pub start: DateTime<Utc>,
+    pub end: DateTime<Utc>,
+    pub patch_only: Option<String>,
 }
 
-struct FreezeCase {
-    start: DateTime<Utc>,
-    end: DateTime<Utc>,
-    minor: bool,
-    reason: String,
+pub(crate) struct FreezeCase {
+    pub start: DateTime<Utc>,
+    pub end: DateTime<Utc>,
+    pub minor: bool,
+    pub reason: String,
 }
 
 /// Periods over `[a, b)` by the minute: `None` closed, `Some(None)` open,
 /// `Some(Some(reason))` patch only.
-fn oracle_periods(
+pub(crate) fn oracle_periods(
     windows: &[(String, Tz, i64)],
     freezes: &[FreezeCase],
     a: DateTime<Utc>,
@@ -255,7 +255,7 @@ fn oracle_periods(
 
 // ---------- random cases ----------
 
-const ZONES: &[Tz] = &[
+pub(crate) const ZONES: &[Tz] = &[
     Tz::Australia__Lord_Howe,
     Tz::Pacific__Chatham,
     Tz::Europe__Madrid,

@@ -237,6 +237,22 @@ impl ConfigRepo {
         self.daemon.url("config")
     }
 
+    /// The commit at the tip of `env`/`cluster`'s served status branch, if any.
+    pub fn report_commit(&self, env: &str, cluster: &str) -> Option<String> {
+        let out = std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(&self.bare)
+            .args([
+                "rev-parse",
+                &format!("refs/heads/drover/status.d/{env}/{cluster}"),
+            ])
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
     /// The report for `env`/`cluster` on its served status branch, if any.
     pub fn report(&self, env: &str, cluster: &str) -> Option<StatusReport> {
         let out = std::process::Command::new("git")
