@@ -2,6 +2,7 @@
 //! `[nodes]` and `[driver]`. Windows, freezes and `[health]` have files of
 //! their own (windows.rs, health.rs).
 
+use super::keys::ENV_KEYS;
 use super::selector::LabelSelector;
 use super::spanned::{Ctx, Value};
 use super::values::parse_version;
@@ -14,58 +15,6 @@ use super::{
 };
 use crate::diag::Diagnostic;
 use toml::de::{DeTable, DeValue};
-
-/// Keys of an environment file, per section (`""` is the top level).
-pub(super) const ENV_KEYS: &[(&str, &[&str])] = &[
-    (
-        "",
-        &[
-            "version",
-            "allow_downgrade",
-            "window",
-            "rollout",
-            "promotion",
-            "driver",
-            "nodes",
-            "freeze",
-            "health",
-            "wave",
-        ],
-    ),
-    ("window", &["schedule", "duration", "timezone"]),
-    ("freeze", &["start", "end", "timezone", "scope", "reason"]),
-    (
-        "rollout",
-        &[
-            "max_unavailable",
-            "drain_timeout",
-            "node_timeout",
-            "node_selector",
-            "on_drain_timeout",
-            "on_failure",
-            "max_rollbacks",
-            "paused",
-            "failure_budget",
-        ],
-    ),
-    ("promotion", &["soak"]),
-    (
-        "driver",
-        &["kind", "image", "command", "prepare", "prestage"],
-    ),
-    ("nodes", &["version_regex", "os_image_regex", "brupop"]),
-    (
-        "wave",
-        &[
-            "clusters",
-            "schedule",
-            "duration",
-            "timezone",
-            "soak",
-            "max_concurrency",
-        ],
-    ),
-];
 
 pub(super) fn env_inner(file: &str, name: &str, text: &str) -> Result<EnvConfig, Vec<Diagnostic>> {
     env_with_sites(file, name, text).map(|(env, _)| env)

@@ -6,6 +6,7 @@
 mod env;
 mod files;
 mod health;
+mod keys;
 mod load;
 mod model;
 mod packed;

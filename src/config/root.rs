@@ -2,6 +2,7 @@
 //! signers, revoked), `[clusters]` and `[status]` (how often progress is
 //! reported).
 
+use super::keys::ROOT_KEYS;
 use super::spanned::{Ctx, Span, Value};
 use super::values::{check_dns_label, nearest, parse_version, quoted_list};
 use super::{
@@ -11,22 +12,6 @@ use super::{
 use crate::diag::Diagnostic;
 use std::collections::BTreeMap;
 use toml::de::DeValue;
-
-/// Keys of `drover.toml`, per section (`""` is the top level).
-pub(super) const ROOT_KEYS: &[(&str, &[&str])] = &[
-    ("", &["promotion", "clusters", "status"]),
-    (
-        "promotion",
-        &[
-            "chain",
-            "evidence",
-            "status_branch",
-            "report_signers",
-            "revoked",
-        ],
-    ),
-    ("status", &["progress_interval"]),
-];
 
 /// What `drover.toml` yielded, with the positions `load` needs for
 /// problems that involve other files.

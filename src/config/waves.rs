@@ -3,7 +3,7 @@
 //! environment, no cluster is in two waves, every cluster is in one. What
 //! waves mean at run time (the wave gate) is owned by [`crate::gate::wave`].
 
-use super::env::ENV_KEYS;
+use super::keys::ENV_KEYS;
 use super::spanned::{Ctx, Span};
 use super::values::{nearest, quoted_list};
 use super::{WaveSpec, DEFAULT_WAVE_SOAK};

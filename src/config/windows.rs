@@ -2,7 +2,7 @@
 //! paused` in an environment file. Parsing only: what the values mean (cron
 //! firings, merging, freezes) is owned by [`crate::window`].
 
-use super::env::ENV_KEYS;
+use super::keys::ENV_KEYS;
 use super::spanned::{Ctx, Span};
 use super::values::nearest;
 use crate::config::{
