@@ -198,6 +198,19 @@ pub struct EnvConfig {
     pub waves: Vec<WaveSpec>,
 }
 
+/// An environment file configures its calendar (`window::Calendar::of`).
+impl crate::window::Configured for EnvConfig {
+    fn windows(&self) -> &[WindowSpec] {
+        &self.windows
+    }
+    fn freezes(&self) -> &[Freeze] {
+        &self.freezes
+    }
+    fn paused(&self) -> bool {
+        self.rollout.paused
+    }
+}
+
 impl EnvConfig {
     /// The index of the wave `cluster` is in; `None` without waves (or
     /// for a cluster no wave holds, which `drover check` refuses).

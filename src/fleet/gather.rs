@@ -666,7 +666,7 @@ pub fn timeline(
     let next: BTreeMap<&str, window::Window> = envs
         .iter()
         .filter_map(|env| {
-            let w = Calendar::of(env)
+            let w = Calendar::of(*env)
                 .ok()?
                 .opening(now, window::Change::Other)
                 .next_start()?;
@@ -686,7 +686,7 @@ pub fn timeline(
     let mut events = Vec::new();
     let mut out_envs = Vec::new();
     for env in &envs {
-        let cal = Calendar::of(env);
+        let cal = Calendar::of(*env);
         let freezes = cal
             .as_ref()
             .map(|c| {

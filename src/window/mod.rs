@@ -307,6 +307,18 @@ struct Part {
     duration: chrono::Duration,
 }
 
+/// What configures a calendar: its windows, freezes and pause, as an
+/// environment file holds them. The config implements it, so the window
+/// never reads the config's types (config parses into this module's).
+pub trait Configured {
+    /// The `[[window]]` tables.
+    fn windows(&self) -> &[WindowSpec];
+    /// The `[[freeze]]` tables.
+    fn freezes(&self) -> &[Freeze];
+    /// `[rollout] paused`.
+    fn paused(&self) -> bool;
+}
+
 /// Every window, freeze and the pause of one environment.
 #[derive(Debug, Clone)]
 pub struct Calendar {
@@ -354,8 +366,8 @@ impl Calendar {
     }
 
     /// The calendar an environment file configures.
-    pub fn of(env: &crate::config::EnvConfig) -> Result<Self, Error> {
-        Self::new(&env.windows, &env.freezes, env.rollout.paused)
+    pub fn of(env: &impl Configured) -> Result<Self, Error> {
+        Self::new(env.windows(), env.freezes(), env.paused())
     }
 
     /// Zone of the first window (freezes and messages default to it).
