@@ -25,6 +25,7 @@ pub mod rollout;
 pub mod sim;
 pub mod source;
 pub mod status;
+pub mod status_refs;
 pub mod terminal;
 pub mod trust;
 pub mod window;

@@ -308,7 +308,7 @@ pub struct Source {
     abort: Arc<AtomicBool>,
     /// The per-cluster status branches fetched, by name (`None`: every
     /// one under the namespace, for `drover doctor` and the benches).
-    status_scope: Option<crate::status::Listed>,
+    status_scope: Option<crate::status_refs::Listed>,
 }
 
 impl std::fmt::Debug for Source {
@@ -375,8 +375,8 @@ impl Source {
     /// name (the agent's: its own environment's clusters and the lower
     /// environment's, as its policy lists them), so that whatever else the
     /// status namespace holds, however many refs, is never fetched nor
-    /// stored. At most [`crate::status::MAX_STATUS_BRANCHES`] are taken.
-    pub fn set_status_scope(&mut self, listed: crate::status::Listed) {
+    /// stored. At most [`crate::status_refs::MAX_STATUS_BRANCHES`] are taken.
+    pub fn set_status_scope(&mut self, listed: crate::status_refs::Listed) {
         self.status_scope = Some(listed);
     }
 
@@ -443,7 +443,7 @@ impl Source {
     /// head asks for, in one fetch of the trigger.
     pub fn fetch_scoped(
         &mut self,
-        scope: impl Fn(&Repository, Option<Oid>) -> crate::status::Listed,
+        scope: impl Fn(&Repository, Option<Oid>) -> crate::status_refs::Listed,
     ) -> Result<FetchResult, Error> {
         let before = scope(&self.repo, self.fetched());
         self.set_status_scope(before.clone());
@@ -497,7 +497,7 @@ impl Source {
     /// the namespace without a scope), each to `refs/remotes/origin/`.
     pub fn status_refspecs(&self) -> Vec<String> {
         let sb = &self.cfg.status_branch;
-        let ns = crate::status::cluster_namespace(sb);
+        let ns = crate::status_refs::cluster_namespace(sb);
         let mut specs = vec![format!("+refs/heads/{sb}:refs/remotes/origin/{sb}")];
         match &self.status_scope {
             None => specs.push(format!("+refs/heads/{ns}*:refs/remotes/origin/{ns}*")),
@@ -505,7 +505,7 @@ impl Source {
                 listed
                     .iter()
                     .flat_map(|(env, clusters)| clusters.iter().map(move |c| (env, c)))
-                    .take(crate::status::MAX_STATUS_BRANCHES)
+                    .take(crate::status_refs::MAX_STATUS_BRANCHES)
                     .map(|(env, c)| {
                         format!("+refs/heads/{ns}{env}/{c}:refs/remotes/origin/{ns}{env}/{c}")
                     }),

@@ -198,7 +198,7 @@ impl StatusSeen {
         let path = git_dir.join(STATUS_SEEN_FILE);
         let mut text = String::new();
         if let Ok(f) = std::fs::File::open(&path) {
-            let cap = ((crate::status::MAX_STATUS_BRANCHES + 1) * MAX_STATUS_LINE) as u64;
+            let cap = ((crate::status_refs::MAX_STATUS_BRANCHES + 1) * MAX_STATUS_LINE) as u64;
             let _ = f.take(cap).read_to_string(&mut text);
         }
         let branches = text
@@ -214,7 +214,7 @@ impl StatusSeen {
                 let at = it.next()?.parse().ok()?;
                 Some((name.to_owned(), Mark { since, tip, at }))
             })
-            .take(crate::status::MAX_STATUS_BRANCHES + 1)
+            .take(crate::status_refs::MAX_STATUS_BRANCHES + 1)
             .collect();
         Self { path, branches }
     }
@@ -242,7 +242,10 @@ impl StatusSeen {
         let first = self.branches.is_empty() && !self.path.exists();
         let mut moved = 0;
         let mut next = HashMap::with_capacity(tips.len());
-        for (name, tip) in tips.iter().take(crate::status::MAX_STATUS_BRANCHES + 1) {
+        for (name, tip) in tips
+            .iter()
+            .take(crate::status_refs::MAX_STATUS_BRANCHES + 1)
+        {
             let mark = match self.branches.get(name) {
                 Some(m) if m.tip == *tip => *m,
                 Some(m) => {
@@ -328,7 +331,7 @@ pub fn status_tips(repo: &Repository, status_branch: &str) -> Vec<(String, Oid)>
     let single = format!("refs/remotes/origin/{status_branch}");
     let ns = format!(
         "refs/remotes/origin/{}*",
-        crate::status::cluster_namespace(status_branch)
+        crate::status_refs::cluster_namespace(status_branch)
     );
     if let Ok(r) = repo.find_reference(&single) {
         if let Some(t) = r.target() {
@@ -336,7 +339,10 @@ pub fn status_tips(repo: &Repository, status_branch: &str) -> Vec<(String, Oid)>
         }
     }
     if let Ok(refs) = repo.references_glob(&ns) {
-        for r in refs.flatten().take(crate::status::MAX_STATUS_BRANCHES + 1) {
+        for r in refs
+            .flatten()
+            .take(crate::status_refs::MAX_STATUS_BRANCHES + 1)
+        {
             if let (Ok(name), Some(t)) = (r.name(), r.target()) {
                 out.push((name.to_owned(), t));
             }

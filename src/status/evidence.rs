@@ -17,10 +17,10 @@
 //! (a retried node rolling again, a confirmation) ends it, nothing else the
 //! store says does.
 
-use super::branch::{Layout, Untrusted};
+use super::branch::{Layout, ReportSigners, Untrusted};
 use super::read::{
-    for_display, merge_newest_first, tally, Confirmations, Event, Ignored, Newest, ReportSigners,
-    ReportVersion, Trust,
+    for_display, merge_newest_first, tally, Confirmations, Event, Ignored, Newest, ReportVersion,
+    Trust,
 };
 use super::store::{walk_store, BranchRead, Store, Visitor};
 use super::Judge;

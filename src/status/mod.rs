@@ -9,21 +9,24 @@ pub mod cadence;
 mod evidence;
 mod read;
 mod store;
+mod tree;
 
+pub use crate::status_refs::{
+    cluster_branch, cluster_namespace, short_ref, Listed, MAX_STATUS_BRANCHES,
+};
 pub use branch::{
-    short_ref, Judge, Layout, Untrusted, MAX_BRANCH_COMMITS, MAX_CLOCK_SKEW_SECS,
+    Judge, Layout, ReportSigners, Untrusted, MAX_BRANCH_COMMITS, MAX_CLOCK_SKEW_SECS,
     MAX_LEGACY_COMMITS,
 };
 pub use evidence::confirmations_in;
 pub use read::{
     find_status_branch, read_confirmations, read_confirmations_of, BranchRef, Confirmations, Error,
-    Failure, Ignored, Latest, Newest, ReportSigners, ReportVersion, Standing, Trust,
-    MAX_REPORT_BYTES, MAX_SHOWN_MESSAGE,
+    Failure, Ignored, Latest, Newest, ReportVersion, Standing, Trust, MAX_REPORT_BYTES,
+    MAX_SHOWN_MESSAGE,
 };
 pub use store::{
-    cluster_branch, cluster_namespace, find_store, judge_branch, trusted_reports, walk_store,
-    walk_store_threads, BranchRead, ClusterBranch, Listed, Scope, Store, Visitor, MAX_IGNORED_REFS,
-    MAX_READ_THREADS, MAX_STATUS_BRANCHES,
+    find_store, judge_branch, trusted_reports, walk_store, walk_store_threads, BranchRead,
+    ClusterBranch, Scope, Store, Visitor, MAX_IGNORED_REFS, MAX_READ_THREADS,
 };
 mod push;
 pub use push::{

@@ -27,10 +27,10 @@
 //! or the file's `since` when that is later: a report cannot claim to be
 //! older than the commit that published it.
 
-use super::branch::{short_ref, Untrusted};
+use super::branch::{ReportSigners, Untrusted};
 use super::StatusReport;
 use crate::rollout::RolloutState;
-use crate::trust::AllowedSigners;
+use crate::status_refs::short_ref;
 use chrono::{DateTime, Utc};
 use git2::{Oid, Repository};
 use semver::Version;
@@ -351,10 +351,6 @@ impl Confirmations {
         (!ignored.is_empty()).then(|| format!("ignored reports: {}", ignored.join("; ")))
     }
 }
-
-/// Who may sign reports: the parsed `report_signers` of the policy in force.
-/// `None` trusts no report.
-pub type ReportSigners<'a> = Option<&'a AllowedSigners>;
 
 /// Read one report blob with the size bound; `Err` says why it is ignored.
 pub(super) fn read_report(

@@ -8,11 +8,6 @@
 //! 1,000 agents lost most of their reports to each other), and a forge can
 //! restrict each agent's credentials to its own branch.
 //!
-//! Why `.d`: git cannot hold `refs/heads/drover/status` and
-//! `refs/heads/drover/status/<env>/<cluster>` at once (a ref name cannot be
-//! both a file and a directory), so branches under the old name would be
-//! refused by every remote that still has the old branch.
-//!
 //! A cluster's branch holds only its own file; anything else makes the
 //! branch untrusted as a whole ([`super::branch`]). The older single branch
 //! is each cluster's older history, read first: a cluster's reports on both
@@ -23,29 +18,14 @@
 //! cluster's confirmations count (from either branch): breaking a branch can
 //! hide a `failed` report, so it must never let an older confirmation stand.
 
-use super::branch::{scan, Found, Judge, Layout, Signatures, Untrusted};
+use super::branch::{scan, Found, Judge, Layout, ReportSigners, Signatures, Untrusted};
 use super::read::{
-    find_status_branch, read_report, read_report_sized, BranchRef, Error, Ignored, ReportSigners,
-    ReportVersion,
+    find_status_branch, read_report, read_report_sized, BranchRef, Error, Ignored, ReportVersion,
 };
+use crate::status_refs::{cluster_namespace, Listed, MAX_STATUS_BRANCHES};
 use chrono::{DateTime, Utc};
 use git2::Repository;
 use std::collections::{BTreeMap, HashSet};
-
-/// Most per-cluster status branches read (docs/status.md): ten times the
-/// largest fleet drover is measured at. A store with more is refused as a
-/// whole rather than read in part, so no cluster's evidence is silently dropped.
-pub const MAX_STATUS_BRANCHES: usize = 10_000;
-
-/// Name of the branch that holds `env`/`cluster`'s reports.
-pub fn cluster_branch(status_branch: &str, env: &str, cluster: &str) -> String {
-    format!("{status_branch}.d/{env}/{cluster}")
-}
-
-/// The per-cluster namespace of `status_branch`, with a trailing slash.
-pub fn cluster_namespace(status_branch: &str) -> String {
-    format!("{status_branch}.d/")
-}
 
 /// One cluster's status branch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,10 +120,6 @@ impl Store {
 /// Most commits [`Store::as_of`] passes over on one branch (a cluster that
 /// reports every few minutes writes about 100,000 a year).
 pub const MAX_REWIND: usize = 100_000;
-
-/// The clusters whose branches a read looks up: environment -> cluster
-/// names, as `[clusters]` of a policy lists them.
-pub type Listed = BTreeMap<String, Vec<String>>;
 
 /// Which branches of the per-cluster namespace a read takes.
 #[derive(Debug, Clone, Copy)]
