@@ -4,6 +4,7 @@
 //!
 //! [`model`] holds plain values; [`gather`] fills them from the config, the
 //! windows, the gate and the status branch (read through [`reports`]);
+//! [`timeline`] fills the timeline page's over the span it shows, where
 //! [`history`] turns a cluster's reports into what its nodes ran; [`text`]
 //! and [`html`] render them without any I/O.
 
@@ -13,9 +14,11 @@ pub mod html;
 pub mod model;
 pub mod reports;
 pub mod text;
+pub mod timeline;
 
-pub use gather::{gather, gather_at, timeline, Error};
+pub use gather::{gather, gather_at, Error};
 pub use model::*;
+pub use timeline::timeline;
 
 /// One line naming where the reports were read: the per-cluster branches
 /// and the single branch of the older layout, or `absent` when neither exists.
