@@ -18,7 +18,9 @@
 //!    verify (adoption: the head is applied without the gate when every
 //!    selected node already runs its version).
 
-use super::git::{reject, snapshot, Admitted, GitEvidence, Rejection, Stage, TrustCheck};
+use super::git::GitEvidence;
+use super::head::{reject, Admitted, Rejection, Stage, TrustCheck};
+use super::snapshot::snapshot;
 use super::{judge_env, reason_code, Change};
 use crate::config::ENV_DIR;
 use crate::gate::Decision;
@@ -119,7 +121,7 @@ pub fn check_trust(
 ) -> Result<crate::trust::Checked, Rejection> {
     trusted
         .check(repo, base.commit(), head)
-        .map_err(super::git::trust_rejection)
+        .map_err(super::head::trust_rejection)
 }
 
 /// The commit a named value stands for, if it may be trusted as a starting

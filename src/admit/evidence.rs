@@ -3,7 +3,8 @@
 //! §4a, §5): the clusters of its own environment and of the one below, as
 //! its configs list them, each branch looked up by name.
 
-use super::git::{snapshot_recent, GitEvidence};
+use super::git::GitEvidence;
+use super::snapshot::snapshot_recent;
 use super::Error;
 use crate::status::Confirmations;
 use chrono::{DateTime, Utc};

@@ -33,11 +33,14 @@
 //! cluster may be added beside a version move), but removing one does not
 //! weaken the gate, as said above.
 
+mod base;
 pub mod bootstrap;
 mod evidence;
 pub mod git;
+mod head;
 mod history;
 mod merge;
+mod snapshot;
 
 use crate::config::{Evidence, RepoConfig, Revoked};
 use crate::gate::{
@@ -48,16 +51,15 @@ use semver::Version;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+pub use base::{check_base, ChangeReport, ConfirmationSource, StatusRead};
 pub use bootstrap::{
     admit_named, check_trust, named_commit, trust_base, TrustBase, TrustInputs, TRUST_ANNOTATION,
 };
 pub use evidence::{env_evidence, evidence_of, status_scope};
-pub use git::{
-    admit_adoption, admit_head, at_promotion_key, check_base, check_report_signers, judge_span,
-    snapshot, Admitted, ChangeReport, ConfirmationSource, EnvVerdict, GitEvidence, Judged,
-    Judgement, Rejection, Snapshot, Stage, StatusRead, TrustCheck,
-};
+pub use git::{judge_span, EnvVerdict, GitEvidence, Judged, Judgement};
+pub use head::{admit_adoption, admit_head, Admitted, Rejection, Stage, TrustCheck};
 pub use history::{lower_history, HistoryError};
+pub use snapshot::{at_promotion_key, check_report_signers, snapshot, Snapshot};
 
 /// Errors that stop admission from judging at all (as opposed to a refusal).
 #[derive(Debug, thiserror::Error)]
