@@ -11,11 +11,13 @@
 //! next environment's gate reads them.
 //!
 //! `run` below is the script of the story; [`story`] plays its steps (pull
-//! requests, the agents' passes, the checks of every invariant) and
-//! [`forge`] is the git side: the bare origin and the work tree pull
-//! requests are opened from.
+//! requests, the narration), [`pass`] each agent's passes, [`checks`] the
+//! checks of every invariant at the end, and [`forge`] is the git side: the
+//! bare origin and the work tree pull requests are opened from.
 
+mod checks;
 mod forge;
+mod pass;
 mod story;
 
 use forge::Forge;
