@@ -12,18 +12,28 @@
 //! Either kind of key has a validity window, from the allowed-signers line
 //! (`valid-after`, `valid-before`) or from the OpenPGP key itself
 //! (creation, expiry, revocation; `openpgp.rs`), and the key must be valid
-//! both at the time the commit claims and when the commit was first seen.
+//! both at the time the commit claims and when the commit was first seen
+//! (`validity.rs`). Why a commit is refused is said in `refusal.rs`.
 
 mod openpgp;
+mod refusal;
 mod signers;
+mod validity;
 
 pub use openpgp::OpenPgpKeys;
+pub use refusal::{Reason, Refusal};
 pub use signers::{AllowedSigners, SignerEntry};
 
 use git2::{Oid, Repository, Sort};
 use serde::{Deserialize, Serialize};
 use ssh_key::{HashAlg, SshSig};
-use std::fmt;
+
+fn refused(commit: Oid, reason: Reason) -> Error {
+    Error::Refused(Refusal {
+        commit: commit.to_string(),
+        reason,
+    })
+}
 
 /// The sshsig namespace git uses for commit signatures.
 pub const GIT_NAMESPACE: &str = "git";
@@ -74,167 +84,6 @@ impl std::str::FromStr for Mode {
             )),
         }
     }
-}
-
-/// Why a commit was refused.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "reason", rename_all = "snake_case")]
-pub enum Reason {
-    /// The commit carries no signature.
-    Unsigned,
-    /// The signature is neither an SSH nor an OpenPGP signature, or cannot be parsed.
-    UnsupportedSignature {
-        /// Detail.
-        detail: String,
-    },
-    /// The signing key is not listed (for its kind: SSH or OpenPGP).
-    UnknownKey {
-        /// SHA256 fingerprint of the SSH key, or `OpenPGP key <fingerprint>`.
-        fingerprint: String,
-    },
-    /// The signature does not match the commit.
-    BadSignature {
-        /// Principal of the key that supposedly signed.
-        principal: String,
-    },
-    /// The signature's namespace is not `git`, or the key is not allowed for `git`.
-    WrongNamespace {
-        /// The namespace found in the signature.
-        namespace: String,
-        /// Principal of the key.
-        principal: String,
-    },
-    /// The key's end (`valid-before`, an OpenPGP expiry) is at or before
-    /// the commit time (for OpenPGP, also the signature's own time).
-    Expired {
-        /// Principal of the key.
-        principal: String,
-        /// Which end: `valid-before`, or the OpenPGP expiry with its time.
-        limit: String,
-    },
-    /// The key's start (`valid-after`, an OpenPGP key's creation) is after the commit time.
-    NotYetValid {
-        /// Principal of the key.
-        principal: String,
-        /// Which start: `valid-after`, or the OpenPGP creation with its time.
-        limit: String,
-    },
-    /// The key's end had passed when the commit was first seen (fetched by
-    /// the agent; for `drover verify`, the time of the check), whatever its
-    /// commit time says: a backdated commit by a retired key.
-    ExpiredWhenSeen {
-        /// Principal of the key.
-        principal: String,
-        /// When the commit was first seen (RFC 3339).
-        seen: String,
-        /// Which end.
-        limit: String,
-    },
-    /// The key's start was still ahead when the commit was first seen.
-    NotYetValidWhenSeen {
-        /// Principal of the key.
-        principal: String,
-        /// When the commit was first seen (RFC 3339).
-        seen: String,
-        /// Which start.
-        limit: String,
-    },
-    /// The OpenPGP key (or its primary key) is revoked: for a compromised
-    /// key whenever the commit was made, for a superseded or retired one
-    /// from the revocation's time (at the commit time or when first seen).
-    Revoked {
-        /// Principal of the key.
-        principal: String,
-        /// The revocation: its reason and, when it counts from a time, which.
-        detail: String,
-    },
-    /// The new head does not descend from the last applied commit (force-push or rollback).
-    NotDescendant {
-        /// The last applied commit.
-        last: String,
-    },
-}
-
-impl Reason {
-    /// Short machine-readable name (`unsigned`, `unknown_key`, ...).
-    pub fn code(&self) -> &'static str {
-        match self {
-            Reason::Unsigned => "unsigned",
-            Reason::UnsupportedSignature { .. } => "unsupported_signature",
-            Reason::UnknownKey { .. } => "unknown_key",
-            Reason::BadSignature { .. } => "bad_signature",
-            Reason::WrongNamespace { .. } => "wrong_namespace",
-            Reason::Expired { .. } | Reason::ExpiredWhenSeen { .. } => "expired_key",
-            Reason::NotYetValid { .. } | Reason::NotYetValidWhenSeen { .. } => "key_not_yet_valid",
-            Reason::Revoked { .. } => "revoked_key",
-            Reason::NotDescendant { .. } => "not_descendant",
-        }
-    }
-}
-
-impl fmt::Display for Reason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Reason::Unsigned => write!(f, "unsigned: the commit carries no signature"),
-            Reason::UnsupportedSignature { detail } => write!(f, "unsupported signature: {detail}"),
-            Reason::UnknownKey { fingerprint } => write!(
-                f,
-                "unknown key: {fingerprint} is not listed (SSH keys in --allowed-signers, OpenPGP keys in --openpgp-keys)"
-            ),
-            Reason::BadSignature { principal } => write!(
-                f,
-                "bad signature: the signature by {principal}'s key does not match the commit"
-            ),
-            Reason::WrongNamespace { namespace, principal } => write!(
-                f,
-                "wrong namespace: signed in namespace `{namespace}` by {principal}, expected `git` and a key allowed for it"
-            ),
-            Reason::Expired { principal, limit } => {
-                write!(f, "expired key: {principal}'s key was no longer valid at the commit time ({limit})")
-            }
-            Reason::NotYetValid { principal, limit } => {
-                write!(f, "key not yet valid: {principal}'s key was not valid yet at the commit time ({limit})")
-            }
-            Reason::ExpiredWhenSeen { principal, seen, limit } => write!(
-                f,
-                "expired key: {principal}'s key was no longer valid when the commit was first seen at {seen} ({limit}), whatever its commit time says"
-            ),
-            Reason::NotYetValidWhenSeen { principal, seen, limit } => write!(
-                f,
-                "key not yet valid: {principal}'s key was not valid yet when the commit was first seen at {seen} ({limit})"
-            ),
-            Reason::Revoked { principal, detail } => {
-                write!(f, "revoked key: {principal}'s OpenPGP key {detail}")
-            }
-            Reason::NotDescendant { last } => write!(
-                f,
-                "not descending: the new head does not descend from the last trusted commit {last} (force-push or rollback)"
-            ),
-        }
-    }
-}
-
-/// A refused commit and the reason.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Refusal {
-    /// The commit that failed.
-    pub commit: String,
-    /// Why.
-    #[serde(flatten)]
-    pub reason: Reason,
-}
-
-impl fmt::Display for Refusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "commit {} refused: {}", self.commit, self.reason)
-    }
-}
-
-fn refused(commit: Oid, reason: Reason) -> Error {
-    Error::Refused(Refusal {
-        commit: commit.to_string(),
-        reason,
-    })
 }
 
 /// A commit whose signature verified.
@@ -530,123 +379,6 @@ fn verify_openpgp(
         principal: found.principal().to_string(),
         fingerprint: found.fingerprint(),
     })
-}
-
-/// When a listed key may sign, from its list entry or from the key itself.
-struct Validity {
-    principal: String,
-    after: Option<Bound>,
-    before: Option<Bound>,
-}
-
-/// One end of a key's validity.
-struct Bound {
-    at: i64,
-    limit: Limit,
-}
-
-/// What sets a [`Bound`].
-enum Limit {
-    ValidAfter,
-    ValidBefore,
-    Created,
-    Expires,
-    /// A soft OpenPGP revocation (superseded, retired), with its reason.
-    Revoked(String),
-}
-
-impl Bound {
-    fn describe(&self) -> String {
-        match &self.limit {
-            Limit::ValidAfter => "valid-after".into(),
-            Limit::ValidBefore => "valid-before".into(),
-            Limit::Created => format!("OpenPGP key created {}", rfc3339(self.at)),
-            Limit::Expires => format!("OpenPGP key expired {}", rfc3339(self.at)),
-            Limit::Revoked(why) => why.clone(),
-        }
-    }
-
-    /// The refusal for a time at or past this end; `seen` when that time is the first sighting.
-    fn passed(&self, principal: &str, seen: Option<i64>) -> Reason {
-        let principal = principal.to_string();
-        match (&self.limit, seen) {
-            (Limit::Revoked(why), None) => Reason::Revoked {
-                principal,
-                detail: format!(
-                    "was revoked ({why}) at {}, before the commit time",
-                    rfc3339(self.at)
-                ),
-            },
-            (Limit::Revoked(why), Some(s)) => Reason::Revoked {
-                principal,
-                detail: format!(
-                    "was revoked ({why}) at {}, before the commit was first seen at {}",
-                    rfc3339(self.at),
-                    rfc3339(s)
-                ),
-            },
-            (_, None) => Reason::Expired {
-                principal,
-                limit: self.describe(),
-            },
-            (_, Some(s)) => Reason::ExpiredWhenSeen {
-                principal,
-                seen: rfc3339(s),
-                limit: self.describe(),
-            },
-        }
-    }
-}
-
-impl Validity {
-    /// Whether the key was valid over `claimed` (the earliest and latest
-    /// time the signer states) and at `seen`, when the commit was first seen.
-    fn judge(&self, claimed: (i64, i64), seen: Option<i64>) -> Result<(), Reason> {
-        let principal = || self.principal.clone();
-        if let Some(a) = self.after.as_ref().filter(|a| claimed.0 < a.at) {
-            return Err(Reason::NotYetValid {
-                principal: principal(),
-                limit: a.describe(),
-            });
-        }
-        if let Some(b) = self.before.as_ref().filter(|b| claimed.1 >= b.at) {
-            return Err(b.passed(&self.principal, None));
-        }
-        let Some(s) = seen else { return Ok(()) };
-        if let Some(a) = self.after.as_ref().filter(|a| s < a.at) {
-            return Err(Reason::NotYetValidWhenSeen {
-                principal: principal(),
-                seen: rfc3339(s),
-                limit: a.describe(),
-            });
-        }
-        if let Some(b) = self.before.as_ref().filter(|b| s >= b.at) {
-            return Err(b.passed(&self.principal, Some(s)));
-        }
-        Ok(())
-    }
-}
-
-impl SignerEntry {
-    fn validity(&self) -> Validity {
-        Validity {
-            principal: self.principal(),
-            after: self.valid_after.map(|at| Bound {
-                at,
-                limit: Limit::ValidAfter,
-            }),
-            before: self.valid_before.map(|at| Bound {
-                at,
-                limit: Limit::ValidBefore,
-            }),
-        }
-    }
-}
-
-fn rfc3339(secs: i64) -> String {
-    chrono::DateTime::from_timestamp(secs, 0)
-        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
-        .unwrap_or_else(|| secs.to_string())
 }
 
 /// Outcome of an accepted [`check`].

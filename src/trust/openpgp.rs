@@ -27,7 +27,8 @@
 //! ID, for messages only: an OpenPGP key is trusted for what it signs, never
 //! through an SSH allowed-signers line, and an SSH key never through this file.
 
-use super::{Bound, Limit, Reason, Validity};
+use super::validity::{Bound, Limit, Validity};
+use super::Reason;
 use pgp::composed::{Deserializable, DetachedSignature, SignedPublicKey, SignedPublicSubKey};
 use pgp::crypto::hash::HashAlgorithm;
 use pgp::packet::{
