@@ -12,11 +12,9 @@
 pub mod known_hosts;
 pub mod seen;
 pub mod trigger;
+pub(crate) mod wire;
 
-use git2::{
-    CertificateCheckStatus, Cred, CredentialType, FetchOptions, Oid, RemoteCallbacks, Repository,
-};
-use std::cell::RefCell;
+use git2::{Oid, Repository};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -79,6 +77,15 @@ pub enum Error {
         "unsupported repository URL `{}`: expected file://, a path, git://, http(s):// or ssh://", redact(.0)
     )]
     Url(String),
+    /// The server, or the connection to it, failed (the transport's or the
+    /// server's words, credentials in URLs redacted).
+    #[error("git protocol with {url}: {detail}")]
+    Remote {
+        /// Remote URL, credentials redacted.
+        url: String,
+        /// What failed.
+        detail: String,
+    },
     /// Any other git failure (libgit2's message, credentials in URLs redacted).
     #[error("git: {}", redact(.0.message()))]
     Git(#[from] git2::Error),
@@ -287,20 +294,6 @@ fn ssh_host_port(url: &str) -> Option<(String, u16)> {
     }
 }
 
-/// Error state set by remote callbacks; libgit2 only passes back a message, this keeps the typed error.
-#[derive(Default)]
-pub struct CallbackState {
-    error: RefCell<Option<Error>>,
-    cred_attempts: RefCell<u32>,
-}
-
-impl CallbackState {
-    /// Turn a git error into the typed error a callback recorded, if any.
-    pub fn into_error(self, e: git2::Error) -> Error {
-        self.error.into_inner().unwrap_or(Error::Git(e))
-    }
-}
-
 /// The git source: a remote and the agent's local cache of it.
 pub struct Source {
     cfg: SourceConfig,
@@ -343,7 +336,6 @@ impl Source {
                 Repository::init_bare(&cfg.cache_dir)?
             }
         };
-        set_socket_timeouts(cfg.timeout);
         Ok(Self {
             cfg,
             repo,
@@ -528,136 +520,38 @@ impl Source {
         self.repo.refname_to_id(&name).ok()
     }
 
-    /// Fetch `specs`; returns the objects received.
+    /// Fetch `specs` (`+src:dst`, exact or a prefix ending in `*`) over
+    /// the wire client ([`wire`]): the remote's refs are asked for by
+    /// these names, never listed whole. Returns the objects received.
     fn fetch_refspecs(&self, specs: &[String]) -> Result<usize, Error> {
-        let state = CallbackState::default();
         let deadline = Instant::now() + self.cfg.timeout;
+        let parsed = specs
+            .iter()
+            .map(|s| {
+                wire::FetchSpec::parse(s)
+                    .ok_or_else(|| Error::Git(git2::Error::from_str(&format!("bad refspec `{s}`"))))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let timed_out = std::cell::Cell::new(false);
-        let received = std::cell::Cell::new(0usize);
-        let result = (|| {
-            let mut remote = self.repo.remote_anonymous(&self.cfg.url)?;
-            let mut cbs = self.callbacks(&state);
-            let go_on = || {
-                let ok = Instant::now() < deadline;
-                timed_out.set(!ok);
-                ok && !self.abort.load(Ordering::Relaxed)
-            };
-            cbs.transfer_progress(|p| {
-                received.set(p.received_objects());
-                go_on()
-            });
-            cbs.sideband_progress(|_| go_on());
-            let mut fo = FetchOptions::new();
-            fo.remote_callbacks(cbs);
-            fo.download_tags(git2::AutotagOption::None);
-            // A branch deleted on the remote goes from the cache too: the
-            // agent reads the store as a fresh clone would (a deleted
-            // single branch, a bent branch reset by a person).
-            fo.prune(git2::FetchPrune::On);
-            remote.fetch(specs, Some(&mut fo), None)?;
-            Ok::<_, git2::Error>(())
-        })();
-        match result {
-            Ok(()) => Ok(received.get()),
+        let go_on = || {
+            let ok = Instant::now() < deadline;
+            timed_out.set(!ok);
+            ok && !self.abort.load(Ordering::Relaxed)
+        };
+        match wire::fetch(
+            &self.repo,
+            &self.cfg,
+            &parsed,
+            crate::status::MAX_STATUS_BRANCHES,
+            &go_on,
+        ) {
+            Ok(received) => Ok(received),
             Err(_) if timed_out.get() || Instant::now() >= deadline => Err(Error::Timeout {
                 url: redact(&self.cfg.url),
                 timeout: self.cfg.timeout,
             }),
-            Err(e) => Err(state.into_error(e)),
+            Err(e) => Err(e),
         }
-    }
-
-    /// Remote callbacks with credentials and host-key checking, shared by fetch and push.
-    pub fn callbacks<'a>(&'a self, state: &'a CallbackState) -> RemoteCallbacks<'a> {
-        let mut cbs = RemoteCallbacks::new();
-        let auth = &self.cfg.auth;
-        let url = &self.cfg.url;
-        cbs.credentials(move |_url, user_from_url, allowed| {
-            let record = |e: Error| {
-                let msg = e.to_string();
-                *state.error.borrow_mut() = Some(e);
-                git2::Error::from_str(&msg)
-            };
-            if let (Auth::Ssh { username, .. }, true) =
-                (auth, allowed.contains(CredentialType::USERNAME))
-            {
-                return Cred::username(user_from_url.or(username.as_deref()).unwrap_or("git"));
-            }
-            let mut n = state.cred_attempts.borrow_mut();
-            *n += 1;
-            // libgit2 asks again after a rejection; a second ask for the same
-            // secret means it was refused, and answering forever would hang.
-            if *n > 1 || matches!(auth, Auth::None) {
-                return Err(record(Error::Auth {
-                    url: redact(url),
-                    tried: auth.tried(url),
-                }));
-            }
-            match auth {
-                Auth::None => Err(git2::Error::from_str("no credentials")),
-                Auth::Basic { username, password } => {
-                    let pw = password.read().map_err(record)?;
-                    Cred::userpass_plaintext(username, &pw)
-                }
-                Auth::Token(token) => {
-                    let t = token.read().map_err(record)?;
-                    Cred::userpass_plaintext("x-access-token", &t)
-                }
-                Auth::Ssh {
-                    username,
-                    private_key,
-                    ..
-                } => {
-                    let user = user_from_url.or(username.as_deref()).unwrap_or("git");
-                    let pubkey = PathBuf::from(format!("{}.pub", private_key.display()));
-                    let pubkey = pubkey.exists().then_some(pubkey);
-                    Cred::ssh_key(user, pubkey.as_deref(), private_key, None)
-                }
-            }
-        });
-        cbs.certificate_check(move |cert, _host| {
-            let Some(hk) = cert.as_hostkey() else {
-                // TLS: libgit2 has already verified the chain against the system roots.
-                return Ok(CertificateCheckStatus::CertificatePassthrough);
-            };
-            let (host, port) = ssh_host_port(url).unwrap_or_default();
-            let shown = if port == 22 { host.clone() } else { format!("[{host}]:{port}") };
-            let refuse = |detail: String, kh: &str| {
-                let e = Error::HostKey {
-                    host: shown.clone(),
-                    detail,
-                    known_hosts: kh.to_string(),
-                };
-                let msg = e.to_string();
-                *state.error.borrow_mut() = Some(e);
-                Err(git2::Error::from_str(&msg))
-            };
-            let Auth::Ssh { known_hosts, .. } = auth else {
-                return refuse("no known_hosts file is configured".into(), "none");
-            };
-            let kh_name = known_hosts.display().to_string();
-            let text = match std::fs::read_to_string(known_hosts) {
-                Ok(t) => t,
-                Err(e) => return refuse(format!("cannot read known_hosts: {e}"), &kh_name),
-            };
-            let Some(key) = hk.hostkey() else {
-                return refuse("the server's raw host key is unavailable".into(), &kh_name);
-            };
-            match known_hosts::check(&text, &host, port, key) {
-                known_hosts::HostKeyCheck::Known => Ok(CertificateCheckStatus::CertificateOk),
-                known_hosts::HostKeyCheck::Unknown => {
-                    refuse("the host is not listed in known_hosts".into(), &kh_name)
-                }
-                known_hosts::HostKeyCheck::Changed => refuse(
-                    "the host key does not match the key listed in known_hosts (changed key or man in the middle)".into(),
-                    &kh_name,
-                ),
-                known_hosts::HostKeyCheck::Revoked => {
-                    refuse("the host key is marked @revoked".into(), &kh_name)
-                }
-            }
-        });
-        cbs
     }
 
     /// The accepted commit, if any.
@@ -685,17 +579,6 @@ impl Source {
             Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
             Err(e) => Err(e.into()),
         }
-    }
-}
-
-/// libgit2's socket timeouts are process-wide; they bound a stalled server
-/// that never calls the progress callbacks.
-fn set_socket_timeouts(timeout: Duration) {
-    let ms = timeout.as_millis().clamp(1000, i32::MAX as u128) as i32;
-    // SAFETY: these only store integers in libgit2's global settings.
-    unsafe {
-        let _ = git2::opts::set_server_connect_timeout_in_milliseconds(ms);
-        let _ = git2::opts::set_server_timeout_in_milliseconds(ms);
     }
 }
 

@@ -11,26 +11,25 @@
 //! whenever libgit2 reports progress and between the steps of an attempt,
 //! by a caller's stop flag, and, for a server that says nothing at all, by
 //! the transport's socket timeout (the source's).
+//!
+//! Each attempt speaks to the remote through the source's wire client
+//! ([`crate::source::wire`]): the branch's tip is read from the push
+//! connection's own advertisement, which is read as a stream and the rest
+//! of it dropped, so an attempt holds one ref of the remote whatever it
+//! has (a ref name that is not UTF-8 among them is dropped unread).
 
 use super::StatusReport;
-use crate::source::{self, CallbackState, Source};
+use crate::source::wire::{FetchSpec, PushConn, Update};
+use crate::source::{self, Source};
 use crate::trust;
-use git2::{
-    build::TreeUpdateBuilder, Commit, FetchOptions, FileMode, ObjectType, Oid, PushOptions,
-    Repository, Signature,
-};
+use git2::{build::TreeUpdateBuilder, Commit, FileMode, ObjectType, Oid, Repository, Signature};
 use ssh_key::{HashAlg, LineEnding, PrivateKey};
-use std::cell::RefCell;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// Local ref the outgoing status commit is pushed from.
-const OUTGOING_REF: &str = "refs/drover/status-outgoing";
 /// Local ref a stale push fetches the branch's new tip into.
 const TIP_REF: &str = "refs/drover/status-tip";
-/// Local ref [`probe_push`] pushes its scratch branch from.
-const PROBE_REF: &str = "refs/drover/status-probe";
 
 /// Errors of status publishing.
 #[derive(Debug, thiserror::Error)]
@@ -339,9 +338,6 @@ fn backoff(_attempt: u32) -> Duration {
     Duration::from_millis(rand::random_range(5..60))
 }
 
-/// Most bytes kept of what the remote prints during a push.
-const REMOTE_SAID_MAX: usize = 1024;
-
 /// A rejection's status followed by what the remote printed (a hook's
 /// reason), on one line: "pre-receive hook declined (remote: frozen)".
 fn with_remote_text(status: String, said: &[u8]) -> String {
@@ -361,26 +357,14 @@ fn with_remote_text(status: String, said: &[u8]) -> String {
 /// Fetch only this cluster's branch (into a private ref: the store's refs
 /// are the fetch stage's), so the next attempt can build on its tip.
 fn fetch_tip(source: &Source, branch: &str, limit: &Limit<'_>) -> Result<(), PushError> {
-    let state = CallbackState::default();
-    let result = (|| {
-        let mut remote = source.repo().remote_anonymous(&source.config().url)?;
-        let mut cbs = source.callbacks(&state);
-        cbs.transfer_progress(|_| limit.go_on());
-        cbs.sideband_progress(|_| limit.go_on());
-        let mut fo = FetchOptions::new();
-        fo.remote_callbacks(cbs);
-        fo.download_tags(git2::AutotagOption::None);
-        remote.fetch(
-            &[format!("+refs/heads/{branch}:{TIP_REF}")],
-            Some(&mut fo),
-            None,
-        )
-    })();
-    match result {
-        Ok(()) => Ok(()),
+    let spec = FetchSpec::parse(&format!("+refs/heads/{branch}:{TIP_REF}"))
+        .ok_or_else(|| PushError::Sign(format!("not a branch name: {branch}")))?;
+    let go_on = || limit.go_on();
+    match source::wire::fetch(source.repo(), source.config(), &[spec], 0, &go_on) {
+        Ok(_) => Ok(()),
         Err(e) => {
             limit.check()?;
-            Err(PushError::Source(state.into_error(e)))
+            Err(PushError::Source(e))
         }
     }
 }
@@ -502,103 +486,55 @@ fn try_once(
     let branch =
         &super::cluster_branch(&source.config().status_branch, &report.env, &report.cluster);
     let branch_ref = format!("refs/heads/{branch}");
-    let state = CallbackState::default();
-    let rejected: RefCell<Option<String>> = RefCell::new(None);
-    // What the remote printed while taking the push (a hook's reason).
-    let remote_said: RefCell<Vec<u8>> = RefCell::new(Vec::new());
-    let stopped = std::cell::Cell::new(false);
-    let mut remote = repo.remote_anonymous(&source.config().url)?;
-    let result: Result<Attempt, git2::Error> = (|| {
-        // Build on the tip this very push connection advertises, so the race
-        // window is the time to write one commit, not a separate fetch's round trip.
-        let mut conn =
-            remote.connect_auth(git2::Direction::Push, Some(source.callbacks(&state)), None)?;
-        let tip = conn
-            .list()?
-            .iter()
-            .find(|h| h.name() == branch_ref)
-            .map(|h| h.oid());
-        if let Some(t) = tip {
-            if repo.find_commit(t).is_err() {
-                return Ok(Attempt::NeedFetch);
-            }
-            if let Some(u) = untrusted_tip(repo, branch, t, report, opts)? {
-                return Ok(Attempt::Untrusted(u));
-            }
-        }
-        let mut built = tip;
-        for r in not_yet_on(repo, tip, reports)? {
-            let commit = build_commit(repo, r, opts, built).map_err(|e| match e {
-                PushError::Source(source::Error::Git(g)) => g,
-                other => git2::Error::from_str(&other.to_string()),
-            })?;
-            built = commit.or(built);
-        }
-        let Some(oid) = built.filter(|b| Some(*b) != tip) else {
-            return Ok(Attempt::Unchanged);
-        };
-        // The last moment to give up before anything is sent.
-        if !limit.go_on() {
-            stopped.set(true);
-            return Err(git2::Error::from_str("stopped before pushing"));
-        }
-        repo.reference(OUTGOING_REF, oid, true, "drover: status report")?;
-        let mut cbs = source.callbacks(&state);
-        cbs.push_update_reference(|_name, status| {
-            if let Some(msg) = status {
-                *rejected.borrow_mut() = Some(msg.to_string());
-            }
-            Ok(())
-        });
-        cbs.sideband_progress(|data| {
-            let mut said = remote_said.borrow_mut();
-            let room = REMOTE_SAID_MAX.saturating_sub(said.len());
-            said.extend_from_slice(&data[..data.len().min(room)]);
-            let go_on = limit.go_on();
-            stopped.set(!go_on);
-            go_on
-        });
-        let mut po = PushOptions::new();
-        po.remote_callbacks(cbs);
-        conn.remote()
-            .push(&[format!("{OUTGOING_REF}:{branch_ref}")], Some(&mut po))?;
-        Ok(Attempt::Pushed(oid))
-    })();
-    let attempt = match result {
-        Ok(Attempt::Pushed(oid)) => match rejected.into_inner() {
-            Some(status) => Attempt::Rejected {
-                message: with_remote_text(status.clone(), &remote_said.into_inner()),
-                status,
-            },
-            None => {
-                // The local view of the branch follows the push; best
-                // effort, since the fetch stage may hold the ref's lock now
-                // and its next fetch brings the same tip.
-                let _ = repo.reference(
-                    &format!("refs/remotes/origin/{branch}"),
-                    oid,
-                    true,
-                    "drover: status pushed",
-                );
-                Attempt::Pushed(oid)
-            }
-        },
-        Ok(other) => other,
-        // libgit2 refuses a non-fast-forward locally when it already knows the newer tip.
-        Err(e) if e.code() == git2::ErrorCode::NotFastForward => Attempt::Rejected {
-            status: "non-fast-forward".into(),
-            message: e.message().to_string(),
-        },
-        Err(e) => {
-            // Given up by the budget or the caller: say that, not the
-            // transport's error it caused.
-            if stopped.get() || !limit.go_on() {
-                limit.check()?;
-            }
-            return Err(PushError::Source(state.into_error(e)));
+    let given_up = |e: source::Error| -> PushError {
+        // Given up by the budget or the caller: say that, not the
+        // transport's error it caused.
+        match limit.check() {
+            Err(stopped) => stopped,
+            Ok(()) => PushError::Source(e),
         }
     };
-    Ok(attempt)
+    // Build on the tip this very push connection advertises, so the race
+    // window is the time to write one commit, not a separate fetch's round trip.
+    let conn = PushConn::open(source.config(), &branch_ref).map_err(given_up)?;
+    let tip = conn.tip();
+    if let Some(t) = tip {
+        if repo.find_commit(t).is_err() {
+            return Ok(Attempt::NeedFetch);
+        }
+        if let Some(u) = untrusted_tip(repo, branch, t, report, opts)? {
+            return Ok(Attempt::Untrusted(u));
+        }
+    }
+    let mut built = tip;
+    for r in not_yet_on(repo, tip, reports)? {
+        built = build_commit(repo, r, opts, built)?.or(built);
+    }
+    let Some(oid) = built.filter(|b| Some(*b) != tip) else {
+        return Ok(Attempt::Unchanged);
+    };
+    // The last moment to give up before anything is sent.
+    limit.check()?;
+    let go_on = || limit.go_on();
+    let (update, said) = conn.send(repo, Some(oid), &[], &go_on).map_err(given_up)?;
+    Ok(match update {
+        Update::Done => {
+            // The local view of the branch follows the push; best
+            // effort, since the fetch stage may hold the ref's lock now
+            // and its next fetch brings the same tip.
+            let _ = repo.reference(
+                &format!("refs/remotes/origin/{branch}"),
+                oid,
+                true,
+                "drover: status pushed",
+            );
+            Attempt::Pushed(oid)
+        }
+        Update::Rejected(status) => Attempt::Rejected {
+            message: with_remote_text(status.clone(), &said),
+            status,
+        },
+    })
 }
 
 /// What [`probe_push`] found.
@@ -643,46 +579,26 @@ pub fn probe_push(
         super::cluster_branch(&source.config().status_branch, env, cluster)
     );
     let scratch_ref = format!("refs/heads/{scratch}");
-    repo.reference(PROBE_REF, at, true, "drover: push probe")?;
-    let push = |refspec: String| -> Result<Option<String>, PushError> {
-        let state = CallbackState::default();
-        let rejected: RefCell<Option<String>> = RefCell::new(None);
-        let said: RefCell<Vec<u8>> = RefCell::new(Vec::new());
-        let mut remote = repo.remote_anonymous(&source.config().url)?;
-        let mut cbs = source.callbacks(&state);
-        cbs.push_update_reference(|_name, status| {
-            if let Some(msg) = status {
-                *rejected.borrow_mut() = Some(msg.to_string());
-            }
-            Ok(())
-        });
-        cbs.sideband_progress(|data| {
-            let mut s = said.borrow_mut();
-            let room = REMOTE_SAID_MAX.saturating_sub(s.len());
-            s.extend_from_slice(&data[..data.len().min(room)]);
-            true
-        });
-        let mut po = PushOptions::new();
-        po.remote_callbacks(cbs);
-        let pushed = remote.push(&[refspec], Some(&mut po));
-        drop(po);
-        match pushed {
-            Ok(()) => Ok(rejected
-                .into_inner()
-                .map(|status| with_remote_text(status, &said.into_inner()))),
-            Err(e) => Err(PushError::Source(state.into_error(e))),
+    // `at` is known to the remote: the creation sends no object.
+    let push = |new: Option<Oid>| -> Result<Option<String>, PushError> {
+        let conn = PushConn::open(source.config(), &scratch_ref)?;
+        if new.is_none() && conn.tip().is_none() {
+            return Ok(None);
         }
+        let (update, said) = conn.send(repo, new, &[at], &|| true)?;
+        Ok(match update {
+            Update::Done => None,
+            Update::Rejected(status) => Some(with_remote_text(status, &said)),
+        })
     };
-    let created = push(format!("{PROBE_REF}:{scratch_ref}"));
-    let _ = repo.find_reference(PROBE_REF).and_then(|mut r| r.delete());
-    if let Some(message) = created? {
+    if let Some(message) = push(Some(at))? {
         return Err(PushError::Refused {
             url: source::redact(&source.config().url),
             branch: scratch,
             message,
         });
     }
-    match push(format!(":{scratch_ref}")) {
+    match push(None) {
         Ok(None) => Ok(Probe::Allowed { scratch }),
         Ok(Some(message)) => Ok(Probe::LeftBehind { scratch, message }),
         Err(e) => Ok(Probe::LeftBehind {
