@@ -83,12 +83,13 @@ pub(crate) fn fetch(
     let found = match open(cfg, gix_transport::Service::UploadPack)? {
         Endpoint::Local(path) => {
             let remote = local::open(&path)?;
-            let found = local::discover(&remote, &asked).map_err(discovery)?;
+            let found = remote.discover(&asked).map_err(discovery)?;
             let wants = wants(repo, &found)?;
             received = if wants.is_empty() {
                 0
             } else {
-                local::copy_objects(&remote, repo, &wants, &haves, go_on)?
+                let from = local::pack_source(repo, &remote)?;
+                local::copy_objects(&from, repo, &wants, &haves, go_on)?
             };
             found
         }

@@ -31,7 +31,7 @@ pub(crate) enum Update {
 }
 
 enum Ends {
-    Local(Repository),
+    Local(local::Local),
     Remote(Conn, Capabilities),
 }
 
@@ -54,7 +54,7 @@ impl<'c> PushConn<'c> {
         let (ends, tip) = match open(cfg, Service::ReceivePack)? {
             Endpoint::Local(path) => {
                 let remote = local::open(&path)?;
-                let tip = local::lookup(&remote, branch_ref)?;
+                let tip = remote.lookup(branch_ref)?;
                 (Ends::Local(remote), tip)
             }
             Endpoint::Remote(mut conn) => {
@@ -100,7 +100,7 @@ impl<'c> PushConn<'c> {
         match self.ends {
             Ends::Local(remote) => {
                 if let Some(n) = new {
-                    local::copy_objects(repo, &remote, &[n], &have, go_on)?;
+                    local::copy_objects(repo, &remote.repo, &[n], &have, go_on)?;
                 }
                 Ok((
                     update_local(&remote, &self.branch, self.tip, new)?,
@@ -130,38 +130,16 @@ impl<'c> PushConn<'c> {
 /// The update of a local repository's ref, refused as a remote refuses a
 /// stale one when it is no longer at `old`.
 fn update_local(
-    remote: &Repository,
+    remote: &local::Local,
     branch: &str,
     old: Option<Oid>,
     new: Option<Oid>,
 ) -> Result<Update, Error> {
-    let moved = |e: git2::Error| -> Result<Update, Error> {
-        match e.code() {
-            git2::ErrorCode::Modified | git2::ErrorCode::Exists | git2::ErrorCode::Locked => {
-                Ok(Update::Rejected(format!("stale info: {}", e.message())))
-            }
-            _ => Err(e.into()),
-        }
-    };
-    let done = match (old, new) {
-        (Some(o), Some(n)) => remote
-            .reference_matching(branch, n, true, o, "drover: push")
-            .map(drop),
-        (None, Some(n)) => remote.reference(branch, n, false, "drover: push").map(drop),
-        (Some(o), None) => match local::lookup(remote, branch)? {
-            Some(at) if at == o => remote.find_reference(branch).and_then(|mut r| r.delete()),
-            _ => Err(git2::Error::new(
-                git2::ErrorCode::Modified,
-                git2::ErrorClass::Reference,
-                "the branch moved",
-            )),
-        },
-        (None, None) => Ok(()),
-    };
-    match done {
-        Ok(()) => Ok(Update::Done),
-        Err(e) => moved(e),
-    }
+    Ok(if remote.update(branch, old, new)? {
+        Update::Done
+    } else {
+        Update::Rejected("stale info: the branch moved".into())
+    })
 }
 
 type Failure = Box<dyn std::error::Error + Send + Sync>;
