@@ -7,6 +7,7 @@ mod support;
 
 mod agent_secrets;
 mod git_fetch;
+mod git_foreign_refs;
 mod git_status;
 mod health_prometheus;
 mod timeline_browser;
