@@ -358,8 +358,10 @@ fn the_install_guide_names_the_token_user_the_code_sends() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(root.join("docs/install.md")).unwrap();
     let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    let src = std::fs::read_to_string(root.join("src/source/mod.rs")).unwrap();
-    assert!(src.contains(r#"Cred::userpass_plaintext("x-access-token""#));
+    let src = std::fs::read_to_string(root.join("src/source/wire/mod.rs")).unwrap();
+    assert!(
+        src.contains(r#"Auth::Token(token) => Some(("x-access-token".to_owned(), token.read()?))"#)
+    );
     assert!(text.contains("user `x-access-token`"), "docs/install.md");
 }
 
