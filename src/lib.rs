@@ -18,6 +18,7 @@ pub mod forecast;
 pub mod gate;
 pub mod health;
 pub mod kubernetes;
+pub mod preflight;
 pub mod promote;
 pub mod retry;
 pub mod revoke;

@@ -44,6 +44,11 @@ pub struct Args {
     /// own window when its environment's `[[wave]]` gives it one.
     #[arg(long, default_value = "cluster")]
     pub cluster: String,
+    /// Instead of the forecast, read the cluster (--kubeconfig, else
+    /// $KUBECONFIG or in-cluster) and list what will block a drain or break
+    /// a workload on the selected nodes; exit 1 when anything is found.
+    #[arg(long)]
+    pub preflight: bool,
 }
 
 /// The largest `--max-windows`: the windows are listed in memory.
@@ -80,6 +85,9 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         Ok(env) => env,
         Err(rejected) => return rejected,
     };
+    if args.preflight {
+        return preflight(g, &args, env);
+    }
     let now = args.now.unwrap_or_else(Utc::now);
     let waves = crate::gate::wave::waves(&repo, &args.env);
     let (first, evidence) = wave_evidence(g, &repo, env, now);
@@ -422,4 +430,89 @@ fn headline(p: &Plan, node_time: Duration) -> String {
         line.push_str(&format!("; now {held}"));
     }
     line
+}
+
+/// What `drover plan --preflight` prints as JSON or YAML.
+#[derive(serde::Serialize)]
+struct Preflight<'a> {
+    env: &'a str,
+    node_selector: &'a str,
+    nodes: usize,
+    findings: Vec<crate::preflight::Finding>,
+}
+
+/// `drover plan --preflight`: read the cluster, judge, print; exit 1 when
+/// anything is found (for CI or cron), 0 when nothing is.
+fn preflight(g: &Global, args: &Args, env: &EnvConfig) -> anyhow::Result<Outcome> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let selector = env.rollout.node_selector.as_str();
+    let snap = rt.block_on(async {
+        let config = match &args.kubeconfig {
+            Some(path) => {
+                let kc = kube::config::Kubeconfig::read_from(path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                    .await
+                    .with_context(|| format!("using {}", path.display()))?
+            }
+            None => kube::Config::infer()
+                .await
+                .context("no --kubeconfig, no KUBECONFIG and not in a cluster")?,
+        };
+        let client = kube::Client::try_from(config)?;
+        anyhow::Ok(crate::preflight::read::snapshot(&client, selector).await?)
+    });
+    let snap = match snap {
+        Ok(s) => s,
+        Err(e) => return super::reject(g, vec![super::explain::explain(&e).into()]),
+    };
+    let report = Preflight {
+        env: &args.env,
+        node_selector: selector,
+        nodes: snap.nodes.len(),
+        findings: crate::preflight::findings(&snap),
+    };
+    if g.format.is_document() {
+        print_ok(g.format, &report)?;
+    } else {
+        print!("{}", render_preflight(&report));
+    }
+    if report.findings.is_empty() {
+        Ok(Outcome::Ok)
+    } else {
+        super::mark_rejected();
+        Ok(Outcome::Rejected)
+    }
+}
+
+fn render_preflight(r: &Preflight<'_>) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let selected = if r.node_selector.is_empty() {
+        "every node".to_string()
+    } else {
+        format!("nodes matching {:?}", r.node_selector)
+    };
+    let blocking = r.findings.iter().filter(|f| f.kind.blocks()).count();
+    let _ = writeln!(
+        out,
+        "preflight for {} ({selected}, {}): {}, {blocking} of them blocking a drain",
+        r.env,
+        crate::terminal::count(r.nodes as u64, "node", "nodes"),
+        crate::terminal::count(r.findings.len() as u64, "finding", "findings"),
+    );
+    for f in &r.findings {
+        let _ = writeln!(
+            out,
+            "  {:<20} {}  on {}\n      {}\n      fix: {}",
+            f.kind.as_str(),
+            f.object,
+            f.nodes.join(", "),
+            f.why,
+            f.fix
+        );
+    }
+    out
 }

@@ -25,3 +25,4 @@ mod k8s_smoke;
 mod k8s_write_bound;
 mod kubelet_faults;
 mod plan_kube;
+mod preflight_kube;
