@@ -475,7 +475,22 @@ fn preflight(g: &Global, args: &Args, env: &EnvConfig) -> anyhow::Result<Outcome
         findings: crate::preflight::findings(&snap),
     };
     if g.format.is_document() {
-        print_ok(g.format, &report)?;
+        // As doctor: ok false when anything is found, each finding also an error.
+        let errors: Vec<super::output::Problem> = report
+            .findings
+            .iter()
+            .map(|f| {
+                format!(
+                    "{} {}: {}; fix: {}",
+                    f.kind.as_str(),
+                    f.object,
+                    f.why,
+                    f.fix
+                )
+                .into()
+            })
+            .collect();
+        super::output::print_document(g.format, errors.is_empty(), &errors, &report)?;
     } else {
         print!("{}", render_preflight(&report));
     }

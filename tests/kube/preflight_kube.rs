@@ -134,6 +134,7 @@ fn preflight(pool: &str) -> (i32, BTreeSet<(String, String)>, serde_json::Value)
         .unwrap();
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    crate::support::cli::assert_valid("plan", &doc);
     let found = doc["findings"]
         .as_array()
         .unwrap_or_else(|| panic!("{doc:#}"))
@@ -283,6 +284,8 @@ async fn preflight_lists_every_planted_blocker_once_and_nothing_on_a_healthy_poo
     );
     assert_eq!(code, 1, "findings exit 1");
     assert_eq!(doc["nodes"], 5);
+    assert_eq!(doc["ok"], false);
+    assert_eq!(doc["errors"].as_array().unwrap().len(), 50);
 
     let (code, found, doc) = preflight(hns);
     assert!(
@@ -291,6 +294,7 @@ async fn preflight_lists_every_planted_blocker_once_and_nothing_on_a_healthy_poo
     );
     assert_eq!(code, 0);
     assert_eq!(doc["nodes"], 3);
+    assert_eq!(doc["ok"], true);
     sim_a.shutdown().await;
     sim_b.shutdown().await;
 }
