@@ -8,6 +8,7 @@
 
 use crate::cluster::{Cluster, NodeView};
 use crate::config::EnvConfig;
+use crate::gate::wave::WaveGate;
 use crate::rollout::{decide, Decision, Engine, Labels, Policy, RolloutState, VirtualClock};
 use crate::sim::{drive, EventKind, Sim, Timeline};
 use crate::window::{Calendar, Change};
@@ -385,14 +386,36 @@ pub async fn plan_waves(
             duration: hours(spec.duration),
             timezone: spec.timezone.to_string(),
         };
-        let (waits_on, gate_now, passes_at, basis) = match i.checked_sub(1) {
-            None => (
-                first.waits_on.clone(),
-                first.now.clone(),
-                first.passes_at,
-                first.basis,
+        // A halt or held evidence stops every wave whatever the forecast
+        // says: asked of the one judgement of the gate, not worked out here.
+        let stopped = w.clusters.first().and_then(|c| {
+            match crate::gate::wave::judge(&crate::gate::wave::WaveRequest {
+                env: &env.name,
+                cluster: c,
+                version: &env.version,
+                waves,
+                failure_budget: env.rollout.failure_budget,
+                evidence,
+                now,
+            }) {
+                g @ (WaveGate::Halted(_) | WaveGate::Held { .. }) => Some(g.to_string()),
+                _ => None,
+            }
+        });
+        let waits_on = match i.checked_sub(1) {
+            None => first.waits_on.clone(),
+            Some(p) => format!(
+                "wave {}'s signed confirmations of {} ({}), then its soak of {}",
+                p + 1,
+                env.version,
+                waves[p].clusters.join(", "),
+                hours(waves[p].soak)
             ),
-            Some(p) => {
+        };
+        let (gate_now, passes_at, basis) = match (stopped, i.checked_sub(1)) {
+            (Some(why), _) => (why, None, "none"),
+            (None, None) => (first.now.clone(), first.passes_at, first.basis),
+            (None, Some(p)) => {
                 let prev = &waves[p];
                 let soak = chrono::Duration::from_std(prev.soak).unwrap_or(chrono::Duration::MAX);
                 let reported: Option<Vec<DateTime<Utc>>> = prev
@@ -401,13 +424,6 @@ pub async fn plan_waves(
                     .map(|c| evidence.confirmed.get(c).copied())
                     .collect();
                 let latest = reported.and_then(|ts| ts.into_iter().max());
-                let waits_on = format!(
-                    "wave {}'s signed confirmations of {} ({}), then its soak of {}",
-                    p + 1,
-                    env.version,
-                    prev.clusters.join(", "),
-                    hours(prev.soak)
-                );
                 let (at, basis) = match latest {
                     Some(t) => (t.checked_add_signed(soak), "reports"),
                     None => match out.last().and_then(|o| o.confirmed_at) {
@@ -431,7 +447,7 @@ pub async fn plan_waves(
                         format!("not yet confirmed by {}", missing.join(", "))
                     }
                 };
-                (waits_on, gate_now, at, basis)
+                (gate_now, at, basis)
             }
         };
         let calendar = Calendar::of(&wenv).ok();

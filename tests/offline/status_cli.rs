@@ -1097,6 +1097,14 @@ fn waves_show_what_each_cluster_waits_on_and_a_failure_halts_the_environment() {
         "{halt:#}"
     );
     assert_eq!(cluster(&v, "prod-us-1")["waits_on"], "halted");
+    // plan's wave 2 says the same: halted, not "not yet confirmed" (the
+    // halt is asked of the one judgement of the gate), and no start by time
+    // alone. (prod-eu-1's own failure is its own `failed` state, as in status.)
+    let w = waves("2026-12-01T04:00:00Z");
+    let now = w[1]["gate_now"].as_str().unwrap();
+    assert!(now.starts_with("production halted for 1.13.2"), "{w:#}");
+    assert_eq!(w[1]["basis"], "none");
+    assert_eq!(w[1]["could_start_at"], Value::Null);
     let (code, out, err) = drover(dir.path(), &["status", "--now", "2026-12-01T04:00:00Z"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("HALTED"), "{out}");
@@ -1139,7 +1147,7 @@ fn waves_show_what_each_cluster_waits_on_and_a_failure_halts_the_environment() {
     // start): while the halt stands neither cluster starts by time alone.
     for (cluster, gate) in [
         ("prod-eu-1", "wave 1's gate: production may not take 1.13.2"),
-        ("prod-us-1", "wave 2's gate: not yet confirmed by prod-eu-1"),
+        ("prod-us-1", "wave 2's gate: production halted for 1.13.2"),
     ] {
         let f = plan(cluster);
         assert_eq!(f["windows"], serde_json::json!([]), "{cluster}: {f:#}");
