@@ -20,6 +20,7 @@ pub mod health;
 pub mod kubernetes;
 pub mod preflight;
 pub mod promote;
+pub mod record;
 pub mod retry;
 pub mod revoke;
 pub mod rollout;

@@ -7,8 +7,11 @@
 //! PDB that refuses every eviction until some instant). Time does not tick:
 //! [`drive`] jumps from one interesting instant to the next (a reboot ends,
 //! a PDB relents, a window opens or closes, a timeout), so months of
-//! rollout take milliseconds. Annotations are read and written with the same
-//! functions the Kubernetes backend uses.
+//! rollout take milliseconds. It keeps the same split as a real cluster:
+//! Nodes, whose annotations anyone can write (so tests can forge them), and
+//! drover's records of them, written only through [`Cluster::write_record`]
+//! with the encoding the Kubernetes backend stores (`record::wire`), and
+//! driver runs named by the records that start them.
 //!
 //! Faults of the cluster's API about one node can be injected for a while
 //! ([`CallFault`], [`Sim::inject`]): its pods cannot be listed, its
@@ -16,20 +19,21 @@
 //! trouble looks to drover on a real API server.
 //!
 //! The sim also watches the invariants from the outside: it logs every
-//! cordon, uncordon, eviction and driver start with its time, records the
-//! peak number of nodes unavailable because of drover, and notes any
-//! violation (uncordoning a node drover did not cordon, an eviction past a
-//! PDB, a second driver run for the same attempt, a driver started on a node
-//! that still runs pods).
+//! cordon, uncordon, eviction and driver start with its time, counts every
+//! call drover makes ([`Sim::calls`]), records the peak number of nodes
+//! unavailable because of drover, and notes any violation (uncordoning a
+//! node drover did not cordon, or one a driver run may still act on, an
+//! eviction past a PDB, a second driver run for the same attempt, a driver
+//! started on a node that still runs pods).
 
+mod cluster;
 mod drive;
 
 pub use drive::{drive, drive_in_waves, DriveReport, Timeline, WaveSchedule};
 
-use crate::cluster::{
-    apply_patch, encode_progress, Cluster, EvictionPass, NodeProgress, NodeView, ProgressState,
-    RunSeen, UpgradeStatus,
-};
+use crate::cluster::{NodeRecord, NodeView, ProgressState, RunAction, UpgradeStatus};
+use crate::record::legacy::LegacyRun;
+use crate::record::wire::{DroverNodeSpec, DroverNodeStatus};
 use crate::rollout::Clock;
 use crate::rollout::VirtualClock;
 use chrono::{DateTime, Utc};
@@ -105,19 +109,45 @@ pub enum CordonedBy {
     Other,
 }
 
+/// How long a deleted run's pod takes to stop (its driver cancels).
+pub const STOP_GRACE: Duration = Duration::from_secs(30);
+
 #[derive(Debug, Clone)]
 struct Run {
+    /// Its Job's name (the record's link).
+    name: String,
+    uid: String,
+    /// The record id and attempt it carries.
+    record_id: String,
+    attempt: u32,
+    action: RunAction,
     target: Version,
-    attempt: DateTime<Utc>,
-    /// [`NodeProgress::run_action`]: a prepare and a drain may share an instant.
-    action: &'static str,
     done_at: Option<DateTime<Utc>>,
     status: UpgradeStatus,
-    /// The record it was started for ([`RunSeen`]: its state lives on it).
-    record: NodeProgress,
-    /// Its Job was deleted by a give-back: no longer seen (kept here for
-    /// the invariants and the health faults).
+    /// Deleted by drover: no longer seen once stopped.
     deleted: bool,
+    /// A run deleted while running stops (its pod terminates) then.
+    stopping_until: Option<DateTime<Utc>>,
+}
+
+impl Run {
+    /// Whether it may still act on its node.
+    fn may_act(&self, now: DateTime<Utc>) -> bool {
+        self.action.moves_node()
+            && (self.status == UpgradeStatus::Running
+                || self.stopping_until.is_some_and(|t| t > now))
+    }
+}
+
+/// A stored record: its spec, status and annotations, as the API server
+/// would keep them.
+#[derive(Debug, Clone)]
+struct SimRecord {
+    spec: DroverNodeSpec,
+    status: DroverNodeStatus,
+    annotations: BTreeMap<String, String>,
+    resource_version: u64,
+    generation: i64,
 }
 
 /// One simulated node.
@@ -133,7 +163,8 @@ pub struct SimNode {
     pub unschedulable: bool,
     /// Who cordoned it.
     pub cordoned_by: Option<CordonedBy>,
-    /// Annotations.
+    /// The Node's annotations: anyone with `patch nodes`, and its kubelet,
+    /// can write them; drover acts on none.
     pub annotations: BTreeMap<String, String>,
     /// How long the driver takes, reboot included.
     pub node_time: Duration,
@@ -145,6 +176,8 @@ pub struct SimNode {
     pub down_by_drover: bool,
     /// A health fault that shows while it runs this version after an upgrade.
     pub health_fault: Option<(Version, HealthFault)>,
+    /// Driver Jobs an earlier release made for it (for the migration).
+    pub legacy_runs: Vec<LegacyRun>,
     runs: Vec<Run>,
 }
 
@@ -163,6 +196,7 @@ impl SimNode {
             pods: Vec::new(),
             down_by_drover: false,
             health_fault: None,
+            legacy_runs: Vec::new(),
             runs: Vec::new(),
         }
     }
@@ -192,21 +226,18 @@ impl SimNode {
         self
     }
 
-    /// drover's record says draining or upgrading (read cheaply: the sim
-    /// checks this after every change).
-    pub fn in_flight(&self) -> bool {
-        matches!(
-            self.annotations
-                .get(crate::cluster::ANN_STATE)
-                .map(String::as_str),
-            Some("draining" | "upgrading" | "rolling-back")
-        )
-    }
-
     /// Driver runs started on this node that move it (upgrades and
     /// rollbacks; a download before the drain, `prepare`, moves nothing).
     pub fn driver_runs(&self) -> usize {
-        self.runs.iter().filter(|r| r.action != "prepare").count()
+        self.runs.iter().filter(|r| r.action.moves_node()).count()
+    }
+
+    /// Driver runs started on this node, each as `(action, attempt, version)`.
+    pub fn runs(&self) -> Vec<(RunAction, u32, Version)> {
+        self.runs
+            .iter()
+            .map(|r| (r.action, r.attempt, r.target.clone()))
+            .collect()
     }
 }
 
@@ -256,16 +287,28 @@ pub enum SimError {
         /// The fault.
         fault: CallFault,
     },
+    /// A record write met another version of the record (409).
+    #[error("the record of node {0} changed since it was read")]
+    Conflict(String),
+    /// A run of that name exists and is not the one asked for (409, not ours).
+    #[error("a run named {0} exists and is not this record's")]
+    Foreign(String),
 }
 
 #[derive(Debug, Default)]
 struct State {
     nodes: BTreeMap<String, SimNode>,
+    /// drover's records, by node: only [`Cluster::write_record`] writes them.
+    records: BTreeMap<String, SimRecord>,
+    /// The last resourceVersion handed out.
+    revision: u64,
     pdbs: BTreeMap<String, Pdb>,
     pending: Vec<Pod>,
     log: Vec<Event>,
     violations: Vec<String>,
     peak_unavailable: usize,
+    /// Calls drover made, by (call, node): what happened, not what drover counts.
+    calls: BTreeMap<(String, String), usize>,
     /// Injected faults: node, fault, `[from, until)`.
     faults: Vec<(String, CallFault, DateTime<Utc>, DateTime<Utc>)>,
 }
@@ -328,8 +371,8 @@ impl Sim {
                     _ => CordonedBy::Other,
                 });
             }
-            if let Some(p) = progress {
-                apply_patch(&mut n.annotations, &encode_progress(Some(p)));
+            if let Some(stored) = &v.record {
+                sim.seed_record(&stored.record);
             }
             n.pods = (0..v.pods_to_evict)
                 .map(|i| Pod {
@@ -370,11 +413,54 @@ impl Sim {
         self.lock().pdbs.insert(name.into(), pdb);
     }
 
-    /// Set an annotation as a person would (e.g. `drover.dev/retry`).
+    /// Set an annotation on the Node, as its kubelet or anyone with
+    /// `patch nodes` can (drover acts on none of them).
     pub fn annotate(&self, node: &str, key: &str, value: &str) {
         if let Some(n) = self.lock().nodes.get_mut(node) {
             n.annotations.insert(key.into(), value.into());
         }
+    }
+
+    /// Set an annotation on `node`'s record, as a person may
+    /// (`record::PERSON_ANNOTATIONS`); a no-op without a record.
+    pub fn annotate_record(&self, node: &str, key: &str, value: &str) {
+        let mut s = self.lock();
+        s.revision += 1;
+        let rv = s.revision;
+        if let Some(r) = s.records.get_mut(node) {
+            r.annotations.insert(key.into(), value.into());
+            r.resource_version = rv;
+        }
+    }
+
+    /// A person asks drover to retry `node` (`drover.dev/retry` on its record).
+    pub fn request_retry(&self, node: &str) {
+        self.annotate_record(node, crate::record::ANN_RETRY, "now");
+    }
+
+    /// `node`'s record as stored, if drover wrote one.
+    pub fn record(&self, node: &str) -> Option<NodeRecord> {
+        let s = self.lock();
+        let r = s.records.get(node)?;
+        crate::record::wire::decode(&r.spec, Some(&r.status)).ok()
+    }
+
+    /// Store `record` as an earlier drover left it (a seeded sim).
+    fn seed_record(&self, record: &NodeRecord) {
+        let mut s = self.lock();
+        s.revision += 1;
+        let rv = s.revision;
+        let status = crate::record::wire::encode(record, 1, &[], self.clock.now());
+        s.records.insert(
+            record.node.clone(),
+            SimRecord {
+                spec: crate::record::wire::spec(record, "", &self.name),
+                status,
+                annotations: BTreeMap::new(),
+                resource_version: rv,
+                generation: 1,
+            },
+        );
     }
 
     /// The clock the sim reads.
@@ -400,14 +486,27 @@ impl Sim {
         self.lock().violations.clone()
     }
 
+    /// How many times drover made `call` (`cordon`, `uncordon`,
+    /// `set_progress`, `evict`, `start_upgrade`, `mark_rolled_back`) on
+    /// `node`, whether it landed or not.
+    pub fn calls(&self, call: &str, node: &str) -> usize {
+        self.lock()
+            .calls
+            .get(&(call.to_string(), node.to_string()))
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// The most nodes unavailable because of drover at any one moment.
     pub fn peak_unavailable(&self) -> usize {
         self.lock().peak_unavailable
     }
 
-    /// Nodes drover has in flight (draining/upgrading per their annotations).
+    /// Nodes drover has in flight (draining, upgrading or rolling back per
+    /// their records) or still holds cordoned.
     pub fn in_flight(&self) -> usize {
-        self.lock().nodes.values().filter(|n| n.in_flight()).count()
+        let s = self.lock();
+        s.nodes.keys().filter(|n| s.in_flight(n)).count()
     }
 
     /// The next instant after `now` at which something happens by itself
@@ -419,7 +518,7 @@ impl Sim {
             .values()
             .flat_map(|n| n.runs.iter())
             .filter(|r| r.status == UpgradeStatus::Running)
-            .filter_map(|r| r.done_at);
+            .filter_map(|r| r.stopping_until.or(r.done_at));
         let pdbs = s.pdbs.values().filter_map(|p| p.blocked_until);
         let faults = s
             .faults
@@ -430,6 +529,13 @@ impl Sim {
 }
 
 impl State {
+    fn count(&mut self, call: &str, node: &str) {
+        *self
+            .calls
+            .entry((call.to_string(), node.to_string()))
+            .or_default() += 1;
+    }
+
     fn faulty(&self, node: &str, fault: CallFault, now: DateTime<Utc>) -> bool {
         self.faults
             .iter()
@@ -453,12 +559,35 @@ impl State {
             .ok_or_else(|| SimError::NoSuchNode(name.to_string()))
     }
 
-    /// Finish every reboot due by `now`.
+    /// Whether `node`'s record says drover has it in flight, or it holds
+    /// drover's cordon still (a give-back waiting for its stopped run).
+    fn in_flight(&self, node: &str) -> bool {
+        self.records.get(node).is_some_and(|r| {
+            ProgressState::parse(&r.status.phase).is_some_and(ProgressState::in_flight)
+                || (r.status.cordoned_by_drover
+                    && self.nodes.get(node).is_some_and(|n| n.unschedulable))
+        })
+    }
+
+    /// Finish every reboot due by `now`, and stop the runs deleted whose
+    /// stop is due.
     fn settle(&mut self, now: DateTime<Utc>) {
         let mut returned = Vec::new();
         for n in self.nodes.values_mut() {
             let failure = n.failure.clone();
             for r in n.runs.iter_mut() {
+                if r.status == UpgradeStatus::Running && r.stopping_until.is_some_and(|t| t <= now)
+                {
+                    // Its pod stopped before it finished: the reboot is
+                    // cancelled, the node back at what it ran.
+                    r.status = UpgradeStatus::Failed("deleted".into());
+                    if n.down_by_drover {
+                        n.ready = true;
+                        n.down_by_drover = false;
+                        returned.push((now, n.name.clone(), n.version.clone()));
+                    }
+                    continue;
+                }
                 if r.status != UpgradeStatus::Running || r.done_at.is_none_or(|t| t > now) {
                     continue;
                 }
@@ -498,7 +627,9 @@ impl State {
             .nodes
             .values()
             .filter(|n| {
-                n.cordoned_by == Some(CordonedBy::Drover) || n.down_by_drover || n.in_flight()
+                n.cordoned_by == Some(CordonedBy::Drover)
+                    || n.down_by_drover
+                    || self.in_flight(&n.name)
             })
             .count();
         self.peak_unavailable = self.peak_unavailable.max(down);
@@ -531,362 +662,5 @@ impl State {
             .flat_map(|n| n.pods.iter())
             .filter(|p| p.pdb.as_deref() == Some(pdb))
             .count()
-    }
-
-    fn write(&mut self, node: &str, progress: Option<&NodeProgress>) -> Result<(), SimError> {
-        let n = self.node(node)?;
-        // As the Kubernetes backend deletes Jobs before a give-back: every
-        // run once the node is done or watched, the running ones when it
-        // is given back blocked or failed.
-        let state = progress.map(|p| p.state);
-        for r in &mut n.runs {
-            r.deleted |= match state {
-                None | Some(ProgressState::Watching) => true,
-                Some(ProgressState::Blocked | ProgressState::Failed) => {
-                    r.status == UpgradeStatus::Running
-                }
-                _ => false,
-            };
-        }
-        apply_patch(&mut n.annotations, &encode_progress(progress));
-        Ok(())
-    }
-}
-
-impl Cluster for Sim {
-    type Error = SimError;
-
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    async fn observe(&self) -> Result<Vec<NodeView>, SimError> {
-        let now = self.clock.now();
-        let mut s = self.lock();
-        s.settle(now);
-        Ok(s.nodes
-            .values()
-            .map(|n| {
-                let runs: Vec<RunSeen> = n
-                    .runs
-                    .iter()
-                    .filter(|r| !r.deleted)
-                    .map(|r| RunSeen::of(&r.record, r.status.clone()))
-                    .collect();
-                let effective =
-                    crate::cluster::effective(NodeProgress::decode(&n.annotations), &runs);
-                let unlisted = n.in_flight() && s.faulty(&n.name, CallFault::Observe, now);
-                NodeView {
-                    name: n.name.clone(),
-                    version: n.version.clone(),
-                    ready: n.ready,
-                    unschedulable: n.unschedulable,
-                    rolled_back: crate::cluster::decode_rolled_back(&n.annotations)
-                        .unwrap_or_default(),
-                    managed_by: None,
-                    progress: effective.progress,
-                    retry: crate::cluster::retry_requested(&n.annotations),
-                    // What a backend reports when the list failed: no count.
-                    pods_to_evict: if unlisted { 0 } else { n.pods.len() },
-                    fault: unlisted.then(|| "injected: its pods cannot be listed".to_string()),
-                    upgrade: effective.upgrade,
-                    from_run: effective.from_run,
-                    // The same test as an eviction's, for every pod left.
-                    budgets_allow_drain: !unlisted
-                        && n.pods.iter().all(|pod| {
-                            pod.pdb
-                                .as_ref()
-                                .and_then(|name| s.pdbs.get(name).map(|b| (name, b)))
-                                .is_none_or(|(name, b)| {
-                                    b.blocked_until.is_none_or(|t| now >= t)
-                                        && s.healthy(name) > b.min_available
-                                })
-                        }),
-                }
-            })
-            .collect())
-    }
-
-    async fn cordon(&self, node: &str, progress: &NodeProgress) -> Result<(), SimError> {
-        let now = self.clock.now();
-        let mut s = self.lock();
-        s.settle(now);
-        s.node(node)?;
-        s.check(node, CallFault::Write, now)?;
-        let n = s.node(node)?;
-        let kind = if n.unschedulable {
-            EventKind::Adopt
-        } else {
-            n.unschedulable = true;
-            n.cordoned_by = Some(CordonedBy::Drover);
-            EventKind::Cordon
-        };
-        s.write(node, Some(progress))?;
-        s.log.push(Event {
-            at: now,
-            node: node.into(),
-            kind,
-        });
-        s.measure();
-        Ok(())
-    }
-
-    async fn uncordon(&self, node: &str, progress: Option<&NodeProgress>) -> Result<(), SimError> {
-        let now = self.clock.now();
-        let mut s = self.lock();
-        s.settle(now);
-        s.node(node)?;
-        s.check(node, CallFault::Write, now)?;
-        let n = s.node(node)?;
-        let by = n.cordoned_by;
-        n.unschedulable = false;
-        n.cordoned_by = None;
-        if by == Some(CordonedBy::Other) {
-            s.violations.push(format!(
-                "{now}: uncordoned {node}, which someone else cordoned"
-            ));
-        }
-        s.write(node, progress)?;
-        s.log.push(Event {
-            at: now,
-            node: node.into(),
-            kind: EventKind::Uncordon,
-        });
-        s.place_pending();
-        s.measure();
-        Ok(())
-    }
-
-    async fn set_progress(
-        &self,
-        node: &str,
-        progress: Option<&NodeProgress>,
-    ) -> Result<(), SimError> {
-        let now = self.clock.now();
-        let mut s = self.lock();
-        s.settle(now);
-        s.node(node)?;
-        s.check(node, CallFault::Write, now)?;
-        s.write(node, progress)?;
-        s.measure();
-        Ok(())
-    }
-
-    async fn evict(&self, node: &str) -> Result<EvictionPass, SimError> {
-        let now = self.clock.now();
-        let mut s = self.lock();
-        s.settle(now);
-        s.node(node)?;
-        s.check(node, CallFault::Evict, now)?;
-        let mut blocked_by = Vec::new();
-        let mut refused_pods = Vec::new();
-        let mut i = 0;
-        while i < s.node(node)?.pods.len() {
-            let pod = s.nodes[node].pods[i].clone();
-            let allowed = match pod
-                .pdb
-                .as_ref()
-                .and_then(|name| s.pdbs.get(name).map(|p| (name, p)))
-            {
-                None => true,
-                Some((name, pdb)) => {
-                    pdb.blocked_until.is_none_or(|t| now >= t)
-                        && s.healthy(name) > pdb.min_available
-                }
-            };
-            if !allowed {
-                refused_pods.push(pod.name.clone());
-                if let Some(p) = pod.pdb {
-                    if !blocked_by.contains(&p) {
-                        blocked_by.push(p);
-                    }
-                }
-                i += 1;
-                continue;
-            }
-            s.node(node)?.pods.remove(i);
-            s.log.push(Event {
-                at: now,
-                node: node.into(),
-                kind: EventKind::Evicted(pod.name.clone()),
-            });
-            s.place(pod, node);
-        }
-        let remaining = s.node(node)?.pods.len();
-        Ok(EvictionPass {
-            remaining,
-            blocked_by,
-            refused_pods,
-        })
-    }
-
-    async fn start_upgrade(&self, node: &str, progress: &NodeProgress) -> Result<(), SimError> {
-        let now = self.clock.now();
-        let mut s = self.lock();
-        s.settle(now);
-        s.node(node)?;
-        s.check(node, CallFault::Start, now)?;
-        let n = s.node(node)?;
-        let version = progress.run_version().clone();
-        let action = progress.run_action();
-        if n.runs.iter().any(|r| {
-            !r.deleted
-                && r.target == version
-                && r.attempt == progress.started_at
-                && r.action == action
-        }) {
-            return Ok(());
-        }
-        // A run deleted by a give-back is over: one that moves the node
-        // must never be started again for the same attempt (a prepare may:
-        // a node given back while preparing prepares again).
-        if action != "prepare"
-            && n.runs.iter().any(|r| {
-                r.deleted
-                    && r.target == version
-                    && r.attempt == progress.started_at
-                    && r.action == action
-            })
-        {
-            s.violations.push(format!(
-                "{now}: a second {action} run on {node} for the attempt of {}",
-                progress.started_at
-            ));
-        }
-        let n = s.node(node)?;
-        if progress.state == ProgressState::Preparing {
-            // The download: no reboot, no drain needed, done at once (the
-            // simulated node has no repository that could lack the target).
-            n.runs.push(Run {
-                target: version,
-                attempt: progress.started_at,
-                action,
-                done_at: Some(now),
-                status: UpgradeStatus::Succeeded,
-                record: progress.clone(),
-                deleted: false,
-            });
-            return Ok(());
-        }
-        if !n.pods.is_empty() {
-            let pods = n.pods.len();
-            s.violations.push(format!(
-                "{now}: driver started on {node}, which still runs {pods} pods"
-            ));
-        }
-        let n = s.node(node)?;
-        let done = chrono::Duration::from_std(n.node_time)
-            .ok()
-            .and_then(|d| now.checked_add_signed(d));
-        let (done_at, reboots) = match n.failure {
-            Some(Failure::NeverReturns) => (None, true),
-            Some(Failure::DriverFails(_)) => (done, false),
-            _ => (done, true),
-        };
-        if reboots {
-            n.ready = false;
-            n.down_by_drover = true;
-        }
-        n.runs.push(Run {
-            target: version.clone(),
-            attempt: progress.started_at,
-            action,
-            done_at,
-            status: UpgradeStatus::Running,
-            record: progress.clone(),
-            deleted: false,
-        });
-        s.log.push(Event {
-            at: now,
-            node: node.into(),
-            kind: if progress.state == ProgressState::RollingBack {
-                EventKind::RollbackStart(version)
-            } else {
-                EventKind::DriverStart(version)
-            },
-        });
-        // The node may have been the only schedulable home for pending pods.
-        s.measure();
-        Ok(())
-    }
-
-    async fn mark_rolled_back(
-        &self,
-        node: &str,
-        progress: &NodeProgress,
-        rolled_back: &[Version],
-        uncordon: bool,
-    ) -> Result<(), SimError> {
-        if uncordon {
-            self.uncordon(node, Some(progress)).await?;
-        } else {
-            self.set_progress(node, Some(progress)).await?;
-        }
-
-        // One patch on a real cluster; one lock here, taken again at once.
-        let mut s = self.lock();
-        let n = s.node(node)?;
-        n.annotations.insert(
-            crate::cluster::ANN_ROLLED_BACK.into(),
-            crate::cluster::encode_rolled_back(rolled_back),
-        );
-        Ok(())
-    }
-
-    async fn health(&self, nodes: &[String]) -> Result<Vec<crate::cluster::NodeSeen>, SimError> {
-        use crate::cluster::{NodeSeen, PodSeen};
-        let now = self.clock.now();
-        let mut s = self.lock();
-        s.settle(now);
-        Ok(nodes
-            .iter()
-            .filter_map(|name| s.nodes.get(name))
-            .map(|n| {
-                if s.faulty(&n.name, CallFault::Health, now) {
-                    return NodeSeen::unread(n.name.clone(), "injected: cannot read its health");
-                }
-                // When its last upgrade brought it back: the fault shows from then.
-                let returned = n
-                    .runs
-                    .iter()
-                    .filter(|r| r.status == UpgradeStatus::Succeeded)
-                    .filter_map(|r| r.done_at)
-                    .max();
-                let fault = match (&n.health_fault, returned) {
-                    (Some((v, f)), Some(_)) if n.version.as_ref() == Some(v) => Some(f),
-                    _ => None,
-                };
-                let returned = returned.unwrap_or(DateTime::<Utc>::MIN_UTC);
-                let mut pods: Vec<PodSeen> = n
-                    .pods
-                    .iter()
-                    .map(|p| PodSeen {
-                        name: format!("default/{}", p.name),
-                        created: DateTime::<Utc>::MIN_UTC,
-                        ready: true,
-                        restarts: 0,
-                        waiting_reason: None,
-                    })
-                    .collect();
-                let mut conditions = Vec::new();
-                match fault {
-                    Some(HealthFault::CrashLoop) => pods.push(PodSeen {
-                        name: format!("default/{}-app", n.name),
-                        created: returned,
-                        ready: false,
-                        restarts: 3,
-                        waiting_reason: Some(crate::health::verdict::CRASHLOOP_REASON.into()),
-                    }),
-                    Some(HealthFault::Condition(t)) => conditions.push((t.clone(), "True".into())),
-                    None => {}
-                }
-                NodeSeen {
-                    name: n.name.clone(),
-                    conditions,
-                    pods,
-                    unread: None,
-                }
-            })
-            .collect())
     }
 }

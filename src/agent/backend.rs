@@ -38,11 +38,13 @@ pub trait ClusterBackend: Send + 'static {
 }
 
 /// The Kubernetes backend: a [`KubeCluster`](crate::kubernetes::KubeCluster)
-/// per set of node settings, upgrade Jobs in the agent's namespace.
+/// per set of node settings, driver Jobs in their namespace, node records
+/// in the agent's.
 #[derive(Clone)]
 pub struct KubeBackend {
     config: kube::Config,
     namespace: String,
+    records_namespace: String,
     write_timeout: std::time::Duration,
 }
 
@@ -55,11 +57,14 @@ impl std::fmt::Debug for KubeBackend {
 }
 
 impl KubeBackend {
-    /// Clusters built from `config` (the backend makes its own client); Jobs run in `namespace`.
-    pub fn new(config: kube::Config, namespace: &str) -> Self {
+    /// Clusters built from `config` (the backend makes its own client);
+    /// Jobs run in `namespace`, node records are kept in `records_namespace`
+    /// (the agent's own).
+    pub fn new(config: kube::Config, namespace: &str, records_namespace: &str) -> Self {
         KubeBackend {
             config,
             namespace: namespace.to_string(),
+            records_namespace: records_namespace.to_string(),
             write_timeout: crate::kubernetes::DEFAULT_WRITE_TIMEOUT,
         }
     }
@@ -78,7 +83,12 @@ impl ClusterBackend for KubeBackend {
     type Settings = crate::kubernetes::KubeOptions;
 
     fn settings(&self, cluster_name: &str, env: &EnvConfig) -> Self::Settings {
-        crate::kubernetes::KubeOptions::from_env(cluster_name, &self.namespace, env)
+        crate::kubernetes::KubeOptions::from_env(
+            cluster_name,
+            &self.namespace,
+            &self.records_namespace,
+            env,
+        )
     }
 
     async fn connect(

@@ -12,6 +12,7 @@
 //! another replica wrote the status, nothing is written and the term
 //! reloads from what that replica left.
 
+pub use crate::record::Condition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, CustomResource, CustomResourceExt, ResourceExt};
 use schemars::JsonSchema;
@@ -159,81 +160,8 @@ pub struct DroverStatusStatus {
     /// read them (docs/install.md, "Health checks"), and `ReportPushed`
     /// (False while the git server refuses or cannot take the status report).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "conditions_schema")]
+    #[schemars(schema_with = "crate::record::conditions_schema")]
     pub conditions: Vec<Condition>,
-}
-
-/// A condition in the shape of Kubernetes' `metav1.Condition`.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Condition {
-    /// The condition's name, e.g. `ReportPushed`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// `True`, `False` or `Unknown`.
-    pub status: String,
-    /// The `metadata.generation` the condition was computed for.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// One word saying why, e.g. `Rejected`.
-    pub reason: String,
-    /// What happened, in a sentence.
-    #[serde(default)]
-    pub message: String,
-    /// When `status` last changed (RFC 3339).
-    pub last_transition_time: String,
-}
-
-/// The schema of `status.conditions`: metav1.Condition's, as Kubernetes'
-/// own types publish it (a list keyed by `type`, the same bounds and
-/// patterns), so what kubectl, Flux and Argo CD expect is what the API
-/// server enforces.
-fn conditions_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({
-        "type": "array",
-        "description": "Ready, Reconciling and Stalled, as kstatus reads them (docs/install.md), and ReportPushed.",
-        "x-kubernetes-list-type": "map",
-        "x-kubernetes-list-map-keys": ["type"],
-        "items": {
-            "type": "object",
-            "required": ["type", "status", "lastTransitionTime", "reason", "message"],
-            "properties": {
-                "type": {
-                    "type": "string",
-                    "maxLength": 316,
-                    "pattern": "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$",
-                    "description": "The condition's name: Ready, Reconciling, Stalled, ReportPushed."
-                },
-                "status": {
-                    "type": "string",
-                    "enum": ["True", "False", "Unknown"]
-                },
-                "observedGeneration": {
-                    "type": "integer",
-                    "format": "int64",
-                    "minimum": 0,
-                    "description": "The metadata.generation the condition was computed for."
-                },
-                "lastTransitionTime": {
-                    "type": "string",
-                    "format": "date-time",
-                    "description": "When status last changed."
-                },
-                "reason": {
-                    "type": "string",
-                    "minLength": 1,
-                    "maxLength": 1024,
-                    "pattern": "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
-                    "description": "One CamelCase word saying why."
-                },
-                "message": {
-                    "type": "string",
-                    "maxLength": 32768,
-                    "description": "What happened, in a sentence."
-                }
-            }
-        }
-    })
 }
 
 /// A config head the agent refused to apply.

@@ -377,18 +377,17 @@ impl Events {
     }
 
     /// The Event for an engine action on a node. A node's routine upgrade
-    /// publishes one: its outcome, `Upgraded` (or `HealthWatch` with
-    /// `[health]`) when it is back. The routine steps before it, the
-    /// download in service (`Preparing`), the cordon and drain
-    /// (`Draining`) and the upgrade Job's start (`UpgradeStarted`), are
-    /// logged at info as an Event would be and shown on the node (its
-    /// cordon and record, the Jobs) and in the status, but are not
-    /// published: each Event is an API write, and at fleet size these
-    /// three were a quarter of the agent's writes per node (issue 25; BENCHMARKS.md
-    /// "Agent under load"). What needs a person is published: a drain
-    /// PodDisruptionBudgets hold back (`EvictionRefused`), and every
-    /// Warning (`DrainBlocked` at its timeout, `UpgradeFailed`, ...).
-    /// Eviction passes are too frequent for either.
+    /// publishes none: its record (`kubectl get drovernodes`) is what
+    /// people read, and each Event is an API write (issue 36; before, the
+    /// outcome `Upgraded` was the one routine Event). The routine steps,
+    /// the download in service (`Preparing`), the cordon and drain
+    /// (`Draining`), the upgrade run's start (`UpgradeStarted`) and the
+    /// return (`Upgraded`) are logged at info as an Event would be. What
+    /// needs a person is published: a drain PodDisruptionBudgets hold back
+    /// (`EvictionRefused`), a health watch and its outcome, every Warning
+    /// (`DrainBlocked` at its timeout, `UpgradeFailed`, ...), and what a
+    /// new pin or a person's request changed (`Retargeted`, `GivenBack`,
+    /// `Released`, `Cleared`). Eviction passes are too frequent for either.
     pub async fn on_action(&self, action: &Action) {
         let (sev, reason, note) = match action {
             // Routine steps inside a node's upgrade are logged, not
@@ -408,16 +407,26 @@ impl Events {
             // Event (`NodeHeld`, published with the outcome's holds).
             // A run's state written before its give-back: the give-back's
             // own Event follows.
-            Action::Evict { .. } | Action::Note { .. } | Action::Record { .. } => return,
-            Action::StartUpgrade { progress, .. } if progress.run_action() == "rollback" => (
-                Severity::Warning,
-                "RollbackStarted",
-                format!(
-                    "drained; OS rollback from {} to {} started",
-                    progress.target,
-                    progress.run_version()
-                ),
-            ),
+            Action::Evict { .. } | Action::Note { .. } => return,
+            Action::StartUpgrade { progress, .. }
+                if progress.run_action() == crate::record::RunAction::Rollback =>
+            {
+                (
+                    Severity::Warning,
+                    "RollbackStarted",
+                    format!(
+                        "drained; OS rollback from {} to {} started",
+                        progress.target,
+                        progress.run_version()
+                    ),
+                )
+            }
+            Action::StartUpgrade { progress, .. }
+                if progress.run_action() == crate::record::RunAction::Prepare =>
+            {
+                let note = format!("downloading {} before the drain", progress.target);
+                return log_only(action.node(), "Preparing", &note);
+            }
             Action::StartUpgrade { progress, .. } => {
                 let note = format!("drained; OS upgrade to {} started", progress.target);
                 return log_only(action.node(), "UpgradeStarted", &note);
@@ -427,15 +436,49 @@ impl Events {
                 "DrainBlocked",
                 format!("node given back: {}", progress.message),
             ),
+            Action::Fail {
+                progress,
+                stop_run: true,
+                ..
+            } => (
+                Severity::Warning,
+                "UpgradeFailed",
+                format!(
+                    "{}; its run is stopped, the node stays cordoned until nothing of it is left",
+                    progress.message
+                ),
+            ),
             Action::Fail { progress, .. } => (
                 Severity::Warning,
                 "UpgradeFailed",
                 format!("node given back: {}", progress.message),
             ),
-            Action::Complete { .. } => (
+            Action::Complete { .. } => {
+                let note = "Ready at the target version, its run over; uncordoned";
+                return log_only(action.node(), "Upgraded", note);
+            }
+            Action::Release { .. } => (
                 Severity::Normal,
-                "Upgraded",
-                "Ready at the target version; uncordoned".to_string(),
+                "Released",
+                "nothing of its stopped run is left; uncordoned".to_string(),
+            ),
+            Action::Retarget { progress, .. } => (
+                Severity::Normal,
+                "Retargeted",
+                format!(
+                    "a new version is pinned: the drain goes on toward {}",
+                    progress.target
+                ),
+            ),
+            Action::GiveBack { reason, .. } => (
+                Severity::Normal,
+                "GivenBack",
+                format!("{reason}; uncordoned, record cleared"),
+            ),
+            Action::ClearRolledBack { .. } => (
+                Severity::Normal,
+                "RolledBackCleared",
+                "its rolled-back marks were cleared as its record asked".to_string(),
             ),
             Action::Watch { progress, .. } => (
                 Severity::Normal,
@@ -477,10 +520,10 @@ impl Events {
                 "RollbackFailed",
                 progress.message.clone(),
             ),
-            Action::Clear { .. } => (
+            Action::Clear { reason, .. } => (
                 Severity::Normal,
                 "Cleared",
-                "drover's record on the node was cleared".to_string(),
+                format!("drover's record of the node was cleared: {reason}"),
             ),
         };
         self.on_node(action.node(), sev, reason, action.kind(), note)

@@ -10,6 +10,7 @@ use super::events::Severity;
 use super::guard::Guarded;
 use super::{Acting, ClusterBackend};
 use crate::cluster::{Cluster, NodeView, ProgressState};
+use crate::rollout::Action;
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -40,17 +41,25 @@ pub(super) fn to_give_back(nodes: &[NodeView]) -> Vec<GiveBack> {
         .collect()
 }
 
-/// Give `nodes` back on `cluster`; returns the nodes given back.
-async fn give_back<C: Cluster>(cluster: &C, nodes: &[GiveBack]) -> Vec<String> {
+/// Give `nodes` back on `cluster`, as the engine gives a node back
+/// (uncordon, then its record idle), from what `observed` shows of them;
+/// returns the nodes given back.
+async fn give_back<C: Cluster>(
+    cluster: &C,
+    nodes: &[GiveBack],
+    observed: &[NodeView],
+    why: &str,
+) -> Vec<String> {
     let mut done = Vec::new();
+    let now = chrono::Utc::now();
     for g in nodes {
-        let r = if g.uncordon {
-            cluster.uncordon(&g.node, None).await
-        } else {
-            cluster.set_progress(&g.node, None).await
+        let action = Action::GiveBack {
+            node: g.node.clone(),
+            uncordon: g.uncordon,
+            reason: why.to_string(),
         };
-        match r {
-            Ok(()) => done.push(g.node.clone()),
+        match crate::rollout::apply(cluster, &action, observed, now).await {
+            Ok(_) => done.push(g.node.clone()),
             Err(e) => tracing::warn!(node = %g.node, error = %e, "could not give the node back"),
         }
     }
@@ -72,7 +81,13 @@ impl<B: ClusterBackend> Acting<B> {
                     return Vec::new();
                 }
             };
-            give_back(&conn.cluster, &to_give_back(&nodes)).await
+            give_back(
+                &conn.cluster,
+                &to_give_back(&nodes),
+                &nodes,
+                "the agent stopped while draining",
+            )
+            .await
         };
         let done = match tokio::time::timeout(STOP_BUDGET, work).await {
             Ok(d) => d,
@@ -107,7 +122,13 @@ impl<B: ClusterBackend> Acting<B> {
         let Ok(nodes) = guarded.observe().await else {
             return;
         };
-        let done = give_back(&guarded, &to_give_back(&nodes)).await;
+        let done = give_back(
+            &guarded,
+            &to_give_back(&nodes),
+            &nodes,
+            "no applicable config",
+        )
+        .await;
         drop(guarded);
         for node in &done {
             self.events
@@ -126,12 +147,11 @@ impl<B: ClusterBackend> Acting<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::{NodeProgress, UpgradeStatus};
+    use crate::cluster::NodeProgress;
 
     fn node(name: &str, state: Option<ProgressState>, cordoned: bool) -> NodeView {
         NodeView {
             name: name.into(),
-            version: None,
             ready: true,
             unschedulable: state.is_some(),
             progress: Ok(state.map(|state| NodeProgress {
@@ -140,17 +160,10 @@ mod tests {
                 started_at: chrono::Utc::now(),
                 cordoned_by_drover: cordoned,
                 message: String::new(),
-                attempts: 0,
+                retries: 0,
                 previous: None,
             })),
-            retry: false,
-            pods_to_evict: 0,
-            budgets_allow_drain: false,
-            from_run: false,
-            upgrade: UpgradeStatus::NotStarted,
-            fault: None,
-            rolled_back: Vec::new(),
-            managed_by: None,
+            ..NodeView::default()
         }
     }
 

@@ -6,7 +6,10 @@
 //! up the lease and its expiry, see `kubernetes::client`). It also keeps
 //! what the engine observed, for metrics and reports.
 
-use crate::cluster::{Cluster, EvictionPass, NodeProgress, NodeSeen, NodeView};
+use crate::cluster::{
+    Cluster, Cordoned, EvictionPass, NodeSeen, NodeView, RecordWrite, RunLink, RunStart, Stored,
+};
+use crate::record::legacy::LegacyNode;
 use std::sync::Mutex;
 use tokio::sync::watch;
 
@@ -85,49 +88,39 @@ impl<C: Cluster + Sync> Cluster for Guarded<'_, C> {
         Ok(nodes)
     }
 
-    async fn cordon(&self, node: &str, progress: &NodeProgress) -> Result<(), Self::Error> {
-        self.guarded(self.inner.cordon(node, progress)).await
+    async fn write_record(&self, write: &RecordWrite) -> Result<Stored, Self::Error> {
+        self.guarded(self.inner.write_record(write)).await
     }
 
-    async fn uncordon(
-        &self,
-        node: &str,
-        progress: Option<&NodeProgress>,
-    ) -> Result<(), Self::Error> {
-        self.guarded(self.inner.uncordon(node, progress)).await
+    async fn cordon(&self, node: &str) -> Result<Cordoned, Self::Error> {
+        self.guarded(self.inner.cordon(node)).await
     }
 
-    async fn set_progress(
-        &self,
-        node: &str,
-        progress: Option<&NodeProgress>,
-    ) -> Result<(), Self::Error> {
-        self.guarded(self.inner.set_progress(node, progress)).await
+    async fn uncordon(&self, node: &str) -> Result<(), Self::Error> {
+        self.guarded(self.inner.uncordon(node)).await
     }
 
     async fn evict(&self, node: &str) -> Result<EvictionPass, Self::Error> {
         self.guarded(self.inner.evict(node)).await
     }
 
-    async fn start_upgrade(&self, node: &str, progress: &NodeProgress) -> Result<(), Self::Error> {
-        self.guarded(self.inner.start_upgrade(node, progress)).await
+    async fn start_run(&self, node: &str, start: &RunStart) -> Result<(), Self::Error> {
+        self.guarded(self.inner.start_run(node, start)).await
     }
 
-    async fn mark_rolled_back(
-        &self,
-        node: &str,
-        progress: &NodeProgress,
-        rolled_back: &[semver::Version],
-        uncordon: bool,
-    ) -> Result<(), Self::Error> {
-        self.guarded(
-            self.inner
-                .mark_rolled_back(node, progress, rolled_back, uncordon),
-        )
-        .await
+    async fn stop_run(&self, node: &str, run: &RunLink) -> Result<(), Self::Error> {
+        self.guarded(self.inner.stop_run(node, run)).await
     }
 
     async fn health(&self, nodes: &[String]) -> Result<Vec<NodeSeen>, Self::Error> {
         self.guarded(self.inner.health(nodes)).await
+    }
+
+    async fn legacy(&self) -> Result<Vec<LegacyNode>, Self::Error> {
+        self.guarded(self.inner.legacy()).await
+    }
+
+    async fn clear_legacy(&self, node: &str) -> Result<(), Self::Error> {
+        self.guarded(self.inner.clear_legacy(node)).await
     }
 }

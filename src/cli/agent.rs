@@ -494,8 +494,9 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
         let kube_config = kube::Config::infer()
             .await
             .context("finding the API server (in-cluster or KUBECONFIG)")?;
-        let backend = agent::KubeBackend::new(kube_config.clone(), cfg.jobs_namespace())
-            .with_write_timeout(cfg.write_timeout());
+        let backend =
+            agent::KubeBackend::new(kube_config.clone(), cfg.jobs_namespace(), &cfg.namespace)
+                .with_write_timeout(cfg.write_timeout());
         let agent = agent::Agent::new(cfg, kube_config, backend, clock).await?;
         agent.run(rx).await?;
         anyhow::Ok(())

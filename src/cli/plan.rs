@@ -122,8 +122,14 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
                 let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
                     .await
                     .with_context(|| format!("using {}", path.display()))?;
-                // Jobs are never created: plan only observes.
-                let opts = crate::kubernetes::KubeOptions::from_env(&args.cluster, "default", env);
+                // Jobs are never created: plan only observes (records in
+                // the agent's namespace of deploy/base).
+                let opts = crate::kubernetes::KubeOptions::from_env(
+                    &args.cluster,
+                    "default",
+                    "drover-system",
+                    env,
+                );
                 let cluster = crate::kubernetes::KubeCluster::new(config, opts).await?;
                 plan(
                     &cluster,

@@ -1,26 +1,26 @@
 //! OS upgrade drivers, as Jobs pinned to the node being upgraded.
 //!
-//! Every upgrade Job carries `app.kubernetes.io/managed-by=drover`,
-//! `drover.dev/node=<node>`, `drover.dev/target-version=<version>` and
-//! `drover.dev/attempt=<unix seconds of started-at>`, and is named
-//! deterministically from node, version and attempt ([`super::objects`])
-//! (`drover-<node>-<version>-<hash>`, at most 63 characters), so that a
-//! repeated start after a crash finds the existing Job (409 AlreadyExists is
-//! success) and a node is never upgraded twice for one attempt. See
-//! `docs/drivers.md` for what the two drivers run and need.
+//! Every driver Job carries `app.kubernetes.io/managed-by=drover`,
+//! `drover.dev/node=<node>`, `drover.dev/target-version=<version>`,
+//! `drover.dev/record=<record id>` and `drover.dev/attempt=<attempt>`, and
+//! is named by the record that starts it (`record::run_name`, planned in
+//! the record write before the Job is made), so that a repeated start
+//! after a crash meets the Job it made (a 409, accepted only when that Job
+//! carries the record's id and attempt) and a node is never moved twice
+//! for one attempt. See `docs/drivers.md` for what the two drivers run and
+//! need.
 
 use super::node::ObservedNode;
 use super::objects::{
-    attempt_label, job_finished, label_version, run_job_name, ACTION_ANNOTATION, ATTEMPT_LABEL,
-    MANAGED_BY_LABEL, MANAGED_BY_VALUE, NODE_LABEL, RUN_VERSION_ANNOTATION, STARTED_AT_ANNOTATION,
-    TARGET_VERSION_LABEL,
+    label_version, linked, ACTION_ANNOTATION, ATTEMPT_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
+    NODE_LABEL, RECORD_LABEL, RUN_LABEL, RUN_VERSION_ANNOTATION, TARGET_VERSION_LABEL,
 };
 use super::observe::Observer;
 use super::{is_status, Error, KubeOptions};
-use crate::cluster::{NodeProgress, ANN_ATTEMPTS, ANN_PREVIOUS};
+use crate::cluster::{LinkedRun, RunLink, RunStart};
 use crate::config::DriverSpec;
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
@@ -63,35 +63,41 @@ pub const BOTTLEROCKET_COMMAND: &str = "/usr/local/bin/drover-bottlerocket-updat
 /// admit right after it starts again.
 pub const BACKOFF_LIMIT: i32 = 6;
 
-/// The Job moving `node` to [`NodeProgress::run_version`] for attempt
-/// `p.started_at`: the target, or while rolling back the version the node
-/// ran before, with `DROVER_ACTION=rollback`; or, while `preparing`, the
-/// Job that only checks the target is available and downloads it, with
-/// `DROVER_ACTION=prepare`, on a node still in service (docs/drivers.md).
+/// The driver Job `start` names for `node`: moving it to the run's
+/// version (an upgrade, or with `DROVER_ACTION=rollback` back to the
+/// version it ran before), or with `DROVER_ACTION=prepare` only checking
+/// the target is available and downloading it, the node still in service
+/// (docs/drivers.md).
 pub fn upgrade_job(
     opts: &KubeOptions,
     node: &ObservedNode,
-    p: &NodeProgress,
+    start: &RunStart,
 ) -> Result<Job, Error> {
     let name = node.name_any();
-    let version = p.run_version();
-    let job_name = run_job_name(&name, p);
+    let run = &start.run;
+    let version = &run.version;
+    let job_name = run.name.clone();
     let target = version.to_string();
+    let attempt = run.attempt.to_string();
     let labels = json!({
         MANAGED_BY_LABEL: MANAGED_BY_VALUE,
         NODE_LABEL: name,
         TARGET_VERSION_LABEL: label_version(version),
-        ATTEMPT_LABEL: attempt_label(p.started_at),
+        RECORD_LABEL: start.record_id,
+        ATTEMPT_LABEL: attempt,
     });
+    // Unique per record and attempt: the Bottlerocket driver remembers on
+    // the host the attempt it rebooted for.
+    let driver_attempt = format!("{}-{}", start.record_id, run.attempt);
     let mut env = vec![
         json!({ "name": "DROVER_TARGET_VERSION", "value": target }),
         json!({ "name": "DROVER_NODE_NAME", "value": name }),
-        json!({ "name": "DROVER_ATTEMPT", "value": attempt_label(p.started_at) }),
-        json!({ "name": "DROVER_ACTION", "value": p.run_action() }),
+        json!({ "name": "DROVER_ATTEMPT", "value": driver_attempt }),
+        json!({ "name": "DROVER_ACTION", "value": run.action.as_str() }),
     ];
-    if p.state == crate::cluster::ProgressState::RollingBack {
+    if let Some(failed) = &start.failed_version {
         // The version that failed, for a driver that wants to log or undo it.
-        env.push(json!({ "name": "DROVER_FAILED_VERSION", "value": p.target.to_string() }));
+        env.push(json!({ "name": "DROVER_FAILED_VERSION", "value": failed.to_string() }));
     }
     let env = Value::Array(env);
     let image = opts.driver.updater_image().map_err(|why| Error::BuildJob {
@@ -138,7 +144,9 @@ pub fn upgrade_job(
         "ttlSecondsAfterFinished": opts.job_ttl.as_secs(),
         "podFailurePolicy": pod_failure_policy(),
         "template": {
-            "metadata": { "labels": { MANAGED_BY_LABEL: MANAGED_BY_VALUE, NODE_LABEL: name } },
+            "metadata": { "labels": {
+                MANAGED_BY_LABEL: MANAGED_BY_VALUE, NODE_LABEL: name, RUN_LABEL: job_name,
+            } },
             "spec": {
                 "nodeName": name,
                 "restartPolicy": "Never",
@@ -160,18 +168,9 @@ pub fn upgrade_job(
         "labels": labels,
         "annotations": {
             RUN_VERSION_ANNOTATION: target,
-            STARTED_AT_ANNOTATION: p.started_at.to_rfc3339(),
-            ACTION_ANNOTATION: p.run_action(),
+            ACTION_ANNOTATION: run.action.as_str(),
         },
     });
-    // The rest of the record it was started for: a prepare's record is
-    // its Job only (`objects::run_seen`, `cluster::effective`).
-    if p.attempts > 0 {
-        metadata["annotations"][ANN_ATTEMPTS] = json!(p.attempts.to_string());
-    }
-    if let Some(v) = &p.previous {
-        metadata["annotations"][ANN_PREVIOUS] = json!(v.to_string());
-    }
     if let Some(o) = owner {
         metadata["ownerReferences"] = o;
     }
@@ -209,100 +208,89 @@ fn pod_failure_policy() -> Value {
     ]})
 }
 
-/// Start the driver for `node`'s attempt, unless its Job exists.
-pub async fn start(obs: &Observer, node: &str, p: &NodeProgress) -> Result<(), Error> {
-    let name = run_job_name(node, p);
-    if obs.job(&name).is_some() {
-        tracing::debug!(node, job = %name, "upgrade Job exists; nothing to start");
-        return Ok(());
+/// Make the Job `start` names for `node`, unless it exists: a 409 is
+/// success only for a Job that carries the record's id and attempt.
+pub async fn start(obs: &Observer, node: &str, start: &RunStart) -> Result<(), Error> {
+    let name = &start.run.name;
+    let foreign = |what: String| Error::ForeignRun {
+        node: node.to_string(),
+        job: name.clone(),
+        what,
+    };
+    if let Some(job) = obs.job(name) {
+        return match linked(Some(&job), &start.record_id, &start.run) {
+            LinkedRun::Foreign(what) => Err(foreign(what)),
+            _ => {
+                tracing::debug!(node, job = %name, "driver Job exists; nothing to start");
+                Ok(())
+            }
+        };
     }
     let n = match obs.node(node) {
         Some(n) => n,
-        None => obs.get_node(node, "start_upgrade").await?,
+        None => obs.get_node(node, "start_run").await?,
     };
-    let job = upgrade_job(&obs.opts, &n, p)?;
+    let job = upgrade_job(&obs.opts, &n, start)?;
     let api: Api<Job> = Api::namespaced(obs.client.clone(), &obs.opts.namespace);
+    let call = || format!("create job {}/{name}", obs.opts.namespace);
     match api.create(&PostParams::default(), &job).await {
         Ok(created) => {
-            tracing::info!(node, job = %name, "upgrade Job created");
+            tracing::info!(node, job = %name, "driver Job created");
             obs.wrote_job(created);
             Ok(())
         }
         Err(e) if is_status(&e, 409) => {
-            tracing::info!(node, job = %name, "upgrade Job already exists");
-            Ok(())
+            // Made before (the store has not shown it): ours only if it
+            // carries this record and attempt.
+            let existing = api.get_opt(name).await.map_err(|source| Error::Node {
+                node: node.to_string(),
+                call: format!("get job {}/{name}", obs.opts.namespace),
+                source,
+            })?;
+            match linked(existing.as_ref(), &start.record_id, &start.run) {
+                LinkedRun::Foreign(what) => Err(foreign(what)),
+                _ => {
+                    tracing::info!(node, job = %name, "driver Job already exists");
+                    if let Some(j) = existing {
+                        obs.wrote_job(j);
+                    }
+                    Ok(())
+                }
+            }
         }
         Err(source) => Err(Error::Node {
             node: node.to_string(),
-            call: format!("create job {}/{name}", obs.opts.namespace),
+            call: call(),
             source,
         }),
     }
 }
 
-/// Delete `node`'s upgrade Jobs: all of them, or (`all` false) those still running.
-pub async fn cleanup(obs: &Observer, node: &str, all: bool) -> Result<(), Error> {
-    if all {
-        return cleanup_all(obs, node).await;
-    }
+/// Delete the Job `run` names (its uid as a precondition once recorded);
+/// its pods are stopped by the garbage collector, and the node is not
+/// uncordoned before they are gone (`observe.rs`).
+pub async fn stop(obs: &Observer, node: &str, run: &RunLink) -> Result<(), Error> {
     let api: Api<Job> = Api::namespaced(obs.client.clone(), &obs.opts.namespace);
-    for job in obs.jobs_of(node) {
-        if job_finished(&job) || job.metadata.deletion_timestamp.is_some() {
-            continue;
+    let mut params = DeleteParams::background();
+    if let Some(uid) = &run.uid {
+        params = params.preconditions(Preconditions {
+            uid: Some(uid.clone()),
+            resource_version: None,
+        });
+    }
+    match api.delete(&run.name, &params).await {
+        Ok(_) => tracing::info!(node, job = %run.name, "driver Job deleted"),
+        Err(e) if is_status(&e, 404) => {}
+        Err(source) => {
+            return Err(Error::Node {
+                node: node.to_string(),
+                call: format!("delete job {}/{}", obs.opts.namespace, run.name),
+                source,
+            })
         }
-        let name = job.name_any();
-        match api.delete(&name, &DeleteParams::background()).await {
-            Ok(_) => tracing::info!(node, job = %name, "upgrade Job deleted"),
-            Err(e) if is_status(&e, 404) => {}
-            Err(source) => {
-                return Err(Error::Node {
-                    node: node.to_string(),
-                    call: format!("delete job {}/{name}", obs.opts.namespace),
-                    source,
-                })
-            }
-        }
+    }
+    if let Some(job) = obs.job(&run.name) {
         obs.deleted_job(&job);
-    }
-    Ok(())
-}
-
-/// Delete every drover Job of `node` in one `deletecollection` (its
-/// prepare and upgrade Jobs, any attempt): the run is over. One request
-/// where a DELETE per Job made two per node upgraded with `prepare`
-/// (BENCHMARKS.md, "Agent under load"). The selector is the node's label
-/// and drover's managed-by label, so nothing but drover's Jobs of this
-/// node can match; none is sent when the stores know of no Job of the node
-/// still to delete (no request for a node that never had one).
-async fn cleanup_all(obs: &Observer, node: &str) -> Result<(), Error> {
-    let known: Vec<std::sync::Arc<Job>> = obs
-        .jobs_of(node)
-        .into_iter()
-        .filter(|j| j.metadata.deletion_timestamp.is_none())
-        .collect();
-    if known.is_empty() {
-        return Ok(());
-    }
-    let api: Api<Job> = Api::namespaced(obs.client.clone(), &obs.opts.namespace);
-    let selector = format!("{NODE_LABEL}={node},{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}");
-    let deleted = api
-        .delete_collection(
-            &DeleteParams::background(),
-            &ListParams::default().labels(&selector),
-        )
-        .await
-        .map_err(|source| Error::Node {
-            node: node.to_string(),
-            call: format!("delete jobs {selector} in {}", obs.opts.namespace),
-            source,
-        })?;
-    // The answer lists what the server deleted; the overlay may also hold a
-    // Job of ours the server already had gone: forget both.
-    let deleted: Vec<Job> = deleted.left().map(|list| list.items).unwrap_or_default();
-    let names: Vec<String> = deleted.iter().map(|j| j.name_any()).collect();
-    tracing::info!(node, jobs = ?names, "upgrade Jobs deleted");
-    for job in deleted.iter().chain(known.iter().map(|j| j.as_ref())) {
-        obs.deleted_job(job);
     }
     Ok(())
 }

@@ -18,43 +18,32 @@
 //!   error of the whole observation. Nodes are decoded as
 //!   [`node::ObservedNode`], only the fields drover reads, which keeps the
 //!   store at ~2 KiB per node.
-//! - **Cordon / uncordon / progress** ([`cordon`]) are merge patches of
-//!   `spec.unschedulable` and drover's annotations in one request, each with a
-//!   `resourceVersion` precondition so the check that justifies the write
-//!   (e.g. "drover cordoned this node") holds for exactly the version written.
+//! - **Records** ([`record`]): one `DroverNode` per node in the agent's
+//!   namespace, drover's record of it (`crate::record`), written by the
+//!   agent alone in one request per transition, conditional on the
+//!   `resourceVersion` the decision read.
+//! - **Cordon / uncordon** ([`cordon`]) are merge patches of
+//!   `spec.unschedulable` alone, each with a `resourceVersion`
+//!   precondition; the Node carries nothing else of drover's (the
+//!   annotations earlier releases kept their records in are migrated once,
+//!   then named and ignored).
 //! - **Drain** ([`drain`]) goes through the Eviction API only; pods are never deleted.
-//! - **Objects** ([`objects`]): labels, annotation keys, Job names and
-//!   attempts, Job status and the run a Job stands for
-//!   ([`objects::run_seen`]), which pods a drain must evict; a leaf the
-//!   others read.
+//! - **Objects** ([`objects`]): labels, annotation keys, Job status and
+//!   whether a Job is the run a record links to ([`objects::linked`]), which
+//!   pods a drain must evict; a leaf the others read.
 //! - **What a driver said** ([`termination`]): a failed Job's pod's
 //!   termination message, on the node's record ahead of the Job's message.
-//! - **Drivers** ([`driver`]) are Jobs pinned to the node, named per node,
-//!   version and attempt so a repeated start is a 409 and never a second run.
-//!   A Job is also drover's record of `preparing` and `upgrading`
-//!   ([`crate::cluster::effective`]): the observation hands every node's
-//!   Jobs to it, and no node patch records either state. Writes per node
-//!   upgraded with `prepare`: the prepare Job, the cordon (`draining`), the
-//!   upgrade Job, one `deletecollection` of the node's Jobs and the uncordon
-//!   (5; the agent's `Upgraded` Event makes 6), measured from the audit log
-//!   by `tests/agent/agent_writes.rs`; without `prepare` 4 (and the Event).
-//!
-//! Job cleanup comes first in a give-back: before the write that hands a
-//! node back (`uncordon`, or `set_progress` to `blocked`, `failed`,
-//! `watching` or none) the node's drover Jobs are deleted (propagation
-//! Background; the observation forgets them at once, so a deleted prepare
-//! Job the watch still shows is no one's record): every one when its
-//! record is cleared or its watch begins (the run is over: one
-//! `deletecollection` by the node's label, which takes its prepare and
-//! upgrade Jobs in one request), each of those still running, one by one,
-//! when it is given back blocked or
-//! failed (finished ones are kept for inspection until their
-//! `ttlSecondsAfterFinished`). A delete that fails fails the give-back: the
-//! node keeps its in-flight record and its cordon, so the engine gives it
-//! back again on its next pass until the Jobs are gone, and a late driver
-//! can never reboot a node that is back in service. A running Job that is
-//! the node's only record of its state is recorded on the node by the
-//! engine before such a give-back ([`crate::rollout::Action::Record`]).
+//! - **Drivers** ([`driver`]) are Jobs pinned to the node, named by the
+//!   record that starts them (planned in the record write before the Job
+//!   is made), so a repeated start is a 409 and never a second run. Writes
+//!   per node upgraded with `prepare`: the record (`preparing`), the prepare
+//!   Job, the record (`draining`, its upgrade Job named), the cordon, the
+//!   upgrade Job, the uncordon and the record (idle): 7, measured from the
+//!   audit log by `tests/agent/agent_writes.rs`; without `prepare` 5.
+//!   Finished Jobs are left to their `ttlSecondsAfterFinished`; a Job is
+//!   deleted only when its run must stop (a timeout, a new pin while it
+//!   prepares), after the record saying so, and the node is uncordoned
+//!   only once its pods are gone.
 
 pub mod cordon;
 pub mod drain;
@@ -63,10 +52,14 @@ mod health;
 pub mod node;
 pub mod objects;
 pub mod observe;
+pub mod record;
 pub mod termination;
 
-use crate::cluster::{Cluster, EvictionPass, NodeProgress, NodeView, ProgressState};
+use crate::cluster::{
+    Cluster, Cordoned, EvictionPass, NodeView, RecordWrite, RunLink, RunStart, Stored,
+};
 use crate::config::{DriverSpec, EnvConfig, NodesSpec};
+use crate::record::legacy::LegacyNode;
 use kube::Client;
 use std::sync::Arc;
 use std::time::Duration;
@@ -114,16 +107,36 @@ pub enum Error {
         call: &'static str,
     },
     /// Defense in depth: the node is cordoned and drover's record does not say drover cordoned it.
-    #[error("refusing to uncordon node {node}: it is cordoned and its drover.dev/cordoned annotation does not say drover cordoned it")]
+    #[error("refusing to uncordon node {node}: it is cordoned and drover's record of it does not say drover cordoned it")]
     NotCordonedByDrover {
         /// The node.
         node: String,
     },
-    /// Defense in depth: the write would erase the record that drover cordoned a still-cordoned node.
-    #[error("refusing to write progress on node {node}: drover cordoned it and the write would drop that record while it is still cordoned")]
-    WouldDropCordonRecord {
+    /// The node's record changed since the decision read it (another
+    /// writer): nothing written, the next step reads it again.
+    #[error("the record of node {node} changed since it was read; not written")]
+    RecordChanged {
         /// The node.
         node: String,
+    },
+    /// A record came back from the API server unreadable.
+    #[error("the record of node {node} cannot be read: {why}")]
+    BadRecord {
+        /// The node.
+        node: String,
+        /// Why.
+        why: String,
+    },
+    /// A Job of the name a record gives its run exists and is not that
+    /// record's run: nothing is started over it.
+    #[error("node {node}: Job {job} exists and is not its record's run ({what})")]
+    ForeignRun {
+        /// The node.
+        node: String,
+        /// The Job.
+        job: String,
+        /// What it carries instead.
+        what: String,
     },
     /// Every conditional write lost against a concurrent writer.
     #[error("{call} on node {node}: gave up after {attempts} conflicting writes")]
@@ -175,8 +188,12 @@ pub enum Error {
 pub struct KubeOptions {
     /// The cluster's name, for logs and status reports.
     pub cluster_name: String,
-    /// Namespace of the agent, where upgrade Jobs run.
+    /// Namespace of the upgrade Jobs.
     pub namespace: String,
+    /// Namespace of the agent, where drover's node records are.
+    pub records_namespace: String,
+    /// The environment the agent serves (its records' label).
+    pub environment: String,
     /// Label selector choosing the nodes (`[rollout] node_selector`); empty selects all.
     pub node_selector: String,
     /// How a node's version is read.
@@ -185,7 +202,8 @@ pub struct KubeOptions {
     pub driver: DriverSpec,
     /// `activeDeadlineSeconds` of upgrade Jobs (the environment's `node_timeout`).
     pub job_deadline: Option<Duration>,
-    /// `ttlSecondsAfterFinished` of upgrade Jobs, for the ones drover keeps (failed runs).
+    /// `ttlSecondsAfterFinished` of driver Jobs: finished runs are left to
+    /// it (drover deletes only a run that must stop).
     pub job_ttl: Duration,
     /// Longest wait for a watch's initial list.
     pub ready_timeout: Duration,
@@ -195,11 +213,19 @@ pub struct KubeOptions {
 }
 
 impl KubeOptions {
-    /// Options for environment `env` of cluster `cluster_name`, with Jobs in `namespace`.
-    pub fn from_env(cluster_name: &str, namespace: &str, env: &EnvConfig) -> Self {
+    /// Options for environment `env` of cluster `cluster_name`, with Jobs
+    /// in `namespace` and records in `records_namespace`.
+    pub fn from_env(
+        cluster_name: &str,
+        namespace: &str,
+        records_namespace: &str,
+        env: &EnvConfig,
+    ) -> Self {
         KubeOptions {
             cluster_name: cluster_name.to_string(),
             namespace: namespace.to_string(),
+            records_namespace: records_namespace.to_string(),
+            environment: env.name.clone(),
             node_selector: env.rollout.node_selector.clone(),
             nodes: env.nodes.clone(),
             driver: env.driver.clone(),
@@ -300,31 +326,19 @@ impl Cluster for KubeCluster {
         self.inner.observe().await
     }
 
-    async fn cordon(&self, node: &str, progress: &NodeProgress) -> Result<(), Error> {
-        let span = tracing::info_span!("cordon", node = %node, target = %progress.target);
-        cordon::cordon(&self.inner, node, progress)
-            .instrument(span)
-            .await
+    async fn write_record(&self, write: &RecordWrite) -> Result<Stored, Error> {
+        let span = tracing::info_span!("write_record", node = %write.record.node);
+        record::write(&self.inner, write).instrument(span).await
     }
 
-    async fn uncordon(&self, node: &str, progress: Option<&NodeProgress>) -> Result<(), Error> {
-        let span = tracing::info_span!("uncordon", node = %node, state = progress.map(|p| p.state.as_str()).unwrap_or("cleared"));
-        async {
-            self.before_give_back(node, progress).await?;
-            cordon::uncordon(&self.inner, node, progress).await
-        }
-        .instrument(span)
-        .await
+    async fn cordon(&self, node: &str) -> Result<Cordoned, Error> {
+        let span = tracing::info_span!("cordon", node = %node);
+        cordon::cordon(&self.inner, node).instrument(span).await
     }
 
-    async fn set_progress(&self, node: &str, progress: Option<&NodeProgress>) -> Result<(), Error> {
-        let span = tracing::info_span!("set_progress", node = %node, state = progress.map(|p| p.state.as_str()).unwrap_or("cleared"));
-        async {
-            self.before_give_back(node, progress).await?;
-            cordon::set_progress(&self.inner, node, progress).await
-        }
-        .instrument(span)
-        .await
+    async fn uncordon(&self, node: &str) -> Result<(), Error> {
+        let span = tracing::info_span!("uncordon", node = %node);
+        cordon::uncordon(&self.inner, node).instrument(span).await
     }
 
     async fn evict(&self, node: &str) -> Result<EvictionPass, Error> {
@@ -332,57 +346,28 @@ impl Cluster for KubeCluster {
         drain::evict(&self.inner, node).instrument(span).await
     }
 
-    async fn start_upgrade(&self, node: &str, progress: &NodeProgress) -> Result<(), Error> {
-        let span = tracing::info_span!("start_upgrade", node = %node, target = %progress.target);
-        driver::start(&self.inner, node, progress)
+    async fn start_run(&self, node: &str, start: &RunStart) -> Result<(), Error> {
+        let span = tracing::info_span!("start_run", node = %node, job = %start.run.name);
+        driver::start(&self.inner, node, start)
             .instrument(span)
             .await
     }
 
-    async fn mark_rolled_back(
-        &self,
-        node: &str,
-        progress: &NodeProgress,
-        rolled_back: &[semver::Version],
-        uncordon: bool,
-    ) -> Result<(), Error> {
-        let span = tracing::info_span!("mark_rolled_back", node = %node, from = %progress.target);
-        async {
-            // The rollback's run is over: no Job of it may outlive the uncordon.
-            driver::cleanup(&self.inner, node, false).await?;
-            cordon::mark_rolled_back(&self.inner, node, progress, rolled_back, uncordon).await
-        }
-        .instrument(span)
-        .await
+    async fn stop_run(&self, node: &str, run: &RunLink) -> Result<(), Error> {
+        let span = tracing::info_span!("stop_run", node = %node, job = %run.name);
+        driver::stop(&self.inner, node, run).instrument(span).await
     }
 
     async fn health(&self, nodes: &[String]) -> Result<Vec<crate::cluster::NodeSeen>, Error> {
         self.inner.health(nodes).await
     }
-}
 
-impl KubeCluster {
-    // Job cleanup before a node leaves drover's hands (see the module docs).
-    async fn before_give_back(
-        &self,
-        node: &str,
-        progress: Option<&NodeProgress>,
-    ) -> Result<(), Error> {
-        match progress.map(|p| p.state) {
-            None => driver::cleanup(&self.inner, node, true).await,
-            Some(ProgressState::Blocked | ProgressState::Failed) => {
-                driver::cleanup(&self.inner, node, false).await
-            }
-            // Back at the version: the run is over, as for a completed node.
-            Some(ProgressState::Watching) => driver::cleanup(&self.inner, node, true).await,
-            Some(
-                ProgressState::Draining
-                | ProgressState::Upgrading
-                | ProgressState::Passed
-                | ProgressState::RollingBack
-                | ProgressState::Preparing,
-            ) => Ok(()),
-        }
+    async fn legacy(&self) -> Result<Vec<LegacyNode>, Error> {
+        Ok(self.inner.legacy())
+    }
+
+    async fn clear_legacy(&self, node: &str) -> Result<(), Error> {
+        cordon::clear_legacy(&self.inner, node).await
     }
 }
 

@@ -1,8 +1,9 @@
 //! The part of a Node that drover reads, decoded straight from the API
-//! server's JSON: name, uid, resourceVersion, drover's own annotations,
-//! `spec.unschedulable`, the Ready condition, `nodeInfo.osImage` and the
-//! Bottlerocket update operator's label ([`BRUPOP_LABEL`]: a node it
-//! manages is left alone).
+//! server's JSON: name, uid, resourceVersion, `spec.unschedulable`, the
+//! Ready condition, `nodeInfo.osImage`, the Bottlerocket update operator's
+//! label ([`BRUPOP_LABEL`]: a node it manages is left alone), and the
+//! annotations earlier releases kept their records in (`record::legacy`:
+//! migrated once, then named and ignored).
 //!
 //! The decoder skips everything else (images, capacity, addresses, other
 //! controllers' annotations, managedFields) without allocating it. Decoding
@@ -13,8 +14,8 @@
 //! Nodes are only written with merge patches built from these fields, never
 //! replaced, so nothing skipped here can be lost.
 
-use crate::cluster::{ALL_ANNOTATIONS, ANN_ROLLED_BACK};
 use crate::config::BRUPOP_LABEL;
+use crate::record::legacy::ALL_ANNOTATIONS;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::ClusterResourceScope;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
@@ -26,7 +27,7 @@ use std::collections::BTreeMap;
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(from = "Wire")]
 pub struct ObservedNode {
-    /// Name, uid, resourceVersion and drover's annotations only.
+    /// Name, uid, resourceVersion and earlier releases' drover annotations only.
     pub metadata: ObjectMeta,
     /// `spec.unschedulable`.
     pub unschedulable: bool,
@@ -150,7 +151,7 @@ fn drover_annotations<'de, D: Deserializer<'de>>(
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
             let mut kept = BTreeMap::new();
             while let Some(key) = map.next_key::<String>()? {
-                if ALL_ANNOTATIONS.contains(&key.as_str()) || key == ANN_ROLLED_BACK {
+                if ALL_ANNOTATIONS.contains(&key.as_str()) {
                     kept.insert(key, map.next_value()?);
                 } else {
                     map.next_value::<IgnoredAny>()?;

@@ -1,20 +1,17 @@
 //! What drover's objects look like, and nothing that talks to the API
-//! server: the labels and annotation keys drover reads and writes, the
-//! upgrade Jobs' names and attempt labels, how a Job's status reads and
-//! which run (and so which record, `cluster::effective`) it stands for, which
-//! pods a drain must evict and which PodDisruptionBudgets cover them.
-//! A leaf: [`super::observe`], [`super::drain`] and [`super::driver`] all
-//! read it, it reads none of them.
+//! server: the labels and annotation keys drover reads and writes on its
+//! driver Jobs, how a Job's status reads and whether it is the run a record
+//! links to ([`linked`]), which pods a drain must evict and which
+//! PodDisruptionBudgets cover them. A leaf: [`super::observe`],
+//! [`super::drain`] and [`super::driver`] all read it, it reads none of them.
 
-use crate::cluster::{NodeProgress, RunSeen, UpgradeStatus, ANN_ATTEMPTS, ANN_PREVIOUS};
-use chrono::{DateTime, Utc};
+use crate::cluster::{LinkedRun, RunLink, UpgradeStatus};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::core::{Selector, SelectorExt};
 use kube::ResourceExt;
 use semver::Version;
-use sha2::{Digest, Sha256};
 use std::sync::Arc;
 
 /// Label on every drover-managed object.
@@ -25,8 +22,15 @@ pub const MANAGED_BY_VALUE: &str = "drover";
 pub const NODE_LABEL: &str = "drover.dev/node";
 /// Label holding the version an upgrade Job moves its node to.
 pub const TARGET_VERSION_LABEL: &str = "drover.dev/target-version";
-/// Label identifying the attempt (unix seconds of the progress's started-at).
+/// Label of a driver Job: the attempt of the record it was made for.
 pub const ATTEMPT_LABEL: &str = "drover.dev/attempt";
+/// Label of a driver Job: the id of the record it was made for
+/// (`record::NodeRecord::id`); with the attempt, what makes it that
+/// record's run.
+pub const RECORD_LABEL: &str = "drover.dev/record";
+/// Label of a driver Job's pods: the Job's name (a stopped run's pods are
+/// found by it).
+pub const RUN_LABEL: &str = "drover.dev/run";
 
 /// Annotation the kubelet puts on mirror pods of static pods.
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
@@ -35,7 +39,7 @@ fn owned_by_daemonset(pod: &Pod) -> bool {
     pod.owner_references().iter().any(|o| o.kind == "DaemonSet")
 }
 
-fn pod_finished(pod: &Pod) -> bool {
+pub(crate) fn pod_finished(pod: &Pod) -> bool {
     matches!(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")
@@ -92,98 +96,62 @@ pub fn label_version(v: &Version) -> String {
     v.to_string().replace('+', "_")
 }
 
-/// The attempt label's value: unix seconds of the progress's started-at.
-pub(crate) fn attempt_label(started_at: DateTime<Utc>) -> String {
-    started_at.timestamp().to_string()
-}
-
-fn dns_part(s: &str, max: usize) -> String {
-    let mut out: String = s
-        .to_ascii_lowercase()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .collect();
-    out.truncate(max);
-    out.trim_matches('-').to_string()
-}
-
-/// The Job name for `node`'s attempt `started_at` at `target`: DNS-safe, at most 63 characters.
-pub fn job_name(node: &str, target: &Version, started_at: DateTime<Utc>) -> String {
-    named(node, target, started_at, None)
-}
-
-/// The Job name of the driver's run for `p` ([`NodeProgress::run_action`]):
-/// [`job_name`] for an upgrade or rollback (the names Jobs of earlier agents
-/// carry), a name of its own for a prepare, whose attempt may share a
-/// second with the drain's that follows it.
-pub fn run_job_name(node: &str, p: &NodeProgress) -> String {
-    let tag = (p.run_action() == "prepare").then_some("prepare");
-    named(node, p.run_version(), p.started_at, tag)
-}
-
-fn named(node: &str, target: &Version, started_at: DateTime<Utc>, tag: Option<&str>) -> String {
-    let mut h = Sha256::new();
-    h.update(node.as_bytes());
-    h.update([0]);
-    h.update(target.to_string().as_bytes());
-    h.update([0]);
-    h.update(started_at.timestamp().to_be_bytes());
-    h.update(started_at.timestamp_subsec_nanos().to_be_bytes());
-    if let Some(tag) = tag {
-        h.update([0]);
-        h.update(tag.as_bytes());
-    }
-    let hash = &hex::encode(h.finalize())[..10];
-    let version = dns_part(&target.to_string(), 20);
-    // "drover-" + node + "-" + version + "-" + hash <= 63
-    let node_max = 63 - "drover-".len() - 1 - version.len() - 1 - hash.len();
-    format!("drover-{}-{version}-{hash}", dns_part(node, node_max))
-}
-
 /// Annotation of a driver's Job: its `DROVER_ACTION` (`upgrade`,
 /// `rollback`, `prepare`).
 pub const ACTION_ANNOTATION: &str = "drover.dev/action";
-/// Annotation of a driver's Job: the version it moves its node to
-/// ([`NodeProgress::run_version`], unlike the label not rewritten for label syntax).
+/// Annotation of a driver's Job: the version it installs (unlike the
+/// label, not rewritten for label syntax).
 pub const RUN_VERSION_ANNOTATION: &str = "drover.dev/target";
-/// Annotation of a driver's Job: the started-at of the record it was
-/// started for, to the nanosecond (the attempt label has seconds).
-pub const STARTED_AT_ANNOTATION: &str = "drover.dev/started-at";
 
-/// The node and the run a drover Job stands for: what its labels and
-/// annotations say of the record it was started for, and its status
-/// (`cluster::effective` reads a node's state from it). `None` for a Job
-/// that says too little to be anyone's record (no node, version or
-/// started-at it can be read from).
-pub fn run_seen(job: &Job) -> Option<(String, RunSeen)> {
-    let node = job.labels().get(NODE_LABEL)?.clone();
-    let a = job.annotations();
-    let version = Version::parse(a.get(RUN_VERSION_ANNOTATION)?).ok()?;
-    let started_at = DateTime::parse_from_rfc3339(a.get(STARTED_AT_ANNOTATION)?)
-        .ok()?
-        .with_timezone(&Utc);
-    let attempts = match a.get(ANN_ATTEMPTS) {
-        Some(n) => n.parse().ok()?,
-        None => 0,
+/// Whether `job`, found under the name `link` gives (or `None`, no Job of
+/// that name), is the run of record `record_id`: it carries the record's
+/// id and the link's attempt, and (once the record saw it) the link's uid.
+/// A link drover stopped is [`LinkedRun::Stopping`] while the Job is
+/// there (its pods are looked at by the observation when it is gone).
+pub fn linked(job: Option<&Job>, record_id: &str, link: &RunLink) -> LinkedRun {
+    let Some(job) = job else {
+        return match &link.uid {
+            // Seen, and gone (deleted by someone, or by its TTL before its
+            // end was read): never made again for this attempt.
+            Some(uid) if !link.stopped => LinkedRun::Found {
+                uid: uid.clone(),
+                version: link.version.clone(),
+                status: UpgradeStatus::Failed(format!("its Job {} is gone", link.name)),
+            },
+            _ if link.stopped => LinkedRun::Stopped,
+            _ => LinkedRun::Missing,
+        };
     };
-    let previous = match a.get(ANN_PREVIOUS) {
-        Some(v) => Some(Version::parse(v).ok()?),
-        None => None,
+    if link.stopped {
+        return LinkedRun::Stopping;
+    }
+    let labels = job.labels();
+    let carried = (
+        labels.get(RECORD_LABEL).map(String::as_str),
+        labels.get(ATTEMPT_LABEL).map(String::as_str),
+    );
+    let uid = job.uid().unwrap_or_default();
+    let ours = match &link.uid {
+        Some(u) => *u == uid,
+        None => carried == (Some(record_id), Some(link.attempt.to_string().as_str())),
     };
-    Some((
-        node,
-        RunSeen {
-            action: a
-                .get(ACTION_ANNOTATION)
-                .cloned()
-                .unwrap_or_else(|| "upgrade".into()),
-            version,
-            started_at,
-            attempts,
-            previous,
-            status: job_status(job),
-        },
-    ))
+    if !ours {
+        return LinkedRun::Foreign(format!(
+            "it carries record {:?} attempt {:?}, uid {uid}",
+            carried.0.unwrap_or(""),
+            carried.1.unwrap_or("")
+        ));
+    }
+    let version = job
+        .annotations()
+        .get(RUN_VERSION_ANNOTATION)
+        .and_then(|v| Version::parse(v).ok())
+        .unwrap_or_else(|| link.version.clone());
+    LinkedRun::Found {
+        uid,
+        version,
+        status: job_status(job),
+    }
 }
 
 fn condition<'a>(
@@ -196,11 +164,6 @@ fn condition<'a>(
         .as_ref()?
         .iter()
         .find(|c| c.type_ == type_ && c.status == "True")
-}
-
-/// Whether the Job ended (Complete or Failed).
-pub(crate) fn job_finished(job: &Job) -> bool {
-    condition(job, "Complete").is_some() || condition(job, "Failed").is_some()
 }
 
 /// The run's status from the Job's conditions.
@@ -221,23 +184,63 @@ pub fn job_status(job: &Job) -> UpgradeStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::RunAction;
+
+    fn link(uid: Option<&str>) -> RunLink {
+        RunLink {
+            name: "drover-a-upgrade-2-abcd".into(),
+            uid: uid.map(String::from),
+            action: RunAction::Upgrade,
+            version: Version::new(1, 13, 0),
+            attempt: 2,
+            stopped: false,
+        }
+    }
+
+    fn job(record: &str, attempt: &str, uid: &str, version: &str) -> Job {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "drover-a-upgrade-2-abcd", "uid": uid,
+                "labels": { RECORD_LABEL: record, ATTEMPT_LABEL: attempt },
+                "annotations": { RUN_VERSION_ANNOTATION: version },
+            },
+        }))
+        .unwrap()
+    }
 
     #[test]
-    fn job_names_are_dns_labels_and_differ_per_attempt() {
-        let t0: DateTime<Utc> = "2026-12-08T02:00:00Z".parse().unwrap();
-        let long = "ip-10-0-0-1.eu-west-1.compute.internal.with-a-very-long-suffix-indeed";
-        let v = Version::parse("1.13.2-rc.1+build.7").unwrap();
-        let a = job_name(long, &v, t0);
-        assert!(a.len() <= 63, "{a} is {} long", a.len());
-        assert!(
-            a.chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'),
-            "{a}"
-        );
-        assert!(a.starts_with("drover-ip-10-0-0-1"), "{a}");
-        assert_eq!(a, job_name(long, &v, t0), "deterministic");
-        assert_ne!(a, job_name(long, &v, t0 + chrono::Duration::seconds(1)));
-        assert_ne!(a, job_name(long, &Version::new(1, 13, 3), t0));
-        assert_eq!(label_version(&v), "1.13.2-rc.1_build.7");
+    fn a_job_is_the_records_run_only_when_it_carries_the_record_and_attempt() {
+        let j = job("r1", "2", "u1", "1.13.1");
+        match linked(Some(&j), "r1", &link(None)) {
+            LinkedRun::Found { uid, version, .. } => {
+                assert_eq!((uid.as_str(), version), ("u1", Version::new(1, 13, 1)));
+            }
+            other => panic!("{other:?}"),
+        }
+        for (record, attempt) in [("r0", "2"), ("r1", "1"), ("", "")] {
+            let j = job(record, attempt, "u1", "1.13.1");
+            assert!(matches!(
+                linked(Some(&j), "r1", &link(None)),
+                LinkedRun::Foreign(_)
+            ));
+        }
+        // Once seen, by its uid.
+        assert!(matches!(
+            linked(Some(&j), "r1", &link(Some("u2"))),
+            LinkedRun::Foreign(_)
+        ));
+        assert_eq!(linked(None, "r1", &link(None)), LinkedRun::Missing);
+        // Seen and gone: never made again.
+        assert!(matches!(
+            linked(None, "r1", &link(Some("u1"))),
+            LinkedRun::Found {
+                status: UpgradeStatus::Failed(_),
+                ..
+            }
+        ));
+        let mut stopped = link(Some("u1"));
+        stopped.stopped = true;
+        assert_eq!(linked(Some(&j), "r1", &stopped), LinkedRun::Stopping);
+        assert_eq!(linked(None, "r1", &stopped), LinkedRun::Stopped);
     }
 }

@@ -1,4 +1,5 @@
 //! Observation through watches: reflector stores for the selected nodes,
+//! drover's records of them (`DroverNode`s in the agent's namespace),
 //! drover's Jobs and the PodDisruptionBudgets, plus field-selected pod
 //! watches for the nodes whose health is watched and the blocked nodes whose
 //! first retry may come early, at most [`MAX_POD_WATCHES`] of them (health
@@ -16,13 +17,25 @@
 //! are listed once), and its first list wakes the engine when it arrives.
 //! A node whose own reads fail is returned with [`NodeView::fault`] set, so
 //! one node's trouble never fails the observation of the others.
+//!
+//! A node's run is the Job its record names ([`super::objects::linked`]),
+//! nothing else; a run drover stopped is looked for in its pods too (one
+//! labelled list while it stops), so the node is not uncordoned while
+//! one of them runs.
 
 use super::node::ObservedNode;
 use super::objects::{
-    budgets_allow, must_evict, run_seen, MANAGED_BY_LABEL, MANAGED_BY_VALUE, NODE_LABEL,
+    budgets_allow, linked, must_evict, pod_finished, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
+    NODE_LABEL, RUN_LABEL,
 };
 use super::{Error, KubeOptions};
-use crate::cluster::{effective, NodeProgress, NodeView, ProgressState, RunSeen, UpgradeStatus};
+use crate::cluster::{
+    LinkedRun, NodeProgress, NodeRecord, NodeView, ProgressState, RecordError, Stored,
+    UpgradeStatus,
+};
+use crate::record::legacy::{self, LegacyNode};
+use crate::record::wire::DroverNode;
+use crate::record::{CLUSTER_LABEL, ENVIRONMENT_LABEL};
 use futures::FutureExt;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
@@ -45,6 +58,7 @@ pub struct Observer {
     pub(crate) client: Client,
     pub(crate) opts: KubeOptions,
     pub(crate) nodes: Store<ObservedNode>,
+    pub(crate) records: Store<DroverNode>,
     pub(crate) jobs: Store<Job>,
     pub(crate) pdbs: Store<PodDisruptionBudget>,
     pub(crate) changes: Arc<watch::Sender<u64>>,
@@ -52,12 +66,12 @@ pub struct Observer {
     // the engine must read its own writes, or a stale view would let it
     // cordon a node twice or start more nodes than the budget allows.
     node_overlay: Mutex<HashMap<String, Arc<ObservedNode>>>,
+    record_overlay: Mutex<HashMap<String, Arc<DroverNode>>>,
     job_overlay: Mutex<HashMap<String, Arc<Job>>>,
     // The UIDs of Jobs we deleted, and when, until the watch shows them
-    // gone: a Job is a node's record of `preparing` (`cluster::effective`),
-    // so a deleted one the store still holds must not bring that state
-    // back. By UID: a Job created again under the same name (an attempt
-    // started at the same instant) is a new record.
+    // gone: a deleted run the store still holds is not running any more
+    // for the record that stopped it. By UID: a Job created again under
+    // the same name is another object.
     deleted_jobs: Mutex<HashMap<String, Instant>>,
     /// Per draining node, UIDs of pods this process evicted, so a pass never
     /// evicts a pod twice while the watch has not shown its deletionTimestamp yet.
@@ -274,10 +288,23 @@ impl Observer {
                 call: "list poddisruptionbudgets".into(),
                 source,
             })?;
+        let record_api: Api<DroverNode> = Api::namespaced(client.clone(), &opts.records_namespace);
+        let record_selector = format!(
+            "{ENVIRONMENT_LABEL}={},{CLUSTER_LABEL}={}",
+            opts.environment, opts.cluster_name
+        );
+        record_api
+            .list_metadata(&probe(&record_selector))
+            .await
+            .map_err(|source| Error::Api {
+                call: format!("list drovernodes in namespace {}", opts.records_namespace),
+                source,
+            })?;
 
         let changes = Arc::new(watch::channel(0u64).0);
         let (nodes, node_writer) = reflector::store::<ObservedNode>();
         let (jobs, job_writer) = reflector::store::<Job>();
+        let (records, record_writer) = reflector::store::<DroverNode>();
         let (pdbs, pdb_writer) = reflector::store::<PodDisruptionBudget>();
         let mut tasks = Vec::new();
 
@@ -319,6 +346,15 @@ impl Observer {
         ));
         let tx = changes.clone();
         tasks.push(spawn_reflector(
+            record_api,
+            watcher::Config::default().labels(&record_selector),
+            record_writer,
+            "drovernodes".into(),
+            super::record::trim,
+            move |_| bump(&tx),
+        ));
+        let tx = changes.clone();
+        tasks.push(spawn_reflector(
             pdb_api,
             watcher::Config::default(),
             pdb_writer,
@@ -331,10 +367,12 @@ impl Observer {
             client,
             opts,
             nodes,
+            records,
             jobs,
             pdbs,
             changes,
             node_overlay: Mutex::new(HashMap::new()),
+            record_overlay: Mutex::new(HashMap::new()),
             job_overlay: Mutex::new(HashMap::new()),
             deleted_jobs: Mutex::new(HashMap::new()),
             evicted: Mutex::new(HashMap::new()),
@@ -347,6 +385,7 @@ impl Observer {
         let t = obs.opts.ready_timeout;
         ready(&obs.nodes, "nodes", t).await?;
         ready(&obs.jobs, "jobs", t).await?;
+        ready(&obs.records, "drovernodes", t).await?;
         ready(&obs.pdbs, "poddisruptionbudgets", t).await?;
         Ok(obs)
     }
@@ -354,6 +393,38 @@ impl Observer {
     /// Record a node as written by us (the response of our patch).
     pub(crate) fn wrote_node(&self, node: ObservedNode) {
         lock(&self.node_overlay).insert(node.name_any(), Arc::new(node));
+    }
+
+    /// Record a node's record as written by us.
+    pub(crate) fn wrote_record(&self, record: DroverNode) {
+        lock(&self.record_overlay).insert(record.name_any(), Arc::new(record));
+    }
+
+    /// The newest copy of `node`'s record we know of: the store's or our own write's.
+    fn record_object(&self, node: &str) -> Option<Arc<DroverNode>> {
+        let stored = self
+            .records
+            .get(&ObjectRef::new(node).within(&self.opts.records_namespace));
+        let mut overlay = lock(&self.record_overlay);
+        match (stored, overlay.get(node)) {
+            (Some(s), Some(o)) if newer(o.as_ref(), s.as_ref()) => Some(o.clone()),
+            (Some(s), Some(_)) => {
+                overlay.remove(node);
+                Some(s)
+            }
+            (None, Some(o)) => Some(o.clone()),
+            (s, None) => s,
+        }
+    }
+
+    /// `node`'s record, as stored.
+    pub(crate) fn stored_record(&self, node: &str) -> Option<Result<Stored, RecordError>> {
+        self.record_object(node).map(|o| super::record::stored(&o))
+    }
+
+    /// `node`'s record, if readable.
+    pub(crate) fn record(&self, node: &str) -> Option<NodeRecord> {
+        self.stored_record(node)?.ok().map(|s| s.record)
     }
 
     /// Record a Job as created by us.
@@ -410,7 +481,9 @@ impl Observer {
             .into_iter()
             .filter(|n| {
                 self.opts.nodes.selects(&n.os_image)
-                    || n.annotations().contains_key(crate::cluster::ANN_STATE)
+                    || self
+                        .record(&n.name_any())
+                        .is_some_and(|r| r.progress.is_some())
             })
             .collect();
         let mut overlay = lock(&self.node_overlay);
@@ -629,36 +702,44 @@ impl Observer {
             .all(|w| matches!(w.store.wait_until_ready().now_or_never(), Some(Ok(()))))
     }
 
-    /// The runs of drover's Jobs, by node: every Job in the store or just
-    /// created, not being deleted and not deleted by us. Forgets the
-    /// deletions the store no longer shows (after a minute, so a watch
-    /// that had not even shown the creation yet cannot bring one back),
-    /// and the creations it shows (the same uid: the watch caught up).
-    fn runs(&self) -> HashMap<String, Vec<RunSeen>> {
-        let stored = self.jobs.state();
-        let names: HashSet<String> = stored.iter().map(|j| j.name_any()).collect();
-        let uids: HashSet<String> = stored.iter().filter_map(|j| j.uid()).collect();
+    /// Forget the Jobs we created that the store shows now, and the
+    /// deletions it no longer shows (after a minute, so a watch that had
+    /// not even shown the creation yet cannot bring one back): the
+    /// overlays only bridge the time until the watch catches up.
+    fn forget_shown_jobs(&self) {
+        let uids: HashSet<String> = self.jobs.state().iter().filter_map(|j| j.uid()).collect();
         lock(&self.deleted_jobs)
             .retain(|uid, at| uids.contains(uid) || at.elapsed() < Duration::from_secs(60));
-        let created: Vec<Arc<Job>> = {
-            let mut overlay = lock(&self.job_overlay);
-            forget_caught_up(&mut overlay, &uids);
-            overlay
-                .values()
-                .filter(|j| !names.contains(&j.name_any()))
-                .cloned()
-                .collect()
+        forget_caught_up(&mut lock(&self.job_overlay), &uids);
+    }
+
+    /// The run `record` links to, as the Jobs (and, for a run drover
+    /// stopped, its pods) show it; `Err` when the pods of a stopped run
+    /// cannot be listed.
+    async fn linked(&self, record: &NodeRecord) -> Result<LinkedRun, Error> {
+        let Some(link) = &record.run else {
+            return Ok(LinkedRun::None);
         };
-        let mut runs: HashMap<String, Vec<RunSeen>> = HashMap::new();
-        for job in stored.iter().chain(&created) {
-            if self.is_deleted(job) {
-                continue;
-            }
-            if let Some((node, run)) = run_seen(job) {
-                runs.entry(node).or_default().push(run);
-            }
+        let job = self.job(&link.name).filter(|j| !self.is_deleted(j));
+        let found = linked(job.as_deref(), &record.id, link);
+        if found != LinkedRun::Stopped {
+            return Ok(found);
         }
-        runs
+        // The Job is gone; its pods may not be yet.
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &self.opts.namespace);
+        let pods = api
+            .list(&ListParams::default().labels(&format!("{RUN_LABEL}={}", link.name)))
+            .await
+            .map_err(|source| Error::Node {
+                node: record.node.clone(),
+                call: format!("list pods of stopped run {}", link.name),
+                source,
+            })?;
+        Ok(if pods.items.iter().all(pod_finished) {
+            LinkedRun::Stopped
+        } else {
+            LinkedRun::Stopping
+        })
     }
 
     /// The selected nodes as they are now (see [`crate::cluster::Cluster::observe`]).
@@ -668,26 +749,33 @@ impl Observer {
     /// node whose pods cannot be listed, or whose version cannot be confirmed,
     /// carries the reason in [`NodeView::fault`].
     pub async fn observe(&self) -> Result<Vec<NodeView>, Error> {
+        self.forget_shown_jobs();
         let mut nodes = self.current_nodes();
         nodes.sort_by_key(|n| n.name_any());
-        let mut runs = self.runs();
-        // What drover acts on: the record, or the state a run stands for
-        // (a `draining` record whose upgrade Job exists is upgrading, its
-        // pods no longer listed).
-        let seen: Vec<_> = nodes
+        // What drover acts on: the record, and the run it links (a
+        // `draining` record whose run exists is upgrading).
+        let mut seen = Vec::with_capacity(nodes.len());
+        for n in &nodes {
+            let stored = self.stored_record(&n.name_any());
+            let linked = match &stored {
+                Some(Ok(s)) => self.linked(&s.record).await,
+                _ => Ok(LinkedRun::None),
+            };
+            seen.push((stored, linked));
+        }
+        let progress: Vec<Option<NodeProgress>> = seen
             .iter()
-            .map(|n| {
-                let runs = runs.remove(&n.name_any()).unwrap_or_default();
-                let e = effective(NodeProgress::decode(n.annotations()), &runs);
-                (e, runs)
+            .map(|(stored, linked)| match (stored, linked) {
+                (Some(Ok(s)), Ok(l)) => crate::cluster::effective(&s.record, l).progress,
+                (Some(Ok(s)), Err(_)) => s.record.progress.clone(),
+                _ => None,
             })
             .collect();
-        let progress: Vec<_> = seen.iter().map(|(e, _)| e.progress.clone()).collect();
         let named = |keep: &dyn Fn(&NodeProgress) -> bool| -> Vec<String> {
             nodes
                 .iter()
                 .zip(&progress)
-                .filter(|(_, p)| matches!(p, Ok(Some(p)) if keep(p)))
+                .filter(|(_, p)| p.as_ref().is_some_and(keep))
                 .map(|(n, _)| n.name_any())
                 .collect()
         };
@@ -705,7 +793,7 @@ impl Observer {
         // a blocked node's while its budgets may cut its first backoff short
         // (a settling cluster's are listed instead, see kubernetes/health.rs).
         let watching = named(&|p| p.state == ProgressState::Watching);
-        let blocked = named(&|p| p.state == ProgressState::Blocked && p.attempts == 0);
+        let blocked = named(&|p| p.state == ProgressState::Blocked && p.retries == 0);
         self.plan_pod_watches(&draining, &watching, &blocked);
         // The draining nodes' pod lists, several at once: one after another
         // they made a pass with 50 nodes draining last ~0.7 s before it
@@ -717,13 +805,17 @@ impl Observer {
             .await;
 
         let mut views = Vec::with_capacity(nodes.len());
-        for ((mut node, progress), (e, runs)) in nodes.into_iter().zip(progress).zip(seen) {
+        for ((mut node, progress), (stored, linked)) in nodes.into_iter().zip(progress).zip(seen) {
             let name = node.name_any();
             let mut pods_to_evict = 0;
             let mut budgets_allow_drain = false;
             let mut fault = None;
-            if let Ok(Some(p)) = &progress {
-                if p.state == ProgressState::Blocked && p.attempts == 0 {
+            let linked = linked.unwrap_or_else(|e| {
+                fault = Some(format!("its stopped run cannot be looked at: {e}"));
+                LinkedRun::Stopping
+            });
+            if let Some(p) = &progress {
+                if p.state == ProgressState::Blocked && p.retries == 0 {
                     budgets_allow_drain = self.blocked_budgets_allow(&name).await;
                 }
                 if let Some(pods) = listed.remove(&name) {
@@ -743,20 +835,22 @@ impl Observer {
                         }
                     }
                 }
-                if p.state.runs_driver() {
-                    let at_target =
-                        self.opts.nodes.version_of(&node.os_image) == Some(p.target.clone());
-                    if p.state == ProgressState::Upgrading
-                        && e.upgrade == UpgradeStatus::Succeeded
-                        && !at_target
-                    {
-                        // The verdict would be "failed, wrong version": the
-                        // node and Job watches are independent, so confirm
-                        // with a fresh read before the engine acts on it.
-                        match self.get_node(&name, "confirm version").await {
-                            Ok(n) => node = n,
-                            Err(e) => fault = Some(format!("its version cannot be confirmed: {e}")),
-                        }
+                let succeeded = matches!(
+                    &linked,
+                    LinkedRun::Found {
+                        status: UpgradeStatus::Succeeded,
+                        ..
+                    }
+                );
+                let at_target =
+                    self.opts.nodes.version_of(&node.os_image) == Some(p.target.clone());
+                if p.state == ProgressState::Upgrading && succeeded && !at_target {
+                    // The verdict would be "failed, wrong version": the
+                    // node and Job watches are independent, so confirm
+                    // with a fresh read before the engine acts on it.
+                    match self.get_node(&name, "confirm version").await {
+                        Ok(n) => node = n,
+                        Err(e) => fault = Some(format!("its version cannot be confirmed: {e}")),
                     }
                 }
             }
@@ -764,33 +858,72 @@ impl Observer {
             if version.is_none() {
                 tracing::debug!(node = %name, os_image = %node.os_image, "OS version cannot be read");
             }
-            if let Some(f) = &fault {
-                tracing::debug!(node = %name, fault = %f, "node observed in part");
-            }
-            let mut view = NodeView::from_annotations(
+            let mut view = NodeView::of_record(
                 name,
                 version,
                 node.ready,
                 node.unschedulable,
-                node.annotations(),
-                pods_to_evict,
-                &runs,
+                stored,
+                &linked,
             );
+            view.pods_to_evict = pods_to_evict;
             view.budgets_allow_drain = budgets_allow_drain;
-            view.fault = fault;
+            if let Some(f) = fault {
+                tracing::debug!(node = %view.name, fault = %f, "node observed in part");
+                view.fault = Some(f);
+            }
+            view.ignored = node
+                .annotations()
+                .iter()
+                .take(crate::cluster::MAX_IGNORED)
+                .map(|(k, v)| format!("{k}={}", v.chars().take(64).collect::<String>()))
+                .collect();
             view.managed_by = self.opts.nodes.managed_by(node.brupop.as_deref());
             // A failed driver run: what the driver said, not only its exit code.
-            let jobs = self.jobs_of(&view.name);
+            let run: Vec<Arc<Job>> = view
+                .record
+                .as_ref()
+                .and_then(|s| s.record.run.as_ref())
+                .and_then(|r| self.job(&r.name))
+                .into_iter()
+                .collect();
             super::termination::explain_failure(
                 &self.client,
                 &self.opts.namespace,
-                &jobs,
+                &run,
                 &mut view,
             )
             .await;
             views.push(view);
         }
         Ok(views)
+    }
+
+    /// What earlier releases left on the selected nodes (their annotation
+    /// records, and the node's drover Jobs with what they say), for the
+    /// one migration.
+    pub fn legacy(&self) -> Vec<LegacyNode> {
+        self.current_nodes()
+            .into_iter()
+            .filter(|n| !n.annotations().is_empty())
+            .map(|n| {
+                let name = n.name_any();
+                let runs = self
+                    .jobs_of(&name)
+                    .iter()
+                    .filter_map(|j| {
+                        legacy::run(&j.name_any(), &j.uid().unwrap_or_default(), j.annotations())
+                    })
+                    .collect();
+                LegacyNode {
+                    node: name,
+                    annotations: n.annotations().clone(),
+                    unschedulable: n.unschedulable,
+                    version: self.opts.nodes.version_of(&n.os_image),
+                    runs,
+                }
+            })
+            .collect()
     }
 
     /// A fresh read of the node from the API server (recorded as our newest copy).

@@ -19,17 +19,19 @@
 //!   takes no more capacity down while the cluster is already degraded. A
 //!   Ready node cordoned by someone else still runs its pods and does not count.
 //! - A node cordoned by someone else without drover's record, a node whose
-//!   version cannot be read, a NotReady idle node and a node with unreadable
-//!   drover annotations are skipped and reported, never touched.
+//!   version cannot be read, a NotReady idle node and a node with an
+//!   unreadable record are skipped and reported, never touched.
 //! - Timeouts fire when `now - started_at >= timeout`, so the instant to wake
 //!   at is exact. In `draining` only `drain_timeout` applies (the node is
 //!   given back, blocked); in `upgrading` `node_timeout` (the node failed).
-//! - Blocked nodes: see `given_back.rs`. A retry annotation or a new target
-//!   clears blocked and failed records at once.
+//! - Blocked nodes: see `given_back.rs`. A retry request on the record or
+//!   a new target clears blocked and failed records at once.
 //! - A failed node for the current target stops every new start until the
-//!   target changes or `drover.dev/retry` is set on it.
-//! - A node completes on its own recorded target; if the pinned version
-//!   changed meanwhile, the node becomes idle and is moved again later.
+//!   target changes or a person asks for a retry on its record.
+//! - A new pin (`in_flight.rs`): a draining node follows it, an upgrading
+//!   one finishes on the version its run installs and is moved again later,
+//!   a preparing one's download is stopped and it prepares the new pin
+//!   later, watching and passed nodes are idle for it.
 //! - A node held by a fault of its own (`held.rs`) holds only itself: it
 //!   keeps its budget slot while in flight, its timeouts still give it back,
 //!   and the other nodes proceed.
@@ -91,6 +93,8 @@ pub(super) struct Ctx<'a> {
     pub health: Option<&'a HealthSpec>,
     /// The Prometheus checks' verdict (with `[health]` only).
     pub queries: Option<Verdict>,
+    /// `max_unavailable` resolved against the selected nodes.
+    pub budget: usize,
 }
 
 /// What the answers for each node add up to; the conclusion reads it.
@@ -131,7 +135,7 @@ pub(super) struct Tally<'a> {
     pub wake: WakeAt,
     /// Nodes held by a fault of their own, in name order.
     pub held: Vec<Held>,
-    /// Nodes rolled back from the target or rolling back, this step's
+    /// Rollbacks started from the target (from the records), this step's
     /// included: what `max_rollbacks` is counted against.
     pub rollbacks: usize,
     /// Nodes whose prepare run is under way, in name order (`prepare.rs`).
@@ -167,6 +171,7 @@ pub fn decide(
         win,
         health,
         queries: health.map(|spec| queries_verdict(spec, &inputs.queries, now)),
+        budget: policy.max_unavailable.resolve(order.len()),
     };
     let mut t = Tally {
         releases: Vec::new(),
@@ -205,7 +210,7 @@ pub fn decide(
     }
     watch::settle(&ctx, &mut t);
     let total = order.len();
-    let budget = policy.max_unavailable.resolve(total);
+    let budget = ctx.budget;
     let hold = start::hold(&ctx, &t);
     let starts = start::starts(&ctx, &mut t, budget);
     conclude(&ctx, t, hold, starts, total, budget)
@@ -222,11 +227,16 @@ fn node<'a>(ctx: &Ctx<'_>, n: &'a NodeView, t: &mut Tally<'a>) {
         Err(e) => {
             t.confirmed = false;
             t.unavailable += usize::from(!n.ready || n.unschedulable);
-            t.skipped
-                .push(skip(n, format!("unreadable drover annotations: {e}")));
+            t.skipped.push(skip(n, format!("unreadable record: {e}")));
             return;
         }
     };
+    if n.clear_rolled_back {
+        // A person cleared its marks: recorded now, read from the next step.
+        t.advances.push(Action::ClearRolledBack {
+            node: n.name.clone(),
+        });
+    }
     let hold = held::of(ctx, n, progress);
     if let Some(h) = &hold {
         t.held.push(h.clone());
@@ -414,7 +424,7 @@ pub(super) fn given_back_as(
         started_at: now,
         cordoned_by_drover: false,
         message: msg,
-        attempts: p.attempts,
+        retries: p.retries,
         previous: p.previous.clone(),
     }
 }

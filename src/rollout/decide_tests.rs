@@ -38,6 +38,7 @@ pub(super) fn policy(max: u32, mode: OnDrainTimeout) -> Policy {
         max_rollbacks: 1,
         prepare: false,
         prestage: std::time::Duration::ZERO,
+        revoked: Vec::new(),
     }
 }
 
@@ -62,16 +63,7 @@ pub(super) fn idle(name: &str, ver: &str) -> NodeView {
         name: name.into(),
         version: Some(v(ver)),
         ready: true,
-        unschedulable: false,
-        progress: Ok(None),
-        retry: false,
-        pods_to_evict: 0,
-        upgrade: UpgradeStatus::NotStarted,
-        budgets_allow_drain: false,
-        from_run: false,
-        fault: None,
-        rolled_back: Vec::new(),
-        managed_by: None,
+        ..NodeView::default()
     }
 }
 
@@ -82,7 +74,7 @@ fn with(mut n: NodeView, state: ProgressState, started: &str, by_drover: bool) -
         started_at: t(started),
         cordoned_by_drover: by_drover,
         message: "why".into(),
-        attempts: 0,
+        retries: 0,
         previous: None,
     }));
     n.unschedulable = state.in_flight();
@@ -253,6 +245,7 @@ fn upgrading_completes_only_ready_at_exactly_the_target() {
 
     n.ready = true;
     n.version = Some(v("1.13.2"));
+    n.upgrade = UpgradeStatus::Succeeded;
     let d = decide(&p, &open(), std::slice::from_ref(&n), t("03:15"));
     assert_eq!(
         d.actions,
@@ -300,9 +293,16 @@ fn wrong_version_driver_failure_and_timeout_fail_and_stop_the_rollout() {
         .iter()
         .map(|a| match a {
             Action::Fail {
-                progress, uncordon, ..
+                progress,
+                uncordon,
+                stop_run,
+                node,
             } => {
-                assert!(*uncordon);
+                // A run still running is stopped first; its node stays
+                // cordoned (and counted) until nothing of it is left.
+                assert_eq!(*stop_run, node == "c", "{node}");
+                assert_eq!(*uncordon, node != "c", "{node}");
+                assert_eq!(progress.cordoned_by_drover, node == "c", "{node}");
                 progress.message.clone()
             }
             other => panic!("unexpected {other:?}"),
@@ -313,6 +313,7 @@ fn wrong_version_driver_failure_and_timeout_fail_and_stop_the_rollout() {
     assert!(msgs[1].contains("no space left"));
     assert!(msgs[2].contains("did not return Ready at 1.13.2 within node_timeout"));
     assert_eq!(d.state, RolloutState::Failed);
+    assert_eq!(d.unavailable, 1, "the stopping node still counts");
 }
 
 #[test]
@@ -388,14 +389,16 @@ fn in_flight_nodes_continue_when_the_window_closes() {
 }
 
 #[test]
-fn upgrading_without_a_driver_run_restarts_the_same_attempt() {
+fn a_node_back_at_its_target_is_not_given_back_while_its_run_still_runs() {
     let p = policy(1, OnDrainTimeout::Skip);
-    let n = with(idle("a", "1.12.0"), ProgressState::Upgrading, "03:00", true);
-    let d = decide(&p, &open(), &[n], t("03:01"));
-    let Action::StartUpgrade { progress, .. } = &d.actions[0] else {
-        panic!("{d:?}")
-    };
-    assert_eq!(progress.started_at, t("03:00"));
+    let mut n = with(idle("a", "1.13.2"), ProgressState::Upgrading, "03:00", true);
+    n.upgrade = UpgradeStatus::Running;
+    let d = decide(&p, &open(), std::slice::from_ref(&n), t("03:10"));
+    assert_eq!(kinds(&d), [], "the run may still act on it");
+    assert_eq!(d.unavailable, 1);
+    n.upgrade = UpgradeStatus::Succeeded;
+    let d = decide(&p, &open(), &[n], t("03:11"));
+    assert_eq!(kinds(&d), [("complete", "a".into())]);
 }
 
 #[test]
@@ -417,16 +420,12 @@ fn confirmed_needs_every_node_ready_at_target_and_no_progress_left() {
 }
 
 #[test]
-fn unreadable_annotations_are_reported_and_the_node_left_alone() {
+fn an_unreadable_record_is_reported_and_the_node_left_alone() {
     let mut n = idle("a", "1.12.0");
-    n.progress = Err(crate::cluster::ProgressError::Missing(
-        crate::cluster::ANN_TARGET,
-    ));
+    n.progress = Err(crate::cluster::RecordError::Missing("target"));
     let d = decide(&policy(1, OnDrainTimeout::Skip), &open(), &[n], t("03:00"));
     assert!(d.actions.is_empty());
-    assert!(d.skipped[0]
-        .reason
-        .contains("unreadable drover annotations"));
+    assert!(d.skipped[0].reason.contains("unreadable record"));
 }
 
 #[test]
@@ -491,13 +490,13 @@ fn a_blocked_node_waits_out_its_backoff_unless_its_budgets_relent() {
     // At the backoff: retried, counting the attempt.
     let d = decide(&p, &open(), std::slice::from_ref(&blocked), t("02:05"));
     match &d.actions[..] {
-        [Action::Cordon { progress, .. }] => assert_eq!(progress.attempts, 1),
+        [Action::Cordon { progress, .. }] => assert_eq!(progress.retries, 1),
         other => panic!("{other:?}"),
     }
     // The backoff grows: after a second give-back, 10 minutes.
     let mut again = blocked.clone();
     if let Ok(Some(pr)) = &mut again.progress {
-        pr.attempts = 1;
+        pr.retries = 1;
     }
     let d = decide(&p, &open(), std::slice::from_ref(&again), t("02:09"));
     assert!(d.actions.is_empty());
@@ -510,7 +509,7 @@ fn a_blocked_node_waits_out_its_backoff_unless_its_budgets_relent() {
     // ...later ones wait out their backoff (a budget that relents only
     // because the node was given back must not make a loop).
     if let Ok(Some(pr)) = &mut relented.progress {
-        pr.attempts = 1;
+        pr.retries = 1;
     }
     let d = decide(&p, &open(), &[relented], t("02:01"));
     assert!(d.actions.is_empty(), "{:?}", d.actions);
@@ -563,41 +562,49 @@ fn a_wave_waiting_for_the_one_before_is_pending_and_starts_nothing() {
 }
 
 #[test]
-fn a_running_upgrade_whose_state_is_only_its_job_is_recorded_before_its_give_back() {
-    // `draining` on the node, its upgrade Job running (`cluster::effective`
-    // reads it as upgrading), node_timeout passed: the give-back deletes
-    // the running Job, so `upgrading` is written first.
+fn a_timed_out_run_is_stopped_and_its_node_released_only_once_it_is_gone() {
+    // Upgrading (a draining record whose run exists), its run running past
+    // node_timeout: the record says failed, still cordoned, the run stopped.
     let p = policy(1, OnDrainTimeout::Skip);
     let mut n = with(idle("a", "1.12.0"), ProgressState::Upgrading, "03:00", true);
-    n.from_run = true;
     n.upgrade = UpgradeStatus::Running;
     n.ready = false;
     let d = decide(&p, &open(), std::slice::from_ref(&n), t("03:45"));
-    assert_eq!(kinds(&d), [("record", "a".into()), ("fail", "a".into())]);
-    let Action::Record { progress, .. } = &d.actions[0] else {
-        unreachable!()
-    };
-    assert_eq!(progress.state, ProgressState::Upgrading);
-    assert!(progress.cordoned_by_drover, "the cordon record is kept");
-    assert!(!d.actions[0].gives_back());
-    // Before the timeout: nothing is written, the Job is the record.
+    assert_eq!(kinds(&d), [("fail", "a".into())]);
+    assert!(!d.actions[0].gives_back(), "it still counts");
+    // Before the timeout: nothing.
     let d = decide(&p, &open(), std::slice::from_ref(&n), t("03:30"));
     assert_eq!(kinds(&d), []);
-    // A finished run is kept by the give-back: nothing to record first.
-    n.upgrade = UpgradeStatus::Failed("exit 1".into());
-    let d = decide(&p, &open(), std::slice::from_ref(&n), t("03:30"));
-    assert_eq!(kinds(&d), [("fail", "a".into())]);
-    // Nor on a node whose record says upgrading.
-    n.from_run = false;
-    n.upgrade = UpgradeStatus::Running;
-    let d = decide(&p, &open(), &[n], t("03:45"));
-    assert_eq!(kinds(&d), [("fail", "a".into())]);
+    // Failed, still drover's cordon, its run stopping: it waits, counted,
+    // and no other node starts in its place.
+    let mut failed = with(idle("a", "1.12.0"), ProgressState::Failed, "03:45", true);
+    failed.unschedulable = true;
+    failed.upgrade = UpgradeStatus::Stopping;
+    let d = decide(
+        &p,
+        &open(),
+        &[failed.clone(), idle("b", "1.12.0")],
+        t("03:46"),
+    );
+    assert_eq!(kinds(&d), []);
+    assert_eq!(d.unavailable, 1);
+    assert_eq!(d.state, RolloutState::Failed);
+    assert!(d.wake_at.is_some_and(|w| w <= t("03:46:05")));
+    // Nothing of it left: released (uncordoned, the record saying so).
+    failed.upgrade = UpgradeStatus::Stopped;
+    let d = decide(&p, &open(), &[failed, idle("b", "1.12.0")], t("03:47"));
+    assert_eq!(kinds(&d), [("release", "a".into())]);
+    let Action::Release { progress, .. } = &d.actions[0] else {
+        unreachable!()
+    };
+    assert!(!progress.cordoned_by_drover);
+    assert_eq!(progress.state, ProgressState::Failed);
 }
 
 #[test]
 fn draining_ready_at_its_target_without_a_run_is_given_back_as_upgraded() {
-    // The give-back after the upgrade deleted its Job, then did not land:
-    // the record still says draining, the node is Ready at the target.
+    // Its record says draining and no run was made, and the node runs the
+    // pin (a new pin it already runs, or a give-back that did not land).
     let p = policy(1, OnDrainTimeout::Skip);
     let n = with(idle("a", "1.13.2"), ProgressState::Draining, "03:00", true);
     for now in ["03:10", "03:30"] {

@@ -48,6 +48,9 @@ pub struct Policy {
     /// How long before a maintenance window opens the next nodes may
     /// prepare (`[driver] prestage`); zero = inside the window only.
     pub prestage: Duration,
+    /// `[promotion] revoked` of the policy in force: no node is moved to,
+    /// or rolled back to, one of these (nor a build-metadata variant).
+    pub revoked: Vec<Version>,
 }
 
 impl Policy {
@@ -65,7 +68,21 @@ impl Policy {
             max_rollbacks: env.rollout.max_rollbacks,
             prepare: env.prepare.enabled,
             prestage: env.prepare.prestage,
+            revoked: Vec::new(),
         }
+    }
+
+    /// The policy with `revoked` as the policy in force's revoked versions.
+    pub fn with_revoked(mut self, revoked: Vec<Version>) -> Self {
+        self.revoked = revoked;
+        self
+    }
+
+    /// Whether `v` is revoked (it, or a build-metadata variant of it).
+    pub fn is_revoked(&self, v: &Version) -> bool {
+        self.revoked
+            .iter()
+            .any(|r| r.cmp_precedence(v) == std::cmp::Ordering::Equal)
     }
 }
 
@@ -133,18 +150,18 @@ pub struct Held {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "action", rename_all = "snake_case")]
 pub enum Action {
-    /// Record state=draining, then cordon (in one patch); `by_drover` is
-    /// false when the node was already unschedulable.
+    /// Record state=draining (the upgrade run planned), then cordon;
+    /// `cordoned_by_drover` is false when the node was already unschedulable.
     Cordon {
         /// Node name.
         node: String,
         /// The progress to write.
         progress: NodeProgress,
     },
-    /// Start the driver's `prepare` run (the node stays in service,
-    /// uncordoned): the target checked available and downloaded before the
-    /// drain (`prepare.rs`). Its Job is the record of `preparing`: nothing
-    /// is written on the node.
+    /// Record state=preparing (a new attempt, its run planned), then start
+    /// the driver's `prepare` run (the node stays in service, uncordoned):
+    /// the target checked available and downloaded before the drain
+    /// (`prepare.rs`).
     Prepare {
         /// Node name.
         node: String,
@@ -156,8 +173,9 @@ pub enum Action {
         /// Node name.
         node: String,
     },
-    /// Start the driver (its Job is the record of `upgrading`, or of the
-    /// rollback's run: nothing is written on the node).
+    /// Start the driver run the record planned (the upgrade the cordon's
+    /// record names, or the rollback's): no record write, unless the
+    /// record does not name it yet.
     StartUpgrade {
         /// Node name.
         node: String,
@@ -170,24 +188,65 @@ pub enum Action {
         node: String,
         /// The progress to write.
         progress: NodeProgress,
-        /// Uncordon in the same patch.
+        /// Uncordon it, then record.
         uncordon: bool,
     },
-    /// Ready at the target: uncordon if drover cordoned it, clear the progress.
+    /// Ready at the target, its run finished: uncordon if drover cordoned
+    /// it, then record it idle.
     Complete {
         /// Node name.
         node: String,
-        /// Uncordon in the same patch.
+        /// Uncordon it, then record.
         uncordon: bool,
     },
-    /// The node did not reach the target: uncordon if drover cordoned it, state=failed.
+    /// A node given back with its run stopped, now that nothing of the run
+    /// is left: uncordon it, then record that it is no longer cordoned.
+    Release {
+        /// Node name.
+        node: String,
+        /// The progress to write (no cordon).
+        progress: NodeProgress,
+    },
+    /// A draining node whose run has not started follows a new pin: its
+    /// record (the same attempt, drain and cordon) names the run of the
+    /// new target.
+    Retarget {
+        /// Node name.
+        node: String,
+        /// The progress to write (the new target).
+        progress: NodeProgress,
+    },
+    /// Give a node back before anything started on it (its drain's pin was
+    /// revoked with nothing newer admitted): uncordon if drover cordoned
+    /// it, then record it idle.
+    GiveBack {
+        /// Node name.
+        node: String,
+        /// Uncordon it, then record.
+        uncordon: bool,
+        /// Why.
+        reason: String,
+    },
+    /// A person asked to clear the node's rolled-back marks: record it
+    /// without them.
+    ClearRolledBack {
+        /// Node name.
+        node: String,
+    },
+    /// The node did not reach the target: uncordon if drover cordoned it,
+    /// state=failed. With `stop_run` its run may still act on it: the
+    /// record (still cordoned) says the run is stopped, the run is deleted,
+    /// and the node is uncordoned only once nothing of the run is left
+    /// ([`Action::Release`]).
     Fail {
         /// Node name.
         node: String,
         /// The progress to write.
         progress: NodeProgress,
-        /// Uncordon in the same patch.
+        /// Uncordon it, then record.
         uncordon: bool,
+        /// Record, then delete its running run (no uncordon now).
+        stop_run: bool,
     },
     /// Ready at the target with `[health]`: uncordon if drover cordoned it
     /// and record state=watching (also a retried health failure).
@@ -196,7 +255,7 @@ pub enum Action {
         node: String,
         /// The progress to write (`started_at` = the watch start).
         progress: NodeProgress,
-        /// Uncordon in the same patch.
+        /// Uncordon it, then record.
         uncordon: bool,
     },
     /// The node's watch held for `pod_ready_timeout`: state=passed.
@@ -218,8 +277,8 @@ pub enum Action {
         check: String,
     },
     /// A health check failed and the node is rolled back
-    /// (`on_failure = "rollback"`, `rollback.rs`): cordon it (if not
-    /// already) and record state=rolling-back, in one patch.
+    /// (`on_failure = "rollback"`, `rollback.rs`): record state=rolling-back
+    /// (a new attempt, its rollback counted), then cordon it (if not already).
     RollBack {
         /// Node name.
         node: String,
@@ -230,8 +289,8 @@ pub enum Action {
         check: String,
     },
     /// Back and healthy at the previous version: uncordon (if drover
-    /// cordoned it), record state=failed naming the check, and mark the
-    /// node rolled back from every version of `rolled_back`, in one patch.
+    /// cordoned it), then record state=failed naming the check and the
+    /// node rolled back from every version of `rolled_back`, in one write.
     RolledBack {
         /// Node name.
         node: String,
@@ -239,23 +298,30 @@ pub enum Action {
         progress: NodeProgress,
         /// Every version the node was rolled back from, this one included.
         rolled_back: Vec<Version>,
-        /// Uncordon in the same patch.
+        /// Uncordon it, then record.
         uncordon: bool,
     },
-    /// The rollback failed (its driver, or the node did not come back
-    /// healthy in time): state=failed, the node stays cordoned.
+    /// The rollback failed (its driver, the version it would install was
+    /// revoked, or the node did not come back healthy in time):
+    /// state=failed, the node stays cordoned; a run still running is
+    /// stopped.
     RollbackFailed {
         /// Node name.
         node: String,
         /// The progress to write (it keeps the cordon record).
         progress: NodeProgress,
+        /// Record, then delete its running run.
+        stop_run: bool,
     },
-    /// Forget a blocked or failed record (retry requested, or target changed).
+    /// Forget a record (retry requested, target changed, settled); a
+    /// prepare still running is stopped first.
     Clear {
         /// Node name.
         node: String,
         /// Why.
         reason: String,
+        /// Delete its running (prepare) run first.
+        stop_run: bool,
     },
     /// Record why an in-flight node is held, or that it no longer is, in its
     /// message; its state and cordon stay as they are.
@@ -263,17 +329,6 @@ pub enum Action {
         /// Node name.
         node: String,
         /// The progress to write (only its message differs).
-        progress: NodeProgress,
-    },
-    /// Write the state a running driver run stands for (`preparing`,
-    /// `upgrading`: [`crate::cluster::effective`]) on the node, before the
-    /// give-back that follows deletes that run: a crash between the two
-    /// then resumes from this state. If it fails, the node's later actions
-    /// of the step are not applied.
-    Record {
-        /// Node name.
-        node: String,
-        /// The progress to write: the run's.
         progress: NodeProgress,
     },
 }
@@ -297,7 +352,10 @@ impl Action {
             | Action::RollbackFailed { node, .. }
             | Action::Clear { node, .. }
             | Action::Note { node, .. }
-            | Action::Record { node, .. } => node,
+            | Action::Release { node, .. }
+            | Action::Retarget { node, .. }
+            | Action::GiveBack { node, .. }
+            | Action::ClearRolledBack { node } => node,
         }
     }
 
@@ -319,7 +377,10 @@ impl Action {
             Action::RollbackFailed { .. } => "rollback_failed",
             Action::Clear { .. } => "clear",
             Action::Note { .. } => "note",
-            Action::Record { .. } => "record",
+            Action::Release { .. } => "release",
+            Action::Retarget { .. } => "retarget",
+            Action::GiveBack { .. } => "give_back",
+            Action::ClearRolledBack { .. } => "clear_rolled_back",
         }
     }
 
@@ -330,12 +391,17 @@ impl Action {
         matches!(
             self,
             Action::Block { .. }
-                | Action::Fail { .. }
+                | Action::Fail {
+                    stop_run: false,
+                    ..
+                }
                 | Action::Complete { .. }
                 | Action::Pass { .. }
                 | Action::Unhealthy { .. }
                 | Action::RolledBack { .. }
                 | Action::Clear { .. }
+                | Action::Release { .. }
+                | Action::GiveBack { .. }
         )
     }
 }

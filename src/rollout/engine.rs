@@ -8,6 +8,7 @@
 //! cordon served as soon as the give-backs that landed make room for it
 //! (`pacing.rs`; BENCHMARKS.md, "Agent under load").
 
+use super::apply::{apply_on, NodeCalls};
 use super::decide::decide;
 use super::decision::{Action, Decision, Held, Inputs, Policy};
 use super::health::bounded;
@@ -281,12 +282,14 @@ async fn in_order<C: Cluster>(
     let mut out = Vec::with_capacity(is.len());
     let mut stopped = false;
     let mut slot = None;
+    let name = is.first().map_or("", |i| actions[*i].node());
+    let mut calls = NodeCalls::new(name, nodes.iter().find(|n| n.name == name), now);
     for i in is {
         let action = &actions[i];
         if stopped {
-            // Not applied: the give-back after a failed `Record` would
-            // delete the only record of the node's state; the node's
-            // calls after a withheld cordon wait for a later step.
+            // Not applied: the node's calls after a failed write (they
+            // build on the record it would have stored) or a withheld
+            // cordon wait for a later step.
             if action.gives_back() {
                 room.resolved(false);
             }
@@ -312,11 +315,11 @@ async fn in_order<C: Cluster>(
         // Boxed: every node's future is made at once, and the call's own
         // state (a few KiB for an API request) is only needed by the
         // `CALLS_AT_ONCE` holding a slot.
-        let done = Box::pin(attempt(cluster, action, nodes, held, now)).await;
+        let done = Box::pin(attempt(cluster, action, &mut calls, held, now)).await;
         if action.gives_back() {
             room.resolved(done.landed);
         }
-        stopped = matches!(action, Action::Record { .. }) && !done.landed;
+        stopped = !done.landed && !matches!(action, Action::Evict { .. });
         out.push((i, done));
     }
     out
@@ -354,12 +357,12 @@ impl Done {
 async fn attempt<C: Cluster>(
     cluster: &C,
     action: &Action,
-    nodes: &[NodeView],
+    calls: &mut NodeCalls<'_>,
     held: &[Held],
     now: DateTime<Utc>,
 ) -> Done {
     let mut done = Done::skipped(action);
-    let pass = match apply(cluster, action).await {
+    let pass = match apply_on(cluster, action, calls).await {
         Ok(pass) => pass,
         Err(e) => {
             let why = bounded(match &e {
@@ -392,10 +395,7 @@ async fn attempt<C: Cluster>(
         return done;
     };
     done.retry_evictions = true;
-    let progress = nodes
-        .iter()
-        .find(|n| n.name == action.node())
-        .and_then(|n| n.progress.as_ref().ok().cloned().flatten());
+    let progress = calls.progress();
     let (false, Some(p)) = (pass.blocked_by.is_empty(), progress) else {
         return done;
     };
@@ -407,7 +407,7 @@ async fn attempt<C: Cluster>(
         message: msg.clone(),
         ..p
     };
-    match cluster.set_progress(&node, Some(&recorded)).await {
+    match calls.note(cluster, &recorded).await {
         Ok(()) => done.evictions_blocked = Some((node, msg)),
         Err(e) => {
             tracing::warn!(node = %node, error = %e, "could not record the refusal");
@@ -544,89 +544,4 @@ fn refusal_message(
         "{what} since {}",
         now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
     ))
-}
-
-/// Apply one action; returns the eviction pass for `Evict`.
-pub async fn apply<C: Cluster>(
-    cluster: &C,
-    action: &Action,
-) -> Result<Option<crate::cluster::EvictionPass>, EngineError<C::Error>> {
-    let err = |source| EngineError::Apply {
-        action: action.kind(),
-        node: action.node().to_string(),
-        source,
-    };
-    tracing::info!(action = action.kind(), node = action.node(), "apply");
-    match action {
-        Action::Cordon { node, progress } => cluster.cordon(node, progress).await.map_err(err)?,
-        Action::Evict { node } => return cluster.evict(node).await.map(Some).map_err(err),
-        // The run's Job is its record (`cluster::effective`): a crash
-        // before it exists leaves the record it was started from
-        // (`draining`, none, `blocked`, `rolling-back`), and the start is
-        // repeated from it.
-        Action::StartUpgrade { node, progress } | Action::Prepare { node, progress } => {
-            cluster.start_upgrade(node, progress).await.map_err(err)?
-        }
-        Action::Block {
-            node,
-            progress,
-            uncordon,
-        }
-        | Action::Fail {
-            node,
-            progress,
-            uncordon,
-        } => give_back(cluster, node, Some(progress), *uncordon)
-            .await
-            .map_err(err)?,
-        Action::Complete { node, uncordon } => give_back(cluster, node, None, *uncordon)
-            .await
-            .map_err(err)?,
-        Action::Watch {
-            node,
-            progress,
-            uncordon,
-        } => give_back(cluster, node, Some(progress), *uncordon)
-            .await
-            .map_err(err)?,
-        Action::Pass { node, progress } | Action::Unhealthy { node, progress, .. } => cluster
-            .set_progress(node, Some(progress))
-            .await
-            .map_err(err)?,
-        Action::RollBack { node, progress, .. } => {
-            cluster.cordon(node, progress).await.map_err(err)?
-        }
-        Action::RolledBack {
-            node,
-            progress,
-            rolled_back,
-            uncordon,
-        } => cluster
-            .mark_rolled_back(node, progress, rolled_back, *uncordon)
-            .await
-            .map_err(err)?,
-        Action::RollbackFailed { node, progress } => cluster
-            .set_progress(node, Some(progress))
-            .await
-            .map_err(err)?,
-        Action::Clear { node, .. } => cluster.set_progress(node, None).await.map_err(err)?,
-        Action::Note { node, progress } | Action::Record { node, progress } => cluster
-            .set_progress(node, Some(progress))
-            .await
-            .map_err(err)?,
-    }
-    Ok(None)
-}
-
-async fn give_back<C: Cluster>(
-    cluster: &C,
-    node: &str,
-    progress: Option<&NodeProgress>,
-    uncordon: bool,
-) -> Result<(), C::Error> {
-    if uncordon {
-        cluster.uncordon(node, progress).await
-    } else {
-        cluster.set_progress(node, progress).await
-    }
 }

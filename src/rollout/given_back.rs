@@ -20,7 +20,7 @@ use super::decide::{add, rfc3339, skip, Ctx, Tally};
 use super::decision::Action;
 use super::held;
 
-use crate::cluster::{NodeProgress, NodeView, ProgressState};
+use crate::cluster::{NodeProgress, NodeView, ProgressState, UpgradeStatus};
 use crate::config::OnDrainTimeout;
 use std::time::Duration;
 
@@ -42,10 +42,13 @@ pub(super) fn node<'a>(
 ) {
     let target = ctx.target;
     let name = n.name.clone();
-    t.unavailable += usize::from(!n.ready);
     if super::rollback::after_failed_rollback(ctx, n, p, t) {
         return;
     }
+    if p.cordoned_by_drover && n.unschedulable {
+        return release(ctx, n, p, t);
+    }
+    t.unavailable += usize::from(!n.ready);
     if n.retry
         && p.state == ProgressState::Failed
         && p.target == *target
@@ -69,7 +72,11 @@ pub(super) fn node<'a>(
         } else {
             format!("target changed from {} to {target}", p.target)
         };
-        t.releases.push(Action::Clear { node: name, reason });
+        t.releases.push(Action::Clear {
+            node: name,
+            reason,
+            stop_run: false,
+        });
         return;
     }
     if p.state == ProgressState::Failed {
@@ -78,6 +85,41 @@ pub(super) fn node<'a>(
         return;
     }
     blocked(ctx, n, p, t);
+}
+
+/// How soon a node given back with its run stopped is looked at again
+/// while something of the run is left (its pods terminate within their
+/// grace period).
+pub const STOP_RECHECK: Duration = Duration::from_secs(5);
+
+/// A node given back whose cordon is still drover's: its run was stopped
+/// (a timeout) and is uncordoned once nothing of the run is left; until
+/// then it stays cordoned and counts against the budget.
+fn release(ctx: &Ctx<'_>, n: &NodeView, p: &NodeProgress, t: &mut Tally<'_>) {
+    if n.upgrade == UpgradeStatus::Stopping {
+        t.unavailable += 1;
+        t.in_flight += 1;
+        t.wake.at(add(ctx.now, STOP_RECHECK));
+        t.skipped.push(skip(
+            n,
+            "given back; its stopped run is still there, so it stays cordoned".into(),
+        ));
+        if p.state == ProgressState::Failed {
+            t.failed.get_or_insert((n.name.clone(), p.message.clone()));
+        }
+        return;
+    }
+    t.unavailable += usize::from(!n.ready);
+    if p.state == ProgressState::Failed {
+        t.failed.get_or_insert((n.name.clone(), p.message.clone()));
+    }
+    t.releases.push(Action::Release {
+        node: n.name.clone(),
+        progress: NodeProgress {
+            cordoned_by_drover: false,
+            ..p.clone()
+        },
+    });
 }
 
 /// A blocked node: waiting out its backoff, held by `stop`, or ready to retry.
@@ -91,12 +133,12 @@ fn blocked<'a>(ctx: &Ctx<'_>, n: &'a NodeView, p: &NodeProgress, t: &mut Tally<'
             .opened_at
             .is_none_or(|opened| p.started_at >= opened),
     };
-    let retry_at = add(p.started_at, retry_backoff(p.attempts));
+    let retry_at = add(p.started_at, retry_backoff(p.retries));
     // Budgets that allow a disruption again cut only the first wait short:
     // a budget that relents only because the node was given back must not
     // turn retries into a loop. A node given back while held by a fault of
     // its own was not waiting for its budgets: it waits out its backoff.
-    let relented = n.budgets_allow_drain && p.attempts == 0 && !held::gave_back_held(&p.message);
+    let relented = n.budgets_allow_drain && p.retries == 0 && !held::gave_back_held(&p.message);
     let backing_off =
         policy.on_drain_timeout == OnDrainTimeout::Skip && ctx.now < retry_at && !relented;
     t.blocked_msg.get_or_insert_with(|| {

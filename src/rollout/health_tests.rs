@@ -33,7 +33,7 @@ fn with(mut n: NodeView, state: ProgressState, started: &str) -> NodeView {
         started_at: t(started),
         cordoned_by_drover: state.in_flight(),
         message: String::new(),
-        attempts: 0,
+        retries: 0,
         previous: None,
     }));
     n.unschedulable = state.in_flight();

@@ -26,7 +26,7 @@ fn with(mut n: NodeView, state: ProgressState, started: &str, message: &str) -> 
         started_at: t(started),
         cordoned_by_drover: state.in_flight(),
         message: message.into(),
-        attempts: 0,
+        retries: 0,
         previous: None,
     }));
     n.unschedulable = state.in_flight();
@@ -391,18 +391,21 @@ impl Cluster for SlowDrain<'_> {
     async fn observe(&self) -> Result<Vec<NodeView>, Self::Error> {
         self.sim.observe().await
     }
-    async fn cordon(&self, node: &str, p: &NodeProgress) -> Result<(), Self::Error> {
-        let r = self.sim.cordon(node, p).await;
+    async fn write_record(
+        &self,
+        w: &crate::cluster::RecordWrite,
+    ) -> Result<crate::cluster::Stored, Self::Error> {
+        self.sim.write_record(w).await
+    }
+    async fn cordon(&self, node: &str) -> Result<crate::cluster::Cordoned, Self::Error> {
+        let r = self.sim.cordon(node).await;
         self.note(format!("cordon {node}"));
         r
     }
-    async fn uncordon(&self, node: &str, p: Option<&NodeProgress>) -> Result<(), Self::Error> {
-        let r = self.sim.uncordon(node, p).await;
+    async fn uncordon(&self, node: &str) -> Result<(), Self::Error> {
+        let r = self.sim.uncordon(node).await;
         self.note(format!("uncordon {node}"));
         r
-    }
-    async fn set_progress(&self, node: &str, p: Option<&NodeProgress>) -> Result<(), Self::Error> {
-        self.sim.set_progress(node, p).await
     }
     async fn evict(&self, node: &str) -> Result<crate::cluster::EvictionPass, Self::Error> {
         if node != "b" {
@@ -416,17 +419,15 @@ impl Cluster for SlowDrain<'_> {
         self.note("evict b ends".into());
         r
     }
-    async fn start_upgrade(&self, node: &str, p: &NodeProgress) -> Result<(), Self::Error> {
-        self.sim.start_upgrade(node, p).await
-    }
-    async fn mark_rolled_back(
+    async fn start_run(
         &self,
         node: &str,
-        p: &NodeProgress,
-        from: &[semver::Version],
-        uncordon: bool,
+        start: &crate::cluster::RunStart,
     ) -> Result<(), Self::Error> {
-        self.sim.mark_rolled_back(node, p, from, uncordon).await
+        self.sim.start_run(node, start).await
+    }
+    async fn stop_run(&self, node: &str, run: &crate::cluster::RunLink) -> Result<(), Self::Error> {
+        self.sim.stop_run(node, run).await
     }
 }
 

@@ -1,8 +1,18 @@
 //! What a node drover has in flight needs next: a draining node is evicted,
 //! then upgraded, or given back blocked at `drain_timeout`; an upgrading
-//! node (a `draining` record whose upgrade Job exists, `cluster::effective`)
-//! completes (or is watched) once Ready at its target, and fails on a
-//! driver failure, the wrong version or `node_timeout`.
+//! node (a `draining` record whose upgrade run exists, `cluster::effective`)
+//! completes (or is watched) once Ready at its target and its run is over,
+//! and fails on a driver failure, the wrong version or `node_timeout`.
+//!
+//! A new pin (docs/design.md, "The node record"): a draining node whose
+//! run has not started follows it in one record write, its drain going on
+//! (the pods already evicted stay evicted); if the pin it drains for is
+//! revoked with nothing newer admitted, it is given back before anything
+//! starts. An upgrading node finishes on the version its run installs,
+//! and then is moved again like any other. No node is uncordoned while its
+//! run may still act on it: a timeout records the node failed, still
+//! cordoned, deletes the run, and uncordons it only once nothing of the
+//! run is left (`given_back.rs`, [`Action::Release`]).
 //!
 //! A node whose observation is incomplete ([`NodeView::fault`]) takes no
 //! step that needs the missing part (no eviction or upgrade on a pod list
@@ -25,15 +35,29 @@ pub(super) fn draining(
     t: &mut Tally<'_>,
 ) {
     let policy = ctx.policy;
-    if n.fault.is_none() && n.ready && n.version.as_ref() == Some(&p.target) {
-        // Ready at its target with no run left: a give-back deleted the
-        // finished run's Job and did not land (it is repeated from here).
+    if policy.is_revoked(ctx.target) {
+        // Its pin was revoked and nothing newer is admitted: nothing has
+        // started on it yet, so it goes back into service now.
+        t.unavailable += usize::from(!n.ready);
+        t.releases.push(Action::GiveBack {
+            node: n.name.clone(),
+            uncordon: p.cordoned_by_drover,
+            reason: format!(
+                "{} was revoked while the node drained: given back before its run started",
+                ctx.target
+            ),
+        });
+        return;
+    }
+    if n.fault.is_none() && n.ready && n.version.as_ref() == Some(ctx.target) {
+        // Ready at the pin and no run made: it runs what it drains for
+        // (a new pin it already runs): given back as upgraded.
         let run = NodeProgress {
             state: ProgressState::Upgrading,
+            target: ctx.target.clone(),
             ..p.clone()
         };
-        let at_target = p.target == *ctx.target;
-        return upgrading(ctx, n, &run, at_target, hold, t);
+        return upgrading(ctx, n, &run, true, hold, t);
     }
     let (timed_out, deadline) = elapsed(ctx.now, p.started_at, policy.drain_timeout);
     if timed_out {
@@ -43,21 +67,29 @@ pub(super) fn draining(
     t.in_flight += 1;
     t.unavailable += 1;
     t.draining.push(n.name.clone());
-    let message = held::message_for(p, hold);
+    let mut p = p.clone();
+    if p.target != *ctx.target {
+        // A new pin: the drain goes on toward it, one record write.
+        p.target = ctx.target.clone();
+        t.advances.push(Action::Retarget {
+            node: n.name.clone(),
+            progress: p.clone(),
+        });
+    }
+    let message = held::message_for(&p, hold);
     if n.fault.is_some() {
         // Its pods could not be listed: neither evict nor upgrade on a
         // guess; the drain timeout gives it back if this lasts.
         if let Some(m) = message {
-            t.advances.push(held::note(n, p, m));
+            t.advances.push(held::note(n, &p, m));
         }
         return;
     }
     let started = NodeProgress {
         state: ProgressState::Upgrading,
-        target: ctx.target.clone(),
         ..p.clone()
     };
-    evict_or_start(n, p, message, started, t);
+    evict_or_start(n, &p, message, started, t);
 }
 
 /// The step of a drained-or-draining node: evict what is left on it, else
@@ -86,28 +118,29 @@ pub(super) fn evict_or_start(
     }
 }
 
-/// The give-back of `n` failed at `failed`: when its state lives only on a
-/// run still running (`cluster::effective`), that state is written first,
-/// for the give-back deletes the run.
+/// Give `n` back failed, as `failed`: when its run may still act on it
+/// (running), the record says failed with the run stopped and the node
+/// still cordoned, and the run is deleted: the node is uncordoned once
+/// nothing of it is left ([`Action::Release`]); it still counts against
+/// the budget meanwhile. Returns whether it was given back now.
 pub(super) fn fail(
     n: &NodeView,
     p: &NodeProgress,
     failed: NodeProgress,
-    uncordon: bool,
-) -> Vec<Action> {
-    let mut actions = Vec::new();
-    if n.from_run && n.upgrade == UpgradeStatus::Running {
-        actions.push(Action::Record {
-            node: n.name.clone(),
-            progress: p.clone(),
-        });
-    }
-    actions.push(Action::Fail {
+    t: &mut Tally<'_>,
+) -> bool {
+    let running = n.upgrade == UpgradeStatus::Running;
+    t.releases.push(Action::Fail {
         node: n.name.clone(),
-        progress: failed,
-        uncordon,
+        uncordon: p.cordoned_by_drover && !running,
+        stop_run: running,
+        progress: NodeProgress {
+            // Still drover's cordon until it is released.
+            cordoned_by_drover: p.cordoned_by_drover && running,
+            ..failed
+        },
     });
-    actions
+    !running
 }
 
 /// The rolling message while nodes are drained or download before their
@@ -151,7 +184,7 @@ fn drain_timed_out(
         "drain did not finish within drain_timeout ({}): {why}",
         fmt_duration(policy.drain_timeout),
     ));
-    let retry_at = decide::add(now, retry_backoff(p.attempts));
+    let retry_at = decide::add(now, retry_backoff(p.retries));
     t.blocked_msg.get_or_insert_with(|| {
         format!(
             "node {} blocked since {}: {msg}; next try after {}",
@@ -188,6 +221,8 @@ pub(super) fn upgrading(
     let policy = ctx.policy;
     let name = n.name.clone();
     let node_at_own_target = n.version.as_ref() == Some(&p.target);
+    // Back, and nothing of its run can act on it any more.
+    let back = n.ready && node_at_own_target && n.upgrade != UpgradeStatus::Running;
     let (timed_out, deadline) = elapsed(ctx.now, p.started_at, policy.node_timeout);
     let failure = if let Some(f) = &n.fault {
         // What the node shows could not be confirmed: no verdict on it but
@@ -199,7 +234,7 @@ pub(super) fn upgrading(
                 fmt_duration(policy.node_timeout)
             )
         })
-    } else if n.ready && node_at_own_target && ctx.health.is_some() && at_target {
+    } else if back && ctx.health.is_some() && at_target {
         // Back at the version: its health is watched next, and it keeps
         // counting against the budget meanwhile.
         t.releases.push(Action::Watch {
@@ -211,7 +246,7 @@ pub(super) fn upgrading(
         t.unavailable += 1;
         t.poll_health = true;
         return;
-    } else if n.ready && node_at_own_target {
+    } else if back {
         t.releases.push(Action::Complete {
             node: name,
             uncordon: p.cordoned_by_drover,
@@ -242,8 +277,11 @@ pub(super) fn upgrading(
             t.failed.get_or_insert((n.name.clone(), msg.clone()));
         }
         let failed = given_back_as(p, ProgressState::Failed, ctx.now, msg);
-        t.releases.extend(fail(n, p, failed, p.cordoned_by_drover));
-        t.unavailable += usize::from(!n.ready);
+        t.unavailable += if fail(n, p, failed, t) {
+            usize::from(!n.ready)
+        } else {
+            1
+        };
         return;
     }
     t.wake.at(deadline);
@@ -253,12 +291,5 @@ pub(super) fn upgrading(
     if let Some(m) = message {
         t.advances.push(held::note(n, p, m));
     }
-    if n.fault.is_none() && n.upgrade == UpgradeStatus::NotStarted {
-        // Recorded `upgrading` (by an older agent, or before a give-back
-        // that did not land) with no run: start it.
-        t.advances.push(Action::StartUpgrade {
-            node: name,
-            progress: p.clone(),
-        });
-    }
+    let _ = name;
 }

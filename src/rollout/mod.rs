@@ -8,9 +8,11 @@
 //! their own), `rollback.rs` (a node failed after its upgrade, driven back)
 //! `prepare.rs` (a node downloading its update before the drain) and
 //! `start.rs` (which nodes may start) answer them. `engine.rs` applies a
-//! decision, its calls paced by `pacing.rs` (calls at once, cordons as
-//! give-backs make room).
+//! decision, each action as `apply.rs` says (the node's record written
+//! first, then the call it records), its calls paced by `pacing.rs` (calls
+//! at once, cordons as give-backs make room).
 
+mod apply;
 pub mod decide;
 pub mod decision;
 pub mod engine;
@@ -36,10 +38,11 @@ mod prepare_tests;
 #[cfg(test)]
 mod rollback_tests;
 
+pub use apply::apply;
 pub use decide::decide;
 pub use decision::{Action, Decision, Held, Inputs, Policy, Skipped, WindowState, HELD_RETRY};
 pub use engine::{
-    apply, reconcile, Clock, Engine, EngineError, Labels, Outcome, SystemClock, VirtualClock,
+    reconcile, Clock, Engine, EngineError, Labels, Outcome, SystemClock, VirtualClock,
 };
 pub use held::HELD_PREFIX;
 pub use pacing::CALLS_AT_ONCE;

@@ -1,7 +1,8 @@
 //! Downloading before the drain (`[driver] prepare`): a node about to start
 //! is first `preparing`, in service and uncordoned, while the driver's
 //! `prepare` run checks that the target is available to it and downloads
-//! it (the run's Job is the record of `preparing`, `cluster::effective`); the node is cordoned only once that run succeeded (staged), so a
+//! it (its record says `preparing` and names the run); the node is
+//! cordoned only once that run succeeded (staged), so a
 //! node is out of service for drain + reboot + health, never for the
 //! download, and a target the node cannot get fails it before it left
 //! service (brupop stages before it drains, too).
@@ -21,8 +22,9 @@
 //! - A prepare run that fails or outlasts `node_timeout` fails the node,
 //!   never cordoned (`failed`, with the driver's reason), and the rollout's
 //!   failure handling applies: no node starts until retry or a new target.
-//! - A new target clears a preparing node (the next prepare overwrites what
-//!   was staged; nothing staged is ever booted without its own activation).
+//! - A new target (or its pin revoked) clears a preparing node and stops
+//!   its prepare run (the next prepare overwrites what was staged; nothing
+//!   staged is ever booted without its own activation).
 
 use super::decide::{elapsed, fmt_duration, given_back_as, Ctx, Tally};
 use super::decision::Action;
@@ -38,10 +40,18 @@ pub(super) fn preparing<'a>(
     t: &mut Tally<'a>,
 ) {
     t.unavailable += usize::from(!n.ready);
-    if p.target != *ctx.target || (at_target && n.ready) {
+    let revoked = ctx.policy.is_revoked(ctx.target);
+    if p.target != *ctx.target || (at_target && n.ready) || revoked {
+        // Its download is for another version (a new pin, or one revoked):
+        // stopped; the node prepares the pin later, like any other.
         t.releases.push(Action::Clear {
             node: n.name.clone(),
-            reason: format!("prepared {} but the target is {}", p.target, ctx.target),
+            reason: if revoked {
+                format!("{} was revoked while it prepared", ctx.target)
+            } else {
+                format!("prepared {} but the target is {}", p.target, ctx.target)
+            },
+            stop_run: n.upgrade == UpgradeStatus::Running,
         });
         return;
     }
@@ -66,16 +76,15 @@ pub(super) fn preparing<'a>(
         let msg = super::health::bounded(msg);
         t.failed.get_or_insert((n.name.clone(), msg.clone()));
         let failed = given_back_as(p, ProgressState::Failed, ctx.now, msg);
-        t.releases
-            .extend(super::in_flight::fail(n, p, failed, false));
+        super::in_flight::fail(n, p, failed, t);
         return;
     }
     t.wake.at(deadline);
     t.preparing.push(n);
     if n.fault.is_none() && n.upgrade == UpgradeStatus::NotStarted {
-        // Recorded `preparing` (by an older agent, or before a give-back
-        // that did not land) with no run: start it.
-        t.advances.push(Action::Prepare {
+        // Recorded `preparing`, its run not made (the agent stopped between
+        // the record and the run): the run the record names is made now.
+        t.advances.push(Action::StartUpgrade {
             node: n.name.clone(),
             progress: p.clone(),
         });
@@ -109,7 +118,7 @@ fn earlier(t: DateTime<Utc>, d: std::time::Duration) -> DateTime<Utc> {
 }
 
 /// The record of a node whose prepare run starts now (`previous` and
-/// `attempts` as its cordon will carry them).
+/// `retries` as its cordon will carry them).
 pub(super) fn record(ctx: &Ctx<'_>, draining: NodeProgress) -> NodeProgress {
     NodeProgress {
         state: ProgressState::Preparing,
@@ -119,7 +128,7 @@ pub(super) fn record(ctx: &Ctx<'_>, draining: NodeProgress) -> NodeProgress {
     }
 }
 
-/// A staged node's drain record: its prepare's `previous` and `attempts`,
+/// A staged node's drain record: its prepare's `previous` and `retries`,
 /// a new episode from `now`.
 pub(super) fn draining(ctx: &Ctx<'_>, n: &NodeView, staged: &NodeProgress) -> NodeProgress {
     NodeProgress {
@@ -128,7 +137,7 @@ pub(super) fn draining(ctx: &Ctx<'_>, n: &NodeView, staged: &NodeProgress) -> No
         started_at: ctx.now,
         cordoned_by_drover: !n.unschedulable,
         message: String::new(),
-        attempts: staged.attempts,
+        retries: staged.retries,
         previous: staged.previous.clone().or_else(|| n.version.clone()),
     }
 }

@@ -47,7 +47,7 @@ fn preparing(name: &str, started: &str, run: UpgradeStatus) -> NodeView {
         started_at: t(started),
         cordoned_by_drover: false,
         message: String::new(),
-        attempts: 0,
+        retries: 0,
         previous: Some(v("1.12.0")),
     }));
     n.upgrade = run;
@@ -62,7 +62,7 @@ fn draining(name: &str) -> NodeView {
         started_at: t("02:50"),
         cordoned_by_drover: true,
         message: String::new(),
-        attempts: 0,
+        retries: 0,
         previous: Some(v("1.12.0")),
     }));
     n.unschedulable = true;
@@ -84,7 +84,7 @@ fn a_node_about_to_start_prepares_in_service_before_any_cordon() {
     };
     assert_eq!(progress.state, ProgressState::Preparing);
     assert!(!progress.cordoned_by_drover, "it stays in service");
-    assert_eq!(progress.run_action(), "prepare");
+    assert_eq!(progress.run_action(), crate::record::RunAction::Prepare);
     assert_eq!(d.state, RolloutState::Rolling);
     assert_eq!(d.unavailable, 0, "a preparing node serves");
     assert!(d.message.contains("downloading"), "{}", d.message);
@@ -195,10 +195,16 @@ fn a_new_target_clears_a_preparing_node() {
 }
 
 #[test]
-fn a_crash_before_the_prepare_run_started_starts_it_again() {
+fn a_crash_before_the_prepare_run_started_starts_the_run_its_record_names() {
+    // Recorded preparing, its run not made: that run is made (no new
+    // record, no new attempt).
     let nodes = [preparing("a", "03:00", UpgradeStatus::NotStarted)];
     let d = decide(&policy(1), &window(true), &nodes, t("03:01"));
-    assert_eq!(kinds(&d), [("prepare", "a".into())]);
+    assert_eq!(kinds(&d), [("start_upgrade", "a".into())]);
+    let Action::StartUpgrade { progress, .. } = &d.actions[0] else {
+        unreachable!()
+    };
+    assert_eq!(progress.state, ProgressState::Preparing);
 }
 
 #[test]
@@ -250,25 +256,27 @@ fn prestage_never_downloads_under_a_pause_a_freeze_or_a_refusal() {
 }
 
 #[test]
-fn a_prepare_run_outlasting_node_timeout_is_recorded_before_its_job_is_deleted() {
-    // No record on the node: the running prepare Job is its only record.
+fn a_prepare_run_outlasting_node_timeout_is_stopped_and_the_node_failed_in_service() {
     let mut n = preparing("a", "03:00", UpgradeStatus::Running);
-    n.from_run = true;
     let d = decide(
         &policy(1),
         &window(true),
         std::slice::from_ref(&n),
         t("03:45"),
     );
-    assert_eq!(kinds(&d), [("record", "a".into()), ("fail", "a".into())]);
-    let Action::Record { progress, .. } = &d.actions[0] else {
-        unreachable!()
-    };
-    assert_eq!(progress.state, ProgressState::Preparing);
-    let Action::Fail { uncordon, .. } = &d.actions[1] else {
+    assert_eq!(kinds(&d), [("fail", "a".into())]);
+    let Action::Fail {
+        uncordon,
+        stop_run,
+        progress,
+        ..
+    } = &d.actions[0]
+    else {
         unreachable!()
     };
     assert!(!uncordon, "never cordoned");
+    assert!(*stop_run, "its run is deleted after the record says so");
+    assert!(!progress.cordoned_by_drover);
     // While it runs, and once it succeeded (staged), nothing is written
     // but the cordon.
     let d = decide(
@@ -281,4 +289,24 @@ fn a_prepare_run_outlasting_node_timeout_is_recorded_before_its_job_is_deleted()
     n.upgrade = UpgradeStatus::Succeeded;
     let d = decide(&policy(1), &window(true), &[n], t("03:10"));
     assert_eq!(kinds(&d), [("cordon", "a".into())]);
+}
+
+#[test]
+fn a_new_pin_stops_the_download_of_the_old_one_and_the_node_prepares_later() {
+    let n = preparing("a", "03:00", UpgradeStatus::Running);
+    let mut p = policy(1);
+    p.target = v("1.13.3");
+    let d = decide(&p, &window(true), std::slice::from_ref(&n), t("03:10"));
+    assert_eq!(kinds(&d), [("clear", "a".into())]);
+    let Action::Clear { stop_run, .. } = &d.actions[0] else {
+        unreachable!()
+    };
+    assert!(*stop_run);
+    // A finished download needs no stop.
+    let n = preparing("a", "03:00", UpgradeStatus::Succeeded);
+    let d = decide(&p, &window(true), &[n], t("03:10"));
+    let Action::Clear { stop_run, .. } = &d.actions[0] else {
+        unreachable!()
+    };
+    assert!(!*stop_run);
 }

@@ -4,14 +4,18 @@
 //!
 //! - A node that fails a health check while it runs the target (its watch,
 //!   a `passed` node turning NotReady, a failure pinned on it at settle) is
-//!   cordoned and recorded `rolling-back` ([`Action::RollBack`]) when its
-//!   record names the version it ran before and fewer than `max_rollbacks`
-//!   of the cluster's nodes were rolled back from the target; otherwise it
-//!   is recorded `failed` in service, as with `halt`, and the message says
-//!   why it was not rolled back (the circuit breaker: the cluster halts with
-//!   its nodes as they are).
+//!   recorded `rolling-back` and cordoned ([`Action::RollBack`]) when its
+//!   record names the version it ran before (recorded by drover when it
+//!   started the node), that version is not revoked, a window is open, the
+//!   budget has room, and fewer than `max_rollbacks` rollbacks were started
+//!   from the target on the cluster's nodes (counted from the records:
+//!   failed ones and retries included); otherwise it is recorded `failed`
+//!   in service, as with `halt`, and the message says why it was not rolled
+//!   back (the circuit breaker: the cluster halts with its nodes as they are).
 //! - A `rolling-back` node is drained, then the driver's run for the
-//!   previous version starts ([`crate::cluster::NodeProgress::run_version`]);
+//!   previous version starts ([`crate::cluster::NodeProgress::run_version`])
+//!   inside a window, that version checked against `revoked` again at that
+//!   moment (revoked: the rollback fails, the node stays cordoned);
 //!   once the node is Ready at the previous version and its health checks
 //!   hold there (no node condition, no pod crash-looping or overdue), it is
 //!   uncordoned and marked rolled back from the target
@@ -21,8 +25,9 @@
 //! - A rollback whose driver fails, or that does not bring the node back
 //!   healthy within `node_timeout`, leaves the node cordoned at whatever it
 //!   runs, recorded `failed` with [`ROLLBACK_FAILED_PREFIX`]: drover never
-//!   uncordons a node at the version it failed. `drover.dev/retry` on it
-//!   tries the rollback again.
+//!   uncordons a node at the version it failed. `drover.dev/retry` on its
+//!   record tries the rollback again, within `max_rollbacks`. It counts
+//!   against `max_unavailable` while it stays cordoned.
 //!
 //! The cluster reports `failed` for the target from the first failure on,
 //! for as long as a node is rolling back, failed, or marked rolled back from
@@ -42,17 +47,23 @@ pub const ROLLBACK_FAILED_PREFIX: &str = "rollback failed: ";
 /// How the message of a node rolled back begins.
 pub const ROLLED_BACK_PREFIX: &str = "rolled back to ";
 
-/// How many of `nodes` were rolled back from `target`, or are being: what
-/// the circuit breaker counts against `max_rollbacks`.
+/// How many rollbacks from `target` were started on `nodes`, from their
+/// records (failed ones and retries included; a node marked rolled back
+/// from it had one at least): what the circuit breaker counts against
+/// `max_rollbacks`.
 pub(super) fn count(nodes: &[&NodeView], target: &Version) -> usize {
     nodes
         .iter()
-        .filter(|n| {
-            n.rolled_back.contains(target)
-                || matches!(&n.progress, Ok(Some(p))
-                    if p.target == *target && p.state == ProgressState::RollingBack)
+        .map(|n| {
+            let started: u32 = n
+                .rollbacks
+                .iter()
+                .filter(|r| r.version == *target)
+                .map(|r| r.started)
+                .sum();
+            started.max(u32::from(n.rolled_back.contains(target))) as usize
         })
-        .count()
+        .sum()
 }
 
 /// Node `n`, recorded `p` at the target, failed health check `check` with
@@ -68,7 +79,7 @@ pub(super) fn failed_health(
     t: &mut Tally<'_>,
 ) -> bool {
     let policy = ctx.policy;
-    let (action, why) = match why_not(ctx, n, p, t.rollbacks) {
+    let (action, why) = match why_not(ctx, n, p, t) {
         None => {
             let previous = p.previous.clone().unwrap_or_else(|| p.target.clone());
             t.rollbacks += 1;
@@ -81,7 +92,7 @@ pub(super) fn failed_health(
                 started_at: ctx.now,
                 cordoned_by_drover: !n.unschedulable,
                 message: msg,
-                attempts: p.attempts,
+                retries: p.retries,
                 previous: Some(previous),
             };
             (
@@ -114,7 +125,7 @@ pub(super) fn failed_health(
 }
 
 /// Why node `n` is not rolled back, or `None` when it is.
-fn why_not(ctx: &Ctx<'_>, n: &NodeView, p: &NodeProgress, rollbacks: usize) -> Option<String> {
+fn why_not(ctx: &Ctx<'_>, n: &NodeView, p: &NodeProgress, t: &Tally<'_>) -> Option<String> {
     let policy = ctx.policy;
     if policy.on_failure != OnFailure::Rollback {
         return Some("on_failure = \"halt\"".into());
@@ -132,12 +143,28 @@ fn why_not(ctx: &Ctx<'_>, n: &NodeView, p: &NodeProgress, rollbacks: usize) -> O
         Some(prev) if *prev == p.target => {
             return Some("not rolled back: it ran this version before".into())
         }
+        Some(prev) if policy.is_revoked(prev) => {
+            return Some(format!(
+                "not rolled back: the version it ran before, {prev}, is revoked"
+            ))
+        }
         Some(_) => {}
     }
-    if rollbacks >= policy.max_rollbacks as usize {
+    if t.rollbacks >= policy.max_rollbacks as usize {
         return Some(format!(
             "max_rollbacks ({}) reached: the cluster halts with its nodes as they are",
             policy.max_rollbacks
+        ));
+    }
+    if !ctx.win.is_open() {
+        return Some("not rolled back: no maintenance window is open".into());
+    }
+    // A watched node counts already; a passed one would take a place.
+    let counted = p.state == ProgressState::Watching;
+    if !counted && t.unavailable >= ctx.budget {
+        return Some(format!(
+            "not rolled back: max_unavailable ({}) has no room",
+            ctx.budget
         ));
     }
     None
@@ -189,13 +216,22 @@ pub(super) fn rolling_back(
     } else {
         None
     };
+    let failure = failure.or_else(|| {
+        // Checked again as its run would start: never to a revoked version.
+        (n.upgrade == UpgradeStatus::NotStarted && ctx.policy.is_revoked(previous)).then(|| {
+            format!("the version it would roll back to, {previous}, is revoked: not started")
+        })
+    });
     if let Some(why) = failure {
         return rollback_failed(ctx, n, p, why, t);
     }
     t.wake.at(deadline);
     t.poll_health |= back;
     let message = held::message_for(p, hold);
-    if n.fault.is_some() || back || n.upgrade != UpgradeStatus::NotStarted {
+    // Its run starts inside a window only (it waits, cordoned, for one;
+    // `node_timeout` still applies).
+    let may_run = ctx.win.is_open() || n.pods_to_evict > 0;
+    if n.fault.is_some() || back || n.upgrade != UpgradeStatus::NotStarted || !may_run {
         if let Some(m) = message {
             t.advances.push(held::note(n, p, m));
         }
@@ -271,11 +307,10 @@ fn rolled_back(n: &NodeView, p: &NodeProgress, t: &mut Tally<'_>, ctx: &Ctx<'_>)
     });
 }
 
-/// The rollback failed: the node stays cordoned and is named.
+/// The rollback failed: the node stays cordoned (and counted against the
+/// budget) and is named; a run still running is stopped.
 fn rollback_failed(ctx: &Ctx<'_>, n: &NodeView, p: &NodeProgress, why: String, t: &mut Tally<'_>) {
     t.in_flight -= 1;
-    t.unavailable -= 1;
-    t.unavailable += usize::from(!n.ready);
     let msg = bounded(format!(
         "{ROLLBACK_FAILED_PREFIX}{why}; left cordoned (it failed at {}: {})",
         p.target, p.message
@@ -291,6 +326,7 @@ fn rollback_failed(ctx: &Ctx<'_>, n: &NodeView, p: &NodeProgress, why: String, t
             message: msg,
             ..p.clone()
         },
+        stop_run: n.upgrade == UpgradeStatus::Running,
     });
 }
 
@@ -310,9 +346,34 @@ pub(super) fn after_failed_rollback(
     if !failed_record(p) {
         return false;
     }
-    if n.retry && p.previous.is_some() {
+    // Still cordoned by drover at the version it failed: it counts.
+    let cordoned = p.cordoned_by_drover && n.unschedulable;
+    t.unavailable += usize::from(cordoned || !n.ready);
+    let refused = if !n.retry {
+        None
+    } else if p.previous.is_none() {
+        Some("the version it ran before was not recorded".to_string())
+    } else if t.rollbacks >= ctx.policy.max_rollbacks as usize {
+        Some(format!(
+            "max_rollbacks ({}) reached: {} rollbacks from {} started; a reviewed change raising \
+             max_rollbacks allows another",
+            ctx.policy.max_rollbacks, t.rollbacks, p.target
+        ))
+    } else if p
+        .previous
+        .as_ref()
+        .is_some_and(|v| ctx.policy.is_revoked(v))
+    {
+        Some("the version it ran before is revoked".into())
+    } else if !ctx.win.is_open() {
+        Some("no maintenance window is open".into())
+    } else {
+        None
+    };
+    if n.retry && refused.is_none() {
+        t.rollbacks += 1;
         t.in_flight += 1;
-        t.unavailable += usize::from(n.ready);
+        t.unavailable += usize::from(!cordoned && n.ready);
         t.releases.push(Action::RollBack {
             node: n.name.clone(),
             progress: NodeProgress {
@@ -326,10 +387,14 @@ pub(super) fn after_failed_rollback(
         });
         return true;
     }
+    let said = match refused {
+        Some(why) => bounded(format!("{}; retry not started: {why}", p.message)),
+        None => p.message.clone(),
+    };
     if p.target == *ctx.target {
-        t.failed.get_or_insert((n.name.clone(), p.message.clone()));
+        t.failed.get_or_insert((n.name.clone(), said.clone()));
     }
-    t.skipped.push(skip(n, p.message.clone()));
+    t.skipped.push(skip(n, said));
     true
 }
 
@@ -343,8 +408,8 @@ pub(super) fn may_start(n: &NodeView, target: &Version) -> bool {
 /// `failed` for the target.
 pub(super) fn idle_rolled_back(n: &NodeView, target: &Version, t: &mut Tally<'_>) {
     let msg = format!(
-        "rolled back from {target}: not moved to it again (remove the annotation \
-         drover.dev/rolled-back to allow it)"
+        "rolled back from {target}: not moved to it again (annotate its DroverNode \
+         drover.dev/clear-rolled-back to allow it)"
     );
     t.failed.get_or_insert((n.name.clone(), msg.clone()));
     t.skipped.push(skip(n, msg));

@@ -40,6 +40,7 @@ fn policy(on_failure: OnFailure, max_unavailable: u32, max_rollbacks: u32) -> Po
         max_rollbacks,
         prepare: false,
         prestage: std::time::Duration::ZERO,
+        revoked: Vec::new(),
     }
 }
 
@@ -73,16 +74,7 @@ fn model(name: &str, bad: bool, rollback_fails: bool) -> Model {
             name: name.into(),
             version: Some(v("1.13.2")),
             ready: true,
-            unschedulable: false,
-            progress: Ok(None),
-            retry: false,
-            pods_to_evict: 0,
-            upgrade: UpgradeStatus::NotStarted,
-            budgets_allow_drain: false,
-            from_run: false,
-            fault: None,
-            rolled_back: Vec::new(),
-            managed_by: None,
+            ..NodeView::default()
         },
         bad_at: bad.then(|| v("1.13.3")),
         rollback_fails,
@@ -198,29 +190,51 @@ fn apply(a: &Action, m: &mut Model) {
     let set = |m: &mut Model, p: Option<&NodeProgress>| {
         m.view.progress = Ok(p.cloned());
         m.view.retry = false;
-        m.view.from_run = false;
     };
     match a {
-        Action::Cordon { progress, .. } | Action::RollBack { progress, .. } => {
+        Action::Cordon { progress, .. } => {
             m.view.unschedulable = true;
             set(m, Some(progress));
             m.view.upgrade = UpgradeStatus::NotStarted;
+        }
+        Action::RollBack { progress, .. } => {
+            m.view.unschedulable = true;
+            set(m, Some(progress));
+            m.view.upgrade = UpgradeStatus::NotStarted;
+            // Counted in the record, as the backend's write does.
+            match m
+                .view
+                .rollbacks
+                .iter_mut()
+                .find(|r| r.version == progress.target)
+            {
+                Some(r) => r.started += 1,
+                None => m.view.rollbacks.push(crate::record::Rollbacks {
+                    version: progress.target.clone(),
+                    started: 1,
+                }),
+            }
         }
         Action::Evict { .. } => {}
         // The policy here has no prepare step.
         Action::Prepare { .. } => unreachable!("prepare is off"),
         Action::StartUpgrade { progress, .. } => {
-            // Nothing written: the run's Job is the record (`cluster::effective`).
+            // The run the record named exists: upgrading (`cluster::effective`).
             set(m, Some(progress));
-            m.view.from_run = progress.run_action() == "upgrade";
             m.view.upgrade = UpgradeStatus::Running;
             m.view.ready = false;
             m.run = Some((progress.run_version().clone(), false));
         }
-        Action::Complete { uncordon, .. } => {
+        Action::Complete { uncordon, .. } | Action::GiveBack { uncordon, .. } => {
             m.view.unschedulable &= !uncordon;
             set(m, None);
         }
+        Action::Release { progress, .. } => {
+            m.view.unschedulable = false;
+            set(m, Some(progress));
+        }
+        Action::Retarget { progress, .. } => set(m, Some(progress)),
+        Action::ClearRolledBack { .. } => m.view.rolled_back.clear(),
         Action::Block {
             progress, uncordon, ..
         }
@@ -236,8 +250,7 @@ fn apply(a: &Action, m: &mut Model) {
         Action::Pass { progress, .. }
         | Action::Unhealthy { progress, .. }
         | Action::RollbackFailed { progress, .. }
-        | Action::Note { progress, .. }
-        | Action::Record { progress, .. } => set(m, Some(progress)),
+        | Action::Note { progress, .. } => set(m, Some(progress)),
         Action::RolledBack {
             progress,
             rolled_back,
@@ -353,14 +366,29 @@ fn a_rollback_whose_driver_fails_leaves_the_node_cordoned_and_named() {
 }
 
 #[test]
-fn a_retry_on_a_failed_rollback_tries_the_rollback_again() {
+fn a_retry_on_a_failed_rollback_tries_the_rollback_again_within_max_rollbacks() {
+    // The retry is a rollback started: with max_rollbacks = 1 the failed
+    // one used the breaker up, and the retry is refused, named.
     let p = policy(OnFailure::Rollback, 1, 1);
     let mut nodes = vec![model("a", true, true)];
     drive(&p, &mut nodes, 200);
     nodes[0].rollback_fails = false;
     nodes[0].view.retry = true;
+    let seen = drive(&p, &mut nodes, 50);
+    assert_eq!(seen.rollbacks_started, 0);
+    let a = node(&nodes, "a");
+    assert!(a.unschedulable, "still cordoned at the failed version");
+    let d = seen.last.unwrap();
+    let said = &d.skipped.iter().find(|s| s.node == "a").unwrap().reason;
+    assert!(
+        said.contains("retry not started: max_rollbacks (1) reached"),
+        "{said}"
+    );
+    // With room for a second rollback, the retry runs it.
+    let p = policy(OnFailure::Rollback, 1, 2);
     let seen = drive(&p, &mut nodes, 200);
     assert!(seen.violations.is_empty(), "{:?}", seen.violations);
+    assert_eq!(seen.rollbacks_started, 1);
     let a = node(&nodes, "a");
     assert_eq!(a.version, Some(v("1.13.2")));
     assert!(!a.unschedulable);

@@ -73,7 +73,8 @@ fn hold_but_window(ctx: &Ctx<'_>, t: &Tally<'_>) -> Option<(RolloutState, String
 /// out of service, or with `prestage` up to `budget` preparing or staged
 /// at once, ahead of the drains.
 pub(super) fn starts<'a>(ctx: &Ctx<'_>, t: &mut Tally<'a>, budget: usize) -> Vec<Action> {
-    if t.confirmed || hold_but_window(ctx, t).is_some() {
+    // Never a node moved to a revoked version, whatever the window says.
+    if t.confirmed || hold_but_window(ctx, t).is_some() || ctx.policy.is_revoked(ctx.target) {
         return Vec::new();
     }
     let cordon = ctx.win.is_open();
@@ -130,8 +131,8 @@ pub(super) fn starts<'a>(ctx: &Ctx<'_>, t: &mut Tally<'a>, budget: usize) -> Vec
             // Where a rollback takes it back to (docs/design.md §5b).
             previous: n.version.clone(),
             // A blocked node's retry counts, so its next backoff grows.
-            attempts: match &n.progress {
-                Ok(Some(p)) if p.state == ProgressState::Blocked => p.attempts.saturating_add(1),
+            retries: match &n.progress {
+                Ok(Some(p)) if p.state == ProgressState::Blocked => p.retries.saturating_add(1),
                 _ => 0,
             },
         };

@@ -24,7 +24,7 @@ pub(super) fn watching(p: &NodeProgress, now: DateTime<Utc>) -> NodeProgress {
         started_at: now,
         cordoned_by_drover: false,
         message: String::new(),
-        attempts: p.attempts,
+        retries: p.retries,
         previous: p.previous.clone(),
     }
 }
@@ -64,6 +64,7 @@ pub(super) fn watched<'a>(
             } else {
                 format!("target changed from {} to {target}", p.target)
             },
+            stop_run: false,
         });
         return;
     };
@@ -241,6 +242,7 @@ pub(super) fn settle(ctx: &Ctx<'_>, t: &mut Tally<'_>) {
                 t.releases.push(Action::Clear {
                     node: n.name.clone(),
                     reason: "settled: every health check held".into(),
+                    stop_run: false,
                 });
             }
         }

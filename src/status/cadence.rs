@@ -219,7 +219,7 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::{NodeProgress, ProgressState, UpgradeStatus};
+    use crate::cluster::{NodeProgress, ProgressState};
     use std::time::Duration;
 
     fn t(s: &str) -> DateTime<Utc> {
@@ -420,15 +420,8 @@ mod tests {
             version: Some(version.parse().unwrap()),
             ready,
             unschedulable: cordoned,
-            progress: Ok(None),
-            retry: false,
-            pods_to_evict: 0,
-            upgrade: UpgradeStatus::NotStarted,
             budgets_allow_drain: true,
-            from_run: false,
-            fault: None,
-            rolled_back: Vec::new(),
-            managed_by: None,
+            ..NodeView::default()
         }
     }
 
@@ -442,7 +435,7 @@ mod tests {
                 started_at: t("2026-12-01T02:00:00Z"),
                 cordoned_by_drover: true,
                 message: String::new(),
-                attempts: 0,
+                retries: 0,
                 previous: None,
             }));
             n

@@ -2,7 +2,8 @@
 //! the Rust type, the RBAC grants exactly what the agent calls, and the
 //! Deployment carries the security settings the install guide promises.
 //!
-//! Regenerate `deploy/base/crd.yaml` with `DROVER_BLESS=1 cargo test --test offline agent_manifests`.
+//! Regenerate `deploy/base/crd.yaml` and `deploy/base/crd-drovernode.yaml`
+//! with `DROVER_BLESS=1 cargo test --test offline agent_manifests`.
 
 use drover::agent::{
     crd, Permission, CLUSTER_PERMISSIONS, JOB_NAMESPACE_PERMISSIONS, NAMESPACE_PERMISSIONS,
@@ -41,6 +42,45 @@ fn crd_yaml_is_generated_from_the_rust_type() {
     assert_eq!(
         d[0]["metadata"]["name"].as_str(),
         Some("droverstatuses.drover.dev")
+    );
+}
+
+#[test]
+fn the_node_record_crd_is_generated_from_the_rust_type() {
+    let path = base().join("crd-drovernode.yaml");
+    let want = drover::record::wire::crd_manifest();
+    if std::env::var("DROVER_BLESS").is_ok_and(|v| v == "1") {
+        std::fs::write(&path, &want).unwrap();
+    }
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        have == want,
+        "deploy/base/crd-drovernode.yaml is stale; regenerate with DROVER_BLESS=1 cargo test --test offline agent_manifests"
+    );
+    let d = docs("crd-drovernode.yaml");
+    assert_eq!(d.len(), 1);
+    assert_eq!(
+        d[0]["metadata"]["name"].as_str(),
+        Some("drovernodes.drover.dev")
+    );
+    // What `kubectl get drovernodes` shows, and no status subresource: the
+    // record is written whole, in one request.
+    let v = &d[0]["spec"]["versions"][0];
+    let cols: Vec<&str> = v["additionalPrinterColumns"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        cols,
+        ["Node", "Phase", "Target", "Since", "Attempt", "Message", "Run"]
+    );
+    assert!(v["subresources"].is_null(), "{:?}", v["subresources"]);
+    let kz = std::fs::read_to_string(base().join("kustomization.yaml")).unwrap();
+    assert!(
+        kz.contains("  - crd-drovernode.yaml"),
+        "the base installs it"
     );
 }
 

@@ -44,6 +44,8 @@ mod notify_relay;
 mod openpgp_trust;
 mod promote;
 mod release_dry_run;
+mod rollout_breaker;
+mod rollout_pin_change;
 mod rollout_props;
 mod rollout_sim;
 mod status_branches;

@@ -11,7 +11,7 @@
 //! debug on a loaded 2-core machine.
 
 use chrono::{DateTime, Duration as D, Utc};
-use drover::cluster::{Cluster, NodeProgress};
+use drover::cluster::{Cluster, RecordWrite};
 use drover::config::{MaxUnavailable, OnDrainTimeout};
 use drover::rollout::{
     apply, decide, Action, Clock, Engine, Labels, Policy, RolloutState, VirtualClock,
@@ -222,6 +222,7 @@ fn build(c: &Case, clock: &VirtualClock) -> (Sim, Policy) {
         max_rollbacks: 1,
         prepare: false,
         prestage: std::time::Duration::ZERO,
+        revoked: Vec::new(),
     };
     (sim, policy)
 }
@@ -259,10 +260,20 @@ fn run(
             let nodes = block_on(sim.observe()).unwrap();
             let d = decide(policy, &inputs, &nodes, now);
             for a in d.actions.iter().take(c.prefix) {
-                let _ = block_on(apply(sim, a));
+                let _ = block_on(apply(sim, a, &nodes, now));
             }
-            if let Some(Action::StartUpgrade { node, progress }) = d.actions.get(c.prefix) {
-                let _ = block_on(sim.set_progress(node, Some(progress)));
+            if let Some(Action::Cordon { node, progress }) = d.actions.get(c.prefix) {
+                // Half of it: the record written, the cordon not sent.
+                let view = nodes.iter().find(|n| n.name == *node).unwrap();
+                let write = RecordWrite {
+                    record: view
+                        .record_or_new(|| "crashed".into())
+                        .start(progress.clone()),
+                    base: view.record.clone(),
+                    consume: Default::default(),
+                    at: now,
+                };
+                let _ = block_on(sim.write_record(&write));
             }
             engine = Engine::new(policy.clone(), Labels::default(), clock.clone());
             continue;
@@ -319,7 +330,7 @@ fn check_invariants(c: &Case, sim: &Sim, policy: &Policy, sched: &Timeline) {
             "{} left cordoned",
             n.name
         );
-        let p = NodeProgress::decode(&n.annotations).unwrap();
+        let p = sim.record(&n.name).and_then(|r| r.progress);
         assert!(
             !p.is_some_and(|p| p.state.in_flight()),
             "{} left in flight",

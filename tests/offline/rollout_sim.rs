@@ -2,7 +2,7 @@
 //! time, with PDBs, failures, windows, retries and target changes.
 
 use chrono::{DateTime, Duration as D, Utc};
-use drover::cluster::{NodeProgress, ProgressState, ANN_RETRY};
+use drover::cluster::{NodeProgress, ProgressState};
 use drover::config::{MaxUnavailable, OnDrainTimeout};
 use drover::rollout::{Clock, Engine, Labels, Policy, RolloutState, VirtualClock};
 use drover::sim::{drive, CordonedBy, EventKind, Failure, Pdb, Pod, Sim, SimNode, Timeline};
@@ -31,6 +31,7 @@ fn policy(max: u32, mode: OnDrainTimeout) -> Policy {
         max_rollbacks: 1,
         prepare: false,
         prestage: std::time::Duration::ZERO,
+        revoked: Vec::new(),
     }
 }
 
@@ -64,7 +65,7 @@ fn budget(sim: &Sim, name: &str, min_available: usize, relents: Option<DateTime<
 
 fn progress(sim: &Sim, node: &str) -> Option<NodeProgress> {
     let n = sim.nodes().into_iter().find(|n| n.name == node).unwrap();
-    NodeProgress::decode(&n.annotations).unwrap()
+    sim.record(&n.name).and_then(|r| r.progress)
 }
 
 #[test]
@@ -215,7 +216,12 @@ fn a_node_that_never_returns_fails_the_rollout_uncordoned() {
         "{}",
         r.last.message
     );
-    assert_eq!(r.ended_at, t0() + D::minutes(45));
+    // Its run is stopped at node_timeout, and the node uncordoned once
+    // its pod is gone.
+    assert_eq!(
+        r.ended_at,
+        t0() + D::minutes(45) + D::from_std(drover::sim::STOP_GRACE).unwrap()
+    );
     let nodes = sim.nodes();
     assert!(!nodes[0].unschedulable);
     assert_eq!(
@@ -242,7 +248,7 @@ fn wrong_version_fails_and_a_retry_annotation_resumes() {
         r.last.message
     );
 
-    sim.annotate("a", ANN_RETRY, "please");
+    sim.request_retry("a");
     let r = block_on(drive(&sim, &e, &Timeline::always(), t0() + D::days(1))).unwrap();
     // The retried node is idle again and, first by name, is tried again; the
     // sim returns it at 1.13.1 once more.
@@ -251,7 +257,7 @@ fn wrong_version_fails_and_a_retry_annotation_resumes() {
 }
 
 #[test]
-fn a_restarted_engine_resumes_from_the_annotations() {
+fn a_restarted_engine_resumes_from_the_records() {
     let clock = VirtualClock::new(t0());
     let sim = Sim::uniform("c", clock.clone(), 3, &Version::new(1, 12, 0), mins(15));
     let p = policy(1, OnDrainTimeout::Skip);
@@ -339,8 +345,8 @@ fn a_node_cordoned_by_someone_else_is_never_touched() {
     );
     let a = &sim.nodes()[0];
     assert_eq!(
-        (a.cordoned_by, a.version.clone(), a.annotations.is_empty()),
-        (Some(CordonedBy::Other), old(), true)
+        (a.cordoned_by, a.version.clone(), sim.record("a")),
+        (Some(CordonedBy::Other), old(), None)
     );
 }
 
@@ -362,12 +368,8 @@ fn a_new_target_clears_failed_records_and_moves_on() {
     assert!(r.last.message.contains("disk full"));
     let mut newer = policy(1, OnDrainTimeout::Skip);
     newer.target = Version::new(1, 13, 3);
-    let sim_nodes = sim.nodes();
     assert_eq!(
-        NodeProgress::decode(&sim_nodes[0].annotations)
-            .unwrap()
-            .unwrap()
-            .state,
+        sim.record("a").unwrap().progress.unwrap().state,
         ProgressState::Failed
     );
     let r = block_on(drive(

@@ -1,0 +1,203 @@
+//! drover's node records on the API server: one `DroverNode` per node in
+//! the agent's namespace (`record::wire::DroverNode`), labelled with the
+//! agent's environment and cluster, written by the agent alone (its Role,
+//! and the admission policy of `deploy/base`) in one request per
+//! transition: created the first time, then a merge patch of the whole
+//! record conditional on the `resourceVersion` the decision read. A write
+//! that meets a change of the annotations only (a person asking for a
+//! retry) is made again on the new version; one that meets a record it did
+//! not read fails, and the node waits for the next step.
+
+use super::observe::Observer;
+use super::{is_status, Error, FIELD_MANAGER};
+use crate::cluster::{RecordError, RecordWrite, Stored};
+use crate::record::wire::{self, DroverNode, DroverNodeStatus};
+use crate::record::{CLUSTER_LABEL, ENVIRONMENT_LABEL, PERSON_ANNOTATIONS};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::ResourceExt;
+use serde_json::{json, Value};
+
+/// Keep what drover reads of a record: no managedFields, and of the
+/// annotations only the person's requests.
+pub(crate) fn trim(r: &mut DroverNode) {
+    r.managed_fields_mut().clear();
+    if let Some(a) = r.metadata.annotations.as_mut() {
+        a.retain(|k, _| PERSON_ANNOTATIONS.contains(&k.as_str()));
+    }
+}
+
+/// The record `obj` stores, with what a write to it builds on.
+pub(crate) fn stored(obj: &DroverNode) -> Result<Stored, RecordError> {
+    let record = wire::decode(&obj.spec, obj.status.as_ref())?;
+    Ok(Stored {
+        record,
+        resource_version: obj.resource_version().unwrap_or_default(),
+        generation: obj.metadata.generation.unwrap_or(0),
+        conditions: obj
+            .status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default(),
+        requests: wire::requests(obj.annotations()),
+    })
+}
+
+/// Every field of the status, so that a merge patch of the whole record
+/// removes the ones the new record leaves out (a cleared target, a
+/// message gone).
+const STATUS_FIELDS: [&str; 13] = [
+    "phase",
+    "target",
+    "since",
+    "attempt",
+    "retries",
+    "cordonedByDrover",
+    "previousVersion",
+    "message",
+    "run",
+    "rolledBack",
+    "rollbacksStarted",
+    "observedGeneration",
+    "conditions",
+];
+
+fn whole(status: &DroverNodeStatus) -> Value {
+    let mut value = serde_json::to_value(status).unwrap_or_default();
+    if let Value::Object(map) = &mut value {
+        for key in STATUS_FIELDS {
+            map.entry(key).or_insert(Value::Null);
+        }
+    }
+    value
+}
+
+/// Write `w` (see the module docs); returns the record as stored.
+pub async fn write(obs: &Observer, w: &RecordWrite) -> Result<Stored, Error> {
+    let node = w.record.node.clone();
+    let api: Api<DroverNode> = Api::namespaced(obs.client.clone(), &obs.opts.records_namespace);
+    let err = |call: &str, source| Error::Node {
+        node: node.clone(),
+        call: format!("{call} drovernode {}/{node}", obs.opts.records_namespace),
+        source,
+    };
+    let conflict = || Error::RecordChanged { node: node.clone() };
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    let status = w.status();
+    let written = match &w.base {
+        None => {
+            let mut obj = DroverNode::new(
+                &node,
+                wire::spec(&w.record, &obs.opts.environment, &obs.opts.cluster_name),
+            );
+            obj.metadata.namespace = Some(obs.opts.records_namespace.clone());
+            obj.metadata.labels = Some(
+                [
+                    (ENVIRONMENT_LABEL.to_string(), obs.opts.environment.clone()),
+                    (CLUSTER_LABEL.to_string(), obs.opts.cluster_name.clone()),
+                ]
+                .into(),
+            );
+            obj.status = Some(status);
+            let pp = PostParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..PostParams::default()
+            };
+            match api.create(&pp, &obj).await {
+                Ok(o) => o,
+                Err(e) if is_status(&e, 409) => return Err(conflict()),
+                Err(e) => return Err(err("create", e)),
+            }
+        }
+        Some(base) => {
+            let consumed: serde_json::Map<String, Value> = PERSON_ANNOTATIONS
+                .iter()
+                .zip([w.consume.retry, w.consume.clear_rolled_back])
+                .filter(|(_, on)| *on)
+                .map(|(k, _)| (k.to_string(), Value::Null))
+                .collect();
+            let mut rv = base.resource_version.clone();
+            let mut written = None;
+            for _ in 0..2 {
+                let patch = json!({
+                    "metadata": { "resourceVersion": rv, "annotations": consumed },
+                    "status": whole(&status),
+                });
+                match api.patch(&node, &params, &Patch::Merge(&patch)).await {
+                    Ok(o) => {
+                        written = Some(o);
+                        break;
+                    }
+                    Err(e) if is_status(&e, 409) => {
+                        // A person's annotation changes the version, not
+                        // the record: made again on the new one.
+                        let fresh = api.get(&node).await.map_err(|e| err("get", e))?;
+                        match stored(&fresh) {
+                            Ok(s) if s.record == base.record => {
+                                rv = fresh.resource_version().unwrap_or_default();
+                            }
+                            _ => return Err(conflict()),
+                        }
+                    }
+                    Err(e) if is_status(&e, 404) => return Err(conflict()),
+                    Err(e) => return Err(err("patch", e)),
+                }
+            }
+            written.ok_or_else(conflict)?
+        }
+    };
+    let mut written = written;
+    trim(&mut written);
+    let s = stored(&written).map_err(|e| Error::BadRecord {
+        node: node.clone(),
+        why: e.to_string(),
+    })?;
+    tracing::info!(node = %node, phase = %written.status.as_ref().map_or("", |s| s.phase.as_str()), "record written");
+    obs.wrote_record(written);
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{NodeProgress, NodeRecord, ProgressState};
+
+    #[test]
+    fn a_whole_record_patch_names_every_status_field() {
+        // Every field set: what the merge patch must be able to remove.
+        let p = NodeProgress {
+            state: ProgressState::RollingBack,
+            target: semver::Version::new(1, 13, 0),
+            started_at: "2026-12-08T02:00:00Z".parse().unwrap(),
+            cordoned_by_drover: true,
+            message: "m".into(),
+            retries: 1,
+            previous: Some(semver::Version::new(1, 12, 0)),
+        };
+        let r = NodeRecord::new("a", "i")
+            .start(p)
+            .with_rolled_back(&[semver::Version::new(1, 11, 0)]);
+        let full = wire::encode(&r, 1, &[], "2026-12-08T02:00:00Z".parse().unwrap());
+        let keys: Vec<String> = match serde_json::to_value(&full).unwrap() {
+            Value::Object(m) => m.keys().cloned().collect(),
+            _ => unreachable!(),
+        };
+        for k in &keys {
+            assert!(
+                STATUS_FIELDS.contains(&k.as_str()),
+                "{k} is not in STATUS_FIELDS"
+            );
+        }
+        assert_eq!(keys.len(), STATUS_FIELDS.len());
+        let idle = whole(&wire::encode(
+            &r.with_progress(None),
+            2,
+            &[],
+            "2026-12-08T02:00:00Z".parse().unwrap(),
+        ));
+        assert_eq!(idle["target"], Value::Null);
+        assert_eq!(idle["phase"], json!("idle"));
+    }
+}

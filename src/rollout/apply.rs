@@ -1,0 +1,290 @@
+//! What each action is on a cluster: the node's record written first
+//! (one request, conditional on the record the decision read), then the
+//! call it records: the cordon, the run the record names, the deletion of
+//! a run. A give-back uncordons first and records after (a crash between
+//! the two leaves the record saying the node is drover's cordon, and the
+//! give-back is repeated), except where the node's run may still act on
+//! it: then the record says the run is stopped, the run is deleted, and
+//! the uncordon waits for a later step ([`Action::Release`]).
+//!
+//! A node's actions of one step are applied in order, each write built on
+//! the record the previous one stored ([`NodeCalls`]).
+
+use super::decision::Action;
+use super::engine::EngineError;
+use crate::cluster::{
+    Cluster, Cordoned, EvictionPass, NodeProgress, NodeRecord, NodeView, RecordWrite, Requests,
+    RunStart, Stored,
+};
+use chrono::{DateTime, Utc};
+
+/// One node's calls in a step: its view, and its record as the last write
+/// stored it.
+pub(super) struct NodeCalls<'a> {
+    view: Option<&'a NodeView>,
+    name: &'a str,
+    stored: Option<Stored>,
+    now: DateTime<Utc>,
+}
+
+impl<'a> NodeCalls<'a> {
+    /// The calls about `name`, whose observation is `view` (if observed).
+    pub(super) fn new(name: &'a str, view: Option<&'a NodeView>, now: DateTime<Utc>) -> Self {
+        NodeCalls {
+            view,
+            name,
+            stored: view.and_then(|v| v.record.clone()),
+            now,
+        }
+    }
+
+    /// The record the next write builds on (a new one, with a fresh id,
+    /// before drover's first write about the node).
+    fn record(&self) -> NodeRecord {
+        match &self.stored {
+            Some(s) => s.record.clone(),
+            None => NodeRecord::new(self.name, format!("{:016x}", rand::random::<u64>())),
+        }
+    }
+
+    /// The current progress in the record, if any.
+    pub(super) fn progress(&self) -> Option<NodeProgress> {
+        self.stored
+            .as_ref()
+            .and_then(|s| s.record.progress.clone())
+            .or_else(|| {
+                self.view
+                    .and_then(|v| v.progress.as_ref().ok().cloned().flatten())
+            })
+    }
+
+    /// Write `record`, conditional on the stored one; every write consumes
+    /// the person's requests the decision saw (it acts on them), and
+    /// records its run's uid once seen.
+    async fn write<C: Cluster>(&mut self, cluster: &C, record: NodeRecord) -> Result<(), C::Error> {
+        // The uid observed is the one of the run the stored record links.
+        let observed_run = self
+            .view
+            .and_then(|v| v.record.as_ref())
+            .and_then(|s| s.record.run.as_ref())
+            .map(|r| r.name.as_str());
+        let uid = self
+            .view
+            .and_then(|v| v.run_uid.as_deref())
+            .filter(|_| record.run.as_ref().map(|r| r.name.as_str()) == observed_run);
+        let write = RecordWrite {
+            record: record.run_seen(uid),
+            consume: self
+                .stored
+                .as_ref()
+                .map_or(Requests::default(), |s| s.requests),
+            base: self.stored.take(),
+            at: self.now,
+        };
+        match cluster.write_record(&write).await {
+            Ok(stored) => {
+                self.stored = Some(stored);
+                Ok(())
+            }
+            Err(e) => {
+                self.stored = write.base;
+                Err(e)
+            }
+        }
+    }
+
+    /// Record `progress` on the node (no other call).
+    pub(super) async fn note<C: Cluster>(
+        &mut self,
+        cluster: &C,
+        progress: &NodeProgress,
+    ) -> Result<(), C::Error> {
+        let r = self.record().with_progress(Some(progress.clone()));
+        self.write(cluster, r).await
+    }
+
+    async fn cordon<C: Cluster>(
+        &mut self,
+        cluster: &C,
+        record: NodeRecord,
+    ) -> Result<(), C::Error> {
+        let claimed = record
+            .progress
+            .as_ref()
+            .is_some_and(|p| p.cordoned_by_drover);
+        self.write(cluster, record.clone()).await?;
+        if cluster.cordon(self.name).await? == Cordoned::Already && claimed {
+            // Someone cordoned it between the observation and the cordon:
+            // not drover's, so drover never uncordons it.
+            let mut r = record;
+            if let Some(p) = r.progress.as_mut() {
+                p.cordoned_by_drover = false;
+            }
+            tracing::warn!(
+                node = self.name,
+                "node already cordoned; recording that drover did not"
+            );
+            self.write(cluster, r).await?;
+        }
+        Ok(())
+    }
+
+    async fn start<C: Cluster>(
+        &mut self,
+        cluster: &C,
+        progress: &NodeProgress,
+    ) -> Result<(), C::Error> {
+        let mut r = self.record();
+        if !r.links_run_of(progress) || r.progress.is_none() {
+            // A record that does not name this run yet: named first.
+            r = r.planned_for(progress);
+            self.write(cluster, r.clone()).await?;
+        }
+        let Some(run) = r.run.clone() else {
+            return Ok(());
+        };
+        let start = RunStart {
+            record_id: r.id.clone(),
+            failed_version: (run.action == crate::record::RunAction::Rollback)
+                .then(|| progress.target.clone()),
+            run,
+        };
+        cluster.start_run(self.name, &start).await
+    }
+
+    async fn stop<C: Cluster>(&mut self, cluster: &C, record: NodeRecord) -> Result<(), C::Error> {
+        let r = record.stopping();
+        self.write(cluster, r.clone()).await?;
+        match &r.run {
+            Some(run) => cluster.stop_run(self.name, run).await,
+            None => Ok(()),
+        }
+    }
+
+    async fn give_back<C: Cluster>(
+        &mut self,
+        cluster: &C,
+        uncordon: bool,
+        record: NodeRecord,
+    ) -> Result<(), C::Error> {
+        if uncordon {
+            cluster.uncordon(self.name).await?;
+        }
+        self.write(cluster, record).await
+    }
+}
+
+/// Apply one action about the node of `calls`; returns the eviction pass
+/// for `Evict`.
+pub(super) async fn apply_on<C: Cluster>(
+    cluster: &C,
+    action: &Action,
+    calls: &mut NodeCalls<'_>,
+) -> Result<Option<EvictionPass>, EngineError<C::Error>> {
+    let err = |source| EngineError::Apply {
+        action: action.kind(),
+        node: action.node().to_string(),
+        source,
+    };
+    tracing::info!(action = action.kind(), node = action.node(), "apply");
+    let record = calls.record();
+    let with = |p: Option<&NodeProgress>| record.with_progress(p.cloned());
+    match action {
+        Action::Cordon { progress, .. } => {
+            calls.cordon(cluster, record.start(progress.clone())).await
+        }
+        Action::Prepare { progress, .. } => {
+            let r = record.start(progress.clone());
+            calls.write(cluster, r).await.map_err(err)?;
+            calls.start(cluster, progress).await
+        }
+        Action::Evict { node } => return cluster.evict(node).await.map(Some).map_err(err),
+        Action::StartUpgrade { progress, .. } => calls.start(cluster, progress).await,
+        Action::Block {
+            progress, uncordon, ..
+        }
+        | Action::Watch {
+            progress, uncordon, ..
+        } => {
+            calls
+                .give_back(cluster, *uncordon, with(Some(progress)))
+                .await
+        }
+        Action::Fail {
+            progress,
+            uncordon,
+            stop_run,
+            ..
+        } => {
+            if *stop_run {
+                calls.stop(cluster, with(Some(progress))).await
+            } else {
+                calls
+                    .give_back(cluster, *uncordon, with(Some(progress)))
+                    .await
+            }
+        }
+        Action::Complete { uncordon, .. } | Action::GiveBack { uncordon, .. } => {
+            calls.give_back(cluster, *uncordon, with(None)).await
+        }
+        Action::Release { progress, .. } => {
+            calls.give_back(cluster, true, with(Some(progress))).await
+        }
+        Action::Retarget { progress, .. } => {
+            let r = with(Some(progress)).retarget(&progress.target);
+            calls.write(cluster, r).await
+        }
+        Action::ClearRolledBack { .. } => calls.write(cluster, record.with_rolled_back(&[])).await,
+        Action::Pass { progress, .. }
+        | Action::Unhealthy { progress, .. }
+        | Action::Note { progress, .. } => calls.write(cluster, with(Some(progress))).await,
+        Action::RollBack { progress, .. } => {
+            let r = record.start(progress.clone());
+            if calls.view.is_some_and(|v| v.unschedulable) {
+                calls.write(cluster, r).await
+            } else {
+                calls.cordon(cluster, r).await
+            }
+        }
+        Action::RolledBack {
+            progress,
+            rolled_back,
+            uncordon,
+            ..
+        } => {
+            let r = with(Some(progress)).with_rolled_back(rolled_back);
+            calls.give_back(cluster, *uncordon, r).await
+        }
+        Action::RollbackFailed {
+            progress, stop_run, ..
+        } => {
+            if *stop_run {
+                calls.stop(cluster, with(Some(progress))).await
+            } else {
+                calls.write(cluster, with(Some(progress))).await
+            }
+        }
+        Action::Clear { stop_run, .. } => {
+            if *stop_run {
+                calls.stop(cluster, with(None)).await
+            } else {
+                calls.write(cluster, with(None)).await
+            }
+        }
+    }
+    .map_err(err)?;
+    Ok(None)
+}
+
+/// Apply one action on `cluster` as a step would, from the node's view in
+/// `nodes` (what the decision read).
+pub async fn apply<C: Cluster>(
+    cluster: &C,
+    action: &Action,
+    nodes: &[NodeView],
+    now: DateTime<Utc>,
+) -> Result<Option<EvictionPass>, EngineError<C::Error>> {
+    let view = nodes.iter().find(|n| n.name == action.node());
+    let mut calls = NodeCalls::new(action.node(), view, now);
+    apply_on(cluster, action, &mut calls).await
+}
