@@ -16,7 +16,7 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use drover::cluster::{NodeProgress, ProgressState};
+use drover::cluster::ProgressState;
 use drover::config::{OnUnreachable, PrometheusCheck};
 use drover::health::{PrometheusClient, QueryOutcome};
 use drover::rollout::{RolloutState, VirtualClock};
@@ -24,8 +24,8 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 use kube::ResourceExt;
 use support::agent::*;
-use support::backend::{pool_options, start_sim, POOL_LABEL};
-use support::kube::{await_node, ControlPlane, TestNamespace};
+use support::backend::{await_node_record, pool_options, progress_of, start_sim, POOL_LABEL};
+use support::kube::{ControlPlane, TestNamespace};
 use support::prometheus::{Exporter, Prometheus};
 
 const QUERY: &str = "drover_test_value > 0";
@@ -38,10 +38,6 @@ fn env_text(version: &str, pool: &str, prom: &str) -> String {
          [health]\nsettle = \"10m\"\npod_ready_timeout = \"5m\"\n\n\
          [[health.prometheus]]\nurl = \"{prom}\"\nquery = \"{QUERY}\"\ntimeout = \"2s\"\n"
     )
-}
-
-fn progress(n: &Node) -> Option<NodeProgress> {
-    NodeProgress::decode(n.annotations()).ok().flatten()
 }
 
 struct Round {
@@ -94,8 +90,8 @@ async fn round(i: usize, prom: &Prometheus, exporter: &Exporter) -> Round {
         "test: 1.13.0",
     );
     agent.handle.fetch();
-    await_node(&client, &nodes[0], "watching", |n| {
-        progress(n).is_some_and(|p| p.state == ProgressState::Watching)
+    await_node_record(&client, &pool, &nodes[0], "watching", |_, p| {
+        p.is_some_and(|p| p.state == ProgressState::Watching)
     })
     .await;
 
@@ -150,7 +146,7 @@ async fn round(i: usize, prom: &Prometheus, exporter: &Exporter) -> Round {
         .unwrap()
         .items;
     for n in &listed {
-        let p = progress(n);
+        let p = progress_of(&client, &pool, &n.name_any()).await;
         if n.name_any() == nodes[0] {
             assert_eq!(p.map(|p| p.state), Some(ProgressState::Failed));
         } else {

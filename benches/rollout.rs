@@ -39,6 +39,7 @@ fn policy(max: MaxUnavailable) -> Policy {
         max_rollbacks: 1,
         prepare: false,
         prestage: std::time::Duration::ZERO,
+        revoked: Vec::new(),
     }
 }
 
@@ -56,7 +57,7 @@ fn nodes(n: usize) -> Vec<NodeView> {
                         started_at: start(),
                         cordoned_by_drover: true,
                         message: String::new(),
-                        attempts: 0,
+                        retries: 0,
                         previous: None,
                     }),
                 ),
@@ -73,13 +74,7 @@ fn nodes(n: usize) -> Vec<NodeView> {
                     UpgradeStatus::NotStarted
                 },
                 progress: Ok(progress),
-                retry: false,
-                pods_to_evict: 0,
-                budgets_allow_drain: false,
-                from_run: false,
-                fault: None,
-                rolled_back: Vec::new(),
-                managed_by: None,
+                ..NodeView::default()
             }
         })
         .collect()

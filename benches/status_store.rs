@@ -163,6 +163,7 @@ fn rollout_commits(max: u32, node_mins: (u64, u64), interval: Duration) -> Commi
         max_rollbacks: 1,
         prepare: false,
         prestage: std::time::Duration::ZERO,
+        revoked: Vec::new(),
     };
     let engine = Engine::new(policy, Labels::default(), clock.clone());
     let schedule = Timeline {

@@ -88,7 +88,7 @@ impl<B: ClusterBackend> Acting<B> {
             ..Default::default()
         };
         let engine = Engine::new(
-            Policy::from_env(&active.env),
+            Policy::from_env(&active.env).with_revoked(active.revoked_versions.clone()),
             Labels {
                 env: self.cfg.env.clone(),
                 commit: active.commit.to_string(),

@@ -32,6 +32,7 @@ enum Verdict {
         status_branch: String,
         progress_interval: std::time::Duration,
         revoked: Option<String>,
+        revoked_versions: Vec<semver::Version>,
         waves: Vec<crate::gate::wave::Wave>,
     },
     Refuse(Refusal),
@@ -163,6 +164,7 @@ impl<B: ClusterBackend> Acting<B> {
                 status_branch,
                 progress_interval,
                 revoked,
+                revoked_versions,
                 waves,
             } => {
                 let previous = self.crd_status.last_applied_commit.clone();
@@ -200,6 +202,7 @@ impl<B: ClusterBackend> Acting<B> {
                     status_branch,
                     progress_interval,
                     revoked,
+                    revoked_versions,
                     waves,
                 });
                 self.metrics.set_blocked(None);
@@ -544,6 +547,7 @@ impl<B: ClusterBackend> Acting<B> {
                 failure_budget: env.rollout.failure_budget,
                 env: env.for_cluster(&cluster),
                 waves: crate::gate::wave::waves(&cfg, &env_name),
+                revoked_versions: revoked_versions(&cfg),
                 status_branch: cfg.root.status_branch,
                 progress_interval: cfg.root.progress_interval,
                 revoked,
@@ -677,6 +681,7 @@ impl<B: ClusterBackend> Acting<B> {
                     }
                     let revoked = revoked_reason(&a.snapshot.config, &env);
                     Verdict::Accept {
+                        revoked_versions: revoked_versions(&a.snapshot.config),
                         waves: crate::gate::wave::waves(&a.snapshot.config, &env_name),
                         version: env.version.to_string(),
                         env: Box::new(env),
@@ -760,6 +765,12 @@ fn revoked_reason(cfg: &config::RepoConfig, env: &EnvConfig) -> Option<String> {
         .iter()
         .find(|r| crate::gate::revokes(&r.version, &env.version))
         .map(|r| r.reason.clone())
+}
+
+/// Every version `cfg`'s `[promotion] revoked` lists: the policy in
+/// force's, which a rollback is checked against when it starts.
+fn revoked_versions(cfg: &config::RepoConfig) -> Vec<semver::Version> {
+    cfg.root.revoked.iter().map(|r| r.version.clone()).collect()
 }
 
 /// The signer files the agent is configured with; at least one must be.

@@ -407,7 +407,7 @@ impl Events {
             // Event (`NodeHeld`, published with the outcome's holds).
             // A run's state written before its give-back: the give-back's
             // own Event follows.
-            Action::Evict { .. } | Action::Note { .. } => return,
+            Action::Evict { .. } | Action::Note { .. } | Action::StopRun { .. } => return,
             Action::StartUpgrade { progress, .. }
                 if progress.run_action() == crate::record::RunAction::Rollback =>
             {

@@ -481,6 +481,9 @@ struct Active {
     /// Why the pinned version is revoked by the policy in force, if it is:
     /// no further node starts (docs/design.md §2).
     revoked: Option<String>,
+    /// Every version the policy in force revokes: no node is moved or
+    /// rolled back to one of them.
+    revoked_versions: Vec<semver::Version>,
     /// The environment's waves (one wave of every cluster without `[[wave]]`).
     waves: Vec<crate::gate::wave::Wave>,
     /// `[rollout] failure_budget`.

@@ -8,7 +8,8 @@ pub type Permission = (&'static str, &'static str, &'static [&'static str]);
 /// Every permission the agent uses, cluster-wide; `deploy/base/rbac.yaml`'s
 /// ClusterRole must grant exactly these (tests/offline/agent_manifests.rs checks).
 pub const CLUSTER_PERMISSIONS: &[Permission] = &[
-    // crate::kubernetes: observe nodes, cordon/annotate in one patch.
+    // crate::kubernetes: observe nodes, cordon and uncordon; the one
+    // migration removes earlier releases' annotations.
     ("", "nodes", &["get", "list", "watch", "patch"]),
     // crate::kubernetes: pods on nodes being drained (field-selected lists and watches).
     ("", "pods", &["list", "watch"]),
@@ -24,13 +25,13 @@ pub const CLUSTER_PERMISSIONS: &[Permission] = &[
 /// from the agent's own namespace so that only that namespace admits the
 /// pods an OS driver needs.
 pub const JOB_NAMESPACE_PERMISSIONS: &[Permission] = &[
-    // crate::kubernetes: the OS driver's upgrade Jobs; a node's Jobs are
-    // deleted in one request when its run is over (deletecollection), a
-    // running one alone when the node is given back blocked or failed.
+    // crate::kubernetes: the OS driver's Jobs; one is deleted only when its
+    // run must stop (a timeout, a new pin while it prepares); finished ones
+    // are left to their ttlSecondsAfterFinished.
     (
         "batch",
         "jobs",
-        &["create", "list", "watch", "delete", "deletecollection"],
+        &["create", "get", "list", "watch", "delete"],
     ),
 ];
 
@@ -50,4 +51,14 @@ pub const NAMESPACE_PERMISSIONS: &[Permission] = &[
         &["get", "list", "watch", "create", "patch"],
     ),
     ("drover.dev", "droverstatuses/status", &["patch"]),
+    // crate::kubernetes::record: each node's record, created once, then
+    // written whole (merge patch) at each transition; read through a watch.
+    // Only this ServiceAccount may write them (the admission policy of
+    // deploy/base/admission-policy.yaml refuses everyone else but a
+    // person's retry and clear-rolled-back annotations).
+    (
+        "drover.dev",
+        "drovernodes",
+        &["get", "list", "watch", "create", "patch"],
+    ),
 ];

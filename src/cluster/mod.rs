@@ -37,6 +37,9 @@ pub enum UpgradeStatus {
     Succeeded,
     /// The run failed, with the driver's message.
     Failed(String),
+    /// drover's record stopped the run but its Job is still there, not
+    /// being deleted (the delete did not land): it is deleted again.
+    StopPending,
     /// drover deleted the run; its Job or pods are still there and may act
     /// on the node: it is not uncordoned yet.
     Stopping,
@@ -212,6 +215,19 @@ pub struct RunStart {
     pub run: RunLink,
     /// A rollback's: the version that failed (`DROVER_FAILED_VERSION`).
     pub failed_version: Option<Version>,
+}
+
+impl RunStart {
+    /// The run `record` names for `progress` (a rollback's with the
+    /// version that failed), if it names one.
+    pub fn of(record: &NodeRecord, progress: &NodeProgress) -> Option<RunStart> {
+        let run = record.run.clone()?;
+        Some(RunStart {
+            record_id: record.id.clone(),
+            failed_version: (run.action == RunAction::Rollback).then(|| progress.target.clone()),
+            run,
+        })
+    }
 }
 
 /// What the rollout engine needs from a cluster. Implemented with `async fn`;

@@ -38,7 +38,11 @@ pub enum LinkedRun {
     },
     /// A run of that name that is not the record's (what it carries instead).
     Foreign(String),
-    /// drover stopped it; something of it is left (its Job, a pod not finished).
+    /// drover's record says it is stopped, and its Job is still there, not
+    /// being deleted (the delete did not land): it may still act.
+    StopPending,
+    /// drover stopped it; something of it is left (its Job being deleted,
+    /// a pod not finished).
     Stopping,
     /// drover stopped it; nothing of it is left.
     Stopped,
@@ -74,11 +78,13 @@ pub fn effective(record: &NodeRecord, linked: &LinkedRun) -> Effective {
         _ if !p.state.runs_driver() || !ours => UpgradeStatus::NotStarted,
         LinkedRun::None | LinkedRun::Missing | LinkedRun::Foreign(_) => UpgradeStatus::NotStarted,
         LinkedRun::Found { status, .. } => status.clone(),
+        LinkedRun::StopPending => UpgradeStatus::StopPending,
         LinkedRun::Stopping => UpgradeStatus::Stopping,
         LinkedRun::Stopped => UpgradeStatus::Stopped,
     };
     // A given-back record keeps its stopped run's status: the uncordon waits on it.
     let upgrade = match (linked, p.state) {
+        (LinkedRun::StopPending, _) => UpgradeStatus::StopPending,
         (LinkedRun::Stopping, _) => UpgradeStatus::Stopping,
         (LinkedRun::Stopped, _) if !p.state.runs_driver() => UpgradeStatus::Stopped,
         _ => upgrade,
@@ -190,6 +196,10 @@ mod tests {
         assert_eq!(
             effective(&r, &LinkedRun::Stopping).upgrade,
             UpgradeStatus::Stopping
+        );
+        assert_eq!(
+            effective(&r, &LinkedRun::StopPending).upgrade,
+            UpgradeStatus::StopPending
         );
         assert_eq!(
             effective(&r, &LinkedRun::Stopped).upgrade,

@@ -88,7 +88,7 @@ pub fn upgrade_job(
     });
     // Unique per record and attempt: the Bottlerocket driver remembers on
     // the host the attempt it rebooted for.
-    let driver_attempt = format!("{}-{}", start.record_id, run.attempt);
+    let driver_attempt = crate::record::driver_attempt(&start.record_id, run.attempt);
     let mut env = vec![
         json!({ "name": "DROVER_TARGET_VERSION", "value": target }),
         json!({ "name": "DROVER_NODE_NAME", "value": name }),

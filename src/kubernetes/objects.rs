@@ -123,7 +123,11 @@ pub fn linked(job: Option<&Job>, record_id: &str, link: &RunLink) -> LinkedRun {
         };
     };
     if link.stopped {
-        return LinkedRun::Stopping;
+        return if job.metadata.deletion_timestamp.is_some() {
+            LinkedRun::Stopping
+        } else {
+            LinkedRun::StopPending
+        };
     }
     let labels = job.labels();
     let carried = (
@@ -240,7 +244,7 @@ mod tests {
         ));
         let mut stopped = link(Some("u1"));
         stopped.stopped = true;
-        assert_eq!(linked(Some(&j), "r1", &stopped), LinkedRun::Stopping);
+        assert_eq!(linked(Some(&j), "r1", &stopped), LinkedRun::StopPending);
         assert_eq!(linked(None, "r1", &stopped), LinkedRun::Stopped);
     }
 }

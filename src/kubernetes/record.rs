@@ -61,11 +61,20 @@ const STATUS_FIELDS: [&str; 13] = [
     "conditions",
 ];
 
+/// Every field of a run, for the same reason: a merge patch merges the
+/// run object key by key, so a new run must remove the last one's uid.
+const RUN_FIELDS: [&str; 6] = ["name", "uid", "action", "version", "attempt", "stopped"];
+
 fn whole(status: &DroverNodeStatus) -> Value {
     let mut value = serde_json::to_value(status).unwrap_or_default();
     if let Value::Object(map) = &mut value {
         for key in STATUS_FIELDS {
             map.entry(key).or_insert(Value::Null);
+        }
+        if let Some(Value::Object(run)) = map.get_mut("run") {
+            for key in RUN_FIELDS {
+                run.entry(key).or_insert(Value::Null);
+            }
         }
     }
     value

@@ -380,6 +380,22 @@ pub fn run_name(node: &str, id: &str, attempt: u32, action: RunAction) -> String
     format!("drover-{}{tail}", part.trim_matches('-'))
 }
 
+/// The driver's `DROVER_ATTEMPT` for record `id`'s attempt `attempt`: a
+/// number (at most 20 digits, what the Bottlerocket admission policy
+/// admits) the same for the same attempt and no other, which the driver
+/// remembers on the host for the attempt it rebooted for.
+pub fn driver_attempt(id: &str, attempt: u32) -> String {
+    let mut h = Sha256::new();
+    h.update(id.as_bytes());
+    h.update([0]);
+    h.update(attempt.to_be_bytes());
+    let d = h.finalize();
+    let mut n = [0u8; 8];
+    n.copy_from_slice(&d[..8]);
+    // 63 bits: at most 19 digits.
+    (u64::from_be_bytes(n) >> 1).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -417,6 +433,18 @@ mod tests {
         assert_ne!(a, run_name(long, "0011aabb", 4, RunAction::Upgrade));
         assert_ne!(a, run_name(long, "0011aabb", 3, RunAction::Prepare));
         assert_ne!(a, run_name(long, "ffff0000", 3, RunAction::Upgrade));
+    }
+
+    #[test]
+    fn the_drivers_attempt_is_a_number_per_record_and_attempt() {
+        let a = driver_attempt("0011", 3);
+        assert!(
+            a.len() <= 20 && a.chars().all(|c| c.is_ascii_digit()),
+            "{a}"
+        );
+        assert_eq!(a, driver_attempt("0011", 3));
+        assert_ne!(a, driver_attempt("0011", 4));
+        assert_ne!(a, driver_attempt("0012", 3));
     }
 
     #[test]

@@ -140,16 +140,10 @@ impl<'a> NodeCalls<'a> {
             r = r.planned_for(progress);
             self.write(cluster, r.clone()).await?;
         }
-        let Some(run) = r.run.clone() else {
-            return Ok(());
-        };
-        let start = RunStart {
-            record_id: r.id.clone(),
-            failed_version: (run.action == crate::record::RunAction::Rollback)
-                .then(|| progress.target.clone()),
-            run,
-        };
-        cluster.start_run(self.name, &start).await
+        match RunStart::of(&r, progress) {
+            Some(start) => cluster.start_run(self.name, &start).await,
+            None => Ok(()),
+        }
     }
 
     async fn stop<C: Cluster>(&mut self, cluster: &C, record: NodeRecord) -> Result<(), C::Error> {
@@ -235,6 +229,10 @@ pub(super) async fn apply_on<C: Cluster>(
             calls.write(cluster, r).await
         }
         Action::ClearRolledBack { .. } => calls.write(cluster, record.with_rolled_back(&[])).await,
+        Action::StopRun { node } => match &record.run {
+            Some(run) => cluster.stop_run(node, run).await,
+            None => Ok(()),
+        },
         Action::Pass { progress, .. }
         | Action::Unhealthy { progress, .. }
         | Action::Note { progress, .. } => calls.write(cluster, with(Some(progress))).await,

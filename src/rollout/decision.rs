@@ -227,6 +227,12 @@ pub enum Action {
         /// Why.
         reason: String,
     },
+    /// Delete the run the record says is stopped, whose delete did not land
+    /// (its Job is still there): no record write.
+    StopRun {
+        /// Node name.
+        node: String,
+    },
     /// A person asked to clear the node's rolled-back marks: record it
     /// without them.
     ClearRolledBack {
@@ -355,6 +361,7 @@ impl Action {
             | Action::Release { node, .. }
             | Action::Retarget { node, .. }
             | Action::GiveBack { node, .. }
+            | Action::StopRun { node }
             | Action::ClearRolledBack { node } => node,
         }
     }
@@ -380,6 +387,7 @@ impl Action {
             Action::Release { .. } => "release",
             Action::Retarget { .. } => "retarget",
             Action::GiveBack { .. } => "give_back",
+            Action::StopRun { .. } => "stop_run",
             Action::ClearRolledBack { .. } => "clear_rolled_back",
         }
     }

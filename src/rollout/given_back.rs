@@ -96,7 +96,17 @@ pub const STOP_RECHECK: Duration = Duration::from_secs(5);
 /// (a timeout) and is uncordoned once nothing of the run is left; until
 /// then it stays cordoned and counts against the budget.
 fn release(ctx: &Ctx<'_>, n: &NodeView, p: &NodeProgress, t: &mut Tally<'_>) {
-    if n.upgrade == UpgradeStatus::Stopping {
+    if matches!(
+        n.upgrade,
+        UpgradeStatus::Stopping | UpgradeStatus::StopPending
+    ) {
+        if n.upgrade == UpgradeStatus::StopPending {
+            // Its delete did not land: sent again (once per observation
+            // that shows the Job alive).
+            t.advances.push(Action::StopRun {
+                node: n.name.clone(),
+            });
+        }
         t.unavailable += 1;
         t.in_flight += 1;
         t.wake.at(add(ctx.now, STOP_RECHECK));

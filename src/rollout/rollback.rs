@@ -349,8 +349,20 @@ pub(super) fn after_failed_rollback(
     // Still cordoned by drover at the version it failed: it counts.
     let cordoned = p.cordoned_by_drover && n.unschedulable;
     t.unavailable += usize::from(cordoned || !n.ready);
+    if n.upgrade == UpgradeStatus::StopPending {
+        // Its run was stopped and the delete did not land: sent again.
+        t.advances.push(Action::StopRun {
+            node: n.name.clone(),
+        });
+    }
+    let stopping = matches!(
+        n.upgrade,
+        UpgradeStatus::Stopping | UpgradeStatus::StopPending
+    );
     let refused = if !n.retry {
         None
+    } else if stopping {
+        Some("its stopped rollback run is still there".to_string())
     } else if p.previous.is_none() {
         Some("the version it ran before was not recorded".to_string())
     } else if t.rollbacks >= ctx.policy.max_rollbacks as usize {

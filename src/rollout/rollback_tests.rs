@@ -235,6 +235,7 @@ fn apply(a: &Action, m: &mut Model) {
         }
         Action::Retarget { progress, .. } => set(m, Some(progress)),
         Action::ClearRolledBack { .. } => m.view.rolled_back.clear(),
+        Action::StopRun { .. } => {}
         Action::Block {
             progress, uncordon, ..
         }

@@ -46,7 +46,9 @@ impl State {
         };
         let named: Vec<&Run> = n.runs.iter().filter(|r| r.name == link.name).collect();
         if link.stopped {
-            return if named.iter().any(|r| r.may_act(now)) {
+            return if named.iter().any(|r| !r.deleted) {
+                LinkedRun::StopPending
+            } else if named.iter().any(|r| r.may_act(now)) {
                 LinkedRun::Stopping
             } else {
                 LinkedRun::Stopped

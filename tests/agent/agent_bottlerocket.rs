@@ -9,14 +9,16 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::agent_health::{progress, world_tuned, World};
+use crate::agent_health::{world_tuned, World};
 use crate::support::agent::*;
-use crate::support::backend::{nodes_in, NodeWatch, POOL_LABEL};
+use crate::support::backend::{
+    await_node_record, nodes_in, progress_of, record_of, NodeWatch, POOL_LABEL,
+};
 use crate::support::bottlerocket_api::nodes::BottlerocketNodes;
 use crate::support::bottlerocket_api::{v, Failure, Scenario};
-use crate::support::kube::{await_node, events_for, os_image, pod_on, unschedulable};
+use crate::support::kube::{events_for, os_image, pod_on, unschedulable};
 use crate::support::kubelet::{Fault, KubeletOptions};
-use drover::cluster::{ProgressState, ANN_ROLLED_BACK, ANN_STATE};
+use drover::cluster::ProgressState;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
@@ -79,8 +81,8 @@ async fn failed(w: &World, says: &str) -> String {
     .message
 }
 
-/// A node as the watch saw it: cordoned, drover's state, osImage.
-type Seen = (bool, Option<String>, String);
+/// A node as the watch saw it: cordoned, osImage.
+type Seen = (bool, String);
 
 /// The rollback: the node failed its health checks at 1.13.0, and
 /// the download of 1.12.0 breaks off after updog cleared the inactive
@@ -102,11 +104,9 @@ async fn a_rollback_whose_download_breaks_off_leaves_the_node_cordoned_named_and
     let name = first.clone();
     let _watch = NodeWatch::start(&w.client, &w.pool, move |n, _| {
         if n.name_any() == name {
-            s.lock().unwrap().push((
-                unschedulable(n),
-                n.annotations().get(ANN_STATE).cloned(),
-                os_image(n).to_string(),
-            ));
+            s.lock()
+                .unwrap()
+                .push((unschedulable(n), os_image(n).to_string()));
         }
     })
     .await;
@@ -128,15 +128,16 @@ async fn a_rollback_whose_download_breaks_off_leaves_the_node_cordoned_named_and
 
     let message = failed(&w, "rollback failed").await;
     assert!(message.contains(&first), "{message}");
-    let n = await_node(&w.client, &first, "rollback failed", |n| {
-        progress(n).is_some_and(|p| p.state == ProgressState::Failed)
+    let (n, p) = await_node_record(&w.client, &w.pool, &first, "rollback failed", |_, p| {
+        p.is_some_and(|p| p.state == ProgressState::Failed)
     })
     .await;
     let logs = node.logs();
     assert!(unschedulable(&n), "left cordoned\n{logs}");
     assert!(os_image(&n).contains("1.13.0"), "{}", os_image(&n));
-    assert!(!n.annotations().contains_key(ANN_ROLLED_BACK));
-    let record = progress(&n).unwrap().message;
+    let r = record_of(&w.client, &w.pool, &first).await.unwrap();
+    assert!(r.rolled_back.is_empty(), "{r:?}");
+    let record = p.unwrap().message;
     assert!(
         record.starts_with("rollback failed: its driver failed: prepare failed 4 times"),
         "{record}\n{logs}"
@@ -174,13 +175,20 @@ async fn a_rollback_whose_download_breaks_off_leaves_the_node_cordoned_named_and
         },
     )
     .await;
+    // The rollback began with the first cordon after the node served at
+    // 1.13.0 (its health watch, where the crash loop showed).
     let seen = seen.lock().unwrap().clone();
-    let from = seen
+    let served = seen
         .iter()
-        .position(|(_, state, _)| state.as_deref() == Some("rolling-back"))
-        .unwrap_or_else(|| panic!("never rolling back: {seen:?}"));
+        .position(|(cordoned, image)| !cordoned && image.contains("1.13.0"))
+        .unwrap_or_else(|| panic!("never in service at 1.13.0: {seen:?}"));
+    let from = served
+        + seen[served..]
+            .iter()
+            .position(|(cordoned, _)| *cordoned)
+            .unwrap_or_else(|| panic!("never cordoned for its rollback: {seen:?}"));
     assert!(
-        seen[from..].iter().all(|(cordoned, _, _)| *cordoned),
+        seen[from..].iter().all(|(cordoned, _)| *cordoned),
         "uncordoned after the rollback began: {seen:?}"
     );
     // The cluster halted: the second node never left 1.12.0 or service.
@@ -203,14 +211,19 @@ async fn a_prepare_the_repository_refuses_for_good_fails_the_node_in_service() {
     let w = world_tuned("br-expired", 2, app_pod, real_driver(&nodes)).await;
     move_stage(&w);
     let message = failed(&w, "metadata is expired").await;
-    let n = nodes_in(&w.client, &w.pool)
-        .await
-        .into_iter()
-        .find(|n| progress(n).is_some_and(|p| p.state == ProgressState::Failed))
-        .expect("a failed node");
+    let mut failed_node = None;
+    for n in nodes_in(&w.client, &w.pool).await {
+        if let Some(p) = progress_of(&w.client, &w.pool, &n.name_any())
+            .await
+            .filter(|p| p.state == ProgressState::Failed)
+        {
+            failed_node = Some((n, p));
+        }
+    }
+    let (n, p) = failed_node.expect("a failed node");
     assert!(message.contains(&n.name_any()), "{message}");
     assert!(!unschedulable(&n), "failed in service, never cordoned");
-    let record = progress(&n).unwrap().message;
+    let record = p.message;
     assert!(
         record.contains("refresh failed, not retried (the update repository's metadata must be fixed): Metadata error: timestamp metadata is expired"),
         "{record}\n{}",

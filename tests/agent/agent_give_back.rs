@@ -10,12 +10,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::agent::*;
-use crate::support::backend::{pool_options, start_sim};
+use crate::support::backend::{await_node_record, pool_options, progress_of, start_sim};
 use crate::support::kube::unschedulable;
 use crate::support::kube::{await_node, pod_held_by_a_pdb, ControlPlane, TestNamespace};
 use crate::support::kubelet::Kubelet;
 use drover::agent::crd::DroverStatus;
-use drover::cluster::{ANN_STATE, ANN_TARGET};
+use drover::cluster::{NodeProgress, ProgressState};
 use drover::kubernetes::objects::NODE_LABEL;
 use drover::rollout::VirtualClock;
 use k8s_openapi::api::batch::v1::Job;
@@ -26,12 +26,12 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-fn draining(n: &Node) -> bool {
-    unschedulable(n) && n.annotations().get(ANN_STATE).map(String::as_str) == Some("draining")
+fn draining(n: &Node, p: Option<&NodeProgress>) -> bool {
+    unschedulable(n) && p.is_some_and(|p| p.state == ProgressState::Draining)
 }
 
-fn given_back(n: &Node) -> bool {
-    !unschedulable(n) && !n.annotations().contains_key(ANN_STATE)
+fn given_back(n: &Node, p: Option<&NodeProgress>) -> bool {
+    !unschedulable(n) && p.is_none()
 }
 
 /// One node running a pod that a PDB forbids evicting (and `idle` nodes
@@ -110,7 +110,14 @@ impl World {
         if let Some(agent) = &self.agent {
             assert_eq!(agent.webhook().await, 202);
         }
-        await_node(&self.client, &self.node, "cordoned and draining", draining).await;
+        await_node_record(
+            &self.client,
+            self.ns.name(),
+            &self.node,
+            "cordoned and draining",
+            draining,
+        )
+        .await;
     }
 }
 
@@ -120,8 +127,14 @@ async fn sigterm_gives_back_a_node_still_draining() {
     w.start_draining().await;
     // The SIGTERM path: shutdown, then the lease is released.
     w.agent.take().unwrap().stop();
-    let n = await_node(&w.client, &w.node, "uncordoned, record cleared", given_back).await;
-    assert!(given_back(&n));
+    await_node_record(
+        &w.client,
+        w.ns.name(),
+        &w.node,
+        "uncordoned, record cleared",
+        given_back,
+    )
+    .await;
     // It was not upgraded meanwhile: given back, not finished.
     assert_eq!(w.sim.version(&w.node).as_deref(), Some("1.12.0"));
     assert_eq!(w.sim.upgrades_started(&w.node), 0);
@@ -172,7 +185,8 @@ async fn a_real_sigterm_to_the_agent_process_gives_back_the_draining_node() {
         .get(&w.node)
         .await
         .unwrap();
-    assert!(given_back(&n), "{:?}\n{text}", n.metadata.annotations);
+    let p = progress_of(&w.client, w.ns.name(), &w.node).await;
+    assert!(given_back(&n, p.as_ref()), "{p:?}\n{text}");
     assert!(text.contains("node given back"), "{text}");
     assert_eq!(w.sim.upgrades_started(&w.node), 0);
     let leases: Api<Lease> = Api::namespaced(w.client.clone(), w.ns.name());
@@ -190,31 +204,42 @@ async fn sigterm_leaves_a_rebooting_node_to_the_next_leader_which_finishes_it() 
     w.start_draining().await;
     // Upgrading: its record says draining, and its upgrade Job (what
     // rebooted it) is the record of the upgrade.
-    await_node(&w.client, &rebooting, "upgrading and rebooting", |n| {
-        draining(n) && crate::support::kube::node_ready(n) == Some("False")
-    })
+    await_node_record(
+        &w.client,
+        w.ns.name(),
+        &rebooting,
+        "upgrading and rebooting",
+        |n, p| draining(n, p) && crate::support::kube::node_ready(n) == Some("False"),
+    )
     .await;
 
     w.agent.take().unwrap().stop();
     // The stop came mid-reboot: the simulated OS update has not finished.
     assert_eq!(w.sim.version(&rebooting).as_deref(), Some("1.12.0"));
     // The draining node is given back...
-    let n = await_node(&w.client, &w.node, "uncordoned, record cleared", given_back).await;
-    assert!(given_back(&n));
+    await_node_record(
+        &w.client,
+        w.ns.name(),
+        &w.node,
+        "uncordoned, record cleared",
+        given_back,
+    )
+    .await;
     assert_eq!(w.sim.upgrades_started(&w.node), 0);
     // ...the rebooting one keeps its cordon, its record and its Job (the
     // Job is what says it is upgrading, not draining).
     let nodes: Api<Node> = Api::all(w.client.clone());
     let n = nodes.get(&rebooting).await.unwrap();
     assert!(unschedulable(&n), "still cordoned");
+    let p = progress_of(&w.client, w.ns.name(), &rebooting)
+        .await
+        .unwrap();
     assert_eq!(
-        n.annotations().get(ANN_STATE).map(String::as_str),
-        Some("draining")
+        p.state,
+        ProgressState::Draining,
+        "its record: draining, its run named"
     );
-    assert_eq!(
-        n.annotations().get(ANN_TARGET).map(String::as_str),
-        Some("1.13.0")
-    );
+    assert_eq!(p.target, semver::Version::new(1, 13, 0));
     let jobs: Api<Job> = Api::namespaced(w.client.clone(), w.ns.name());
     let listed = jobs
         .list(&ListParams::default().labels(&format!("{NODE_LABEL}={rebooting}")))
@@ -235,13 +260,17 @@ async fn sigterm_leaves_a_rebooting_node_to_the_next_leader_which_finishes_it() 
             && crate::support::kube::os_image(n).contains("1.13.0")
     })
     .await;
-    assert!(unschedulable(&n) && n.annotations().contains_key(ANN_STATE));
+    assert!(unschedulable(&n));
+    assert!(progress_of(&w.client, w.ns.name(), &rebooting)
+        .await
+        .is_some());
 
     // The next leader resumes it from the record: uncordoned, record
     // cleared, without a second reboot.
     let next = start_agent(&w.repo, &w.ns, "agent-b");
-    await_node(
+    await_node_record(
         &w.client,
+        w.ns.name(),
         &rebooting,
         "finished by the next leader",
         given_back,
@@ -253,9 +282,13 @@ async fn sigterm_leaves_a_rebooting_node_to_the_next_leader_which_finishes_it() 
     // given back is drained again and upgraded.
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(w.client.clone(), w.ns.name());
     pdbs.delete("web", &Default::default()).await.unwrap();
-    await_node(&w.client, &w.node, "upgraded by the next leader", |n| {
-        given_back(n) && crate::support::kube::os_image(n).contains("1.13.0")
-    })
+    await_node_record(
+        &w.client,
+        w.ns.name(),
+        &w.node,
+        "upgraded by the next leader",
+        |n, p| given_back(n, p) && crate::support::kube::os_image(n).contains("1.13.0"),
+    )
     .await;
     assert_eq!(w.sim.upgrades_started(&w.node), 1);
     next.stop();
@@ -300,8 +333,9 @@ async fn a_node_draining_when_no_config_applies_any_more_is_given_back() {
         .get(&w.node)
         .await
         .unwrap();
+    let p = progress_of(&w.client, w.ns.name(), &w.node).await;
     assert!(
-        draining(&n),
+        draining(&n, p.as_ref()),
         "the node must still be draining before the agent leads again"
     );
     leases
@@ -312,8 +346,9 @@ async fn a_node_draining_when_no_config_applies_any_more_is_given_back() {
         )
         .await
         .unwrap();
-    await_node(
+    await_node_record(
         &w.client,
+        w.ns.name(),
         &w.node,
         "given back without a config",
         given_back,

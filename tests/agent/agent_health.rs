@@ -12,11 +12,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::support::agent::*;
-use crate::support::backend::nodes_in;
+use crate::support::backend::{await_node_record, nodes_in, progress_of};
 use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
 use crate::support::kube::{
-    await_node, await_pod, create, daemon_pod, os_image, pod_running_ready, ControlPlane,
-    TestNamespace,
+    await_pod, create, daemon_pod, os_image, pod_running_ready, ControlPlane, TestNamespace,
 };
 use crate::support::kube::{events_for, unschedulable};
 use crate::support::kubelet::Fault;
@@ -52,8 +51,9 @@ fn stage_text(version: &str, pool: &str, health: &str) -> String {
     )
 }
 
-pub(crate) fn progress(n: &Node) -> Option<NodeProgress> {
-    NodeProgress::decode(n.annotations()).ok().flatten()
+/// The progress drover's record of node `n` holds (records are in the pool's namespace).
+pub(crate) async fn progress(w: &World, n: &Node) -> Option<NodeProgress> {
+    progress_of(&w.client, &w.pool, &n.name_any()).await
 }
 
 /// A pool of `n` nodes, each running a pod made by `pod(i, node)` (Running
@@ -241,13 +241,13 @@ async fn halts_at_the_first_node(
         .map(|n| n.name_any())
         .collect();
     assert_eq!(upgraded, std::slice::from_ref(&first));
-    let p = progress(&nodes[0]).unwrap();
+    let p = progress(&w, &nodes[0]).await.unwrap();
     assert_eq!(p.state, ProgressState::Failed);
     assert!(p.message.contains(&expected), "{}", p.message);
     assert!(!unschedulable(&nodes[0]));
     for n in &nodes[1..] {
         assert!(
-            progress(n).is_none() && !unschedulable(n),
+            progress(&w, n).await.is_none() && !unschedulable(n),
             "{} was touched",
             n.name_any()
         );
@@ -335,10 +335,11 @@ async fn a_healthy_rollout_confirms_only_after_settle() {
     );
     w.agent.handle.fetch();
     // The first node returns and is watched until 02:35; the second waits.
-    let watched = await_node(&w.client, &w.nodes[0], "watching", |n| {
-        progress(n).is_some_and(|p| p.state == ProgressState::Watching)
-    })
-    .await;
+    let (watched, _watched_record) =
+        await_node_record(&w.client, &w.pool, &w.nodes[0], "watching", |_, p| {
+            p.is_some_and(|p| p.state == ProgressState::Watching)
+        })
+        .await;
     assert!(!unschedulable(&watched));
     await_status(
         &w.client,
@@ -362,18 +363,18 @@ async fn a_healthy_rollout_confirms_only_after_settle() {
     .await;
     let second = nodes_in(&w.client, &w.pool).await.remove(1);
     assert!(
-        progress(&second).is_none() && !unschedulable(&second),
+        progress(&w, &second).await.is_none() && !unschedulable(&second),
         "started during the watch"
     );
 
     // The watch ends: the first passes, the second starts and is watched.
     w.clock.set(dec(1, 2, 36));
-    await_node(&w.client, &w.nodes[0], "passed", |n| {
-        progress(n).is_some_and(|p| p.state == ProgressState::Passed)
+    await_node_record(&w.client, &w.pool, &w.nodes[0], "passed", |_n, p| {
+        p.is_some_and(|p| p.state == ProgressState::Passed)
     })
     .await;
-    await_node(&w.client, &w.nodes[1], "watching", |n| {
-        progress(n).is_some_and(|p| p.state == ProgressState::Watching)
+    await_node_record(&w.client, &w.pool, &w.nodes[1], "watching", |_n, p| {
+        p.is_some_and(|p| p.state == ProgressState::Watching)
     })
     .await;
     w.clock.set(dec(1, 2, 42));
@@ -413,7 +414,10 @@ async fn a_healthy_rollout_confirms_only_after_settle() {
     .await;
     for n in nodes_in(&w.client, &w.pool).await {
         assert!(os_image(&n).contains("1.13.0"));
-        assert!(progress(&n).is_none(), "records cleared on confirmation");
+        assert!(
+            progress(&w, &n).await.is_none(),
+            "records cleared on confirmation"
+        );
     }
     let (code, out) = production_check(&w.repo, "1.13.0");
     assert_eq!(
@@ -464,13 +468,13 @@ async fn a_query_firing_mid_rollout_halts_within_one_evaluation_and_a_stopped_pr
     w.agent.handle.fetch();
 
     // Control: with the query clear, the first node passes and the second starts.
-    await_node(&w.client, &w.nodes[0], "watching", |n| {
-        progress(n).is_some_and(|p| p.state == ProgressState::Watching)
+    await_node_record(&w.client, &w.pool, &w.nodes[0], "watching", |_n, p| {
+        p.is_some_and(|p| p.state == ProgressState::Watching)
     })
     .await;
     w.clock.set(dec(1, 2, 36));
-    await_node(&w.client, &w.nodes[1], "watching", |n| {
-        progress(n).is_some_and(|p| p.state == ProgressState::Watching)
+    await_node_record(&w.client, &w.pool, &w.nodes[1], "watching", |_n, p| {
+        p.is_some_and(|p| p.state == ProgressState::Watching)
     })
     .await;
 
@@ -498,9 +502,12 @@ async fn a_query_firing_mid_rollout_halts_within_one_evaluation_and_a_stopped_pr
     );
     assert!(msg.contains(&format!("query `{query}` returned")), "{msg}");
     let nodes = nodes_in(&w.client, &w.pool).await;
-    assert_eq!(progress(&nodes[1]).unwrap().state, ProgressState::Failed);
+    assert_eq!(
+        progress(&w, &nodes[1]).await.unwrap().state,
+        ProgressState::Failed
+    );
     assert!(
-        progress(&nodes[2]).is_none() && !unschedulable(&nodes[2]),
+        progress(&w, &nodes[2]).await.is_none() && !unschedulable(&nodes[2]),
         "third node started"
     );
 
@@ -526,8 +533,8 @@ async fn a_query_firing_mid_rollout_halts_within_one_evaluation_and_a_stopped_pr
         )
         .await
         .unwrap();
-    await_node(&w.client, &w.nodes[1], "watched again", |n| {
-        progress(n).is_some_and(|p| p.state == ProgressState::Watching)
+    await_node_record(&w.client, &w.pool, &w.nodes[1], "watched again", |_n, p| {
+        p.is_some_and(|p| p.state == ProgressState::Watching)
     })
     .await;
     w.clock.set(dec(1, 2, 50));
@@ -556,11 +563,11 @@ async fn a_query_firing_mid_rollout_halts_within_one_evaluation_and_a_stopped_pr
     .await;
     let nodes = nodes_in(&w.client, &w.pool).await;
     assert_eq!(
-        progress(&nodes[1]).unwrap().state,
+        progress(&w, &nodes[1]).await.unwrap().state,
         ProgressState::Watching,
         "passed without Prometheus"
     );
-    assert!(progress(&nodes[2]).is_none() && !unschedulable(&nodes[2]));
+    assert!(progress(&w, &nodes[2]).await.is_none() && !unschedulable(&nodes[2]));
     w.agent.stop();
     w.sim.shutdown().await;
 }
@@ -578,11 +585,12 @@ async fn a_restarted_agent_resumes_the_watch_from_the_node_record() {
         "stage: move to 1.13.0",
     );
     w.agent.handle.fetch();
-    let watched = await_node(&w.client, &w.nodes[0], "watching", |n| {
-        progress(n).is_some_and(|p| p.state == ProgressState::Watching)
-    })
-    .await;
-    let since = progress(&watched).unwrap().started_at;
+    let (_watched, watched_record) =
+        await_node_record(&w.client, &w.pool, &w.nodes[0], "watching", |_, p| {
+            p.is_some_and(|p| p.state == ProgressState::Watching)
+        })
+        .await;
+    let since = watched_record.unwrap().started_at;
     // The rolling report (the state the new agent recovers from) is out.
     until_pass(&w.agent.handle, "rolling report pushed", STEP, || {
         w.repo
@@ -607,18 +615,22 @@ async fn a_restarted_agent_resumes_the_watch_from_the_node_record() {
     })
     .await;
     let nodes = nodes_in(&w.client, &w.pool).await;
-    let p = progress(&nodes[0]).unwrap();
+    let p = progress(&w, &nodes[0]).await.unwrap();
     assert_eq!(
         (p.state, p.started_at),
         (ProgressState::Watching, since),
         "the watch goes on from its recorded start"
     );
-    assert!(progress(&nodes[1]).is_none() && !unschedulable(&nodes[1]));
+    assert!(progress(&w, &nodes[1]).await.is_none() && !unschedulable(&nodes[1]));
     // It ends when the record says, and the rollout finishes, each node upgraded once.
     w.clock.set(dec(1, 2, 36));
-    await_node(&w.client, &w.nodes[1], "second watched", |n| {
-        progress(n).is_some_and(|p| p.state == ProgressState::Watching)
-    })
+    await_node_record(
+        &w.client,
+        &w.pool,
+        &w.nodes[1],
+        "second watched",
+        |_n, p| p.is_some_and(|p| p.state == ProgressState::Watching),
+    )
     .await;
     w.clock.set(dec(1, 2, 42));
     state_is(&w, "confirmed").await;

@@ -11,22 +11,22 @@
 use std::sync::Arc;
 
 use crate::support::agent::*;
-use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
+use crate::support::backend::{await_node_record, pool_options, start_sim, POOL_LABEL};
 use crate::support::kube::{
-    await_node, await_pdb, await_pod, create, events_for, pdb_min_available, pdb_settled,
+    await_pdb, await_pod, create, events_for, pdb_min_available, pdb_settled,
     pod_in_a_terminating_namespace, pod_on, pod_running_ready, unschedulable, ControlPlane,
     TestNamespace, WAIT,
 };
 use drover::agent::OffsetClock;
-use drover::cluster::{NodeProgress, ProgressState};
+use drover::cluster::ProgressState;
 use drover::kubernetes::objects::NODE_LABEL;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams};
 use kube::runtime::{watcher, WatchStreamExt};
-use kube::{Client, ResourceExt};
+use kube::Client;
 use serde_json::json;
 
 /// The environment file of the test pool `ns`, with its rollout settings.
@@ -142,10 +142,6 @@ async fn a_raised_node_timeout_is_the_next_jobs_deadline() {
     sim.shutdown().await;
 }
 
-fn progress(n: &Node) -> Option<NodeProgress> {
-    NodeProgress::decode(n.annotations()).ok().flatten()
-}
-
 #[tokio::test]
 async fn a_node_held_by_a_refused_eviction_is_named_and_given_back() {
     let client = ControlPlane::get().admin_client().await;
@@ -192,17 +188,19 @@ async fn a_node_held_by_a_refused_eviction_is_named_and_given_back() {
     );
     // The other node upgrades meanwhile; the held one is given back at its
     // drain timeout, blocked, naming the refusal.
-    await_node(&client, &other, "upgraded and in service", |n| {
-        !unschedulable(n)
-            && progress(n).is_none()
-            && sim.version(&other).as_deref() == Some("1.13.0")
+    await_node_record(
+        &client,
+        ns.name(),
+        &other,
+        "upgraded and in service",
+        |n, p| !unschedulable(n) && p.is_none() && sim.version(&other).as_deref() == Some("1.13.0"),
+    )
+    .await;
+    let (_, p) = await_node_record(&client, ns.name(), &held, "given back, blocked", |n, p| {
+        !unschedulable(n) && p.is_some_and(|p| p.state == ProgressState::Blocked)
     })
     .await;
-    let node = await_node(&client, &held, "given back, blocked", |n| {
-        !unschedulable(n) && progress(n).is_some_and(|p| p.state == ProgressState::Blocked)
-    })
-    .await;
-    let p = progress(&node).unwrap();
+    let p = p.unwrap();
     assert!(p.message.contains("held: evict pod"), "{}", p.message);
     assert_eq!(sim.upgrades_started(&held), 0);
     // Control: no Event names the node that was never held.

@@ -12,12 +12,11 @@ use std::time::{Duration, Instant};
 use crate::support::agent::*;
 use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
 use crate::support::kube::{ControlPlane, TestNamespace, WAIT};
-use drover::cluster::ANN_STATE;
+use drover::record::wire::DroverNode;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 use kube::config::Kubeconfig;
 use kube::runtime::{watcher, WatchStreamExt};
-use kube::ResourceExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -204,9 +203,12 @@ async fn an_api_server_outage_of_a_minute_costs_few_lines_little_cpu_and_the_rol
     assert_eq!(hook.0, 202);
     let nodes: Api<Node> = Api::all(client.clone());
     let sel = format!("{POOL_LABEL}={}", ns.name());
-    let first = watcher(nodes.clone(), watcher::Config::default().labels(&sel))
+    let records: Api<DroverNode> = Api::namespaced(client.clone(), ns.name());
+    let first = watcher(records, watcher::Config::default())
         .applied_objects()
-        .try_filter(|n: &Node| futures::future::ready(n.annotations().contains_key(ANN_STATE)));
+        .try_filter(|r: &DroverNode| {
+            futures::future::ready(crate::support::backend::record_progress(r).is_some())
+        });
     futures::pin_mut!(first);
     use futures::TryStreamExt;
     tokio::time::timeout(WAIT, first.try_next())
@@ -265,10 +267,12 @@ async fn an_api_server_outage_of_a_minute_costs_few_lines_little_cpu_and_the_rol
         .list(&ListParams::default().labels(&sel))
         .await
         .unwrap();
+    let records = crate::support::backend::progresses(&client, ns.name(), &left.items).await;
+    assert!(records.iter().all(Option::is_none), "{records:?}");
     assert!(left
         .items
         .iter()
-        .all(|n| !n.annotations().contains_key(ANN_STATE)));
+        .all(|n| !crate::support::kube::unschedulable(n)));
     sigterm(pid);
     assert!(child.wait().await.unwrap().success());
     drop(proxy);

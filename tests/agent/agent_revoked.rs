@@ -12,11 +12,9 @@ use crate::support::agent::*;
 use crate::support::backend::{pool_options, start_sim};
 use crate::support::git::git;
 use crate::support::kube::{await_node, ControlPlane, TestNamespace};
-use drover::cluster::ANN_STATE;
 use drover::rollout::VirtualClock;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
-use kube::ResourceExt;
 
 #[tokio::test]
 async fn a_bump_to_a_version_revoked_with_drover_revoke_is_refused_by_the_agent() {
@@ -94,10 +92,10 @@ async fn a_bump_to_a_version_revoked_with_drover_revoke_is_refused_by_the_agent(
     );
     assert_eq!(st.target.as_deref(), Some("1.13.0"));
     let n = Api::<Node>::all(client.clone()).get(&node).await.unwrap();
+    let p = crate::support::backend::progress_of(&client, ns.name(), &node).await;
     assert!(
-        !n.annotations().contains_key(ANN_STATE),
-        "no node started: {:?}",
-        n.metadata.annotations
+        p.is_none() && !crate::support::kube::unschedulable(&n),
+        "no node started: {p:?}"
     );
     assert_eq!(sim.upgrades_started(&node), 1, "no second upgrade");
     // Still Ready and schedulable at 1.13.0.
@@ -167,10 +165,10 @@ async fn a_pinned_version_revoked_afterwards_starts_no_further_node() {
     .await;
     assert_eq!(st.status.unwrap().target.as_deref(), Some("1.13.0"));
     let n = Api::<Node>::all(client.clone()).get(&node).await.unwrap();
+    let p = crate::support::backend::progress_of(&client, ns.name(), &node).await;
     assert!(
-        !n.annotations().contains_key(ANN_STATE),
-        "no node started: {:?}",
-        n.metadata.annotations
+        p.is_none() && !crate::support::kube::unschedulable(&n),
+        "no node started: {p:?}"
     );
     assert_eq!(sim.upgrades_started(&node), 0);
     assert_eq!(sim.version(&node).as_deref(), Some("1.12.0"));

@@ -13,12 +13,12 @@ use std::time::Instant;
 
 use crate::agent_health::{progress, world_with, World, STEP};
 use crate::support::agent::*;
-use crate::support::backend::{nodes_in, POOL_LABEL};
+use crate::support::backend::{await_node_and, nodes_in, record_of, POOL_LABEL};
 use crate::support::kube::{
     await_node, events_for, os_image, pod_on, pod_running_ready, unschedulable,
 };
 use crate::support::kubelet::Fault;
-use drover::cluster::{ProgressState, ANN_PREVIOUS, ANN_ROLLED_BACK};
+use drover::cluster::ProgressState;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
@@ -120,13 +120,14 @@ async fn a_crash_looping_node_is_rolled_back_healthy_uncordoned_and_named_in_the
     assert!(message.contains("crash-looping"), "{message}");
 
     // The node: back at 1.12.0, Ready, uncordoned, marked, its record naming the check.
-    let node = await_node(&w.client, &first, "rolled back", |n| {
-        n.annotations().get(ANN_ROLLED_BACK).map(String::as_str) == Some("1.13.0")
+    let (node, record) = await_node_and(&w.client, &w.pool, &first, "rolled back", |_, r| {
+        r.is_some_and(|r| r.rolled_back == [semver::Version::new(1, 13, 0)])
     })
     .await;
+    let record = record.unwrap();
     assert!(os_image(&node).contains("1.12.0"), "{}", os_image(&node));
     assert!(!unschedulable(&node), "uncordoned");
-    let p = progress(&node).expect("a failed record");
+    let p = record.progress.clone().expect("a failed record");
     assert_eq!(p.state, ProgressState::Failed);
     assert!(
         p.message
@@ -135,10 +136,8 @@ async fn a_crash_looping_node_is_rolled_back_healthy_uncordoned_and_named_in_the
         "{}",
         p.message
     );
-    assert_eq!(
-        node.annotations().get(ANN_PREVIOUS).map(String::as_str),
-        Some("1.12.0")
-    );
+    assert_eq!(p.previous, Some(semver::Version::new(1, 12, 0)));
+    assert_eq!(record.rollbacks_from(&semver::Version::new(1, 13, 0)), 1);
     let healthy: Api<Pod> = Api::namespaced(w.client.clone(), &w.pool);
     assert!(pod_running_ready(&healthy.get("app-0").await.unwrap()));
 
@@ -191,7 +190,7 @@ async fn a_crash_looping_node_is_rolled_back_healthy_uncordoned_and_named_in_the
     .await;
     assert_eq!(w.sim.upgrades_started(&first), 2, "to 1.13.0 and back");
     for n in &nodes_in(&w.client, &w.pool).await[1..] {
-        assert!(os_image(n).contains("1.12.0") && progress(n).is_none());
+        assert!(os_image(n).contains("1.12.0") && progress(&w, n).await.is_none());
     }
     w.agent.stop();
     w.sim.shutdown().await;
@@ -212,14 +211,16 @@ async fn a_rollback_whose_driver_fails_leaves_the_node_cordoned_and_named() {
 
     let message = w.failed("rollback failed").await;
     assert!(message.contains(&first), "{message}");
-    let node = await_node(&w.client, &first, "rollback failed", |n| {
-        progress(n).is_some_and(|p| p.state == ProgressState::Failed)
+    let (node, record) = await_node_and(&w.client, &w.pool, &first, "rollback failed", |_, r| {
+        r.and_then(|r| r.progress.as_ref())
+            .is_some_and(|p| p.state == ProgressState::Failed)
     })
     .await;
+    let record = record.unwrap();
     assert!(unschedulable(&node), "left cordoned");
     assert!(os_image(&node).contains("1.13.0"));
-    assert!(!node.annotations().contains_key(ANN_ROLLED_BACK));
-    let p = progress(&node).unwrap();
+    assert!(record.rolled_back.is_empty());
+    let p = record.progress.clone().unwrap();
     assert!(
         p.message
             .starts_with("rollback failed: its driver failed: ")
@@ -253,7 +254,7 @@ async fn a_rollback_whose_driver_fails_leaves_the_node_cordoned_and_named() {
     .await;
     let nodes = nodes_in(&w.client, &w.pool).await;
     assert!(unschedulable(&nodes[0]));
-    assert!(progress(&nodes[1]).is_none() && !unschedulable(&nodes[1]));
+    assert!(progress(&w, &nodes[1]).await.is_none() && !unschedulable(&nodes[1]));
     w.agent.stop();
     w.sim.shutdown().await;
 }
@@ -269,17 +270,24 @@ async fn beyond_max_rollbacks_the_cluster_halts_with_its_nodes_as_they_are() {
     w.move_stage(2, 1);
     let message = w.failed("").await;
     let deadline = Instant::now() + STEP;
-    let nodes = loop {
+    let (nodes, records) = loop {
         let nodes = nodes_in(&w.client, &w.pool).await;
-        let rolled = nodes
+        let mut records = Vec::new();
+        for n in &nodes {
+            records.push(record_of(&w.client, &w.pool, &n.name_any()).await);
+        }
+        let rolled = records
             .iter()
-            .filter(|n| n.annotations().contains_key(ANN_ROLLED_BACK))
+            .flatten()
+            .filter(|r| !r.rolled_back.is_empty())
             .count();
-        let halted = nodes
-            .iter()
-            .any(|n| progress(n).is_some_and(|p| p.message.contains("max_rollbacks (1) reached")));
+        let halted = records.iter().flatten().any(|r| {
+            r.progress
+                .as_ref()
+                .is_some_and(|p| p.message.contains("max_rollbacks (1) reached"))
+        });
         if rolled == 1 && halted {
-            break nodes;
+            break (nodes, records);
         }
         assert!(
             Instant::now() < deadline,
@@ -291,15 +299,27 @@ async fn beyond_max_rollbacks_the_cluster_halts_with_its_nodes_as_they_are() {
         })
         .await;
     };
-    let (rolled, halted): (Vec<&Node>, Vec<&Node>) = nodes[..2]
-        .iter()
-        .partition(|n| n.annotations().contains_key(ANN_ROLLED_BACK));
+    let marked = |i: usize| {
+        records[i]
+            .as_ref()
+            .is_some_and(|r| !r.rolled_back.is_empty())
+    };
+    let (rolled, halted): (Vec<&Node>, Vec<&Node>) = {
+        let (r, h): (Vec<usize>, Vec<usize>) = (0..2).partition(|i| marked(*i));
+        (
+            r.into_iter().map(|i| &nodes[i]).collect(),
+            h.into_iter().map(|i| &nodes[i]).collect(),
+        )
+    };
     assert!(os_image(rolled[0]).contains("1.12.0") && !unschedulable(rolled[0]));
     assert!(
         os_image(halted[0]).contains("1.13.0") && !unschedulable(halted[0]),
         "halted in service, as it is"
     );
-    assert!(progress(&nodes[2]).is_none() && os_image(&nodes[2]).contains("1.12.0"));
+    assert!(
+        records[2].as_ref().is_none_or(|r| r.progress.is_none())
+            && os_image(&nodes[2]).contains("1.12.0")
+    );
     assert!(!message.is_empty());
     until_pass(&w.agent.handle, "failed report pushed", STEP, || {
         w.repo.report("stage", "stage-1").is_some_and(|r| {

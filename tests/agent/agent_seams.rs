@@ -24,30 +24,29 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::support::agent::*;
-use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
+use crate::support::backend::{
+    await_node_record, pool_options, progress_of, record_progress, start_sim, POOL_LABEL,
+};
 use crate::support::kube::{
-    await_node, daemon_pods_on, events_for, pod_held_by_a_pdb, retry_until, unschedulable, Audited,
+    daemon_pods_on, events_for, pod_held_by_a_pdb, retry_until, unschedulable, Audited,
     ControlPlane, TestNamespace, WAIT,
 };
 use crate::support::kubelet::{Fault, Kubelet};
 use crate::support::proxy::{ApiProxy, Mode, TcpProxy};
 use chrono::{DateTime, Utc};
-use drover::cluster::{NodeProgress, ProgressState};
+use drover::cluster::ProgressState;
+use drover::record::wire::DroverNode;
 use drover::rollout::VirtualClock;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
 use kube::runtime::{watcher, WatchStreamExt};
-use kube::{Client, ResourceExt};
+use kube::Client;
 
 /// The goal for a halt after a failed health check.
 const HALT: Duration = Duration::from_secs(5);
 const STEP: Duration = Duration::from_secs(90);
-
-fn progress(n: &Node) -> Option<NodeProgress> {
-    NodeProgress::decode(n.annotations()).ok().flatten()
-}
 
 /// The environment file at `version`, with health checks.
 fn env_text(version: &str, pool: &str) -> String {
@@ -152,11 +151,11 @@ impl World {
                     })
             },
         ));
-        let nodes: Api<Node> = Api::all(self.client.clone());
+        let records: Api<DroverNode> = Api::namespaced(self.client.clone(), &self.pool);
         let failed = tokio::spawn(first_seen(
-            nodes,
+            records,
             watcher::Config::default().fields(&format!("metadata.name={first}")),
-            |n: &Node| progress(n).is_some_and(|p| p.state == ProgressState::Failed),
+            |r: &DroverNode| record_progress(r).is_some_and(|p| p.state == ProgressState::Failed),
         ));
         self.repo.set_env_text(
             "test",
@@ -164,9 +163,13 @@ impl World {
             "test: move to 1.13.0",
         );
         assert_eq!(self.agent.webhook().await, 202);
-        await_node(&self.client, &first, "in the rollout", |n| {
-            progress(n).is_some()
-        })
+        await_node_record(
+            &self.client,
+            &self.pool,
+            &first,
+            "in the rollout",
+            |_, p| p.is_some(),
+        )
         .await;
         HaltTimer { crash, failed }
     }
@@ -185,7 +188,10 @@ impl World {
             .await
             .unwrap();
         assert!(
-            progress(&n).is_none() && !unschedulable(&n),
+            progress_of(&self.client, &self.pool, &self.nodes[1])
+                .await
+                .is_none()
+                && !unschedulable(&n),
             "the second node started"
         );
         assert_eq!(self.sim.upgrades_started(&self.nodes[1]), 0);
@@ -569,8 +575,8 @@ async fn a_leader_cut_off_mid_drain_stops_before_its_lease_can_be_taken_and_writ
     // Mid-drain: A cordons the node and keeps trying to evict.
     repo.bump("test", "1.13.0", true);
     assert_eq!(a.webhook().await, 202);
-    await_node(&client, &node, "draining", |n| {
-        progress(n).is_some_and(|p| p.state == ProgressState::Draining)
+    await_node_record(&client, ns.name(), &node, "draining", |_, p| {
+        p.is_some_and(|p| p.state == ProgressState::Draining)
     })
     .await;
     retry_until("A's evictions in the audit log", || async {

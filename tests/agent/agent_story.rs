@@ -8,14 +8,13 @@ use std::time::Duration;
 
 use crate::support::agent::*;
 use crate::support::backend::nodes_in;
-use crate::support::backend::{pool_options, start_sim, BudgetWatch, POOL_LABEL};
+use crate::support::backend::{pool_options, progresses, start_sim, BudgetWatch, POOL_LABEL};
 use crate::support::kube::{events_for, retry_until};
 use crate::support::kube::{ControlPlane, TestNamespace};
-use drover::cluster::ANN_STATE;
 use drover::rollout::VirtualClock;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
-use kube::{Client, ResourceExt};
+use kube::Client;
 
 const STEP: Duration = Duration::from_secs(90);
 
@@ -30,14 +29,17 @@ fn env(env: &str, cluster: &str, schedule: &str, pool: &str) -> EnvSpec {
     }
 }
 
-/// Every node of the pool untouched by drover: schedulable, no drover state.
+/// Every node of the pool untouched by drover: schedulable, no record in
+/// progress (the pool's agent keeps its records in the pool's namespace).
 async fn untouched(client: &Client, pool: &str) -> bool {
-    nodes_in(client, pool).await.iter().all(|n| {
+    let nodes = nodes_in(client, pool).await;
+    let records = progresses(client, pool, &nodes).await;
+    nodes.iter().zip(records).all(|(n, p)| {
         !n.spec
             .as_ref()
             .and_then(|s| s.unschedulable)
             .unwrap_or(false)
-            && !n.annotations().contains_key(ANN_STATE)
+            && p.is_none()
     })
 }
 

@@ -8,14 +8,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::support::agent::*;
-use crate::support::backend::nodes_in;
+use crate::support::backend::{await_node_record, nodes_in, progress_of, progresses};
 use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
 use crate::support::kube::{
     await_node, await_pdb, await_pod, create, pdb_min_available, pdb_settled, pod_on,
     pod_running_ready, ControlPlane, TestNamespace,
 };
 use crate::support::kube::{events_for, unschedulable};
-use drover::cluster::{NodeProgress, ProgressState};
+use drover::cluster::ProgressState;
 use drover::rollout::VirtualClock;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::events::v1::Event;
@@ -44,10 +44,6 @@ fn spec(pool: &str) -> EnvSpec {
         selector: format!("{POOL_LABEL}={pool}"),
         soak: "0s".into(),
     }
-}
-
-fn progress(n: &Node) -> Option<NodeProgress> {
-    NodeProgress::decode(n.annotations()).ok().flatten()
 }
 
 /// The node's Events once one has `reason`, checked after each agent pass
@@ -141,13 +137,19 @@ async fn a_budget_that_never_allows_eviction_is_named_everywhere_and_the_node_wa
     clock.set(dec(1, 2, 0));
     let pdb = format!("{pool}/web");
     let pod = format!("{pool}/web-0");
-    await_node(&client, &node, "draining, refusal recorded", |n| {
-        progress(n).is_some_and(|p| {
-            p.state == ProgressState::Draining
-                && p.message.contains(&pdb)
-                && p.message.contains(&pod)
-        })
-    })
+    await_node_record(
+        &client,
+        &pool,
+        &node,
+        "draining, refusal recorded",
+        |_, p| {
+            p.is_some_and(|p| {
+                p.state == ProgressState::Draining
+                    && p.message.contains(&pdb)
+                    && p.message.contains(&pod)
+            })
+        },
+    )
     .await;
     let evs = await_event(&agent, &client, &node, "EvictionRefused").await;
     let refused: Vec<&Event> = evs
@@ -166,11 +168,11 @@ async fn a_budget_that_never_allows_eviction_is_named_everywhere_and_the_node_wa
 
     // drain_timeout (5m) passes: given back, named in every place.
     clock.set(dec(1, 2, 6));
-    let given_back = await_node(&client, &node, "given back blocked", |n| {
-        !unschedulable(n) && progress(n).is_some_and(|p| p.state == ProgressState::Blocked)
+    let (_, p) = await_node_record(&client, &pool, &node, "given back blocked", |n, p| {
+        !unschedulable(n) && p.is_some_and(|p| p.state == ProgressState::Blocked)
     })
     .await;
-    let p = progress(&given_back).unwrap();
+    let p = p.unwrap();
     assert!(
         p.message.contains(&pdb) && p.message.contains(&pod),
         "{}",
@@ -232,14 +234,17 @@ async fn a_budget_that_never_allows_eviction_is_named_everywhere_and_the_node_wa
         !unschedulable(&waiting),
         "re-unschedulable before the backoff"
     );
-    assert_eq!(progress(&waiting).unwrap().state, ProgressState::Blocked);
+    assert_eq!(
+        progress_of(&client, &pool, &node).await.unwrap().state,
+        ProgressState::Blocked
+    );
     // Control: once the backoff has passed, it is tried again.
     clock.set(dec(1, 2, 12));
-    let retried = await_node(&client, &node, "retried", |n| {
-        unschedulable(n) && progress(n).is_some_and(|p| p.state == ProgressState::Draining)
+    let (_, retried) = await_node_record(&client, &pool, &node, "retried", |n, p| {
+        unschedulable(n) && p.is_some_and(|p| p.state == ProgressState::Draining)
     })
     .await;
-    assert_eq!(progress(&retried).unwrap().attempts, 1);
+    assert_eq!(retried.unwrap().retries, 1);
     agent.stop();
     sim.shutdown().await;
 }
@@ -287,14 +292,17 @@ async fn a_freeze_holds_a_started_rollout_minor_lets_patches_through_and_pause_i
         held.message
     );
     let now_nodes = nodes_in(&client, &pool).await;
+    let records = progresses(&client, &pool, &now_nodes).await;
     assert!(
         now_nodes
             .iter()
-            .all(|n| !unschedulable(n) && progress(n).is_none()),
+            .zip(&records)
+            .all(|(n, p)| !unschedulable(n) && p.is_none()),
         "the node in flight finished and no other started: {:?}",
         now_nodes
             .iter()
-            .map(|n| (n.name_any(), progress(n)))
+            .map(|n| n.name_any())
+            .zip(&records)
             .collect::<Vec<_>>()
     );
     // The freeze ends: the rollout resumes and completes.
@@ -371,10 +379,12 @@ async fn a_freeze_holds_a_started_rollout_minor_lets_patches_through_and_pause_i
     )
     .await;
     let after = nodes_in(&client, &pool).await;
+    let records = progresses(&client, &pool, &after).await;
     let started: Vec<String> = after
         .iter()
-        .filter(|n| unschedulable(n) || progress(n).is_some())
-        .map(|n| n.name_any())
+        .zip(&records)
+        .filter(|(n, p)| unschedulable(n) || p.is_some())
+        .map(|(n, _)| n.name_any())
         .collect();
     assert!(
         started.iter().all(|n| *n == nodes[0]),

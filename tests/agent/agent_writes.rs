@@ -1,34 +1,37 @@
-//! What one node's upgrade costs in API writes, and that the states no
-//! longer written on the node (issue 25) still resume after a crash.
+//! What one node's upgrade costs in API writes, and that a crash at any
+//! point of it resumes from the node's record.
 //!
 //! With `[driver] prepare` (the Bottlerocket driver's default) a node's
-//! upgrade writes six times besides its evictions: the prepare Job, the
-//! cordon (with the `draining` record and `drover.dev/previous-version`),
-//! the upgrade Job, one `deletecollection` of its Jobs, the uncordon (the
-//! record cleared) and the `Upgraded` Event. `preparing` and `upgrading`
-//! are the Jobs themselves (`drover::cluster::effective`), and the drain's
-//! `Draining` is logged, not published. Counted from the API server's
-//! audit log by the agent's own User-Agent. Without `prepare`, five: no
-//! prepare Job.
+//! upgrade writes seven times besides its evictions (issue 36): its record
+//! (`preparing`, the prepare Job named; created the first time), the
+//! prepare Job, its record (`draining`, the upgrade Job named, the version
+//! it ran before), the cordon, the upgrade Job (no record write: a draining
+//! record whose Job exists is upgrading), the uncordon and its record
+//! (idle). No Event: the record is what people read; the finished Jobs are
+//! left to their TTL. Counted from the API server's audit log by the
+//! agent's own User-Agent. Without `prepare`, five: no prepare Job and no
+//! `preparing` record.
 //!
-//! An agent killed while the node prepares (a prepare Job, no record on the
-//! node) or while it upgrades (`draining` on the node, its upgrade Job
-//! running) leaves the next leader what it needs: it downloads nothing
-//! twice, starts no second run, and finishes the node.
+//! An agent killed while the node prepares (its record `preparing`, naming
+//! the prepare Job) or while it upgrades (its record `draining`, naming the
+//! upgrade Job that runs) leaves the next leader what it needs: it
+//! downloads nothing twice, starts no second run, and finishes the node.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::agent::*;
-use crate::support::backend::{job_run, live_jobs, pool_options, start_sim};
+use crate::support::backend::{
+    await_node_record, job_run, live_jobs, pool_options, progress_of, record_of, start_sim,
+};
 use crate::support::kube::{
-    await_node, create, node_ready, os_image, pod_on, retry_until, unschedulable, Audited,
-    ControlPlane, TestNamespace,
+    await_node, create, job_condition, node_ready, os_image, pod_on, retry_until, unschedulable,
+    Audited, ControlPlane, TestNamespace,
 };
 use crate::support::kubelet::Kubelet;
 use chrono::{DateTime, Utc};
-use drover::cluster::{ANN_CORDONED, ANN_PREVIOUS, ANN_STATE};
+use drover::cluster::{NodeProgress, ProgressState};
 use drover::rollout::VirtualClock;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -90,13 +93,13 @@ async fn bump(repo: &ConfigRepo, agent: &RunningAgent) {
     assert_eq!(agent.webhook().await, 202);
 }
 
-fn given_back_at_target(n: &Node) -> bool {
-    !unschedulable(n) && !n.annotations().contains_key(ANN_STATE) && os_image(n).contains("1.13.0")
+fn given_back_at_target(n: &Node, p: Option<&NodeProgress>) -> bool {
+    !unschedulable(n) && p.is_none() && os_image(n).contains("1.13.0")
 }
 
 /// The writes of `user_agent` since `from` that are about `node`: its
-/// patches, the Jobs in `ns`, the Events on it; each as `verb resource`,
-/// landed (2xx) and refused apart.
+/// patches, its record and the Jobs in `ns`, the Events on it; each as
+/// `verb resource`, landed (2xx) and refused apart.
 fn node_writes(
     log: &[Audited],
     user_agent: &str,
@@ -108,6 +111,7 @@ fn node_writes(
     let mut refused = BTreeMap::new();
     let about_node = |a: &Audited| match a.resource.as_str() {
         "nodes" => a.name == node,
+        "drovernodes" => a.namespace == ns && a.name == node,
         "jobs" => a.namespace == ns,
         "events" => a.name.starts_with(&format!("{node}.")),
         _ => false,
@@ -131,6 +135,26 @@ async fn jobs_of(client: &Client, ns: &str, node: &str) -> Vec<Job> {
     live_jobs(client, ns, &format!("drover.dev/node={node}")).await
 }
 
+/// Whether the status object's confirmation was told a second time (the
+/// 1.13.0 one after 1.12.0's): the Events of the pass that confirmed, the
+/// node's among them, were published before it (one queue, in order).
+async fn confirmed_twice(client: &Client, ns: &str) -> bool {
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    let confirmed: Vec<Event> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("RolloutConfirmed"))
+        .collect();
+    let told: i32 = confirmed
+        .iter()
+        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+        .sum();
+    told >= 2
+}
+
 /// One node's upgrade to 1.13.0 by an agent sending `user_agent`, its
 /// config changed by `change`: the writes about the node (landed), and
 /// the node's Event reasons.
@@ -148,33 +172,22 @@ async fn upgrade_one_node(
     let from = Utc::now();
     change(&repo, ns.name());
     assert_eq!(agent.webhook().await, 202);
-    await_node(
+    await_node_record(
         &client,
+        ns.name(),
         &node,
         "upgraded and given back",
         given_back_at_target,
     )
     .await;
     await_confirmed_at(&client, &ns, "1.13.0").await;
-    // Events are published off the loop: wait for the node's outcome.
-    let events: Api<Event> = Api::namespaced(client.clone(), "default");
-    let reasons = || async {
-        events
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|e| e.regarding.as_ref().and_then(|o| o.name.as_deref()) == Some(&node))
-            .filter_map(|e| e.reason)
-            .collect::<Vec<_>>()
-    };
-    retry_until("the Upgraded Event", || async {
-        let r = reasons().await;
-        if r.iter().any(|r| r == "Upgraded") {
+    // Events are published off the loop: once the confirmation's is out,
+    // the node's of the same passes are too.
+    retry_until("the confirmation told", || async {
+        if confirmed_twice(&client, ns.name()).await {
             Ok(())
         } else {
-            Err(r)
+            Err("not yet")
         }
     })
     .await;
@@ -192,10 +205,23 @@ async fn upgrade_one_node(
          (conflicts, retried): {refused:?}; every write of the agent meanwhile (status object \
          and its Events included, leases and evictions apart): {all}"
     );
-    // Its work done, rebooted once, no Job left.
+    // Its work done, rebooted once; its finished Jobs left to their TTL.
     assert_eq!(sim.upgrades_started(&node), 1);
-    assert!(jobs_of(&client, ns.name(), &node).await.is_empty());
-    let reasons = reasons().await;
+    let jobs = jobs_of(&client, ns.name(), &node).await;
+    assert!(
+        jobs.iter().all(|j| job_condition(j, "Complete")),
+        "{jobs:?}"
+    );
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let reasons: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|o| o.name.as_deref()) == Some(&node))
+        .filter_map(|e| e.reason)
+        .collect();
     sim.shutdown().await;
     (landed, reasons)
 }
@@ -205,25 +231,24 @@ fn counts(of: &[(&str, usize)]) -> BTreeMap<String, usize> {
 }
 
 #[tokio::test]
-async fn a_node_upgrade_with_prepare_writes_six_times_besides_its_evictions() {
-    let (landed, reasons) = upgrade_one_node("writes-six", "drover-test-writes/1", |repo, _| {
+async fn a_node_upgrade_with_prepare_writes_seven_times_besides_its_evictions() {
+    let (landed, reasons) = upgrade_one_node("writes-seven", "drover-test-writes/1", |repo, _| {
         repo.bump("test", "1.13.0", true);
     })
     .await;
     let want = counts(&[
-        // The prepare Job and the upgrade Job: the records of `preparing`
-        // and `upgrading`.
+        // Its record, created with `preparing` (the node had none yet).
+        ("create drovernodes", 1),
+        // Its record: `draining` (before the cordon), idle (after the uncordon).
+        ("patch drovernodes", 2),
+        // The prepare Job and the upgrade Job.
         ("create jobs", 2),
-        // The cordon (with `draining`), the uncordon (record cleared).
+        // The cordon and the uncordon.
         ("patch nodes", 2),
-        // Both Jobs, in one request, before the uncordon.
-        ("deletecollection jobs", 1),
-        // `Upgraded`: the drain's `Draining` is logged only.
-        ("create events", 1),
     ]);
     assert_eq!(landed, want);
-    assert_eq!(landed.values().sum::<usize>(), 6);
-    assert_eq!(reasons, ["Upgraded"]);
+    assert_eq!(landed.values().sum::<usize>(), 7);
+    assert_eq!(reasons, Vec::<String>::new(), "no routine Event");
 }
 
 #[tokio::test]
@@ -244,13 +269,14 @@ async fn a_node_upgrade_without_prepare_writes_five_times_besides_its_evictions(
         })
         .await;
     let want = counts(&[
+        ("create drovernodes", 1),
+        ("patch drovernodes", 1),
         ("create jobs", 1),
         ("patch nodes", 2),
-        ("deletecollection jobs", 1),
-        ("create events", 1),
     ]);
     assert_eq!(landed, want);
-    assert_eq!(reasons, ["Upgraded"]);
+    assert_eq!(landed.values().sum::<usize>(), 5);
+    assert_eq!(reasons, Vec::<String>::new(), "no routine Event");
 }
 
 #[tokio::test]
@@ -278,20 +304,29 @@ async fn an_agent_killed_while_a_node_prepares_leaves_the_next_leader_the_prepar
     })
     .await;
     a.kill();
-    // Preparing, and nothing on the node says so: the Job is the record.
+    // Preparing: its record says so and names the Job; the Node carries nothing.
     let n = Api::<Node>::all(client.clone()).get(&node).await.unwrap();
     assert!(!unschedulable(&n), "a preparing node serves");
-    assert!(
-        !n.annotations().contains_key(ANN_STATE),
-        "{:?}",
-        n.annotations()
+    assert!(n
+        .annotations()
+        .keys()
+        .all(|k| !k.starts_with("drover.dev/")));
+    let r = record_of(&client, ns.name(), &node).await.unwrap();
+    assert_eq!(r.progress.as_ref().unwrap().state, ProgressState::Preparing);
+    let jobs = jobs_of(&client, ns.name(), &node).await;
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(
+        Some(jobs[0].name_any()),
+        r.run.map(|run| run.name),
+        "the record names its Job"
     );
     assert_eq!(sim.downloads(&node), (0, 0), "killed mid-download");
     let killed = Utc::now();
 
     let b = start_agent(&repo, ns.name(), "agent-b", UA_B).await;
-    await_node(
+    await_node_record(
         &client,
+        ns.name(),
         &node,
         "finished by the next leader",
         given_back_at_target,
@@ -329,23 +364,25 @@ async fn an_agent_killed_while_a_node_upgrades_leaves_the_next_leader_the_upgrad
     .await;
     a.kill();
     // Upgrading: the node's record says draining (with the cordon and the
-    // previous version a rollback needs), its upgrade Job says the rest.
-    let n = Api::<Node>::all(client.clone()).get(&node).await.unwrap();
-    let ann = n.annotations();
-    assert_eq!(ann.get(ANN_STATE).map(String::as_str), Some("draining"));
-    assert_eq!(ann.get(ANN_CORDONED).map(String::as_str), Some("true"));
-    assert_eq!(ann.get(ANN_PREVIOUS).map(String::as_str), Some("1.12.0"));
-    let upgrades = jobs_of(&client, ns.name(), &node)
+    // previous version a rollback needs) and names its upgrade Job, which exists.
+    let r = record_of(&client, ns.name(), &node).await.unwrap();
+    let p = r.progress.clone().unwrap();
+    assert_eq!(p.state, ProgressState::Draining);
+    assert!(p.cordoned_by_drover);
+    assert_eq!(p.previous, Some(semver::Version::new(1, 12, 0)));
+    let upgrades: Vec<Job> = jobs_of(&client, ns.name(), &node)
         .await
         .into_iter()
         .filter(|j| job_run(j).is_some_and(|(_, prepare)| !prepare))
-        .count();
-    assert_eq!(upgrades, 1);
+        .collect();
+    assert_eq!(upgrades.len(), 1);
+    assert_eq!(Some(upgrades[0].name_any()), r.run.map(|run| run.name));
     let killed = Utc::now();
 
     let b = start_agent(&repo, ns.name(), "agent-b", UA_B).await;
-    await_node(
+    await_node_record(
         &client,
+        ns.name(),
         &node,
         "finished by the next leader",
         given_back_at_target,
@@ -362,8 +399,10 @@ async fn an_agent_killed_while_a_node_upgrades_leaves_the_next_leader_the_upgrad
         None,
         "B started no run: {landed:?}"
     );
-    // B gave it back: the Jobs in one request, then the uncordon.
-    assert_eq!(landed.get("deletecollection jobs"), Some(&1), "{landed:?}");
-    assert!(jobs_of(&client, ns.name(), &node).await.is_empty());
+    // B gave it back: the uncordon and its record, no Job deleted.
+    assert_eq!(landed.get("patch nodes"), Some(&1), "{landed:?}");
+    assert_eq!(landed.get("patch drovernodes"), Some(&1), "{landed:?}");
+    assert_eq!(landed.values().sum::<usize>(), 2, "{landed:?}");
+    assert_eq!(progress_of(&client, ns.name(), &node).await, None);
     sim.shutdown().await;
 }

@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use crate::support::agent::client_as;
-use crate::support::backend::{kube_options, pool_options, start_sim};
+use crate::support::backend::{kube_options, pool_options, run_start, start_sim};
 use crate::support::kube::{apply_deploy_file, ControlPlane, TestNamespace, WAIT};
 use chrono::Utc;
 use drover::cluster::{NodeProgress, ProgressState};
@@ -227,10 +227,10 @@ async fn the_agent_can_create_the_driver_job_and_nothing_that_takes_the_host() {
         started_at: Utc::now(),
         cordoned_by_drover: true,
         message: String::new(),
-        attempts: 0,
+        retries: 0,
         previous: None,
     };
-    let driver_job = upgrade_job(&opts, &node, &progress).unwrap();
+    let driver_job = upgrade_job(&opts, &node, &run_start(&node_name, &progress)).unwrap();
 
     let agent = client_as(Some(SERVICE_ACCOUNT)).await;
     let jobs: Api<Job> = Api::namespaced(agent.clone(), "drover-upgrades");
@@ -267,7 +267,7 @@ async fn the_agent_can_create_the_driver_job_and_nothing_that_takes_the_host() {
         cordoned_by_drover: false,
         ..progress.clone()
     };
-    let prepare_job = upgrade_job(&opts, &node, &prepare).unwrap();
+    let prepare_job = upgrade_job(&opts, &node, &run_start(&node_name, &prepare)).unwrap();
     jobs.create(&PostParams::default(), &prepare_job)
         .await
         .unwrap_or_else(|e| panic!("the driver's own prepare Job was refused: {e}"));

@@ -413,7 +413,7 @@ fn bottlerocket_job() -> Value {
         started_at: "2026-12-01T02:00:00Z".parse().unwrap(),
         cordoned_by_drover: true,
         message: String::new(),
-        attempts: 0,
+        retries: 0,
         previous: None,
     })
 }
@@ -423,6 +423,8 @@ fn job_for(p: NodeProgress) -> Value {
     let opts = KubeOptions {
         cluster_name: "c".into(),
         namespace: "drover-system".into(),
+        records_namespace: "drover-system".into(),
+        environment: "e".into(),
         node_selector: String::new(),
         nodes: NodesSpec::default(),
         driver: DriverSpec::Bottlerocket {
@@ -435,7 +437,8 @@ fn job_for(p: NodeProgress) -> Value {
     };
     let mut node = ObservedNode::default();
     node.metadata.name = Some("node-1".into());
-    serde_json::to_value(driver::upgrade_job(&opts, &node, &p).unwrap()).unwrap()
+    let start = crate::support::backend::run_start("node-1", &p);
+    serde_json::to_value(driver::upgrade_job(&opts, &node, &start).unwrap()).unwrap()
 }
 
 /// The plain environment of a Job's container, by name.
@@ -466,7 +469,7 @@ fn a_rollback_locks_the_previous_version_and_boots_it() {
         started_at: started,
         cordoned_by_drover: true,
         message: "health check failed: ...".into(),
-        attempts: 0,
+        retries: 0,
         previous: Some(v("1.13.2")),
     });
     let env = job_env(&job);
@@ -789,7 +792,7 @@ fn the_prepare_job_says_prepare_and_is_never_taken_for_the_upgrade_of_the_same_i
         started_at: "2026-12-01T02:00:00Z".parse().unwrap(),
         cordoned_by_drover: false,
         message: String::new(),
-        attempts: 0,
+        retries: 0,
         previous: None,
     };
     let prepare = job_for(p.clone());

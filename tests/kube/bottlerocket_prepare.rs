@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use drover::cluster::{ANN_MESSAGE, ANN_STATE};
 use drover::rollout::{Inputs, Policy, RolloutState, WindowState};
 use kube::{Client, ResourceExt};
 
@@ -198,14 +197,14 @@ async fn a_target_missing_from_the_repository_fails_the_node_before_it_leaves_se
         "{}",
         out.decision.message
     );
-    let nodes = nodes_in(&client, ns.name()).await;
-    let bad_node = nodes.iter().find(|n| n.name_any() == bad).unwrap();
-    let ann = bad_node.annotations();
-    assert_eq!(ann.get(ANN_STATE).map(String::as_str), Some("failed"));
-    let message = ann.get(ANN_MESSAGE).cloned().unwrap_or_default();
+    let p = progress_of(&client, ns.name(), &bad)
+        .await
+        .expect("a record");
+    assert_eq!(p.state, drover::cluster::ProgressState::Failed);
+    let message = p.message;
     assert!(
         message.contains("before the drain") && message.contains("1.13.0 is not offered"),
-        "the reason is on the node: {message}"
+        "the reason is in its record: {message}"
     );
     // The rollout stays failed; nothing is cordoned or rebooted meanwhile.
     let again = drive(&engine, &cluster, &open_window(), MINUTE, |o| {

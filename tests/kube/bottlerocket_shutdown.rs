@@ -150,10 +150,10 @@ async fn without_the_new_policy_the_first_rejected_pod_fails_the_job_mid_reboot(
             started_at: Utc::now(),
             cordoned_by_drover: true,
             message: String::new(),
-            attempts: 0,
+            retries: 0,
             previous: None,
         };
-        upgrade_job(&opts, node, &p).unwrap()
+        upgrade_job(&opts, node, &run_start(&node.name_any(), &p)).unwrap()
     };
     let nodes: Api<ObservedNode> = Api::all(client.clone());
     let jobs: Api<Job> = Api::namespaced(client.clone(), ns.name());

@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use drover::cluster::{Cluster, EvictionPass, NodeProgress, NodeView};
+use drover::cluster::{
+    Cluster, Cordoned, EvictionPass, NodeView, RecordWrite, RunLink, RunStart, Stored,
+};
 use drover::kubernetes::{Error, KubeCluster};
 use drover::rollout::RolloutState;
 use k8s_openapi::api::batch::v1::Job;
@@ -69,30 +71,23 @@ impl Cluster for Crashy {
     async fn observe(&self) -> Result<Vec<NodeView>, Error> {
         self.gate(self.inner.observe()).await
     }
-    async fn cordon(&self, node: &str, p: &NodeProgress) -> Result<(), Error> {
-        self.gate(self.inner.cordon(node, p)).await
+    async fn write_record(&self, w: &RecordWrite) -> Result<Stored, Error> {
+        self.gate(self.inner.write_record(w)).await
     }
-    async fn uncordon(&self, node: &str, p: Option<&NodeProgress>) -> Result<(), Error> {
-        self.gate(self.inner.uncordon(node, p)).await
+    async fn cordon(&self, node: &str) -> Result<Cordoned, Error> {
+        self.gate(self.inner.cordon(node)).await
     }
-    async fn set_progress(&self, node: &str, p: Option<&NodeProgress>) -> Result<(), Error> {
-        self.gate(self.inner.set_progress(node, p)).await
+    async fn uncordon(&self, node: &str) -> Result<(), Error> {
+        self.gate(self.inner.uncordon(node)).await
     }
     async fn evict(&self, node: &str) -> Result<EvictionPass, Error> {
         self.gate(self.inner.evict(node)).await
     }
-    async fn start_upgrade(&self, node: &str, p: &NodeProgress) -> Result<(), Error> {
-        self.gate(self.inner.start_upgrade(node, p)).await
+    async fn start_run(&self, node: &str, start: &RunStart) -> Result<(), Error> {
+        self.gate(self.inner.start_run(node, start)).await
     }
-    async fn mark_rolled_back(
-        &self,
-        node: &str,
-        p: &NodeProgress,
-        from: &[semver::Version],
-        uncordon: bool,
-    ) -> Result<(), Error> {
-        self.gate(self.inner.mark_rolled_back(node, p, from, uncordon))
-            .await
+    async fn stop_run(&self, node: &str, run: &RunLink) -> Result<(), Error> {
+        self.gate(self.inner.stop_run(node, run)).await
     }
 }
 
@@ -218,15 +213,17 @@ async fn a_rollout_survives_twenty_abrupt_restarts() {
             "{n}: {:?}",
             node.metadata.annotations
         );
+        let r = record_of(&client, ns.name(), n).await.expect("a record");
+        assert_eq!(r.progress, None, "{n} idle: {r:?}");
     }
+    // Finished runs are left to their TTL: one per node, each complete.
     let jobs = Api::<Job>::namespaced(client.clone(), ns.name())
         .list(&ListParams::default())
         .await
         .unwrap();
-    assert!(
-        jobs.items.is_empty(),
-        "Jobs cleaned up: {}",
-        jobs.items.len()
-    );
+    assert_eq!(jobs.items.len(), names.len(), "one run per node");
+    for j in &jobs.items {
+        assert!(job_condition(j, "Complete"), "{:?}", j.metadata.name);
+    }
     sim.shutdown().await;
 }

@@ -7,17 +7,16 @@
 //! back at their drain timeout, never upgraded; the other nodes finish in
 //! the same steps. Control: with the faults gone, a retry moves both.
 //!
-//! And a give-back deletes the node's running Job before it uncordons: a
-//! delete that fails keeps the node cordoned, held, and is tried again on
-//! every pass until the Job is gone; a completed node's Jobs go in one
-//! `deletecollection`, and its cordon stays until that succeeds; a running
-//! Job that is the node's only record of its upgrade is not deleted until
-//! that state is written on the node. Blocked nodes' pod watches are
-//! capped, the nodes beyond the cap polled.
+//! And no node is uncordoned while its run may still act on it: a timed-out
+//! run is deleted only after the record says so (a refused record write
+//! deletes nothing), the node stays cordoned while the delete is refused
+//! (sent again while its Job is there) and until its Job is gone; a
+//! completed node whose give-back record did not land is given back again.
+//! Blocked nodes' pod watches are capped, the nodes beyond the cap polled.
 
 use std::time::{Duration, Instant};
 
-use drover::cluster::{Cluster, NodeProgress, ProgressState, ANN_RETRY};
+use drover::cluster::{Cluster, NodeProgress, NodeRecord, ProgressState, RecordWrite};
 use drover::kubernetes::KubeCluster;
 use drover::rollout::RolloutState;
 use futures::StreamExt;
@@ -100,7 +99,9 @@ async fn a_failing_pod_list_and_a_refused_eviction_hold_only_their_nodes() {
     ] {
         let node = Api::<Node>::all(client.clone()).get(n).await.unwrap();
         assert!(!unschedulable(&node), "{n} left cordoned");
-        let p = progress_of(&node).expect("a blocked record");
+        let p = progress_of(&client, ns.name(), n)
+            .await
+            .expect("a blocked record");
         assert_eq!(p.state, ProgressState::Blocked, "{n}");
         assert!(p.message.contains(why), "{n}: {}", p.message);
         // Given back at its drain timeout (its drain began within the first
@@ -118,25 +119,13 @@ async fn a_failing_pod_list_and_a_refused_eviction_hold_only_their_nodes() {
         );
         assert_eq!(sim.upgrades_started(n), 0, "{n} never upgraded");
     }
-    let p = progress_of(
-        &Api::<Node>::all(client.clone())
-            .get(&refused)
-            .await
-            .unwrap(),
-    )
-    .unwrap();
+    let p = progress_of(&client, ns.name(), &refused).await.unwrap();
     assert!(
         p.message.contains("being terminated"),
         "the 403 is named: {}",
         p.message
     );
-    let p = progress_of(
-        &Api::<Node>::all(client.clone())
-            .get(&unlisted)
-            .await
-            .unwrap(),
-    )
-    .unwrap();
+    let p = progress_of(&client, ns.name(), &unlisted).await.unwrap();
     assert!(
         p.message.contains("etcdserver: request timed out"),
         "{}",
@@ -155,16 +144,8 @@ async fn a_failing_pod_list_and_a_refused_eviction_hold_only_their_nodes() {
         .delete("stuck", &DeleteParams::default().grace_period(0))
         .await
         .unwrap();
-    let nodes: Api<Node> = Api::all(client.clone());
     for n in [&unlisted, &refused] {
-        nodes
-            .patch(
-                n,
-                &PatchParams::default(),
-                &Patch::Merge(json!({ "metadata": { "annotations": { ANN_RETRY: "1" } } })),
-            )
-            .await
-            .unwrap();
+        request_retry(&client, ns.name(), n).await;
     }
     let out = drive(
         &engine,
@@ -186,77 +167,109 @@ async fn a_failing_pod_list_and_a_refused_eviction_hold_only_their_nodes() {
 }
 
 /// A one-node pool's backend behind a proxy that answers 500 ("leader
-/// changed") to every DELETE whose path `refuses` accepts, driven until two
-/// were refused: the give-back tests then look at what the node kept.
-struct DeletesRefused {
+/// changed") to every request of `method` whose path `refuses` accepts once
+/// `on` is set, driven until `done`.
+struct Refusing {
     proxy: ApiProxy,
     cluster: KubeCluster,
     engine: drover::rollout::Engine<drover::rollout::SystemClock>,
-    out: drover::rollout::Outcome,
+    on: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    hits: std::sync::Arc<crate::support::proxy::Rule>,
 }
 
-impl DeletesRefused {
-    async fn drive(
+impl Refusing {
+    async fn start(
         ns: &str,
         policy: drover::rollout::Policy,
+        method: Method,
         refuses: impl Fn(&str) -> bool + Send + Sync + 'static,
     ) -> Self {
         let proxy = ApiProxy::start().await;
-        let deletes = proxy.answer(500, "etcdserver: leader changed", move |m, path, _| {
-            *m == Method::DELETE && refuses(path)
-        });
+        let on = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let hits = {
+            let on = on.clone();
+            proxy.answer(500, "etcdserver: leader changed", move |m, path, _| {
+                on.load(std::sync::atomic::Ordering::SeqCst) && *m == method && refuses(path)
+            })
+        };
         let cluster = KubeCluster::new(proxy.config(), kube_options(ns))
             .await
             .expect("backend starts");
-        let engine = engine(policy);
-        let out = drive(
-            &engine,
-            &cluster,
-            &open_window(),
-            Duration::from_secs(60),
-            move |_| deletes.hits() >= 2,
-        )
-        .await;
-        DeletesRefused {
+        Refusing {
             proxy,
             cluster,
-            engine,
-            out,
+            engine: engine(policy),
+            on,
+            hits,
         }
+    }
+
+    /// Refuse from now on.
+    fn refuse(&self) {
+        self.on.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    async fn drive(
+        &self,
+        done: impl FnMut(&drover::rollout::Outcome) -> bool,
+    ) -> drover::rollout::Outcome {
+        drive(&self.engine, &self.cluster, &open_window(), MINUTE, done).await
     }
 }
 
+/// The step released the node given back: its stopped run gone, uncordoned.
+fn released(o: &drover::rollout::Outcome) -> bool {
+    o.decision.state == RolloutState::Failed
+        && o.held.is_empty()
+        && o.decision
+            .actions
+            .iter()
+            .any(|a| matches!(a, drover::rollout::Action::Release { .. }))
+}
+
+/// Upgrading: cordoned, its Job started.
+fn started(o: &drover::rollout::Outcome) -> bool {
+    o.decision
+        .actions
+        .iter()
+        .any(|a| matches!(a, drover::rollout::Action::StartUpgrade { .. }))
+}
+
 #[tokio::test]
-async fn a_give_back_deletes_the_running_job_first_and_retries_until_it_can() {
+async fn a_timed_out_run_is_deleted_before_the_uncordon_and_sent_again_until_it_is() {
     let (client, ns) = setup("giveback-order").await;
     let sim = start_sim(&client, pool_options(ns.name(), 1)).await;
     let node = sim.node_names()[0].clone();
     // The node never comes back from its reboot: its Job stays active, and
-    // node_timeout gives the node back failed while its driver still runs.
+    // node_timeout fails the node while its driver still runs.
     sim.set_fault(&node, Fault::NeverReady);
     let jobs_path = format!("/apis/batch/v1/namespaces/{}/jobs/", ns.name());
-    let DeletesRefused {
-        proxy,
-        cluster,
-        engine,
-        out,
-    } = DeletesRefused::drive(
+    let r = Refusing::start(
         ns.name(),
         policy("1.13.0", 1, Duration::from_secs(5), Duration::from_secs(6)),
+        Method::DELETE,
         move |path| path.starts_with(&jobs_path),
     )
     .await;
-    // Tried twice, refused twice: still out of service, with its in-flight
-    // record and its running Job, held with the error.
+    r.refuse();
+    let out = r.drive(|_| r.hits.hits() >= 2).await;
+    // Refused twice: still out of service, its record saying failed, its
+    // run stopped and drover's cordon; its Job running; held with the error.
     let nodes: Api<Node> = Api::all(client.clone());
     let n = nodes.get(&node).await.unwrap();
     assert!(unschedulable(&n), "not uncordoned before its Job is gone");
-    // `upgrading` on the node: the running Job was the only record of it,
-    // so the give-back wrote it before trying the delete.
-    assert_eq!(progress_of(&n).unwrap().state, ProgressState::Upgrading);
+    let rec = record_of(&client, ns.name(), &node).await.unwrap();
+    let p = rec.progress.clone().unwrap();
+    assert_eq!(p.state, ProgressState::Failed);
+    assert!(p.cordoned_by_drover, "still drover's cordon");
+    assert!(
+        rec.run.as_ref().unwrap().stopped,
+        "the record says the run is stopped"
+    );
     assert_eq!(live_jobs(&client, ns.name(), "").await.len(), 1);
     let held = out.held.iter().find(|h| h.node == node).expect("held");
     assert!(held.why.contains("leader changed"), "{held:?}");
+    assert_eq!(out.decision.unavailable, 1, "it still counts");
 
     // The deletes go through: the Job is gone by the time the node is back
     // in service (seen from a watch of the node).
@@ -279,23 +292,16 @@ async fn a_give_back_deletes_the_running_job_first_and_retries_until_it_can() {
             unreachable!("the node watch ended")
         })
     };
-    proxy.clear();
-    let out = drive(
-        &engine,
-        &cluster,
-        &open_window(),
-        Duration::from_secs(60),
-        |o| o.decision.state == RolloutState::Failed && o.held.is_empty(),
-    )
-    .await;
+    r.proxy.clear();
+    let out = r.drive(released).await;
     let jobs_when_uncordoned = tokio::time::timeout(WAIT, seen).await.unwrap().unwrap();
     assert_eq!(
         jobs_when_uncordoned, 0,
         "the Job went before the node came back"
     );
-    let n = nodes.get(&node).await.unwrap();
-    let p = progress_of(&n).unwrap();
+    let p = progress_of(&client, ns.name(), &node).await.unwrap();
     assert_eq!(p.state, ProgressState::Failed);
+    assert!(!p.cordoned_by_drover);
     assert!(p.message.contains("within node_timeout"), "{}", p.message);
     assert!(
         out.decision.message.contains(&node),
@@ -305,60 +311,110 @@ async fn a_give_back_deletes_the_running_job_first_and_retries_until_it_can() {
     sim.shutdown().await;
 }
 
-/// A completed node's Jobs (its prepare and its upgrade) go in one
-/// `deletecollection` before its uncordon: while that request fails the
-/// node stays cordoned with its record, held with the error; once it
-/// passes, both Jobs are gone and the node is back in service.
+/// A timed-out run is deleted only once its node's record says it is: while
+/// that write is refused, the Job is not deleted and nothing else is done
+/// to the node (an agent dying then finds it upgrading, its run running);
+/// once the write passes, the run goes and the node is given back failed.
 #[tokio::test]
-async fn a_completed_node_keeps_its_cordon_until_its_jobs_go_in_one_request() {
-    let (client, ns) = setup("giveback-all").await;
+async fn a_timed_out_run_is_not_deleted_before_its_record_says_so() {
+    let (client, ns) = setup("record-first").await;
     let sim = start_sim(&client, pool_options(ns.name(), 1)).await;
     let node = sim.node_names()[0].clone();
-    // The collection itself, not one Job: a DELETE per Job would pass.
-    let collection = format!("/apis/batch/v1/namespaces/{}/jobs", ns.name());
-    let minute = Duration::from_secs(60);
-    let policy = drover::rollout::Policy {
-        prepare: true,
-        ..policy("1.13.0", 1, minute, minute)
-    };
-    let DeletesRefused {
-        proxy,
-        cluster,
-        engine,
-        out,
-    } = DeletesRefused::drive(ns.name(), policy, move |path| path == collection).await;
+    sim.set_fault(&node, Fault::NeverReady);
+    let record_path = format!(
+        "/apis/drover.dev/v1alpha1/namespaces/{}/drovernodes/{node}",
+        ns.name()
+    );
+    let r = Refusing::start(
+        ns.name(),
+        policy("1.13.0", 1, Duration::from_secs(5), Duration::from_secs(6)),
+        Method::PATCH,
+        move |path| path == record_path,
+    )
+    .await;
+    r.drive(started).await;
+    r.refuse();
+    let out = r.drive(|_| r.hits.hits() >= 2).await;
     let nodes: Api<Node> = Api::all(client.clone());
-    let live = || async {
-        live_jobs(&client, ns.name(), "")
-            .await
-            .iter()
-            .map(|j| j.name_any())
-            .collect::<Vec<_>>()
-    };
-    let n = nodes.get(&node).await.unwrap();
-    assert!(unschedulable(&n), "not uncordoned before its Jobs are gone");
-    // Its record as the drain wrote it: the (finished) upgrade Job is the
-    // record of the upgrade, and the give-back deletes only finished Jobs,
-    // so nothing more was written.
-    assert_eq!(progress_of(&n).unwrap().state, ProgressState::Draining);
-    assert_eq!(live().await.len(), 2, "the prepare and the upgrade Job");
+    let live = || async { live_jobs(&client, ns.name(), "").await.len() };
+    assert!(unschedulable(&nodes.get(&node).await.unwrap()));
+    assert_eq!(
+        progress_of(&client, ns.name(), &node).await.unwrap().state,
+        ProgressState::Draining
+    );
+    assert_eq!(
+        live().await,
+        1,
+        "the running run is kept while its record is not written"
+    );
     let held = out.held.iter().find(|h| h.node == node).expect("held");
     assert!(held.why.contains("leader changed"), "{held:?}");
 
-    proxy.clear();
-    let out = drive(
-        &engine,
-        &cluster,
-        &open_window(),
-        Duration::from_secs(60),
-        |o| o.decision.state == RolloutState::Confirmed,
-    )
+    r.proxy.clear();
+    let out = r.drive(released).await;
+    assert!(
+        out.decision.message.contains("node_timeout"),
+        "{}",
+        out.decision.message
+    );
+    assert!(!unschedulable(&nodes.get(&node).await.unwrap()));
+    assert_eq!(
+        progress_of(&client, ns.name(), &node).await.unwrap().state,
+        ProgressState::Failed
+    );
+    assert_eq!(live().await, 0);
+    assert_eq!(sim.upgrades_started(&node), 1);
+    sim.shutdown().await;
+}
+
+/// A completed node is uncordoned, then recorded idle; its finished Jobs
+/// are left to their TTL. While the record write is refused, the node is
+/// back in service and its record still says it is in flight: it is given
+/// back again, and once the write passes it is idle.
+#[tokio::test]
+async fn a_completed_node_whose_record_did_not_land_is_given_back_again() {
+    let (client, ns) = setup("giveback-record").await;
+    let sim = start_sim(&client, pool_options(ns.name(), 1)).await;
+    let node = sim.node_names()[0].clone();
+    let record_path = format!(
+        "/apis/drover.dev/v1alpha1/namespaces/{}/drovernodes/{node}",
+        ns.name()
+    );
+    let policy = drover::rollout::Policy {
+        prepare: true,
+        ..policy("1.13.0", 1, MINUTE, MINUTE)
+    };
+    let r = Refusing::start(ns.name(), policy, Method::PATCH, move |path| {
+        path == record_path
+    })
     .await;
-    assert_eq!(out.decision.nodes_at_version, 1);
-    assert_eq!(live().await, Vec::<String>::new(), "both Jobs deleted");
+    r.drive(started).await;
+    r.refuse();
+    let out = r.drive(|_| r.hits.hits() >= 2).await;
+    let nodes: Api<Node> = Api::all(client.clone());
     let n = nodes.get(&node).await.unwrap();
-    assert!(!unschedulable(&n), "back in service");
+    assert!(!unschedulable(&n), "uncordoned first");
     assert!(no_drover_annotations(&n), "{:?}", n.annotations());
+    // Its record as the drain wrote it: draining, the run it names done.
+    assert_eq!(
+        progress_of(&client, ns.name(), &node).await.unwrap().state,
+        ProgressState::Draining
+    );
+    let held = out.held.iter().find(|h| h.node == node).expect("held");
+    assert!(held.why.contains("leader changed"), "{held:?}");
+
+    r.proxy.clear();
+    let out = r
+        .drive(|o| o.decision.state == RolloutState::Confirmed)
+        .await;
+    assert_eq!(out.decision.nodes_at_version, 1);
+    assert_eq!(progress_of(&client, ns.name(), &node).await, None);
+    assert_eq!(
+        live_jobs(&client, ns.name(), "").await.len(),
+        2,
+        "the prepare and the upgrade Job, left to their TTL"
+    );
+    assert!(!unschedulable(&nodes.get(&node).await.unwrap()));
     assert_eq!(sim.upgrades_started(&node), 1);
     sim.shutdown().await;
 }
@@ -417,14 +473,20 @@ async fn blocked_nodes_beyond_the_watch_cap_are_polled() {
         started_at: chrono::Utc::now(),
         cordoned_by_drover: false,
         message: "drain did not finish".into(),
-        attempts: 0,
+        retries: 0,
         previous: None,
     };
     let cluster = KubeCluster::new(admin_config().await, opts.clone())
         .await
         .unwrap();
     for n in &names {
-        cluster.set_progress(n, Some(&blocked)).await.unwrap();
+        let write = RecordWrite {
+            record: NodeRecord::new(n, "r").with_progress(Some(blocked.clone())),
+            base: None,
+            consume: Default::default(),
+            at: chrono::Utc::now(),
+        };
+        cluster.write_record(&write).await.unwrap();
     }
     // Control: the budget allows nothing, for the two watched nodes and the
     // polled one alike.
@@ -447,81 +509,5 @@ async fn blocked_nodes_beyond_the_watch_cap_are_polled() {
     let cluster = KubeCluster::new(admin_config().await, opts).await.unwrap();
     assert_eq!(budgets_allow(&cluster, &names).await, [true, true, true]);
     assert_eq!(cluster.pod_watches(), 2);
-    sim.shutdown().await;
-}
-
-/// A node upgrading whose running Job is the only record of it (its node
-/// says `draining`): at `node_timeout` its state is written before the
-/// give-back deletes that Job. While that write is refused, the Job is not
-/// deleted and nothing else is done to the node, so an agent dying then
-/// still finds the node upgrading; once the write passes, the node is
-/// given back failed and its Job goes.
-#[tokio::test]
-async fn a_running_job_that_is_the_only_record_stays_until_its_state_is_written() {
-    let (client, ns) = setup("record-first").await;
-    let sim = start_sim(&client, pool_options(ns.name(), 1)).await;
-    let node = sim.node_names()[0].clone();
-    sim.set_fault(&node, Fault::NeverReady);
-    let proxy = ApiProxy::start().await;
-    let refuse = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let node_path = format!("/api/v1/nodes/{node}");
-    let patches = {
-        let refuse = refuse.clone();
-        proxy.answer(500, "etcdserver: leader changed", move |m, path, _| {
-            refuse.load(std::sync::atomic::Ordering::SeqCst)
-                && *m == Method::PATCH
-                && path == node_path
-        })
-    };
-    let cluster = KubeCluster::new(proxy.config(), kube_options(ns.name()))
-        .await
-        .expect("backend starts");
-    let engine = engine(policy(
-        "1.13.0",
-        1,
-        Duration::from_secs(5),
-        Duration::from_secs(6),
-    ));
-    // Upgrading: cordoned, its Job started.
-    drive(&engine, &cluster, &open_window(), MINUTE, |o| {
-        o.decision
-            .actions
-            .iter()
-            .any(|a| matches!(a, drover::rollout::Action::StartUpgrade { .. }))
-    })
-    .await;
-    refuse.store(true, std::sync::atomic::Ordering::SeqCst);
-    let out = drive(&engine, &cluster, &open_window(), MINUTE, |_| {
-        patches.hits() >= 2
-    })
-    .await;
-    let nodes: Api<Node> = Api::all(client.clone());
-    let live = || async { live_jobs(&client, ns.name(), "").await.len() };
-    let n = nodes.get(&node).await.unwrap();
-    assert!(unschedulable(&n));
-    assert_eq!(progress_of(&n).unwrap().state, ProgressState::Draining);
-    assert_eq!(
-        live().await,
-        1,
-        "the Job, the only record of the upgrade, is kept"
-    );
-    let held = out.held.iter().find(|h| h.node == node).expect("held");
-    assert!(held.why.contains("leader changed"), "{held:?}");
-
-    proxy.clear();
-    let out = drive(&engine, &cluster, &open_window(), MINUTE, |o| {
-        o.decision.state == RolloutState::Failed && o.held.is_empty()
-    })
-    .await;
-    assert!(
-        out.decision.message.contains("node_timeout"),
-        "{}",
-        out.decision.message
-    );
-    let n = nodes.get(&node).await.unwrap();
-    assert!(!unschedulable(&n));
-    assert_eq!(progress_of(&n).unwrap().state, ProgressState::Failed);
-    assert_eq!(live().await, 0);
-    assert_eq!(sim.upgrades_started(&node), 1);
     sim.shutdown().await;
 }

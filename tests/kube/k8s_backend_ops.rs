@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use drover::cluster::{Cluster, NodeProgress, ProgressState, UpgradeStatus};
-use drover::kubernetes::{objects, Error};
+use drover::cluster::{Cluster, NodeProgress, ProgressState, RecordWrite, UpgradeStatus};
+use drover::kubernetes::Error;
+use drover::rollout::Action;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -23,8 +24,15 @@ fn draining(cordoned_by_drover: bool) -> NodeProgress {
         started_at: Utc::now(),
         cordoned_by_drover,
         message: String::new(),
-        attempts: 0,
+        retries: 0,
         previous: None,
+    }
+}
+
+fn cordon(node: &str, p: &NodeProgress) -> Action {
+    Action::Cordon {
+        node: node.into(),
+        progress: p.clone(),
     }
 }
 
@@ -36,7 +44,7 @@ fn is_unschedulable(n: &Node) -> bool {
 }
 
 #[tokio::test]
-async fn cordon_records_progress_and_uncordon_refuses_someone_elses_cordon() {
+async fn the_record_precedes_the_cordon_and_uncordon_refuses_someone_elses_cordon() {
     let (client, ns) = setup("ops-cordon").await;
     let sim = start_sim(&client, pool_options(ns.name(), 2)).await;
     let [mine, theirs] = <[String; 2]>::try_from(sim.node_names()).unwrap();
@@ -44,20 +52,32 @@ async fn cordon_records_progress_and_uncordon_refuses_someone_elses_cordon() {
     let cluster = cluster(ns.name()).await;
 
     let p = draining(true);
-    cluster.cordon(&mine, &p).await.unwrap();
-    // Read-your-writes: the very next observation shows the cordon.
+    act(&cluster, &cordon(&mine, &p)).await.unwrap();
+    // Read-your-writes: the very next observation shows the cordon and the record.
     let view = cluster.observe().await.unwrap();
     let v = view.iter().find(|v| v.name == mine).unwrap();
     assert!(v.unschedulable);
     assert_eq!(v.progress.clone().unwrap(), Some(p.clone()));
     let n = nodes.get(&mine).await.unwrap();
-    assert!(is_unschedulable(&n) && cordoned_by_drover(&n));
-    // Repeating the call changes nothing.
-    cluster.cordon(&mine, &p).await.unwrap();
-    assert_eq!(
-        progress_of(&nodes.get(&mine).await.unwrap()),
-        Some(p.clone())
+    assert!(
+        is_unschedulable(&n) && no_drover_annotations(&n),
+        "the Node carries the cordon only"
     );
+    let r = record_of(&client, ns.name(), &mine).await.unwrap();
+    assert_eq!(r.progress, Some(p.clone()));
+    assert_eq!(r.attempt, 1);
+    // Its upgrade run is named before it exists.
+    let run = r.run.clone().unwrap();
+    assert_eq!(
+        run.name,
+        drover::record::run_name(&mine, &r.id, 1, drover::record::RunAction::Upgrade)
+    );
+    // Cordoning again changes nothing.
+    assert_eq!(
+        cluster.cordon(&mine).await.unwrap(),
+        drover::cluster::Cordoned::Already
+    );
+    assert_eq!(record_of(&client, ns.name(), &mine).await.unwrap(), r);
 
     // Someone else's cordon: drover records that it did not cordon it, and refuses to uncordon it.
     nodes
@@ -69,24 +89,54 @@ async fn cordon_records_progress_and_uncordon_refuses_someone_elses_cordon() {
         .await
         .unwrap();
     await_node(&client, &theirs, "cordoned", is_unschedulable).await;
-    cluster.cordon(&theirs, &draining(true)).await.unwrap();
-    let n = nodes.get(&theirs).await.unwrap();
-    assert!(!cordoned_by_drover(&n), "{:?}", n.metadata.annotations);
-    let refused = cluster.uncordon(&theirs, None).await;
+    act(&cluster, &cordon(&theirs, &draining(false)))
+        .await
+        .unwrap();
+    assert!(!cordoned_by_drover(&client, ns.name(), &theirs).await);
+    let refused = cluster.uncordon(&theirs).await;
     assert!(
         matches!(refused, Err(Error::NotCordonedByDrover { .. })),
         "{refused:?}"
     );
-    let refused = cluster.set_progress(&mine, None).await;
+    assert!(is_unschedulable(&nodes.get(&theirs).await.unwrap()));
+    // A record write over a record it did not read is refused (a change
+    // of its annotations alone is not: the write is made again on it).
+    let view = cluster.observe().await.unwrap();
+    let stored = view
+        .iter()
+        .find(|v| v.name == mine)
+        .unwrap()
+        .record
+        .clone()
+        .unwrap();
+    let mut read = stored.clone();
+    read.resource_version = "1".into();
+    read.record.attempt = 7;
+    let stale = RecordWrite {
+        record: stored.record.with_progress(None),
+        base: Some(read),
+        consume: Default::default(),
+        at: Utc::now(),
+    };
+    let refused = cluster.write_record(&stale).await;
     assert!(
-        matches!(refused, Err(Error::WouldDropCordonRecord { .. })),
+        matches!(refused, Err(Error::RecordChanged { .. })),
         "{refused:?}"
     );
-    assert!(is_unschedulable(&nodes.get(&theirs).await.unwrap()));
 
-    cluster.uncordon(&mine, None).await.unwrap();
+    // Given back: uncordoned, then recorded idle.
+    act(
+        &cluster,
+        &Action::Complete {
+            node: mine.clone(),
+            uncordon: true,
+        },
+    )
+    .await
+    .unwrap();
     let n = nodes.get(&mine).await.unwrap();
     assert!(!is_unschedulable(&n) && no_drover_annotations(&n));
+    assert_eq!(progress_of(&client, ns.name(), &mine).await, None);
     sim.shutdown().await;
 }
 
@@ -115,7 +165,9 @@ async fn a_drain_evicts_what_it_must_and_names_the_blocking_pdb() {
     .await;
 
     let cluster = cluster(ns.name()).await;
-    cluster.cordon(&node, &draining(true)).await.unwrap();
+    act(&cluster, &cordon(&node, &draining(true)))
+        .await
+        .unwrap();
     let view = cluster.observe().await.unwrap();
     assert_eq!(
         view[0].pods_to_evict, 2,
@@ -170,20 +222,24 @@ async fn a_drain_evicts_what_it_must_and_names_the_blocking_pdb() {
 }
 
 #[tokio::test]
-async fn the_upgrade_job_is_accepted_run_once_and_reported() {
+async fn the_upgrade_job_is_the_records_run_made_once_and_reported() {
     let (client, ns) = setup("ops-job").await;
     let sim = start_sim(&client, pool_options(ns.name(), 1)).await;
     let node = sim.node_names()[0].clone();
     let jobs: Api<Job> = Api::namespaced(client.clone(), ns.name());
     let cluster = cluster(ns.name()).await;
     let mut p = draining(true);
-    cluster.cordon(&node, &p).await.unwrap();
+    act(&cluster, &cordon(&node, &p)).await.unwrap();
     p.state = ProgressState::Upgrading;
-    cluster.set_progress(&node, Some(&p)).await.unwrap();
-    cluster.start_upgrade(&node, &p).await.unwrap();
+    let start = Action::StartUpgrade {
+        node: node.clone(),
+        progress: p.clone(),
+    };
+    act(&cluster, &start).await.unwrap();
     // Repeated, as after a crash: no second Job, no second reboot.
-    cluster.start_upgrade(&node, &p).await.unwrap();
-    let name = objects::job_name(&node, &p.target, p.started_at);
+    act(&cluster, &start).await.unwrap();
+    let r = record_of(&client, ns.name(), &node).await.unwrap();
+    let name = r.run.clone().unwrap().name;
     let job = await_job(&client, ns.name(), &name, "Complete", |j| {
         job_condition(j, "Complete")
     })
@@ -191,10 +247,8 @@ async fn the_upgrade_job_is_accepted_run_once_and_reported() {
     let labels = job.metadata.labels.clone().unwrap();
     assert_eq!(labels["drover.dev/node"], node);
     assert_eq!(labels["drover.dev/target-version"], "1.13.0");
-    assert_eq!(
-        labels["drover.dev/attempt"],
-        p.started_at.timestamp().to_string()
-    );
+    assert_eq!(labels["drover.dev/attempt"], r.attempt.to_string());
+    assert_eq!(labels["drover.dev/record"], r.id);
     let spec = job.spec.clone().unwrap();
     // Retries only for what the podFailurePolicy cannot judge (a pod the kubelet
     // rejected while the node shut down); a failing driver fails the Job at once.
@@ -222,104 +276,87 @@ async fn the_upgrade_job_is_accepted_run_once_and_reported() {
     .await
     .expect("the Job's success is observed");
     assert_eq!(view.version, Some(Version::new(1, 13, 0)));
-    // Another attempt's Job is not this attempt's run.
-    let mut other = p.clone();
-    other.started_at += chrono::Duration::seconds(5);
-    cluster.set_progress(&node, Some(&other)).await.unwrap();
     assert_eq!(
-        cluster.observe().await.unwrap()[0].upgrade,
-        UpgradeStatus::NotStarted
+        view.progress.clone().unwrap().unwrap().state,
+        ProgressState::Upgrading
     );
-
-    // Completing the node deletes its Jobs.
-    cluster.uncordon(&node, None).await.unwrap();
-    await_gone(&jobs, &name).await;
-    sim.shutdown().await;
-    let _ = Duration::ZERO;
-}
-
-#[tokio::test]
-async fn a_drain_pass_reads_every_page_of_the_nodes_pods() {
-    let (client, ns) = setup("ops-pages").await;
-    let sim = start_sim(&client, pool_options(ns.name(), 1)).await;
-    let node = sim.node_names()[0].clone();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
-    // More than one page (the backend lists 100 at a time).
-    for i in 0..150 {
-        create(
-            &pods,
-            &pod_on(&format!("p-{i}"), &node, &[("app", "many")], 1),
-        )
-        .await;
-    }
-    let cluster = cluster(ns.name()).await;
-    cluster.cordon(&node, &draining(true)).await.unwrap();
-    assert_eq!(cluster.observe().await.unwrap()[0].pods_to_evict, 150);
-    // Control: one pod finished is one fewer to evict, so the count is read, not a page size.
-    pods.patch_status(
-        "p-149",
-        &PatchParams::default(),
-        &Patch::Merge(&json!({ "status": { "phase": "Succeeded" } })),
+    // Given back: the record idle, the finished Job left to its TTL.
+    act(
+        &cluster,
+        &Action::Complete {
+            node: node.clone(),
+            uncordon: true,
+        },
     )
     .await
     .unwrap();
-    assert_eq!(cluster.observe().await.unwrap()[0].pods_to_evict, 149);
-    let pass = cluster.evict(&node).await.unwrap();
-    assert_eq!(pass.remaining, 149, "{pass:?}");
-    assert!(pass.blocked_by.is_empty(), "{pass:?}");
+    // The next attempt's record names another run: this Job is not it.
+    let mut next = draining(true);
+    next.target = Version::new(1, 13, 1);
+    act(&cluster, &cordon(&node, &next)).await.unwrap();
+    let v = cluster.observe().await.unwrap().remove(0);
+    assert_eq!(v.upgrade, UpgradeStatus::NotStarted);
+    assert_eq!(v.progress.unwrap().unwrap().state, ProgressState::Draining);
+    assert!(
+        jobs.get_opt(&name).await.unwrap().is_some(),
+        "kept for its TTL"
+    );
     sim.shutdown().await;
 }
 
-/// A drain pass reads at most 1,000 pods of a node: one more is a clear
-/// fault of that node, naming it, not an unbounded list, a count of some of
-/// its pods, or an error of the whole observation. Exactly 1,000 is the control.
 #[tokio::test]
-async fn a_node_with_more_pods_than_a_drain_pass_reads_is_held_by_name() {
-    let (client, ns) = setup("ops-toomany").await;
-    let sim = start_sim(&client, pool_options(ns.name(), 2)).await;
-    let (node, other) = (sim.node_names()[0].clone(), sim.node_names()[1].clone());
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
-    // Created 50 at a time: 1,000 one by one would take most of the test.
-    for start in (0..1000).step_by(50) {
-        let creates = (start..start + 50).map(|i| {
-            let pod = pod_on(&format!("p-{i}"), &node, &[("app", "many")], 1);
-            let pods = pods.clone();
-            async move { create(&pods, &pod).await }
-        });
-        futures::future::join_all(creates).await;
-    }
+async fn a_job_of_the_records_run_name_that_is_not_its_run_is_never_taken_for_it() {
+    let (client, ns) = setup("ops-foreign").await;
+    let sim = start_sim(&client, pool_options(ns.name(), 1)).await;
+    let node = sim.node_names()[0].clone();
+    let jobs: Api<Job> = Api::namespaced(client.clone(), ns.name());
     let cluster = cluster(ns.name()).await;
-    cluster.cordon(&node, &draining(true)).await.unwrap();
-    cluster.cordon(&other, &draining(true)).await.unwrap();
-    let view = |views: &[drover::cluster::NodeView], n: &str| {
-        views.iter().find(|v| v.name == n).unwrap().clone()
-    };
-    let views = cluster.observe().await.unwrap();
-    assert_eq!(view(&views, &node).pods_to_evict, 1000);
-    assert_eq!(view(&views, &node).fault, None);
-    create(&pods, &pod_on("p-1000", &node, &[("app", "many")], 1)).await;
-    let views = cluster
-        .observe()
+    act(&cluster, &cordon(&node, &draining(true)))
         .await
-        .expect("one node's trouble is that node's");
-    let fault = view(&views, &node)
-        .fault
-        .expect("1,001 pods are a fault of the node");
-    assert!(
-        fault.contains(&format!("node {node} has more than 1000 pods")),
-        "{fault}"
+        .unwrap();
+    let r = record_of(&client, ns.name(), &node).await.unwrap();
+    let name = r.run.clone().unwrap().name;
+    // A Job of that very name, made for another record.
+    let mut job = crate::support::kubelet::upgrade_job(&name, &node, "1.0.0");
+    job.metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .extend([
+            ("drover.dev/record".to_string(), "someone-else".to_string()),
+            ("drover.dev/attempt".to_string(), "1".to_string()),
+        ]);
+    create(&jobs, &job).await;
+    let mut changes = cluster.changes();
+    let v = tokio::time::timeout(WAIT, async {
+        loop {
+            let v = cluster.observe().await.unwrap().remove(0);
+            if v.fault.is_some() {
+                return v;
+            }
+            changes.changed().await.unwrap();
+        }
+    })
+    .await
+    .expect("the Job is seen");
+    assert!(v.fault.unwrap().contains("is not its run"));
+    assert_eq!(
+        v.progress.unwrap().unwrap().state,
+        ProgressState::Draining,
+        "not upgrading"
     );
-    // The other draining node is observed as ever.
-    assert_eq!(view(&views, &other).fault, None);
-    let err = cluster
-        .evict(&node)
-        .await
-        .expect_err("a drain pass refuses too");
-    assert!(
-        matches!(&err, Error::TooManyPods { node: n, limit: 1000 } if *n == node),
-        "{err}"
-    );
+    let mut p = draining(true);
+    p.state = ProgressState::Upgrading;
+    let refused = act(
+        &cluster,
+        &Action::StartUpgrade {
+            node: node.clone(),
+            progress: p,
+        },
+    )
+    .await;
+    assert!(format!("{:?}", refused.unwrap_err()).contains("ForeignRun"));
     sim.shutdown().await;
+    let _ = Duration::ZERO;
 }
 
 /// The newest Event says the newest words: `kubectl describe dst` showed

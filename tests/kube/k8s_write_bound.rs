@@ -8,13 +8,16 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use drover::cluster::{Cluster, NodeProgress, ProgressState};
+use drover::cluster::{Cluster, NodeProgress, ProgressState, RecordWrite};
 use drover::kubernetes::KubeCluster;
+use drover::rollout::Action;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use semver::Version;
 
-use crate::support::backend::{admin_config, kube_options, pool_options, start_sim};
+use crate::support::backend::{
+    act, admin_config, install_record_crd, kube_options, pool_options, start_sim,
+};
 use crate::support::kube::{retry_until, setup, unschedulable};
 use crate::support::proxy::{Mode, TcpProxy};
 
@@ -27,7 +30,7 @@ fn draining() -> NodeProgress {
         started_at: Utc::now(),
         cordoned_by_drover: true,
         message: String::new(),
-        attempts: 0,
+        retries: 0,
         previous: None,
     }
 }
@@ -45,6 +48,7 @@ async fn a_write_on_a_stalled_path_is_given_up_within_its_bound() {
     )
     .parse()
     .unwrap();
+    install_record_crd(&client).await;
     let path = TcpProxy::start(upstream).await;
     config.cluster_url = format!("https://{}", path.addr).parse().unwrap();
     let cluster = KubeCluster::with_write_timeout(config, kube_options(ns.name()), BOUND)
@@ -55,20 +59,40 @@ async fn a_write_on_a_stalled_path_is_given_up_within_its_bound() {
     // also opens the connection (TCP and TLS through the path), which on a
     // loaded machine can itself outlast the bound: a given-up attempt is
     // tried again, the write must land.
-    let record = draining();
-    retry_until("the cordon through the forwarding path", || {
-        cluster.cordon(&node, &record)
-    })
+    let cordon = Action::Cordon {
+        node: node.clone(),
+        progress: draining(),
+    };
+    retry_until(
+        "the record and the cordon through the forwarding path",
+        || act(&cluster, &cordon),
+    )
     .await;
 
-    // The path stalls: the next write is given up at its bound.
+    // The path stalls: the next writes, of the node and of its record, are
+    // given up at their bound.
     path.set(Mode::Stall);
     let t0 = Instant::now();
-    let err = cluster.uncordon(&node, None).await.unwrap_err();
+    let err = cluster.uncordon(&node).await.unwrap_err();
     let took = t0.elapsed();
     assert!(err.to_string().contains("no answer within"), "{err}");
     assert!(
         took >= BOUND && took < BOUND + Duration::from_secs(2),
+        "given up after {took:?}"
+    );
+    let stored = cluster.observe().await.unwrap().remove(0).record.unwrap();
+    let write = RecordWrite {
+        record: stored.record.with_progress(None),
+        base: Some(stored),
+        consume: Default::default(),
+        at: Utc::now(),
+    };
+    let t0 = Instant::now();
+    let err = cluster.write_record(&write).await.unwrap_err();
+    let took = t0.elapsed();
+    assert!(err.to_string().contains("no answer within"), "{err}");
+    assert!(
+        took < BOUND + Duration::from_secs(2),
         "given up after {took:?}"
     );
     // What the stall held is lost with the path (a partition's packets):

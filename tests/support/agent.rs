@@ -13,15 +13,14 @@ use drover::agent::{
 };
 use drover::source::trigger::WebhookConfig;
 use drover::status::StatusReport;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
 use super::git::{allowed_signers, commit_all, git, keygen, GitDaemon};
-use super::kube::{await_object, retry_until, ControlPlane, WAIT};
+use super::kube::{await_object, install_crd_of, retry_until, ControlPlane, WAIT};
 
 /// Token the test webhooks send.
 pub const WEBHOOK_TOKEN: &str = "test-token";
@@ -271,32 +270,16 @@ impl ConfigRepo {
     }
 }
 
-/// Install (server-side apply) the DroverStatus CRD and wait until it is established.
+/// Install (server-side apply) drover's CRDs, `DroverStatus` and
+/// `DroverNode`, and wait until both serve.
 pub async fn install_crd(client: &Client) {
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = crd::crd();
-    api.patch(
-        "droverstatuses.drover.dev",
-        &PatchParams::apply("drover-tests").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .expect("apply the CRD");
-    await_object(&api, "droverstatuses.drover.dev", "CRD established", |c| {
-        c.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True")
-            })
-    })
-    .await;
+    install_crd_of(client, crd::crd()).await;
     // Established is not yet servable: the resource's storage answers 429
     // ("storage is (re)initializing") for a moment, and clients here do not retry 429.
     let dst: Api<DroverStatus> = Api::all(client.clone());
     let lp = kube::api::ListParams::default().limit(1);
     retry_until("droverstatuses servable", || dst.list(&lp)).await;
+    super::backend::install_record_crd(client).await;
 }
 
 /// The admin kubeconfig, or one impersonating `as_user`.
@@ -504,8 +487,9 @@ impl RunningAgent {
                     Reach::As(as_user) => config_as(as_user.as_deref()).await,
                     Reach::Config(c) => *c,
                 };
-                let backend = KubeBackend::new(config.clone(), cfg.jobs_namespace())
-                    .with_write_timeout(cfg.write_timeout());
+                let backend =
+                    KubeBackend::new(config.clone(), cfg.jobs_namespace(), &cfg.namespace)
+                        .with_write_timeout(cfg.write_timeout());
                 let (handle_tx, stop) = (handle_tx, (shutdown_rx, kill_rx));
                 match pool {
                     None => serve(cfg, config, backend, clock, handle_tx, stop).await,

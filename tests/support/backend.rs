@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::Utc;
-use drover::cluster::{NodeProgress, ANN_CORDONED, ANN_STATE};
+use drover::cluster::{NodeProgress, NodeRecord};
 use drover::config::{DriverSpec, MaxUnavailable, NodesSpec, OnDrainTimeout};
 use drover::kubernetes::{KubeCluster, KubeOptions};
+use drover::record::wire::DroverNode;
 use drover::rollout::{Engine, Inputs, Labels, Outcome, Policy, SystemClock, WindowState};
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
@@ -40,11 +41,13 @@ pub async fn start_sim(client: &Client, opts: KubeletOptions) -> Kubelet {
         .expect("simulator starts")
 }
 
-/// Backend options selecting the test's pool, Jobs in its namespace.
+/// Backend options selecting the test's pool, Jobs and records in its namespace.
 pub fn kube_options(ns: &str) -> KubeOptions {
     KubeOptions {
         cluster_name: format!("test-{ns}"),
         namespace: ns.to_string(),
+        records_namespace: ns.to_string(),
+        environment: "test".into(),
         node_selector: format!("{POOL_LABEL}={ns}"),
         nodes: NodesSpec {
             version_regex: regex::Regex::new(r"(\d+\.\d+\.\d+)").unwrap(),
@@ -60,8 +63,9 @@ pub fn kube_options(ns: &str) -> KubeOptions {
     }
 }
 
-/// The backend for the test's pool.
+/// The backend for the test's pool (the node record CRD installed first).
 pub async fn cluster(ns: &str) -> KubeCluster {
+    install_record_crd(&ControlPlane::get().admin_client().await).await;
     KubeCluster::new(admin_config().await, kube_options(ns))
         .await
         .expect("backend starts")
@@ -94,7 +98,28 @@ pub fn policy(target: &str, max: u32, drain_timeout: Duration, node_timeout: Dur
         max_rollbacks: 1,
         prepare: false,
         prestage: std::time::Duration::ZERO,
+        revoked: Vec::new(),
     }
+}
+
+/// Apply `action` on `cluster` as the engine would, from a fresh
+/// observation (the record write first, then the call it records).
+pub async fn act(
+    cluster: &KubeCluster,
+    action: &drover::rollout::Action,
+) -> Result<
+    Option<drover::cluster::EvictionPass>,
+    drover::rollout::EngineError<drover::kubernetes::Error>,
+> {
+    let views = drover::cluster::Cluster::observe(cluster).await.unwrap();
+    drover::rollout::apply(cluster, action, &views, Utc::now()).await
+}
+
+/// The run a new record of `node` names for `p`, as the agent starts it:
+/// what `driver::upgrade_job` builds a Job from.
+pub fn run_start(node: &str, p: &NodeProgress) -> drover::cluster::RunStart {
+    let r = NodeRecord::new(node, "0123456789abcdef").start(p.clone());
+    drover::cluster::RunStart::of(&r, p).expect("a started record names its run")
 }
 
 /// An engine on the wall clock.
@@ -180,18 +205,16 @@ pub async fn drive(
     }
 }
 
-/// Whether a node is out of service in the sense of the budget: cordoned,
-/// NotReady, or draining/upgrading by drover's record.
+/// Whether a node is out of service in the sense of the budget, as the
+/// Node shows it: cordoned or NotReady (drover's record is written before
+/// its cordon, so it never counts a node the Node does not show).
 pub fn unavailable(n: &Node) -> bool {
     let cordoned = n
         .spec
         .as_ref()
         .and_then(|s| s.unschedulable)
         .unwrap_or(false);
-    let state = n.annotations().get(ANN_STATE).map(String::as_str);
-    cordoned
-        || super::kube::node_ready(n) != Some("True")
-        || matches!(state, Some("draining" | "upgrading"))
+    cordoned || super::kube::node_ready(n) != Some("True")
 }
 
 /// Watches the pool for the whole test and records the peak number of unavailable nodes.
@@ -272,14 +295,154 @@ pub fn no_drover_annotations(n: &Node) -> bool {
     !n.annotations().keys().any(|k| k.starts_with("drover.dev/"))
 }
 
-/// The progress recorded on a node.
-pub fn progress_of(n: &Node) -> Option<NodeProgress> {
-    NodeProgress::decode(n.annotations()).expect("readable drover annotations")
+/// drover's record of node `node`, in namespace `ns` (the agent's), if
+/// it wrote one.
+pub async fn record_of(client: &Client, ns: &str, node: &str) -> Option<NodeRecord> {
+    let obj = Api::<DroverNode>::namespaced(client.clone(), ns)
+        .get_opt(node)
+        .await
+        .unwrap()?;
+    Some(drover::record::wire::decode(&obj.spec, obj.status.as_ref()).expect("a readable record"))
 }
 
-/// Whether drover's record says it cordoned the node.
-pub fn cordoned_by_drover(n: &Node) -> bool {
-    n.annotations().get(ANN_CORDONED).map(String::as_str) == Some("true")
+/// The progress a stored record holds.
+pub fn record_progress(r: &DroverNode) -> Option<NodeProgress> {
+    drover::record::wire::decode(&r.spec, r.status.as_ref())
+        .expect("a readable record")
+        .progress
+}
+
+/// The progress drover's record of `node` holds.
+pub async fn progress_of(client: &Client, ns: &str, node: &str) -> Option<NodeProgress> {
+    record_of(client, ns, node).await.and_then(|r| r.progress)
+}
+
+/// The progress drover's records of `nodes` hold, in their order.
+pub async fn progresses(client: &Client, ns: &str, nodes: &[Node]) -> Vec<Option<NodeProgress>> {
+    let mut out = Vec::with_capacity(nodes.len());
+    for n in nodes {
+        out.push(progress_of(client, ns, &n.name_any()).await);
+    }
+    out
+}
+
+/// Whether drover's record of `node` says it cordoned the node.
+pub async fn cordoned_by_drover(client: &Client, ns: &str, node: &str) -> bool {
+    progress_of(client, ns, node)
+        .await
+        .is_some_and(|p| p.cordoned_by_drover)
+}
+
+/// Waits, through watches of the Node and of drover's record of it (in
+/// namespace `ns`), until `cond` holds of both; panics after `WAIT`
+/// showing them as they last were. Returns them.
+pub async fn await_node_record(
+    client: &Client,
+    ns: &str,
+    node: &str,
+    what: &str,
+    cond: impl Fn(&Node, Option<&NodeProgress>) -> bool,
+) -> (Node, Option<NodeProgress>) {
+    let (n, r) = await_node_and(client, ns, node, what, |n, r| {
+        cond(n, r.and_then(|r| r.progress.as_ref()))
+    })
+    .await;
+    (n, r.and_then(|r| r.progress))
+}
+
+/// [`await_node_record`] on the whole record (its marks, its run).
+pub async fn await_node_and(
+    client: &Client,
+    ns: &str,
+    node: &str,
+    what: &str,
+    cond: impl Fn(&Node, Option<&NodeRecord>) -> bool,
+) -> (Node, Option<NodeRecord>) {
+    use futures::StreamExt;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let records: Api<DroverNode> = Api::namespaced(client.clone(), ns);
+    let by_name = || watcher::Config::default().fields(&format!("metadata.name={node}"));
+    enum Seen {
+        Node(Option<Node>),
+        Record(Option<DroverNode>),
+    }
+    let node_events = watcher(nodes, by_name()).filter_map(|e| async move {
+        match e {
+            Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
+                Some(Seen::Node(Some(n)))
+            }
+            Ok(watcher::Event::Delete(_)) => Some(Seen::Node(None)),
+            _ => None,
+        }
+    });
+    let record_events = watcher(records, by_name()).filter_map(|e| async move {
+        match e {
+            Ok(watcher::Event::Apply(r) | watcher::Event::InitApply(r)) => {
+                Some(Seen::Record(Some(r)))
+            }
+            Ok(watcher::Event::Delete(_)) => Some(Seen::Record(None)),
+            _ => None,
+        }
+    });
+    let events = futures::stream::select(node_events.boxed(), record_events.boxed());
+    futures::pin_mut!(events);
+    let (mut n, mut r): (Option<Node>, Option<DroverNode>) = (None, None);
+    let progress = |r: &Option<DroverNode>| {
+        r.as_ref().map(|r| {
+            drover::record::wire::decode(&r.spec, r.status.as_ref()).expect("a readable record")
+        })
+    };
+    let waited = tokio::time::timeout(super::kube::WAIT, async {
+        while let Some(e) = events.next().await {
+            match e {
+                Seen::Node(x) => n = x,
+                Seen::Record(x) => r = x,
+            }
+            if let Some(node) = &n {
+                let p = progress(&r);
+                if cond(node, p.as_ref()) {
+                    return (node.clone(), p);
+                }
+            }
+        }
+        unreachable!("the watches ended")
+    })
+    .await;
+    match waited {
+        Ok(found) => found,
+        Err(_) => {
+            let node_now = Api::<Node>::all(client.clone()).get_opt(node).await;
+            let record_now = record_of(client, ns, node).await;
+            panic!(
+                "timed out after {:?} waiting for {node}: {what}; it is now {:?}, its record {record_now:?}",
+                super::kube::WAIT,
+                node_now.map(|n| n.map(|n| (n.spec, n.status.map(|s| s.node_info.map(|i| i.os_image)))))
+            )
+        }
+    }
+}
+
+/// A person asks drover to retry `node`: `drover.dev/retry` on its record
+/// in namespace `ns`.
+pub async fn request_retry(client: &Client, ns: &str, node: &str) {
+    Api::<DroverNode>::namespaced(client.clone(), ns)
+        .patch(
+            node,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({
+                "metadata": { "annotations": { drover::record::ANN_RETRY: "now" } }
+            })),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("annotating the record of {node}: {e}"));
+}
+
+/// Install (server-side apply) the `DroverNode` CRD and wait until it serves.
+pub async fn install_record_crd(client: &Client) {
+    super::kube::install_crd_of(client, drover::record::wire::crd()).await;
+    let api: Api<DroverNode> = Api::all(client.clone());
+    let lp = ListParams::default().limit(1);
+    super::kube::retry_until("drovernodes servable", || api.list(&lp)).await;
 }
 
 /// drover's Jobs in `ns` matching the label `selector` ("" for all) that
@@ -325,9 +488,7 @@ impl Drop for NodeWatch {
 
 /// A watch of drover's Jobs in namespace `ns` that hands each Job it sees
 /// (created or changed), with the instant it saw it, to a callback, until
-/// it is dropped: a driver run's Job is drover's record of `preparing` and
-/// `upgrading` (`drover::cluster::effective`), so the node's annotations
-/// no longer show when those began.
+/// it is dropped: when a node's prepare and upgrade runs began.
 pub struct JobWatch {
     task: tokio::task::JoinHandle<()>,
 }

@@ -167,13 +167,17 @@ impl ControlPlane {
             .arg(std::process::id().to_string());
         // An audit log of the writes (see `audited`); CONTROLPLANE_AUDIT=1
         // (benches counting reads) keeps the harness's log-everything policy.
+        let mut apiserver = Vec::new();
         if std::env::var("CONTROLPLANE_AUDIT").as_deref() != Ok("1") {
             let policy = dir.join("audit-writes.yaml");
             std::fs::write(&policy, AUDIT_WRITES)?;
-            cmd.arg("--audit")
-                .arg("--")
-                .arg(format!("--audit-policy-file={}", policy.display()));
+            cmd.arg("--audit");
+            apiserver.push(format!("--audit-policy-file={}", policy.display()));
         }
+        // A node's own credential is limited as in a real cluster: the Node
+        // authorizer (on by default here) and NodeRestriction admission.
+        apiserver.push("--enable-admission-plugins=NodeRestriction".to_string());
+        cmd.arg("--").args(&apiserver);
         let status = cmd
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -305,9 +309,11 @@ pub fn init_tracing() {
         .try_init();
 }
 
-/// An admin client and a namespace of the test's own.
+/// An admin client and a namespace of the test's own, drover's node
+/// record CRD installed.
 pub async fn setup(prefix: &str) -> (Client, TestNamespace) {
     let client = ControlPlane::get().admin_client().await;
+    super::backend::install_record_crd(&client).await;
     let ns = TestNamespace::create(&client, prefix).await;
     (client, ns)
 }
@@ -746,6 +752,33 @@ pub async fn apply_yaml(
         applied.push(format!("{}/{name}", tm.kind));
     }
     Ok(applied)
+}
+
+/// Server-side apply `crd` and wait until the API server says it is established.
+pub async fn install_crd_of(
+    client: &Client,
+    crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    api.patch(
+        &name,
+        &PatchParams::apply("drover-tests").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("apply the CRD {name}: {e}"));
+    await_object(&api, &name, "CRD established", |c| {
+        c.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            })
+    })
+    .await;
 }
 
 /// Whether the node is cordoned (`spec.unschedulable`), by whoever.
