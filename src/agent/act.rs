@@ -55,7 +55,7 @@ impl<B: ClusterBackend> Acting<B> {
             self.report_unconfigured().await;
             return tick;
         };
-        if !self.ensure_cluster(&active.env).await {
+        if !self.ensure_cluster(&active.env).await || !self.records_ready(&active, cancel).await {
             return Next {
                 after: Duration::from_secs(5),
             };
@@ -105,6 +105,7 @@ impl<B: ClusterBackend> Acting<B> {
             self.ready.set_synced();
         }
         self.node_metrics(&observed);
+        self.report_ignored(&observed).await;
         let outcome = match result {
             Ok(o) => o,
             Err(e) => {

@@ -150,6 +150,11 @@ pub struct DroverStatusStatus {
     /// Pod name of the replica that wrote this status (the leader).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reporter: Option<String>,
+    /// `DroverNode` once the agent keeps its node records in `DroverNode`
+    /// objects and migrated the annotation records of earlier releases
+    /// (once; absent before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_records: Option<String>,
     /// The `metadata.generation` this status was written for (kstatus: a
     /// status for an older generation is not yet reconciled).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -494,6 +499,7 @@ impl StatusObject {
                 "lastFetch",
                 "lastReportCommit",
                 "reporter",
+                "nodeRecords",
                 "observedGeneration",
                 "conditions",
             ] {

@@ -33,6 +33,7 @@ pub mod http;
 pub mod leader;
 mod lifecycle;
 pub mod metrics;
+mod migrate;
 pub mod notify;
 mod pass;
 pub mod rbac;
@@ -378,6 +379,7 @@ impl<B: ClusterBackend> Agent<B> {
             waves_read: None,
             pace: retry::Paced::default(),
             reconcile_backoff: retry::Backoff::new(Duration::from_secs(2), Duration::from_secs(60)),
+            ignored_named: std::collections::BTreeSet::new(),
         };
         Ok(Agent {
             state,
@@ -457,6 +459,9 @@ struct Acting<B: ClusterBackend> {
     pace: retry::Paced,
     /// Spaces reconcile attempts while the cluster keeps failing them.
     reconcile_backoff: retry::Backoff,
+    /// (node, annotation) of earlier releases' annotations already named
+    /// (`migrate.rs`): each is named once.
+    ignored_named: std::collections::BTreeSet<(String, String)>,
 }
 
 /// What writes for a leadership term, off the control loop; each task

@@ -522,17 +522,8 @@ async fn a_query_firing_mid_rollout_halts_within_one_evaluation_and_a_stopped_pr
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     prom.stop();
-    let nodes_api: Api<Node> = Api::all(w.client.clone());
-    nodes_api
-        .patch(
-            &w.nodes[1],
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(
-                serde_json::json!({"metadata": {"annotations": {"drover.dev/retry": "1"}}}),
-            ),
-        )
-        .await
-        .unwrap();
+    // A person asks for a retry on the node's record.
+    crate::support::backend::request_retry(&w.client, &w.pool, &w.nodes[1]).await;
     await_node_record(&w.client, &w.pool, &w.nodes[1], "watched again", |_n, p| {
         p.is_some_and(|p| p.state == ProgressState::Watching)
     })

@@ -2,41 +2,16 @@
 //! and the agent runs a rollout with exactly the permissions of its
 //! ServiceAccount (impersonated) and nothing more.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::agent::*;
 use crate::support::backend::{live_jobs, pool_options, start_sim, POOL_LABEL};
-use crate::support::kube::{apply_deploy_file, retry_until, ControlPlane, TestNamespace};
+use crate::support::kube::{retry_until, ControlPlane, TestNamespace};
 use drover::rollout::VirtualClock;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
-use kube::{Client, ResourceExt};
-
-const SERVICE_ACCOUNT: &str = "system:serviceaccount:drover-system:drover";
-
-/// Server-side apply every document of every file the kustomization lists, in its order.
-async fn apply_base(client: &Client) -> Vec<String> {
-    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/base");
-    let k: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(base.join("kustomization.yaml")).unwrap())
-            .unwrap();
-    let mut applied = Vec::new();
-    for file in k["resources"].as_sequence().unwrap() {
-        let file = format!("base/{}", file.as_str().unwrap());
-        let objects = apply_deploy_file(client, &file, "drover-system").await;
-        if objects
-            .iter()
-            .any(|o| o.starts_with("CustomResourceDefinition/"))
-        {
-            install_crd(client).await;
-        }
-        applied.extend(objects);
-    }
-    applied
-}
 
 #[tokio::test]
 async fn the_agent_needs_nothing_beyond_its_service_account() {
@@ -49,6 +24,9 @@ async fn the_agent_needs_nothing_beyond_its_service_account() {
         "NetworkPolicy/drover-webhook",
         "PodDisruptionBudget/drover",
         "CustomResourceDefinition/droverstatuses.drover.dev",
+        "CustomResourceDefinition/drovernodes.drover.dev",
+        "ValidatingAdmissionPolicy/drover-node-records",
+        "ValidatingAdmissionPolicyBinding/drover-node-records",
         "ServiceAccount/drover",
         "ClusterRole/drover",
         "Role/drover",
@@ -129,7 +107,7 @@ async fn the_agent_needs_nothing_beyond_its_service_account() {
         Some("drover-7d9f-abcde")
     );
     // Events are published beside the status, not before it: wait for them.
-    for (ns, reason) in [("drover-system", "Applied"), ("default", "Upgraded")] {
+    for (ns, reason) in [("drover-system", "Applied")] {
         let events = Api::<Event>::namespaced(admin.clone(), ns);
         retry_until(&format!("a {reason} Event in {ns}"), || async {
             let ev = events.list(&ListParams::default()).await.unwrap().items;
@@ -145,56 +123,59 @@ async fn the_agent_needs_nothing_beyond_its_service_account() {
         })
         .await;
     }
-    // The run over, each node's Jobs (prepare and upgrade) were deleted
-    // with its give-back, in one deletecollection the Role grants.
+    // The run over, each node's runs (prepare and upgrade) are left to
+    // their TTL, finished; each node's record, written by the
+    // ServiceAccount through the admission policy, is idle.
     for n in sim.node_names() {
-        let left: Vec<String> =
-            live_jobs(&admin, "drover-upgrades", &format!("drover.dev/node={n}"))
-                .await
-                .iter()
-                .map(|j| j.name_any())
-                .collect();
-        assert!(left.is_empty(), "{n}: Jobs left {left:?}");
-    }
-    // One routine Event per node, its outcome (Upgraded); the download in
-    // service, the drain and the Job's start are in the log only (issue
-    // 25). Published in order: once a node's Upgraded is there, any Event
-    // before it is too.
-    let node_events = Api::<Event>::namespaced(admin.clone(), "default");
-    let reasons = |ev: &[Event], node: &str| -> Vec<String> {
-        let mut r: Vec<String> = ev
+        let jobs = live_jobs(&admin, "drover-upgrades", &format!("drover.dev/node={n}")).await;
+        assert_eq!(jobs.len(), 2, "{n}: {jobs:?}");
+        assert!(jobs
             .iter()
-            .filter(|e| e.regarding.as_ref().and_then(|o| o.name.as_deref()) == Some(node))
-            .filter_map(|e| e.reason.clone())
-            .collect();
-        r.sort();
-        r
-    };
-    retry_until("an Upgraded Event on every node", || async {
-        let ev = node_events
+            .all(|j| crate::support::kube::job_condition(j, "Complete")));
+        let r = crate::support::backend::record_of(&admin, "drover-system", &n)
+            .await
+            .expect("a record");
+        assert_eq!(r.progress, None, "{n}: {r:?}");
+        assert_eq!(r.attempt, 1);
+    }
+    // No routine Event on the nodes: the download, the drain, the Job's
+    // start and the return are in the log and the record (issue 36).
+    // Published in order: once the status object's confirmation of 1.13.0
+    // is out, any Event of the nodes before it is too.
+    retry_until("the confirmation told twice", || async {
+        let ev = Api::<Event>::namespaced(admin.clone(), "drover-system")
             .list(&ListParams::default())
             .await
             .unwrap()
             .items;
-        let missing: Vec<String> = sim
-            .node_names()
-            .into_iter()
-            .filter(|n| !reasons(&ev, n).iter().any(|r| r == "Upgraded"))
-            .collect();
-        if missing.is_empty() {
+        let told: i32 = ev
+            .iter()
+            .filter(|e| {
+                e.reason.as_deref() == Some("RolloutConfirmed")
+                    && e.regarding.as_ref().and_then(|o| o.name.as_deref())
+                        == Some(cfg.status_name.as_str())
+            })
+            .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+            .sum();
+        if told >= 2 {
             Ok(())
         } else {
-            Err(missing)
+            Err(told)
         }
     })
     .await;
-    let ev = node_events
+    let ev = Api::<Event>::namespaced(admin.clone(), "default")
         .list(&ListParams::default())
         .await
         .unwrap()
         .items;
     for n in sim.node_names() {
-        assert_eq!(reasons(&ev, &n), ["Upgraded"], "Events on {n}");
+        let on: Vec<_> = ev
+            .iter()
+            .filter(|e| e.regarding.as_ref().and_then(|o| o.name.as_deref()) == Some(n.as_str()))
+            .filter_map(|e| e.reason.clone())
+            .collect();
+        assert!(on.is_empty(), "Events on {n}: {on:?}");
     }
     let m = agent.metrics().await;
     assert_eq!(

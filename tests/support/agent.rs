@@ -166,6 +166,22 @@ impl ConfigRepo {
         .unwrap();
     }
 
+    /// Add `version` to `[promotion] revoked` (a signed, reviewed change of
+    /// the policy alone).
+    pub fn revoke(&self, version: &str, reason: &str) -> String {
+        let path = self.work.join("drover.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let line = format!("revoked = [{{ version = \"{version}\", reason = \"{reason}\" }}]\n");
+        std::fs::write(
+            &path,
+            text.replacen("[promotion]\n", &format!("[promotion]\n{line}"), 1),
+        )
+        .unwrap();
+        let commit = self.commit(&format!("revoke {version}: {reason}"), true);
+        self.push();
+        commit
+    }
+
     /// Commit every change of the work tree (signed: a reviewed merge).
     pub fn commit(&self, message: &str, signed: bool) -> String {
         commit_all(&self.work, message, signed.then_some(&*self.key), None)
@@ -329,6 +345,49 @@ pub fn agent_process(
         .stderr(std::process::Stdio::inherit())
         .kill_on_drop(true);
     cmd
+}
+
+/// A kubeconfig of the admin that impersonates `user` (what the drover
+/// binary reads through `KUBECONFIG` to act as a ServiceAccount).
+pub fn kubeconfig_as(user: &str) -> PathBuf {
+    let cp = ControlPlane::get();
+    let mut kc: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(cp.kubeconfig_path()).unwrap()).unwrap();
+    kc["users"][0]["user"]["as"] = user.into();
+    let dir = cp.dir().join("identities");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file: String = user
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    let path = dir.join(format!("as-{file}.kubeconfig"));
+    std::fs::write(&path, serde_yaml::to_string(&kc).unwrap()).unwrap();
+    path
+}
+
+/// The ServiceAccount deploy/base runs the agent as.
+pub const SERVICE_ACCOUNT: &str = "system:serviceaccount:drover-system:drover";
+
+/// Server-side apply every document of every file deploy/base's
+/// kustomization lists, in its order (the CRDs awaited until they serve).
+pub async fn apply_base(client: &Client) -> Vec<String> {
+    let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/base");
+    let k: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(base.join("kustomization.yaml")).unwrap())
+            .unwrap();
+    let mut applied = Vec::new();
+    for file in k["resources"].as_sequence().unwrap() {
+        let file = format!("base/{}", file.as_str().unwrap());
+        let objects = super::kube::apply_deploy_file(client, &file, "drover-system").await;
+        if objects
+            .iter()
+            .any(|o| o.starts_with("CustomResourceDefinition/"))
+        {
+            install_crd(client).await;
+        }
+        applied.extend(objects);
+    }
+    applied
 }
 
 /// Send SIGTERM to `pid`.
