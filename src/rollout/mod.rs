@@ -34,6 +34,8 @@ mod health_tests;
 #[cfg(test)]
 mod held_tests;
 #[cfg(test)]
+mod pin_tests;
+#[cfg(test)]
 mod prepare_tests;
 #[cfg(test)]
 mod rollback_tests;
