@@ -467,6 +467,7 @@ fn report_view(r: &status::StatusReport, commit: git2::Oid) -> ReportView {
         since: r.since,
         nodes: r.nodes,
         nodes_at_version: r.nodes_at_version,
+        phases: r.detail.phases.clone(),
         message: r.message.clone(),
         config_commit: r.config_commit.clone(),
         status_commit: commit.to_string(),

@@ -264,6 +264,9 @@ pub struct ReportView {
     pub nodes: u32,
     /// Selected nodes Ready at `version`.
     pub nodes_at_version: u32,
+    /// Nodes per phase of drover's records (the report's `[detail]`
+    /// `phases`; idle nodes not counted), e.g. `draining: 2`.
+    pub phases: std::collections::BTreeMap<String, u32>,
     /// Why, in one line (may be empty).
     pub message: String,
     /// Config commit the agent was applying.

@@ -201,6 +201,11 @@ pub fn env_block(out: &mut String, e: &EnvView) {
                 if !r.message.is_empty() {
                     wrap(out, "      ↳ ", &r.message);
                 }
+                if !r.phases.is_empty() {
+                    let phases: Vec<String> =
+                        r.phases.iter().map(|(p, n)| format!("{n} {p}")).collect();
+                    wrap(out, "      ↳ ", &format!("nodes: {}", phases.join(", ")));
+                }
                 if let Some(why) = &c.untrusted_reason {
                     wrap(out, "      ↳ ", &format!("untrusted: {why}"));
                 }
@@ -312,6 +317,7 @@ mod tests {
                         since: t("2026-12-20T08:00:00Z"),
                         nodes: 120,
                         nodes_at_version: 37,
+                        phases: [("draining".to_string(), 2), ("blocked".to_string(), 1)].into(),
                         message: message.into(),
                         config_commit: "b".repeat(40),
                         status_commit: "c".repeat(40),
@@ -346,6 +352,8 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("37/120  trusted"), "{text}");
+        // The nodes' phases, from the report's records, one line.
+        assert!(text.contains("      ↳ nodes: 1 blocked, 2 draining\n"), "{text}");
         assert!(render(&fleet("", true)).contains("  open window  "));
     }
 }

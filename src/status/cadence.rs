@@ -58,6 +58,12 @@ pub struct NodeDetail {
     /// Names left out of the lists to stay within [`MAX_DETAIL_BYTES`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub omitted: u32,
+    /// How many nodes each phase of drover's records holds (`draining`,
+    /// `upgrading`, `failed`, ...; idle nodes are not counted): at most one
+    /// entry per phase, whatever the fleet's size. Read from the same
+    /// records as `kubectl get drovernodes`.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub phases: std::collections::BTreeMap<String, u32>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -74,6 +80,7 @@ impl NodeDetail {
             && self.rolled_back.is_empty()
             && self.failed_checks.is_empty()
             && self.omitted == 0
+            && self.phases.is_empty()
     }
 
     /// The detail of `nodes` moving to `version`: names sorted, nodes in
@@ -105,6 +112,11 @@ impl NodeDetail {
             names(&at),
         ];
         let mut out = NodeDetail::default();
+        for n in nodes {
+            if let Some(s) = state(n) {
+                *out.phases.entry(s.as_str().to_string()).or_default() += 1;
+            }
+        }
         let mut budget = MAX_DETAIL_BYTES;
         let checks = failed_checks(nodes, version);
         let [in_progress, failed, blocked, rolled_back, at_version] = lists;
@@ -458,6 +470,17 @@ mod tests {
         assert_eq!(d.failed, ["h"]);
         assert_eq!(d.blocked, ["g"]);
         assert_eq!(d.omitted, 0);
+        // Each phase counted once, idle nodes not at all.
+        assert_eq!(
+            d.phases,
+            [
+                ("blocked".to_string(), 1),
+                ("draining".to_string(), 1),
+                ("failed".to_string(), 1),
+                ("upgrading".to_string(), 1)
+            ]
+            .into()
+        );
         // A list a newer agent adds is ignored, not refused.
         let text = "in_progress = [\"c\"]\ncordoned = [\"f\"]\n";
         let read: NodeDetail = toml::from_str(text).unwrap();
