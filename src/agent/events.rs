@@ -462,6 +462,10 @@ impl Events {
                 "Released",
                 "nothing of its stopped run is left; uncordoned".to_string(),
             ),
+            Action::CordonAgain { .. } => {
+                let note = "draining, but schedulable: cordoned again";
+                return log_only(action.node(), "Cordoned", note);
+            }
             Action::Retarget { progress, .. } => (
                 Severity::Normal,
                 "Retargeted",

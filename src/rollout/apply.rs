@@ -112,7 +112,9 @@ impl<'a> NodeCalls<'a> {
             .progress
             .as_ref()
             .is_some_and(|p| p.cordoned_by_drover);
-        self.write(cluster, record.clone()).await?;
+        if self.stored.as_ref().is_none_or(|s| s.record != record) {
+            self.write(cluster, record.clone()).await?;
+        }
         if cluster.cordon(self.name).await? == Cordoned::Already && claimed {
             // Someone cordoned it between the observation and the cordon:
             // not drover's, so drover never uncordons it.
@@ -229,6 +231,13 @@ pub(super) async fn apply_on<C: Cluster>(
             calls.write(cluster, r).await
         }
         Action::ClearRolledBack { .. } => calls.write(cluster, record.with_rolled_back(&[])).await,
+        Action::CordonAgain { .. } => {
+            let mut r = record;
+            if let Some(p) = r.progress.as_mut() {
+                p.cordoned_by_drover = true;
+            }
+            calls.cordon(cluster, r).await
+        }
         Action::StopRun { node } => match &record.run {
             Some(run) => cluster.stop_run(node, run).await,
             None => Ok(()),

@@ -195,6 +195,27 @@ fn notready_nodes_count_against_the_budget() {
 }
 
 #[test]
+fn a_draining_node_whose_cordon_was_lost_is_cordoned_again_before_anything_else() {
+    // The agent stopped between the record and the cordon (or a person
+    // uncordoned it): a pod may land on it, so no run starts on what was
+    // seen before the cordon.
+    let p = policy(1, OnDrainTimeout::Skip);
+    let mut n = with(idle("a", "1.12.0"), ProgressState::Draining, "03:00", true);
+    n.unschedulable = false;
+    let d = decide(&p, &open(), std::slice::from_ref(&n), t("03:05"));
+    assert_eq!(kinds(&d), [("cordon_again", "a".into())]);
+    assert_eq!((d.unavailable, d.message.as_str()), (1, "draining: a"));
+    // The same for a rollback whose run has not started.
+    let mut n = with(idle("a", "1.13.2"), ProgressState::RollingBack, "03:00", true);
+    n.unschedulable = false;
+    if let Ok(Some(p)) = n.progress.as_mut() {
+        p.previous = Some(v("1.12.0"));
+    }
+    let d = decide(&p, &open(), std::slice::from_ref(&n), t("03:05"));
+    assert_eq!(kinds(&d), [("cordon_again", "a".into())]);
+}
+
+#[test]
 fn draining_evicts_then_starts_the_upgrade_then_blocks_on_timeout() {
     let p = policy(1, OnDrainTimeout::Skip);
     let mut n = with(idle("a", "1.12.0"), ProgressState::Draining, "03:00", true);

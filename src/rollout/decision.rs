@@ -227,6 +227,15 @@ pub enum Action {
         /// Why.
         reason: String,
     },
+    /// A draining node is schedulable: its cordon was lost (the agent
+    /// stopped between the record and the cordon, or a person uncordoned
+    /// it). Cordon it again, the record claiming the cordon if it did not;
+    /// nothing else happens to the node in this step, so no pod scheduled
+    /// onto it meanwhile is left behind by its run.
+    CordonAgain {
+        /// Node name.
+        node: String,
+    },
     /// Delete the run the record says is stopped, whose delete did not land
     /// (its Job is still there): no record write.
     StopRun {
@@ -362,6 +371,7 @@ impl Action {
             | Action::Retarget { node, .. }
             | Action::GiveBack { node, .. }
             | Action::StopRun { node }
+            | Action::CordonAgain { node }
             | Action::ClearRolledBack { node } => node,
         }
     }
@@ -388,6 +398,7 @@ impl Action {
             Action::Retarget { .. } => "retarget",
             Action::GiveBack { .. } => "give_back",
             Action::StopRun { .. } => "stop_run",
+            Action::CordonAgain { .. } => "cordon_again",
             Action::ClearRolledBack { .. } => "clear_rolled_back",
         }
     }

@@ -76,6 +76,14 @@ pub(super) fn draining(
             progress: p.clone(),
         });
     }
+    if !n.unschedulable {
+        // Its cordon was lost: cordoned again first; its drain is judged
+        // on what is seen after it.
+        t.advances.push(Action::CordonAgain {
+            node: n.name.clone(),
+        });
+        return;
+    }
     let message = held::message_for(&p, hold);
     if n.fault.is_some() {
         // Its pods could not be listed: neither evict nor upgrade on a

@@ -237,6 +237,13 @@ pub(super) fn rolling_back(
         }
         return;
     }
+    if !n.unschedulable {
+        // Its cordon was lost before its run started: cordoned again first.
+        t.advances.push(Action::CordonAgain {
+            node: n.name.clone(),
+        });
+        return;
+    }
     super::in_flight::evict_or_start(n, p, message, p.clone(), t);
 }
 

@@ -236,6 +236,7 @@ fn apply(a: &Action, m: &mut Model) {
         Action::Retarget { progress, .. } => set(m, Some(progress)),
         Action::ClearRolledBack { .. } => m.view.rolled_back.clear(),
         Action::StopRun { .. } => {}
+        Action::CordonAgain { .. } => m.view.unschedulable = true,
         Action::Block {
             progress, uncordon, ..
         }
