@@ -6,8 +6,9 @@
 //! is computed from the audit log.
 //!
 //! Goals, each asserted (a panic, so a non-zero exit, when missed):
-//! - the rollout completes: `confirmed`, every node at the target, no Job left;
-//! - per node upgraded, at most 6 writes besides evictions, and exactly one
+//! - the rollout completes: `confirmed`, every node at the target, no Job
+//!   running (finished ones are left to their `ttlSecondsAfterFinished`);
+//! - per node upgraded, at most 7 writes besides evictions, and exactly one
 //!   eviction per pod (no budget refuses here);
 //! - one list of a node's pods per drain pass (the observation lists them,
 //!   the drain of the same pass evicts from that list): at most one per
@@ -181,18 +182,26 @@ async fn requests_per_node_upgraded() {
         per_node(c.watches),
         pod_lists as f64 / (drain_passes + nodes) as f64,
     );
-    // The work completed: every node at the target, no Job left behind.
+    // The work completed: every node at the target, no Job running (the
+    // finished ones are left to their TTL).
     assert_eq!(out.decision.nodes_at_version as usize, nodes, "{out:?}");
-    assert!(Api::<Job>::namespaced(client.clone(), ns.name())
+    let jobs = Api::<Job>::namespaced(client.clone(), ns.name())
         .list(&ListParams::default())
         .await
         .unwrap()
-        .items
-        .is_empty());
+        .items;
+    assert!(
+        jobs.iter().all(|j| j
+            .status
+            .as_ref()
+            .is_some_and(|s| s.succeeded.unwrap_or(0) > 0)),
+        "a Job not succeeded: {:?}",
+        jobs.iter().map(|j| &j.status).collect::<Vec<_>>()
+    );
     assert_eq!(c.evictions, nodes * 3, "one eviction per pod: {counts:?}");
     assert!(
-        per_node(c.writes) <= 6.0,
-        "{:.1} writes per node upgraded besides evictions (goal: at most 6): {counts:?}",
+        per_node(c.writes) <= 7.0,
+        "{:.1} writes per node upgraded besides evictions (goal: at most 7): {counts:?}",
         per_node(c.writes)
     );
     assert!(

@@ -353,7 +353,10 @@ mod tests {
         );
         assert!(text.contains("37/120  trusted"), "{text}");
         // The nodes' phases, from the report's records, one line.
-        assert!(text.contains("      ↳ nodes: 1 blocked, 2 draining\n"), "{text}");
+        assert!(
+            text.contains("      ↳ nodes: 1 blocked, 2 draining\n"),
+            "{text}"
+        );
         assert!(render(&fleet("", true)).contains("  open window  "));
     }
 }

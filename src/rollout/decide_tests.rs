@@ -206,7 +206,12 @@ fn a_draining_node_whose_cordon_was_lost_is_cordoned_again_before_anything_else(
     assert_eq!(kinds(&d), [("cordon_again", "a".into())]);
     assert_eq!((d.unavailable, d.message.as_str()), (1, "draining: a"));
     // The same for a rollback whose run has not started.
-    let mut n = with(idle("a", "1.13.2"), ProgressState::RollingBack, "03:00", true);
+    let mut n = with(
+        idle("a", "1.13.2"),
+        ProgressState::RollingBack,
+        "03:00",
+        true,
+    );
     n.unschedulable = false;
     if let Ok(Some(p)) = n.progress.as_mut() {
         p.previous = Some(v("1.12.0"));

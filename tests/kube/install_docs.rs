@@ -677,6 +677,8 @@ async fn the_install_steps_of_docs_install_md_work_in_order() {
     assert_eq!(result("repository").as_deref(), Some("fail"), "{doc:#}");
     assert_eq!(doc["errors"].as_array().unwrap().len(), 1, "{doc:#}");
 
+    node_records_steps(w, &kubeconfig);
+
     // Applying the overlay again leaves every Secret as it was.
     run_step(w, &kubeconfig, &apply_step);
     for (name, (version, value)) in before {
@@ -712,4 +714,60 @@ async fn the_install_steps_of_docs_install_md_work_in_order() {
         "{text}"
     );
     drop(cp);
+}
+
+/// docs/install.md's "Node records": on the installed base, a record the
+/// agent's ServiceAccount made takes the person's two requests the
+/// section's commands set, as a cluster admin; the admission policy
+/// refuses that admin anything else; `kubectl get drovernodes` prints the
+/// columns the section shows.
+fn node_records_steps(w: &Path, kubeconfig: &Path) {
+    let record = "apiVersion: drover.dev/v1alpha1\nkind: DroverNode\nmetadata:\n  name: a-2\n  \
+                  namespace: drover-system\nspec:\n  node: a-2\n  recordId: r1\n  \
+                  environment: production\n  cluster: prod-eu-1\n";
+    std::fs::write(w.join("a-2.yaml"), record).unwrap();
+    let agent = "--as=system:serviceaccount:drover-system:drover";
+    run_step(
+        w,
+        kubeconfig,
+        &format!("kubectl create {agent} -f a-2.yaml"),
+    );
+    let steps: Vec<Block> = install_doc()
+        .into_iter()
+        .filter(|b| b.section == "Node records" && b.info == "sh")
+        .collect();
+    assert_eq!(
+        steps.len(),
+        1,
+        "docs/install.md's Node records has one sh block"
+    );
+    run_step(w, kubeconfig, &steps[0].text);
+    let out = shell(
+        w,
+        kubeconfig,
+        "kubectl -n drover-system get drovernode a-2 -o jsonpath='{.metadata.annotations}'",
+    );
+    let annotations: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for request in ["drover.dev/retry", "drover.dev/clear-rolled-back"] {
+        assert_eq!(annotations[request], "now", "{annotations}");
+    }
+    for refused in [
+        "kubectl -n drover-system annotate drovernode a-2 drover.dev/state=draining",
+        "kubectl -n drover-system label drovernode a-2 drover.dev/cluster=other",
+        "kubectl -n drover-system delete drovernode a-2",
+    ] {
+        let out = shell(w, kubeconfig, refused);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("only the drover agent"),
+            "{refused}: {err}"
+        );
+    }
+    let out = shell(w, kubeconfig, "kubectl -n drover-system get drovernodes");
+    let header = String::from_utf8_lossy(&out.stdout);
+    let columns: Vec<&str> = header.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        columns,
+        ["NAME", "NODE", "PHASE", "TARGET", "SINCE", "ATTEMPT", "MESSAGE"]
+    );
 }
