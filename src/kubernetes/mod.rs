@@ -52,6 +52,7 @@ mod health;
 pub mod node;
 pub mod objects;
 pub mod observe;
+mod pods;
 pub mod record;
 pub mod termination;
 

@@ -22,21 +22,17 @@
 //! nothing else; a run drover stopped is looked for in its pods too (one
 //! labelled list while it stops), so the node is not uncordoned while
 //! one of them runs.
+//!
+//! The pods' share of the observer is in `pods.rs`, the records' (their
+//! overlay, the run a record links, the earlier releases' records) in
+//! `record.rs`.
 
 use super::node::ObservedNode;
-use super::objects::{
-    budgets_allow, linked, must_evict, pod_finished, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
-    NODE_LABEL, RUN_LABEL,
-};
+use super::objects::{must_evict, MANAGED_BY_LABEL, MANAGED_BY_VALUE, NODE_LABEL};
 use super::{Error, KubeOptions};
-use crate::cluster::{
-    LinkedRun, NodeProgress, NodeRecord, NodeView, ProgressState, RecordError, Stored,
-    UpgradeStatus,
-};
-use crate::record::legacy::{self, LegacyNode};
+use crate::cluster::{LinkedRun, NodeProgress, NodeView, ProgressState, UpgradeStatus};
 use crate::record::wire::DroverNode;
 use crate::record::{CLUSTER_LABEL, ENVIRONMENT_LABEL};
-use futures::FutureExt;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
@@ -66,7 +62,7 @@ pub struct Observer {
     // the engine must read its own writes, or a stale view would let it
     // cordon a node twice or start more nodes than the budget allows.
     node_overlay: Mutex<HashMap<String, Arc<ObservedNode>>>,
-    record_overlay: Mutex<HashMap<String, Arc<DroverNode>>>,
+    pub(super) record_overlay: Mutex<HashMap<String, Arc<DroverNode>>>,
     job_overlay: Mutex<HashMap<String, Arc<Job>>>,
     // The UIDs of Jobs we deleted, and when, until the watch shows them
     // gone: a deleted run the store still holds is not running any more
@@ -76,22 +72,22 @@ pub struct Observer {
     /// Per draining node, UIDs of pods this process evicted, so a pass never
     /// evicts a pod twice while the watch has not shown its deletionTimestamp yet.
     pub(crate) evicted: Mutex<HashMap<String, HashSet<String>>>,
-    pod_watches: Mutex<HashMap<String, PodWatch>>,
+    pub(super) pod_watches: Mutex<HashMap<String, PodWatch>>,
     /// The nodes that may hold a pod watch now (set by each observation).
-    watch_plan: Mutex<HashSet<String>>,
+    pub(super) watch_plan: Mutex<HashSet<String>>,
     /// Blocked nodes beyond the watch cap: when their pods were last listed,
     /// and whether their budgets allowed a drain then.
-    polled: Mutex<HashMap<String, (Instant, bool)>>,
+    pub(super) polled: Mutex<HashMap<String, (Instant, bool)>>,
     /// Per draining node, the pods the last observation found to evict
     /// (trimmed) and when: the drain of the same pass evicts from it
     /// instead of listing again.
-    drain_lists: Mutex<HashMap<String, (Instant, Vec<Pod>)>>,
+    pub(super) drain_lists: Mutex<HashMap<String, (Instant, Vec<Pod>)>>,
     tasks: Vec<AbortHandle>,
 }
 
-struct PodWatch {
-    store: Store<Pod>,
-    task: AbortHandle,
+pub(super) struct PodWatch {
+    pub(super) store: Store<Pod>,
+    pub(super) task: AbortHandle,
 }
 
 impl Drop for Observer {
@@ -110,7 +106,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn bump(changes: &watch::Sender<u64>) {
+pub(super) fn bump(changes: &watch::Sender<u64>) {
     changes.send_modify(|v| *v = v.wrapping_add(1));
 }
 
@@ -118,7 +114,7 @@ fn bump(changes: &watch::Sender<u64>) {
 ///
 /// Each page's JSON body is held whole while it is decoded: 100 nodes are a
 /// few hundred KiB, where kube's default of 500 held megabytes at once.
-const LIST_PAGE_SIZE: u32 = 100;
+pub(super) const LIST_PAGE_SIZE: u32 = 100;
 
 /// Most pods a drain pass reads of one node: the kubelet's default `maxPods`
 /// is 110 and few raise it past 250, so this only bounds a hostile case.
@@ -140,7 +136,7 @@ pub const BLOCKED_POLL: Duration = Duration::from_secs(30);
 /// drain to evict from it rather than list again: a pass observes, decides
 /// and evicts within milliseconds; a list older than this belongs to an
 /// earlier pass.
-const DRAIN_LIST_FRESH: Duration = Duration::from_secs(2);
+pub(super) const DRAIN_LIST_FRESH: Duration = Duration::from_secs(2);
 
 /// What an eviction reads of a pod (its name, namespace, UID, labels for
 /// the budgets that cover it, whether it is terminating), so the list kept
@@ -162,7 +158,7 @@ fn trim_for_drain(pod: Pod) -> Pod {
 }
 
 // Run a reflector for `api`, calling `on_event` on every event it applies.
-fn spawn_reflector<K>(
+pub(super) fn spawn_reflector<K>(
     api: Api<K>,
     cfg: watcher::Config,
     writer: Writer<K>,
@@ -248,7 +244,7 @@ fn rv(o: &impl Resource) -> Option<u64> {
     o.meta().resource_version.as_deref()?.parse().ok()
 }
 
-fn newer(a: &impl Resource, b: &impl Resource) -> bool {
+pub(super) fn newer(a: &impl Resource, b: &impl Resource) -> bool {
     match (rv(a), rv(b)) {
         (Some(a), Some(b)) => a > b,
         // Unknown format: trust our write until the watch shows any other version.
@@ -395,38 +391,6 @@ impl Observer {
         lock(&self.node_overlay).insert(node.name_any(), Arc::new(node));
     }
 
-    /// Record a node's record as written by us.
-    pub(crate) fn wrote_record(&self, record: DroverNode) {
-        lock(&self.record_overlay).insert(record.name_any(), Arc::new(record));
-    }
-
-    /// The newest copy of `node`'s record we know of: the store's or our own write's.
-    fn record_object(&self, node: &str) -> Option<Arc<DroverNode>> {
-        let stored = self
-            .records
-            .get(&ObjectRef::new(node).within(&self.opts.records_namespace));
-        let mut overlay = lock(&self.record_overlay);
-        match (stored, overlay.get(node)) {
-            (Some(s), Some(o)) if newer(o.as_ref(), s.as_ref()) => Some(o.clone()),
-            (Some(s), Some(_)) => {
-                overlay.remove(node);
-                Some(s)
-            }
-            (None, Some(o)) => Some(o.clone()),
-            (s, None) => s,
-        }
-    }
-
-    /// `node`'s record, as stored.
-    pub(crate) fn stored_record(&self, node: &str) -> Option<Result<Stored, RecordError>> {
-        self.record_object(node).map(|o| super::record::stored(&o))
-    }
-
-    /// `node`'s record, if readable.
-    pub(crate) fn record(&self, node: &str) -> Option<NodeRecord> {
-        self.stored_record(node)?.ok().map(|s| s.record)
-    }
-
     /// Record a Job as created by us.
     pub(crate) fn wrote_job(&self, mut job: Job) {
         trim_job(&mut job);
@@ -452,7 +416,7 @@ impl Observer {
             .is_some_and(|uid| lock(&self.deleted_jobs).contains_key(&uid))
     }
 
-    fn is_deleted(&self, job: &Job) -> bool {
+    pub(super) fn is_deleted(&self, job: &Job) -> bool {
         job.metadata.deletion_timestamp.is_some() || self.deleted_by_us(job)
     }
 
@@ -471,7 +435,7 @@ impl Observer {
     }
 
     /// All selected nodes, each as its newest known copy.
-    fn current_nodes(&self) -> Vec<Arc<ObservedNode>> {
+    pub(super) fn current_nodes(&self) -> Vec<Arc<ObservedNode>> {
         // `[nodes] os_image_regex` narrows the label selection (no selector
         // can match osImage); a node drover is already upgrading stays until
         // it is done or given back.
@@ -545,163 +509,6 @@ impl Observer {
         jobs
     }
 
-    /// The pod store of `node` if its watch has delivered its first list:
-    /// the watch is started when the node is in the watch plan and has none;
-    /// `None` while it syncs (its first list wakes the engine) and for a node
-    /// beyond the plan. Never waits.
-    pub(crate) fn pod_store(&self, node: &str) -> Option<Store<Pod>> {
-        let store = {
-            let mut watches = lock(&self.pod_watches);
-            match watches.get(node) {
-                Some(w) => w.store.clone(),
-                None => {
-                    if !lock(&self.watch_plan).contains(node) {
-                        return None;
-                    }
-                    let (store, writer) = reflector::store::<Pod>();
-                    let tx = self.changes.clone();
-                    let task = spawn_reflector(
-                        Api::<Pod>::all(self.client.clone()),
-                        watcher::Config::default().fields(&format!("spec.nodeName={node}")),
-                        writer,
-                        format!("pods on node {node}"),
-                        |_| {},
-                        move |ev| {
-                            if !matches!(ev, watcher::Event::Init | watcher::Event::InitApply(_)) {
-                                bump(&tx);
-                            }
-                        },
-                    );
-                    watches.insert(
-                        node.to_string(),
-                        PodWatch {
-                            store: store.clone(),
-                            task,
-                        },
-                    );
-                    store
-                }
-            }
-        };
-        matches!(store.wait_until_ready().now_or_never(), Some(Ok(()))).then_some(store)
-    }
-
-    /// Whether every budget covering the pods a drain of blocked `node`
-    /// would evict allows a disruption now: from its pod watch, or beyond
-    /// the cap from a list made at most every [`BLOCKED_POLL`]. No answer
-    /// (the watch syncing, the list failing) is `false`: the node then waits
-    /// out its backoff, which is only ever shortened by this.
-    async fn blocked_budgets_allow(&self, node: &str) -> bool {
-        if let Some(store) = self.pod_store(node) {
-            return budgets_allow(&self.pdbs.state(), &store.state());
-        }
-        if lock(&self.watch_plan).contains(node) {
-            return false;
-        }
-        if let Some((at, allow)) = lock(&self.polled).get(node) {
-            if at.elapsed() < BLOCKED_POLL {
-                return *allow;
-            }
-        }
-        let allow = match self.list_pods(node).await {
-            Ok(pods) => {
-                let pods: Vec<Arc<Pod>> = pods.into_iter().map(Arc::new).collect();
-                budgets_allow(&self.pdbs.state(), &pods)
-            }
-            Err(e) => {
-                tracing::debug!(node, error = %e, "cannot list a blocked node's pods");
-                false
-            }
-        };
-        lock(&self.polled).insert(node.to_string(), (Instant::now(), allow));
-        allow
-    }
-
-    /// The pods of draining `node` to evict as this pass's observation
-    /// listed them, if it did within [`DRAIN_LIST_FRESH`]; taken, so a
-    /// second drain without a new observation lists afresh.
-    pub(crate) fn take_drain_list(&self, node: &str) -> Option<Vec<Pod>> {
-        let (at, pods) = lock(&self.drain_lists).remove(node)?;
-        (at.elapsed() < DRAIN_LIST_FRESH).then_some(pods)
-    }
-
-    /// [`Observer::list_pods`], named.
-    async fn list_named(&self, node: &str) -> (String, Result<Vec<Pod>, Error>) {
-        (node.to_string(), self.list_pods(node).await)
-    }
-
-    /// The pods bound to `node`, listed now (pages of [`LIST_PAGE_SIZE`], at
-    /// most [`MAX_DRAIN_PODS`]): what a drain pass reads, so that no watch
-    /// is held open per draining node.
-    pub(crate) async fn list_pods(&self, node: &str) -> Result<Vec<Pod>, Error> {
-        let api: Api<Pod> = Api::all(self.client.clone());
-        let mut lp = ListParams::default()
-            .fields(&format!("spec.nodeName={node}"))
-            .limit(LIST_PAGE_SIZE);
-        let mut pods = Vec::new();
-        loop {
-            let page = api.list(&lp).await.map_err(|source| Error::Node {
-                node: node.to_string(),
-                call: "list pods".into(),
-                source,
-            })?;
-            pods.extend(page.items.into_iter().map(|mut p| {
-                p.managed_fields_mut().clear();
-                p
-            }));
-            if pods.len() > MAX_DRAIN_PODS {
-                return Err(Error::TooManyPods {
-                    node: node.to_string(),
-                    limit: MAX_DRAIN_PODS,
-                });
-            }
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(c) => lp = lp.continue_token(&c),
-                None => return Ok(pods),
-            }
-        }
-    }
-
-    // Plan the pod watches (`watching` first, then `blocked`, at most
-    // KubeOptions::pod_watches) and stop the others; forget the evictions of nodes no
-    // longer draining and the polls of nodes no longer blocked.
-    fn plan_pod_watches(
-        &self,
-        draining: &HashSet<String>,
-        watching: &[String],
-        blocked: &[String],
-    ) {
-        let plan: HashSet<String> = watching
-            .iter()
-            .chain(blocked)
-            .take(self.opts.pod_watches)
-            .cloned()
-            .collect();
-        lock(&self.evicted).retain(|node, _| draining.contains(node));
-        lock(&self.polled).retain(|node, _| blocked.contains(node));
-        lock(&self.drain_lists).retain(|node, _| draining.contains(node));
-        lock(&self.pod_watches).retain(|node, w| {
-            let keep = plan.contains(node);
-            if !keep {
-                w.task.abort();
-            }
-            keep
-        });
-        *lock(&self.watch_plan) = plan;
-    }
-
-    /// Pod watches running now.
-    pub fn pod_watches(&self) -> usize {
-        lock(&self.pod_watches).len()
-    }
-
-    /// Whether every pod watch running has delivered its first list.
-    pub fn pod_watches_synced(&self) -> bool {
-        lock(&self.pod_watches)
-            .values()
-            .all(|w| matches!(w.store.wait_until_ready().now_or_never(), Some(Ok(()))))
-    }
-
     /// Forget the Jobs we created that the store shows now, and the
     /// deletions it no longer shows (after a minute, so a watch that had
     /// not even shown the creation yet cannot bring one back): the
@@ -711,35 +518,6 @@ impl Observer {
         lock(&self.deleted_jobs)
             .retain(|uid, at| uids.contains(uid) || at.elapsed() < Duration::from_secs(60));
         forget_caught_up(&mut lock(&self.job_overlay), &uids);
-    }
-
-    /// The run `record` links to, as the Jobs (and, for a run drover
-    /// stopped, its pods) show it; `Err` when the pods of a stopped run
-    /// cannot be listed.
-    async fn linked(&self, record: &NodeRecord) -> Result<LinkedRun, Error> {
-        let Some(link) = &record.run else {
-            return Ok(LinkedRun::None);
-        };
-        let job = self.job(&link.name).filter(|j| !self.is_deleted(j));
-        let found = linked(job.as_deref(), &record.id, link);
-        if found != LinkedRun::Stopped {
-            return Ok(found);
-        }
-        // The Job is gone; its pods may not be yet.
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &self.opts.namespace);
-        let pods = api
-            .list(&ListParams::default().labels(&format!("{RUN_LABEL}={}", link.name)))
-            .await
-            .map_err(|source| Error::Node {
-                node: record.node.clone(),
-                call: format!("list pods of stopped run {}", link.name),
-                source,
-            })?;
-        Ok(if pods.items.iter().all(pod_finished) {
-            LinkedRun::Stopped
-        } else {
-            LinkedRun::Stopping
-        })
     }
 
     /// The selected nodes as they are now (see [`crate::cluster::Cluster::observe`]).
@@ -897,33 +675,6 @@ impl Observer {
             views.push(view);
         }
         Ok(views)
-    }
-
-    /// What earlier releases left on the selected nodes (their annotation
-    /// records, and the node's drover Jobs with what they say), for the
-    /// one migration.
-    pub fn legacy(&self) -> Vec<LegacyNode> {
-        self.current_nodes()
-            .into_iter()
-            .filter(|n| !n.annotations().is_empty())
-            .map(|n| {
-                let name = n.name_any();
-                let runs = self
-                    .jobs_of(&name)
-                    .iter()
-                    .filter_map(|j| {
-                        legacy::run(&j.name_any(), &j.uid().unwrap_or_default(), j.annotations())
-                    })
-                    .collect();
-                LegacyNode {
-                    node: name,
-                    annotations: n.annotations().clone(),
-                    unschedulable: n.unschedulable,
-                    version: self.opts.nodes.version_of(&n.os_image),
-                    runs,
-                }
-            })
-            .collect()
     }
 
     /// A fresh read of the node from the API server (recorded as our newest copy).

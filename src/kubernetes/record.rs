@@ -8,14 +8,19 @@
 //! retry) is made again on the new version; one that meets a record it did
 //! not read fails, and the node waits for the next step.
 
-use super::observe::Observer;
+use super::objects::{linked, pod_finished, RUN_LABEL};
+use super::observe::{lock, newer, Observer};
 use super::{is_status, Error, FIELD_MANAGER};
-use crate::cluster::{RecordError, RecordWrite, Stored};
+use crate::cluster::{LinkedRun, NodeRecord, RecordError, RecordWrite, Stored};
+use crate::record::legacy::{self, LegacyNode};
 use crate::record::wire::{self, DroverNode, DroverNodeStatus};
 use crate::record::{CLUSTER_LABEL, ENVIRONMENT_LABEL, PERSON_ANNOTATIONS};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::ObjectRef;
 use kube::ResourceExt;
 use serde_json::{json, Value};
+use std::sync::Arc;
 
 /// Keep what drover reads of a record: no managedFields, and of the
 /// annotations only the person's requests.
@@ -166,6 +171,99 @@ pub async fn write(obs: &Observer, w: &RecordWrite) -> Result<Stored, Error> {
     tracing::info!(node = %node, phase = %written.status.as_ref().map_or("", |s| s.phase.as_str()), "record written");
     obs.wrote_record(written);
     Ok(s)
+}
+
+/// The records as the observation reads them: the store's copy, or the
+/// agent's own newer write until the watch shows it; the run a record
+/// links to; and, for the one migration, what earlier releases left.
+impl Observer {
+    /// Record a node's record as written by us.
+    pub(crate) fn wrote_record(&self, record: DroverNode) {
+        lock(&self.record_overlay).insert(record.name_any(), Arc::new(record));
+    }
+
+    /// The newest copy of `node`'s record we know of: the store's or our own write's.
+    pub(super) fn record_object(&self, node: &str) -> Option<Arc<DroverNode>> {
+        let stored = self
+            .records
+            .get(&ObjectRef::new(node).within(&self.opts.records_namespace));
+        let mut overlay = lock(&self.record_overlay);
+        match (stored, overlay.get(node)) {
+            (Some(s), Some(o)) if newer(o.as_ref(), s.as_ref()) => Some(o.clone()),
+            (Some(s), Some(_)) => {
+                overlay.remove(node);
+                Some(s)
+            }
+            (None, Some(o)) => Some(o.clone()),
+            (s, None) => s,
+        }
+    }
+
+    /// `node`'s record, as stored.
+    pub(crate) fn stored_record(&self, node: &str) -> Option<Result<Stored, RecordError>> {
+        self.record_object(node).map(|o| super::record::stored(&o))
+    }
+
+    /// `node`'s record, if readable.
+    pub(crate) fn record(&self, node: &str) -> Option<NodeRecord> {
+        self.stored_record(node)?.ok().map(|s| s.record)
+    }
+
+    /// The run `record` links to, as the Jobs (and, for a run drover
+    /// stopped, its pods) show it; `Err` when the pods of a stopped run
+    /// cannot be listed.
+    pub(super) async fn linked(&self, record: &NodeRecord) -> Result<LinkedRun, Error> {
+        let Some(link) = &record.run else {
+            return Ok(LinkedRun::None);
+        };
+        let job = self.job(&link.name).filter(|j| !self.is_deleted(j));
+        let found = linked(job.as_deref(), &record.id, link);
+        if found != LinkedRun::Stopped {
+            return Ok(found);
+        }
+        // The Job is gone; its pods may not be yet.
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &self.opts.namespace);
+        let pods = api
+            .list(&ListParams::default().labels(&format!("{RUN_LABEL}={}", link.name)))
+            .await
+            .map_err(|source| Error::Node {
+                node: record.node.clone(),
+                call: format!("list pods of stopped run {}", link.name),
+                source,
+            })?;
+        Ok(if pods.items.iter().all(pod_finished) {
+            LinkedRun::Stopped
+        } else {
+            LinkedRun::Stopping
+        })
+    }
+
+    /// What earlier releases left on the selected nodes (their annotation
+    /// records, and the node's drover Jobs with what they say), for the
+    /// one migration.
+    pub fn legacy(&self) -> Vec<LegacyNode> {
+        self.current_nodes()
+            .into_iter()
+            .filter(|n| !n.annotations().is_empty())
+            .map(|n| {
+                let name = n.name_any();
+                let runs = self
+                    .jobs_of(&name)
+                    .iter()
+                    .filter_map(|j| {
+                        legacy::run(&j.name_any(), &j.uid().unwrap_or_default(), j.annotations())
+                    })
+                    .collect();
+                LegacyNode {
+                    node: name,
+                    annotations: n.annotations().clone(),
+                    unschedulable: n.unschedulable,
+                    version: self.opts.nodes.version_of(&n.os_image),
+                    runs,
+                }
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]

@@ -19,8 +19,9 @@ use kube::{Client, Config};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
+use super::backend::install_crd_of;
 use super::git::{allowed_signers, commit_all, git, keygen, GitDaemon};
-use super::kube::{await_object, install_crd_of, retry_until, ControlPlane, WAIT};
+use super::kube::{await_object, retry_until, ControlPlane, WAIT};
 
 /// Token the test webhooks send.
 pub const WEBHOOK_TOKEN: &str = "test-token";

@@ -363,13 +363,13 @@ pub async fn await_node_and(
     let records: Api<DroverNode> = Api::namespaced(client.clone(), ns);
     let by_name = || watcher::Config::default().fields(&format!("metadata.name={node}"));
     enum Seen {
-        Node(Option<Node>),
-        Record(Option<DroverNode>),
+        Node(Option<Box<Node>>),
+        Record(Option<Box<DroverNode>>),
     }
     let node_events = watcher(nodes, by_name()).filter_map(|e| async move {
         match e {
             Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
-                Some(Seen::Node(Some(n)))
+                Some(Seen::Node(Some(Box::new(n))))
             }
             Ok(watcher::Event::Delete(_)) => Some(Seen::Node(None)),
             _ => None,
@@ -378,7 +378,7 @@ pub async fn await_node_and(
     let record_events = watcher(records, by_name()).filter_map(|e| async move {
         match e {
             Ok(watcher::Event::Apply(r) | watcher::Event::InitApply(r)) => {
-                Some(Seen::Record(Some(r)))
+                Some(Seen::Record(Some(Box::new(r))))
             }
             Ok(watcher::Event::Delete(_)) => Some(Seen::Record(None)),
             _ => None,
@@ -395,8 +395,8 @@ pub async fn await_node_and(
     let waited = tokio::time::timeout(super::kube::WAIT, async {
         while let Some(e) = events.next().await {
             match e {
-                Seen::Node(x) => n = x,
-                Seen::Record(x) => r = x,
+                Seen::Node(x) => n = x.map(|x| *x),
+                Seen::Record(x) => r = x.map(|x| *x),
             }
             if let Some(node) = &n {
                 let p = progress(&r);
@@ -439,7 +439,7 @@ pub async fn request_retry(client: &Client, ns: &str, node: &str) {
 
 /// Install (server-side apply) the `DroverNode` CRD and wait until it serves.
 pub async fn install_record_crd(client: &Client) {
-    super::kube::install_crd_of(client, drover::record::wire::crd()).await;
+    install_crd_of(client, drover::record::wire::crd()).await;
     let api: Api<DroverNode> = Api::all(client.clone());
     let lp = ListParams::default().limit(1);
     super::kube::retry_until("drovernodes servable", || api.list(&lp)).await;
@@ -557,4 +557,31 @@ pub fn job_run(j: &Job) -> Option<(String, bool)> {
     let node = j.labels().get("drover.dev/node")?.clone();
     let prepare = j.annotations().get("drover.dev/action").map(String::as_str) == Some("prepare");
     Some((node, prepare))
+}
+
+/// Server-side apply `crd` and wait until the API server says it is established.
+pub async fn install_crd_of(
+    client: &Client,
+    crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    api.patch(
+        &name,
+        &kube::api::PatchParams::apply("drover-tests").force(),
+        &kube::api::Patch::Apply(&crd),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("apply the CRD {name}: {e}"));
+    super::kube::await_object(&api, &name, "CRD established", |c| {
+        c.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            })
+    })
+    .await;
 }

@@ -11,6 +11,8 @@
 //! - [`time`]: `t()`, an instant from RFC 3339 text.
 //! - [`kube`]: the real kube-apiserver (one control plane per test binary),
 //!   clients, namespaces, waits on watches.
+//! - [`identity`]: client certificates of the test control plane's CA (a
+//!   node's kubelet credential).
 //! - [`kubelet`]: the simulated kubelet and disruption controller.
 //! - [`backend`]: simulated node pools and the engine driven through the
 //!   Kubernetes backend.
@@ -32,6 +34,7 @@ pub mod bottlerocket_api;
 pub mod cli;
 pub mod git;
 pub mod gpg;
+pub mod identity;
 pub mod kube;
 pub mod kubelet;
 pub mod prometheus;
