@@ -247,6 +247,7 @@ pub async fn start(obs: &Observer, node: &str, start: &RunStart) -> Result<(), E
                 call: format!("get job {}/{name}", obs.opts.namespace),
                 source,
             })?;
+            let existing = existing.map(super::objects::ObservedJob::from);
             match linked(existing.as_ref(), &start.record_id, &start.run) {
                 LinkedRun::Foreign(what) => Err(foreign(what)),
                 _ => {

@@ -28,13 +28,13 @@
 //! `record.rs`.
 
 use super::node::ObservedNode;
-use super::objects::{must_evict, MANAGED_BY_LABEL, MANAGED_BY_VALUE, NODE_LABEL};
+use super::objects::ObservedJob;
+use super::objects::{must_evict, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use super::{Error, KubeOptions};
 use crate::cluster::{LinkedRun, NodeProgress, NodeView, ProgressState, UpgradeStatus};
 use crate::record::wire::DroverNode;
 use crate::record::{CLUSTER_LABEL, ENVIRONMENT_LABEL};
 use futures::StreamExt;
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
@@ -55,7 +55,7 @@ pub struct Observer {
     pub(crate) opts: KubeOptions,
     pub(crate) nodes: Store<ObservedNode>,
     pub(crate) records: Store<DroverNode>,
-    pub(crate) jobs: Store<Job>,
+    pub(crate) jobs: Store<ObservedJob>,
     pub(crate) pdbs: Store<PodDisruptionBudget>,
     pub(crate) changes: Arc<watch::Sender<u64>>,
     // Our own writes, newer than the stores until the watches deliver them:
@@ -63,7 +63,7 @@ pub struct Observer {
     // cordon a node twice or start more nodes than the budget allows.
     node_overlay: Mutex<HashMap<String, Arc<ObservedNode>>>,
     pub(super) record_overlay: Mutex<HashMap<String, Arc<DroverNode>>>,
-    job_overlay: Mutex<HashMap<String, Arc<Job>>>,
+    job_overlay: Mutex<HashMap<String, Arc<ObservedJob>>>,
     // The UIDs of Jobs we deleted, and when, until the watch shows them
     // gone: a deleted run the store still holds is not running any more
     // for the record that stopped it. By UID: a Job created again under
@@ -198,19 +198,13 @@ where
     .abort_handle()
 }
 
-/// Drop what drover never reads of a Job: its spec (the pod template carries
-/// the driver's whole script) and its managedFields (which list every field
-/// of that spec again: ~35 KiB decoded, most of a created Job's response).
-/// Labels, status and deletionTimestamp stay.
-pub(crate) fn trim_job(j: &mut Job) {
-    j.spec = None;
-    j.managed_fields_mut().clear();
-}
-
 /// Forget the Jobs we created that the store now shows (the same uid): the
 /// overlay only bridges the time until the watch catches up, so it stays as
 /// small as the Jobs the watch has not delivered yet.
-fn forget_caught_up(overlay: &mut HashMap<String, Arc<Job>>, stored_uids: &HashSet<String>) {
+fn forget_caught_up(
+    overlay: &mut HashMap<String, Arc<ObservedJob>>,
+    stored_uids: &HashSet<String>,
+) {
     overlay.retain(|_, j| j.uid().is_none_or(|uid| !stored_uids.contains(&uid)));
 }
 
@@ -258,7 +252,7 @@ impl Observer {
     pub async fn start(client: Client, opts: KubeOptions) -> Result<Arc<Observer>, Error> {
         let job_selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}");
         let node_api: Api<ObservedNode> = Api::all(client.clone());
-        let job_api: Api<Job> = Api::namespaced(client.clone(), &opts.namespace);
+        let job_api: Api<ObservedJob> = Api::namespaced(client.clone(), &opts.namespace);
         let pdb_api: Api<PodDisruptionBudget> = Api::all(client.clone());
         // One page of one object each: a bad selector or a missing RBAC grant
         // is a clear error here instead of a watch retrying forever.
@@ -299,7 +293,7 @@ impl Observer {
 
         let changes = Arc::new(watch::channel(0u64).0);
         let (nodes, node_writer) = reflector::store::<ObservedNode>();
-        let (jobs, job_writer) = reflector::store::<Job>();
+        let (jobs, job_writer) = reflector::store::<ObservedJob>();
         let (records, record_writer) = reflector::store::<DroverNode>();
         let (pdbs, pdb_writer) = reflector::store::<PodDisruptionBudget>();
         let mut tasks = Vec::new();
@@ -337,7 +331,8 @@ impl Observer {
             watcher::Config::default().labels(&job_selector),
             job_writer,
             "jobs".into(),
-            trim_job,
+            // Decoded as drover keeps it (ObservedJob): nothing more to drop.
+            |_| {},
             move |_| bump(&tx),
         ));
         let tx = changes.clone();
@@ -392,13 +387,13 @@ impl Observer {
     }
 
     /// Record a Job as created by us.
-    pub(crate) fn wrote_job(&self, mut job: Job) {
-        trim_job(&mut job);
+    pub(crate) fn wrote_job(&self, job: impl Into<ObservedJob>) {
+        let job = job.into();
         lock(&self.job_overlay).insert(job.name_any(), Arc::new(job));
     }
 
     /// Forget a Job we deleted.
-    pub(crate) fn deleted_job(&self, job: &Job) {
+    pub(crate) fn deleted_job(&self, job: &ObservedJob) {
         let name = job.name_any();
         let uid = job.uid();
         let mut overlay = lock(&self.job_overlay);
@@ -411,12 +406,12 @@ impl Observer {
         }
     }
 
-    fn deleted_by_us(&self, job: &Job) -> bool {
+    fn deleted_by_us(&self, job: &ObservedJob) -> bool {
         job.uid()
             .is_some_and(|uid| lock(&self.deleted_jobs).contains_key(&uid))
     }
 
-    pub(super) fn is_deleted(&self, job: &Job) -> bool {
+    pub(super) fn is_deleted(&self, job: &ObservedJob) -> bool {
         job.metadata.deletion_timestamp.is_some() || self.deleted_by_us(job)
     }
 
@@ -471,7 +466,7 @@ impl Observer {
     }
 
     /// The Job named `name` in the agent's namespace, including one we just created.
-    pub(crate) fn job(&self, name: &str) -> Option<Arc<Job>> {
+    pub(crate) fn job(&self, name: &str) -> Option<Arc<ObservedJob>> {
         let stored = self
             .jobs
             .get(&ObjectRef::new(name).within(&self.opts.namespace));
@@ -489,11 +484,9 @@ impl Observer {
 
     /// drover's Jobs for `node` (store and our own creations), less the
     /// ones we deleted.
-    pub(crate) fn jobs_of(&self, node: &str) -> Vec<Arc<Job>> {
-        let of_node = |j: &Job| {
-            j.labels().get(NODE_LABEL).map(String::as_str) == Some(node) && !self.deleted_by_us(j)
-        };
-        let mut jobs: Vec<Arc<Job>> = self
+    pub(crate) fn jobs_of(&self, node: &str) -> Vec<Arc<ObservedJob>> {
+        let of_node = |j: &ObservedJob| j.node.as_deref() == Some(node) && !self.deleted_by_us(j);
+        let mut jobs: Vec<Arc<ObservedJob>> = self
             .jobs
             .state()
             .into_iter()
@@ -658,7 +651,7 @@ impl Observer {
                 .collect();
             view.managed_by = self.opts.nodes.managed_by(node.brupop.as_deref());
             // A failed driver run: what the driver said, not only its exit code.
-            let run: Vec<Arc<Job>> = view
+            let run: Vec<Arc<ObservedJob>> = view
                 .record
                 .as_ref()
                 .and_then(|s| s.record.run.as_ref())
@@ -706,38 +699,23 @@ impl Observer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-    fn job(name: &str, uid: &str) -> Job {
-        Job {
+    fn job(name: &str, uid: &str) -> ObservedJob {
+        ObservedJob {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 uid: Some(uid.into()),
-                labels: Some([(NODE_LABEL.to_string(), "n1".to_string())].into()),
-                managed_fields: Some(vec![ManagedFieldsEntry {
-                    manager: Some("drover".into()),
-                    ..Default::default()
-                }]),
                 ..Default::default()
             },
-            spec: Some(Default::default()),
-            status: Some(Default::default()),
+            node: Some("n1".into()),
+            ..Default::default()
         }
     }
 
     #[test]
-    fn a_trimmed_job_keeps_what_drover_reads() {
-        let mut j = job("a", "u1");
-        trim_job(&mut j);
-        assert!(j.spec.is_none());
-        assert!(j.managed_fields().is_empty());
-        assert_eq!(j.labels().get(NODE_LABEL).map(String::as_str), Some("n1"));
-        assert!(j.status.is_some());
-    }
-
-    #[test]
     fn the_overlay_forgets_a_creation_once_the_store_shows_it() {
-        let mut overlay: HashMap<String, Arc<Job>> = [
+        let mut overlay: HashMap<String, Arc<ObservedJob>> = [
             ("a".to_string(), Arc::new(job("a", "u1"))),
             ("b".to_string(), Arc::new(job("b", "u2"))),
         ]

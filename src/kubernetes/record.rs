@@ -251,7 +251,11 @@ impl Observer {
                     .jobs_of(&name)
                     .iter()
                     .filter_map(|j| {
-                        legacy::run(&j.name_any(), &j.uid().unwrap_or_default(), j.annotations())
+                        legacy::run(
+                            &j.name_any(),
+                            &j.uid().unwrap_or_default(),
+                            &j.legacy_annotations(),
+                        )
                     })
                     .collect();
                 LegacyNode {

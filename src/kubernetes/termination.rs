@@ -8,9 +8,9 @@
 //! Job (a bounded cache by UID), and never holds up a give-back: without an
 //! answer the Job's message stands.
 
+use super::objects::ObservedJob;
 use crate::cluster::{NodeView, UpgradeStatus};
 use crate::rollout::health::bounded;
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
@@ -85,7 +85,7 @@ pub fn driver_report(pod: &Pod) -> Option<String> {
 pub(crate) async fn explain_failure(
     client: &Client,
     namespace: &str,
-    jobs: &[Arc<Job>],
+    jobs: &[Arc<ObservedJob>],
     view: &mut NodeView,
 ) {
     let UpgradeStatus::Failed(message) = &view.upgrade else {
