@@ -648,6 +648,37 @@ fn draining_ready_at_its_target_without_a_run_is_given_back_as_upgraded() {
 }
 
 #[test]
+fn a_give_back_that_did_not_land_is_repaired_when_the_node_is_not_ready() {
+    // Its record says draining, no run, and it runs the pin (its give-back
+    // uncordoned it and the record write did not land, or a new pin it
+    // already runs), but it is NotReady: no second cordon, no eviction, no
+    // driver run for a version it runs; it waits, counted, for Ready
+    // within node_timeout.
+    let p = policy(1, OnDrainTimeout::Skip);
+    for uncordoned in [false, true] {
+        let mut n = with(idle("a", "1.13.2"), ProgressState::Draining, "03:00", true);
+        n.ready = false;
+        n.pods_to_evict = 2;
+        n.unschedulable = !uncordoned;
+        let nodes = [n.clone(), idle("b", "1.12.0")];
+        for now in ["03:10", "03:30"] {
+            let d = decide(&p, &open(), &nodes, t(now));
+            assert_eq!(kinds(&d), [], "uncordoned {uncordoned}, at {now}");
+            assert_eq!(d.unavailable, 1, "it counts, and no other node starts");
+        }
+        // Ready again: given back as upgraded.
+        let mut back = n.clone();
+        back.ready = true;
+        let d = decide(&p, &open(), std::slice::from_ref(&back), t("03:30"));
+        assert_eq!(kinds(&d), [("complete", "a".into())]);
+        // Still NotReady at node_timeout: given back failed, named.
+        let d = decide(&p, &open(), std::slice::from_ref(&n), t("03:46"));
+        assert_eq!(kinds(&d), [("fail", "a".into())], "uncordoned {uncordoned}");
+        assert_eq!(d.state, RolloutState::Failed);
+    }
+}
+
+#[test]
 fn a_node_newer_than_the_pin_is_left_alone_unless_allow_downgrade_is_set() {
     let nodes = [idle("a", "1.13.2"), idle("b", "1.14.0")];
     let p = policy(1, OnDrainTimeout::Skip);

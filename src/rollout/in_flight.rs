@@ -49,9 +49,12 @@ pub(super) fn draining(
         });
         return;
     }
-    if n.fault.is_none() && n.ready && n.version.as_ref() == Some(ctx.target) {
-        // Ready at the pin and no run made: it runs what it drains for
-        // (a new pin it already runs): given back as upgraded.
+    if n.fault.is_none() && n.version.as_ref() == Some(ctx.target) {
+        // At the pin and no run made: it runs what it drains for (a new
+        // pin it already runs, or a give-back that uncordoned it and whose
+        // record write did not land). Ready or not, it is never cordoned
+        // again, drained or run for a version it runs: given back as
+        // upgraded once Ready, failed if not Ready within node_timeout.
         let run = NodeProgress {
             state: ProgressState::Upgrading,
             target: ctx.target.clone(),
