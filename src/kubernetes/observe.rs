@@ -33,7 +33,7 @@ use super::objects::{must_evict, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use super::{Error, KubeOptions};
 use crate::cluster::{LinkedRun, NodeProgress, NodeView, ProgressState, UpgradeStatus};
 use crate::record::wire::DroverNode;
-use crate::record::{CLUSTER_LABEL, ENVIRONMENT_LABEL};
+use crate::record::{CLUSTER_LABEL, ENVIRONMENT_LABEL, PERSON_ANNOTATIONS};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -198,6 +198,15 @@ where
     .abort_handle()
 }
 
+/// Keep what drover reads of a record: no managedFields, and of the
+/// annotations only the person's requests.
+pub(crate) fn trim_record(r: &mut DroverNode) {
+    r.managed_fields_mut().clear();
+    if let Some(a) = r.metadata.annotations.as_mut() {
+        a.retain(|k, _| PERSON_ANNOTATIONS.contains(&k.as_str()));
+    }
+}
+
 /// Forget the Jobs we created that the store now shows (the same uid): the
 /// overlay only bridges the time until the watch catches up, so it stays as
 /// small as the Jobs the watch has not delivered yet.
@@ -341,7 +350,7 @@ impl Observer {
             watcher::Config::default().labels(&record_selector),
             record_writer,
             "drovernodes".into(),
-            super::record::trim,
+            trim_record,
             move |_| bump(&tx),
         ));
         let tx = changes.clone();

@@ -9,7 +9,7 @@
 //! not read fails, and the node waits for the next step.
 
 use super::objects::{linked, pod_finished, RUN_LABEL};
-use super::observe::{lock, newer, Observer};
+use super::observe::{lock, newer, trim_record, Observer};
 use super::{is_status, Error, FIELD_MANAGER};
 use crate::cluster::{LinkedRun, NodeRecord, RecordError, RecordWrite, Stored};
 use crate::record::legacy::{self, LegacyNode};
@@ -21,15 +21,6 @@ use kube::runtime::reflector::ObjectRef;
 use kube::ResourceExt;
 use serde_json::{json, Value};
 use std::sync::Arc;
-
-/// Keep what drover reads of a record: no managedFields, and of the
-/// annotations only the person's requests.
-pub(crate) fn trim(r: &mut DroverNode) {
-    r.managed_fields_mut().clear();
-    if let Some(a) = r.metadata.annotations.as_mut() {
-        a.retain(|k, _| PERSON_ANNOTATIONS.contains(&k.as_str()));
-    }
-}
 
 /// The record `obj` stores, with what a write to it builds on.
 pub(crate) fn stored(obj: &DroverNode) -> Result<Stored, RecordError> {
@@ -163,7 +154,7 @@ pub async fn write(obs: &Observer, w: &RecordWrite) -> Result<Stored, Error> {
         }
     };
     let mut written = written;
-    trim(&mut written);
+    trim_record(&mut written);
     let s = stored(&written).map_err(|e| Error::BadRecord {
         node: node.clone(),
         why: e.to_string(),

@@ -8,15 +8,35 @@
 //! the uncordon waits for a later step ([`Action::Release`]).
 //!
 //! A node's actions of one step are applied in order, each write built on
-//! the record the previous one stored ([`NodeCalls`]).
+//! the record the previous one stored ([`NodeCalls`]); an action that
+//! failed is an [`EngineError::Apply`], the step's error it returns.
 
 use super::decision::Action;
-use super::engine::EngineError;
 use crate::cluster::{
     Cluster, Cordoned, EvictionPass, NodeProgress, NodeRecord, NodeView, RecordWrite, Requests,
     RunStart, Stored,
 };
 use chrono::{DateTime, Utc};
+
+/// A reconcile step that could not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError<E: std::error::Error + 'static> {
+    /// The nodes could not be observed; nothing was done.
+    #[error("cannot observe the nodes: {0}")]
+    Observe(#[source] E),
+    /// An action failed (from [`apply`]; a reconcile step holds the node
+    /// instead and goes on with the others).
+    #[error("{action} on node {node} failed: {source}")]
+    Apply {
+        /// The action's kind.
+        action: &'static str,
+        /// The node.
+        node: String,
+        /// The backend's error.
+        #[source]
+        source: E,
+    },
+}
 
 /// One node's calls in a step: its view, and its record as the last write
 /// stored it.

@@ -8,6 +8,7 @@
 //! cordon served as soon as the give-backs that landed make room for it
 //! (`pacing.rs`; BENCHMARKS.md, "Agent under load").
 
+pub use super::apply::EngineError;
 use super::apply::{apply_on, NodeCalls};
 use super::decide::decide;
 use super::decision::{Action, Decision, Held, Inputs, Policy};
@@ -59,26 +60,6 @@ impl Clock for VirtualClock {
     fn now(&self) -> DateTime<Utc> {
         *self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
-}
-
-/// A reconcile step that could not complete.
-#[derive(Debug, thiserror::Error)]
-pub enum EngineError<E: std::error::Error + 'static> {
-    /// The nodes could not be observed; nothing was done.
-    #[error("cannot observe the nodes: {0}")]
-    Observe(#[source] E),
-    /// An action failed (from [`apply`]; a reconcile step holds the node
-    /// instead and goes on with the others).
-    #[error("{action} on node {node} failed: {source}")]
-    Apply {
-        /// The action's kind.
-        action: &'static str,
-        /// The node.
-        node: String,
-        /// The backend's error.
-        #[source]
-        source: E,
-    },
 }
 
 /// What one reconcile step did.
