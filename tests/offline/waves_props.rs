@@ -5,7 +5,7 @@
 //! `failure_budget`. On some clusters the version crash-loops on one node,
 //! so that cluster reports `failed`; the others confirm it. A person
 //! retries some of the failed clusters later (the fault fixed,
-//! `drover.dev/retry` on the node), which then report the version again,
+//! `drover.dev/retry` on the node's record), which then report the version again,
 //! `rolling`, then `confirmed`.
 //!
 //! Every cluster is driven by the engine with the inputs the agent gives
@@ -318,7 +318,7 @@ fn run(seed: u64) -> Seen {
                 if at <= now {
                     c.sim
                         .set_health_fault(node, Version::new(9, 9, 9), HealthFault::CrashLoop);
-                    c.sim.annotate(node, "drover.dev/retry", "yes");
+                    c.sim.request_retry(node);
                     c.retry_at = None;
                     c.retried_at = Some(now);
                     c.retry_after = None;
