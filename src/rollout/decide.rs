@@ -138,6 +138,9 @@ pub(super) struct Tally<'a> {
     /// Rollbacks started from the target (from the records), this step's
     /// included: what `max_rollbacks` is counted against.
     pub rollbacks: usize,
+    /// The same count for the versions a new pin left behind: a node whose
+    /// rollback from one of them failed is retried against its own count.
+    pub earlier_rollbacks: std::collections::BTreeMap<semver::Version, usize>,
     /// Nodes whose prepare run is under way, in name order (`prepare.rs`).
     pub preparing: Vec<&'a NodeView>,
     /// Nodes being drained, by name, in name order: the status says so
@@ -196,6 +199,7 @@ pub fn decide(
         wake: WakeAt(win.closes_at.or(win.next_opens_at)),
         held: Vec::new(),
         rollbacks: rollback::count(&order, target),
+        earlier_rollbacks: rollback::earlier_counts(&order, target),
         preparing: Vec::new(),
         draining: Vec::new(),
         staged: Vec::new(),

@@ -66,6 +66,23 @@ pub(super) fn count(nodes: &[&NodeView], target: &Version) -> usize {
         .sum()
 }
 
+/// [`count`] for every version but `target` that rollbacks were started from.
+pub(super) fn earlier_counts(
+    nodes: &[&NodeView],
+    target: &Version,
+) -> std::collections::BTreeMap<Version, usize> {
+    let mut from: Vec<&Version> = nodes
+        .iter()
+        .flat_map(|n| n.rollbacks.iter().map(|r| &r.version).chain(&n.rolled_back))
+        .filter(|v| *v != target)
+        .collect();
+    from.sort();
+    from.dedup();
+    from.into_iter()
+        .map(|v| (v.clone(), count(nodes, v)))
+        .collect()
+}
+
 /// Node `n`, recorded `p` at the target, failed health check `check` with
 /// `msg` (already prefixed and bounded): roll it back or record it failed in
 /// service. Returns whether it is rolled back (it then counts against the
@@ -366,17 +383,24 @@ pub(super) fn after_failed_rollback(
         n.upgrade,
         UpgradeStatus::Stopping | UpgradeStatus::StopPending
     );
+    // Counted for the version it is rolled back from, which a new pin may
+    // have left behind, not for the pin.
+    let used = if p.target == *ctx.target {
+        t.rollbacks
+    } else {
+        t.earlier_rollbacks.get(&p.target).copied().unwrap_or(0)
+    };
     let refused = if !n.retry {
         None
     } else if stopping {
         Some("its stopped rollback run is still there".to_string())
     } else if p.previous.is_none() {
         Some("the version it ran before was not recorded".to_string())
-    } else if t.rollbacks >= ctx.policy.max_rollbacks as usize {
+    } else if used >= ctx.policy.max_rollbacks as usize {
         Some(format!(
             "max_rollbacks ({}) reached: {} rollbacks from {} started; a reviewed change raising \
              max_rollbacks allows another",
-            ctx.policy.max_rollbacks, t.rollbacks, p.target
+            ctx.policy.max_rollbacks, used, p.target
         ))
     } else if p
         .previous
@@ -390,7 +414,11 @@ pub(super) fn after_failed_rollback(
         None
     };
     if n.retry && refused.is_none() {
-        t.rollbacks += 1;
+        if p.target == *ctx.target {
+            t.rollbacks += 1;
+        } else {
+            *t.earlier_rollbacks.entry(p.target.clone()).or_default() += 1;
+        }
         t.in_flight += 1;
         t.unavailable += usize::from(!cordoned && n.ready);
         t.releases.push(Action::RollBack {
