@@ -5,7 +5,7 @@ use super::events::Severity;
 use super::guard::Guarded;
 use super::health;
 use super::hooks::ClockRef;
-use super::{Acting, ClusterBackend, Next};
+use super::{lock, Acting, ClusterBackend, Next};
 use crate::config::EnvConfig;
 use crate::rollout::{Engine, Held, Inputs, Labels, Policy, WindowState};
 use chrono::{DateTime, Utc};
@@ -44,12 +44,40 @@ impl<B: ClusterBackend> Acting<B> {
         }
     }
 
+    /// The applied commit, when it is recorded but not in the cache and no
+    /// fetch of this term has succeeded: it may only not be fetched yet (a
+    /// follower fetched once when it warmed up), so its absence says
+    /// nothing about whether a config applies.
+    fn applied_not_yet_here(&self) -> Option<git2::Oid> {
+        let commit = git2::Oid::from_str(self.crd_status.last_applied_commit.as_deref()?).ok()?;
+        if self.term_fetch_ok {
+            return None;
+        }
+        let here = lock(&self.source).repo().find_commit(commit).is_ok();
+        (!here).then_some(commit)
+    }
+
     /// Run the engine for the applied config, have the outcome reported, say when to run again.
     pub(super) async fn reconcile(&mut self, cancel: &watch::Receiver<bool>) -> Next {
         let tick = Next {
             after: self.cfg.tick,
         };
         let Some(active) = self.active.clone() else {
+            if let Some(commit) = self.applied_not_yet_here() {
+                // Not knowing the applied config is not "no config": a
+                // follower taking over, or a fetch failing, holds the
+                // nodes as they are until the commit is here to judge by.
+                if let Some(n) = self.pace.allow("applied-not-here") {
+                    tracing::warn!(
+                        %commit,
+                        suppressed = n,
+                        "the applied commit is not in the cache yet: holding until a fetch brings it"
+                    );
+                }
+                return Next {
+                    after: Duration::from_secs(1).min(self.cfg.tick),
+                };
+            }
             // Nothing to act on: nodes drover cordoned are not left cordoned meanwhile.
             self.give_back_unconfigured(cancel).await;
             self.report_unconfigured().await;

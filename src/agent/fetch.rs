@@ -110,11 +110,13 @@ impl<B: ClusterBackend> Acting<B> {
             }
             Err(e) => Err(format!("the fetch task failed: {e}")),
         };
+        let ok = result.is_ok();
         self.record_fetch(result);
         // A head read before this term began may be older than what the
         // last leader applied since: it is not judged (the next fetch is).
         if this_term {
             self.term_fetched = true;
+            self.term_fetch_ok |= ok;
         }
         if let Some(again) = self.fetch_again.take() {
             self.start_fetch(again);

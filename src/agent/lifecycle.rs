@@ -227,6 +227,7 @@ impl<B: ClusterBackend> Acting<B> {
         self.last_published = None;
         self.window_seen = None;
         self.term_fetched = false;
+        self.term_fetch_ok = false;
         self.acting.send_replace(true);
     }
 

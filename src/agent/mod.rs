@@ -354,6 +354,7 @@ impl<B: ClusterBackend> Agent<B> {
             fetching: None,
             fetch_again: None,
             term_fetched: false,
+            term_fetch_ok: false,
             status_object: store,
             events,
             notifier,
@@ -413,6 +414,9 @@ struct Acting<B: ClusterBackend> {
     /// follower, or in an older term) is not judged, the applied commit may
     /// have moved since.
     term_fetched: bool,
+    /// Whether a fetch of this term succeeded: until one has, an applied
+    /// commit missing from the cache may only be not fetched yet.
+    term_fetch_ok: bool,
     /// The DroverStatus object this agent writes (through its term's writer).
     status_object: StatusObject,
     events: Events,

@@ -2,7 +2,9 @@
 //! given back when the agent stops (SIGTERM) and when no config is
 //! applicable any more, while a node already rebooting into the new
 //! version keeps its cordon, record and Job for the next leader, which
-//! finishes it without a second reboot. Against the real API server,
+//! finishes it without a second reboot; a follower taking over before it
+//! has fetched what the leader applied keeps the drain (not knowing the
+//! config is not "no config"). Against the real API server,
 //! simulated kubelet nodes and a real git server; the drain is held open
 //! by a PodDisruptionBudget so the node is reliably caught in `draining`.
 
@@ -381,4 +383,137 @@ async fn until_metric(agent: &RunningAgent, series: &str, value: f64) {
     tokio::time::timeout(crate::support::kube::WAIT, check)
         .await
         .unwrap_or_else(|_| panic!("{series} never became {value}"));
+}
+
+/// Counts `node`'s cordon changes as the API server records them, from
+/// the moment it is started: (cordons, uncordons).
+struct CordonCount {
+    counts: Arc<std::sync::Mutex<(u32, u32)>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl CordonCount {
+    async fn start(client: &Client, node: &str) -> CordonCount {
+        use futures::StreamExt;
+        use kube::runtime::watcher;
+        let api: Api<Node> = Api::all(client.clone());
+        let cfg = watcher::Config::default().fields(&format!("metadata.name={node}"));
+        let counts = Arc::new(std::sync::Mutex::new((0, 0)));
+        let c = counts.clone();
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            let mut ready_tx = Some(ready_tx);
+            let mut last: Option<bool> = None;
+            let stream = watcher(api, cfg);
+            futures::pin_mut!(stream);
+            while let Some(ev) = stream.next().await {
+                match ev {
+                    Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
+                        let now = unschedulable(&n);
+                        let mut g = c.lock().unwrap();
+                        match (last, now) {
+                            (Some(false), true) => g.0 += 1,
+                            (Some(true), false) => g.1 += 1,
+                            _ => {}
+                        }
+                        last = Some(now);
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        if let Some(tx) = ready_tx.take() {
+                            let _ = tx.send(());
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => eprintln!("cordon watch: {e}"),
+                }
+            }
+        });
+        ready_rx.await.expect("the cordon watch lists the node");
+        CordonCount { counts, task }
+    }
+
+    fn get(&self) -> (u32, u32) {
+        *self.counts.lock().unwrap()
+    }
+}
+
+impl Drop for CordonCount {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[tokio::test]
+async fn a_follower_taking_over_mid_drain_keeps_the_drain_it_has_not_fetched_yet() {
+    // Two replicas; the follower fetched once when it warmed up and has
+    // only relayed the webhook since, so the bump the leader applied is not
+    // in its cache when it takes over. Not knowing the applied config is
+    // not "no config": the drain is kept, not abandoned and redone.
+    let w = world_with("giveback-takeover", 0, None, false).await;
+    let a = start_agent(&w.repo, &w.ns, "agent-a");
+    let b = start_agent(&w.repo, &w.ns, "agent-b");
+    await_confirmed(&w.client, &w.ns).await;
+    let leases: Api<Lease> = Api::namespaced(w.client.clone(), w.ns.name());
+    let holder = leases
+        .get("drover-test-test-1")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .holder_identity
+        .unwrap();
+    let (leader, follower, survivor) = if holder == "agent-a" {
+        (a, b, "agent-b")
+    } else {
+        (b, a, "agent-a")
+    };
+    let bump = w.repo.bump("test", "1.13.0", true);
+    // The webhook reaches the follower, which relays it to the leader.
+    assert_eq!(follower.webhook().await, 202);
+    await_node_record(
+        &w.client,
+        w.ns.name(),
+        &w.node,
+        "cordoned and draining",
+        draining,
+    )
+    .await;
+    let cordons = CordonCount::start(&w.client, &w.node).await;
+    leader.kill();
+    // The survivor leads, has fetched the bump and acts on it.
+    await_status(
+        &w.client,
+        w.ns.name(),
+        "test-test-1",
+        "the survivor reports on the applied bump",
+        |s| {
+            s.reporter.as_deref() == Some(survivor)
+                && s.last_applied_commit.as_deref() == Some(bump.as_str())
+                && s.head_commit.as_deref() == Some(bump.as_str())
+        },
+    )
+    .await;
+    let n = Api::<Node>::all(w.client.clone())
+        .get(&w.node)
+        .await
+        .unwrap();
+    let p = progress_of(&w.client, w.ns.name(), &w.node).await;
+    assert!(draining(&n, p.as_ref()), "still draining: {p:?}");
+    assert_eq!(cordons.get(), (0, 0), "(cordons, uncordons) since the kill");
+    // The drain it kept finishes once the PDB allows it: one cordon, one
+    // uncordon, one upgrade in all.
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(w.client.clone(), w.ns.name());
+    pdbs.delete("web", &Default::default()).await.unwrap();
+    await_node_record(
+        &w.client,
+        w.ns.name(),
+        &w.node,
+        "upgraded by the survivor",
+        |n, p| given_back(n, p) && crate::support::kube::os_image(n).contains("1.13.0"),
+    )
+    .await;
+    assert_eq!(cordons.get(), (0, 1), "(cordons, uncordons) since the kill");
+    assert_eq!(w.sim.upgrades_started(&w.node), 1);
+    follower.stop();
+    w.sim.shutdown().await;
 }
