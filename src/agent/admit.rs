@@ -167,7 +167,8 @@ impl<B: ClusterBackend> Acting<B> {
                 revoked_versions,
                 waves,
             } => {
-                let previous = self.crd_status.last_applied_commit.clone();
+                // Everything below is undone together if it cannot be made durable.
+                let before = self.crd_status.clone();
                 if self.crd_status.applied_version.as_deref() != Some(version.as_str()) {
                     // A new target: the old counts and state say nothing about it.
                     self.crd_status.target = Some(version.clone());
@@ -182,7 +183,7 @@ impl<B: ClusterBackend> Acting<B> {
                 self.crd_status.refused = None;
                 // Durable before acting on it: a restart must resume from this commit.
                 if !self.write_crd_status().await {
-                    self.crd_status.last_applied_commit = previous;
+                    self.crd_status = before;
                     return;
                 }
                 let src = self.source.clone();

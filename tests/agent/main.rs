@@ -10,6 +10,7 @@ mod agent_bootstrap;
 mod agent_bottlerocket;
 mod agent_conditions;
 mod agent_doctor;
+mod agent_durable;
 mod agent_evidence;
 mod agent_gate;
 mod agent_github_merge;
