@@ -104,6 +104,8 @@ impl<B: ClusterBackend> Acting<B> {
             .set(i64::from(window.opened_at.is_some()));
         let gate = self.wave_gate(&active, now).await;
         let (halted, waiting) = gate.holds();
+        let no_start = halted.is_some() || waiting.is_some() || active.revoked.is_some();
+        let wanted = health::queries_wanted(&active.env.version, self.decided.as_ref(), no_start);
         let inputs = Inputs {
             may_start: true,
             hold_reason: String::new(),
@@ -111,7 +113,7 @@ impl<B: ClusterBackend> Acting<B> {
             waiting,
             window: window.clone(),
             patch_window,
-            queries: health::evaluate_queries(&active.env, self.last_published.as_ref()).await,
+            queries: health::evaluate_queries(&active.env, wanted).await,
             held: self.held.clone(),
             ..Default::default()
         };
@@ -154,6 +156,7 @@ impl<B: ClusterBackend> Acting<B> {
             return tick;
         }
         self.metrics.reconciled("ok");
+        self.decided = Some(health::Decided::of(&active.env.version, &outcome.decision));
         self.report_holds(&outcome.held).await;
         self.report(&active, &outcome, &window, &observed, now)
             .await;

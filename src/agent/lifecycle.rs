@@ -225,6 +225,7 @@ impl<B: ClusterBackend> Acting<B> {
         self.terms += 1;
         // Everything is told afresh to this term's writers.
         self.last_published = None;
+        self.decided = None;
         self.window_seen = None;
         self.term_fetched = false;
         self.term_fetch_ok = false;

@@ -372,6 +372,7 @@ impl<B: ClusterBackend> Agent<B> {
             connected: None,
             held: Vec::new(),
             last_published: None,
+            decided: None,
             passes,
             fetched_once: false,
             window_seen: None,
@@ -448,6 +449,8 @@ struct Acting<B: ClusterBackend> {
     held: Vec<crate::rollout::Held>,
     /// The newest status report handed to the reporter.
     last_published: Option<StatusReport>,
+    /// The engine's last decision in this term, as the health queries need it.
+    decided: Option<health::Decided>,
     passes: broadcast::Sender<PassRecord>,
     fetched_once: bool,
     /// Whether the window was open at the last reconcile of this term.

@@ -19,7 +19,7 @@ use crate::support::kube::{
 };
 use crate::support::kube::{events_for, unschedulable};
 use crate::support::kubelet::Fault;
-use crate::support::prometheus::{Exporter, Prometheus};
+use crate::support::prometheus::{CountingFront, Exporter, Prometheus};
 use drover::cluster::{NodeProgress, ProgressState};
 use drover::config::{OnUnreachable, PrometheusCheck};
 use drover::health::{PrometheusClient, QueryOutcome};
@@ -628,6 +628,55 @@ async fn a_restarted_agent_resumes_the_watch_from_the_node_record() {
     for n in &w.nodes {
         assert_eq!(w.sim.upgrades_started(n), 1, "{n} upgraded more than once");
     }
+    w.agent.stop();
+    w.sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_confirmed_cluster_asks_prometheus_nothing_while_a_newer_head_is_refused() {
+    let exporter = Exporter::start(0.0).await;
+    let prom = Prometheus::start(exporter.addr()).expect("prometheus starts");
+    let front = CountingFront::start(prom.url()).await;
+    let w = world("health-quiet", 1).await;
+    let health = format!(
+        "[health]\nsettle = \"10m\"\npod_ready_timeout = \"5m\"\n\n[[health.prometheus]]\nurl = \"{}\"\nquery = \"drover_test_value > 0\"\ntimeout = \"2s\"\n",
+        front.url()
+    );
+    w.repo.set_env_text(
+        "stage",
+        &stage_text("1.13.0", &w.pool, &health),
+        "stage: move to 1.13.0",
+    );
+    w.agent.handle.fetch();
+    await_node_record(&w.client, &w.pool, &w.nodes[0], "watching", |_n, p| {
+        p.is_some_and(|p| p.state == ProgressState::Watching)
+    })
+    .await;
+    w.clock.set(dec(1, 2, 36));
+    state_is(&w, "settling").await;
+    w.clock.set(dec(1, 3, 0));
+    state_is(&w, "confirmed").await;
+    // Control: the watch and the settle asked Prometheus, through the front.
+    assert!(front.queries() > 0, "the rollout was judged by its queries");
+
+    // A newer head that is refused (unsigned): the cluster stays confirmed
+    // at 1.13.0, nothing can start or be watched, so nothing is asked.
+    w.repo.bump("stage", "1.14.0", false);
+    w.agent.handle.fetch();
+    state_is(&w, "refused").await;
+    let before = front.queries();
+    let mut passes = 0;
+    until_pass(&w.agent.handle, "passes while refused", STEP, || {
+        passes += 1;
+        passes > 5
+    })
+    .await;
+    assert_eq!(
+        front.queries() - before,
+        0,
+        "queries asked in {} passes of a confirmed cluster under a refused head",
+        passes - 1
+    );
     w.agent.stop();
     w.sim.shutdown().await;
 }

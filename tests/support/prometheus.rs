@@ -1,13 +1,14 @@
 //! A real Prometheus server for tests (built from its Go module by
 //! `tests/prometheus/build`, cached) scraping a small exporter the test
 //! controls: [`Exporter`] serves one gauge the test sets, [`Prometheus`]
-//! scrapes it every second on loopback.
+//! scrapes it every second on loopback; [`CountingFront`] counts the queries
+//! that reach it.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -172,5 +173,83 @@ impl Prometheus {
 impl Drop for Prometheus {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// A front of a real Prometheus that counts the instant queries it
+/// forwards (`/api/v1/query`), as the server received them: how often the
+/// agent asked, not what the agent says it asked.
+pub struct CountingFront {
+    url: String,
+    queries: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl CountingFront {
+    /// In front of the Prometheus at `upstream` (its base URL).
+    pub async fn start(upstream: &str) -> CountingFront {
+        use http_body_util::{BodyExt, Full};
+        use hyper_util::client::legacy::Client;
+        use hyper_util::rt::{TokioExecutor, TokioIo};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let queries = Arc::new(AtomicUsize::new(0));
+        let (q, upstream) = (queries.clone(), upstream.trim_end_matches('/').to_string());
+        let client: Client<_, Full<hyper::body::Bytes>> =
+            Client::builder(TokioExecutor::new()).build_http();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let (q, upstream, client) = (q.clone(), upstream.clone(), client.clone());
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req: hyper::Request<_>| {
+                        let (q, upstream, client) = (q.clone(), upstream.clone(), client.clone());
+                        async move {
+                            if req.uri().path() == "/api/v1/query" {
+                                q.fetch_add(1, Ordering::SeqCst);
+                            }
+                            let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+                            let fwd = hyper::Request::get(format!("{upstream}{path}"))
+                                .body(Full::default())
+                                .unwrap();
+                            let answer = match client.request(fwd).await {
+                                Ok(r) => {
+                                    let (parts, body) = r.into_parts();
+                                    let bytes = body.collect().await.map(|b| b.to_bytes());
+                                    hyper::Response::from_parts(
+                                        parts,
+                                        Full::new(bytes.unwrap_or_default()),
+                                    )
+                                }
+                                Err(_) => hyper::Response::builder()
+                                    .status(502)
+                                    .body(Full::default())
+                                    .unwrap(),
+                            };
+                            Ok::<_, std::convert::Infallible>(answer)
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        CountingFront { url, queries, task }
+    }
+
+    /// Its base URL, to configure as the check's `url`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Instant queries forwarded so far.
+    pub fn queries(&self) -> usize {
+        self.queries.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for CountingFront {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
