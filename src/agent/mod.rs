@@ -10,6 +10,16 @@
 //! which lives in the status object's `status.lastAppliedCommit` so that it
 //! survives restarts and takeovers.
 //!
+//! Why a loop of its own and not kube-rs's runtime `Controller`: a
+//! `Controller` reconciles one Kubernetes object at a time, keyed by it and
+//! requeued by its watches, while drover's unit of work is the whole
+//! cluster against one git commit, woken as much by git (poll, webhook) as
+//! by the cluster, and every pass must end with its leadership term (a term
+//! that ends cancels its writes; no reconcile of an old term may land).
+//! The pieces it does reuse are kube's: the watcher and reflector behind
+//! the cluster view (`crate::kubernetes::observe`), the API client and its
+//! retry layer.
+//!
 //! Choices where the issue is silent:
 //! - A refused new head does not pause the rollout of the last applied
 //!   commit: that commit passed every check when it was applied.
