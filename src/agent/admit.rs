@@ -89,6 +89,7 @@ impl<B: ClusterBackend> Acting<B> {
             if let Some(head) = head {
                 match self.recover(head).await {
                     Recovery::Found(commit, named) => {
+                        let before = self.crd_status.clone();
                         self.crd_status.last_applied_commit = Some(commit.to_string());
                         self.crd_status.commit = Some(short(&commit.to_string()));
                         if let Some(a) = self.load_active(commit).await {
@@ -96,7 +97,7 @@ impl<B: ClusterBackend> Acting<B> {
                         }
                         // Durable before acting on it, as for any applied commit.
                         if !self.write_crd_status().await {
-                            self.crd_status.last_applied_commit = None;
+                            self.crd_status = before;
                             return;
                         }
                         // Applied: the person's word is used up.
