@@ -88,6 +88,11 @@ pub struct NodeView {
     /// update operator's label, `[nodes] other_updater_label`): drover
     /// leaves it alone unless it already has a record of drover's.
     pub managed_by: Option<String>,
+    /// The node's workload asks drover to wait: the value of
+    /// [`crate::config::CONSENT_LABEL`] when it is
+    /// [`crate::config::CONSENT_PAUSED`]. Read, never written: it only keeps
+    /// a node from being started.
+    pub consent_paused: bool,
     /// Rollbacks started on the node, per version rolled back from.
     pub rollbacks: Vec<crate::record::Rollbacks>,
     /// The stored record, what the next write builds on; `None` before
@@ -119,6 +124,7 @@ impl Default for NodeView {
             record: None,
             ignored: Vec::new(),
             managed_by: None,
+            consent_paused: false,
         }
     }
 }

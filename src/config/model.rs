@@ -86,6 +86,14 @@ pub const DEFAULT_BOTTLEROCKET_OS_IMAGE_REGEX: &str = "^Bottlerocket OS ";
 /// leaves such a node alone, since two updaters driving one node's update
 /// API undo each other's version lock and reboot it behind each other's drain.
 pub const BRUPOP_LABEL: &str = "bottlerocket.aws/updater-interface-version";
+/// Workload consent: a node labelled `drover.dev/upgrade=paused` (by a
+/// workload's operator or a person) is not started, as AKS's
+/// `kubernetes.azure.com/upgrade-status=paused`: it is skipped, not failed,
+/// holds no place in `max_unavailable`, and is taken once the label goes.
+/// A node already moving finishes.
+pub const CONSENT_LABEL: &str = "drover.dev/upgrade";
+/// The value of [`CONSENT_LABEL`] that holds a node.
+pub const CONSENT_PAUSED: &str = "paused";
 
 /// The whole config repository at one commit.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,7 +1,8 @@
 //! The part of a Node that drover reads, decoded straight from the API
 //! server's JSON: name, uid, resourceVersion, `spec.unschedulable`, the
 //! Ready condition, `nodeInfo.osImage`, the Bottlerocket update operator's
-//! label ([`BRUPOP_LABEL`]: a node it manages is left alone), and the
+//! label ([`BRUPOP_LABEL`]: a node it manages is left alone), the consent
+//! label ([`CONSENT_LABEL`]: a node its workload holds is not started), and the
 //! annotations earlier releases kept their records in (`record::legacy`:
 //! migrated once, then named and ignored).
 //!
@@ -14,7 +15,7 @@
 //! Nodes are only written with merge patches built from these fields, never
 //! replaced, so nothing skipped here can be lost.
 
-use crate::config::BRUPOP_LABEL;
+use crate::config::{BRUPOP_LABEL, CONSENT_LABEL};
 use crate::record::legacy::ALL_ANNOTATIONS;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::ClusterResourceScope;
@@ -37,6 +38,8 @@ pub struct ObservedNode {
     pub os_image: String,
     /// The value of [`BRUPOP_LABEL`], when the node carries it.
     pub brupop: Option<String>,
+    /// The value of [`CONSENT_LABEL`], when the node carries it.
+    pub consent: Option<String>,
 }
 
 impl kube::Resource for ObservedNode {
@@ -79,8 +82,8 @@ struct MetaWire {
     resource_version: Option<String>,
     #[serde(default, deserialize_with = "drover_annotations")]
     annotations: BTreeMap<String, String>,
-    #[serde(default, deserialize_with = "brupop_label")]
-    labels: Option<String>,
+    #[serde(default, deserialize_with = "kept_labels")]
+    labels: KeptLabels,
 }
 
 #[derive(Deserialize)]
@@ -130,7 +133,8 @@ impl From<Wire> for ObservedNode {
                 .and_then(|s| s.node_info)
                 .map(|i| i.os_image)
                 .unwrap_or_default(),
-            brupop: w.metadata.labels,
+            brupop: w.metadata.labels.brupop,
+            consent: w.metadata.labels.consent,
         }
     }
 }
@@ -163,22 +167,31 @@ fn drover_annotations<'de, D: Deserializer<'de>>(
     d.deserialize_any(Keep)
 }
 
-// Keep the value of the Bottlerocket update operator's label; skip the others.
-fn brupop_label<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+/// The labels drover reads: the Bottlerocket update operator's and consent's.
+#[derive(Default)]
+struct KeptLabels {
+    brupop: Option<String>,
+    consent: Option<String>,
+}
+
+// Keep the values of the labels drover reads; skip the others.
+fn kept_labels<'de, D: Deserializer<'de>>(d: D) -> Result<KeptLabels, D::Error> {
     struct Keep;
     impl<'de> Visitor<'de> for Keep {
-        type Value = Option<String>;
+        type Value = KeptLabels;
         fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
             f.write_str("a map of labels")
         }
         fn visit_unit<E>(self) -> Result<Self::Value, E> {
-            Ok(None)
+            Ok(KeptLabels::default())
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            let mut kept = None;
+            let mut kept = KeptLabels::default();
             while let Some(key) = map.next_key::<Cow<'de, str>>()? {
                 if key == BRUPOP_LABEL {
-                    kept = Some(map.next_value()?);
+                    kept.brupop = Some(map.next_value()?);
+                } else if key == CONSENT_LABEL {
+                    kept.consent = Some(map.next_value()?);
                 } else {
                     map.next_value::<IgnoredAny>()?;
                 }

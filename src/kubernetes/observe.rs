@@ -659,6 +659,7 @@ impl Observer {
                 .map(|(k, v)| format!("{k}={}", v.chars().take(64).collect::<String>()))
                 .collect();
             view.managed_by = self.opts.nodes.managed_by(node.brupop.as_deref());
+            view.consent_paused = node.consent.as_deref() == Some(crate::config::CONSENT_PAUSED);
             // A failed driver run: what the driver said, not only its exit code.
             let run: Vec<Arc<ObservedJob>> = view
                 .record

@@ -286,6 +286,8 @@ fn idle<'a>(n: &'a NodeView, ctx: &Ctx<'_>, at_target: bool, t: &mut Tally<'a>) 
         t.skipped.push(skip(n, "OS version cannot be read".into()));
     } else if let Some(why) = &n.managed_by {
         t.skipped.push(skip(n, why.clone()));
+    } else if n.consent_paused {
+        t.skipped.push(skip(n, consent_wait()));
     } else if let Some(v) = n
         .version
         .as_ref()
@@ -361,6 +363,20 @@ fn conclude(
         h
     } else if total == 0 {
         (RolloutState::Blocked, "no selected nodes".into())
+    } else if t.blocked_count == 0
+        && !t.skipped.is_empty()
+        && t.skipped.iter().all(|s| s.reason == consent_wait())
+    {
+        // Waiting on the workloads is not a fault to look at.
+        let names: Vec<&str> = t.skipped.iter().map(|s| s.node.as_str()).collect();
+        (
+            RolloutState::Pending,
+            format!(
+                "waiting for consent on {}: {}",
+                crate::terminal::count(names.len() as u64, "node", "nodes"),
+                names.join(", ")
+            ),
+        )
     } else if t.blocked_count > 0 || !t.skipped.is_empty() {
         let list: Vec<String> = t
             .skipped
@@ -406,6 +422,15 @@ impl WakeAt {
     pub fn at(&mut self, t: DateTime<Utc>) {
         self.0 = Some(self.0.map_or(t, |w| w.min(t)));
     }
+}
+
+/// Why a node its workload holds is not started.
+pub(super) fn consent_wait() -> String {
+    format!(
+        "waiting for consent: labelled {}={}; started once the label is removed",
+        crate::config::CONSENT_LABEL,
+        crate::config::CONSENT_PAUSED
+    )
 }
 
 pub(super) fn skip(n: &NodeView, reason: String) -> Skipped {

@@ -728,3 +728,32 @@ fn a_node_another_updater_manages_is_skipped_with_the_reason() {
         "managed by the Bottlerocket update operator (...)"
     );
 }
+
+#[test]
+fn a_node_whose_workload_asks_to_wait_is_skipped_holds_no_place_and_is_taken_once_it_stops_asking()
+{
+    let mut paused = idle("a", "1.12.0");
+    paused.consent_paused = true;
+    let nodes = [paused.clone(), idle("b", "1.12.0")];
+    let one = policy(1, OnDrainTimeout::Skip);
+    // b starts in a's turn: a holds no place in the budget of one.
+    let d = decide(&one, &open(), &nodes, t("03:00"));
+    assert_eq!(kinds(&d), [("cordon", "b".to_string())]);
+    assert_eq!(d.skipped.len(), 1);
+    assert!(
+        d.skipped[0].reason.starts_with("waiting for consent"),
+        "{:?}",
+        d.skipped
+    );
+    assert_eq!(d.unavailable, 1);
+    // b done, a still asking: waiting, not blocked or failed.
+    let done = idle("b", &one.target.to_string());
+    let d = decide(&one, &open(), &[paused.clone(), done.clone()], t("03:30"));
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+    assert_eq!(d.state, RolloutState::Pending, "{}", d.message);
+    assert_eq!(d.message, "waiting for consent on 1 node: a");
+    // The label removed: a starts at once.
+    paused.consent_paused = false;
+    let d = decide(&one, &open(), &[paused, done], t("03:31"));
+    assert_eq!(kinds(&d), [("cordon", "a".to_string())]);
+}

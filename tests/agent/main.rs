@@ -9,6 +9,7 @@ mod support;
 mod agent_bootstrap;
 mod agent_bottlerocket;
 mod agent_conditions;
+mod agent_consent;
 mod agent_doctor;
 mod agent_durable;
 mod agent_evidence;
