@@ -495,6 +495,37 @@ pub fn parse_time(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
     ))
 }
 
+/// The client config of the commands that read a cluster (`doctor`, `plan
+/// --kubeconfig`, `plan --preflight`): `--kubeconfig` when given, else
+/// `$KUBECONFIG` (with its own error, not kube's summary of every place it
+/// looked, in-cluster variables included), else in-cluster.
+pub async fn kube_config(path: Option<&Path>) -> anyhow::Result<kube::Config> {
+    use anyhow::Context as _;
+    let (kc, shown) = match path {
+        Some(path) => (
+            kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading {}", path.display()))?,
+            path.display().to_string(),
+        ),
+        None => match std::env::var_os("KUBECONFIG").filter(|p| !p.is_empty()) {
+            Some(p) => {
+                let shown = format!("KUBECONFIG {}", p.to_string_lossy());
+                let kc =
+                    kube::config::Kubeconfig::read().with_context(|| format!("reading {shown}"))?;
+                (kc, shown)
+            }
+            None => {
+                return kube::Config::infer()
+                    .await
+                    .context("no kubeconfig and not in a cluster")
+            }
+        },
+    };
+    kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .with_context(|| format!("using {shown}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -117,11 +117,7 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
                 .enable_all()
                 .build()?;
             rt.block_on(async {
-                let kc = kube::config::Kubeconfig::read_from(path)
-                    .with_context(|| format!("reading {}", path.display()))?;
-                let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-                    .await
-                    .with_context(|| format!("using {}", path.display()))?;
+                let config = super::kube_config(Some(path)).await?;
                 // Jobs are never created: plan only observes (records in
                 // the agent's namespace of deploy/base).
                 let opts = crate::kubernetes::KubeOptions::from_env(
@@ -455,18 +451,7 @@ fn preflight(g: &Global, args: &Args, env: &EnvConfig) -> anyhow::Result<Outcome
         .build()?;
     let selector = env.rollout.node_selector.as_str();
     let snap = rt.block_on(async {
-        let config = match &args.kubeconfig {
-            Some(path) => {
-                let kc = kube::config::Kubeconfig::read_from(path)
-                    .with_context(|| format!("reading {}", path.display()))?;
-                kube::Config::from_custom_kubeconfig(kc, &Default::default())
-                    .await
-                    .with_context(|| format!("using {}", path.display()))?
-            }
-            None => kube::Config::infer()
-                .await
-                .context("no --kubeconfig, no KUBECONFIG and not in a cluster")?,
-        };
+        let config = super::kube_config(args.kubeconfig.as_deref()).await?;
         let client = kube::Client::try_from(config)?;
         anyhow::Ok(crate::preflight::read::snapshot(&client, selector).await?)
     });

@@ -10,6 +10,10 @@ use kube::api::{Api, ListParams};
 async fn plans_from_the_nodes_of_a_real_cluster() {
     let cp = ControlPlane::get();
     let client = cp.admin_client().await;
+    // drover installed (its CRDs): plan reads the node records as the agent
+    // does. It passed in a full run only when another test had installed
+    // them first.
+    crate::support::agent::install_crd(&client).await;
     let ns = TestNamespace::create(&client, "plan").await;
     let mut opts = sim_options(ns.name());
     opts.nodes = 4;
@@ -20,29 +24,10 @@ async fn plans_from_the_nodes_of_a_real_cluster() {
         .expect("simulated nodes");
 
     // example-repo, with test selecting only this test's nodes.
-    let repo = tempfile::tempdir().unwrap();
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("example-repo");
-    for f in [
-        "drover.toml",
-        "environments/test.toml",
-        "environments/stage.toml",
-        "environments/production.toml",
-    ] {
-        let text = std::fs::read_to_string(src.join(f)).unwrap();
-        let text = if f == "environments/test.toml" {
-            text.replacen("version = \"1.12.0\"", "version = \"1.13.2\"", 1)
-                .replacen(
-                    "node_selector = \"\"",
-                    &format!("node_selector = \"drover-test/pool={}\"", ns.name()),
-                    1,
-                )
-        } else {
-            text
-        };
-        let dest = repo.path().join(f);
-        std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
-        std::fs::write(dest, text).unwrap();
-    }
+    let repo = crate::support::git::example_files_selecting(
+        &format!("drover-test/pool={}", ns.name()),
+        "1.13.2",
+    );
 
     let out = crate::support::cli::drover_command()
         .arg("--repo")

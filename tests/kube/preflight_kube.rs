@@ -88,35 +88,9 @@ async fn deployment(client: &Client, ns: &str, name: &str, replicas: i32, node: 
     .await;
 }
 
-/// A config repository (example-repo) whose `test` environment selects
-/// the nodes labelled `pool`.
-fn repo_selecting(pool: &str) -> tempfile::TempDir {
-    let repo = tempfile::tempdir().unwrap();
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("example-repo");
-    for f in [
-        "drover.toml",
-        "environments/test.toml",
-        "environments/stage.toml",
-        "environments/production.toml",
-    ] {
-        let mut text = std::fs::read_to_string(src.join(f)).unwrap();
-        if f == "environments/test.toml" {
-            text = text.replacen(
-                "node_selector = \"\"",
-                &format!("node_selector = \"{POOL}={pool}\""),
-                1,
-            );
-        }
-        let dest = repo.path().join(f);
-        std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
-        std::fs::write(dest, text).unwrap();
-    }
-    repo
-}
-
 /// `drover plan --preflight` for the nodes of `pool`: exit code and findings as (kind, object).
 fn preflight(pool: &str) -> (i32, BTreeSet<(String, String)>, serde_json::Value) {
-    let repo = repo_selecting(pool);
+    let repo = crate::support::git::example_files_selecting(&format!("{POOL}={pool}"), "1.12.0");
     let out = crate::support::cli::drover_command()
         .arg("--repo")
         .arg(repo.path())

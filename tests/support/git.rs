@@ -292,6 +292,32 @@ pub fn example_checkout() -> tempfile::TempDir {
     dir
 }
 
+/// The files of `example-repo/` (no git), with the `test` environment
+/// selecting the nodes labelled `label` and pinned at `version`: a
+/// repository for the commands that read a cluster (`plan --kubeconfig`).
+pub fn example_files_selecting(label: &str, version: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("example-repo"),
+        dir.path(),
+    );
+    let test = dir.path().join("environments/test.toml");
+    let text = std::fs::read_to_string(&test)
+        .unwrap()
+        .replacen(
+            "version = \"1.12.0\"",
+            &format!("version = \"{version}\""),
+            1,
+        )
+        .replacen(
+            "node_selector = \"\"",
+            &format!("node_selector = \"{label}\""),
+            1,
+        );
+    std::fs::write(test, text).unwrap();
+    dir
+}
+
 /// Copy the directory tree `from` into `to` (e.g. example-repo into a test's repository).
 pub fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();

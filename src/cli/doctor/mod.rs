@@ -21,7 +21,6 @@ use crate::agent::rbac::{
     Permission, CLUSTER_PERMISSIONS, JOB_NAMESPACE_PERMISSIONS, NAMESPACE_PERMISSIONS,
 };
 use crate::agent::AgentConfig;
-use anyhow::Context;
 use install::{read_install, Install};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
@@ -166,30 +165,7 @@ fn render(checks: &[Check]) -> String {
 }
 
 async fn client(args: &Args, impersonate: Option<&str>) -> anyhow::Result<Client> {
-    let mut config = match &args.kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default())
-                .await
-                .with_context(|| format!("using {}", path.display()))?
-        }
-        // KUBECONFIG set: its own error, not kube's summary of every
-        // place it looked (in-cluster variables included).
-        None => match std::env::var_os("KUBECONFIG").filter(|p| !p.is_empty()) {
-            Some(p) => {
-                let shown = p.to_string_lossy().into_owned();
-                let kc = kube::config::Kubeconfig::read()
-                    .with_context(|| format!("reading KUBECONFIG {shown}"))?;
-                kube::Config::from_custom_kubeconfig(kc, &Default::default())
-                    .await
-                    .with_context(|| format!("using KUBECONFIG {shown}"))?
-            }
-            None => kube::Config::infer()
-                .await
-                .context("no kubeconfig and not in a cluster")?,
-        },
-    };
+    let mut config = super::kube_config(args.kubeconfig.as_deref()).await?;
     if let Some(user) = impersonate {
         config.auth_info.impersonate = Some(user.to_owned());
         let ns = user.rsplit(':').nth(1).unwrap_or_default();
