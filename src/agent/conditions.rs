@@ -56,6 +56,12 @@ pub const READY: &str = "Ready";
 pub const RECONCILING: &str = "Reconciling";
 /// `Stalled`: the rollout cannot go on until a person acts.
 pub const STALLED: &str = "Stalled";
+/// The condition saying whether the status report reaches the git server
+/// (written with the report, `report.rs`).
+pub const REPORT_PUSHED: &str = "ReportPushed";
+/// `ReportPushed`'s reason while the git server refuses the report for good
+/// (it also makes the status `Stalled`).
+pub const PUSH_REFUSED: &str = "Refused";
 
 /// The longest message a condition carries (metav1.Condition's bound).
 const MAX_MESSAGE: usize = 32 * 1024;
@@ -113,9 +119,7 @@ impl<'a> Facts<'a> {
                 .conditions
                 .iter()
                 .find(|c| {
-                    c.kind == super::report::REPORT_PUSHED
-                        && c.status == "False"
-                        && c.reason == super::report::PUSH_REFUSED
+                    c.kind == REPORT_PUSHED && c.status == "False" && c.reason == PUSH_REFUSED
                 })
                 .map(|c| c.message.as_str()),
         }

@@ -19,11 +19,7 @@ use crate::status::StatusReport;
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
 
-/// The condition saying whether the status report reaches the git server.
-pub const REPORT_PUSHED: &str = "ReportPushed";
-/// `ReportPushed`'s reason while the git server refuses the report for good
-/// (it also makes the status `Stalled`: [`conditions`]).
-pub const PUSH_REFUSED: &str = "Refused";
+use super::conditions::{PUSH_REFUSED, REPORT_PUSHED};
 
 impl<B: ClusterBackend> Acting<B> {
     /// Tell what a reconcile decided: Events for its actions and for state
@@ -395,17 +391,6 @@ pub(super) fn report_condition(
         last_transition_time: since,
         observed_generation: None,
     })
-}
-
-/// The parsed report signers of the policy at `commit`, when it names any.
-pub(super) fn policy_report_signers(
-    repo: &git2::Repository,
-    commit: git2::Oid,
-) -> Option<crate::trust::AllowedSigners> {
-    let snap = crate::admit::snapshot(repo, commit, Utc::now())
-        .ok()?
-        .ok()?;
-    crate::trust::AllowedSigners::parse(snap.policy.signers_text.as_deref()?).ok()
 }
 
 #[cfg(test)]

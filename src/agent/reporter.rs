@@ -542,7 +542,7 @@ impl Task {
                     // policy the report was made under, as every reader judges it.
                     opts.report_signers = git2::Oid::from_str(&config_commit)
                         .ok()
-                        .and_then(|c| super::report::policy_report_signers(src.repo(), c));
+                        .and_then(|c| policy_report_signers(src.repo(), c));
                     let r = crate::status::publish_until(&src, &reports, &opts, &stop);
                     Ok::<_, PushError>((src, r))
                 })();
@@ -566,6 +566,17 @@ impl Task {
             }),
         }
     }
+}
+
+/// The parsed report signers of the policy at `commit`, when it names any.
+fn policy_report_signers(
+    repo: &git2::Repository,
+    commit: git2::Oid,
+) -> Option<crate::trust::AllowedSigners> {
+    let snap = crate::admit::snapshot(repo, commit, chrono::Utc::now())
+        .ok()?
+        .ok()?;
+    crate::trust::AllowedSigners::parse(snap.policy.signers_text.as_deref()?).ok()
 }
 
 #[cfg(test)]
