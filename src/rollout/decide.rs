@@ -13,6 +13,10 @@
 //! - a node downloading its update before the drain: `prepare.rs`;
 //! - which nodes may start now: `start.rs`.
 //!
+//! What they share (the step's context, the tally they write into, the
+//! helpers) is the leaf `tally.rs`: the state files import it, not this
+//! file, so none of them imports another through the decision.
+//!
 //! Choices where docs/design.md is silent:
 //! - Budget: a node counts against `max_unavailable` when drover has it in
 //!   flight (draining/upgrading) *or* it is NotReady for any reason: drover
@@ -43,112 +47,16 @@
 //!   freeze `paused`. A patch update (same major.minor as every selected
 //!   node) uses [`Inputs::patch_window`], which a `minor` freeze leaves open.
 
-use super::decision::{Action, Decision, Held, Inputs, Policy, Skipped};
+use super::decision::{Action, Decision, Inputs, Policy};
 use super::health::{bounded, queries_verdict};
 use super::{given_back, held, in_flight, prepare, rollback, start, watch, RolloutState};
-use crate::cluster::{NodeProgress, NodeView, ProgressState};
-use crate::config::HealthSpec;
+use crate::cluster::{NodeView, ProgressState};
 use crate::health::Verdict;
-use crate::window::{Change, WindowState};
+use crate::window::Change;
 use chrono::{DateTime, Utc};
-use semver::Version;
-use std::time::Duration;
 
-pub use super::given_back::retry_backoff;
-
-/// Whether `limit` has passed since `since` at `now`, and the deadline.
-pub(super) fn elapsed(
-    now: DateTime<Utc>,
-    since: DateTime<Utc>,
-    limit: Duration,
-) -> (bool, DateTime<Utc>) {
-    let deadline = add(since, limit);
-    (now >= deadline, deadline)
-}
-
-/// `t + d`, saturating at the largest instant.
-pub(super) fn add(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
-    let d = chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
-    t.checked_add_signed(d).unwrap_or(DateTime::<Utc>::MAX_UTC)
-}
-
-pub(super) fn rfc3339(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
-}
-
-pub(super) fn fmt_duration(d: Duration) -> String {
-    humantime::format_duration(d).to_string()
-}
-
-/// What every question of one step reads: the policy, the inputs, the
-/// instant and what follows from them once.
-pub(super) struct Ctx<'a> {
-    pub policy: &'a Policy,
-    pub inputs: &'a Inputs,
-    pub now: DateTime<Utc>,
-    pub target: &'a Version,
-    /// The window that applies to this change (patch or not).
-    pub win: &'a WindowState,
-    /// `[health]`, when the environment has it.
-    pub health: Option<&'a HealthSpec>,
-    /// The Prometheus checks' verdict (with `[health]` only).
-    pub queries: Option<Verdict>,
-    /// `max_unavailable` resolved against the selected nodes.
-    pub budget: usize,
-}
-
-/// What the answers for each node add up to; the conclusion reads it.
-pub(super) struct Tally<'a> {
-    /// Give-backs and completions, applied first.
-    pub releases: Vec<Action>,
-    /// Steps of nodes in flight.
-    pub advances: Vec<Action>,
-    pub skipped: Vec<Skipped>,
-    /// Nodes counted against the budget.
-    pub unavailable: usize,
-    pub in_flight: usize,
-    /// Never-attempted nodes that may start, in name order.
-    pub fresh: Vec<&'a NodeView>,
-    /// Blocked nodes whose retry may start.
-    pub blocked_retry: Vec<&'a NodeView>,
-    /// The first failed node and why: no node starts.
-    pub failed: Option<(String, String)>,
-    /// The first node blocked in this window under `on_drain_timeout = "stop"`.
-    pub stop_blocked: Option<(String, String)>,
-    pub blocked_count: usize,
-    /// The first blocked node and why, for the state message.
-    pub blocked_msg: Option<String>,
-    pub at_version: usize,
-    /// Every node is done so far (at least one selected).
-    pub confirmed: bool,
-    /// Nodes that passed their watch, with when.
-    pub passed: Vec<(&'a NodeView, DateTime<Utc>)>,
-    /// The first watch in progress, for the message.
-    pub watch_msg: Option<String>,
-    /// Why the health checks hold.
-    pub health_hold: Option<String>,
-    /// A firing query was pinned on a watched node.
-    pub query_pinned: bool,
-    pub poll_health: bool,
-    /// Settling until then.
-    pub settling: Option<DateTime<Utc>>,
-    pub wake: WakeAt,
-    /// Nodes held by a fault of their own, in name order.
-    pub held: Vec<Held>,
-    /// Rollbacks started from the target (from the records), this step's
-    /// included: what `max_rollbacks` is counted against.
-    pub rollbacks: usize,
-    /// The same count for the versions a new pin left behind: a node whose
-    /// rollback from one of them failed is retried against its own count.
-    pub earlier_rollbacks: std::collections::BTreeMap<semver::Version, usize>,
-    /// Nodes whose prepare run is under way, in name order (`prepare.rs`).
-    pub preparing: Vec<&'a NodeView>,
-    /// Nodes being drained, by name, in name order: the status says so
-    /// (their `Draining` is logged, not published as an Event).
-    pub draining: Vec<String>,
-    /// Nodes whose prepare run succeeded: they start first, in name order.
-    pub staged: Vec<&'a NodeView>,
-}
+pub use super::tally::retry_backoff;
+pub(super) use super::tally::{rfc3339, skip, Ctx, Tally, WakeAt};
 
 /// Decide the next actions. `nodes` may come in any order; the decision
 /// handles them by name so that it is deterministic.
@@ -415,15 +323,6 @@ fn conclude(
     }
 }
 
-/// The earliest instant the decision asks to be woken at (its `wake_at`).
-pub(super) struct WakeAt(pub Option<DateTime<Utc>>);
-
-impl WakeAt {
-    pub fn at(&mut self, t: DateTime<Utc>) {
-        self.0 = Some(self.0.map_or(t, |w| w.min(t)));
-    }
-}
-
 /// Why a node its workload holds is not started.
 pub(super) fn consent_wait() -> String {
     format!(
@@ -431,29 +330,4 @@ pub(super) fn consent_wait() -> String {
         crate::config::CONSENT_LABEL,
         crate::config::CONSENT_PAUSED
     )
-}
-
-pub(super) fn skip(n: &NodeView, reason: String) -> Skipped {
-    Skipped {
-        node: n.name.clone(),
-        reason,
-    }
-}
-
-/// The record of a node given back (blocked or failed) at `now`, saying why.
-pub(super) fn given_back_as(
-    p: &NodeProgress,
-    state: ProgressState,
-    now: DateTime<Utc>,
-    msg: String,
-) -> NodeProgress {
-    NodeProgress {
-        state,
-        target: p.target.clone(),
-        started_at: now,
-        cordoned_by_drover: false,
-        message: msg,
-        retries: p.retries,
-        previous: p.previous.clone(),
-    }
 }

@@ -5,7 +5,7 @@
 //! Choices where docs/design.md is silent:
 //! - With `on_drain_timeout = "skip"` a blocked node is tried again once no
 //!   never-attempted node is left to start, and not before its backoff
-//!   ([`retry_backoff`]: 5 minutes after the first give-back, doubling per
+//!   ([`super::tally::retry_backoff`]: 5 minutes after the first give-back, doubling per
 //!   retry, at most 2 hours; the first retry comes earlier when every budget
 //!   covering the node's pods allows a disruption again), so a budget that
 //!   never relents cannot keep a node cordoned in a loop.
@@ -16,21 +16,13 @@
 //!   once; a retried node already at the version is watched again (with
 //!   `[health]`) rather than taken for healthy.
 
-use super::decide::{add, rfc3339, skip, Ctx, Tally};
 use super::decision::Action;
 use super::held;
+use super::tally::{add, rfc3339, skip, Ctx, Tally};
 
 use crate::cluster::{NodeProgress, NodeView, ProgressState, UpgradeStatus};
 use crate::config::OnDrainTimeout;
 use std::time::Duration;
-
-/// How long a node given back after a drain timeout waits before its
-/// retry number `attempts + 1`: 5 minutes, doubling, at most 2 hours.
-pub fn retry_backoff(attempts: u32) -> Duration {
-    let base = Duration::from_secs(5 * 60);
-    base.saturating_mul(1u32 << attempts.min(5))
-        .min(Duration::from_secs(2 * 3600))
-}
 
 /// A node recorded `blocked` or `failed`.
 pub(super) fn node<'a>(
@@ -58,7 +50,7 @@ pub(super) fn node<'a>(
     {
         t.releases.push(Action::Watch {
             node: name,
-            progress: super::watch::watching(p, ctx.now),
+            progress: super::tally::watching(p, ctx.now),
             uncordon: false,
         });
         t.in_flight += 1;
@@ -143,7 +135,7 @@ fn blocked<'a>(ctx: &Ctx<'_>, n: &'a NodeView, p: &NodeProgress, t: &mut Tally<'
             .opened_at
             .is_none_or(|opened| p.started_at >= opened),
     };
-    let retry_at = add(p.started_at, retry_backoff(p.retries));
+    let retry_at = add(p.started_at, super::tally::retry_backoff(p.retries));
     // Budgets that allow a disruption again cut only the first wait short:
     // a budget that relents only because the node was given back must not
     // turn retries into a loop. A node given back while held by a fault of

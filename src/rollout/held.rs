@@ -15,9 +15,9 @@
 //!   the first of them in the state message while nothing more pressing is
 //!   said; the agent publishes an Event when a node is newly held.
 
-use super::decide::{add, rfc3339, Ctx};
 use super::decision::{Action, Held, HELD_RETRY};
 use super::health::bounded;
+use super::tally::{add, rfc3339, Ctx};
 use crate::cluster::{NodeProgress, NodeView, ProgressState};
 use chrono::{DateTime, Utc};
 

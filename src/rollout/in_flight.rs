@@ -19,10 +19,10 @@
 //! that failed, no verdict on a version that could not be confirmed), but
 //! its timeouts still give it back.
 
-use super::decide::{elapsed, fmt_duration, given_back_as, rfc3339, Ctx, Tally};
 use super::decision::{Action, Held};
-use super::given_back::retry_backoff;
-use super::{decide, held};
+use super::held;
+use super::tally::retry_backoff;
+use super::tally::{elapsed, fmt_duration, given_back_as, rfc3339, Ctx, Tally};
 use crate::cluster::{NodeProgress, NodeView, ProgressState, UpgradeStatus};
 use crate::config::OnDrainTimeout;
 
@@ -129,38 +129,13 @@ pub(super) fn evict_or_start(
     }
 }
 
-/// Give `n` back failed, as `failed`: when its run may still act on it
-/// (running), the record says failed with the run stopped and the node
-/// still cordoned, and the run is deleted: the node is uncordoned once
-/// nothing of it is left ([`Action::Release`]); it still counts against
-/// the budget meanwhile. Returns whether it was given back now.
-pub(super) fn fail(
-    n: &NodeView,
-    p: &NodeProgress,
-    failed: NodeProgress,
-    t: &mut Tally<'_>,
-) -> bool {
-    let running = n.upgrade == UpgradeStatus::Running;
-    t.releases.push(Action::Fail {
-        node: n.name.clone(),
-        uncordon: p.cordoned_by_drover && !running,
-        stop_run: running,
-        progress: NodeProgress {
-            // Still drover's cordon until it is released.
-            cordoned_by_drover: p.cordoned_by_drover && running,
-            ..failed
-        },
-    });
-    !running
-}
-
 /// The rolling message while nodes are drained or download before their
-/// drain (`prepare::message`): which ones, as the status object tells it.
+/// drain (`tally::preparing_message`): which ones, as the status object tells it.
 pub(super) fn message(t: &Tally<'_>) -> Option<String> {
     let draining = (!t.draining.is_empty()).then(|| format!("draining: {}", t.draining.join(", ")));
     let said: Vec<String> = draining
         .into_iter()
-        .chain(super::prepare::message(t))
+        .chain(super::tally::preparing_message(t))
         .collect();
     (!said.is_empty()).then(|| super::health::bounded(said.join("; ")))
 }
@@ -195,7 +170,7 @@ fn drain_timed_out(
         "drain did not finish within drain_timeout ({}): {why}",
         fmt_duration(policy.drain_timeout),
     ));
-    let retry_at = decide::add(now, retry_backoff(p.retries));
+    let retry_at = super::tally::add(now, retry_backoff(p.retries));
     t.blocked_msg.get_or_insert_with(|| {
         format!(
             "node {} blocked since {}: {msg}; next try after {}",
@@ -250,7 +225,7 @@ pub(super) fn upgrading(
         // counting against the budget meanwhile.
         t.releases.push(Action::Watch {
             node: name,
-            progress: super::watch::watching(p, ctx.now),
+            progress: super::tally::watching(p, ctx.now),
             uncordon: p.cordoned_by_drover,
         });
         t.in_flight += 1;
@@ -288,7 +263,7 @@ pub(super) fn upgrading(
             t.failed.get_or_insert((n.name.clone(), msg.clone()));
         }
         let failed = given_back_as(p, ProgressState::Failed, ctx.now, msg);
-        t.unavailable += if fail(n, p, failed, t) {
+        t.unavailable += if super::tally::fail(n, p, failed, t) {
             usize::from(!n.ready)
         } else {
             1

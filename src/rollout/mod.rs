@@ -25,6 +25,7 @@ mod prepare;
 mod rollback;
 mod start;
 mod state;
+mod tally;
 mod watch;
 
 #[cfg(test)]

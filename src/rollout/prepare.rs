@@ -26,8 +26,8 @@
 //!   its prepare run (the next prepare overwrites what was staged; nothing
 //!   staged is ever booted without its own activation).
 
-use super::decide::{elapsed, fmt_duration, given_back_as, Ctx, Tally};
 use super::decision::Action;
+use super::tally::{elapsed, fmt_duration, given_back_as, Ctx, Tally};
 use crate::cluster::{NodeProgress, NodeView, ProgressState, UpgradeStatus};
 use chrono::{DateTime, Utc};
 
@@ -76,7 +76,7 @@ pub(super) fn preparing<'a>(
         let msg = super::health::bounded(msg);
         t.failed.get_or_insert((n.name.clone(), msg.clone()));
         let failed = given_back_as(p, ProgressState::Failed, ctx.now, msg);
-        super::in_flight::fail(n, p, failed, t);
+        super::tally::fail(n, p, failed, t);
         return;
     }
     t.wake.at(deadline);
@@ -140,16 +140,4 @@ pub(super) fn draining(ctx: &Ctx<'_>, n: &NodeView, staged: &NodeProgress) -> No
         retries: staged.retries,
         previous: staged.previous.clone().or_else(|| n.version.clone()),
     }
-}
-
-/// The rolling message while nodes download before their drain.
-pub(super) fn message(t: &Tally<'_>) -> Option<String> {
-    if t.preparing.is_empty() {
-        return None;
-    }
-    let names: Vec<&str> = t.preparing.iter().map(|n| n.name.as_str()).collect();
-    Some(super::health::bounded(format!(
-        "downloading the update before the drain: {}",
-        names.join(", ")
-    )))
 }

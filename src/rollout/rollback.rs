@@ -33,10 +33,10 @@
 //! for as long as a node is rolling back, failed, or marked rolled back from
 //! it: only a new version (or a person removing the mark) ends it.
 
-use super::decide::{elapsed, fmt_duration, given_back_as, skip, Ctx, Tally};
 use super::decision::{Action, Held};
 use super::health::bounded;
 use super::held;
+use super::tally::{elapsed, fmt_duration, given_back_as, skip, Ctx, Tally};
 use crate::cluster::{NodeProgress, NodeView, ProgressState, UpgradeStatus};
 use crate::config::OnFailure;
 use crate::health::{observe, Verdict};

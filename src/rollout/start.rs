@@ -8,9 +8,9 @@
 //! a candidate is first prepared (downloaded) in service and cordoned once
 //! staged, staged nodes first (`prepare.rs`).
 
-use super::decide::{Ctx, Tally};
 use super::decision::Action;
 use super::held;
+use super::tally::{Ctx, Tally};
 use super::{prepare, RolloutState};
 use crate::cluster::{NodeProgress, NodeView, ProgressState};
 use crate::config::OnDrainTimeout;

@@ -8,26 +8,12 @@
 //! ([`crate::cluster::NodeSeen::unread`]) or are missing holds: it is never
 //! judged on part of its pods.
 
-use super::decide::{add, rfc3339, Ctx, Tally};
 use super::decision::Action;
 use super::health::{bounded, failure_check, failure_node, HEALTH_FAILED_PREFIX, SETTLE_RECHECK};
 use super::rollback;
+use super::tally::{add, rfc3339, Ctx, Tally};
 use crate::cluster::{NodeProgress, NodeSeen, NodeView, ProgressState};
 use crate::health::{node_watch_until, observe, settle_until, Failure, Verdict};
-use chrono::{DateTime, Utc};
-
-/// The record of a node whose health watch starts at `now`.
-pub(super) fn watching(p: &NodeProgress, now: DateTime<Utc>) -> NodeProgress {
-    NodeProgress {
-        state: ProgressState::Watching,
-        target: p.target.clone(),
-        started_at: now,
-        cordoned_by_drover: false,
-        message: String::new(),
-        retries: p.retries,
-        previous: p.previous.clone(),
-    }
-}
 
 /// What the decision reads of node `n`'s health: its observation, or why
 /// there is none to judge.
