@@ -59,7 +59,7 @@ fn judge() -> &'static Path {
     BIN.get_or_init(|| built("tests/health/build"))
 }
 
-fn kubectl_cmd(ns: &str, args: &[&str]) -> Command {
+pub(crate) fn kubectl_cmd(ns: &str, args: &[&str]) -> Command {
     let mut c = Command::new(kubectl());
     c.arg("--kubeconfig")
         .arg(ControlPlane::get().kubeconfig_path())

@@ -13,18 +13,24 @@ use crate::support::kube::{await_node, os_image, unschedulable, ControlPlane, Te
 use drover::config::{CONSENT_LABEL, CONSENT_PAUSED};
 use drover::rollout::VirtualClock;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams};
-use serde_json::json;
+use kube::api::Api;
 
-async fn label(client: &kube::Client, node: &str, value: Option<&str>) {
-    Api::<Node>::all(client.clone())
-        .patch(
-            node,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({ "metadata": { "labels": { CONSENT_LABEL: value } } })),
-        )
-        .await
+/// What docs/config.md tells an operator to run, with the real kubectl
+/// (tests/tools): `kubectl label node NODE drover.dev/upgrade=paused` to
+/// wait, `kubectl label node NODE drover.dev/upgrade-` to go ahead.
+fn label(ns: &str, node: &str, value: Option<&str>) {
+    let arg = match value {
+        Some(v) => format!("{CONSENT_LABEL}={v}"),
+        None => format!("{CONSENT_LABEL}-"),
+    };
+    let out = crate::agent_conditions::kubectl_cmd(ns, &["label", "node", node, &arg])
+        .output()
         .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl label: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[tokio::test]
@@ -39,7 +45,7 @@ async fn a_node_its_workload_holds_is_skipped_not_failed_and_taken_within_a_minu
     nodes.sort();
     let (held, free) = (nodes[0].clone(), nodes[1].clone());
     // The operator of the workload on the first node asks drover to wait.
-    label(&client, &held, Some(CONSENT_PAUSED)).await;
+    label(ns.name(), &held, Some(CONSENT_PAUSED));
     let repo = ConfigRepo::new(&[EnvSpec::test_pool(ns.name())]);
     repo.set_max_unavailable(1);
     let mut cfg = agent_config(&repo, "test", "test-1", ns.name(), "agent-a");
@@ -72,7 +78,7 @@ async fn a_node_its_workload_holds_is_skipped_not_failed_and_taken_within_a_minu
 
     // Released: taken within a minute, and upgraded.
     let released = Instant::now();
-    label(&client, &held, None).await;
+    label(ns.name(), &held, None);
     await_node(&client, &held, "cordoned after its release", unschedulable).await;
     let took = released.elapsed();
     assert!(
