@@ -106,6 +106,7 @@ pub fn decide(
         settling: None,
         wake: WakeAt(win.closes_at.or(win.next_opens_at)),
         held: Vec::new(),
+        consent_held: 0,
         rollbacks: rollback::count(&order, target),
         earlier_rollbacks: rollback::earlier_counts(&order, target),
         preparing: Vec::new(),
@@ -195,6 +196,7 @@ fn idle<'a>(n: &'a NodeView, ctx: &Ctx<'_>, at_target: bool, t: &mut Tally<'a>) 
     } else if let Some(why) = &n.managed_by {
         t.skipped.push(skip(n, why.clone()));
     } else if n.consent_paused {
+        t.consent_held += 1;
         t.skipped.push(skip(n, consent_wait()));
     } else if let Some(v) = n
         .version
@@ -271,10 +273,7 @@ fn conclude(
         h
     } else if total == 0 {
         (RolloutState::Blocked, "no selected nodes".into())
-    } else if t.blocked_count == 0
-        && !t.skipped.is_empty()
-        && t.skipped.iter().all(|s| s.reason == consent_wait())
-    {
+    } else if t.blocked_count == 0 && !t.skipped.is_empty() && t.consent_held == t.skipped.len() {
         // Waiting on the workloads is not a fault to look at.
         let names: Vec<&str> = t.skipped.iter().map(|s| s.node.as_str()).collect();
         (

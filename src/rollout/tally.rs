@@ -92,6 +92,8 @@ pub(super) struct Tally<'a> {
     pub wake: WakeAt,
     /// Nodes held by a fault of their own, in name order.
     pub held: Vec<Held>,
+    /// Of the skipped nodes, those their workload asks drover to wait on.
+    pub consent_held: usize,
     /// Rollbacks started from the target (from the records), this step's
     /// included: what `max_rollbacks` is counted against.
     pub rollbacks: usize,

@@ -106,6 +106,17 @@ fn start_agent(repo: &ConfigRepo, ns: &TestNamespace, id: &str) -> RunningAgent 
 }
 
 impl World {
+    /// Delete the PDB holding the node's drain and wait until the node is
+    /// given back at 1.13.0 (`what` names who upgraded it).
+    async fn lift_pdb_and_await_upgraded(&self, what: &str) {
+        let pdbs: Api<PodDisruptionBudget> = Api::namespaced(self.client.clone(), self.ns.name());
+        pdbs.delete("web", &Default::default()).await.unwrap();
+        await_node_record(&self.client, self.ns.name(), &self.node, what, |n, p| {
+            given_back(n, p) && crate::support::kube::os_image(n).contains("1.13.0")
+        })
+        .await;
+    }
+
     /// Bump to 1.13.0 and wait until the node is cordoned and draining (held by the PDB).
     async fn start_draining(&self) {
         self.repo.bump("test", "1.13.0", true);
@@ -282,16 +293,8 @@ async fn sigterm_leaves_a_rebooting_node_to_the_next_leader_which_finishes_it() 
     assert_eq!(w.sim.upgrades_started(&rebooting), 1, "not rebooted twice");
     // And it carries the rollout on: once the PDB is lifted, the node
     // given back is drained again and upgraded.
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(w.client.clone(), w.ns.name());
-    pdbs.delete("web", &Default::default()).await.unwrap();
-    await_node_record(
-        &w.client,
-        w.ns.name(),
-        &w.node,
-        "upgraded by the next leader",
-        |n, p| given_back(n, p) && crate::support::kube::os_image(n).contains("1.13.0"),
-    )
-    .await;
+    w.lift_pdb_and_await_upgraded("upgraded by the next leader")
+        .await;
     assert_eq!(w.sim.upgrades_started(&w.node), 1);
     next.stop();
     w.sim.shutdown().await;
@@ -502,16 +505,8 @@ async fn a_follower_taking_over_mid_drain_keeps_the_drain_it_has_not_fetched_yet
     assert_eq!(cordons.get(), (0, 0), "(cordons, uncordons) since the kill");
     // The drain it kept finishes once the PDB allows it: one cordon, one
     // uncordon, one upgrade in all.
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(w.client.clone(), w.ns.name());
-    pdbs.delete("web", &Default::default()).await.unwrap();
-    await_node_record(
-        &w.client,
-        w.ns.name(),
-        &w.node,
-        "upgraded by the survivor",
-        |n, p| given_back(n, p) && crate::support::kube::os_image(n).contains("1.13.0"),
-    )
-    .await;
+    w.lift_pdb_and_await_upgraded("upgraded by the survivor")
+        .await;
     assert_eq!(cordons.get(), (0, 1), "(cordons, uncordons) since the kill");
     assert_eq!(w.sim.upgrades_started(&w.node), 1);
     follower.stop();
