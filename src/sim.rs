@@ -293,6 +293,9 @@ pub enum SimError {
     /// A run of that name exists and is not the one asked for (409, not ours).
     #[error("a run named {0} exists and is not this record's")]
     Foreign(String),
+    /// The agent's process died before it sent this call ([`Sim::crash_after`]).
+    #[error("the agent crashed before calling {0}")]
+    Crashed(String),
 }
 
 #[derive(Debug, Default)]
@@ -311,6 +314,9 @@ struct State {
     calls: BTreeMap<(String, String), usize>,
     /// Injected faults: node, fault, `[from, until)`.
     faults: Vec<(String, CallFault, DateTime<Utc>, DateTime<Utc>)>,
+    /// Calls that still reach the cluster before the agent's process dies
+    /// ([`Sim::crash_after`]); `None` while it lives.
+    calls_before_crash: Option<usize>,
 }
 
 /// A simulated cluster.
@@ -399,6 +405,14 @@ impl Sim {
         if let Some(n) = self.lock().nodes.get_mut(node) {
             n.health_fault = Some((version, fault));
         }
+    }
+
+    /// Let `calls` more calls that change the cluster through, then none:
+    /// the agent's process died mid-step, so what landed is a prefix of what
+    /// its own step sent, in the order it sent it (half an action included).
+    /// `None` brings it back to life.
+    pub fn crash_after(&self, calls: Option<usize>) {
+        self.lock().calls_before_crash = calls;
     }
 
     /// Make `fault` hit `node` from `from` until `until` (exclusive).

@@ -80,6 +80,12 @@ impl State {
         fault: CallFault,
         now: DateTime<Utc>,
     ) -> Result<(), SimError> {
+        if let Some(left) = self.calls_before_crash.as_mut() {
+            if *left == 0 {
+                return Err(SimError::Crashed(call.to_string()));
+            }
+            *left -= 1;
+        }
         self.settle(now);
         self.count(call, node);
         self.node(node)?;

@@ -1,7 +1,7 @@
 //! Property tests of docs/design.md §8's invariants: random clusters, configs,
 //! failures, PDBs, engine crashes at arbitrary points (the engine has no
-//! memory, so a restart is a new engine; a crash mid-step applies only a
-//! prefix of the step's actions, possibly half of the last one), and faults
+//! memory, so a restart is a new engine; a crash mid-step lets only the
+//! first calls of the engine's own step reach the cluster), and faults
 //! of the API about one node for a while (its pods cannot be listed, its
 //! evictions, writes or driver start fail), which must hold that node only.
 //!
@@ -11,11 +11,8 @@
 //! debug on a loaded 2-core machine.
 
 use chrono::{DateTime, Duration as D, Utc};
-use drover::cluster::{Cluster, RecordWrite};
 use drover::config::{MaxUnavailable, OnDrainTimeout};
-use drover::rollout::{
-    apply, decide, Action, Clock, Engine, Labels, Policy, RolloutState, VirtualClock,
-};
+use drover::rollout::{Clock, Engine, Labels, Policy, RolloutState, VirtualClock};
 use drover::sim::{CallFault, CordonedBy, EventKind, Failure, Pdb, Pod, Sim, SimNode, Timeline};
 use futures::executor::block_on;
 use proptest::prelude::*;
@@ -51,6 +48,7 @@ struct Case {
     windows: Vec<(u16, u16)>,
     gate_after_h: u16,
     crashes: BTreeSet<usize>,
+    /// Calls that reach the cluster in a step cut off by a crash.
     prefix: usize,
     /// (node index, fault, from minute, for minutes).
     faults: Vec<(usize, CallFault, u16, u16)>,
@@ -107,7 +105,7 @@ fn case(fail: bool) -> impl Strategy<Value = Case> {
         prop::collection::vec((1u16..30, 60u16..720), 1..5),
         0u16..30,
         prop::collection::btree_set(0usize..400, 0..6),
-        0usize..4,
+        0usize..8,
         prop::collection::vec(fault(), 0..10),
     )
         .prop_map(
@@ -255,26 +253,13 @@ fn run(
             ..sched.inputs(now)
         };
         if c.crashes.contains(&step) {
-            // Crash mid-step: only a prefix of the actions lands, maybe half
-            // of the next one (each may fail on an injected fault).
-            let nodes = block_on(sim.observe()).unwrap();
-            let d = decide(policy, &inputs, &nodes, now);
-            for a in d.actions.iter().take(c.prefix) {
-                let _ = block_on(apply(sim, a, &nodes, now));
-            }
-            if let Some(Action::Cordon { node, progress }) = d.actions.get(c.prefix) {
-                // Half of it: the record written, the cordon not sent.
-                let view = nodes.iter().find(|n| n.name == *node).unwrap();
-                let write = RecordWrite {
-                    record: view
-                        .record_or_new(|| "crashed".into())
-                        .start(progress.clone()),
-                    base: view.record.clone(),
-                    consume: Default::default(),
-                    at: now,
-                };
-                let _ = block_on(sim.write_record(&write));
-            }
+            // Crash mid-step: the engine's own step, cut off after `prefix`
+            // calls that change the cluster, so what lands is what its step
+            // sent first, in its order (a give-back before the start it makes
+            // room for; a record written and its cordon not sent).
+            sim.crash_after(Some(c.prefix));
+            let _ = block_on(engine.reconcile(sim, &inputs));
+            sim.crash_after(None);
             engine = Engine::new(policy.clone(), Labels::default(), clock.clone());
             continue;
         }
