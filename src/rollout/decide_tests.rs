@@ -280,6 +280,8 @@ fn upgrading_completes_only_ready_at_exactly_the_target() {
             uncordon: true
         }]
     );
+    // Still cordoned until that give-back lands: not confirmed yet.
+    assert_eq!(d.state, RolloutState::Rolling, "{}", d.message);
 }
 
 #[test]
