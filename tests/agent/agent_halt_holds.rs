@@ -385,8 +385,10 @@ async fn a_halt_is_kept_whatever_breaks_or_hides_the_failure_and_ends_with_its_c
             .sum()
     };
     let repo = world(ns.name());
+    let (notify, notified) = crate::support::notify::notified().await;
     let start = |cache: Option<&Path>| {
         let mut cfg = agent_config(&repo, "production", "prod-2", ns.name(), "halt-agent");
+        cfg.notify = notify.clone();
         if let Some(c) = cache {
             cfg.source.cache_dir = c.to_path_buf();
         }
@@ -434,6 +436,7 @@ async fn a_halt_is_kept_whatever_breaks_or_hides_the_failure_and_ends_with_its_c
         &started,
     )
     .await;
+    notified.kind(Duration::from_secs(30), "halted").await;
 
     let only: Option<usize> = std::env::var("DROVER_HALT_ONLY")
         .ok()

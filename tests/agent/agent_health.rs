@@ -68,6 +68,8 @@ pub(crate) struct World {
     pub(crate) clock: VirtualClock,
     pub(crate) agent: RunningAgent,
     pub(crate) nodes: Vec<String>,
+    /// What the agent's notifications told a receiver.
+    pub(crate) notified: crate::support::notify::Received,
 }
 
 /// [`World`] with a node agent's DaemonSet pod on each node.
@@ -118,11 +120,10 @@ pub(crate) async fn world_tuned(
         spec("production", "prod-1", &format!("{pool}-prod")),
     ]);
     let clock = VirtualClock::new(dec(1, 2, 30));
-    let agent = RunningAgent::start(
-        agent_config(&repo, "stage", "stage-1", &pool, &format!("{prefix}-agent")),
-        Arc::new(clock.clone()),
-        None,
-    );
+    let (notify, notified) = crate::support::notify::notified().await;
+    let mut cfg = agent_config(&repo, "stage", "stage-1", &pool, &format!("{prefix}-agent"));
+    cfg.notify = notify;
+    let agent = RunningAgent::start(cfg, Arc::new(clock.clone()), None);
     await_adopted(&client, &pool, "stage-stage-1").await;
     World {
         client,
@@ -133,6 +134,7 @@ pub(crate) async fn world_tuned(
         clock,
         agent,
         nodes,
+        notified,
     }
 }
 

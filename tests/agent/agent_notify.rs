@@ -14,111 +14,17 @@
 //!   answers as with one that answers (both measured).
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::support::agent::*;
 use crate::support::backend::{pool_options, start_sim};
 use crate::support::kube::{setup, ControlPlane, TestNamespace};
 use crate::support::kubelet::Fault;
+use crate::support::notify::{config, receiver, Got};
 use crate::support::proxy::{Mode, TcpProxy};
-use drover::agent::notify::{self, CloudEvent, Kind};
+use drover::agent::notify::{self, Kind};
 use drover::rollout::VirtualClock;
-
-const SECRET: &[u8] = b"notify-test-secret";
-
-/// One request the receiver got: the event, when, whether its signature held.
-type Got = (CloudEvent, chrono::DateTime<chrono::Utc>, bool);
-
-/// What the receiver got.
-#[derive(Clone, Default)]
-struct Received(Arc<Mutex<Vec<Got>>>);
-
-impl Received {
-    fn kinds(&self) -> Vec<String> {
-        self.0
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(e, _, _)| e.kind.clone())
-            .collect()
-    }
-
-    fn all(&self) -> Vec<Got> {
-        self.0.lock().unwrap().clone()
-    }
-
-    /// Wait until `pred` holds of what arrived (polled: an HTTP receiver
-    /// has nothing to watch), at most `within`.
-    async fn until(&self, within: Duration, what: &str, pred: impl Fn(&[String]) -> bool) {
-        let start = Instant::now();
-        loop {
-            if pred(&self.kinds()) {
-                return;
-            }
-            assert!(start.elapsed() < within, "{what}: got {:?}", self.kinds());
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-}
-
-/// A receiver on loopback: 200 for every POST, after checking its signature.
-async fn receiver() -> (SocketAddr, Received) {
-    use hyper::service::service_fn;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let got = Received::default();
-    let sink = got.clone();
-    tokio::spawn(async move {
-        loop {
-            let Ok((tcp, _)) = listener.accept().await else {
-                return;
-            };
-            let sink = sink.clone();
-            tokio::spawn(async move {
-                let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let sink = sink.clone();
-                    async move {
-                        use http_body_util::BodyExt as _;
-                        let sig = req
-                            .headers()
-                            .get("x-drover-signature")
-                            .and_then(|v| v.to_str().ok())
-                            .map(str::to_owned);
-                        let ctype = req
-                            .headers()
-                            .get("content-type")
-                            .and_then(|v| v.to_str().ok())
-                            .unwrap_or_default()
-                            .to_owned();
-                        let body = req.into_body().collect().await.unwrap().to_bytes();
-                        let ok = sig.as_deref()
-                            == Some(&format!("sha256={}", notify::sign(SECRET, &body)))
-                            && ctype.starts_with("application/cloudevents+json");
-                        let event: CloudEvent = serde_json::from_slice(&body).unwrap();
-                        sink.0.lock().unwrap().push((event, chrono::Utc::now(), ok));
-                        Ok::<_, std::convert::Infallible>(hyper::Response::new(
-                            http_body_util::Empty::<hyper::body::Bytes>::new(),
-                        ))
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(tcp), svc)
-                    .await;
-            });
-        }
-    });
-    (addr, got)
-}
-
-fn config(url: String) -> notify::Config {
-    notify::Config {
-        endpoints: vec![url],
-        secret: Some(SECRET.to_vec()),
-        timeout: Duration::from_secs(2),
-        ..notify::Config::default()
-    }
-}
 
 /// Seconds from each event's time to its arrival.
 fn latencies(got: &[Got]) -> Vec<f64> {

@@ -126,6 +126,8 @@ async fn a_pinned_version_revoked_afterwards_starts_no_further_node() {
     let repo = ConfigRepo::new(&[EnvSpec::test_pool(ns.name())]);
     let mut cfg = agent_config(&repo, "test", "test-1", ns.name(), "agent-a");
     cfg.poll = Duration::from_secs(600);
+    let (notify, notified) = crate::support::notify::notified().await;
+    cfg.notify = notify;
     // Before the window (02:00-08:00 on the 1st).
     let clock = Arc::new(VirtualClock::new(dec(1, 1, 0)));
     let shared: drover::agent::SharedClock = clock.clone();
@@ -164,6 +166,8 @@ async fn a_pinned_version_revoked_afterwards_starts_no_further_node() {
     })
     .await;
     assert_eq!(st.status.unwrap().target.as_deref(), Some("1.13.0"));
+    // Whoever listens is told, from the agent's own transition.
+    notified.kind(Duration::from_secs(30), "revoked").await;
     let n = Api::<Node>::all(client.clone()).get(&node).await.unwrap();
     let p = crate::support::backend::progress_of(&client, ns.name(), &node).await;
     assert!(

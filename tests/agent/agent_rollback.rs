@@ -9,7 +9,7 @@
 //! they are. The control, `on_failure = "halt"` (the default), is
 //! `agent_health`'s crash-loop test, unchanged.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::agent_health::{progress, world_with, World, STEP};
 use crate::support::agent::*;
@@ -118,6 +118,9 @@ async fn a_crash_looping_node_is_rolled_back_healthy_uncordoned_and_named_in_the
     let message = w.failed("rolled back to 1.12.0").await;
     assert!(message.contains(&first), "{message}");
     assert!(message.contains("crash-looping"), "{message}");
+    w.notified
+        .kind(Duration::from_secs(30), "rolled-back")
+        .await;
 
     // The node: back at 1.12.0, Ready, uncordoned, marked, its record naming the check.
     let (node, record) = await_node_and(&w.client, &w.pool, &first, "rolled back", |_, r| {

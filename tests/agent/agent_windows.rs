@@ -105,11 +105,10 @@ async fn a_budget_that_never_allows_eviction_is_named_everywhere_and_the_node_wa
     // An hour before the window: the agent adopts the pool at its pinned
     // 1.12.0, then a bump makes it report pending, naming the window.
     let clock = VirtualClock::new(dec(1, 1, 0));
-    let agent = RunningAgent::start(
-        agent_config(&repo, "test", "test-1", &pool, "agent-pdb"),
-        Arc::new(clock.clone()),
-        None,
-    );
+    let (notify, notified) = crate::support::notify::notified().await;
+    let mut cfg = agent_config(&repo, "test", "test-1", &pool, "agent-pdb");
+    cfg.notify = notify;
+    let agent = RunningAgent::start(cfg, Arc::new(clock.clone()), None);
     adopted(&client, &pool).await;
     repo.set_env_text(
         "test",
@@ -185,6 +184,7 @@ async fn a_budget_that_never_allows_eviction_is_named_everywhere_and_the_node_wa
     .await
     .status
     .unwrap();
+    notified.kind(Duration::from_secs(30), "blocked").await;
     assert!(
         status.message.contains(&pdb) && status.message.contains(&pod),
         "{}",

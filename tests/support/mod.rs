@@ -20,6 +20,8 @@
 //!   `git daemon`, the CRD, agents in-process or as processes.
 //! - [`prometheus`]: a real Prometheus scraping an exporter the test sets.
 //! - [`bottlerocket_api`]: a node's Bottlerocket API on a Unix socket.
+//! - [`notify`]: a notification receiver on loopback that checks each
+//!   request's signature.
 //! - [`proxy`]: faults between a client and a real server: a TCP proxy
 //!   that refuses or stalls, an HTTP front of the API server that answers
 //!   the requests a test picks with an error (one node's pod list failing,
@@ -37,6 +39,7 @@ pub mod gpg;
 pub mod identity;
 pub mod kube;
 pub mod kubelet;
+pub mod notify;
 pub mod prometheus;
 pub mod proxy;
 pub mod time;
