@@ -266,6 +266,7 @@ pub(super) fn env_with_sites(
     };
 
     let (waves, sites) = cx.waves(doc);
+    let drain_rules = cx.drain_rules(doc, drain.0);
 
     let health = super::health::parse_health(file, text, doc, &mut cx.diags);
 
@@ -298,6 +299,7 @@ pub(super) fn env_with_sites(
                 },
                 health,
                 waves,
+                drain: drain_rules,
             },
             sites,
         )),

@@ -35,6 +35,7 @@ pub(super) const ENV_KEYS: &[(&str, &[&str])] = &[
             "freeze",
             "health",
             "wave",
+            "drain",
         ],
     ),
     ("window", &["schedule", "duration", "timezone"]),
@@ -59,6 +60,17 @@ pub(super) const ENV_KEYS: &[(&str, &[&str])] = &[
         &["kind", "image", "command", "prepare", "prestage"],
     ),
     ("nodes", &["version_regex", "os_image_regex", "brupop"]),
+    (
+        "drain",
+        &[
+            "name",
+            "namespaces",
+            "selector",
+            "taint",
+            "ladder",
+            "allow_delete",
+        ],
+    ),
     (
         "wave",
         &[

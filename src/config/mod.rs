@@ -3,6 +3,7 @@
 //! Owns parsing, defaults and validation; every error carries a file, line
 //! and column (see [`crate::diag`]).
 
+mod drain;
 mod env;
 mod files;
 mod health;
@@ -20,6 +21,7 @@ mod values;
 mod waves;
 mod windows;
 
+pub use drain::{rule_for, taint_lead, DrainRule, Rung, RungKind, DRAIN_TAINT, DRAIN_TAINT_EFFECT};
 pub use files::{
     bounded_blob, bounded_blob_sized, read_regular, DirEntry, DirFiles, EntryKind, Files,
     GitTreeFiles, MAX_FILE_BYTES,

@@ -204,6 +204,10 @@ pub struct EnvConfig {
     /// version, each wave gated on the one before (docs/design.md §4a);
     /// empty = one wave of every cluster, as before waves existed.
     pub waves: Vec<WaveSpec>,
+    /// `[[drain]]`: how a drain treats the pods each rule matches, first
+    /// match first (`config::drain`); empty = every pod evicted until
+    /// `drain_timeout`.
+    pub drain: Vec<super::DrainRule>,
 }
 
 /// An environment file configures its calendar (`window::Calendar::of`).

@@ -123,6 +123,11 @@ fn cases() -> Vec<Case> {
             "`soak` must be a duration string such as \"20m\""),
         case("zero window", vec![Replace(TEST, "duration = \"6h\"", "duration = \"0s\"")], TEST, "duration =",
             "`duration` must be longer than zero"),
+        // Drain rules (docs/config.md, [[drain]]): `delete` only where the rule allows it.
+        case("drain delete without allow", vec![Replace(STAGE, "[promotion]", "[[drain]]\nname = \"db\"\nladder = [\"evict 5m\", \"delete\"]\n\n[promotion]")], STAGE, "\"delete\"]",
+            "`delete` deletes pods without asking their PodDisruptionBudgets: the rule must say allow_delete = true"),
+        case("drain rung past drain_timeout", vec![Replace(STAGE, "[promotion]", "[[drain]]\nladder = [\"restart 30m\", \"skip\"]\n\n[promotion]")], STAGE, "restart 30m",
+            "`skip` would start 30m after the cordon, not before drain_timeout (20m)"),
         // Waves (docs/config.md, [[wave]]): checked against drover.toml's clusters.
         case("wave naming no cluster", vec![Replace(PROD, EXAMPLE_WAVES, "[[wave]]\nclusters = [\"prod-eu-2\"]\n[[wave]]\nclusters = [\"prod-us-*\"]\n")], PROD, "prod-eu-2",
             "\"prod-eu-2\" matches no cluster of `production`; did you mean \"prod-eu-1\"? (its clusters under [clusters] in drover.toml: `prod-eu-1`, `prod-us-1`)"),
