@@ -40,6 +40,7 @@ fn policy(max: MaxUnavailable) -> Policy {
         prepare: false,
         prestage: std::time::Duration::ZERO,
         revoked: Vec::new(),
+        drain: Vec::new(),
     }
 }
 

@@ -164,6 +164,7 @@ fn rollout_commits(max: u32, node_mins: (u64, u64), interval: Duration) -> Commi
         prepare: false,
         prestage: std::time::Duration::ZERO,
         revoked: Vec::new(),
+        drain: Vec::new(),
     };
     let engine = Engine::new(policy, Labels::default(), clock.clone());
     let schedule = Timeline {

@@ -100,8 +100,12 @@ impl<C: Cluster + Sync> Cluster for Guarded<'_, C> {
         self.guarded(self.inner.uncordon(node)).await
     }
 
-    async fn evict(&self, node: &str) -> Result<EvictionPass, Self::Error> {
-        self.guarded(self.inner.evict(node)).await
+    async fn evict(
+        &self,
+        node: &str,
+        order: &crate::cluster::DrainOrder<'_>,
+    ) -> Result<EvictionPass, Self::Error> {
+        self.guarded(self.inner.evict(node, order)).await
     }
 
     async fn start_run(&self, node: &str, start: &RunStart) -> Result<(), Self::Error> {

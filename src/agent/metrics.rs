@@ -48,6 +48,10 @@ pub struct Metrics {
     /// `drover_health_failures_total{env,check}`: health checks that failed
     /// a node (docs/design.md §5a), by kind of check.
     pub health_failures: Family<Labels, Counter>,
+    /// `drover_drain_rungs_total{env,rung,rule}`: drain rungs beyond
+    /// `evict` used on a node (restart, wait, skip, delete; docs/config.md
+    /// "Drain rules"), once per node, rung, version and attempt.
+    pub drain_rungs: Family<Labels, Counter>,
     /// `drover_status_pushes_total{result}`: status report push attempts by
     /// result (`ok`, `unchanged`, `failed`, `timeout`, `refused`).
     pub status_pushes: Family<Labels, Counter>,
@@ -91,6 +95,13 @@ impl Metrics {
             .inc();
     }
 
+    /// Count a drain rung `rung` of rule `rule` used on a node of `env`.
+    pub fn drain_rung(&self, env: &str, rung: &str, rule: &str) {
+        self.drain_rungs
+            .get_or_create(&labels(&[("env", env), ("rung", rung), ("rule", rule)]))
+            .inc();
+    }
+
     /// Count a status report push attempt ending in `result`.
     pub fn status_pushed(&self, result: &str) {
         self.status_pushes
@@ -118,6 +129,7 @@ impl Metrics {
             // 10 s .. ~45 h: an upgrade includes a reboot.
             upgrade_duration: Histogram::new(exponential_buckets(10.0, 2.0, 15)),
             health_failures: Family::default(),
+            drain_rungs: Family::default(),
             status_pushes: Family::default(),
             status_reports_waiting: Gauge::default(),
             status_push_refused: Gauge::default(),
@@ -140,6 +152,11 @@ impl Metrics {
             "health_failures",
             "Health checks that failed a node, by environment and check (node_condition, crash_loop, pod_not_ready, prometheus, node_ready, node_version)",
             m.health_failures.clone(),
+        );
+        registry.register(
+            "drain_rungs",
+            "Drain rungs beyond evict used on a node (restart, wait, skip, delete), by environment, rung and drain rule",
+            m.drain_rungs.clone(),
         );
         registry.register(
             "blocked",

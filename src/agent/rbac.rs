@@ -11,11 +11,19 @@ pub const CLUSTER_PERMISSIONS: &[Permission] = &[
     // crate::kubernetes: observe nodes, cordon and uncordon; the one
     // migration removes earlier releases' annotations.
     ("", "nodes", &["get", "list", "watch", "patch"]),
-    // crate::kubernetes: pods on nodes being drained (field-selected lists and watches).
-    ("", "pods", &["list", "watch"]),
+    // crate::kubernetes: pods on nodes being drained (field-selected lists
+    // and watches); deleted only by a drain rule's `delete` rung, which a
+    // reviewed environment file must allow (`allow_delete = true`).
+    ("", "pods", &["list", "watch", "delete"]),
     // crate::kubernetes: drains through the Eviction API.
     ("", "pods/eviction", &["create"]),
     ("policy", "poddisruptionbudgets", &["list", "watch"]),
+    // kubernetes::drain: a drain rule's `restart` rung finds a pod's
+    // Deployment (through its ReplicaSet) or StatefulSet and restarts it
+    // as `kubectl rollout restart` does.
+    ("apps", "replicasets", &["get"]),
+    ("apps", "deployments", &["get", "patch"]),
+    ("apps", "statefulsets", &["get", "patch"]),
     // events::Events: creates Events, and patches a repeated one into a series.
     ("events.k8s.io", "events", &["create", "patch"]),
 ];

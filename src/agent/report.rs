@@ -51,6 +51,26 @@ impl<B: ClusterBackend> Acting<B> {
                 )
                 .await;
         }
+        // Every rung beyond `evict` is evidence: a Warning on the node,
+        // counted, and in the report's detail from the node's record.
+        for (node, taken) in &outcome.drain_rungs {
+            self.metrics
+                .drain_rung(&self.cfg.env, taken.rung.as_str(), &taken.rule);
+            self.events
+                .on_node(
+                    node,
+                    Severity::Warning,
+                    "DrainRung",
+                    "Drain",
+                    format!(
+                        "drain rule {}: {}: {}",
+                        taken.rule,
+                        taken.rung.as_str(),
+                        taken.detail
+                    ),
+                )
+                .await;
+        }
         let told = told::told(&told::Situation {
             applied: Some(told::Applied {
                 version: &active.env.version,

@@ -200,6 +200,47 @@ pub struct EvictionPass {
     pub blocked_by: Vec<String>,
     /// Pods (`namespace/name`) whose eviction they refused.
     pub refused_pods: Vec<String>,
+    /// The rungs beyond `evict` this pass used (a restart made or awaited,
+    /// a wait, a skip reached, a pod deleted), one per rung and rule.
+    pub rungs: Vec<RungTaken>,
+}
+
+/// A drain rung beyond `evict` one pass used on a node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RungTaken {
+    /// The rung.
+    pub rung: crate::config::RungKind,
+    /// The drain rule that called for it.
+    pub rule: String,
+    /// What it did, in a line ("restarted Deployment apps/web for pod apps/web-1").
+    pub detail: String,
+}
+
+/// What one eviction pass is to do ([`Cluster::evict`]): the environment's
+/// drain rules, and how long the node has been cordoned (which rung of
+/// each ladder is in force).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DrainOrder<'a> {
+    /// `[[drain]]`; empty: every pod evicted, as before rules existed.
+    pub rules: &'a [crate::config::DrainRule],
+    /// Time since the cordon.
+    pub since_cordon: std::time::Duration,
+    /// This drain's mark (the time of its cordon, the node and the
+    /// record's attempt): the value a `restart` rung writes as the owner's `kubectl.kubernetes.io/restartedAt`, so
+    /// a repeated pass meets its own restart instead of starting another.
+    pub mark: &'a str,
+}
+
+impl RungTaken {
+    /// Add `taken` to `list` unless a rung of the same kind and rule is there.
+    pub fn add(list: &mut Vec<RungTaken>, taken: RungTaken) {
+        if !list
+            .iter()
+            .any(|t| t.rung == taken.rung && t.rule == taken.rule)
+        {
+            list.push(taken);
+        }
+    }
 }
 
 /// What a cordon found.
@@ -275,8 +316,14 @@ pub trait Cluster {
 
     /// One eviction pass over `node`'s pods through the Eviction API, so
     /// PodDisruptionBudgets are honoured: a refused eviction is not an error,
-    /// it is reported in `blocked_by` and retried by a later pass.
-    fn evict(&self, node: &str) -> impl Future<Output = Result<EvictionPass, Self::Error>> + Send;
+    /// it is reported in `blocked_by` and retried by a later pass. A pod a
+    /// drain rule of `order` matches gets its rule's rung in force instead
+    /// (`config::drain`); a pod is deleted only by a rule that allows it.
+    fn evict(
+        &self,
+        node: &str,
+        order: &DrainOrder<'_>,
+    ) -> impl Future<Output = Result<EvictionPass, Self::Error>> + Send;
 
     /// Make the driver run `start` names, unless a run of that name exists
     /// (running, succeeded or failed): a repeated call never moves a node

@@ -77,6 +77,11 @@ impl RungKind {
         }
     }
 
+    /// The rung named `s`, as [`Self::as_str`] writes it.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+
     /// `skip` and `delete` end a ladder.
     fn terminal(self) -> bool {
         matches!(self, RungKind::Skip | RungKind::Delete)

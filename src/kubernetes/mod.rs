@@ -342,9 +342,15 @@ impl Cluster for KubeCluster {
         cordon::uncordon(&self.inner, node).instrument(span).await
     }
 
-    async fn evict(&self, node: &str) -> Result<EvictionPass, Error> {
+    async fn evict(
+        &self,
+        node: &str,
+        order: &crate::cluster::DrainOrder<'_>,
+    ) -> Result<EvictionPass, Error> {
         let span = tracing::info_span!("evict", node = %node);
-        drain::evict(&self.inner, node).instrument(span).await
+        drain::evict(&self.inner, node, order)
+            .instrument(span)
+            .await
     }
 
     async fn start_run(&self, node: &str, start: &RunStart) -> Result<(), Error> {

@@ -139,8 +139,9 @@ pub const BLOCKED_POLL: Duration = Duration::from_secs(30);
 pub(super) const DRAIN_LIST_FRESH: Duration = Duration::from_secs(2);
 
 /// What an eviction reads of a pod (its name, namespace, UID, labels for
-/// the budgets that cover it, whether it is terminating), so the list kept
-/// from the observation to the drain holds a few hundred bytes per pod.
+/// the budgets and drain rules that cover it, its controller for a
+/// `restart` rung, whether it is terminating), so the list kept from the
+/// observation to the drain holds a few hundred bytes per pod.
 fn trim_for_drain(pod: Pod) -> Pod {
     let m = pod.metadata;
     Pod {
@@ -150,6 +151,11 @@ fn trim_for_drain(pod: Pod) -> Pod {
             uid: m.uid,
             labels: m.labels,
             deletion_timestamp: m.deletion_timestamp,
+            owner_references: m.owner_references.map(|o| {
+                o.into_iter()
+                    .filter(|o| o.controller == Some(true))
+                    .collect()
+            }),
             ..Default::default()
         },
         spec: None,

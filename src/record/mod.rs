@@ -21,6 +21,7 @@ pub mod legacy;
 mod progress;
 pub mod wire;
 
+pub use crate::config::RungKind;
 pub use conditions::{conditions_schema, node_conditions, Condition};
 pub use progress::{NodeProgress, ProgressState, RunAction};
 
@@ -83,7 +84,29 @@ pub struct NodeRecord {
     /// Rollbacks drover started on the node, per version rolled back from
     /// (failed ones and retries included): what `max_rollbacks` counts.
     pub rollbacks: Vec<Rollbacks>,
+    /// The drain rungs beyond `evict` used on the node (a restart, a wait,
+    /// a skip, a delete), one entry per rung, version and attempt: the
+    /// evidence the node's report carries, and what ends a drain at `skip`.
+    pub drain_rungs: Vec<RungUse>,
 }
+
+/// A drain rung beyond `evict` used on the node (`config::drain`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RungUse {
+    /// The rung.
+    pub rung: crate::config::RungKind,
+    /// The drain rule that called for it.
+    pub rule: String,
+    /// The version the node was drained for.
+    pub version: Version,
+    /// The attempt it was used in.
+    pub attempt: u32,
+    /// What it did, in a line (bounded by [`MAX_MESSAGE`]).
+    pub detail: String,
+}
+
+/// The most entries [`NodeRecord::drain_rungs`] keeps (the oldest go first).
+pub const MAX_DRAIN_RUNGS: usize = 16;
 
 /// Rollbacks started from one version.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -200,7 +223,36 @@ impl NodeRecord {
             run: None,
             rolled_back: Vec::new(),
             rollbacks: Vec::new(),
+            drain_rungs: Vec::new(),
         }
+    }
+
+    /// Whether the record holds `rung` used in its current attempt toward `version`.
+    pub fn used_rung(&self, rung: crate::config::RungKind, version: &Version) -> Option<&RungUse> {
+        self.drain_rungs
+            .iter()
+            .find(|u| u.rung == rung && u.attempt == self.attempt && u.version == *version)
+    }
+
+    /// The record with `uses` added (one entry per rung, version and
+    /// attempt: a rung used again is not written again), the oldest
+    /// dropped past [`MAX_DRAIN_RUNGS`]; `None` when it holds them all.
+    pub fn with_rungs(&self, uses: &[RungUse]) -> Option<NodeRecord> {
+        let mut r = self.clone();
+        for u in uses {
+            let known = r
+                .drain_rungs
+                .iter()
+                .any(|k| k.rung == u.rung && k.version == u.version && k.attempt == u.attempt);
+            if !known {
+                let mut u = u.clone();
+                cut(&mut u.detail);
+                r.drain_rungs.push(u);
+            }
+        }
+        let skip = r.drain_rungs.len().saturating_sub(MAX_DRAIN_RUNGS);
+        r.drain_rungs.drain(..skip);
+        (r.drain_rungs != self.drain_rungs).then_some(r)
     }
 
     /// The record after drover starts `progress` (a prepare, a cordon, a
@@ -346,14 +398,19 @@ fn bounded(mut p: NodeProgress) -> NodeProgress {
     if p.state == ProgressState::Upgrading {
         p.state = ProgressState::Draining;
     }
-    if p.message.len() > MAX_MESSAGE {
+    cut(&mut p.message);
+    p
+}
+
+/// `s` within [`MAX_MESSAGE`] bytes, cut at a character boundary.
+fn cut(s: &mut String) {
+    if s.len() > MAX_MESSAGE {
         let mut end = MAX_MESSAGE;
-        while !p.message.is_char_boundary(end) {
+        while !s.is_char_boundary(end) {
             end -= 1;
         }
-        p.message.truncate(end);
+        s.truncate(end);
     }
-    p
 }
 
 /// The name of the driver run (its Job) of `node`'s record `id`, attempt

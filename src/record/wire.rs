@@ -90,6 +90,10 @@ pub struct DroverNodeStatus {
     /// Rollbacks started on the node, per version rolled back from.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rollbacks_started: Vec<RollbacksStatus>,
+    /// The drain rungs beyond `evict` used on the node (restart, wait,
+    /// skip, delete), per version and attempt.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drain_rungs: Vec<RungStatus>,
     /// The `metadata.generation` this record was written as.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -131,6 +135,23 @@ pub struct RollbacksStatus {
     pub version: String,
     /// How many.
     pub started: u32,
+}
+
+/// A drain rung used on the node.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RungStatus {
+    /// restart, wait, skip or delete.
+    pub rung: String,
+    /// The drain rule that called for it.
+    pub rule: String,
+    /// The version the node was drained for.
+    pub version: String,
+    /// The attempt it was used in.
+    pub attempt: u32,
+    /// What it did.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail: String,
 }
 
 /// The phase of an idle record.
@@ -207,6 +228,17 @@ pub fn encode(
                 started: r.started,
             })
             .collect(),
+        drain_rungs: record
+            .drain_rungs
+            .iter()
+            .map(|u| RungStatus {
+                rung: u.rung.as_str().into(),
+                rule: u.rule.clone(),
+                version: u.version.to_string(),
+                attempt: u.attempt,
+                detail: u.detail.clone(),
+            })
+            .collect(),
         observed_generation: Some(generation),
         conditions: node_conditions(p, generation, previous, &rfc3339(now)),
     }
@@ -265,6 +297,23 @@ pub fn decode(
             Ok(Rollbacks {
                 version: version("rollbacksStarted.version", &r.version)?,
                 started: r.started,
+            })
+        })
+        .collect::<Result<_, RecordError>>()?;
+    record.drain_rungs = s
+        .drain_rungs
+        .iter()
+        .map(|u| {
+            Ok(super::RungUse {
+                rung: super::RungKind::parse(&u.rung).ok_or_else(|| RecordError::Invalid {
+                    field: "drainRungs.rung",
+                    value: u.rung.clone(),
+                    why: "expected evict, restart, wait, skip or delete".into(),
+                })?,
+                rule: u.rule.clone(),
+                version: version("drainRungs.version", &u.version)?,
+                attempt: u.attempt,
+                detail: u.detail.clone(),
             })
         })
         .collect::<Result<_, RecordError>>()?;

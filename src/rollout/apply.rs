@@ -13,9 +13,11 @@
 
 use super::decision::Action;
 use crate::cluster::{
-    Cluster, Cordoned, EvictionPass, NodeProgress, NodeRecord, NodeView, RecordWrite, Requests,
-    RunStart, Stored,
+    Cluster, Cordoned, DrainOrder, EvictionPass, NodeProgress, NodeRecord, NodeView, RecordWrite,
+    Requests, RunStart, RungTaken, Stored,
 };
+use crate::config::DrainRule;
+use crate::record::RungUse;
 use chrono::{DateTime, Utc};
 
 /// A reconcile step that could not complete.
@@ -45,6 +47,8 @@ pub(super) struct NodeCalls<'a> {
     name: &'a str,
     stored: Option<Stored>,
     now: DateTime<Utc>,
+    /// The environment's drain rules, for an eviction pass.
+    rules: &'a [DrainRule],
 }
 
 impl<'a> NodeCalls<'a> {
@@ -55,6 +59,45 @@ impl<'a> NodeCalls<'a> {
             name,
             stored: view.and_then(|v| v.record.clone()),
             now,
+            rules: &[],
+        }
+    }
+
+    /// The calls, an eviction pass following `rules`.
+    pub(super) fn with_rules(mut self, rules: &'a [DrainRule]) -> Self {
+        self.rules = rules;
+        self
+    }
+
+    /// Record the drain rungs beyond `evict` a pass used, unless the
+    /// record holds them already (one write per rung, version and attempt).
+    pub(super) async fn note_rungs<C: Cluster>(
+        &mut self,
+        cluster: &C,
+        taken: &[RungTaken],
+    ) -> Result<Vec<RungTaken>, C::Error> {
+        let record = self.record();
+        let Some(p) = record.progress.as_ref() else {
+            return Ok(Vec::new());
+        };
+        let uses: Vec<RungUse> = taken
+            .iter()
+            .map(|t| RungUse {
+                rung: t.rung,
+                rule: t.rule.clone(),
+                version: p.run_version().clone(),
+                attempt: record.attempt,
+                detail: t.detail.clone(),
+            })
+            .collect();
+        let new: Vec<RungTaken> = taken
+            .iter()
+            .filter(|t| record.used_rung(t.rung, p.run_version()).is_none())
+            .cloned()
+            .collect();
+        match record.with_rungs(&uses) {
+            Some(r) => self.write(cluster, r).await.map(|()| new),
+            None => Ok(Vec::new()),
         }
     }
 
@@ -214,7 +257,22 @@ pub(super) async fn apply_on<C: Cluster>(
             calls.write(cluster, r).await.map_err(err)?;
             calls.start(cluster, progress).await
         }
-        Action::Evict { node } => return cluster.evict(node).await.map(Some).map_err(err),
+        Action::Evict { node, cordoned_at } => {
+            let since_cordon = (calls.now - *cordoned_at).to_std().unwrap_or_default();
+            // One mark per drain: the cordon's time, the node and the
+            // attempt (two nodes may be cordoned in the same second).
+            let mark = format!(
+                "{} drover {node} attempt {}",
+                cordoned_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                calls.record().attempt
+            );
+            let order = DrainOrder {
+                rules: calls.rules,
+                since_cordon,
+                mark: &mark,
+            };
+            return cluster.evict(node, &order).await.map(Some).map_err(err);
+        }
         Action::StartUpgrade { progress, .. } => calls.start(cluster, progress).await,
         Action::Block {
             progress, uncordon, ..

@@ -39,6 +39,7 @@ pub(super) fn policy(max: u32, mode: OnDrainTimeout) -> Policy {
         prepare: false,
         prestage: std::time::Duration::ZERO,
         revoked: Vec::new(),
+        drain: Vec::new(),
     }
 }
 

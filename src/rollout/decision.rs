@@ -51,6 +51,10 @@ pub struct Policy {
     /// `[promotion] revoked` of the policy in force: no node is moved to,
     /// or rolled back to, one of these (nor a build-metadata variant).
     pub revoked: Vec<Version>,
+    /// `[[drain]]`: the rungs a drain gives the pods each rule matches,
+    /// and the pre-drain taint's lead (`config::drain`); empty = every pod
+    /// evicted until `drain_timeout`.
+    pub drain: Vec<crate::config::DrainRule>,
 }
 
 impl Policy {
@@ -69,6 +73,7 @@ impl Policy {
             prepare: env.prepare.enabled,
             prestage: env.prepare.prestage,
             revoked: Vec::new(),
+            drain: env.drain.clone(),
         }
     }
 
@@ -168,10 +173,14 @@ pub enum Action {
         /// The progress to write (its target and started-at identify the run).
         progress: NodeProgress,
     },
-    /// One eviction pass.
+    /// One eviction pass, each pod by the rung of its drain rule in force
+    /// for how long the node has been cordoned.
     Evict {
         /// Node name.
         node: String,
+        /// When the node was cordoned (the drain's start, after the
+        /// pre-drain taint's lead): the rungs count from it.
+        cordoned_at: DateTime<Utc>,
     },
     /// Start the driver run the record planned (the upgrade the cordon's
     /// record names, or the rollback's): no record write, unless the
@@ -354,7 +363,7 @@ impl Action {
         match self {
             Action::Cordon { node, .. }
             | Action::Prepare { node, .. }
-            | Action::Evict { node }
+            | Action::Evict { node, .. }
             | Action::StartUpgrade { node, .. }
             | Action::Block { node, .. }
             | Action::Complete { node, .. }

@@ -14,7 +14,8 @@ use super::decide::decide;
 use super::decision::{Action, Decision, Held, Inputs, Policy};
 use super::health::bounded;
 use super::pacing::{Room, Slots, Turn};
-use crate::cluster::{Cluster, NodeProgress, NodeSeen, NodeView, ProgressState};
+use crate::cluster::{Cluster, NodeProgress, NodeSeen, NodeView, ProgressState, RungTaken};
+use crate::config::DrainRule;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -73,6 +74,10 @@ pub struct Outcome {
     /// differently): (node, the message recorded on the node). A budget that
     /// keeps refusing the same pods is reported once, not per pass.
     pub evictions_blocked: Vec<(String, String)>,
+    /// Drain rungs beyond `evict` (restart, wait, skip, delete) newly used
+    /// on a node and recorded on its record: (node, what). Each is said
+    /// once per rung, version and attempt.
+    pub drain_rungs: Vec<(String, RungTaken)>,
     /// The step changed something that the next observation should see at
     /// once: call `reconcile` again now rather than waiting for `wake_at`.
     pub again: bool,
@@ -186,7 +191,7 @@ pub async fn reconcile<C: Cluster>(
     for d in apply_all(
         cluster,
         &decision.actions,
-        &nodes,
+        (&nodes, &policy.drain),
         &decision.held,
         now,
         &room,
@@ -207,6 +212,7 @@ pub async fn reconcile<C: Cluster>(
     Ok(Outcome {
         decision,
         evictions_blocked: run.evictions_blocked,
+        drain_rungs: run.rungs,
         again: run.again,
         retry_evictions: run.retry_evictions,
         held,
@@ -220,7 +226,7 @@ pub async fn reconcile<C: Cluster>(
 async fn apply_all<C: Cluster>(
     cluster: &C,
     actions: &[Action],
-    nodes: &[NodeView],
+    (nodes, rules): (&[NodeView], &[DrainRule]),
     held: &[Held],
     now: DateTime<Utc>,
     room: &Room,
@@ -235,9 +241,18 @@ async fn apply_all<C: Cluster>(
     let slots = Slots::new();
     // Futures made by a named fn, not a closure's async block: the
     // agent's pass must stay `Send`, which closures over borrows defeat.
-    let groups = by_node
-        .into_iter()
-        .map(|(_, is)| in_order(cluster, actions, is, nodes, held, now, room, &slots));
+    let groups = by_node.into_iter().map(|(_, is)| {
+        in_order(
+            cluster,
+            actions,
+            is,
+            (nodes, rules),
+            held,
+            now,
+            room,
+            &slots,
+        )
+    });
     let mut done: Vec<(usize, Done)> = futures::future::join_all(groups)
         .await
         .into_iter()
@@ -254,7 +269,7 @@ async fn in_order<C: Cluster>(
     cluster: &C,
     actions: &[Action],
     is: Vec<usize>,
-    nodes: &[NodeView],
+    (nodes, rules): (&[NodeView], &[DrainRule]),
     held: &[Held],
     now: DateTime<Utc>,
     room: &Room,
@@ -264,7 +279,8 @@ async fn in_order<C: Cluster>(
     let mut stopped = false;
     let mut slot = None;
     let name = is.first().map_or("", |i| actions[*i].node());
-    let mut calls = NodeCalls::new(name, nodes.iter().find(|n| n.name == name), now);
+    let mut calls =
+        NodeCalls::new(name, nodes.iter().find(|n| n.name == name), now).with_rules(rules);
     for i in is {
         let action = &actions[i];
         if stopped {
@@ -318,6 +334,8 @@ struct Done {
     retry_evictions: bool,
     /// (node, message) of a drain newly held back by budgets.
     evictions_blocked: Option<(String, String)>,
+    /// The drain rungs beyond `evict` newly recorded on the node.
+    rungs: Vec<(String, RungTaken)>,
 }
 
 impl Done {
@@ -330,6 +348,7 @@ impl Done {
             again: false,
             retry_evictions: false,
             evictions_blocked: None,
+            rungs: Vec::new(),
         }
     }
 }
@@ -376,6 +395,20 @@ async fn attempt<C: Cluster>(
         return done;
     };
     done.retry_evictions = true;
+    if !pass.rungs.is_empty() {
+        let node = action.node().to_string();
+        match calls.note_rungs(cluster, &pass.rungs).await {
+            Ok(new) => {
+                done.again |= new.iter().any(|t| t.rung == crate::config::RungKind::Skip);
+                done.rungs = new.into_iter().map(|t| (node.clone(), t)).collect();
+            }
+            Err(e) => {
+                tracing::warn!(node = %node, error = %e, "could not record the drain's rungs");
+                done.failure = Some((node, bounded(format!("recording the drain's rungs: {e}"))));
+                return done;
+            }
+        }
+    }
     let progress = calls.progress();
     let (false, Some(p)) = (pass.blocked_by.is_empty(), progress) else {
         return done;
@@ -405,6 +438,7 @@ struct Run {
     /// (node, why) of each call that failed.
     failures: Vec<(String, String)>,
     evictions_blocked: Vec<(String, String)>,
+    rungs: Vec<(String, RungTaken)>,
     again: bool,
     retry_evictions: bool,
 }
@@ -421,6 +455,7 @@ impl Run {
         self.again |= d.again;
         self.retry_evictions |= d.retry_evictions;
         self.evictions_blocked.extend(d.evictions_blocked);
+        self.rungs.extend(d.rungs);
     }
 
     /// The holds after the step: `decided`, less the nodes whose call

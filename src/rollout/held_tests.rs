@@ -407,15 +407,19 @@ impl Cluster for SlowDrain<'_> {
         self.note(format!("uncordon {node}"));
         r
     }
-    async fn evict(&self, node: &str) -> Result<crate::cluster::EvictionPass, Self::Error> {
+    async fn evict(
+        &self,
+        node: &str,
+        order: &crate::cluster::DrainOrder<'_>,
+    ) -> Result<crate::cluster::EvictionPass, Self::Error> {
         if node != "b" {
-            return self.sim.evict(node).await;
+            return self.sim.evict(node, order).await;
         }
         self.note("evict b begins".into());
         for _ in 0..50 {
             YieldNow(false).await;
         }
-        let r = self.sim.evict(node).await;
+        let r = self.sim.evict(node, order).await;
         self.note("evict b ends".into());
         r
     }

@@ -24,7 +24,7 @@ use super::held;
 use super::tally::retry_backoff;
 use super::tally::{elapsed, fmt_duration, given_back_as, rfc3339, Ctx, Tally};
 use crate::cluster::{NodeProgress, NodeView, ProgressState, UpgradeStatus};
-use crate::config::OnDrainTimeout;
+use crate::config::{taint_lead, DrainRule, OnDrainTimeout};
 
 /// A node being drained.
 pub(super) fn draining(
@@ -61,6 +61,16 @@ pub(super) fn draining(
             ..p.clone()
         };
         return upgrading(ctx, n, &run, true, hold, t);
+    }
+    let skipped = n
+        .record
+        .as_ref()
+        .and_then(|s| s.record.used_rung(crate::config::RungKind::Skip, &p.target));
+    if let Some(u) = skipped {
+        // A drain rule's ladder reached `skip`: given back, not failed,
+        // whatever `on_drain_timeout` says.
+        let why = format!("skipped by drain rule {}: {}", u.rule, u.detail);
+        return given_back_blocked(ctx, n, p, why, false, t);
     }
     let (timed_out, deadline) = elapsed(ctx.now, p.started_at, policy.drain_timeout);
     if timed_out {
@@ -100,7 +110,14 @@ pub(super) fn draining(
         state: ProgressState::Upgrading,
         ..p.clone()
     };
-    evict_or_start(n, &p, message, started, t);
+    let at = cordoned_at(&p, &policy.drain);
+    evict_or_start(n, &p, at, message, started, t);
+}
+
+/// When a drain whose record says `p` was cordoned: its start, after the
+/// pre-drain taint's lead when a rule asks for one.
+pub(super) fn cordoned_at(p: &NodeProgress, rules: &[DrainRule]) -> chrono::DateTime<chrono::Utc> {
+    super::tally::add(p.started_at, taint_lead(rules))
 }
 
 /// The step of a drained-or-draining node: evict what is left on it, else
@@ -110,6 +127,7 @@ pub(super) fn draining(
 pub(super) fn evict_or_start(
     n: &NodeView,
     p: &NodeProgress,
+    cordoned_at: chrono::DateTime<chrono::Utc>,
     message: Option<String>,
     started: NodeProgress,
     t: &mut Tally<'_>,
@@ -120,6 +138,7 @@ pub(super) fn evict_or_start(
     if n.pods_to_evict > 0 {
         t.advances.push(Action::Evict {
             node: n.name.clone(),
+            cordoned_at,
         });
     } else {
         t.advances.push(Action::StartUpgrade {
@@ -149,7 +168,6 @@ fn drain_timed_out(
     t: &mut Tally<'_>,
 ) {
     let policy = ctx.policy;
-    let now = ctx.now;
     let left = match &n.fault {
         Some(_) => "its pods could not be listed".to_string(),
         None => format!("{} pods left", n.pods_to_evict),
@@ -166,10 +184,26 @@ fn drain_timed_out(
     } else {
         format!("{left}; {detail}")
     };
-    let msg = super::health::bounded(format!(
+    let msg = format!(
         "drain did not finish within drain_timeout ({}): {why}",
         fmt_duration(policy.drain_timeout),
-    ));
+    );
+    let stop = policy.on_drain_timeout == OnDrainTimeout::Stop;
+    given_back_blocked(ctx, n, p, msg, stop, t);
+}
+
+/// Give a draining node back, blocked, with `msg`; the rollout stops
+/// starting nodes when `stop`, else the node is tried again after its backoff.
+fn given_back_blocked(
+    ctx: &Ctx<'_>,
+    n: &NodeView,
+    p: &NodeProgress,
+    msg: String,
+    stop: bool,
+    t: &mut Tally<'_>,
+) {
+    let now = ctx.now;
+    let msg = super::health::bounded(msg);
     let retry_at = super::tally::add(now, retry_backoff(p.retries));
     t.blocked_msg.get_or_insert_with(|| {
         format!(
@@ -179,7 +213,7 @@ fn drain_timed_out(
             rfc3339(retry_at)
         )
     });
-    if policy.on_drain_timeout == OnDrainTimeout::Skip {
+    if !stop {
         t.wake.at(retry_at);
     }
     t.releases.push(Action::Block {
@@ -189,7 +223,7 @@ fn drain_timed_out(
     });
     t.blocked_count += 1;
     t.unavailable += usize::from(!n.ready);
-    if policy.on_drain_timeout == OnDrainTimeout::Stop {
+    if stop {
         t.stop_blocked
             .get_or_insert((n.name.clone(), "drain timed out".into()));
     }

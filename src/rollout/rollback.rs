@@ -261,7 +261,8 @@ pub(super) fn rolling_back(
         });
         return;
     }
-    super::in_flight::evict_or_start(n, p, message, p.clone(), t);
+    // A rollback drains a node cordoned at its start: no taint's lead.
+    super::in_flight::evict_or_start(n, p, p.started_at, message, p.clone(), t);
 }
 
 /// Whether node `n`, Ready at its previous version, passes the health

@@ -41,6 +41,7 @@ fn policy(on_failure: OnFailure, max_unavailable: u32, max_rollbacks: u32) -> Po
         prepare: false,
         prestage: std::time::Duration::ZERO,
         revoked: Vec::new(),
+        drain: Vec::new(),
     }
 }
 

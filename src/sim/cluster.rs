@@ -237,7 +237,14 @@ impl Cluster for Sim {
         Ok(())
     }
 
-    async fn evict(&self, node: &str) -> Result<EvictionPass, SimError> {
+    /// The simulation's pods carry no namespace nor labels: every pod is
+    /// evicted, whatever `order`'s rules say (the rungs are the Kubernetes
+    /// backend's, tested against the real API server).
+    async fn evict(
+        &self,
+        node: &str,
+        _order: &crate::cluster::DrainOrder<'_>,
+    ) -> Result<EvictionPass, SimError> {
         let now = self.clock.now();
         let mut s = self.lock();
         s.count_and_check("evict", node, CallFault::Evict, now)?;
@@ -280,6 +287,7 @@ impl Cluster for Sim {
             remaining,
             blocked_by,
             refused_pods,
+            rungs: Vec::new(),
         })
     }
 

@@ -55,6 +55,13 @@ pub struct NodeDetail {
     /// [`MAX_CHECK_BYTES`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failed_checks: Vec<String>,
+    /// Every drain rung beyond `evict` used on a node for the report's
+    /// version (docs/config.md, "Drain rules"): `"<node>: <rung> (rule
+    /// <rule>, attempt <n>): <what it did>"`, each at most
+    /// [`MAX_CHECK_BYTES`]: restarts, waits, skips and deletes are evidence
+    /// a reviewer of the next environment sees.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drain_rungs: Vec<String>,
     /// Names left out of the lists to stay within [`MAX_DETAIL_BYTES`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub omitted: u32,
@@ -79,6 +86,7 @@ impl NodeDetail {
             && self.blocked.is_empty()
             && self.rolled_back.is_empty()
             && self.failed_checks.is_empty()
+            && self.drain_rungs.is_empty()
             && self.omitted == 0
             && self.phases.is_empty()
     }
@@ -119,6 +127,7 @@ impl NodeDetail {
         }
         let mut budget = MAX_DETAIL_BYTES;
         let checks = failed_checks(nodes, version);
+        let rungs = drain_rungs(nodes, version);
         let [in_progress, failed, blocked, rolled_back, at_version] = lists;
         for (names, into) in [
             (in_progress, &mut out.in_progress),
@@ -128,6 +137,10 @@ impl NodeDetail {
             (
                 checks.iter().map(String::as_str).collect(),
                 &mut out.failed_checks,
+            ),
+            (
+                rungs.iter().map(String::as_str).collect(),
+                &mut out.drain_rungs,
             ),
             (at_version, &mut out.at_version),
         ] {
@@ -144,6 +157,42 @@ impl NodeDetail {
         }
         out
     }
+}
+
+/// `"<node>: <rung> (rule <rule>, attempt <n>): <detail>"` for every drain
+/// rung beyond `evict` a node's record holds for `version`, by node, each
+/// bounded by [`MAX_CHECK_BYTES`].
+fn drain_rungs(nodes: &[NodeView], version: &Version) -> Vec<String> {
+    let mut out: Vec<String> = nodes
+        .iter()
+        .filter_map(|n| n.record.as_ref().map(|s| (n, s)))
+        .flat_map(|(n, s)| {
+            s.record
+                .drain_rungs
+                .iter()
+                .filter(|u| u.version == *version)
+                .map(move |u| {
+                    let mut line = format!(
+                        "{}: {} (rule {}, attempt {}): {}",
+                        n.name,
+                        u.rung.as_str(),
+                        u.rule,
+                        u.attempt,
+                        u.detail
+                    );
+                    if line.len() > MAX_CHECK_BYTES {
+                        let mut end = MAX_CHECK_BYTES;
+                        while !line.is_char_boundary(end) {
+                            end -= 1;
+                        }
+                        line.truncate(end);
+                    }
+                    line
+                })
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 /// `"<node>: <message>"` for every node whose record at `version` says it

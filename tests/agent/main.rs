@@ -11,6 +11,7 @@ mod agent_bottlerocket;
 mod agent_conditions;
 mod agent_consent;
 mod agent_doctor;
+mod agent_drain;
 mod agent_durable;
 mod agent_evidence;
 mod agent_gate;

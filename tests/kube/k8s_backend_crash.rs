@@ -80,8 +80,12 @@ impl Cluster for Crashy {
     async fn uncordon(&self, node: &str) -> Result<(), Error> {
         self.gate(self.inner.uncordon(node)).await
     }
-    async fn evict(&self, node: &str) -> Result<EvictionPass, Error> {
-        self.gate(self.inner.evict(node)).await
+    async fn evict(
+        &self,
+        node: &str,
+        order: &drover::cluster::DrainOrder<'_>,
+    ) -> Result<EvictionPass, Error> {
+        self.gate(self.inner.evict(node, order)).await
     }
     async fn start_run(&self, node: &str, start: &RunStart) -> Result<(), Error> {
         self.gate(self.inner.start_run(node, start)).await

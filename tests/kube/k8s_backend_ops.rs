@@ -174,11 +174,11 @@ async fn a_drain_evicts_what_it_must_and_names_the_blocking_pdb() {
         "web-0 and free; not the finished pod"
     );
 
-    let pass = cluster.evict(&node).await.unwrap();
+    let pass = cluster.evict(&node, &Default::default()).await.unwrap();
     assert_eq!(pass.blocked_by, vec![format!("{}/web", ns.name())]);
     assert_eq!(pass.remaining, 2, "web-0 refused, free terminating");
     // A second pass does not evict the terminating pod again, and is still refused.
-    let pass = cluster.evict(&node).await.unwrap();
+    let pass = cluster.evict(&node, &Default::default()).await.unwrap();
     assert_eq!(pass.blocked_by, vec![format!("{}/web", ns.name())]);
     await_gone(&pods, "free").await;
     assert!(pods
@@ -200,7 +200,7 @@ async fn a_drain_evicts_what_it_must_and_names_the_blocking_pdb() {
         pdb_settled(p, |s| s.disruptions_allowed == Some(1))
     })
     .await;
-    let pass = cluster.evict(&node).await.unwrap();
+    let pass = cluster.evict(&node, &Default::default()).await.unwrap();
     assert!(pass.blocked_by.is_empty(), "{pass:?}");
     await_gone(&pods, "web-0").await;
     let mut changes = cluster.changes();

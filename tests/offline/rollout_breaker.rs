@@ -90,6 +90,7 @@ fn policy(c: &Case) -> Policy {
         prepare: false,
         prestage: Duration::ZERO,
         revoked: Vec::new(),
+        drain: Vec::new(),
     }
 }
 

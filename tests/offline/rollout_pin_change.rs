@@ -39,6 +39,7 @@ fn policy(target: &str) -> Policy {
         prepare: false,
         prestage: Duration::ZERO,
         revoked: Vec::new(),
+        drain: Vec::new(),
     }
 }
 

@@ -221,6 +221,7 @@ fn build(c: &Case, clock: &VirtualClock) -> (Sim, Policy) {
         prepare: false,
         prestage: std::time::Duration::ZERO,
         revoked: Vec::new(),
+        drain: Vec::new(),
     };
     (sim, policy)
 }

@@ -32,6 +32,7 @@ fn policy(max: u32, mode: OnDrainTimeout) -> Policy {
         prepare: false,
         prestage: std::time::Duration::ZERO,
         revoked: Vec::new(),
+        drain: Vec::new(),
     }
 }
 

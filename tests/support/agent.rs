@@ -75,6 +75,7 @@ pub struct ConfigRepo {
     /// `[driver] prestage` written from the next commit on (default: none,
     /// the config's `"0s"`).
     prestage: std::cell::RefCell<Option<String>>,
+    drain: std::cell::RefCell<String>,
 }
 
 impl ConfigRepo {
@@ -133,6 +134,7 @@ impl ConfigRepo {
             envs: envs.to_vec(),
             max_unavailable: std::cell::Cell::new(1),
             prestage: Default::default(),
+            drain: Default::default(),
         };
         for e in envs {
             repo.write_env(e);
@@ -156,12 +158,13 @@ impl ConfigRepo {
             format!(
                 "version = \"{}\"\n\n[window]\nschedule = \"{}\"\nduration = \"6h\"\ntimezone = \"UTC\"\n\n\
                  [rollout]\nmax_unavailable = {}\ndrain_timeout = \"5m\"\nnode_timeout = \"10m\"\nnode_selector = \"{}\"\n\n\
-                 [promotion]\nsoak = \"{}\"\n{driver}",
+                 [promotion]\nsoak = \"{}\"\n{driver}{}",
                 e.version,
                 e.schedule,
                 self.max_unavailable.get(),
                 e.selector,
-                e.soak
+                e.soak,
+                self.drain.borrow()
             ),
         )
         .unwrap();
@@ -205,6 +208,11 @@ impl ConfigRepo {
     /// of the next commits.
     pub fn set_prestage(&self, prestage: &str) {
         *self.prestage.borrow_mut() = Some(prestage.to_string());
+    }
+
+    /// `[[drain]]` tables (TOML text), in the environment files of the next commits.
+    pub fn set_drain(&self, tables: &str) {
+        *self.drain.borrow_mut() = format!("\n{tables}");
     }
 
     /// Pin `env` to `version` in a commit (signed: a reviewed merge; unsigned: pushed past review) and push it.

@@ -99,6 +99,7 @@ pub fn policy(target: &str, max: u32, drain_timeout: Duration, node_timeout: Dur
         prepare: false,
         prestage: std::time::Duration::ZERO,
         revoked: Vec::new(),
+        drain: Vec::new(),
     }
 }
 
