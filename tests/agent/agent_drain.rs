@@ -15,13 +15,18 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::support::agent::*;
-use crate::support::backend::{pool_options, start_sim, POOL_LABEL};
+use crate::support::backend::{
+    await_node_record, pool_options, request_retry, start_sim, POOL_LABEL,
+};
 use crate::support::kube::{
-    await_gone, await_pdb, await_pod, events_for, os_image, pdb_min_available, pdb_settled, pod_on,
-    pod_running_ready, unschedulable, ControlPlane, TestNamespace,
+    await_gone, await_object, await_pdb, await_pod, events_for, os_image, pdb_min_available,
+    pdb_settled, pod_held_by_a_pdb, pod_on, pod_running_ready, unschedulable, ControlPlane,
+    TestNamespace,
 };
 use crate::support::kubelet::Kubelet;
+use drover::cluster::ProgressState;
 use drover::config::DRAIN_TAINT;
+use drover::record::wire::DroverNode;
 use drover::rollout::VirtualClock;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
@@ -543,6 +548,128 @@ async fn a_single_replica_statefulset_completes_where_a_rule_restarts_it() {
             .any(|l| l.contains("restart (rule singletons")),
         "{:?}",
         report.detail
+    );
+    w.sim.shutdown().await;
+}
+
+/// One rule over the pod `app=web` with `ladder`.
+fn rule(ladder: &str, allow_delete: bool) -> String {
+    format!(
+        "[[drain]]\nname = \"web\"\nselector = \"app=web\"\nladder = {ladder}\nallow_delete = {allow_delete}\n"
+    )
+}
+
+impl World {
+    /// Wait until `node`'s record holds a rung `rung` of the current attempt.
+    async fn await_rung(&self, node: &str, rung: &str) {
+        let api: Api<DroverNode> = Api::namespaced(self.client.clone(), self.ns.name());
+        await_object(&api, node, &format!("the rung {rung} recorded"), |r| {
+            r.status.as_ref().is_some_and(|s| {
+                s.drain_rungs
+                    .iter()
+                    .any(|u| u.rung == rung && u.attempt == s.attempt)
+            })
+        })
+        .await;
+    }
+
+    /// The deletes of pods in the test's namespace, from the audit log.
+    async fn pod_deletes(&self) -> Vec<String> {
+        ControlPlane::get()
+            .audited(&self.client)
+            .await
+            .into_iter()
+            .filter(|a| a.verb == "delete" && a.resource == "pods" && a.namespace == self.ns.name())
+            .map(|a| format!("{} by {}", a.name, a.user_agent))
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn no_ladder_deletes_a_pod_without_an_allow_and_one_that_allows_it_does() {
+    let w = world("drain-nodelete").await;
+    let node = w.nodes[0].clone();
+    // A pod of no controller, its PDB allowing no eviction.
+    pod_held_by_a_pdb(&w.client, w.ns.name(), &node).await;
+    let pods: Api<Pod> = Api::namespaced(w.client.clone(), w.ns.name());
+    let uid = pods.get("web-0").await.unwrap().uid();
+    // `restart` on a pod no Deployment or StatefulSet owns: evicted, refused.
+    w.bump_with(&rule("[\"restart\"]", false)).await;
+    await_node_record(
+        &w.client,
+        w.ns.name(),
+        &node,
+        "draining, refused",
+        |_, p| {
+            p.is_some_and(|p| {
+                p.state == ProgressState::Draining && p.message.contains("refused evicting")
+            })
+        },
+    )
+    .await;
+    // `wait`: left alone.
+    w.repo.set_drain(&rule("[\"wait 1h\"]", false));
+    w.repo.bump("test", "1.13.0", true);
+    assert_eq!(w.agent.webhook().await, 202);
+    w.await_rung(&node, "wait").await;
+    // `skip`: given back, blocked as skipped, not failed.
+    w.repo.set_drain(&rule("[\"skip\"]", false));
+    w.repo.bump("test", "1.13.0", true);
+    assert_eq!(w.agent.webhook().await, 202);
+    await_node_record(
+        &w.client,
+        w.ns.name(),
+        &node,
+        "given back, skipped",
+        |n, p| {
+            !unschedulable(n)
+                && p.is_some_and(|p| {
+                    p.state == ProgressState::Blocked
+                        && p.message.contains("skipped by drain rule web")
+                })
+        },
+    )
+    .await;
+    assert_eq!(
+        pods.get("web-0").await.unwrap().uid(),
+        uid,
+        "web-0 was replaced"
+    );
+    assert_eq!(w.pod_deletes().await, Vec::<String>::new());
+    let report = w.report_naming("skip (rule web").await;
+    assert!(
+        report
+            .detail
+            .drain_rungs
+            .iter()
+            .any(|l| l.contains("wait (rule web")),
+        "{:?}",
+        report.detail
+    );
+
+    // The control: a rule that allows it deletes the pod, once the node is
+    // tried again, and says so.
+    w.repo.set_drain(&rule("[\"delete\"]", true));
+    w.repo.bump("test", "1.13.0", true);
+    assert_eq!(w.agent.webhook().await, 202);
+    w.await_rung(&node, "skip").await;
+    request_retry(&w.client, w.ns.name(), &node).await;
+    w.await_upgraded().await;
+    assert!(pods.get_opt("web-0").await.unwrap().is_none());
+    // drover's one delete (the simulated kubelet then finishes it, as a
+    // kubelet does, with a delete of its own).
+    let deletes = w.pod_deletes().await;
+    assert_eq!(
+        deletes.iter().filter(|d| d.contains(" by drover/")).count(),
+        1,
+        "{deletes:?}"
+    );
+    w.report_naming("delete (rule web").await;
+    let evs = w.rung_events(&node).await;
+    assert!(
+        evs.iter()
+            .any(|e| e.contains("drain rule web: delete: deleted pod")),
+        "{evs:?}"
     );
     w.sim.shutdown().await;
 }
