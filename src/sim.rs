@@ -163,6 +163,8 @@ pub struct SimNode {
     pub unschedulable: bool,
     /// Who cordoned it.
     pub cordoned_by: Option<CordonedBy>,
+    /// It carries drover's pre-drain taint.
+    pub drain_tainted: bool,
     /// The Node's annotations: anyone with `patch nodes`, and its kubelet,
     /// can write them; drover acts on none.
     pub annotations: BTreeMap<String, String>,
@@ -190,6 +192,7 @@ impl SimNode {
             ready: true,
             unschedulable: false,
             cordoned_by: None,
+            drain_tainted: false,
             annotations: BTreeMap::new(),
             node_time,
             failure: None,

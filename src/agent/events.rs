@@ -407,7 +407,11 @@ impl Events {
             // Event (`NodeHeld`, published with the outcome's holds).
             // A run's state written before its give-back: the give-back's
             // own Event follows.
-            Action::Evict { .. } | Action::Note { .. } | Action::StopRun { .. } => return,
+            // The taint's Event is the DrainRung of the cordon that set it.
+            Action::Evict { .. }
+            | Action::Note { .. }
+            | Action::StopRun { .. }
+            | Action::Taint { .. } => return,
             Action::StartUpgrade { progress, .. }
                 if progress.run_action() == crate::record::RunAction::Rollback =>
             {

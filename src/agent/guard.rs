@@ -100,6 +100,10 @@ impl<C: Cluster + Sync> Cluster for Guarded<'_, C> {
         self.guarded(self.inner.uncordon(node)).await
     }
 
+    async fn taint(&self, node: &str) -> Result<(), Self::Error> {
+        self.guarded(self.inner.taint(node)).await
+    }
+
     async fn evict(
         &self,
         node: &str,

@@ -93,6 +93,9 @@ pub struct NodeView {
     /// [`crate::config::CONSENT_PAUSED`]. Read, never written: it only keeps
     /// a node from being started.
     pub consent_paused: bool,
+    /// The node carries drover's pre-drain taint
+    /// ([`crate::config::DRAIN_TAINT`]).
+    pub drain_tainted: bool,
     /// Rollbacks started on the node, per version rolled back from.
     pub rollbacks: Vec<crate::record::Rollbacks>,
     /// The stored record, what the next write builds on; `None` before
@@ -125,6 +128,7 @@ impl Default for NodeView {
             ignored: Vec::new(),
             managed_by: None,
             consent_paused: false,
+            drain_tainted: false,
         }
     }
 }
@@ -310,8 +314,14 @@ pub trait Cluster {
     /// was schedulable. The engine records that drover cordons it first.
     fn cordon(&self, node: &str) -> impl Future<Output = Result<Cordoned, Self::Error>> + Send;
 
-    /// Uncordon `node`. The engine calls it only on a node whose record
-    /// says drover cordoned it, and whose runs cannot act on it any more.
+    /// Set drover's pre-drain taint ([`crate::config::DRAIN_TAINT`]) on
+    /// `node`, the lead time before its cordon a drain rule asks for.
+    fn taint(&self, node: &str) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// Uncordon `node` (and remove the pre-drain taint). The engine calls
+    /// it only on a node whose record says drover cordoned it (or will:
+    /// one given back during the taint's lead), and whose runs cannot act
+    /// on it any more.
     fn uncordon(&self, node: &str) -> impl Future<Output = Result<(), Self::Error>> + Send;
 
     /// One eviction pass over `node`'s pods through the Eviction API, so

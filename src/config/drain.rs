@@ -55,6 +55,9 @@ pub enum RungKind {
     /// Delete the pods (no PodDisruptionBudget asked): only on a rule with
     /// `allow_delete = true`.
     Delete,
+    /// The pre-drain taint before the cordon (a rule's `taint`, not a
+    /// ladder's rung; recorded as one).
+    Taint,
 }
 
 impl RungKind {
@@ -74,12 +77,16 @@ impl RungKind {
             RungKind::Wait => "wait",
             RungKind::Skip => "skip",
             RungKind::Delete => "delete",
+            RungKind::Taint => "taint",
         }
     }
 
     /// The rung named `s`, as [`Self::as_str`] writes it.
     pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|k| k.as_str() == s)
+        Self::ALL
+            .into_iter()
+            .chain([RungKind::Taint])
+            .find(|k| k.as_str() == s)
     }
 
     /// `skip` and `delete` end a ladder.

@@ -9,7 +9,7 @@
 //! status heartbeat) makes the patch fail with 409; drover then reads the
 //! node again and re-checks.
 
-use super::node::ObservedNode;
+use super::node::{is_drain_taint, ObservedNode};
 use super::observe::Observer;
 use super::{is_status, Error, FIELD_MANAGER};
 use crate::cluster::Cordoned;
@@ -111,8 +111,61 @@ pub async fn uncordon(obs: &Observer, node: &str) -> Result<(), Error> {
                 node: node.to_string(),
             });
         }
-        // null removes the field, as `kubectl uncordon` leaves it.
-        Ok(Some(json!({ "spec": { "unschedulable": null } })))
+        // null removes the field, as `kubectl uncordon` leaves it; the
+        // pre-drain taint goes in the same write.
+        Ok(Some(without_drain_taint(
+            cur,
+            json!({ "spec": { "unschedulable": null } }),
+        )))
+    })
+    .await?;
+    untaint(obs, node).await
+}
+
+/// `patch` removing drover's pre-drain taint too, when `cur` carries it
+/// (the list is written whole; the precondition keeps others' changes).
+fn without_drain_taint(cur: &ObservedNode, mut patch: Value) -> Value {
+    if cur.drain_tainted() {
+        let kept: Vec<Value> = cur
+            .taints
+            .iter()
+            .filter(|t| !is_drain_taint(t))
+            .cloned()
+            .collect();
+        patch["spec"]["taints"] = if kept.is_empty() {
+            Value::Null
+        } else {
+            Value::Array(kept)
+        };
+    }
+    patch
+}
+
+/// Set drover's pre-drain taint on `node` (`config::DRAIN_TAINT`), the
+/// lead before its cordon; nothing written when it is there.
+pub async fn taint(obs: &Observer, node: &str) -> Result<(), Error> {
+    guarded_patch(obs, node, "taint", |cur| {
+        if cur.drain_tainted() {
+            return Ok(None);
+        }
+        let mut taints = cur.taints.clone();
+        taints.push(json!({
+            "key": crate::config::DRAIN_TAINT,
+            "effect": crate::config::DRAIN_TAINT_EFFECT,
+        }));
+        Ok(Some(json!({ "spec": { "taints": taints } })))
+    })
+    .await?;
+    Ok(())
+}
+
+/// Remove drover's pre-drain taint from a schedulable `node` (a node given
+/// back before its cordon); nothing written when it is not there.
+pub async fn untaint(obs: &Observer, node: &str) -> Result<(), Error> {
+    guarded_patch(obs, node, "untaint", |cur| {
+        Ok(cur
+            .drain_tainted()
+            .then(|| without_drain_taint(cur, json!({ "spec": {} }))))
     })
     .await?;
     Ok(())

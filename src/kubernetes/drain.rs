@@ -93,7 +93,8 @@ pub async fn evict(
             detail,
         };
         match rung {
-            RungKind::Evict => {}
+            // A rule's taint is set before the cordon, never per pod.
+            RungKind::Evict | RungKind::Taint => {}
             RungKind::Wait => {
                 RungTaken::add(
                     &mut rungs,

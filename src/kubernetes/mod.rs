@@ -342,6 +342,11 @@ impl Cluster for KubeCluster {
         cordon::uncordon(&self.inner, node).instrument(span).await
     }
 
+    async fn taint(&self, node: &str) -> Result<(), Error> {
+        let span = tracing::info_span!("taint", node = %node);
+        cordon::taint(&self.inner, node).instrument(span).await
+    }
+
     async fn evict(
         &self,
         node: &str,

@@ -40,6 +40,22 @@ pub struct ObservedNode {
     pub brupop: Option<String>,
     /// The value of [`CONSENT_LABEL`], when the node carries it.
     pub consent: Option<String>,
+    /// `spec.taints` as written: the pre-drain taint is added to and
+    /// removed from this list whole, with the others kept as they are.
+    pub taints: Vec<serde_json::Value>,
+}
+
+impl ObservedNode {
+    /// Whether the node carries drover's pre-drain taint
+    /// ([`crate::config::DRAIN_TAINT`]).
+    pub fn drain_tainted(&self) -> bool {
+        self.taints.iter().any(is_drain_taint)
+    }
+}
+
+/// Whether `t` is drover's pre-drain taint.
+pub fn is_drain_taint(t: &serde_json::Value) -> bool {
+    t.get("key").and_then(|k| k.as_str()) == Some(crate::config::DRAIN_TAINT)
 }
 
 impl kube::Resource for ObservedNode {
@@ -89,6 +105,8 @@ struct MetaWire {
 #[derive(Deserialize)]
 struct SpecWire {
     unschedulable: Option<bool>,
+    #[serde(default)]
+    taints: Option<Vec<serde_json::Value>>,
 }
 
 #[derive(Deserialize)]
@@ -127,7 +145,12 @@ impl From<Wire> for ObservedNode {
                 annotations: (!w.metadata.annotations.is_empty()).then_some(w.metadata.annotations),
                 ..Default::default()
             },
-            unschedulable: w.spec.and_then(|s| s.unschedulable).unwrap_or(false),
+            unschedulable: w
+                .spec
+                .as_ref()
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false),
+            taints: w.spec.and_then(|s| s.taints).unwrap_or_default(),
             ready,
             os_image: status
                 .and_then(|s| s.node_info)

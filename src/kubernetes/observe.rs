@@ -666,6 +666,7 @@ impl Observer {
                 .collect();
             view.managed_by = self.opts.nodes.managed_by(node.brupop.as_deref());
             view.consent_paused = node.consent.as_deref() == Some(crate::config::CONSENT_PAUSED);
+            view.drain_tainted = node.drain_tainted();
             // A failed driver run: what the driver said, not only its exit code.
             let run: Vec<Arc<ObservedJob>> = view
                 .record

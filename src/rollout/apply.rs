@@ -69,6 +69,18 @@ impl<'a> NodeCalls<'a> {
         self
     }
 
+    /// The pre-drain taint a cordon's record write just recorded, if any.
+    pub(super) fn taint_taken(&self) -> Option<RungTaken> {
+        let r = &self.stored.as_ref()?.record;
+        let p = r.progress.as_ref()?;
+        let u = r.used_rung(crate::config::RungKind::Taint, p.run_version())?;
+        Some(RungTaken {
+            rung: u.rung,
+            rule: u.rule.clone(),
+            detail: u.detail.clone(),
+        })
+    }
+
     /// Record the drain rungs beyond `evict` a pass used, unless the
     /// record holds them already (one write per rung, version and attempt).
     pub(super) async fn note_rungs<C: Cluster>(
@@ -233,6 +245,40 @@ impl<'a> NodeCalls<'a> {
     }
 }
 
+/// `started` (a drain's first record) with the pre-drain taint recorded as
+/// used, when a rule asks for one and the node is schedulable; `None` when
+/// the node is cordoned at once.
+fn taint_rung(
+    rules: &[DrainRule],
+    started: &NodeRecord,
+    view: Option<&NodeView>,
+) -> Option<NodeRecord> {
+    let lead = crate::config::taint_lead(rules);
+    let rule = rules.iter().filter(|r| r.taint == Some(lead)).next_back()?;
+    let p = started.progress.as_ref()?;
+    if lead.is_zero() || view.is_some_and(|v| v.unschedulable) {
+        return None;
+    }
+    let detail = format!(
+        "tainted {}:{} {} before the cordon",
+        crate::config::DRAIN_TAINT,
+        crate::config::DRAIN_TAINT_EFFECT,
+        humantime::format_duration(lead)
+    );
+    let used = RungUse {
+        rung: crate::config::RungKind::Taint,
+        rule: rule.name.clone(),
+        version: p.run_version().clone(),
+        attempt: started.attempt,
+        detail,
+    };
+    Some(
+        started
+            .with_rungs(&[used])
+            .unwrap_or_else(|| started.clone()),
+    )
+}
+
 /// Apply one action about the node of `calls`; returns the eviction pass
 /// for `Evict`.
 pub(super) async fn apply_on<C: Cluster>(
@@ -250,8 +296,18 @@ pub(super) async fn apply_on<C: Cluster>(
     let with = |p: Option<&NodeProgress>| record.with_progress(p.cloned());
     match action {
         Action::Cordon { progress, .. } => {
-            calls.cordon(cluster, record.start(progress.clone())).await
+            let r = record.start(progress.clone());
+            match taint_rung(calls.rules, &r, calls.view) {
+                // The pre-drain taint first: recorded with the drain's
+                // start, the cordon a later step's once its lead is over.
+                Some(r) => {
+                    calls.write(cluster, r).await.map_err(err)?;
+                    cluster.taint(action.node()).await
+                }
+                None => calls.cordon(cluster, r).await,
+            }
         }
+        Action::Taint { node } => cluster.taint(node).await,
         Action::Prepare { progress, .. } => {
             let r = record.start(progress.clone());
             calls.write(cluster, r).await.map_err(err)?;

@@ -173,6 +173,12 @@ pub enum Action {
         /// The progress to write (its target and started-at identify the run).
         progress: NodeProgress,
     },
+    /// Set the pre-drain taint on a draining node not cordoned yet (its
+    /// lead before the cordon, a drain rule's `taint`).
+    Taint {
+        /// Node name.
+        node: String,
+    },
     /// One eviction pass, each pod by the rung of its drain rule in force
     /// for how long the node has been cordoned.
     Evict {
@@ -381,6 +387,7 @@ impl Action {
             | Action::GiveBack { node, .. }
             | Action::StopRun { node }
             | Action::CordonAgain { node }
+            | Action::Taint { node }
             | Action::ClearRolledBack { node } => node,
         }
     }
@@ -408,6 +415,7 @@ impl Action {
             Action::GiveBack { .. } => "give_back",
             Action::StopRun { .. } => "stop_run",
             Action::CordonAgain { .. } => "cordon_again",
+            Action::Taint { .. } => "taint",
             Action::ClearRolledBack { .. } => "clear_rolled_back",
         }
     }

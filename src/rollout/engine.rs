@@ -388,6 +388,10 @@ async fn attempt<C: Cluster>(
         }
     };
     done.landed = true;
+    if matches!(action, Action::Cordon { .. }) {
+        let node = action.node().to_string();
+        done.rungs = calls.taint_taken().map(|t| (node, t)).into_iter().collect();
+    }
     let Some(pass) = pass.filter(|p| p.remaining > 0) else {
         // Something changed (a drain that emptied the node: the upgrade
         // can start now).

@@ -402,6 +402,10 @@ impl Cluster for SlowDrain<'_> {
         self.note(format!("cordon {node}"));
         r
     }
+    async fn taint(&self, node: &str) -> Result<(), Self::Error> {
+        self.sim.taint(node).await
+    }
+
     async fn uncordon(&self, node: &str) -> Result<(), Self::Error> {
         let r = self.sim.uncordon(node).await;
         self.note(format!("uncordon {node}"));

@@ -90,8 +90,20 @@ pub(super) fn draining(
         });
     }
     if !n.unschedulable {
-        // Its cordon was lost: cordoned again first; its drain is judged
-        // on what is seen after it.
+        let cordon_at = cordoned_at(&p, &policy.drain);
+        if ctx.now < cordon_at {
+            // The pre-drain taint's lead: tainted (again, if it was
+            // lost), cordoned once the lead is over.
+            t.wake.at(cordon_at);
+            if !n.drain_tainted {
+                t.advances.push(Action::Taint {
+                    node: n.name.clone(),
+                });
+            }
+            return;
+        }
+        // Its cordon was lost, or the taint's lead is over: cordoned
+        // (again) first; its drain is judged on what is seen after it.
         t.advances.push(Action::CordonAgain {
             node: n.name.clone(),
         });

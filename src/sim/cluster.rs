@@ -124,6 +124,7 @@ impl Cluster for Sim {
                 let unlisted = s.in_flight(&n.name) && s.faulty(&n.name, CallFault::Observe, now);
                 // What a backend reports when the list failed: no count.
                 view.pods_to_evict = if unlisted { 0 } else { n.pods.len() };
+                view.drain_tainted = n.drain_tainted;
                 if unlisted {
                     view.fault = Some("injected: its pods cannot be listed".to_string());
                 }
@@ -208,11 +209,20 @@ impl Cluster for Sim {
         Ok(was)
     }
 
+    async fn taint(&self, node: &str) -> Result<(), SimError> {
+        let now = self.clock.now();
+        let mut s = self.lock();
+        s.count_and_check("taint", node, CallFault::Write, now)?;
+        s.node(node)?.drain_tainted = true;
+        Ok(())
+    }
+
     async fn uncordon(&self, node: &str) -> Result<(), SimError> {
         let now = self.clock.now();
         let mut s = self.lock();
         s.count_and_check("uncordon", node, CallFault::Write, now)?;
         let n = s.node(node)?;
+        n.drain_tainted = false;
         let by = n.cordoned_by;
         let acting = n.runs.iter().any(|r| r.may_act(now));
         n.unschedulable = false;

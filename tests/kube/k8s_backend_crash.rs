@@ -77,6 +77,9 @@ impl Cluster for Crashy {
     async fn cordon(&self, node: &str) -> Result<Cordoned, Error> {
         self.gate(self.inner.cordon(node)).await
     }
+    async fn taint(&self, node: &str) -> Result<(), Error> {
+        self.gate(self.inner.taint(node)).await
+    }
     async fn uncordon(&self, node: &str) -> Result<(), Error> {
         self.gate(self.inner.uncordon(node)).await
     }

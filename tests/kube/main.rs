@@ -16,6 +16,7 @@ mod bottlerocket_failures;
 mod bottlerocket_prepare;
 mod bottlerocket_selection;
 mod bottlerocket_shutdown;
+mod drain_taint;
 mod install_docs;
 mod k8s_backend_crash;
 mod k8s_backend_isolation;
