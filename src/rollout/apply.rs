@@ -254,7 +254,7 @@ fn taint_rung(
     view: Option<&NodeView>,
 ) -> Option<NodeRecord> {
     let lead = crate::config::taint_lead(rules);
-    let rule = rules.iter().filter(|r| r.taint == Some(lead)).next_back()?;
+    let rule = rules.iter().find(|r| r.taint == Some(lead))?;
     let p = started.progress.as_ref()?;
     if lead.is_zero() || view.is_some_and(|v| v.unschedulable) {
         return None;

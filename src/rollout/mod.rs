@@ -31,6 +31,8 @@ mod watch;
 #[cfg(test)]
 mod decide_tests;
 #[cfg(test)]
+mod drain_tests;
+#[cfg(test)]
 mod health_tests;
 #[cfg(test)]
 mod held_tests;

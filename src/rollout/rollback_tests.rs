@@ -217,6 +217,8 @@ fn apply(a: &Action, m: &mut Model) {
             }
         }
         Action::Evict { .. } => {}
+        // The policy here has no drain rules.
+        Action::Taint { .. } => unreachable!("no pre-drain taint"),
         // The policy here has no prepare step.
         Action::Prepare { .. } => unreachable!("prepare is off"),
         Action::StartUpgrade { progress, .. } => {

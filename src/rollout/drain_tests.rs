@@ -1,0 +1,140 @@
+//! The decision's part of the drain rules: the pre-drain taint's lead
+//! before the cordon, and a ladder's `skip` giving the node back blocked,
+//! never stopping the rollout.
+
+use super::decide::*;
+use super::decide_tests::{open, policy, t, v};
+use super::decision::*;
+use crate::cluster::{NodeProgress, NodeView, ProgressState, Stored};
+use crate::config::{parse_env, OnDrainTimeout, RungKind};
+use crate::record::{NodeRecord, RungUse};
+
+fn rules(tables: &str) -> Vec<crate::config::DrainRule> {
+    let text = format!("version = \"1.13.2\"\n{tables}");
+    parse_env("environments/t.toml", "t", &text)
+        .expect("valid rules")
+        .drain
+}
+
+/// Node `a` draining toward 1.13.2 since 03:00, schedulable (`cordoned`
+/// false) or not, its record holding `rungs` of attempt 1.
+fn draining(cordoned: bool, rungs: &[RungKind]) -> NodeView {
+    let p = NodeProgress {
+        state: ProgressState::Draining,
+        target: v("1.13.2"),
+        started_at: t("03:00"),
+        cordoned_by_drover: true,
+        message: String::new(),
+        retries: 0,
+        previous: None,
+    };
+    let mut record = NodeRecord::new("a", "id").start(p.clone());
+    record.drain_rungs = rungs
+        .iter()
+        .map(|r| RungUse {
+            rung: *r,
+            rule: "db".into(),
+            version: v("1.13.2"),
+            attempt: record.attempt,
+            detail: "what it did".into(),
+        })
+        .collect();
+    NodeView {
+        name: "a".into(),
+        version: Some(v("1.12.0")),
+        ready: true,
+        unschedulable: cordoned,
+        progress: Ok(Some(p)),
+        pods_to_evict: 1,
+        record: Some(Stored {
+            record,
+            resource_version: "1".into(),
+            generation: 1,
+            conditions: Vec::new(),
+            requests: Default::default(),
+        }),
+        ..NodeView::default()
+    }
+}
+
+fn kinds(d: &Decision) -> Vec<&'static str> {
+    d.actions.iter().map(Action::kind).collect()
+}
+
+#[test]
+fn a_node_is_cordoned_only_once_the_taints_lead_is_over() {
+    let mut p = policy(1, OnDrainTimeout::Skip);
+    p.drain = rules("[[drain]]\ntaint = \"10m\"\nladder = [\"evict\"]\n");
+    // Within the lead: tainted (the taint was lost), not cordoned, woken at its end.
+    let d = decide(&p, &open(), &[draining(false, &[])], t("03:05"));
+    assert_eq!(kinds(&d), ["taint"]);
+    assert_eq!(d.wake_at, Some(t("03:10")));
+    let mut tainted = draining(false, &[]);
+    tainted.drain_tainted = true;
+    let d = decide(&p, &open(), &[tainted.clone()], t("03:05"));
+    assert!(kinds(&d).is_empty(), "{:?}", d.actions);
+    assert_eq!(d.unavailable, 1, "the node holds its place while tainted");
+    // Once it is over: cordoned.
+    let d = decide(&p, &open(), &[tainted], t("03:10"));
+    assert_eq!(kinds(&d), ["cordon_again"]);
+    // Cordoned: the rungs count from the cordon.
+    let d = decide(&p, &open(), &[draining(true, &[])], t("03:12"));
+    let [Action::Evict { cordoned_at, .. }] = &d.actions[..] else {
+        panic!("{:?}", d.actions)
+    };
+    assert_eq!(*cordoned_at, t("03:10"));
+    // Without a taint rule, a schedulable draining node is cordoned at once.
+    let d = decide(
+        &policy(1, OnDrainTimeout::Skip),
+        &open(),
+        &[draining(false, &[])],
+        t("03:05"),
+    );
+    assert_eq!(kinds(&d), ["cordon_again"]);
+}
+
+#[test]
+fn a_ladders_skip_gives_the_node_back_blocked_and_never_stops_the_rollout() {
+    // on_drain_timeout = "stop" stops at a timeout, not at a skip.
+    let p = policy(1, OnDrainTimeout::Stop);
+    let d = decide(
+        &p,
+        &open(),
+        &[draining(true, &[RungKind::Skip])],
+        t("03:05"),
+    );
+    let [Action::Block {
+        progress, uncordon, ..
+    }] = &d.actions[..]
+    else {
+        panic!("{:?}", d.actions)
+    };
+    assert!(uncordon);
+    assert_eq!(progress.state, ProgressState::Blocked);
+    assert!(
+        progress
+            .message
+            .starts_with("skipped by drain rule db: what it did"),
+        "{}",
+        progress.message
+    );
+    assert!(
+        d.wake_at.is_some(),
+        "a skipped node is tried again after its backoff"
+    );
+    // A skip of an earlier attempt does not end this one's drain.
+    let mut later = draining(true, &[RungKind::Skip]);
+    if let Some(s) = later.record.as_mut() {
+        s.record.attempt += 1;
+    }
+    let d = decide(&p, &open(), &[later], t("03:05"));
+    assert_eq!(kinds(&d), ["evict"]);
+    // Other rungs recorded change nothing of the decision.
+    let d = decide(
+        &p,
+        &open(),
+        &[draining(true, &[RungKind::Wait, RungKind::Restart])],
+        t("03:05"),
+    );
+    assert_eq!(kinds(&d), ["evict"]);
+}
