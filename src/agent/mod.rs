@@ -57,7 +57,10 @@ use crate::retry;
 pub use backend::{ClusterBackend, Connected, KubeBackend};
 pub use guard::GuardError;
 pub use hooks::{AgentHandle, OffsetClock, PassRecord, SharedClock, Wake};
-pub use rbac::{Permission, CLUSTER_PERMISSIONS, JOB_NAMESPACE_PERMISSIONS, NAMESPACE_PERMISSIONS};
+pub use rbac::{
+    Permission, CLUSTER_PERMISSIONS, DRAIN_DELETE_PERMISSIONS, JOB_NAMESPACE_PERMISSIONS,
+    NAMESPACE_PERMISSIONS,
+};
 
 use crate::config::EnvConfig;
 use crate::source::trigger::{Reason, Trigger, WebhookConfig};

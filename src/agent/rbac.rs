@@ -12,9 +12,8 @@ pub const CLUSTER_PERMISSIONS: &[Permission] = &[
     // migration removes earlier releases' annotations.
     ("", "nodes", &["get", "list", "watch", "patch"]),
     // crate::kubernetes: pods on nodes being drained (field-selected lists
-    // and watches); deleted only by a drain rule's `delete` rung, which a
-    // reviewed environment file must allow (`allow_delete = true`).
-    ("", "pods", &["list", "watch", "delete"]),
+    // and watches). Deleting one is not here: DRAIN_DELETE_PERMISSIONS.
+    ("", "pods", &["list", "watch"]),
     // crate::kubernetes: drains through the Eviction API.
     ("", "pods/eviction", &["create"]),
     ("policy", "poddisruptionbudgets", &["list", "watch"]),
@@ -27,6 +26,13 @@ pub const CLUSTER_PERMISSIONS: &[Permission] = &[
     // events::Events: creates Events, and patches a repeated one into a series.
     ("events.k8s.io", "events", &["create", "patch"]),
 ];
+
+/// What a drain rule's `delete` rung needs beyond [`CLUSTER_PERMISSIONS`],
+/// granted only by `deploy/components/drain-delete` (ClusterRole
+/// `drover-drain-delete`): the base lets the agent remove a pod through the
+/// Eviction API alone, which PodDisruptionBudgets govern, so its token
+/// cannot take a workload below its budget unless a person chose this.
+pub const DRAIN_DELETE_PERMISSIONS: &[Permission] = &[("", "pods", &["delete"])];
 
 /// Every permission the agent uses in the namespace of its upgrade Jobs
 /// (`drover-upgrades` in `deploy/base`, Role `drover-upgrades`): kept apart

@@ -6,7 +6,8 @@
 //! with `DROVER_BLESS=1 cargo test --test offline agent_manifests`.
 
 use drover::agent::{
-    crd, Permission, CLUSTER_PERMISSIONS, JOB_NAMESPACE_PERMISSIONS, NAMESPACE_PERMISSIONS,
+    crd, Permission, CLUSTER_PERMISSIONS, DRAIN_DELETE_PERMISSIONS, JOB_NAMESPACE_PERMISSIONS,
+    NAMESPACE_PERMISSIONS,
 };
 use serde_yaml::Value;
 use std::collections::BTreeSet;
@@ -164,6 +165,31 @@ fn rbac_grants_exactly_what_the_agent_calls() {
             Some("drover-system")
         );
     }
+}
+
+#[test]
+fn only_the_drain_delete_component_lets_the_agent_delete_pods() {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/components/drain-delete/rbac.yaml"),
+    )
+    .unwrap();
+    let d: Vec<Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| serde::Deserialize::deserialize(doc).unwrap())
+        .collect();
+    let kind = |k: &str| d.iter().find(|x| x["kind"].as_str() == Some(k)).unwrap();
+    assert_eq!(
+        rules_of(kind("ClusterRole")),
+        rules_from(DRAIN_DELETE_PERMISSIONS)
+    );
+    let subject = &kind("ClusterRoleBinding")["subjects"][0];
+    assert_eq!(
+        (subject["name"].as_str(), subject["namespace"].as_str()),
+        (Some("drover"), Some("drover-system"))
+    );
+    // The base lets the agent remove a pod through the Eviction API only.
+    assert!(!CLUSTER_PERMISSIONS
+        .iter()
+        .any(|(_, r, v)| r.starts_with("pods") && v.contains(&"delete")));
 }
 
 #[test]
