@@ -105,6 +105,10 @@ pub struct NodeView {
     /// drover's annotations of earlier releases found on the Node
     /// (`key=value`, bounded): never acted on, named by the agent.
     pub ignored: Vec<String>,
+    /// What the record's run said when it ended (its retries), read once
+    /// when it has just ended and the record does not hold it yet: the
+    /// next write of the record carries it.
+    pub driver_said: Option<crate::record::DriverRun>,
 }
 
 impl Default for NodeView {
@@ -129,6 +133,7 @@ impl Default for NodeView {
             managed_by: None,
             consent_paused: false,
             drain_tainted: false,
+            driver_said: None,
         }
     }
 }

@@ -667,23 +667,11 @@ impl Observer {
             view.managed_by = self.opts.nodes.managed_by(node.brupop.as_deref());
             view.consent_paused = node.consent.as_deref() == Some(crate::config::CONSENT_PAUSED);
             view.drain_tainted = node.drain_tainted();
-            // A failed driver run: what the driver said, not only its exit code.
-            let run: Vec<Arc<ObservedJob>> = view
-                .record
-                .as_ref()
-                .and_then(|s| s.record.run.as_ref())
-                .and_then(|r| self.job(&r.name))
-                .into_iter()
-                .collect();
-            super::termination::explain_failure(
-                &self.client,
-                &self.opts.namespace,
-                &run,
-                &mut view,
-            )
-            .await;
             views.push(view);
         }
+        // The runs that just ended: what their drivers said (a failure's
+        // reason, the retries), read for all of them at once.
+        super::termination::hear_drivers(&self.client, &self.opts.namespace, &mut views).await;
         Ok(views)
     }
 

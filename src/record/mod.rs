@@ -88,6 +88,62 @@ pub struct NodeRecord {
     /// a skip, a delete), one entry per rung, version and attempt: the
     /// evidence the node's report carries, and what ends a drain at `skip`.
     pub drain_rungs: Vec<RungUse>,
+    /// What the driver runs of the current attempt said when they ended
+    /// (their retries), at most [`MAX_DRIVER_RUNS`]: kept after the node
+    /// is given back, until a new attempt begins.
+    pub driver_runs: Vec<DriverRun>,
+}
+
+/// The most driver runs a record keeps the retries of (an attempt has a
+/// prepare and an upgrade, or a rollback).
+pub const MAX_DRIVER_RUNS: usize = 4;
+/// The most kinds of retry kept per run, and the most bytes of a kind's name.
+pub const MAX_RETRY_KINDS: usize = 8;
+const MAX_KIND_BYTES: usize = 32;
+
+/// What one driver run said when it ended: the retries it made, by kind
+/// (`refresh`, `prepare`, `commit` for the Bottlerocket driver; none for
+/// a driver that says nothing).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct DriverRun {
+    /// Its Job's name.
+    pub run: String,
+    /// Retries by kind (kinds with none left out).
+    pub retries: std::collections::BTreeMap<String, u32>,
+}
+
+impl DriverRun {
+    /// `run`'s retries, bounded: kinds with none left out, at most
+    /// [`MAX_RETRY_KINDS`] kinds of at most 32 bytes each.
+    pub fn new(run: impl Into<String>, retries: impl IntoIterator<Item = (String, u32)>) -> Self {
+        DriverRun {
+            run: run.into(),
+            retries: retries
+                .into_iter()
+                .filter(|(k, n)| *n > 0 && !k.is_empty() && k.len() <= MAX_KIND_BYTES)
+                .take(MAX_RETRY_KINDS)
+                .collect(),
+        }
+    }
+
+    /// All its retries.
+    pub fn total(&self) -> u32 {
+        self.retries
+            .values()
+            .fold(0u32, |a, n| a.saturating_add(*n))
+    }
+
+    /// Its retries in words: "refresh 2 times, prepare once"; empty when none.
+    pub fn describe(&self) -> String {
+        self.retries
+            .iter()
+            .map(|(k, n)| match n {
+                1 => format!("{k} once"),
+                n => format!("{k} {n} times"),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 /// A drain rung beyond `evict` used on the node (`config::drain`).
@@ -224,6 +280,7 @@ impl NodeRecord {
             rolled_back: Vec::new(),
             rollbacks: Vec::new(),
             drain_rungs: Vec::new(),
+            driver_runs: Vec::new(),
         }
     }
 
@@ -271,13 +328,45 @@ impl NodeRecord {
             add_rollback(&mut rollbacks, &progress.target);
         }
         let run = Some(self.plan(&progress, attempt));
+        // A new attempt's runs start with no retries; a staged drain keeps
+        // its prepare's.
+        let driver_runs = if attempt == self.attempt {
+            self.driver_runs.clone()
+        } else {
+            Vec::new()
+        };
         NodeRecord {
             progress: Some(bounded(progress)),
             attempt,
             run,
             rollbacks,
+            driver_runs,
             ..self.clone()
         }
+    }
+
+    /// The record with what driver run `said.run` said when it ended
+    /// (replacing what it said before; the oldest runs go first past
+    /// [`MAX_DRIVER_RUNS`]).
+    pub fn driver_said(&self, said: &DriverRun) -> NodeRecord {
+        let mut r = self.clone();
+        r.driver_runs.retain(|d| d.run != said.run);
+        r.driver_runs.push(said.clone());
+        let skip = r.driver_runs.len().saturating_sub(MAX_DRIVER_RUNS);
+        r.driver_runs.drain(..skip);
+        r
+    }
+
+    /// Whether the record holds what run `name` said.
+    pub fn heard_from(&self, name: &str) -> bool {
+        self.driver_runs.iter().any(|d| d.run == name)
+    }
+
+    /// The retries the driver runs of the current attempt made, all kinds.
+    pub fn driver_retries(&self) -> u32 {
+        self.driver_runs
+            .iter()
+            .fold(0u32, |a, d| a.saturating_add(d.total()))
     }
 
     /// The run `progress` starts in `attempt`, planned: named, not yet made.
@@ -531,6 +620,34 @@ mod tests {
             (RunAction::Rollback, Version::new(1, 12, 0))
         );
         assert_eq!(back.rollbacks_from(&Version::new(1, 13, 0)), 1);
+    }
+
+    #[test]
+    fn driver_retries_belong_to_the_attempt_a_staged_drain_keeps_the_prepares() {
+        let prep = NodeRecord::new("a", "i").start(progress(ProgressState::Preparing));
+        let said = DriverRun::new(
+            prep.run.as_ref().unwrap().name.clone(),
+            [("refresh".to_string(), 2), ("commit".to_string(), 0)],
+        );
+        let prep = prep.driver_said(&said).driver_said(&said);
+        assert_eq!((prep.driver_runs.len(), prep.driver_retries()), (1, 2));
+        assert_eq!(said.describe(), "refresh 2 times");
+        let drain = prep.start(progress(ProgressState::Draining));
+        assert_eq!(drain.driver_retries(), 2, "the staged drain keeps them");
+        let upgrade = DriverRun::new(
+            drain.run.as_ref().unwrap().name.clone(),
+            [("prepare".to_string(), 1)],
+        );
+        let done = drain.driver_said(&upgrade).with_progress(None);
+        assert_eq!(done.driver_retries(), 3, "kept once given back");
+        let again = done.start(progress(ProgressState::Draining));
+        assert!(again.driver_runs.is_empty(), "a new attempt starts afresh");
+        let many = (0..10).fold(done, |r, i| {
+            r.driver_said(&DriverRun::new(format!("r{i}"), []))
+        });
+        assert_eq!(many.driver_runs.len(), MAX_DRIVER_RUNS);
+        let long = DriverRun::new("r", (0..20).map(|i| (format!("k{i}"), 1)));
+        assert_eq!(long.retries.len(), MAX_RETRY_KINDS);
     }
 
     #[test]

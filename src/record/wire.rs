@@ -7,8 +7,8 @@
 //! (`kubernetes::record`).
 
 use super::{
-    node_conditions, Condition, NodeProgress, NodeRecord, ProgressState, RecordError, Requests,
-    Rollbacks, RunAction, RunLink, ANN_CLEAR_ROLLED_BACK, ANN_RETRY,
+    node_conditions, Condition, DriverRun, NodeProgress, NodeRecord, ProgressState, RecordError,
+    Requests, Rollbacks, RunAction, RunLink, ANN_CLEAR_ROLLED_BACK, ANN_RETRY, MAX_DRIVER_RUNS,
 };
 use chrono::{DateTime, SecondsFormat, Utc};
 use kube::CustomResource;
@@ -33,6 +33,7 @@ use std::collections::BTreeMap;
     printcolumn = r#"{"name":"Target","type":"string","jsonPath":".status.target"}"#,
     printcolumn = r#"{"name":"Since","type":"date","jsonPath":".status.since"}"#,
     printcolumn = r#"{"name":"Attempt","type":"integer","jsonPath":".status.attempt"}"#,
+    printcolumn = r#"{"name":"Driver-Retries","type":"integer","jsonPath":".status.driverRetries"}"#,
     printcolumn = r#"{"name":"Message","type":"string","jsonPath":".status.message"}"#,
     printcolumn = r#"{"name":"Run","type":"string","priority":1,"jsonPath":".status.run.name"}"#
 )]
@@ -94,6 +95,15 @@ pub struct DroverNodeStatus {
     /// skip, delete), per version and attempt.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub drain_rungs: Vec<RungStatus>,
+    /// The retries the driver runs of the current attempt made, all kinds
+    /// (the sum of `driverRuns`); kept once the node is given back, until
+    /// a new attempt begins.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub driver_retries: u32,
+    /// What each driver run of the current attempt said when it ended: its
+    /// retries by kind (`refresh`, `prepare`, `commit`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub driver_runs: Vec<DriverRunStatus>,
     /// The `metadata.generation` this record was written as.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -125,6 +135,17 @@ pub struct RunStatus {
     /// drover deleted it: never started again.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stopped: bool,
+}
+
+/// What one driver run said when it ended.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DriverRunStatus {
+    /// Its Job's name.
+    pub run: String,
+    /// Its retries by kind.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub retries: BTreeMap<String, u32>,
 }
 
 /// Rollbacks started from one version.
@@ -239,6 +260,15 @@ pub fn encode(
                 detail: u.detail.clone(),
             })
             .collect(),
+        driver_retries: record.driver_retries(),
+        driver_runs: record
+            .driver_runs
+            .iter()
+            .map(|d| DriverRunStatus {
+                run: d.run.clone(),
+                retries: d.retries.clone(),
+            })
+            .collect(),
         observed_generation: Some(generation),
         conditions: node_conditions(p, generation, previous, &rfc3339(now)),
     }
@@ -317,6 +347,13 @@ pub fn decode(
             })
         })
         .collect::<Result<_, RecordError>>()?;
+    // Bounded as the agent writes them; a longer list was not its.
+    record.driver_runs = s
+        .driver_runs
+        .iter()
+        .take(MAX_DRIVER_RUNS)
+        .map(|d| DriverRun::new(d.run.clone(), d.retries.clone()))
+        .collect();
     Ok(record)
 }
 
@@ -387,10 +424,14 @@ mod tests {
             retries: 2,
             previous: Some(Version::new(1, 12, 0)),
         };
-        NodeRecord::new("a-1", "0011")
-            .start(p)
-            .run_seen(Some("uid-1"))
+        let r = NodeRecord::new("a-1", "0011").start(p);
+        let said = DriverRun::new(
+            r.run.as_ref().unwrap().name.clone(),
+            [("refresh".to_string(), 2)],
+        );
+        r.run_seen(Some("uid-1"))
             .with_rolled_back(&[Version::new(1, 11, 0)])
+            .driver_said(&said)
     }
 
     #[test]
@@ -402,6 +443,7 @@ mod tests {
         assert_eq!(status.since.as_deref(), Some("2026-12-08T02:00:00Z"));
         assert_eq!(status.observed_generation, Some(4));
         assert_eq!(status.conditions[1].reason, "RollingBack");
+        assert_eq!(status.driver_retries, 2);
         let spec = spec(&r, "stage", "stage-1");
         // Through JSON, as the API server stores it.
         let json = serde_json::to_value(&status).unwrap();

@@ -147,6 +147,19 @@ impl<'a> NodeCalls<'a> {
             .view
             .and_then(|v| v.run_uid.as_deref())
             .filter(|_| record.run.as_ref().map(|r| r.name.as_str()) == observed_run);
+        // What the stored record's run said when it ended, once read: a
+        // write of the same attempt carries it (the next one after the run
+        // ended: a give-back, or a staged node's drain).
+        let said = self
+            .view
+            .and_then(|v| v.driver_said.as_ref())
+            .filter(|d| Some(d.run.as_str()) == observed_run);
+        let record = match said {
+            Some(d) if !record.heard_from(&d.run) && same_attempt(&record, observed_run) => {
+                record.driver_said(d)
+            }
+            _ => record,
+        };
         let write = RecordWrite {
             record: record.run_seen(uid),
             consume: self
@@ -277,6 +290,23 @@ fn taint_rung(
             .with_rungs(&[used])
             .unwrap_or_else(|| started.clone()),
     )
+}
+
+/// Whether the run named `observed` belongs to `record`'s attempt (its
+/// run, or the prepare of the attempt its drain continues).
+fn same_attempt(record: &NodeRecord, observed: Option<&str>) -> bool {
+    let Some(observed) = observed else {
+        return false;
+    };
+    let attempt = record.attempt;
+    record.run.as_ref().is_some_and(|r| r.name == observed)
+        || [
+            crate::record::RunAction::Prepare,
+            crate::record::RunAction::Upgrade,
+            crate::record::RunAction::Rollback,
+        ]
+        .into_iter()
+        .any(|a| crate::record::run_name(&record.node, &record.id, attempt, a) == observed)
 }
 
 /// Apply one action about the node of `calls`; returns the eviction pass

@@ -62,6 +62,12 @@ pub struct NodeDetail {
     /// a reviewer of the next environment sees.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub drain_rungs: Vec<String>,
+    /// The retries the OS driver made on each node whose record's last
+    /// attempt installs (or installed) the report's version, where it made
+    /// any: `"<node>: <kind> <n> times, ..."` (a run that succeeded after
+    /// transient failures, as its termination message said), by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub driver_retries: Vec<String>,
     /// Names left out of the lists to stay within [`MAX_DETAIL_BYTES`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub omitted: u32,
@@ -87,6 +93,7 @@ impl NodeDetail {
             && self.rolled_back.is_empty()
             && self.failed_checks.is_empty()
             && self.drain_rungs.is_empty()
+            && self.driver_retries.is_empty()
             && self.omitted == 0
             && self.phases.is_empty()
     }
@@ -128,6 +135,7 @@ impl NodeDetail {
         let mut budget = MAX_DETAIL_BYTES;
         let checks = failed_checks(nodes, version);
         let rungs = drain_rungs(nodes, version);
+        let retries = driver_retries(nodes, version);
         let [in_progress, failed, blocked, rolled_back, at_version] = lists;
         for (names, into) in [
             (in_progress, &mut out.in_progress),
@@ -141,6 +149,10 @@ impl NodeDetail {
             (
                 rungs.iter().map(String::as_str).collect(),
                 &mut out.drain_rungs,
+            ),
+            (
+                retries.iter().map(String::as_str).collect(),
+                &mut out.driver_retries,
             ),
             (at_version, &mut out.at_version),
         ] {
@@ -217,6 +229,33 @@ fn failed_checks(nodes: &[NodeView], version: &Version) -> Vec<String> {
                 Some(line)
             }
             _ => None,
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// `"<node>: <retries in words>"` for every node whose record's run
+/// installs `version` and whose driver runs of that attempt retried
+/// anything, by name (at most [`crate::record::MAX_DRIVER_RUNS`] runs of
+/// [`crate::record::MAX_RETRY_KINDS`] kinds each: a short line).
+fn driver_retries(nodes: &[NodeView], version: &Version) -> Vec<String> {
+    let mut out: Vec<String> = nodes
+        .iter()
+        .filter_map(|n| {
+            let r = &n.record.as_ref()?.record;
+            if r.run.as_ref()?.version != *version || r.driver_retries() == 0 {
+                return None;
+            }
+            let mut by_kind = std::collections::BTreeMap::<String, u32>::new();
+            for d in &r.driver_runs {
+                for (k, c) in &d.retries {
+                    let e = by_kind.entry(k.clone()).or_default();
+                    *e = e.saturating_add(*c);
+                }
+            }
+            let words = crate::record::DriverRun::new("", by_kind).describe();
+            Some(format!("{}: {words}", n.name))
         })
         .collect();
     out.sort_unstable();
@@ -530,6 +569,37 @@ mod tests {
             ]
             .into()
         );
+        // A node whose driver retried at the version is named with its
+        // retries, once given back; one at another version is not.
+        let retried = |name: &str, run_version: &str| {
+            let mut n = node(name, "1.13.2", true, false);
+            let r = crate::record::NodeRecord::new(name, "id").start(NodeProgress {
+                state: ProgressState::Draining,
+                target: run_version.parse().unwrap(),
+                started_at: t("2026-12-01T02:00:00Z"),
+                cordoned_by_drover: true,
+                message: String::new(),
+                retries: 0,
+                previous: None,
+            });
+            let said = crate::record::DriverRun::new(
+                r.run.as_ref().unwrap().name.clone(),
+                [("refresh".to_string(), 2)],
+            );
+            n.record = Some(crate::record::Stored {
+                record: r.driver_said(&said).with_progress(None),
+                resource_version: "1".into(),
+                generation: 1,
+                conditions: Vec::new(),
+                requests: Default::default(),
+            });
+            n
+        };
+        let d = NodeDetail::of(&[retried("r", "1.13.2"), retried("s", "1.13.1")], &v);
+        assert_eq!(d.driver_retries, ["r: refresh 2 times"]);
+        let mut r = rep(RolloutState::Confirmed, 1);
+        r.detail = d;
+        assert_eq!(StatusReport::from_toml(&r.to_toml()).unwrap(), r);
         // A list a newer agent adds is ignored, not refused.
         let text = "in_progress = [\"c\"]\ncordoned = [\"f\"]\n";
         let read: NodeDetail = toml::from_str(text).unwrap();

@@ -239,3 +239,77 @@ async fn a_prepare_the_repository_refuses_for_good_fails_the_node_in_service() {
     w.agent.stop();
     w.sim.shutdown().await;
 }
+
+/// Issue 39: a refresh that fails twice (the repository does not answer)
+/// and then works. The driver retries it and the node reaches the version;
+/// what its run said (the retries) is in the node's record, read back
+/// through the API (`driverRetries`, `driverRuns`), and in the signed
+/// report's `driver_retries`, with no write more than a rollout makes.
+#[tokio::test]
+async fn a_run_that_succeeds_after_two_failed_refreshes_records_and_reports_its_retries() {
+    let nodes = BottlerocketNodes::new(|_| {
+        Scenario::new("1.12.0", &["1.12.0", "1.13.0"]).refresh_failing(Failure::Unreachable, 2)
+    });
+    let w = world_tuned("br-retried", 1, app_pod, real_driver(&nodes)).await;
+    let node = w.nodes[0].clone();
+    w.repo.set_env_text(
+        "stage",
+        &format!(
+            "version = \"1.13.0\"\n\n[window]\nschedule = \"0 2 1 * *\"\nduration = \"6h\"\ntimezone = \"UTC\"\n\n\
+             [rollout]\nmax_unavailable = 1\nnode_selector = \"{POOL_LABEL}={}\"\n\n\
+             [promotion]\nsoak = \"0s\"\n",
+            w.pool
+        ),
+        "stage: move to 1.13.0",
+    );
+    w.agent.handle.fetch();
+    until_pass(
+        &w.agent.handle,
+        "confirmed report pushed",
+        crate::agent_health::STEP,
+        || {
+            w.repo.report("stage", "stage-1").is_some_and(|r| {
+                r.state.as_str() == "confirmed" && r.version.to_string() == "1.13.0"
+            })
+        },
+    )
+    .await;
+    let logs = nodes.node(&node).logs();
+    assert_eq!(nodes.node(&node).api().running(), v("1.13.0"), "{logs}");
+
+    // The record, as the API server holds it.
+    let obj = kube::Api::<drover::record::wire::DroverNode>::namespaced(w.client.clone(), &w.pool)
+        .get(&node)
+        .await
+        .unwrap();
+    let status = obj.status.unwrap();
+    assert_eq!(status.phase, "idle");
+    assert_eq!(status.driver_retries, 2, "{status:?}\n{logs}");
+    let retried: Vec<_> = status
+        .driver_runs
+        .iter()
+        .filter(|d| !d.retries.is_empty())
+        .collect();
+    assert_eq!(retried.len(), 1, "{:?}", status.driver_runs);
+    assert_eq!(
+        retried[0].retries,
+        [("refresh".to_string(), 2)].into(),
+        "{:?}",
+        status.driver_runs
+    );
+    // Every run of the attempt was heard from, the retried one named.
+    let record = record_of(&w.client, &w.pool, &node).await.unwrap();
+    assert_eq!(record.driver_retries(), 2);
+    assert!(record.heard_from(&record.run.as_ref().unwrap().name));
+
+    // The signed report names the node with its retries.
+    let report = w.repo.report("stage", "stage-1").unwrap();
+    assert_eq!(
+        report.detail.driver_retries,
+        [format!("{node}: refresh 2 times")],
+        "{:?}",
+        report.detail
+    );
+    w.agent.stop();
+    w.sim.shutdown().await;
+}

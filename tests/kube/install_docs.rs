@@ -768,6 +768,15 @@ fn node_records_steps(w: &Path, kubeconfig: &Path) {
     let columns: Vec<&str> = header.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(
         columns,
-        ["NAME", "NODE", "PHASE", "TARGET", "SINCE", "ATTEMPT", "MESSAGE"]
+        [
+            "NAME",
+            "NODE",
+            "PHASE",
+            "TARGET",
+            "SINCE",
+            "ATTEMPT",
+            "DRIVER-RETRIES",
+            "MESSAGE"
+        ]
     );
 }

@@ -75,7 +75,16 @@ fn the_node_record_crd_is_generated_from_the_rust_type() {
         .collect();
     assert_eq!(
         cols,
-        ["Node", "Phase", "Target", "Since", "Attempt", "Message", "Run"]
+        [
+            "Node",
+            "Phase",
+            "Target",
+            "Since",
+            "Attempt",
+            "Driver-Retries",
+            "Message",
+            "Run"
+        ]
     );
     assert!(v["subresources"].is_null(), "{:?}", v["subresources"]);
     let kz = std::fs::read_to_string(base().join("kustomization.yaml")).unwrap();
