@@ -120,9 +120,11 @@ fn next_steps(out: &Output, args: &Args) -> String {
          git config user.signingkey ~/.ssh/id_ed25519.pub\n       \
          git config commit.gpgsign true\n  \
          4. git add -A && git commit -m \"Start the config repository\" and push it\n  \
-         5. install the agent in each cluster (docs/install.md); once it runs, name the commit\n     \
-         you reviewed as the one to trust (a forge's first push may be unsigned: it and\n     \
-         everything before it are trusted, every later commit is verified), for example:\n       \
+         5. install the agent in each cluster (docs/install.md; to try it first on a test\n     \
+         cluster with simulated nodes, docs/quickstart.md). It adopts a repository whose\n     \
+         every commit is signed; if the first one is not (a forge's first push), name the\n     \
+         commit you reviewed as the one to trust (it and everything before it are trusted,\n     \
+         every later commit is verified), for example:\n       \
          kubectl -n drover-system annotate droverstatus {last}-{last}-1 \\\n         \
          drover.dev/trust-commit=$(git rev-parse origin/main)\n  \
          6. bump `version` in {ENV_DIR}/{first}.toml in a pull request; CI runs \

@@ -39,7 +39,7 @@ fn root() -> &'static Path {
 }
 
 /// kustomize, kubectl (and the linters), built once by tests/tools/build.
-fn tools() -> &'static Path {
+pub(crate) fn tools() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let out = Command::new(root().join("tests/tools/build"))

@@ -2,7 +2,8 @@
 //! binary, a namespace per test): the test support itself, the simulated
 //! kubelet's faults, the Kubernetes backend, `drover plan` on a cluster, the
 //! admission policy for upgrade Jobs, leadership, the status watch, and the
-//! Bottlerocket driver script against a simulated node API.
+//! Bottlerocket driver script against a simulated node API, and the
+//! documented walks (docs/install.md, docs/quickstart.md).
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -27,3 +28,4 @@ mod k8s_write_bound;
 mod kubelet_faults;
 mod plan_kube;
 mod preflight_kube;
+mod quickstart;
