@@ -262,13 +262,25 @@ impl<B: ClusterBackend> Agent<B> {
         backend: B,
         clock: SharedClock,
     ) -> Result<Self, Error> {
+        let client = crate::kubernetes::client(kube_config, None)?;
+        Self::with_client(cfg, client, backend, clock).await
+    }
+
+    /// [`Agent::new`] with the API client already built: the seam the
+    /// whole-agent simulation (tests/offline/agent_sim) reaches the agent
+    /// by, with a client whose API server is in-process.
+    pub async fn with_client(
+        cfg: AgentConfig,
+        client: kube::Client,
+        backend: B,
+        clock: SharedClock,
+    ) -> Result<Self, Error> {
         if cfg.verify != trust::Mode::Off
             && cfg.allowed_signers.is_none()
             && cfg.openpgp_keys.is_none()
         {
             return Err(Error::NoSigners(cfg.verify));
         }
-        let client = crate::kubernetes::client(kube_config, None)?;
         // Two handles on the cache: the control loop's, and the fetch's own,
         // so a fetch waiting on the network never holds the loop's lock.
         let (source, fetch_source) = {

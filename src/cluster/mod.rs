@@ -392,3 +392,58 @@ pub trait Cluster {
         async { Ok(()) }
     }
 }
+
+/// A shared cluster is the cluster: a backend that hands out one cluster
+/// view to several builders (the whole-agent simulation's in-memory
+/// cluster, kept across the agent's restarts) hands out an `Arc` of it.
+impl<C: Cluster + Send + Sync> Cluster for std::sync::Arc<C> {
+    type Error = C::Error;
+
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn observe(&self) -> impl Future<Output = Result<Vec<NodeView>, Self::Error>> + Send {
+        (**self).observe()
+    }
+    fn write_record(
+        &self,
+        write: &RecordWrite,
+    ) -> impl Future<Output = Result<Stored, Self::Error>> + Send {
+        (**self).write_record(write)
+    }
+    fn cordon(&self, node: &str) -> impl Future<Output = Result<Cordoned, Self::Error>> + Send {
+        (**self).cordon(node)
+    }
+    fn uncordon(&self, node: &str) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        (**self).uncordon(node)
+    }
+    fn evict(&self, node: &str) -> impl Future<Output = Result<EvictionPass, Self::Error>> + Send {
+        (**self).evict(node)
+    }
+    fn start_run(
+        &self,
+        node: &str,
+        start: &RunStart,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        (**self).start_run(node, start)
+    }
+    fn stop_run(
+        &self,
+        node: &str,
+        run: &RunLink,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        (**self).stop_run(node, run)
+    }
+    fn health(
+        &self,
+        nodes: &[String],
+    ) -> impl Future<Output = Result<Vec<NodeSeen>, Self::Error>> + Send {
+        (**self).health(nodes)
+    }
+    fn legacy(&self) -> impl Future<Output = Result<Vec<LegacyNode>, Self::Error>> + Send {
+        (**self).legacy()
+    }
+    fn clear_legacy(&self, node: &str) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        (**self).clear_legacy(node)
+    }
+}

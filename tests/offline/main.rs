@@ -21,6 +21,7 @@ mod admit_judge;
 mod admit_split;
 mod agent_http;
 mod agent_manifests;
+mod agent_sim;
 mod check_fuzz;
 mod check_json;
 mod check_malformed;

@@ -1,0 +1,312 @@
+//! What must hold after every step, judged on what happened in the
+//! simulated cluster (its log of cordons, uncordons and driver starts, its
+//! own violations) against what the world did (merges, reports, outages),
+//! never on what the agent says or counts.
+//!
+//! Some rules allow the agent time to learn a change: a change made at `T`
+//! is known by `T + GRACE` unless the origin or the status object's API was
+//! down meanwhile (then from the end of the outage), or no agent ran.
+
+use super::forge::EnvFile;
+use chrono::{DateTime, Duration, Utc};
+use drover::sim::{CordonedBy, EventKind, Sim, SimNode};
+use semver::Version;
+use std::collections::BTreeMap;
+
+/// How long the agent may take to act on a change it can fetch (poll 60 s,
+/// a pass, a tick).
+const GRACE: i64 = 4;
+
+/// A merge to main and the policy it carries.
+#[derive(Debug, Clone)]
+pub struct Merge {
+    pub at: DateTime<Utc>,
+    pub env: EnvFile,
+    pub revoked: Vec<Version>,
+}
+
+impl Merge {
+    fn admitted(&self) -> bool {
+        !self.revoked.iter().any(|r| r == &self.env.version)
+    }
+}
+
+/// What the world did, as the checks need it.
+#[derive(Debug, Default)]
+pub struct Facts {
+    pub merges: Vec<Merge>,
+    /// Signed `failed` reports of the other cluster: (when, version).
+    pub peer_failed: Vec<(DateTime<Utc>, Version)>,
+    pub peer_confirmed: Vec<(DateTime<Utc>, Version)>,
+    /// Outages that keep a change from the agent: [from, until).
+    pub blind: Vec<(DateTime<Utc>, DateTime<Utc>)>,
+    /// Clock jumps: (when, minutes).
+    pub jumps: Vec<DateTime<Utc>>,
+    /// Processes started (the first and each restart).
+    pub processes: usize,
+    /// Nodes with a health fault at the first bumped version.
+    pub crashloops: Vec<String>,
+    /// Log entries already judged.
+    pub seen: usize,
+    pub violations: Vec<String>,
+}
+
+impl Facts {
+    /// When a change made at `t` is known to the agent.
+    fn known(&self, t: DateTime<Utc>) -> DateTime<Utc> {
+        let mut k = t + Duration::minutes(GRACE);
+        loop {
+            let later = self
+                .blind
+                .iter()
+                .filter(|(from, until)| {
+                    *from < k && *until > t && *until + Duration::minutes(GRACE) > k
+                })
+                .map(|(_, until)| *until + Duration::minutes(GRACE))
+                .max();
+            match later {
+                Some(l) => k = l,
+                None => return k,
+            }
+        }
+    }
+
+    /// The admitted merge in force (known) at `s`, if any.
+    fn in_force(&self, s: DateTime<Utc>) -> Option<&Merge> {
+        self.merges
+            .iter()
+            .filter(|m| m.admitted() && self.known(m.at) < s)
+            .next_back()
+    }
+
+    fn revoked_by(&self, s: DateTime<Utc>, v: &Version) -> bool {
+        self.merges
+            .iter()
+            .any(|m| self.known(m.at) < s && m.revoked.contains(v))
+    }
+
+    fn excuse(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> bool {
+        let from = from - Duration::minutes(GRACE + 1);
+        self.merges.iter().any(|m| m.at >= from && m.at <= to)
+            || self.peer_failed.iter().any(|(t, _)| *t >= from && *t <= to)
+            || self.jumps.iter().any(|t| *t >= from && *t <= to)
+    }
+
+    /// The budget: the largest `max_unavailable` ever merged.
+    fn budget(&self) -> usize {
+        self.merges
+            .iter()
+            .map(|m| m.env.max_unavailable as usize)
+            .max()
+            .unwrap_or(1)
+    }
+
+    fn max_rollbacks(&self) -> usize {
+        self.merges
+            .iter()
+            .filter(|m| m.env.on_failure_rollback)
+            .map(|m| m.env.max_rollbacks as usize)
+            .max()
+            .unwrap_or(0)
+    }
+
+    fn fail(&mut self, what: String) {
+        self.violations.push(what);
+    }
+
+    /// Judge the new part of the sim's log and its state now.
+    pub fn check(&mut self, sim: &Sim) -> Result<(), String> {
+        let log = sim.log();
+        let nodes: BTreeMap<String, SimNode> = sim
+            .nodes()
+            .into_iter()
+            .map(|n| (n.name.clone(), n))
+            .collect();
+        for v in sim.violations() {
+            self.fail(format!("the simulated cluster saw: {v}"));
+        }
+        let unavailable = nodes
+            .values()
+            .filter(|n| {
+                (n.unschedulable && n.cordoned_by == Some(CordonedBy::Drover))
+                    || (!n.ready && n.down_by_drover)
+            })
+            .count();
+        if unavailable > self.budget() {
+            self.fail(format!(
+                "{unavailable} nodes out of service because of drover, budget {}",
+                self.budget()
+            ));
+        }
+        for i in self.seen..log.len() {
+            let e = &log[i];
+            let s = e.at;
+            match &e.kind {
+                EventKind::DriverStart(v) => {
+                    if !self.merges.iter().any(|m| m.at <= s && &m.env.version == v) {
+                        self.fail(format!("{s}: {} moved to {v}, never pinned", e.node));
+                    }
+                    if self.revoked_by(s, v) {
+                        self.fail(format!("{s}: {} moved to {v}, revoked", e.node));
+                    }
+                    if let Some(m) = self.in_force(s).cloned() {
+                        if &m.env.version != v && m.at > self.last_pin_of(v) {
+                            self.fail(format!(
+                                "{s}: {} moved to {v} after the pin moved to {} at {}",
+                                e.node, m.env.version, m.at
+                            ));
+                        }
+                    }
+                    self.halted(s, v, &e.node, "its driver started");
+                }
+                EventKind::Cordon if !self.crashloops.contains(&e.node) => {
+                    // Judged against every config the agent may be acting
+                    // on at `s`: a rule holds when every one of them says so.
+                    let may: Vec<Merge> = self.candidates(s).into_iter().cloned().collect();
+                    let node = &e.node;
+                    if !may.is_empty() && may.iter().all(|m| m.env.paused) {
+                        self.fail(format!("{s}: {node} cordoned while paused"));
+                    }
+                    if !may.is_empty() && may.iter().all(|m| m.env.frozen) {
+                        self.fail(format!("{s}: {node} cordoned in a freeze"));
+                    }
+                    let unconfirmed = |m: &Merge| {
+                        m.env.waves
+                            && !self
+                                .peer_confirmed
+                                .iter()
+                                .any(|(t, pv)| *t < s && *pv == m.env.version)
+                    };
+                    if !may.is_empty() && may.iter().all(unconfirmed) {
+                        let v = &may[0].env.version;
+                        self.fail(format!(
+                            "{s}: {node} cordoned for {v} before wave 1 confirmed it"
+                        ));
+                    }
+                    let halted: Vec<String> = may
+                        .iter()
+                        .filter_map(|m| self.halted_at(s, &m.env.version))
+                        .collect();
+                    if !may.is_empty() && halted.len() == may.len() {
+                        self.fail(format!("{s}: {node} cordoned: {}", halted.join("; ")));
+                    }
+                }
+                EventKind::Uncordon => {
+                    // A drain abandoned: cordoned, no driver started, given
+                    // back before drain_timeout with nothing in the world
+                    // to explain it.
+                    let cordon = log[..i]
+                        .iter()
+                        .rposition(|c| c.node == e.node && c.kind == EventKind::Cordon);
+                    if let Some(c) = cordon {
+                        let ran = log[c..i].iter().any(|x| {
+                            x.node == e.node
+                                && matches!(
+                                    x.kind,
+                                    EventKind::DriverStart(_) | EventKind::RollbackStart(_)
+                                )
+                        });
+                        let c_at = log[c].at;
+                        if !ran && s - c_at < Duration::minutes(9) && !self.excuse(c_at, s) {
+                            self.fail(format!(
+                                "{s}: {} given back {}s after its drain began at {c_at}, nothing changed",
+                                e.node,
+                                (s - c_at).num_seconds()
+                            ));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.seen = log.len();
+        self.rollbacks(&log);
+        match self.violations.first() {
+            Some(v) => Err(v.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// When `v` was last made the pin (the epoch if never).
+    fn last_pin_of(&self, v: &Version) -> DateTime<Utc> {
+        self.merges
+            .iter()
+            .filter(|m| &m.env.version == v)
+            .map(|m| m.at)
+            .next_back()
+            .unwrap_or(DateTime::<Utc>::MIN_UTC)
+    }
+
+    /// Why `v` is halted at `s` by the other cluster's failed report, if it is.
+    fn halted_at(&self, s: DateTime<Utc>, v: &Version) -> Option<String> {
+        let since = self.last_pin_of(v);
+        self.peer_failed
+            .iter()
+            .find(|(t, pv)| pv == v && *t >= since && self.known(*t) < s)
+            .map(|(t, _)| format!("{v} halted by the other cluster's failed report at {t}"))
+    }
+
+    fn halted(&mut self, s: DateTime<Utc>, v: &Version, node: &str, what: &str) {
+        if let Some(why) = self.halted_at(s, v) {
+            self.fail(format!("{s}: {node} {what}: {why}"));
+        }
+    }
+
+    /// The admitted configs the agent may be acting on at `s`: the newest
+    /// it must know by then, and every one merged after it.
+    fn candidates(&self, s: DateTime<Utc>) -> Vec<&Merge> {
+        let admitted: Vec<&Merge> = self
+            .merges
+            .iter()
+            .filter(|m| m.admitted() && m.at <= s)
+            .collect();
+        let from = admitted
+            .iter()
+            .rposition(|m| self.known(m.at) < s)
+            .unwrap_or(0);
+        admitted[from..].to_vec()
+    }
+
+    fn rollbacks(&mut self, log: &[drover::sim::Event]) {
+        let mut from: BTreeMap<Version, usize> = BTreeMap::new();
+        let mut last: BTreeMap<&str, Version> = BTreeMap::new();
+        for e in log {
+            match &e.kind {
+                EventKind::DriverStart(v) => {
+                    last.insert(&e.node, v.clone());
+                }
+                EventKind::RollbackStart(_) => {
+                    if let Some(v) = last.get(e.node.as_str()) {
+                        *from.entry(v.clone()).or_default() += 1;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let max = self.max_rollbacks();
+        if let Some((v, n)) = from.iter().find(|(_, n)| **n > max) {
+            let what = format!("{n} rollbacks started from {v}, max_rollbacks {max}");
+            self.fail(what);
+        }
+    }
+
+    /// At the end: every node drover left cordoned is named by what the
+    /// cluster is told (the status object).
+    pub fn end(&mut self, sim: &Sim, told: &str) -> Result<(), String> {
+        for n in sim.nodes() {
+            if n.unschedulable
+                && n.cordoned_by == Some(CordonedBy::Drover)
+                && !told.contains(&n.name)
+            {
+                self.fail(format!(
+                    "{} left cordoned, the status does not name it",
+                    n.name
+                ));
+            }
+        }
+        match self.violations.first() {
+            Some(v) => Err(v.clone()),
+            None => Ok(()),
+        }
+    }
+}

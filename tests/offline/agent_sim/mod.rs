@@ -1,0 +1,135 @@
+//! A deterministic simulation of the whole agent (issue 38): the real
+//! `drover::agent::Agent` (fetch, admit, decide, act, report) run against
+//! the in-memory cluster, an in-process API server and a local git origin,
+//! in virtual time, under a seeded plan of config changes and faults
+//! (`plan.rs`), with the rules of `checks.rs` judged after every step.
+//!
+//! - `seeds` runs `DROVER_SIM_SEEDS` seeds (default [`CI_SEEDS`]) from
+//!   `DROVER_SIM_FIRST` (default 0), on every core;
+//! - `DROVER_SIM_SEED=<n>` runs seed `n` alone and prints its plan;
+//! - `regressions` runs [`REGRESSIONS`], seeds that once failed, every time.
+//!
+//! A failing seed prints itself, the rule it broke, its plan and the
+//! shortest plan found that still fails (each step, then each node, left
+//! out in turn while it keeps failing).
+
+mod api;
+mod checks;
+mod forge;
+mod plan;
+mod world;
+
+use plan::Plan;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// Seeds `.ci/run` runs.
+const CI_SEEDS: u64 = 2000;
+
+/// Seeds that failed once, each with what it found.
+const REGRESSIONS: &[(u64, &str)] = &[];
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+/// Run one seed; on failure, the message a person replays it from.
+fn seed(n: u64) -> Result<world::Ran, String> {
+    let plan = Plan::draw(n);
+    let (ran, out) = world::run(plan.clone());
+    let Err(first) = out else { return Ok(ran) };
+    let (shrunk, why) = shrink(plan.clone(), first.clone());
+    Err(format!(
+        "DROVER_SIM_SEED={n} failed: {first}\n  plan: {plan:?}\n  shortest failing plan: {shrunk:?}\n  \
+         which fails with: {why}\n  \
+         replay: DROVER_SIM_SEED={n} cargo test --test offline agent_sim::seeds -- --nocapture"
+    ))
+}
+
+/// The shortest plan found that still fails.
+fn shrink(mut plan: Plan, mut why: String) -> (Plan, String) {
+    'outer: for _ in 0..40 {
+        for smaller in plan.shrinks() {
+            if let Err(e) = world::run(smaller.clone()).1 {
+                plan = smaller;
+                why = e;
+                continue 'outer;
+            }
+        }
+        break;
+    }
+    (plan, why)
+}
+
+#[test]
+fn seeds() {
+    if let Some(n) = env_u64("DROVER_SIM_SEED") {
+        eprintln!("{:?}", Plan::draw(n));
+        match seed(n) {
+            Ok(ran) => eprintln!("seed {n} passed: {ran:?}"),
+            Err(e) => panic!("{e}"),
+        }
+        return;
+    }
+    let count = env_u64("DROVER_SIM_SEEDS").unwrap_or(CI_SEEDS);
+    let first = env_u64("DROVER_SIM_FIRST").unwrap_or(0);
+    let next = AtomicU64::new(first);
+    let failures = Mutex::new(Vec::new());
+    let (steps, faults, procs, runs) = (
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+    );
+    let started = Instant::now();
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if n >= first + count {
+                    return;
+                }
+                match seed(n) {
+                    Ok(r) => {
+                        steps.fetch_add(r.steps, Ordering::Relaxed);
+                        faults.fetch_add(r.faults, Ordering::Relaxed);
+                        procs.fetch_add(r.processes, Ordering::Relaxed);
+                        runs.fetch_add(r.driver_runs, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        eprintln!("{e}");
+                        failures.lock().unwrap().push(e);
+                    }
+                }
+            });
+        }
+    });
+    let secs = started.elapsed().as_secs_f64();
+    let c = count as f64;
+    eprintln!(
+        "agent_sim: {count} seeds in {secs:.1}s ({:.1} seeds/s), per seed {:.0} steps, {:.1} faults, {:.2} processes, {:.1} driver runs",
+        c / secs,
+        steps.into_inner() as f64 / c,
+        faults.into_inner() as f64 / c,
+        procs.into_inner() as f64 / c,
+        runs.into_inner() as f64 / c,
+    );
+    let failures = failures.into_inner().unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} seeds failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn regressions() {
+    for (n, found) in REGRESSIONS {
+        if let Err(e) = seed(*n) {
+            panic!("regression seed {n} ({found}) fails again:\n{e}");
+        }
+    }
+}

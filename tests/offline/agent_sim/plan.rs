@@ -1,0 +1,198 @@
+//! What one seed draws: a fleet, a config history and faults, each at a
+//! minute of simulated time, from a seeded RNG (the same seed draws the
+//! same plan on every machine), and the shrinking of a failing plan to a
+//! shorter one that still fails.
+
+use super::forge::EnvFile;
+use drover::sim::CallFault;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use semver::Version;
+
+/// One node of the fleet.
+#[derive(Debug, Clone)]
+pub struct NodeSpec {
+    pub minutes: u64,
+    /// `None`, or 0: the driver fails, 1: never returns, 2: returns at the old version.
+    pub failure: Option<u8>,
+    /// Crash-loops once at the first bumped version (a health failure).
+    pub crashloops: bool,
+    /// Pods under the budget that allows one disruption.
+    pub pods: usize,
+}
+
+/// A reviewed change of the config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// The pin moves to the next version.
+    Bump,
+    /// The pinned version is revoked (the pin stays: the head is refused).
+    Revoke,
+    /// The pinned version is revoked and the pin moves on, in one merge.
+    RevokeAndBump,
+    Pause(bool),
+    Freeze(bool),
+    /// `on_failure = "rollback"` with this `max_rollbacks`, or `halt`.
+    OnFailure(Option<u32>),
+    MaxUnavailable(u32),
+}
+
+/// A fault of the world.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The acting process dies; a replica starts after `down` minutes,
+    /// the other replica (whose cache was warmed earlier) when `takeover`.
+    Crash { down: u64, takeover: bool },
+    /// The other replica fetches once (a follower warming its cache).
+    WarmFollower,
+    /// The origin is unreachable for this many minutes.
+    GitDown(u64),
+    /// The API server answers `code` to the status object's reads
+    /// (`reads`) or writes, or to Events, for `minutes`.
+    Api { target: u8, code: u16, minutes: u64 },
+    /// One node's API calls fail for a while.
+    Node {
+        node: usize,
+        fault: CallFault,
+        minutes: u64,
+    },
+    /// The other cluster reports `failed` for the pinned version (signed).
+    PeerFailed,
+    /// The other cluster confirms the pinned version (signed).
+    PeerConfirmed,
+    /// The clock jumps forward.
+    ClockJump(u64),
+}
+
+/// Something at a minute of the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Change(Change),
+    Fault(Fault),
+}
+
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub nodes: Vec<NodeSpec>,
+    pub first: EnvFile,
+    pub steps: Vec<(u64, Step)>,
+    pub horizon: u64,
+    /// The budget refuses every eviction until this minute.
+    pub pdb_blocked: Option<u64>,
+}
+
+pub fn v(minor: u64) -> Version {
+    Version::new(1, minor, 0)
+}
+
+impl Plan {
+    pub fn draw(seed: u64) -> Plan {
+        let mut r = StdRng::seed_from_u64(seed);
+        let n = r.random_range(1..=5usize);
+        let nodes = (0..n)
+            .map(|_| NodeSpec {
+                minutes: r.random_range(3..=12),
+                failure: r.random_bool(0.12).then(|| r.random_range(0..3u8)),
+                crashloops: r.random_bool(0.15),
+                pods: r.random_range(0..=2),
+            })
+            .collect();
+        let rollback = r.random_bool(0.4);
+        let first = EnvFile {
+            version: v(12),
+            max_unavailable: r.random_range(1..=2),
+            on_failure_rollback: rollback,
+            max_rollbacks: r.random_range(0..=2),
+            paused: false,
+            frozen: false,
+            waves: r.random_bool(0.25),
+            prepare: r.random_bool(0.3),
+            allow_downgrade: false,
+        };
+        let horizon = 180;
+        let mut steps = vec![(r.random_range(1..10), Step::Change(Change::Bump))];
+        for _ in 0..r.random_range(0..=4) {
+            let c = match r.random_range(0..10) {
+                0..=2 => Change::Bump,
+                3 => Change::Revoke,
+                4 => Change::RevokeAndBump,
+                5 => Change::Pause(r.random_bool(0.6)),
+                6 => Change::Freeze(r.random_bool(0.5)),
+                7 => Change::OnFailure(r.random_bool(0.7).then(|| r.random_range(0..=2))),
+                _ => Change::MaxUnavailable(r.random_range(1..=3)),
+            };
+            steps.push((r.random_range(2..120), Step::Change(c)));
+        }
+        for _ in 0..r.random_range(0..=6) {
+            let f = match r.random_range(0..12) {
+                0..=2 => Fault::Crash {
+                    down: r.random_range(0..=5),
+                    takeover: r.random_bool(0.5),
+                },
+                3 => Fault::WarmFollower,
+                4 => Fault::GitDown(r.random_range(1..=30)),
+                5 => Fault::Api {
+                    target: r.random_range(0..3),
+                    code: [409, 429, 500, 503][r.random_range(0..4)],
+                    minutes: r.random_range(1..=20),
+                },
+                6 | 7 => Fault::Node {
+                    node: r.random_range(0..n),
+                    fault: [
+                        CallFault::Observe,
+                        CallFault::Evict,
+                        CallFault::Write,
+                        CallFault::Start,
+                        CallFault::Health,
+                    ][r.random_range(0..5)],
+                    minutes: r.random_range(1..=20),
+                },
+                8 => Fault::PeerFailed,
+                9 => Fault::PeerConfirmed,
+                10 => Fault::ClockJump(r.random_range(1..=40)),
+                _ => Fault::WarmFollower,
+            };
+            steps.push((r.random_range(1..150), Step::Fault(f)));
+        }
+        if first.waves {
+            steps.push((r.random_range(5..60), Step::Fault(Fault::PeerConfirmed)));
+        }
+        steps.sort_by_key(|(at, _)| *at);
+        let pdb_blocked = r.random_bool(0.3).then(|| r.random_range(5..60));
+        Plan {
+            nodes,
+            first,
+            steps,
+            horizon,
+            pdb_blocked,
+        }
+    }
+
+    /// Shorter plans to try when this one fails: each step left out in
+    /// turn, then each node but the first.
+    pub fn shrinks(&self) -> Vec<Plan> {
+        let mut out = Vec::new();
+        for i in 0..self.steps.len() {
+            let mut p = self.clone();
+            p.steps.remove(i);
+            out.push(p);
+        }
+        for i in 1..self.nodes.len() {
+            let mut p = self.clone();
+            p.nodes.remove(i);
+            p.steps.retain(|(_, s)| match s {
+                Step::Fault(Fault::Node { node, .. }) => *node != i,
+                _ => true,
+            });
+            for (_, s) in &mut p.steps {
+                if let Step::Fault(Fault::Node { node, .. }) = s {
+                    if *node > i {
+                        *node -= 1;
+                    }
+                }
+            }
+            out.push(p);
+        }
+        out
+    }
+}

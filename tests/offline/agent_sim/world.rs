@@ -1,0 +1,387 @@
+//! One seed's world and its run: the real agent (`drover::agent::Agent`,
+//! its passes, fetches, admission, engine, status writer, reporter) on a
+//! single-threaded runtime whose time is paused, so timers fire in virtual
+//! time; the in-memory cluster (`drover::sim::Sim`) as its cluster, through
+//! the agent's `ClusterBackend` seam; the in-process API server (`api.rs`)
+//! behind a real `kube::Client`; the forge (`forge.rs`) as its origin.
+//!
+//! Time moves in steps of [`STEP`]: the shared virtual clock first, then
+//! the runtime's timers; after every step the plan's due changes and
+//! faults are made and the checks run. A crash drops the runtime with
+//! every task of the process on it (as SIGKILL would); the API server's
+//! objects, the origin and the cluster outlive it.
+
+use super::api::{ApiFault, ApiServer, Hits};
+use super::checks::{Facts, Merge};
+use super::forge::{self, EnvFile, Forge};
+use super::plan::{v, Change, Fault, Plan, Step};
+use chrono::{DateTime, Duration as D, Utc};
+use drover::agent::{Agent, AgentConfig, ClusterBackend, Connected};
+use drover::config::EnvConfig;
+use drover::rollout::{RolloutState, VirtualClock};
+use drover::sim::{Failure, HealthFault, Pdb, Pod, Sim, SimNode};
+use futures::StreamExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One step of simulated time.
+const STEP: Duration = Duration::from_secs(5);
+
+fn start() -> DateTime<Utc> {
+    "2026-12-01T00:00:00Z".parse().unwrap()
+}
+
+/// The in-memory cluster, the same one for every process of the agent.
+struct SimBackend(Arc<Sim>);
+
+impl ClusterBackend for SimBackend {
+    type Cluster = Arc<Sim>;
+    type Error = std::convert::Infallible;
+    type Settings = ();
+
+    fn settings(&self, _: &str, _: &EnvConfig) {}
+
+    async fn connect(&mut self, _: &()) -> Result<Connected<Arc<Sim>>, Self::Error> {
+        // No change notifications: the agent's timers and tick wake it.
+        Ok(Connected {
+            cluster: self.0.clone(),
+            changes: futures::stream::pending().boxed(),
+        })
+    }
+}
+
+/// What a run did, for the figures.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Ran {
+    pub steps: usize,
+    pub faults: usize,
+    pub processes: usize,
+    pub driver_runs: usize,
+}
+
+struct World {
+    plan: Plan,
+    tmp: tempfile::TempDir,
+    clock: VirtualClock,
+    sim: Arc<Sim>,
+    api: ApiServer,
+    forge: Forge,
+    env: EnvFile,
+    facts: Facts,
+    initial: String,
+    /// Which replica acts (0 or 1): each has its own cache.
+    replica: usize,
+    next_step: usize,
+    /// Virtual time; the clock may be ahead of the runtime by clock jumps.
+    now: DateTime<Utc>,
+    git_down_until: Option<DateTime<Utc>>,
+    ran: Ran,
+}
+
+/// What ends a stretch of running.
+enum Stop {
+    Crash { down: u64, takeover: bool },
+}
+
+impl World {
+    fn new(plan: Plan) -> World {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let clock = VirtualClock::new(start());
+        let sim = Arc::new(Sim::new(forge::CLUSTER, clock.clone()));
+        let mut crashloops = Vec::new();
+        for (i, n) in plan.nodes.iter().enumerate() {
+            let name = format!("node-{i}");
+            let mut node = SimNode::new(&name, Some(v(12)), Duration::from_secs(n.minutes * 60));
+            node = node.with_pods(
+                (0..n.pods)
+                    .map(|p| Pod {
+                        name: format!("{name}-web-{p}"),
+                        pdb: Some("web".into()),
+                    })
+                    .collect(),
+            );
+            node.failure = match n.failure {
+                Some(0) => Some(Failure::DriverFails("simulated driver failure".into())),
+                Some(1) => Some(Failure::NeverReturns),
+                Some(_) => Some(Failure::ReturnsAt(v(12))),
+                None => None,
+            };
+            if n.crashloops {
+                node = node.with_health_fault(v(13), HealthFault::CrashLoop);
+                crashloops.push(name.clone());
+            }
+            sim.add_node(node);
+        }
+        let pods: usize = plan.nodes.iter().map(|n| n.pods).sum();
+        sim.add_pdb(
+            "web",
+            Pdb {
+                min_available: pods.saturating_sub(1),
+                blocked_until: plan.pdb_blocked.map(|m| start() + D::minutes(m as i64)),
+            },
+        );
+        let api = ApiServer::new(clock.clone());
+        let forge = Forge::create(tmp.path(), &plan.first, start());
+        let initial = git2::Repository::open_bare(tmp.path().join("origin.git"))
+            .and_then(|r| r.refname_to_id("refs/heads/main"))
+            .expect("initial commit")
+            .to_string();
+        let facts = Facts {
+            merges: vec![Merge {
+                at: start(),
+                env: plan.first.clone(),
+                revoked: Vec::new(),
+            }],
+            crashloops,
+            ..Facts::default()
+        };
+        World {
+            env: plan.first.clone(),
+            plan,
+            tmp,
+            clock,
+            sim,
+            api,
+            forge,
+            facts,
+            initial,
+            replica: 0,
+            next_step: 0,
+            now: start(),
+            git_down_until: None,
+            ran: Ran::default(),
+        }
+    }
+
+    fn config(&self, replica: usize) -> AgentConfig {
+        let mut cfg = AgentConfig::new(
+            forge::ENV,
+            forge::CLUSTER,
+            &self.forge.url(),
+            self.tmp.path().join(format!("cache-{replica}")),
+        );
+        cfg.identity = format!("replica-{replica}");
+        cfg.verify = drover::trust::Mode::Off;
+        cfg.trust_commit = Some(self.initial.clone());
+        cfg.publish.signing_key = Some(forge::key(1));
+        cfg.leader_election = false;
+        cfg.listen = ([127, 0, 0, 1], 0).into();
+        cfg.watch_local = false;
+        cfg.debounce = Duration::ZERO;
+        cfg
+    }
+
+    fn end(&self) -> DateTime<Utc> {
+        start() + D::minutes(self.plan.horizon as i64)
+    }
+
+    /// Make the plan's steps due by now; a crash ends the stretch.
+    fn due(&mut self) -> Option<Stop> {
+        if let Some(until) = self.git_down_until {
+            if self.now >= until {
+                self.forge.set_down(false);
+                self.git_down_until = None;
+            }
+        }
+        while let Some(&(at, step)) = self.plan.steps.get(self.next_step) {
+            if start() + D::minutes(at as i64) > self.now {
+                break;
+            }
+            self.next_step += 1;
+            match step {
+                Step::Change(c) => self.change(c),
+                Step::Fault(f) => {
+                    self.ran.faults += 1;
+                    if let Some(stop) = self.fault(f) {
+                        return Some(stop);
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    fn change(&mut self, c: Change) {
+        let at = self.now;
+        let next = |e: &EnvFile| v(e.version.minor + 1);
+        match c {
+            Change::Bump => self.env.version = next(&self.env),
+            Change::Revoke => self.forge.revoke(&self.env.version.clone()),
+            Change::RevokeAndBump => {
+                self.forge.revoke(&self.env.version.clone());
+                self.env.version = next(&self.env);
+            }
+            Change::Pause(p) => self.env.paused = p,
+            Change::Freeze(f) => self.env.frozen = f,
+            Change::OnFailure(r) => {
+                self.env.on_failure_rollback = r.is_some();
+                self.env.max_rollbacks = r.unwrap_or(self.env.max_rollbacks);
+            }
+            Change::MaxUnavailable(n) => self.env.max_unavailable = n,
+        }
+        let env = self.env.clone();
+        self.forge.merge(&env, &format!("{c:?}"), at);
+        self.facts.merges.push(Merge {
+            at,
+            env,
+            revoked: self.forge.revoked().to_vec(),
+        });
+    }
+
+    fn fault(&mut self, f: Fault) -> Option<Stop> {
+        let at = self.now;
+        let until = |m: u64| at + D::minutes(m as i64);
+        match f {
+            Fault::Crash { down, takeover } => return Some(Stop::Crash { down, takeover }),
+            Fault::WarmFollower => {
+                let cfg = self.config(1 - self.replica).source;
+                if let Ok(s) = drover::source::Source::open(cfg) {
+                    let _ = s.fetch();
+                }
+            }
+            Fault::GitDown(m) => {
+                self.forge.set_down(true);
+                let u = until(m).max(self.git_down_until.unwrap_or(at));
+                self.git_down_until = Some(u);
+                self.facts.blind.push((at, u));
+            }
+            Fault::Api {
+                target,
+                code,
+                minutes,
+            } => {
+                let hits = [Hits::StatusReads, Hits::StatusWrites, Hits::Events][target as usize];
+                self.api.inject(ApiFault {
+                    hits,
+                    code,
+                    from: at,
+                    until: until(minutes),
+                });
+                if hits != Hits::Events {
+                    self.facts.blind.push((at, until(minutes)));
+                }
+            }
+            Fault::Node {
+                node,
+                fault,
+                minutes,
+            } => self
+                .sim
+                .inject(&format!("node-{node}"), fault, at, until(minutes)),
+            Fault::PeerFailed | Fault::PeerConfirmed => {
+                let state = if f == Fault::PeerFailed {
+                    RolloutState::Failed
+                } else {
+                    RolloutState::Confirmed
+                };
+                let version = self.env.version.clone();
+                self.forge.peer_reports(state, &version, at);
+                let list = if state == RolloutState::Failed {
+                    &mut self.facts.peer_failed
+                } else {
+                    &mut self.facts.peer_confirmed
+                };
+                list.push((at, version));
+            }
+            Fault::ClockJump(m) => {
+                self.now = until(m);
+                self.facts.jumps.push(at);
+            }
+        }
+        None
+    }
+
+    /// Move time by one step (the clock first, then the runtime's timers
+    /// when a process runs) and check.
+    async fn tick(&mut self, running: bool) -> Result<(), String> {
+        self.now += D::from_std(STEP).unwrap_or_default();
+        self.clock.set(self.now);
+        if running {
+            tokio::time::sleep(STEP).await;
+        }
+        self.ran.steps += 1;
+        self.facts.check(&self.sim)
+    }
+
+    /// One process of the agent, from now until a crash or the end.
+    fn process(&mut self) -> Result<Option<Stop>, String> {
+        self.facts.processes += 1;
+        self.ran.processes += 1;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .expect("runtime");
+        let cfg = self.config(self.replica);
+        let out = rt.block_on(async {
+            let clock: drover::agent::SharedClock = Arc::new(self.clock.clone());
+            let agent =
+                Agent::with_client(cfg, self.api.client(), SimBackend(self.sim.clone()), clock)
+                    .await
+                    .map_err(|e| format!("the agent did not start: {e}"))?;
+            let (_stop, shutdown) = tokio::sync::watch::channel(false);
+            let process = agent.run(shutdown);
+            let wall = std::time::Instant::now();
+            let world = async {
+                while self.now < self.end() {
+                    if let Some(stop) = self.due() {
+                        return Ok(Some(stop));
+                    }
+                    self.tick(true).await?;
+                    if self.ran.steps % 100 == 0 && std::env::var("DROVER_SIM_TRACE").is_ok() {
+                        eprintln!(
+                            "{} step {} wall {:?} api {} wr {}",
+                            self.now,
+                            self.ran.steps,
+                            wall.elapsed(),
+                            self.api.calls(),
+                            self.sim.calls("write_record", "node-0")
+                        );
+                    }
+                }
+                Ok(None)
+            };
+            tokio::select! {
+                biased;
+                r = world => r,
+                r = process => Err(format!("the agent stopped: {r:?}")),
+            }
+        });
+        // The crash: every task of the process goes with its runtime.
+        drop(rt);
+        out
+    }
+
+    fn run(&mut self) -> Result<(), String> {
+        loop {
+            match self.process()? {
+                None => break,
+                Some(Stop::Crash { down, takeover }) => {
+                    let back = self.now + D::minutes(down as i64);
+                    while self.now < back && self.now < self.end() {
+                        if let Some(Stop::Crash { .. }) = self.due() {
+                            continue;
+                        }
+                        futures::executor::block_on(self.tick(false))?;
+                    }
+                    if takeover {
+                        self.replica = 1 - self.replica;
+                    }
+                    if self.now >= self.end() {
+                        break;
+                    }
+                }
+            }
+        }
+        let told = self.api.status().map(|s| s.to_string()).unwrap_or_default();
+        self.ran.driver_runs = self.sim.nodes().iter().map(|n| n.driver_runs()).sum();
+        self.facts.end(&self.sim, &told)
+    }
+}
+
+/// Run `plan`; `Err` names the first rule broken and when.
+pub fn run(plan: Plan) -> (Ran, Result<(), String>) {
+    let mut w = World::new(plan);
+    let r = w.run();
+    (w.ran, r)
+}
