@@ -51,7 +51,7 @@ impl EnvFile {
                 self.max_rollbacks
             ));
         }
-        t.push_str("\n[health]\nsettle = \"5m\"\npod_ready_timeout = \"5m\"\n");
+        t.push_str("\n[health]\nsettle = \"1m\"\npod_ready_timeout = \"1m\"\n");
         t.push_str(&format!(
             "\n[driver]\nkind = \"job\"\nimage = \"example.com/updater:1\"\ncommand = [\"update\"]\nprepare = {}\n",
             self.prepare

@@ -28,8 +28,6 @@ pub enum Change {
     Bump,
     /// The pinned version is revoked (the pin stays: the head is refused).
     Revoke,
-    /// The pinned version is revoked and the pin moves on, in one merge.
-    RevokeAndBump,
     Pause(bool),
     Freeze(bool),
     /// `on_failure = "rollback"` with this `max_rollbacks`, or `halt`.
@@ -91,7 +89,7 @@ impl Plan {
         let n = r.random_range(1..=5usize);
         let nodes = (0..n)
             .map(|_| NodeSpec {
-                minutes: r.random_range(3..=12),
+                minutes: r.random_range(2..=8),
                 failure: r.random_bool(0.12).then(|| r.random_range(0..3u8)),
                 crashloops: r.random_bool(0.15),
                 pods: r.random_range(0..=2),
@@ -109,27 +107,26 @@ impl Plan {
             prepare: r.random_bool(0.3),
             allow_downgrade: false,
         };
-        let horizon = 180;
+        let horizon = 90;
         let mut steps = vec![(r.random_range(1..10), Step::Change(Change::Bump))];
         for _ in 0..r.random_range(0..=4) {
             let c = match r.random_range(0..10) {
                 0..=2 => Change::Bump,
-                3 => Change::Revoke,
-                4 => Change::RevokeAndBump,
+                3 | 4 => Change::Revoke,
                 5 => Change::Pause(r.random_bool(0.6)),
                 6 => Change::Freeze(r.random_bool(0.5)),
                 7 => Change::OnFailure(r.random_bool(0.7).then(|| r.random_range(0..=2))),
                 _ => Change::MaxUnavailable(r.random_range(1..=3)),
             };
-            steps.push((r.random_range(2..120), Step::Change(c)));
+            steps.push((r.random_range(2..60), Step::Change(c)));
         }
         for _ in 0..r.random_range(0..=6) {
-            let f = match r.random_range(0..12) {
+            let f = match r.random_range(0..13) {
                 0..=2 => Fault::Crash {
                     down: r.random_range(0..=5),
                     takeover: r.random_bool(0.5),
                 },
-                3 => Fault::WarmFollower,
+                3 | 11 => Fault::WarmFollower,
                 4 => Fault::GitDown(r.random_range(1..=30)),
                 5 => Fault::Api {
                     target: r.random_range(0..3),
@@ -150,15 +147,18 @@ impl Plan {
                 8 => Fault::PeerFailed,
                 9 => Fault::PeerConfirmed,
                 10 => Fault::ClockJump(r.random_range(1..=40)),
-                _ => Fault::WarmFollower,
+                _ => Fault::Crash {
+                    down: 0,
+                    takeover: true,
+                },
             };
-            steps.push((r.random_range(1..150), Step::Fault(f)));
+            steps.push((r.random_range(1..75), Step::Fault(f)));
         }
         if first.waves {
-            steps.push((r.random_range(5..60), Step::Fault(Fault::PeerConfirmed)));
+            steps.push((r.random_range(5..40), Step::Fault(Fault::PeerConfirmed)));
         }
         steps.sort_by_key(|(at, _)| *at);
-        let pdb_blocked = r.random_bool(0.3).then(|| r.random_range(5..60));
+        let pdb_blocked = r.random_bool(0.3).then(|| r.random_range(5..40));
         Plan {
             nodes,
             first,

@@ -24,6 +24,9 @@ use futures::StreamExt;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How often the agent fetches (the checks' grace follows it).
+pub const POLL: Duration = Duration::from_secs(180);
+
 /// One step of simulated time.
 const STEP: Duration = Duration::from_secs(5);
 
@@ -85,7 +88,15 @@ enum Stop {
 
 impl World {
     fn new(plan: Plan) -> World {
-        let tmp = tempfile::tempdir().expect("tempdir");
+        // In memory where the machine has it: git's many small files and
+        // syncs cost disk round trips that dwarf the agent's work.
+        let shm = std::path::Path::new("/dev/shm");
+        let tmp = if shm.is_dir() {
+            tempfile::tempdir_in(shm)
+        } else {
+            tempfile::tempdir()
+        }
+        .expect("tempdir");
         let clock = VirtualClock::new(start());
         let sim = Arc::new(Sim::new(forge::CLUSTER, clock.clone()));
         let mut crashloops = Vec::new();
@@ -168,6 +179,7 @@ impl World {
         cfg.listen = ([127, 0, 0, 1], 0).into();
         cfg.watch_local = false;
         cfg.debounce = Duration::ZERO;
+        cfg.poll = POLL;
         cfg
     }
 
@@ -207,10 +219,6 @@ impl World {
         match c {
             Change::Bump => self.env.version = next(&self.env),
             Change::Revoke => self.forge.revoke(&self.env.version.clone()),
-            Change::RevokeAndBump => {
-                self.forge.revoke(&self.env.version.clone());
-                self.env.version = next(&self.env);
-            }
             Change::Pause(p) => self.env.paused = p,
             Change::Freeze(f) => self.env.frozen = f,
             Change::OnFailure(r) => {
@@ -382,6 +390,21 @@ impl World {
 /// Run `plan`; `Err` names the first rule broken and when.
 pub fn run(plan: Plan) -> (Ran, Result<(), String>) {
     let mut w = World::new(plan);
-    let r = w.run();
+    let r = w.run().map_err(|e| {
+        let log = w.sim.log();
+        let story: Vec<String> = log[log.len().saturating_sub(16)..]
+            .iter()
+            .map(|e| format!("    {} {} {:?}", e.at, e.node, e.kind))
+            .collect();
+        let told = w
+            .api
+            .status()
+            .and_then(|s| s.get("message").cloned())
+            .unwrap_or_default();
+        format!(
+            "{e}\n  the cluster's last events:\n{}\n  the status said: {told}",
+            story.join("\n")
+        )
+    });
     (w.ran, r)
 }
