@@ -245,7 +245,16 @@ impl Facts {
         let since = self.last_pin_of(v);
         self.peer_failed
             .iter()
-            .find(|(t, pv)| pv == v && *t >= since && self.known(*t) < s)
+            .find(|(t, pv)| {
+                pv == v
+                    && *t >= since
+                    && self.known(*t) < s
+                    // Its own later report of the version ends a failure.
+                    && !self
+                        .peer_confirmed
+                        .iter()
+                        .any(|(c, cv)| cv == v && c > t && *c < s)
+            })
             .map(|(t, _)| format!("{v} halted by the other cluster's failed report at {t}"))
     }
 
@@ -293,16 +302,28 @@ impl Facts {
         }
     }
 
-    /// At the end: every node drover left cordoned is named by what the
-    /// cluster is told (the status object).
-    pub fn end(&mut self, sim: &Sim, told: &str) -> Result<(), String> {
+    /// At the end: every node drover left cordoned longer than a report
+    /// may wait (`progress_interval`, 10 min, and the grace) is named by
+    /// the cluster's newest report on the origin.
+    pub fn end(&mut self, sim: &Sim, report: &str, now: DateTime<Utc>) -> Result<(), String> {
+        let wait = Duration::minutes(10 + GRACE);
+        let log = sim.log();
+        let blind = self.blind.iter().any(|(_, until)| *until + wait > now);
         for n in sim.nodes() {
+            let since = log
+                .iter()
+                .rev()
+                .find(|e| e.node == n.name && e.kind == EventKind::Cordon)
+                .map(|e| e.at);
+            let long = since.is_some_and(|t| t + wait < now);
             if n.unschedulable
                 && n.cordoned_by == Some(CordonedBy::Drover)
-                && !told.contains(&n.name)
+                && long
+                && !blind
+                && !report.contains(&n.name)
             {
                 self.fail(format!(
-                    "{} left cordoned, the status does not name it",
+                    "{} left cordoned since {since:?}, the newest report does not name it",
                     n.name
                 ));
             }

@@ -186,22 +186,50 @@ impl Forge {
         &self.revoked
     }
 
+    /// This cluster's newest report on the origin, as its text.
+    pub fn own_report(&self) -> Option<String> {
+        let repo = self.repo();
+        let branch = drover::status_refs::cluster_branch("drover/status", ENV, CLUSTER);
+        let tip = repo.find_reference(&format!("refs/heads/{branch}")).ok()?;
+        let tree = tip.peel_to_tree().ok()?;
+        let entry = tree
+            .get_path(Path::new(&drover::status::report_path(ENV, CLUSTER)))
+            .ok()?;
+        let blob = repo.find_blob(entry.id()).ok()?;
+        Some(String::from_utf8_lossy(blob.content()).into_owned())
+    }
+
+    /// The peer's status branch deleted on the origin.
+    pub fn rewrite_peer(&self) {
+        let branch = drover::status_refs::cluster_branch("drover/status", ENV, PEER);
+        if let Ok(mut r) = self.repo().find_reference(&format!("refs/heads/{branch}")) {
+            let _ = r.delete();
+        }
+    }
+
     /// The peer cluster's agent reports `state` for `version`, signed with
     /// its key, through drover's publisher (a failed push is its problem:
     /// the origin may be down).
-    pub fn peer_reports(&mut self, state: RolloutState, version: &Version, at: DateTime<Utc>) {
+    pub fn peer_reports(
+        &mut self,
+        state: RolloutState,
+        version: &Version,
+        at: DateTime<Utc>,
+    ) -> bool {
         if self.peer.is_none() {
             let cfg = SourceConfig::new(self.url(), self.dir.join("peer-cache"));
             self.peer = Source::open(cfg).ok();
         }
-        let Some(source) = &self.peer else { return };
+        let Some(source) = &self.peer else {
+            return false;
+        };
         let fetched = match source.fetch() {
             Ok(f) => f,
             Err(e) => {
                 if std::env::var("DROVER_SIM_TRACE").is_ok() {
                     eprintln!("{at}: the peer cannot fetch: {e}");
                 }
-                return;
+                return false;
             }
         };
         let report = StatusReport {
@@ -232,5 +260,6 @@ impl Forge {
                 state.as_str()
             );
         }
+        published.is_ok_and(|p| p.commit.is_some())
     }
 }

@@ -60,6 +60,9 @@ pub enum Fault {
     PeerConfirmed,
     /// The clock jumps forward.
     ClockJump(u64),
+    /// The other cluster's status branch is deleted on the origin (a
+    /// rewrite): the failures it held must not be forgotten.
+    PeerRewritten,
 }
 
 /// Something at a minute of the run.
@@ -87,7 +90,7 @@ impl Plan {
     pub fn draw(seed: u64) -> Plan {
         let mut r = StdRng::seed_from_u64(seed);
         let n = r.random_range(1..=5usize);
-        let nodes = (0..n)
+        let nodes: Vec<NodeSpec> = (0..n)
             .map(|_| NodeSpec {
                 minutes: r.random_range(2..=8),
                 failure: r.random_bool(0.12).then(|| r.random_range(0..3u8)),
@@ -108,7 +111,7 @@ impl Plan {
             allow_downgrade: false,
         };
         let horizon = 90;
-        let mut steps = vec![(r.random_range(1..10), Step::Change(Change::Bump))];
+        let mut steps = vec![(r.random_range(1..5), Step::Change(Change::Bump))];
         for _ in 0..r.random_range(0..=4) {
             let c = match r.random_range(0..10) {
                 0..=2 => Change::Bump,
@@ -121,7 +124,7 @@ impl Plan {
             steps.push((r.random_range(2..60), Step::Change(c)));
         }
         for _ in 0..r.random_range(0..=6) {
-            let f = match r.random_range(0..13) {
+            let f = match r.random_range(0..14) {
                 0..=2 => Fault::Crash {
                     down: r.random_range(0..=5),
                     takeover: r.random_bool(0.5),
@@ -147,6 +150,7 @@ impl Plan {
                 8 => Fault::PeerFailed,
                 9 => Fault::PeerConfirmed,
                 10 => Fault::ClockJump(r.random_range(1..=40)),
+                12 => Fault::PeerRewritten,
                 _ => Fault::Crash {
                     down: 0,
                     takeover: true,
@@ -157,8 +161,32 @@ impl Plan {
         if first.waves {
             steps.push((r.random_range(5..40), Step::Fault(Fault::PeerConfirmed)));
         }
+        let mut pdb_blocked = r.random_bool(0.3).then(|| r.random_range(5..40));
+        // A quarter of the seeds hold a drain behind the budget and do
+        // something in the middle of it: hand over to a follower whose
+        // cache is older than the applied commit, or move the pin.
+        let mut nodes: Vec<NodeSpec> = nodes;
+        match r.random_range(0..8) {
+            0 => {
+                nodes[0].pods = nodes[0].pods.max(1);
+                pdb_blocked = Some(r.random_range(15..40));
+                steps.push((1, Step::Fault(Fault::WarmFollower)));
+                steps.push((
+                    r.random_range(5..14),
+                    Step::Fault(Fault::Crash {
+                        down: r.random_range(0..2),
+                        takeover: true,
+                    }),
+                ));
+            }
+            1 => {
+                nodes[0].pods = nodes[0].pods.max(1);
+                pdb_blocked = Some(r.random_range(15..40));
+                steps.push((r.random_range(5..14), Step::Change(Change::Bump)));
+            }
+            _ => {}
+        }
         steps.sort_by_key(|(at, _)| *at);
-        let pdb_blocked = r.random_bool(0.3).then(|| r.random_range(5..40));
         Plan {
             nodes,
             first,

@@ -283,7 +283,9 @@ impl World {
                     RolloutState::Confirmed
                 };
                 let version = self.env.version.clone();
-                self.forge.peer_reports(state, &version, at);
+                if !self.forge.peer_reports(state, &version, at) {
+                    return None;
+                }
                 let list = if state == RolloutState::Failed {
                     &mut self.facts.peer_failed
                 } else {
@@ -291,6 +293,7 @@ impl World {
                 };
                 list.push((at, version));
             }
+            Fault::PeerRewritten => self.forge.rewrite_peer(),
             Fault::ClockJump(m) => {
                 self.now = until(m);
                 self.facts.jumps.push(at);
@@ -381,9 +384,10 @@ impl World {
                 }
             }
         }
-        let told = self.api.status().map(|s| s.to_string()).unwrap_or_default();
+        self.forge.set_down(false);
+        let report = self.forge.own_report().unwrap_or_default();
         self.ran.driver_runs = self.sim.nodes().iter().map(|n| n.driver_runs()).sum();
-        self.facts.end(&self.sim, &told)
+        self.facts.end(&self.sim, &report, self.now)
     }
 }
 
