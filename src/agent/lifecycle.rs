@@ -35,7 +35,8 @@ impl<B: ClusterBackend> Agent<B> {
             .into_iter()
             .map(|(srv, app)| tokio::spawn(srv.serve(app, shutdown.clone())))
             .collect();
-        let (leader_tx, mut leader_rx) = watch::channel(self.elector.is_none());
+        let (leader_tx, own_rx) = watch::channel(self.elector.is_none());
+        let mut leader_rx = self.led_by.take().unwrap_or(own_rx);
         let mut elector_task = self.elector.take().map(|mut el| {
             let sd = shutdown.clone();
             tokio::spawn(async move {

@@ -237,6 +237,8 @@ pub struct Agent<B: ClusterBackend> {
     manual_rx: tokio::sync::mpsc::Receiver<()>,
     servers: Vec<(http::Server, axum::Router)>,
     elector: Option<leader::Elector>,
+    /// Leadership as someone else decides it ([`Agent::led_by`]).
+    led_by: Option<tokio::sync::watch::Receiver<bool>>,
     handle: AgentHandle,
 }
 
@@ -414,8 +416,18 @@ impl<B: ClusterBackend> Agent<B> {
             manual_rx,
             servers,
             elector,
+            led_by: None,
             handle,
         })
+    }
+
+    /// Act while `leading` reads true, instead of while holding the Lease
+    /// (with `leader_election` off): the seam the whole-agent simulation
+    /// plays the election through, handing the lease from one replica to
+    /// another as the `Elector` would.
+    pub fn led_by(mut self, leading: tokio::sync::watch::Receiver<bool>) -> Self {
+        self.led_by = Some(leading);
+        self
     }
 
     /// Handles for tests, benchmarks and the CLI.

@@ -65,6 +65,11 @@ fn shrink(mut plan: Plan, mut why: String) -> (Plan, String) {
 #[test]
 fn seeds() {
     if let Some(n) = env_u64("DROVER_SIM_SEED") {
+        if std::env::var("DROVER_SIM_TRACE").is_ok() {
+            let _ = tracing_subscriber::fmt()
+                .with_writer(std::io::stderr)
+                .try_init();
+        }
         eprintln!("{:?}", Plan::draw(n));
         match seed(n) {
             Ok(ran) => eprintln!("seed {n} passed: {ran:?}"),
@@ -74,6 +79,12 @@ fn seeds() {
     }
     let count = env_u64("DROVER_SIM_SEEDS").unwrap_or(CI_SEEDS);
     let first = env_u64("DROVER_SIM_FIRST").unwrap_or(0);
+    if std::env::var("DROVER_SIM_LIST").is_ok() {
+        for n in first..first + count {
+            eprintln!("{n}: {:?}", Plan::draw(n));
+        }
+        return;
+    }
     let next = AtomicU64::new(first);
     let failures = Mutex::new(Vec::new());
     let (steps, faults, procs, runs) = (

@@ -41,8 +41,9 @@ pub enum Fault {
     /// The acting process dies; a replica starts after `down` minutes,
     /// the other replica (whose cache was warmed earlier) when `takeover`.
     Crash { down: u64, takeover: bool },
-    /// The other replica fetches once (a follower warming its cache).
-    WarmFollower,
+    /// The leader loses the lease; the follower (whose cache is as it
+    /// warmed it when its process started) takes it a lease later.
+    Handoff,
     /// The origin is unreachable for this many minutes.
     GitDown(u64),
     /// The API server answers `code` to the status object's reads
@@ -129,7 +130,7 @@ impl Plan {
                     down: r.random_range(0..=5),
                     takeover: r.random_bool(0.5),
                 },
-                3 | 11 => Fault::WarmFollower,
+                3 | 11 => Fault::Handoff,
                 4 => Fault::GitDown(r.random_range(1..=30)),
                 5 => Fault::Api {
                     target: r.random_range(0..3),
@@ -163,21 +164,14 @@ impl Plan {
         }
         let mut pdb_blocked = r.random_bool(0.3).then(|| r.random_range(5..40));
         // A quarter of the seeds hold a drain behind the budget and do
-        // something in the middle of it: hand over to a follower whose
-        // cache is older than the applied commit, or move the pin.
+        // something in the middle of it: hand the lease to the follower,
+        // whose cache is older than the applied commit, or move the pin.
         let mut nodes: Vec<NodeSpec> = nodes;
         match r.random_range(0..8) {
             0 => {
                 nodes[0].pods = nodes[0].pods.max(1);
                 pdb_blocked = Some(r.random_range(15..40));
-                steps.push((1, Step::Fault(Fault::WarmFollower)));
-                steps.push((
-                    r.random_range(5..14),
-                    Step::Fault(Fault::Crash {
-                        down: r.random_range(0..2),
-                        takeover: true,
-                    }),
-                ));
+                steps.push((r.random_range(5..14), Step::Fault(Fault::Handoff)));
             }
             1 => {
                 nodes[0].pods = nodes[0].pods.max(1);

@@ -27,6 +27,9 @@ use std::time::Duration;
 /// How often the agent fetches (the checks' grace follows it).
 pub const POLL: Duration = Duration::from_secs(180);
 
+/// A lease: how long after a handoff the follower takes over.
+const LEASE: Duration = Duration::from_secs(15);
+
 /// One step of simulated time.
 const STEP: Duration = Duration::from_secs(5);
 
@@ -83,6 +86,7 @@ struct World {
 
 /// What ends a stretch of running.
 enum Stop {
+    Handoff,
     Crash { down: u64, takeover: bool },
 }
 
@@ -241,12 +245,7 @@ impl World {
         let until = |m: u64| at + D::minutes(m as i64);
         match f {
             Fault::Crash { down, takeover } => return Some(Stop::Crash { down, takeover }),
-            Fault::WarmFollower => {
-                let cfg = self.config(1 - self.replica).source;
-                if let Ok(s) = drover::source::Source::open(cfg) {
-                    let _ = s.fetch();
-                }
-            }
+            Fault::Handoff => return Some(Stop::Handoff),
             Fault::GitDown(m) => {
                 self.forge.set_down(true);
                 let u = until(m).max(self.git_down_until.unwrap_or(at));
@@ -314,7 +313,10 @@ impl World {
         self.facts.check(&self.sim)
     }
 
-    /// One process of the agent, from now until a crash or the end.
+    /// The agent's two replicas (their processes on one machine, in one
+    /// runtime), from now until a crash or the end: the leader acts, the
+    /// follower warms its cache once and relays; a handoff takes the lease
+    /// from the leader and gives it to the follower a lease later.
     fn process(&mut self) -> Result<Option<Stop>, String> {
         self.facts.processes += 1;
         self.ran.processes += 1;
@@ -323,30 +325,51 @@ impl World {
             .start_paused(true)
             .build()
             .expect("runtime");
-        let cfg = self.config(self.replica);
         let out = rt.block_on(async {
             let clock: drover::agent::SharedClock = Arc::new(self.clock.clone());
-            let agent =
-                Agent::with_client(cfg, self.api.client(), SimBackend(self.sim.clone()), clock)
-                    .await
-                    .map_err(|e| format!("the agent did not start: {e}"))?;
             let (_stop, shutdown) = tokio::sync::watch::channel(false);
-            let process = agent.run(shutdown);
+            let mut leading = Vec::new();
+            let mut runs = Vec::new();
+            for r in 0..2 {
+                let (tx, rx) = tokio::sync::watch::channel(r == self.replica);
+                let backend = SimBackend(self.sim.clone());
+                let agent =
+                    Agent::with_client(self.config(r), self.api.client(), backend, clock.clone())
+                        .await
+                        .map_err(|e| format!("the agent did not start: {e}"))?
+                        .led_by(rx);
+                leading.push(tx);
+                runs.push(agent.run(shutdown.clone()));
+            }
+            let (Some(second), Some(first)) = (runs.pop(), runs.pop()) else {
+                return Err("no replicas".to_string());
+            };
             let wall = std::time::Instant::now();
             let world = async {
+                let mut takes_over: Option<DateTime<Utc>> = None;
                 while self.now < self.end() {
-                    if let Some(stop) = self.due() {
-                        return Ok(Some(stop));
+                    match self.due() {
+                        Some(Stop::Handoff) if takes_over.is_none() => {
+                            leading[self.replica].send_replace(false);
+                            self.replica = 1 - self.replica;
+                            takes_over = Some(self.now + D::from_std(LEASE).unwrap_or_default());
+                        }
+                        Some(Stop::Handoff) => {}
+                        Some(stop) => return Ok(Some(stop)),
+                        None => {}
+                    }
+                    if takes_over.is_some_and(|t| t <= self.now) {
+                        leading[self.replica].send_replace(true);
+                        takes_over = None;
                     }
                     self.tick(true).await?;
                     if self.ran.steps % 100 == 0 && std::env::var("DROVER_SIM_TRACE").is_ok() {
                         eprintln!(
-                            "{} step {} wall {:?} api {} wr {}",
+                            "{} step {} wall {:?} api {}",
                             self.now,
                             self.ran.steps,
                             wall.elapsed(),
-                            self.api.calls(),
-                            self.sim.calls("write_record", "node-0")
+                            self.api.calls()
                         );
                     }
                 }
@@ -355,10 +378,11 @@ impl World {
             tokio::select! {
                 biased;
                 r = world => r,
-                r = process => Err(format!("the agent stopped: {r:?}")),
+                r = first => Err(format!("replica 0 stopped: {r:?}")),
+                r = second => Err(format!("replica 1 stopped: {r:?}")),
             }
         });
-        // The crash: every task of the process goes with its runtime.
+        // The crash: every task of both processes goes with their runtime.
         drop(rt);
         out
     }
@@ -366,12 +390,14 @@ impl World {
     fn run(&mut self) -> Result<(), String> {
         loop {
             match self.process()? {
-                None => break,
+                None | Some(Stop::Handoff) => break,
                 Some(Stop::Crash { down, takeover }) => {
                     let back = self.now + D::minutes(down as i64);
                     while self.now < back && self.now < self.end() {
-                        if let Some(Stop::Crash { .. }) = self.due() {
-                            continue;
+                        match self.due() {
+                            Some(Stop::Crash { .. }) => continue,
+                            Some(Stop::Handoff) => self.replica = 1 - self.replica,
+                            None => {}
                         }
                         futures::executor::block_on(self.tick(false))?;
                     }
@@ -394,7 +420,13 @@ impl World {
 /// Run `plan`; `Err` names the first rule broken and when.
 pub fn run(plan: Plan) -> (Ran, Result<(), String>) {
     let mut w = World::new(plan);
-    let r = w.run().map_err(|e| {
+    let r = w.run();
+    if std::env::var("DROVER_SIM_LOG").is_ok() {
+        for e in w.sim.log() {
+            eprintln!("    {} {} {:?}", e.at, e.node, e.kind);
+        }
+    }
+    let r = r.map_err(|e| {
         let log = w.sim.log();
         let story: Vec<String> = log[log.len().saturating_sub(16)..]
             .iter()
