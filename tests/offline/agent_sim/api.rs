@@ -48,8 +48,6 @@ struct Store {
     objects: BTreeMap<String, Value>,
     revision: u64,
     faults: Vec<ApiFault>,
-    /// Event reasons created, in order (for a failing seed's story).
-    events: Vec<String>,
     /// Calls answered with an injected fault.
     faulted: usize,
     calls: usize,
@@ -94,10 +92,7 @@ impl ApiServer {
             .and_then(|(_, v)| v.get("status").cloned())
     }
 
-    pub fn events(&self) -> Vec<String> {
-        self.lock().events.clone()
-    }
-
+    /// Calls answered with an injected fault.
     pub fn faulted(&self) -> usize {
         self.lock().faulted
     }
@@ -178,8 +173,6 @@ impl ApiServer {
                     return status(422, "Invalid", "no name");
                 };
                 if plural == "events" {
-                    let reason = value["reason"].as_str().unwrap_or_default().to_string();
-                    s.events.push(reason);
                     return ok(201, &value);
                 }
                 let key = format!("{collection}/{n}");

@@ -20,6 +20,7 @@ const GRACE: i64 = 5;
 /// A merge to main and the policy it carries.
 #[derive(Debug, Clone)]
 pub struct Merge {
+    pub commit: String,
     pub at: DateTime<Utc>,
     pub env: EnvFile,
     pub revoked: Vec<Version>,
@@ -49,6 +50,9 @@ pub struct Facts {
     pub processes: usize,
     /// Nodes with a health fault at the first bumped version.
     pub crashloops: Vec<String>,
+    /// The version each node's newest cordon drained for, read from its
+    /// record at the step of the cordon.
+    pub cordon_for: BTreeMap<String, Option<Version>>,
     /// Log entries already judged.
     pub seen: usize,
     pub violations: Vec<String>,
@@ -74,25 +78,18 @@ impl Facts {
         }
     }
 
-    /// The admitted merge in force (known) at `s`, if any.
-    fn in_force(&self, s: DateTime<Utc>) -> Option<&Merge> {
-        self.merges
-            .iter()
-            .filter(|m| m.admitted() && self.known(m.at) < s)
-            .next_back()
-    }
-
     fn revoked_by(&self, s: DateTime<Utc>, v: &Version) -> bool {
         self.merges
             .iter()
             .any(|m| self.known(m.at) < s && m.revoked.contains(v))
     }
 
+    /// Whether something the agent must answer by giving a drain back (a
+    /// merge, a halt, time jumping past a timeout) happened in `(from, to]`.
     fn excuse(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> bool {
-        let from = from - Duration::minutes(GRACE + 1);
-        self.merges.iter().any(|m| m.at >= from && m.at <= to)
-            || self.peer_failed.iter().any(|(t, _)| *t >= from && *t <= to)
-            || self.jumps.iter().any(|t| *t >= from && *t <= to)
+        self.merges.iter().any(|m| m.at > from && m.at <= to)
+            || self.peer_failed.iter().any(|(t, _)| *t > from && *t <= to)
+            || self.jumps.iter().any(|t| *t > from && *t <= to)
     }
 
     /// The budget: the largest `max_unavailable` ever merged.
@@ -152,17 +149,29 @@ impl Facts {
                     if self.revoked_by(s, v) {
                         self.fail(format!("{s}: {} moved to {v}, revoked", e.node));
                     }
-                    if let Some(m) = self.in_force(s).cloned() {
-                        if &m.env.version != v && m.at > self.last_pin_of(v) {
-                            self.fail(format!(
-                                "{s}: {} moved to {v} after the pin moved to {} at {}",
-                                e.node, m.env.version, m.at
-                            ));
-                        }
+                    let may: Vec<Version> = self
+                        .candidates(s)
+                        .iter()
+                        .map(|m| m.env.version.clone())
+                        .collect();
+                    if !may.is_empty() && !may.contains(v) {
+                        self.fail(format!(
+                            "{s}: {} moved to {v}, while the config in force pins {may:?}",
+                            e.node
+                        ));
                     }
                     self.halted(s, v, &e.node, "its driver started");
                 }
-                EventKind::Cordon if !self.crashloops.contains(&e.node) => {
+                EventKind::Cordon
+                    if {
+                        let target = sim
+                            .record(&e.node)
+                            .and_then(|r| r.progress)
+                            .map(|p| p.target);
+                        self.cordon_for.insert(e.node.clone(), target);
+                        !self.crashloops.contains(&e.node)
+                    } =>
+                {
                     // Judged against every config the agent may be acting
                     // on at `s`: a rule holds when every one of them says so.
                     let may: Vec<Merge> = self.candidates(s).into_iter().cloned().collect();
@@ -210,7 +219,12 @@ impl Facts {
                                 )
                         });
                         let c_at = log[c].at;
-                        if !ran && s - c_at < Duration::minutes(9) && !self.excuse(c_at, s) {
+                        // Changes since the config the drain was for.
+                        let since = match self.cordon_for.get(&e.node) {
+                            Some(Some(v)) => self.last_pin_of(v).max(c_at - Duration::minutes(60)),
+                            _ => c_at - Duration::minutes(GRACE + 1),
+                        };
+                        if !ran && s - c_at < Duration::minutes(9) && !self.excuse(since, s) {
                             self.fail(format!(
                                 "{s}: {} given back {}s after its drain began at {c_at}, nothing changed",
                                 e.node,
@@ -238,6 +252,18 @@ impl Facts {
             .map(|m| m.at)
             .next_back()
             .unwrap_or(DateTime::<Utc>::MIN_UTC)
+    }
+
+    /// Whether the agent may have fetched `b` with the merge before it,
+    /// `a`, and one changes the pin, the other the policy.
+    fn together(&self, a: &Merge, b: &Merge) -> bool {
+        let pin = |m: &Merge| m.env.version.clone();
+        let before = self.merges.iter().rev().find(|m| m.at < a.at);
+        let mixed = before.is_some_and(|p| {
+            (pin(p) != pin(a) && p.revoked == a.revoked && a.revoked != b.revoked)
+                || (p.revoked != a.revoked && pin(a) != pin(b))
+        });
+        mixed && self.known(a.at) >= b.at
     }
 
     /// Why `v` is halted at `s` by the other cluster's failed report, if it is.
@@ -272,10 +298,19 @@ impl Facts {
             .iter()
             .filter(|m| m.admitted() && m.at <= s)
             .collect();
-        let from = admitted
+        let mut from = admitted
             .iter()
             .rposition(|m| self.known(m.at) < s)
             .unwrap_or(0);
+        // A pin change and a policy change the agent may have fetched
+        // together are refused together: the config before them stays.
+        let batch = from;
+        while from > 0 && self.together(admitted[from - 1], admitted[from]) {
+            from -= 1;
+        }
+        if from < batch && from > 0 {
+            from -= 1;
+        }
         admitted[from..].to_vec()
     }
 
@@ -299,6 +334,28 @@ impl Facts {
         if let Some((v, n)) = from.iter().find(|(_, n)| **n > max) {
             let what = format!("{n} rollbacks started from {v}, max_rollbacks {max}");
             self.fail(what);
+        }
+    }
+
+    /// What the status object says agrees with itself and the forge: the
+    /// applied version is the one the applied commit pins.
+    pub fn told(&mut self, status: Option<&serde_json::Value>) -> Result<(), String> {
+        let Some(st) = status else { return Ok(()) };
+        let commit = st.get("lastAppliedCommit").and_then(|c| c.as_str());
+        let version = st.get("appliedVersion").and_then(|c| c.as_str());
+        if let (Some(c), Some(v)) = (commit, version) {
+            if let Some(m) = self.merges.iter().find(|m| m.commit == c) {
+                if m.env.version.to_string() != v {
+                    let pin = m.env.version.clone();
+                    self.fail(format!(
+                        "the status says applied version {v} at commit {c}, which pins {pin}"
+                    ));
+                }
+            }
+        }
+        match self.violations.first() {
+            Some(v) => Err(v.clone()),
+            None => Ok(()),
         }
     }
 

@@ -63,6 +63,8 @@ pub struct Ran {
     pub faults: usize,
     pub processes: usize,
     pub driver_runs: usize,
+    /// API calls answered with an injected fault.
+    pub api_faults: usize,
 }
 
 struct World {
@@ -143,6 +145,7 @@ impl World {
             .to_string();
         let facts = Facts {
             merges: vec![Merge {
+                commit: initial.clone(),
                 at: start(),
                 env: plan.first.clone(),
                 revoked: Vec::new(),
@@ -232,8 +235,9 @@ impl World {
             Change::MaxUnavailable(n) => self.env.max_unavailable = n,
         }
         let env = self.env.clone();
-        self.forge.merge(&env, &format!("{c:?}"), at);
+        let commit = self.forge.merge(&env, &format!("{c:?}"), at).to_string();
         self.facts.merges.push(Merge {
+            commit,
             at,
             env,
             revoked: self.forge.revoked().to_vec(),
@@ -310,7 +314,8 @@ impl World {
             tokio::time::sleep(STEP).await;
         }
         self.ran.steps += 1;
-        self.facts.check(&self.sim)
+        self.facts.check(&self.sim)?;
+        self.facts.told(self.api.status().as_ref())
     }
 
     /// The agent's two replicas (their processes on one machine, in one
@@ -413,6 +418,7 @@ impl World {
         self.forge.set_down(false);
         let report = self.forge.own_report().unwrap_or_default();
         self.ran.driver_runs = self.sim.nodes().iter().map(|n| n.driver_runs()).sum();
+        self.ran.api_faults = self.api.faulted();
         self.facts.end(&self.sim, &report, self.now)
     }
 }
