@@ -368,7 +368,9 @@ impl World {
                         takes_over = None;
                     }
                     self.tick(true).await?;
-                    if self.ran.steps % 100 == 0 && std::env::var("DROVER_SIM_TRACE").is_ok() {
+                    if self.ran.steps.is_multiple_of(100)
+                        && std::env::var("DROVER_SIM_TRACE").is_ok()
+                    {
                         eprintln!(
                             "{} step {} wall {:?} api {}",
                             self.now,
