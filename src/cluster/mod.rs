@@ -417,8 +417,15 @@ impl<C: Cluster + Send + Sync> Cluster for std::sync::Arc<C> {
     fn uncordon(&self, node: &str) -> impl Future<Output = Result<(), Self::Error>> + Send {
         (**self).uncordon(node)
     }
-    fn evict(&self, node: &str) -> impl Future<Output = Result<EvictionPass, Self::Error>> + Send {
-        (**self).evict(node)
+    fn taint(&self, node: &str) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        (**self).taint(node)
+    }
+    fn evict(
+        &self,
+        node: &str,
+        order: &DrainOrder<'_>,
+    ) -> impl Future<Output = Result<EvictionPass, Self::Error>> + Send {
+        (**self).evict(node, order)
     }
     fn start_run(
         &self,
