@@ -30,9 +30,9 @@ const CI_SEEDS: u64 = 40;
 
 /// Seeds that found a defect, each with what it found. Seed 11 (the
 /// stale follower's takeover abandoning drains, ab8d00e put back) is not
-/// kept yet: on the fixed code it still failed one replay in three on a
-/// loaded machine, the same way (TESTING.md); it joins once that is
-/// understood. Seed 17 found two of the checks' own mistakes (a pin and a
+/// kept yet: on the fixed code it still fails about one replay in three,
+/// the same way, as seed 28 does (TESTING.md, "Open finding"); it joins
+/// once that is fixed. Seed 17 found two of the checks' own mistakes (a pin and a
 /// policy change fetched together are refused together).
 const REGRESSIONS: &[(u64, &str)] = &[(17, "a refused pin-and-policy span")];
 
