@@ -192,6 +192,7 @@ impl<B: ClusterBackend> Acting<B> {
             return;
         }
         self.start_term(loaded.as_ref(), &cancel);
+        self.term_status_read = loaded.is_some();
         let seen = loaded.as_ref().and_then(crd::fetch_request_stamp);
         self.run_term(trigger, manual, cancel, seen).await;
         self.end_term().await;
@@ -338,6 +339,7 @@ impl<B: ClusterBackend> Acting<B> {
         match read {
             Ok(obj) => {
                 self.adopt_status(&obj);
+                self.term_status_read = true;
                 Some(obj)
             }
             Err(e) => {

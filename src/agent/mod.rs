@@ -382,6 +382,7 @@ impl<B: ClusterBackend> Agent<B> {
             fetch_again: None,
             term_fetched: false,
             term_fetch_ok: false,
+            term_status_read: false,
             status_object: store,
             events,
             notifier,
@@ -455,6 +456,9 @@ struct Acting<B: ClusterBackend> {
     /// Whether a fetch of this term succeeded: until one has, an applied
     /// commit missing from the cache may only be not fetched yet.
     term_fetch_ok: bool,
+    /// Whether this term has read the status object: until it has, the
+    /// applied commit it names (another leader's, maybe) is not known.
+    term_status_read: bool,
     /// The DroverStatus object this agent writes (through its term's writer).
     status_object: StatusObject,
     events: Events,

@@ -246,12 +246,17 @@ impl Facts {
 
     /// When `v` was last made the pin (the epoch if never).
     fn last_pin_of(&self, v: &Version) -> DateTime<Utc> {
-        self.merges
-            .iter()
-            .filter(|m| &m.env.version == v)
-            .map(|m| m.at)
-            .next_back()
-            .unwrap_or(DateTime::<Utc>::MIN_UTC)
+        // When the pin last became `v`: a later merge that keeps it (a
+        // revocation, a freeze) is a change since, not the pin's time.
+        let mut at = DateTime::<Utc>::MIN_UTC;
+        let mut before: Option<&Version> = None;
+        for m in &self.merges {
+            if &m.env.version == v && before != Some(v) {
+                at = m.at;
+            }
+            before = Some(&m.env.version);
+        }
+        at
     }
 
     /// Whether the agent may have fetched `b` with the merge before it,
