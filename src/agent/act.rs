@@ -127,6 +127,7 @@ impl<B: ClusterBackend> Acting<B> {
             hold_reason: String::new(),
             halted,
             waiting,
+            wave_blocker: gate.blocker(),
             window: window.clone(),
             patch_window,
             queries: health::evaluate_queries(&active.env, wanted).await,

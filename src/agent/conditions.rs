@@ -42,6 +42,12 @@
 //! kstatus see it even mid-rollout; a git server that is merely down is
 //! retried by the agent and stalls nothing.
 //!
+//! A fourth, `Blocked`, says why the cluster is not progressing: True
+//! with the blocker's name as its reason (`window`, `consent`...: the word
+//! of the `BLOCKER` column, docs/status.md "Blockers") while the status
+//! names a blocker, else False with the reason `Progressing`. It is read by
+//! `kubectl get -o jsonpath`, and by nothing kstatus judges.
+//!
 //! All three are always present, True or False (metav1.Condition's shape:
 //! `type`, `status`, `observedGeneration`, `lastTransitionTime`, `reason`,
 //! `message`); `lastTransitionTime` changes only when `status` does.
@@ -56,6 +62,8 @@ pub const READY: &str = "Ready";
 pub const RECONCILING: &str = "Reconciling";
 /// `Stalled`: the rollout cannot go on until a person acts.
 pub const STALLED: &str = "Stalled";
+/// `Blocked`: the cluster is not progressing; the reason is the blocker.
+pub const BLOCKED: &str = "Blocked";
 /// The condition saying whether the status report reaches the git server
 /// (written with the report, `report.rs`).
 pub const REPORT_PUSHED: &str = "ReportPushed";
@@ -96,6 +104,8 @@ pub struct Facts<'a> {
     /// the status report (status False, reason `Refused`); it names the
     /// branch and the server's words.
     pub report_refused: Option<&'a str>,
+    /// The blocker the status names (`told.rs`), when it names one.
+    pub blocker: Option<&'a str>,
 }
 
 impl<'a> Facts<'a> {
@@ -122,6 +132,7 @@ impl<'a> Facts<'a> {
                     c.kind == REPORT_PUSHED && c.status == "False" && c.reason == PUSH_REFUSED
                 })
                 .map(|c| c.message.as_str()),
+            blocker: status.blocker.as_deref(),
         }
     }
 }
@@ -134,7 +145,7 @@ fn parse_state(s: &str) -> Option<RolloutState> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Said {
     status: bool,
-    reason: &'static str,
+    reason: String,
     message: String,
 }
 
@@ -257,7 +268,7 @@ fn verdict(f: &Facts) -> Verdict {
     let message = bounded(message);
     let said = |status: bool| Said {
         status,
-        reason,
+        reason: reason.to_string(),
         message: message.clone(),
     };
     Verdict {
@@ -289,10 +300,16 @@ pub fn conditions(
     now: &str,
 ) -> Vec<Condition> {
     let v = verdict(facts);
+    let blocked = Said {
+        status: facts.blocker.is_some(),
+        reason: facts.blocker.unwrap_or("Progressing").to_string(),
+        message: v.ready.message.clone(),
+    };
     let ours = [
         (READY, v.ready),
         (RECONCILING, v.reconciling),
         (STALLED, v.stalled),
+        (BLOCKED, blocked),
     ];
     let mut out: Vec<Condition> = ours
         .into_iter()
@@ -307,7 +324,7 @@ pub fn conditions(
                 status: status.into(),
                 observed_generation: generation,
                 last_transition_time: since,
-                reason: said.reason.into(),
+                reason: said.reason,
                 message: said.message,
             }
         })
@@ -315,7 +332,7 @@ pub fn conditions(
     out.extend(
         previous
             .iter()
-            .filter(|c| ![READY, RECONCILING, STALLED].contains(&c.kind.as_str()))
+            .filter(|c| ![READY, RECONCILING, STALLED, BLOCKED].contains(&c.kind.as_str()))
             .cloned(),
     );
     out
@@ -345,9 +362,12 @@ mod tests {
         };
         assert_eq!(
             c.iter().map(|c| c.kind.as_str()).collect::<Vec<_>>(),
-            [READY, RECONCILING, STALLED]
+            [READY, RECONCILING, STALLED, BLOCKED]
         );
-        assert!(c.iter().all(|x| x.reason == c[0].reason));
+        assert!(c[..3].iter().all(|x| x.reason == c[0].reason));
+        // `Blocked` names the status's blocker, whatever the three say.
+        assert_eq!(c[3].reason, f.blocker.unwrap_or("Progressing"));
+        assert_eq!(c[3].status == "True", f.blocker.is_some());
         (s(0), s(1), s(2), c[0].reason.clone())
     }
 
@@ -529,7 +549,7 @@ mod tests {
             .iter()
             .map(|c| c.last_transition_time.as_str())
             .collect();
-        assert_eq!(times, ["t4", "t4", "t1"]);
+        assert_eq!(times, ["t4", "t4", "t1", "t1"]);
         assert!(done.iter().all(|c| c.observed_generation == Some(2)));
     }
 
@@ -649,8 +669,8 @@ mod tests {
             std::slice::from_ref(&other),
             "t1",
         );
-        assert_eq!(c.len(), 4);
-        assert_eq!(c[3], other);
+        assert_eq!(c.len(), 5);
+        assert_eq!(c[4], other);
     }
 
     #[test]

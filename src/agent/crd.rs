@@ -52,6 +52,7 @@ pub fn fetch_request_stamp(o: &DroverStatus) -> Option<String> {
     printcolumn = r#"{"name":"Environment","type":"string","jsonPath":".spec.environment"}"#,
     printcolumn = r#"{"name":"Target","type":"string","jsonPath":".status.target"}"#,
     printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state"}"#,
+    printcolumn = r#"{"name":"Blocker","type":"string","jsonPath":".status.blocker"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"At Version","type":"string","jsonPath":".status.atVersion"}"#,
     printcolumn = r#"{"name":"Up-to-date","type":"integer","priority":1,"jsonPath":".status.upToDateNodes"}"#,
@@ -80,6 +81,14 @@ pub struct DroverStatusStatus {
     /// failed, refused or halted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
+    /// Why the cluster is not progressing, one word of a closed list
+    /// (docs/status.md, "Blockers"); absent while it rolls, settles or is
+    /// confirmed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocker: Option<String>,
+    /// How many selected nodes each blocker holds.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub blocked_nodes: std::collections::BTreeMap<String, u32>,
     /// When `state` last changed (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<String>,

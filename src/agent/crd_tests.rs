@@ -27,6 +27,7 @@ fn crd_has_the_columns_kubectl_shows() {
             "Environment",
             "Target",
             "State",
+            "Blocker",
             "Ready",
             "At Version",
             "Up-to-date",

@@ -24,6 +24,14 @@ pub struct Metrics {
     pub rollout_state: Family<Labels, Gauge>,
     /// `drover_blocked{stage,reason}`: 1 while the newest config head is not applied, and why.
     pub blocked: Family<Labels, Gauge>,
+    /// `drover_blocker{blocker}`: 1 for the cluster's blocker, 0 for the
+    /// others (all 0 while it progresses).
+    pub blocker: Family<Labels, Gauge>,
+    /// `drover_blocked_nodes{blocker}`: selected nodes not progressing, by blocker.
+    pub blocked_nodes: Family<Labels, Gauge>,
+    /// `drover_oldest_blocked_node_seconds`: how long the longest-blocked
+    /// node has been blocked (0 when none is).
+    pub oldest_blocked_node: Gauge<f64, AtomicU64>,
     /// `drover_window_open`: 1 while a maintenance window is open.
     pub window_open: Gauge,
     /// `drover_last_fetch_timestamp_seconds`: when the last fetch finished.
@@ -116,6 +124,9 @@ impl Metrics {
             nodes: Family::default(),
             rollout_state: Family::default(),
             blocked: Family::default(),
+            blocker: Family::default(),
+            blocked_nodes: Family::default(),
+            oldest_blocked_node: Gauge::default(),
             window_open: Gauge::default(),
             last_fetch_time: Gauge::default(),
             last_fetch_success: Gauge::default(),
@@ -147,6 +158,21 @@ impl Metrics {
             "rollout_state",
             "1 for the rollout's current state, 0 for the others (pending, paused, rolling, settling, confirmed, blocked, failed, revoked, refused)",
             m.rollout_state.clone(),
+        );
+        registry.register(
+            "blocker",
+            "1 for the blocker that keeps the cluster from progressing, 0 for the others (docs/status.md, Blockers)",
+            m.blocker.clone(),
+        );
+        registry.register(
+            "blocked_nodes",
+            "Selected nodes that are not progressing, by blocker",
+            m.blocked_nodes.clone(),
+        );
+        registry.register(
+            "oldest_blocked_node_seconds",
+            "How long the longest-blocked node has been blocked",
+            m.oldest_blocked_node.clone(),
         );
         registry.register(
             "health_failures",
@@ -288,6 +314,28 @@ impl Metrics {
         self.rollout_state
             .get_or_create(&labels(&[("state", state.as_str())]))
             .set(1);
+    }
+
+    /// Record the cluster's blocker and its blocked nodes at `now`: one
+    /// series per blocker for both, so an alert sees 0 rather than nothing.
+    pub fn set_blocked_nodes(
+        &self,
+        cluster: Option<crate::rollout::Blocker>,
+        nodes: &super::blocked::Blocked,
+        now: chrono::DateTime<chrono::Utc>,
+    ) {
+        for b in crate::rollout::Blocker::ALL {
+            let l = labels(&[("blocker", b.as_str())]);
+            self.blocker
+                .get_or_create(&l)
+                .set(i64::from(cluster == Some(b)));
+            let n = nodes.counts.get(&b).copied().unwrap_or(0);
+            self.blocked_nodes.get_or_create(&l).set(i64::from(n));
+        }
+        let age = nodes
+            .oldest
+            .map_or(0.0, |t| (now - t).num_milliseconds().max(0) as f64 / 1000.0);
+        self.oldest_blocked_node.set(age);
     }
 
     /// Record why the newest head is not applied (`None`: it is).

@@ -31,6 +31,7 @@
 mod act;
 mod admit;
 mod backend;
+pub mod blocked;
 pub mod conditions;
 pub mod crd;
 pub mod events;

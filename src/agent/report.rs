@@ -71,6 +71,7 @@ impl<B: ClusterBackend> Acting<B> {
                 )
                 .await;
         }
+        let waiting = super::blocked::waiting(d, observed, &active.env.version);
         let told = told::told(&told::Situation {
             applied: Some(told::Applied {
                 version: &active.env.version,
@@ -79,6 +80,8 @@ impl<B: ClusterBackend> Acting<B> {
                 nodes: d.nodes,
                 nodes_at_version: d.nodes_at_version,
                 message: &d.message,
+                blocker: d.blocker,
+                waiting: &waiting,
             }),
             refused: self.refused(),
         });
@@ -204,6 +207,14 @@ impl<B: ClusterBackend> Acting<B> {
         self.told_seen = Some(told.transition.clone());
         told.write_status(&mut self.crd_status, &rfc3339(now));
         self.metrics.set_rollout_state(told.state);
+        let since = self
+            .crd_status
+            .since
+            .as_deref()
+            .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
+            .map_or(now, |t| t.with_timezone(&Utc));
+        self.metrics
+            .set_blocked_nodes(told.blocker, &told.blocked(since), now);
     }
 
     pub(super) fn node_metrics(&self, nodes: &[NodeView]) {

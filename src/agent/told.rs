@@ -22,8 +22,9 @@
 //! Without an applied config the state is `refused` (the refusal says
 //! why) or `blocked` (nothing trusted fetched yet).
 
+use super::blocked::{self, Blocked, NodeBlocked, Waiting};
 use super::crd::{DroverStatusStatus, Refused};
-use crate::rollout::{Attention, RolloutState};
+use crate::rollout::{Attention, Blocker, RolloutState};
 use crate::status::StatusReport;
 use semver::Version;
 
@@ -46,6 +47,10 @@ pub struct Applied<'a> {
     pub nodes_at_version: u32,
     /// The decision's message.
     pub message: &'a str,
+    /// Why the decision does not progress (`Decision::blocker`).
+    pub blocker: Option<Blocker>,
+    /// The nodes it leaves waiting ([`blocked::waiting`]).
+    pub waiting: &'a [Waiting],
 }
 
 /// A newer head refused, and the version it pins when readable.
@@ -87,6 +92,13 @@ pub struct Told {
     /// What identifies this telling for Events: a new value is a
     /// transition (a state, or another refused commit or reason).
     pub transition: Transition,
+    /// Why the cluster is not progressing: exactly when the state is one
+    /// of `pending`, `paused`, `blocked`, `failed`, `halted`, `revoked`,
+    /// `refused` (docs/status.md, "Blockers").
+    pub blocker: Option<Blocker>,
+    /// The selected nodes that are not progressing, each with its one
+    /// blocker, in name order.
+    pub blocked_nodes: Vec<NodeBlocked>,
 }
 
 impl Told {
@@ -116,8 +128,24 @@ impl Told {
             nodes: self.nodes,
             nodes_at_version: self.nodes_at_version,
             message: self.message.clone(),
+            detail: crate::status::NodeDetail {
+                blocker: self.blocker.map(|b| b.as_str().to_string()),
+                blockers: self
+                    .blocked_nodes
+                    .iter()
+                    .map(|n| (n.node.clone(), n.blocker.as_str().to_string()))
+                    .collect(),
+                ..report.detail
+            }
+            .bounded(),
             ..report
         }
+    }
+
+    /// The blocked nodes' counts and the oldest, a node without a time of
+    /// its own counted from `state_since`.
+    pub fn blocked(&self, state_since: chrono::DateTime<chrono::Utc>) -> Blocked {
+        Blocked::of(&self.blocked_nodes, state_since)
     }
 
     /// Write this state into the status: its state and message, and
@@ -130,6 +158,15 @@ impl Told {
         }
         status.state = Some(state.into());
         status.message.clone_from(&self.message);
+        status.blocker = self.blocker.map(|b| b.as_str().to_string());
+        let since = status
+            .since
+            .as_deref()
+            .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
+            .map_or(chrono::DateTime::UNIX_EPOCH, |t| {
+                t.with_timezone(&chrono::Utc)
+            });
+        status.blocked_nodes = self.blocked(since).by_name();
     }
 
     /// The Event's note: the state, the node count and the message.
@@ -198,7 +235,20 @@ pub fn told(s: &Situation) -> Told {
         },
     };
     let (nodes, nodes_at_version) = s.applied.map_or((0, 0), |a| (a.nodes, a.nodes_at_version));
+    let blocker = match state {
+        RolloutState::Revoked => Some(Blocker::Revoked),
+        RolloutState::Refused => s
+            .refused
+            .map(|r| Blocker::of_refusal(&r.refused.stage, &r.refused.reason)),
+        _ => match &s.applied {
+            None => Some(Blocker::Source),
+            Some(a) => a.blocker,
+        },
+    };
+    let blocked_nodes = blocked::resolve(s.applied.map_or(&[][..], |a| a.waiting), blocker);
     Told {
+        blocker,
+        blocked_nodes,
         state,
         version,
         message: bounded(message),
@@ -292,6 +342,20 @@ mod tests {
             nodes: 10,
             nodes_at_version: 4,
             message: "",
+            blocker: decided_blocker(state),
+            waiting: &[],
+        }
+    }
+
+    /// A blocker a decision in `state` may name (`rollout::decide`).
+    fn decided_blocker(state: RolloutState) -> Option<Blocker> {
+        match state {
+            RolloutState::Pending => Some(Blocker::Window),
+            RolloutState::Paused => Some(Blocker::Freeze),
+            RolloutState::Blocked => Some(Blocker::Pdb),
+            RolloutState::Failed => Some(Blocker::Health),
+            RolloutState::Halted => Some(Blocker::Halted),
+            _ => None,
         }
     }
 
@@ -549,6 +613,16 @@ mod tests {
         for (want, situation) in all {
             let t = told(&situation);
             assert_eq!(t.state, want);
+            // Exactly the states that do not progress name one blocker.
+            assert_eq!(
+                t.blocker.is_some(),
+                !matches!(
+                    want,
+                    RolloutState::Rolling | RolloutState::Settling | RolloutState::Confirmed
+                ),
+                "{want:?}"
+            );
+            let blocker = t.blocker.map(Blocker::as_str);
             // The metric: one series at 1, this state's.
             let m = Metrics::new();
             m.set_rollout_state(t.state);
@@ -576,9 +650,28 @@ mod tests {
             };
             t.write_status(&mut status, "2027-01-01T00:00:00Z");
             assert_eq!(status.state.as_deref(), Some(want.as_str()));
+            assert_eq!(status.blocker.as_deref(), blocker, "{want:?}");
+            m.set_blocked_nodes(
+                t.blocker,
+                &t.blocked(chrono::DateTime::UNIX_EPOCH),
+                chrono::DateTime::UNIX_EPOCH,
+            );
+            let text = m.render();
+            let named: Vec<&str> = text
+                .lines()
+                .filter(|l| l.starts_with("drover_blocker{") && l.ends_with(" 1"))
+                .collect();
+            let want_named: Vec<String> = blocker
+                .map(|b| format!(r#"drover_blocker{{blocker="{b}"}} 1"#))
+                .into_iter()
+                .collect();
+            assert_eq!(named, want_named, "{want:?}");
             assert_eq!(status.message, t.message);
             assert!(!t.message.is_empty(), "{want:?}");
             let c = conditions(&Facts::of(&status), Some(1), &[], "t");
+            assert_eq!(c[3].kind, "Blocked");
+            assert_eq!(c[3].status == "True", blocker.is_some());
+            assert_eq!(c[3].reason, blocker.unwrap_or("Progressing"), "{want:?}");
             assert!(
                 c.iter().all(|c| c.message.contains(&t.message)),
                 "{want:?}: {c:?}"
@@ -611,6 +704,7 @@ mod tests {
             });
             let back = StatusReport::from_toml(&report.to_toml()).unwrap();
             assert_eq!(back.state, want);
+            assert_eq!(back.detail.blocker.as_deref(), blocker, "{want:?}");
             assert_eq!(back.message, status.message);
             assert_eq!(
                 (back.nodes, back.nodes_at_version),

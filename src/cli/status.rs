@@ -27,6 +27,11 @@ pub struct Args {
     /// document per line), until interrupted.
     #[arg(long, short = 'w')]
     pub watch: bool,
+    /// Why this cluster or node is not moving: the chain of reasons, the
+    /// blocker its report names, and the next time it can move (or what it
+    /// waits for, or "needs a person").
+    #[arg(long, value_name = "CLUSTER|NODE", conflicts_with_all = ["watch", "html"])]
+    pub explain: Option<String>,
     /// How often --watch reads again.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, requires = "watch")]
     pub interval: std::time::Duration,
@@ -82,11 +87,11 @@ pub fn run(g: &Global, args: Args) -> anyhow::Result<Outcome> {
                     }
                 }
                 let view = fleet::gather_at(&repo, &cfg, commit, now, args.env.as_deref())?;
-                return show(g, &args, &repo, &cfg, view).map(|()| Outcome::Ok);
+                return show(g, &args, &repo, &cfg, view);
             }
             None => fleet::gather(&repo, &cfg, now, args.env.as_deref())?,
         };
-        return show(g, &args, &repo, &cfg, view).map(|()| Outcome::Ok);
+        return show(g, &args, &repo, &cfg, view);
     }
     // --watch: fetch and read again every interval; print the fleet each
     // time it changed (the instant it was read for aside), until interrupted.
@@ -161,7 +166,24 @@ fn show(
     repo: &git2::Repository,
     cfg: &config::RepoConfig,
     view: fleet::Fleet,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Outcome> {
+    if let Some(subject) = &args.explain {
+        let calendar = |env: &str| {
+            cfg.envs
+                .get(env)
+                .and_then(|e| crate::window::Calendar::of(e).ok())
+        };
+        let e = match fleet::explain::explain(&view, calendar, subject) {
+            Ok(e) => e,
+            Err(why) => return super::reject(g, vec![Problem::from(why)]),
+        };
+        if g.format.is_document() {
+            print_ok(g.format, &e)?;
+        } else {
+            print!("{}", fleet::explain::render(&e));
+        }
+        return Ok(Outcome::Ok);
+    }
     if let Some(path) = &args.html {
         let at = view
             .config_commit
@@ -192,7 +214,7 @@ fn show(
             }
         }
     }
-    Ok(())
+    Ok(Outcome::Ok)
 }
 
 /// Write the timeline page to `path` (through a temporary file in the same

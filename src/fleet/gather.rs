@@ -229,7 +229,7 @@ fn collect(
                 &all,
             )
         });
-        let clusters = cfg
+        let clusters: Vec<ClusterView> = cfg
             .clusters(&env.name)
             .iter()
             .map(|c| {
@@ -249,6 +249,7 @@ fn collect(
                         wave::WaveGate::Halted(_) => Some("halted".into()),
                         g => Some(g.to_string()),
                     },
+                    waits_until: gate.changes_at(),
                 }
             })
             .collect();
@@ -274,7 +275,9 @@ fn collect(
                 })
                 .collect(),
         });
+        let blocker = env_blocker(halt.is_some(), hold.as_ref(), &clusters);
         environments.push(EnvView {
+            blocker,
             name: env.name.clone(),
             version: env.version.to_string(),
             timezone: env.windows[0].timezone.name().to_owned(),
@@ -460,6 +463,26 @@ fn left_out_warning(n: usize, now: DateTime<Utc>) -> String {
     )
 }
 
+/// The environment's blocker ([`EnvView::blocker`]).
+fn env_blocker(
+    halted: bool,
+    hold: Option<&super::model::HoldView>,
+    clusters: &[ClusterView],
+) -> Option<String> {
+    use crate::rollout::Blocker;
+    let own = match hold.map(|h| h.kind) {
+        _ if halted => Some(Blocker::Halted),
+        Some(HoldKind::Paused) => Some(Blocker::Paused),
+        Some(HoldKind::Freeze) => Some(Blocker::Freeze),
+        None => None,
+    };
+    own.map(|b| b.as_str().to_string()).or_else(|| {
+        clusters
+            .iter()
+            .find_map(|c| c.report.as_ref().and_then(|r| r.blocker.clone()))
+    })
+}
+
 fn report_view(r: &status::StatusReport, commit: git2::Oid) -> ReportView {
     ReportView {
         version: r.version.to_string(),
@@ -469,6 +492,8 @@ fn report_view(r: &status::StatusReport, commit: git2::Oid) -> ReportView {
         nodes_at_version: r.nodes_at_version,
         phases: r.detail.phases.clone(),
         message: r.message.clone(),
+        blocker: r.detail.blocker.clone(),
+        blockers: r.detail.blockers.clone(),
         config_commit: r.config_commit.clone(),
         status_commit: commit.to_string(),
     }

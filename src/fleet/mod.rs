@@ -8,6 +8,7 @@
 //! [`history`] turns a cluster's reports into what its nodes ran; [`text`]
 //! and [`html`] render them without any I/O.
 
+pub mod explain;
 pub mod gather;
 pub mod history;
 pub mod html;

@@ -70,6 +70,11 @@ pub struct EnvView {
     pub halt: Option<HaltView>,
     /// Its clusters, in `drover.toml` order.
     pub clusters: Vec<ClusterView>,
+    /// Why the environment is not progressing (docs/status.md,
+    /// "Blockers"): `halted` when it is, else what holds every start (the
+    /// pause, a freeze), else the first of its clusters' blockers in
+    /// `drover.toml` order; `None` when none is blocked.
+    pub blocker: Option<String>,
 }
 
 /// A window, in UTC and in the environment's time zone.
@@ -249,6 +254,8 @@ pub struct ClusterView {
     /// previous wave's confirmations or soak, its wave's `max_concurrency`,
     /// the halt); `None` when it may start.
     pub waits_on: Option<String>,
+    /// When what the wave gate holds it on passes by time alone (a soak).
+    pub waits_until: Option<DateTime<Utc>>,
 }
 
 /// A status report as shown.
@@ -269,6 +276,12 @@ pub struct ReportView {
     pub phases: std::collections::BTreeMap<String, u32>,
     /// Why, in one line (may be empty).
     pub message: String,
+    /// Why the cluster is not progressing, one word of the closed list
+    /// (docs/status.md, "Blockers"), as the report names it; `None` while
+    /// it progresses, and in reports of earlier agents.
+    pub blocker: Option<String>,
+    /// Each node the report names as not progressing, and its blocker.
+    pub blockers: std::collections::BTreeMap<String, String>,
     /// Config commit the agent was applying.
     pub config_commit: String,
     /// Status-branch commit that wrote this report.

@@ -170,8 +170,8 @@ pub fn env_block(out: &mut String, e: &EnvView) {
     put(
         out,
         &format!(
-            "  {:<w$}  {:<9} {:<10} {:<17} {:<n$}  REPORT",
-            "CLUSTER", "VERSION", "STATE", "SINCE (UTC)", "NODES"
+            "  {:<w$}  {:<9} {:<10} {:<9} {:<17} {:<n$}  REPORT",
+            "CLUSTER", "VERSION", "STATE", "BLOCKER", "SINCE (UTC)", "NODES"
         ),
     );
     if e.clusters.is_empty() {
@@ -186,10 +186,11 @@ pub fn env_block(out: &mut String, e: &EnvView) {
                 put(
                     out,
                     &format!(
-                        "  {:<w$}  {:<9} {:<10} {:<17} {:<n$}  {}",
+                        "  {:<w$}  {:<9} {:<10} {:<9} {:<17} {:<n$}  {}",
                         c.name,
                         r.version,
                         r.state,
+                        r.blocker.as_deref().unwrap_or("-"),
                         utc_min(&r.since),
                         format!("{}/{}", r.nodes_at_version, r.nodes),
                         // The signer's principal is `<env>/<cluster>` by
@@ -215,8 +216,8 @@ pub fn env_block(out: &mut String, e: &EnvView) {
                 put(
                     out,
                     &format!(
-                        "  {:<w$}  {:<9} {:<10} {:<17} {:<n$}  -",
-                        c.name, "-", "no report", "-", "-"
+                        "  {:<w$}  {:<9} {:<10} {:<9} {:<17} {:<n$}  -",
+                        c.name, "-", "no report", "-", "-", "-"
                     ),
                 );
                 wave_line(out, c);
@@ -309,6 +310,7 @@ mod tests {
                     message: "production may not take 1.13.2: stage lists no clusters under [clusters] in drover.toml, so nothing can confirm 1.13.2 there".into(),
                 },
                 halt: None,
+                blocker: Some("pdb".into()),
                 clusters: vec![ClusterView {
                     name: "prod-eu-1".into(),
                     report: Some(ReportView {
@@ -319,6 +321,8 @@ mod tests {
                         nodes_at_version: 37,
                         phases: [("draining".to_string(), 2), ("blocked".to_string(), 1)].into(),
                         message: message.into(),
+                        blocker: Some("pdb".into()),
+                        blockers: Default::default(),
                         config_commit: "b".repeat(40),
                         status_commit: "c".repeat(40),
                     }),
@@ -327,6 +331,7 @@ mod tests {
                     untrusted_reason: None,
                     wave: None,
                     waits_on: None,
+                    waits_until: None,
                 }],
             }],
             warnings: vec![format!("status/production/prod-eu-1.toml in cccccccccc: {}", "long ".repeat(30))],

@@ -185,6 +185,18 @@ impl WaveGate {
         }
     }
 
+    /// The blocker its hold is (`crate::rollout::Blocker`); `None` when open.
+    pub fn blocker(&self) -> Option<crate::rollout::Blocker> {
+        use crate::rollout::Blocker;
+        match self {
+            WaveGate::Open { .. } => None,
+            WaveGate::Halted(_) => Some(Blocker::Halted),
+            WaveGate::Held { .. } => Some(Blocker::Evidence),
+            WaveGate::Waiting { .. } | WaveGate::Queued { .. } => Some(Blocker::Wave),
+            WaveGate::Soaking { .. } => Some(Blocker::Soak),
+        }
+    }
+
     /// Why the environment's evidence is held, if it is (held alone, or
     /// beside a halt).
     pub fn held(&self) -> Option<&str> {

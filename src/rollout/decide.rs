@@ -49,7 +49,7 @@
 
 use super::decision::{Action, Decision, Inputs, Policy};
 use super::health::{bounded, queries_verdict};
-use super::{given_back, held, in_flight, prepare, rollback, start, watch, RolloutState};
+use super::{given_back, held, in_flight, prepare, rollback, start, watch, Blocker, RolloutState};
 use crate::cluster::{NodeView, ProgressState};
 use crate::health::Verdict;
 use crate::window::Change;
@@ -140,7 +140,11 @@ fn node<'a>(ctx: &Ctx<'_>, n: &'a NodeView, t: &mut Tally<'a>) {
         Err(e) => {
             t.confirmed = false;
             t.unavailable += usize::from(!n.ready || n.unschedulable);
-            t.skipped.push(skip(n, format!("unreadable record: {e}")));
+            t.skipped.push(skip(
+                n,
+                Blocker::Evidence,
+                format!("unreadable record: {e}"),
+            ));
             return;
         }
     };
@@ -190,14 +194,18 @@ fn idle<'a>(n: &'a NodeView, ctx: &Ctx<'_>, at_target: bool, t: &mut Tally<'a>) 
     if !rollback::may_start(n, target) {
         rollback::idle_rolled_back(n, target, t);
     } else if at_target {
-        t.skipped.push(skip(n, "NotReady".into()));
+        t.skipped.push(skip(n, Blocker::Health, "NotReady".into()));
     } else if n.version.is_none() {
-        t.skipped.push(skip(n, "OS version cannot be read".into()));
+        t.skipped.push(skip(
+            n,
+            Blocker::Evidence,
+            "OS version cannot be read".into(),
+        ));
     } else if let Some(why) = &n.managed_by {
-        t.skipped.push(skip(n, why.clone()));
+        t.skipped.push(skip(n, Blocker::Foreign, why.clone()));
     } else if n.consent_paused {
         t.consent_held += 1;
-        t.skipped.push(skip(n, consent_wait()));
+        t.skipped.push(skip(n, Blocker::Consent, consent_wait()));
     } else if let Some(v) = n
         .version
         .as_ref()
@@ -207,18 +215,21 @@ fn idle<'a>(n: &'a NodeView, ctx: &Ctx<'_>, at_target: bool, t: &mut Tally<'a>) 
         // config must state.
         t.skipped.push(skip(
             n,
+            Blocker::Foreign,
             format!(
                 "runs {v}, newer than the pinned {target}: left alone, since the \
                  environment's file does not set allow_downgrade = true"
             ),
         ));
     } else if n.unschedulable {
-        t.skipped.push(skip(n, "cordoned by someone else".into()));
+        t.skipped
+            .push(skip(n, Blocker::Foreign, "cordoned by someone else".into()));
     } else if !n.ready {
-        t.skipped.push(skip(n, "NotReady".into()));
+        t.skipped.push(skip(n, Blocker::Health, "NotReady".into()));
     } else if let Some(f) = &n.fault {
         // Not a view to start a node on.
-        t.skipped.push(skip(n, format!("held: {f}")));
+        t.skipped
+            .push(skip(n, Blocker::Evidence, format!("held: {f}")));
     } else {
         // A node whose start failed a moment ago is a candidate still,
         // after the others (start.rs).
@@ -230,22 +241,27 @@ fn idle<'a>(n: &'a NodeView, ctx: &Ctx<'_>, at_target: bool, t: &mut Tally<'a>) 
 fn conclude(
     ctx: &Ctx<'_>,
     t: Tally<'_>,
-    hold: Option<(RolloutState, String)>,
+    hold: Option<(RolloutState, Blocker, String)>,
     mut starts: Vec<Action>,
     total: usize,
     budget: usize,
 ) -> Decision {
-    let (state, message) = if let Some((node, msg)) = &t.failed {
-        (RolloutState::Failed, format!("node {node} failed: {msg}"))
-    } else if let Some(h) = hold.as_ref().filter(|(s, _)| *s == RolloutState::Halted) {
+    let (state, blocker, message) = if let Some((node, msg)) = &t.failed {
+        (
+            RolloutState::Failed,
+            Some(start::failed_blocker(&t)),
+            format!("node {node} failed: {msg}"),
+        )
+    } else if let Some((s, b, m)) = hold.as_ref().filter(|(s, _, _)| *s == RolloutState::Halted) {
         // The environment's halt is what every cluster of it shows, one
         // that had confirmed or has nodes in flight (they finish) included.
-        h.clone()
+        (*s, Some(*b), m.clone())
     } else if t.confirmed {
-        (RolloutState::Confirmed, String::new())
+        (RolloutState::Confirmed, None, String::new())
     } else if let Some(until) = t.settling {
         (
             RolloutState::Settling,
+            None,
             format!(
                 "every node is Ready at {} and passed its watch; settling until {}",
                 ctx.target,
@@ -260,6 +276,7 @@ fn conclude(
     {
         (
             RolloutState::Rolling,
+            None,
             t.health_hold
                 .clone()
                 .or_else(|| held::message(&t.held))
@@ -268,16 +285,21 @@ fn conclude(
                 .unwrap_or_default(),
         )
     } else if let Some(b) = &t.blocked_msg {
-        (RolloutState::Blocked, b.clone())
-    } else if let Some(h) = hold {
-        h
+        (RolloutState::Blocked, Some(Blocker::Pdb), b.clone())
+    } else if let Some((s, b, m)) = hold {
+        (s, Some(b), m)
     } else if total == 0 {
-        (RolloutState::Blocked, "no selected nodes".into())
+        (
+            RolloutState::Blocked,
+            Some(Blocker::Selector),
+            "no selected nodes".into(),
+        )
     } else if t.blocked_count == 0 && !t.skipped.is_empty() && t.consent_held == t.skipped.len() {
         // Waiting on the workloads is not a fault to look at.
         let names: Vec<&str> = t.skipped.iter().map(|s| s.node.as_str()).collect();
         (
             RolloutState::Pending,
+            Some(Blocker::Consent),
             format!(
                 "waiting for consent on {}: {}",
                 crate::terminal::count(names.len() as u64, "node", "nodes"),
@@ -292,11 +314,19 @@ fn conclude(
             .collect();
         (
             RolloutState::Blocked,
+            // The first node left alone that is not waiting for its
+            // workload's consent names the cluster's blocker.
+            t.skipped
+                .iter()
+                .map(|s| s.blocker)
+                .find(|b| *b != Blocker::Consent)
+                .or(Some(Blocker::Pdb)),
             format!("nodes not moved: {}", list.join("; ")),
         )
     } else {
         (
             RolloutState::Blocked,
+            Some(Blocker::Budget),
             format!(
                 "budget used up: {} of {} unavailable",
                 t.unavailable,
@@ -311,6 +341,7 @@ fn conclude(
         actions,
         state,
         message,
+        blocker,
         nodes: total as u32,
         nodes_at_version: t.at_version as u32,
         max_unavailable: budget as u32,

@@ -3,7 +3,7 @@
 //! [`Skipped`], [`Held`]). Values only; how a decision is reached lives in
 //! `decide.rs` and the modules it names.
 
-use super::RolloutState;
+use super::{Blocker, RolloutState};
 use crate::cluster::{NodeProgress, NodeSeen};
 use crate::config::{
     EnvConfig, HealthSpec, MaxUnavailable, OnDrainTimeout, OnFailure, PrometheusCheck,
@@ -109,6 +109,10 @@ pub struct Inputs {
     /// The cluster's wave waits for the one before it (`crate::gate::wave`):
     /// no node starts, the state is `pending` with this message.
     pub waiting: Option<String>,
+    /// Which blocker the wave gate's `halted` or `waiting` is (`halted`,
+    /// `evidence`, `wave`, `soak`); `None`: `halted` for `halted`, `wave`
+    /// for `waiting`.
+    pub wave_blocker: Option<Blocker>,
     /// The window at `now` for a change that is not a patch update.
     pub window: WindowState,
     /// The window at `now` for a patch update (same major.minor as every
@@ -449,6 +453,8 @@ pub struct Skipped {
     pub node: String,
     /// Why it is not touched.
     pub reason: String,
+    /// The reason's word from the closed list.
+    pub blocker: Blocker,
 }
 
 /// The decision for one step.
@@ -462,6 +468,10 @@ pub struct Decision {
     pub state: RolloutState,
     /// Why the state is what it is (empty when rolling or confirmed).
     pub message: String,
+    /// Why the cluster is not progressing, when it is not (`pending`,
+    /// `paused`, `blocked`, `failed`, `halted`); `None` while it rolls,
+    /// settles or is confirmed.
+    pub blocker: Option<Blocker>,
     /// Selected nodes.
     pub nodes: u32,
     /// Selected nodes Ready at the target.

@@ -19,6 +19,7 @@
 use super::decision::Action;
 use super::held;
 use super::tally::{add, rfc3339, skip, Ctx, Tally};
+use super::Blocker;
 
 use crate::cluster::{NodeProgress, NodeView, ProgressState, UpgradeStatus};
 use crate::config::OnDrainTimeout;
@@ -73,7 +74,11 @@ pub(super) fn node<'a>(
     }
     if p.state == ProgressState::Failed {
         t.failed.get_or_insert((n.name.clone(), p.message.clone()));
-        t.skipped.push(skip(n, format!("failed: {}", p.message)));
+        t.skipped.push(skip(
+            n,
+            Blocker::of_failure(&p.message),
+            format!("failed: {}", p.message),
+        ));
         return;
     }
     blocked(ctx, n, p, t);
@@ -104,6 +109,7 @@ fn release(ctx: &Ctx<'_>, n: &NodeView, p: &NodeProgress, t: &mut Tally<'_>) {
         t.wake.at(add(ctx.now, STOP_RECHECK));
         t.skipped.push(skip(
             n,
+            Blocker::Driver,
             "given back; its stopped run is still there, so it stays cordoned".into(),
         ));
         if p.state == ProgressState::Failed {
@@ -160,19 +166,29 @@ fn blocked<'a>(ctx: &Ctx<'_>, n: &'a NodeView, p: &NodeProgress, t: &mut Tally<'
         t.wake.at(retry_at);
         t.skipped.push(skip(
             n,
+            Blocker::Pdb,
             format!("blocked, next try after {}", rfc3339(retry_at)),
         ));
     } else if held_by_stop {
         t.stop_blocked
             .get_or_insert((n.name.clone(), p.message.clone()));
-        t.skipped.push(skip(n, format!("blocked: {}", p.message)));
-    } else if n.unschedulable {
         t.skipped
-            .push(skip(n, "blocked, and cordoned by someone else".into()));
+            .push(skip(n, Blocker::Pdb, format!("blocked: {}", p.message)));
+    } else if n.unschedulable {
+        t.skipped.push(skip(
+            n,
+            Blocker::Foreign,
+            "blocked, and cordoned by someone else".into(),
+        ));
     } else if !n.ready {
-        t.skipped.push(skip(n, "blocked, and NotReady".into()));
+        t.skipped
+            .push(skip(n, Blocker::Health, "blocked, and NotReady".into()));
     } else if let Some(f) = &n.fault {
-        t.skipped.push(skip(n, format!("blocked, and held: {f}")));
+        t.skipped.push(skip(
+            n,
+            Blocker::Evidence,
+            format!("blocked, and held: {f}"),
+        ));
     } else {
         t.blocked_retry.push(n);
     }

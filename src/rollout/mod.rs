@@ -13,6 +13,7 @@
 //! at once, cordons as give-backs make room).
 
 mod apply;
+mod blocker;
 pub mod decide;
 pub mod decision;
 pub mod engine;
@@ -44,6 +45,7 @@ mod prepare_tests;
 mod rollback_tests;
 
 pub use apply::apply;
+pub use blocker::{Blocker, Mover};
 pub use decide::decide;
 pub use decision::{Action, Decision, Held, Inputs, Policy, Skipped, WindowState, HELD_RETRY};
 pub use engine::{

@@ -37,6 +37,7 @@ use super::decision::{Action, Held};
 use super::health::bounded;
 use super::held;
 use super::tally::{elapsed, fmt_duration, given_back_as, skip, Ctx, Tally};
+use super::Blocker;
 use crate::cluster::{NodeProgress, NodeView, ProgressState, UpgradeStatus};
 use crate::config::OnFailure;
 use crate::health::{observe, Verdict};
@@ -442,7 +443,7 @@ pub(super) fn after_failed_rollback(
     if p.target == *ctx.target {
         t.failed.get_or_insert((n.name.clone(), said.clone()));
     }
-    t.skipped.push(skip(n, said));
+    t.skipped.push(skip(n, Blocker::of_failure(&said), said));
     true
 }
 
@@ -460,5 +461,5 @@ pub(super) fn idle_rolled_back(n: &NodeView, target: &Version, t: &mut Tally<'_>
          drover.dev/clear-rolled-back to allow it)"
     );
     t.failed.get_or_insert((n.name.clone(), msg.clone()));
-    t.skipped.push(skip(n, msg));
+    t.skipped.push(skip(n, Blocker::Health, msg));
 }

@@ -11,47 +11,54 @@
 use super::decision::Action;
 use super::held;
 use super::tally::{Ctx, Tally};
-use super::{prepare, RolloutState};
+use super::{prepare, Blocker, RolloutState};
 use crate::cluster::{NodeProgress, NodeView, ProgressState};
 use crate::config::OnDrainTimeout;
 
-/// Why no node may start now, as the state it puts the rollout in and the
-/// message; `None` when nodes may start.
-pub(super) fn hold(ctx: &Ctx<'_>, t: &Tally<'_>) -> Option<(RolloutState, String)> {
+/// Why no node may start now, as the state it puts the rollout in, its
+/// blocker and the message; `None` when nodes may start.
+pub(super) fn hold(ctx: &Ctx<'_>, t: &Tally<'_>) -> Option<(RolloutState, Blocker, String)> {
     hold_but_window(ctx, t).or_else(|| {
         let win = ctx.win;
-        let state = if win.held.is_some() {
-            RolloutState::Paused
-        } else {
-            RolloutState::Pending
+        let (state, blocker) = match (&win.held, win.paused) {
+            (Some(_), true) => (RolloutState::Paused, Blocker::Paused),
+            (Some(_), false) => (RolloutState::Paused, Blocker::Freeze),
+            (None, _) => (RolloutState::Pending, Blocker::Window),
         };
-        (!win.is_open()).then(|| (state, win.hold_message()))
+        (!win.is_open()).then(|| (state, blocker, win.hold_message()))
     })
 }
 
 /// Every reason of [`hold`] but the window: with none, nodes start inside
 /// the window, and may prepare before it (`prepare::before_window`).
-fn hold_but_window(ctx: &Ctx<'_>, t: &Tally<'_>) -> Option<(RolloutState, String)> {
+fn hold_but_window(ctx: &Ctx<'_>, t: &Tally<'_>) -> Option<(RolloutState, Blocker, String)> {
     let inputs = ctx.inputs;
     if let Some((node, msg)) = &t.failed {
         Some((
             RolloutState::Failed,
+            failed_blocker(t),
             format!("node {node} failed: {msg}; rollout stopped until retry or a new target"),
         ))
     } else if let Some(h) = &inputs.halted {
-        Some((RolloutState::Halted, h.clone()))
+        Some((
+            RolloutState::Halted,
+            inputs.wave_blocker.unwrap_or(Blocker::Halted),
+            h.clone(),
+        ))
     } else if let Some((node, msg)) = &t.stop_blocked {
         Some((
             RolloutState::Blocked,
+            Blocker::Pdb,
             format!(
                 "node {node} blocked ({msg}); on_drain_timeout = \"stop\": no node starts before the next window"
             ),
         ))
     } else if let Some(h) = &t.health_hold {
-        Some((RolloutState::Blocked, h.clone()))
+        Some((RolloutState::Blocked, Blocker::Health, h.clone()))
     } else if !inputs.may_start {
         Some((
             RolloutState::Blocked,
+            Blocker::Gate,
             if inputs.hold_reason.is_empty() {
                 "may not start: gate or trust refused".into()
             } else {
@@ -60,11 +67,26 @@ fn hold_but_window(ctx: &Ctx<'_>, t: &Tally<'_>) -> Option<(RolloutState, String
         ))
     } else {
         // The wave before this cluster's has not confirmed.
-        inputs
-            .waiting
-            .as_ref()
-            .map(|w| (RolloutState::Pending, w.clone()))
+        inputs.waiting.as_ref().map(|w| {
+            (
+                RolloutState::Pending,
+                inputs.wave_blocker.unwrap_or(Blocker::Wave),
+                w.clone(),
+            )
+        })
     }
+}
+
+/// The blocker of the tally's failed node: what its skip says (its
+/// record's), else what its failure's message says (a failure of this step).
+pub(super) fn failed_blocker(t: &Tally<'_>) -> Blocker {
+    let Some((node, msg)) = &t.failed else {
+        return Blocker::Driver;
+    };
+    t.skipped
+        .iter()
+        .find(|s| s.node == *node)
+        .map_or_else(|| Blocker::of_failure(msg), |s| s.blocker)
 }
 
 /// The starts that fit the budget now, counted against it: cordons of

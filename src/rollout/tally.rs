@@ -5,6 +5,7 @@
 //! other through it.
 
 use super::decision::{Action, Held, Inputs, Policy, Skipped};
+use super::Blocker;
 use crate::cluster::{NodeProgress, NodeView, ProgressState, UpgradeStatus};
 use crate::config::HealthSpec;
 use crate::health::Verdict;
@@ -118,10 +119,11 @@ impl WakeAt {
     }
 }
 
-pub(super) fn skip(n: &NodeView, reason: String) -> Skipped {
+pub(super) fn skip(n: &NodeView, blocker: Blocker, reason: String) -> Skipped {
     Skipped {
         node: n.name.clone(),
         reason,
+        blocker,
     }
 }
 

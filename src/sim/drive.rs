@@ -218,10 +218,15 @@ pub async fn drive_in_waves(
     let mut held = Vec::new();
     loop {
         let now = sim.clock.now();
-        let (halted, waiting) = wave.map_or((None, None), |w| w.at(now).holds());
+        let gate = wave.map(|w| w.at(now));
+        let (halted, waiting) = gate.as_ref().map_or((None, None), WaveGate::holds);
         let given = schedule.inputs(now);
         let inputs = Inputs {
             held: std::mem::take(&mut held),
+            wave_blocker: gate
+                .as_ref()
+                .and_then(WaveGate::blocker)
+                .or(given.wave_blocker),
             halted,
             waiting: waiting.or(given.waiting.clone()),
             ..given

@@ -77,6 +77,15 @@ pub struct NodeDetail {
     /// records as `kubectl get drovernodes`.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub phases: std::collections::BTreeMap<String, u32>,
+    /// Why the cluster is not progressing (`crate::rollout::Blocker`'s
+    /// name), when it is not. Kept as the word written, so a report naming
+    /// a blocker a newer agent added still reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocker: Option<String>,
+    /// Each node that is not progressing, by name, and its blocker's name;
+    /// bounded like the lists ([`NodeDetail::bounded`]).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub blockers: std::collections::BTreeMap<String, String>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -96,6 +105,46 @@ impl NodeDetail {
             && self.driver_retries.is_empty()
             && self.omitted == 0
             && self.phases.is_empty()
+            && self.blocker.is_none()
+            && self.blockers.is_empty()
+    }
+
+    /// The cluster's blocker, when the report names one drover knows.
+    pub fn blocker(&self) -> Option<crate::rollout::Blocker> {
+        self.blocker
+            .as_deref()
+            .and_then(crate::rollout::Blocker::parse)
+    }
+
+    /// The detail with its `blockers` cut to [`MAX_DETAIL_BYTES`] less what
+    /// the lists use, the nodes left out counted in `omitted`.
+    pub fn bounded(mut self) -> Self {
+        let lists: usize = [
+            &self.in_progress,
+            &self.at_version,
+            &self.failed,
+            &self.blocked,
+            &self.rolled_back,
+            &self.failed_checks,
+        ]
+        .iter()
+        .flat_map(|l| l.iter())
+        .map(|n| n.len() + 4)
+        .sum();
+        let mut budget = MAX_DETAIL_BYTES.saturating_sub(lists);
+        let mut omitted = 0u32;
+        self.blockers.retain(|node, blocker| {
+            // The key, its quotes, the value and its quotes, ` = ` and a newline.
+            let cost = node.len() + blocker.len() + 8;
+            if cost > budget {
+                omitted += 1;
+                return false;
+            }
+            budget -= cost;
+            true
+        });
+        self.omitted += omitted;
+        self
     }
 
     /// The detail of `nodes` moving to `version`: names sorted, nodes in

@@ -244,6 +244,9 @@ pub struct WindowState {
     pub next_opens_at: Option<DateTime<Utc>>,
     /// Held by `paused` or a freeze at `now`: why, in one line.
     pub held: Option<String>,
+    /// `held` is the pause (`[rollout] paused = true`), not a freeze.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
     /// Zone of the first window, for messages that name a time.
     #[serde(skip)]
     pub timezone: Option<Tz>,
@@ -265,6 +268,7 @@ impl WindowState {
             closes_at: open.map(|w| w.1),
             next_opens_at: next,
             held: None,
+            paused: false,
             timezone: None,
             continues: false,
         }
@@ -646,6 +650,7 @@ impl From<Opening> for WindowState {
             continues: o.open.is_some_and(|w| w.continues),
             next_opens_at: o.next.map(|w| w.start),
             held: o.hold.as_ref().map(Hold::describe),
+            paused: o.hold == Some(Hold::Paused),
             timezone: Some(o.timezone),
         }
     }

@@ -187,6 +187,18 @@ fn every_command_s_documents_match_the_schema() {
         ("status", vec!["status", "--now", "2026-12-10T00:00:00Z"], 0),
         ("status", vec!["status", "--env", "prod"], 1),
         (
+            "explain",
+            vec![
+                "status",
+                "--explain",
+                "stage-1",
+                "--now",
+                "2026-12-10T00:00:00Z",
+            ],
+            0,
+        ),
+        ("explain", vec!["status", "--explain", "no-such-cluster"], 1),
+        (
             "wait",
             vec!["wait", "--env", "test", "--no-fetch", "--timeout", "30s"],
             0,

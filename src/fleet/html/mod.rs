@@ -112,7 +112,10 @@ td.failed, td.blocked {{ color: #c00; font-weight: bold; }}
         for (i, c) in e.clusters.iter().enumerate() {
             let (state, since, nodes) = match &c.report {
                 Some(r) => (
-                    format!("{} {}", r.state, r.version),
+                    match &r.blocker {
+                        Some(b) => format!("{} {} · blocker: {b}", r.state, r.version),
+                        None => format!("{} {}", r.state, r.version),
+                    },
                     ts(&r.since),
                     format!("{}/{}", r.nodes_at_version, r.nodes),
                 ),
