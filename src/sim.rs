@@ -180,6 +180,8 @@ pub struct SimNode {
     pub health_fault: Option<(Version, HealthFault)>,
     /// Driver Jobs an earlier release made for it (for the migration).
     pub legacy_runs: Vec<LegacyRun>,
+    /// Its workload asks drover to wait (`drover.dev/upgrade=paused`).
+    pub consent_paused: bool,
     runs: Vec<Run>,
 }
 
@@ -200,8 +202,15 @@ impl SimNode {
             down_by_drover: false,
             health_fault: None,
             legacy_runs: Vec::new(),
+            consent_paused: false,
             runs: Vec::new(),
         }
+    }
+
+    /// Labelled by its workload `drover.dev/upgrade=paused`.
+    pub fn consent_paused(mut self) -> Self {
+        self.consent_paused = true;
+        self
     }
 
     /// Cordoned by someone else.
@@ -447,6 +456,13 @@ impl Sim {
         if let Some(r) = s.records.get_mut(node) {
             r.annotations.insert(key.into(), value.into());
             r.resource_version = rv;
+        }
+    }
+
+    /// The workload labels `node` `drover.dev/upgrade=paused`, or removes it.
+    pub fn set_consent_paused(&self, node: &str, paused: bool) {
+        if let Some(n) = self.lock().nodes.get_mut(node) {
+            n.consent_paused = paused;
         }
     }
 

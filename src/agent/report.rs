@@ -206,15 +206,7 @@ impl<B: ClusterBackend> Acting<B> {
         }
         self.told_seen = Some(told.transition.clone());
         told.write_status(&mut self.crd_status, &rfc3339(now));
-        self.metrics.set_rollout_state(told.state);
-        let since = self
-            .crd_status
-            .since
-            .as_deref()
-            .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
-            .map_or(now, |t| t.with_timezone(&Utc));
-        self.metrics
-            .set_blocked_nodes(told.blocker, &told.blocked(since), now);
+        told.write_metrics(&self.metrics, &self.crd_status, now);
     }
 
     pub(super) fn node_metrics(&self, nodes: &[NodeView]) {

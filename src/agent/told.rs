@@ -142,6 +142,24 @@ impl Told {
         }
     }
 
+    /// Write this state into the metrics: the rollout state, the blocker
+    /// and the blocked nodes, their age at `now` counted from `status`'s
+    /// `since` for a node without a time of its own.
+    pub fn write_metrics(
+        &self,
+        metrics: &super::metrics::Metrics,
+        status: &DroverStatusStatus,
+        now: chrono::DateTime<chrono::Utc>,
+    ) {
+        metrics.set_rollout_state(self.state);
+        let since = status
+            .since
+            .as_deref()
+            .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
+            .map_or(now, |t| t.with_timezone(&chrono::Utc));
+        metrics.set_blocked_nodes(self.blocker, &self.blocked(since), now);
+    }
+
     /// The blocked nodes' counts and the oldest, a node without a time of
     /// its own counted from `state_since`.
     pub fn blocked(&self, state_since: chrono::DateTime<chrono::Utc>) -> Blocked {

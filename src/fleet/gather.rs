@@ -483,7 +483,8 @@ fn env_blocker(
     })
 }
 
-fn report_view(r: &status::StatusReport, commit: git2::Oid) -> ReportView {
+/// A report as `drover status` shows it.
+pub fn report_view(r: &status::StatusReport, commit: git2::Oid) -> ReportView {
     ReportView {
         version: r.version.to_string(),
         state: r.state.as_str().to_owned(),

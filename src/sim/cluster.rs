@@ -125,6 +125,7 @@ impl Cluster for Sim {
                 // What a backend reports when the list failed: no count.
                 view.pods_to_evict = if unlisted { 0 } else { n.pods.len() };
                 view.drain_tainted = n.drain_tainted;
+                view.consent_paused = n.consent_paused;
                 if unlisted {
                     view.fault = Some("injected: its pods cannot be listed".to_string());
                 }

@@ -22,6 +22,7 @@ mod admit_split;
 mod agent_http;
 mod agent_manifests;
 mod agent_sim;
+mod blocker_props;
 mod check_fuzz;
 mod check_json;
 mod check_malformed;
