@@ -486,33 +486,15 @@ impl StatusObject {
         status: &DroverStatusStatus,
         resource_version: &str,
     ) -> Result<String, Error> {
-        // Explicit nulls for absent fields, so a cleared field (e.g.
-        // `refused`) is removed rather than kept from before.
+        // Explicit nulls for every field of the type that is absent, so a
+        // cleared field (`refused`, `blocker`) is removed rather than kept
+        // from before; read from the type's schema, so no field is missed.
         let mut value = serde_json::to_value(status).unwrap_or_default();
         if let serde_json::Value::Object(map) = &mut value {
-            for key in [
-                "target",
-                "state",
-                "since",
-                "atVersion",
-                "nextWindow",
-                "commit",
-                "lastAppliedCommit",
-                "appliedVersion",
-                "headCommit",
-                "refused",
-                "evidenceHeld",
-                "haltedBy",
-                "failuresSeen",
-                "message",
-                "lastFetch",
-                "lastReportCommit",
-                "reporter",
-                "nodeRecords",
-                "observedGeneration",
-                "conditions",
-            ] {
-                map.entry(key).or_insert(serde_json::Value::Null);
+            let schema = schemars::schema_for!(DroverStatusStatus);
+            let keys = schema.get("properties").and_then(|p| p.as_object());
+            for key in keys.into_iter().flat_map(|p| p.keys()) {
+                map.entry(key.clone()).or_insert(serde_json::Value::Null);
             }
         }
         // The resourceVersion in a merge patch is a precondition: the API

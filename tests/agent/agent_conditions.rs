@@ -188,20 +188,43 @@ fn judged(ns: &str, lua: &Path) -> (String, String) {
     (run(&[&"kstatus"]), run(&[&"argocd", &lua]))
 }
 
-/// The READY column of `kubectl get dst`.
-fn ready_column(ns: &str) -> String {
-    let out = kubectl_cmd(ns, &["get", "dst", NAME]).output().unwrap();
+/// What the real kubectl shows of `name`'s blocker: the BLOCKER column of
+/// `kubectl get dst` and the `Blocked` condition's status and reason
+/// (`-o jsonpath`), as a person or a pipeline reads them.
+pub(crate) fn blocker_shown(ns: &str, name: &str) -> (String, String, String) {
+    let jsonpath = |field: &str| {
+        let arg = format!("jsonpath={{.status.conditions[?(@.type==\"Blocked\")].{field}}}");
+        let out = kubectl_cmd(ns, &["get", "dst", name, "-o", &arg])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    (
+        column(ns, name, "BLOCKER"),
+        jsonpath("status"),
+        jsonpath("reason"),
+    )
+}
+
+/// The column `header` of `kubectl get dst name` ("" when blank).
+fn column(ns: &str, name: &str, header: &str) -> String {
+    let out = kubectl_cmd(ns, &["get", "dst", name]).output().unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let s = String::from_utf8(out.stdout).unwrap();
     let mut lines = s.lines();
-    let head: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
-    let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
-    let i = head
-        .iter()
-        .position(|h| *h == "READY")
-        .expect("a READY column");
-    // Columns before READY are single words (name, environment, target, state).
-    row[i].to_owned()
+    let (head, row) = (lines.next().unwrap(), lines.next().unwrap());
+    // kubectl aligns its columns and leaves an empty one blank: read by offset.
+    let at = head
+        .find(header)
+        .unwrap_or_else(|| panic!("a {header} column"));
+    let cell = row.get(at..).unwrap_or("").split(' ').next().unwrap_or("");
+    cell.to_owned()
+}
+
+/// The READY column of `kubectl get dst`.
+fn ready_column(ns: &str) -> String {
+    column(ns, NAME, "READY")
 }
 
 #[tokio::test]

@@ -71,6 +71,12 @@ async fn a_node_its_workload_holds_is_skipped_not_failed_and_taken_within_a_minu
     .status
     .unwrap();
     assert_eq!(st.message, format!("waiting for consent on 1 node: {held}"));
+    // kubectl shows the one blocker: the column and the condition's reason.
+    assert_eq!(
+        crate::agent_conditions::blocker_shown(ns.name(), "test-test-1"),
+        ("consent".into(), "True".into(), "consent".into())
+    );
+    assert_eq!(st.blocked_nodes.get("consent"), Some(&1));
     assert_eq!(sim.version(&free).as_deref(), Some("1.13.0"));
     assert_eq!(sim.upgrades_started(&held), 0);
     let n = Api::<Node>::all(client.clone()).get(&held).await.unwrap();
@@ -97,6 +103,10 @@ async fn a_node_its_workload_holds_is_skipped_not_failed_and_taken_within_a_minu
         |s| s.state.as_deref() == Some("confirmed") && s.target.as_deref() == Some("1.13.0"),
     )
     .await;
+    assert_eq!(
+        crate::agent_conditions::blocker_shown(ns.name(), "test-test-1"),
+        ("".into(), "False".into(), "Progressing".into())
+    );
     eprintln!("consent: the released node was cordoned {took:?} after the label went");
     agent.stop();
     sim.shutdown().await;

@@ -122,9 +122,16 @@ async fn a_budget_that_never_allows_eviction_is_named_everywhere_and_the_node_wa
     .await;
     let msg = pending.status.unwrap().message;
     assert!(msg.contains("2026-12-01T02:00:00Z"), "{msg}");
+    assert_eq!(
+        crate::agent_conditions::blocker_shown(&pool, "test-test-1"),
+        ("window".into(), "True".into(), "window".into())
+    );
     until_pass(&agent.handle, "pending report pushed", STEP, || {
-        repo.report("test", "test-1")
-            .is_some_and(|r| r.state.as_str() == "pending" && r.message.contains("02:00:00Z"))
+        repo.report("test", "test-1").is_some_and(|r| {
+            r.state.as_str() == "pending"
+                && r.message.contains("02:00:00Z")
+                && r.detail.blocker.as_deref() == Some("window")
+        })
     })
     .await;
     assert!(
@@ -290,6 +297,11 @@ async fn a_freeze_holds_a_started_rollout_minor_lets_patches_through_and_pause_i
         held.message.contains("payments cutover"),
         "{}",
         held.message
+    );
+    assert_eq!(held.blocker.as_deref(), Some("freeze"));
+    assert_eq!(
+        crate::agent_conditions::blocker_shown(&pool, "test-test-1"),
+        ("freeze".into(), "True".into(), "freeze".into())
     );
     let now_nodes = nodes_in(&client, &pool).await;
     let records = progresses(&client, &pool, &now_nodes).await;
