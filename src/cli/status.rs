@@ -168,10 +168,10 @@ fn show(
     view: fleet::Fleet,
 ) -> anyhow::Result<Outcome> {
     if let Some(subject) = &args.explain {
-        let calendar = |env: &str| {
+        let calendar = |env: &str, cluster: &str| {
             cfg.envs
                 .get(env)
-                .and_then(|e| crate::window::Calendar::of(e).ok())
+                .and_then(|e| crate::window::Calendar::of(&e.for_cluster(cluster)).ok())
         };
         let e = match fleet::explain::explain(&view, calendar, subject) {
             Ok(e) => e,

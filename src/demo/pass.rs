@@ -221,7 +221,21 @@ impl Story {
         if same {
             return Ok(());
         }
-        let line = StatusReport {
+        // Told as an agent tells it: the state, its message and blocker.
+        let told = crate::agent::told::told(&crate::agent::told::Situation {
+            applied: Some(crate::agent::told::Applied {
+                version,
+                revoked: None,
+                state,
+                nodes: report.last.nodes,
+                nodes_at_version: report.last.nodes_at_version,
+                message: &report.last.message,
+                blocker: report.last.blocker,
+                waiting: &[],
+            }),
+            refused: None,
+        });
+        let line = told.report(StatusReport {
             env: env.clone(),
             cluster: cluster.clone(),
             config_commit: head.to_string(),
@@ -232,7 +246,7 @@ impl Story {
             nodes_at_version: report.last.nodes_at_version,
             message: report.last.message.clone(),
             detail: Default::default(),
-        };
+        });
         // Committed at the story's time, not today's: evidence counts from
         // its commit's time, and the story must read the same any day.
         self.agents[i].publish.commit_time = Some(report.ended_at);

@@ -119,10 +119,12 @@ pub struct Explanation {
 }
 
 /// Why `subject` (a cluster of the fleet, else a node a report names)
-/// is where it is; `Err` says what was not found.
+/// is where it is; `Err` says what was not found. `calendar(env, cluster)`
+/// is the calendar the cluster's agent acts on (its wave's own window,
+/// `EnvConfig::for_cluster`).
 pub fn explain(
     fleet: &Fleet,
-    calendar: impl Fn(&str) -> Option<Calendar>,
+    calendar: impl Fn(&str, &str) -> Option<Calendar>,
     subject: &str,
 ) -> Result<Explanation, String> {
     let clusters = || {
@@ -168,7 +170,19 @@ pub fn explain(
         }
         None => cluster_blocker,
     };
+    let cal = calendar(&env.name, &c.name);
     cluster_reasons(env, c, cluster_blocker, &mut reasons);
+    // The window of the cluster's own calendar (its wave's, when it has one).
+    match cal
+        .as_ref()
+        .and_then(|cal| cal.opening(fleet.now, Change::Other).next_start())
+    {
+        Some(w) if w.start <= fleet.now => {
+            reasons.push(format!("a window is open until {}", rfc3339(w.end)))
+        }
+        Some(w) => reasons.push(format!("the next window opens {}", rfc3339(w.start))),
+        None => {}
+    }
     let not_before = match blocker {
         Some(Blocker::Soak | Blocker::Gate) => env
             .gate
@@ -178,7 +192,7 @@ pub fn explain(
         Some(Blocker::Wave) => c.waits_until,
         _ => None,
     };
-    let next = match calendar(&env.name) {
+    let next = match cal {
         Some(cal) => next_start(blocker, &cal, Change::Other, not_before, fleet.now),
         None => Next::Waits {
             r#for: format!("environments/{}.toml's windows to load", env.name),
@@ -239,11 +253,6 @@ fn cluster_reasons(
     }
     if let Some(w) = &c.waits_on {
         out.push(format!("wave: {w}"));
-    }
-    match &env.next_window {
-        Some(w) if w.open => out.push(format!("a window is open until {}", rfc3339(w.end))),
-        Some(w) => out.push(format!("the next window opens {}", rfc3339(w.start))),
-        None => {}
     }
 }
 

@@ -406,9 +406,15 @@ fn parse_report(
     Ok(r)
 }
 
-/// A report cut down for display: no `detail`, a bounded message.
+/// A report cut down for display: of its `detail` only the blockers
+/// (`drover status` shows them; bounded when written), a bounded message.
 pub(super) fn for_display(mut r: StatusReport) -> StatusReport {
-    r.detail = Default::default();
+    r.detail = super::NodeDetail {
+        blocker: r.detail.blocker.take(),
+        blockers: std::mem::take(&mut r.detail.blockers),
+        ..Default::default()
+    }
+    .bounded();
     if r.message.len() > MAX_SHOWN_MESSAGE {
         let cut = (0..=MAX_SHOWN_MESSAGE)
             .rev()

@@ -187,6 +187,50 @@ fn demo_tells_the_whole_story() {
     }
     status_commits_carry_the_story_time(&repo);
     origin_still_works(&repo);
+    explain_says_when_wave_two_moves(&repo, &soaking, &us_start);
+}
+
+/// `drover status --explain prod-us-1` while wave 2 soaks, as the story's
+/// repository holds it: the report's blocker is `soak`, and the next start
+/// it gives is the one the story then made (its window after the soak).
+fn explain_says_when_wave_two_moves(repo: &std::path::Path, soaking: &str, us_start: &str) {
+    let at = (chrono::DateTime::parse_from_rfc3339(soaking).unwrap()
+        + chrono::Duration::minutes(1))
+    .to_utc()
+    .to_rfc3339();
+    let (code, out, err) =
+        crate::support::cli::drover_at(repo, &["status", "--now", &at, "--explain", "prod-us-1"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\n  ↳ blocker: soak ("), "{out}");
+    // The story logs the start a minute into the window it waited for.
+    let started = chrono::DateTime::parse_from_rfc3339(us_start)
+        .unwrap()
+        .to_utc();
+    let said = out
+        .lines()
+        .find_map(|l| l.strip_prefix("next: can move at "))
+        .unwrap_or_else(|| panic!("no next start in {out}"));
+    let said = chrono::DateTime::parse_from_rfc3339(said).unwrap().to_utc();
+    assert!(
+        (started - said).num_seconds().abs() <= 60,
+        "--explain said {said}, the story started prod-us-1 at {started}: {out}"
+    );
+    let (code, out, _) = crate::support::cli::drover_at(
+        repo,
+        &[
+            "-o",
+            "json",
+            "status",
+            "--now",
+            &at,
+            "--explain",
+            "prod-us-1",
+        ],
+    );
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    crate::cli_schema::assert_valid("explain", &v);
+    assert_eq!(v["blocker"], "soak", "{v:#}");
 }
 
 /// `--keep-repo` keeps the story's origin with the work tree: fetching

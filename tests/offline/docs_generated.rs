@@ -156,6 +156,33 @@ fn state_tables_name_every_state() {
 }
 
 #[test]
+fn the_blocker_table_and_the_schema_name_every_blocker() {
+    let mut want: Vec<String> = drover::rollout::Blocker::ALL
+        .iter()
+        .map(|b| b.as_str().to_string())
+        .collect();
+    want.sort();
+    let mut got = table_states("docs/status.md", "| blocker | what holds it |");
+    got.sort();
+    assert_eq!(
+        got, want,
+        "docs/status.md's Blockers table and Blocker::ALL differ"
+    );
+    let schema: serde_json::Value = serde_json::from_str(&read("docs/cli.schema.json")).unwrap();
+    let mut enumerated: Vec<String> = schema["$defs"]["blocker"]["enum"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    enumerated.sort();
+    assert_eq!(
+        enumerated, want,
+        "docs/cli.schema.json $defs.blocker.enum and Blocker::ALL differ"
+    );
+}
+
+#[test]
 fn the_schema_s_states_are_the_code_s() {
     let schema: serde_json::Value =
         serde_json::from_str(&read("docs/cli.schema.json")).expect("docs/cli.schema.json");
