@@ -158,6 +158,7 @@ mod tests {
         let decision = Decision {
             actions: vec![Action::Evict {
                 node: "f-cordoned-now".into(),
+                cordoned_at: DateTime::UNIX_EPOCH,
             }],
             state: RolloutState::Pending,
             message: String::new(),
