@@ -277,45 +277,55 @@ async fn restart(obs: &Observer, node: &str, pod: &Pod, mark: &str) -> Result<Re
         _ => return Ok(Restart::NotSingle),
     };
     let what = format!("{kind} {ns}/{name}");
-    let patch = serde_json::json!({"spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: mark}}}}});
-    let (single, marked, in_flight) = if kind == "Deployment" {
+    if kind == "Deployment" {
         let api = Api::<Deployment>::namespaced(c, &ns);
-        let Some(d) = api
-            .get_opt(&name)
-            .await
-            .map_err(call(format!("get {what}")))?
-        else {
-            return Ok(Restart::NotSingle);
-        };
-        let (single, marked, in_flight) = deployment_rollout(&d, mark);
-        if single && !marked && !in_flight {
-            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(call(format!("restart {what}")))?;
-            return Ok(Restart::Started(what));
-        }
-        (single, marked, in_flight)
+        restart_owner(api, node, &name, what, mark, deployment_rollout).await
     } else {
         let api = Api::<StatefulSet>::namespaced(c, &ns);
-        let Some(s) = api
-            .get_opt(&name)
-            .await
-            .map_err(call(format!("get {what}")))?
-        else {
-            return Ok(Restart::NotSingle);
-        };
-        let (single, marked, in_flight) = statefulset_rollout(&s, mark);
-        if single && !marked && !in_flight {
-            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(call(format!("restart {what}")))?;
-            return Ok(Restart::Started(what));
+        restart_owner(api, node, &name, what, mark, statefulset_rollout).await
+    }
+}
+
+/// The owner `name` read through `api` and judged by `rollout` (one
+/// replica, carries `mark`, a rollout in flight): restarted when it has one
+/// replica, not marked yet and no rollout in flight.
+async fn restart_owner<K>(
+    api: Api<K>,
+    node: &str,
+    name: &str,
+    what: String,
+    mark: &str,
+    rollout: fn(&K, &str) -> (bool, bool, bool),
+) -> Result<Restart, Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let call = |what: String| {
+        move |source| Error::Node {
+            node: node.to_string(),
+            call: what,
+            source,
         }
-        (single, marked, in_flight)
     };
-    Ok(match (single, marked || in_flight) {
-        (false, _) => Restart::NotSingle,
-        (true, _) => Restart::InFlight(what),
+    let Some(owner) = api
+        .get_opt(name)
+        .await
+        .map_err(call(format!("get {what}")))?
+    else {
+        return Ok(Restart::NotSingle);
+    };
+    let (single, marked, in_flight) = rollout(&owner, mark);
+    if single && !marked && !in_flight {
+        let patch = serde_json::json!({"spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: mark}}}}});
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(call(format!("restart {what}")))?;
+        return Ok(Restart::Started(what));
+    }
+    Ok(if single {
+        Restart::InFlight(what)
+    } else {
+        Restart::NotSingle
     })
 }
 
