@@ -270,7 +270,7 @@ impl<B: ClusterBackend> Agent<B> {
     }
 
     /// [`Agent::new`] with the API client already built: the seam the
-    /// whole-agent simulation (tests/offline/agent_sim) reaches the agent
+    /// whole-agent simulation (tests/sim/agent_sim) reaches the agent
     /// by, with a client whose API server is in-process.
     pub async fn with_client(
         cfg: AgentConfig,

@@ -21,7 +21,6 @@ mod admit_judge;
 mod admit_split;
 mod agent_http;
 mod agent_manifests;
-mod agent_sim;
 mod blocker_props;
 mod check_fuzz;
 mod check_json;

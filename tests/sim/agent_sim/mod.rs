@@ -49,7 +49,7 @@ fn seed(n: u64) -> Result<world::Ran, String> {
     Err(format!(
         "DROVER_SIM_SEED={n} failed: {first}\n  plan: {plan:?}\n  shortest failing plan: {shrunk:?}\n  \
          which fails with: {why}\n  \
-         replay: DROVER_SIM_SEED={n} cargo test --test offline agent_sim::seeds -- --nocapture"
+         replay: DROVER_SIM_SEED={n} cargo test --test sim agent_sim::seeds -- --nocapture"
     ))
 }
 
