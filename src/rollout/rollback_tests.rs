@@ -370,24 +370,34 @@ fn a_rollback_whose_driver_fails_leaves_the_node_cordoned_and_named() {
     assert!(d.skipped.iter().any(|s| s.node == "a"));
 }
 
+/// Node `name` moved by drover from 1.13.2 to 1.13.3 and recorded in `state`.
+fn moved(name: &str, state: ProgressState, message: &str) -> NodeView {
+    let mut n = model(name, false, false).view;
+    n.version = Some(v("1.13.3"));
+    n.progress = Ok(Some(NodeProgress {
+        state,
+        target: v("1.13.3"),
+        started_at: t0(),
+        cordoned_by_drover: state.in_flight(),
+        message: message.into(),
+        retries: 0,
+        previous: Some(v("1.13.2")),
+    }));
+    n
+}
+
 #[test]
 fn the_pass_that_sees_a_rollback_fail_says_so() {
     // Not only the passes after it: the cluster's message names the failed
     // rollback from the pass that decides it, not "rolling back".
     let p = policy(OnFailure::Rollback, 1, 1);
-    let mut a = model("a", true, true).view;
-    a.version = Some(v("1.13.3"));
+    let mut a = moved(
+        "a",
+        ProgressState::RollingBack,
+        "health check failed: pods crash-looping",
+    );
     a.unschedulable = true;
     a.upgrade = UpgradeStatus::Failed("exit 1".into());
-    a.progress = Ok(Some(NodeProgress {
-        state: ProgressState::RollingBack,
-        target: v("1.13.3"),
-        started_at: t0(),
-        cordoned_by_drover: true,
-        message: "health check failed: pods crash-looping".into(),
-        retries: 0,
-        previous: Some(v("1.13.2")),
-    }));
     let d = decide(&p, &open(), &[a], t0() + chrono::Duration::minutes(5));
     assert_eq!(d.state, RolloutState::Failed);
     assert!(
@@ -561,20 +571,7 @@ fn passed_nodes_are_watched_again_only_once_every_node_is_done() {
     // The settle reads the passed nodes once the rollout is over, and not
     // before: a Prometheus query per passed node at every pass is waste.
     let p = policy(OnFailure::Rollback, 1, 1);
-    let passed = |name: &str| {
-        let mut n = model(name, false, false).view;
-        n.version = Some(v("1.13.3"));
-        n.progress = Ok(Some(NodeProgress {
-            state: ProgressState::Passed,
-            target: v("1.13.3"),
-            started_at: t0(),
-            cordoned_by_drover: false,
-            message: String::new(),
-            retries: 0,
-            previous: Some(v("1.13.2")),
-        }));
-        n
-    };
+    let passed = |name: &str| moved(name, ProgressState::Passed, "");
     let mut views = vec![passed("a"), passed("b")];
     assert_eq!(watched_nodes(&p, &views), ["a", "b"]);
     views.push(model("c", false, false).view);
@@ -584,18 +581,8 @@ fn passed_nodes_are_watched_again_only_once_every_node_is_done() {
 #[test]
 fn a_passed_node_that_fails_notready_under_halt_counts_as_out_of_service() {
     let p = policy(OnFailure::Halt, 1, 1);
-    let mut a = model("a", false, false).view;
-    a.version = Some(v("1.13.3"));
+    let mut a = moved("a", ProgressState::Passed, "");
     a.ready = false;
-    a.progress = Ok(Some(NodeProgress {
-        state: ProgressState::Passed,
-        target: v("1.13.3"),
-        started_at: t0(),
-        cordoned_by_drover: false,
-        message: String::new(),
-        retries: 0,
-        previous: Some(v("1.13.2")),
-    }));
     let d = decide(&p, &open(), &[a], t0() + chrono::Duration::minutes(30));
     assert_eq!(d.state, RolloutState::Failed, "{}", d.message);
     assert_eq!(d.unavailable, 1, "{d:?}");

@@ -302,6 +302,26 @@ async fn schedulable_node(client: &Client, ns: &str, but: &str) -> String {
     unreachable!("the node watch ended")
 }
 
+/// Wait until the owner "web" has a generation its status (`observed`)
+/// has not caught up with.
+async fn template_changed<K>(client: &Client, ns: &str, observed: fn(&K) -> Option<i64>)
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+    K::DynamicType: Default,
+{
+    let api = Api::<K>::namespaced(client.clone(), ns);
+    kube::runtime::wait::await_condition(api, "web", move |o: Option<&K>| {
+        o.is_some_and(|o| o.meta().generation.unwrap_or(0) > observed(o).unwrap_or(0))
+    })
+    .await
+    .unwrap();
+}
+
 /// The test's controller for the one workload: on every change of its
 /// pod template (drover's restart), it rolls the workload as the real
 /// controller does. A Deployment (`maxSurge: 1`, `maxUnavailable: 0`):
@@ -313,33 +333,18 @@ async fn controller(client: Client, ns: String, kind: Kind) -> u32 {
     let mut rollouts = 0;
     loop {
         // Wait for a template change the status has not observed.
-        let changed = |g: Option<i64>, o: Option<i64>| g.unwrap_or(0) > o.unwrap_or(0);
         match kind {
             Kind::Deployment => {
-                let api = Api::<Deployment>::namespaced(client.clone(), &ns);
-                kube::runtime::wait::await_condition(api, "web", move |d: Option<&Deployment>| {
-                    d.is_some_and(|d| {
-                        changed(
-                            d.metadata.generation,
-                            d.status.as_ref().and_then(|s| s.observed_generation),
-                        )
-                    })
+                template_changed::<Deployment>(&client, &ns, |d| {
+                    d.status.as_ref().and_then(|s| s.observed_generation)
                 })
                 .await
-                .unwrap();
             }
             Kind::StatefulSet => {
-                let api = Api::<StatefulSet>::namespaced(client.clone(), &ns);
-                kube::runtime::wait::await_condition(api, "web", move |d: Option<&StatefulSet>| {
-                    d.is_some_and(|d| {
-                        changed(
-                            d.metadata.generation,
-                            d.status.as_ref().and_then(|s| s.observed_generation),
-                        )
-                    })
+                template_changed::<StatefulSet>(&client, &ns, |s| {
+                    s.status.as_ref().and_then(|s| s.observed_generation)
                 })
                 .await
-                .unwrap();
             }
         }
         rollouts += 1;
