@@ -13,6 +13,7 @@
 
 use super::crd::Refused;
 use super::events::Severity;
+use super::recorded::Applied;
 use super::{blocking, lock, recover, short, Acting, Active, ClusterBackend};
 use crate::admit::{Rejection, Stage};
 use crate::cluster::Cluster;
@@ -71,55 +72,95 @@ impl Kept {
 }
 
 /// What recovery found when no last applied commit is recorded.
-enum Recovery {
-    /// The commit to start from, and the annotation that named it (to be
-    /// removed once the commit is applied).
-    Found(Oid, Option<String>),
+pub(super) enum Recovery {
+    /// The commit to start from, the version it pins when its config
+    /// loads, and the annotation that named it (to be removed once the
+    /// commit is applied).
+    Found {
+        commit: Oid,
+        version: Option<String>,
+        named: Option<String>,
+    },
     /// The commit a person named may not be trusted, and why.
     Refused(Refusal),
     /// Nothing: adopt the head if the nodes already run it.
     Nothing,
 }
 
-impl<B: ClusterBackend> Acting<B> {
-    /// Decide whether `head` replaces the applied commit; load the applied config.
-    pub(super) async fn judge_head(&mut self, head: Option<Oid>) {
-        let mut adopt = false;
-        if self.crd_status.last_applied_commit.is_none() {
-            if let Some(head) = head {
-                match self.recover(head).await {
-                    Recovery::Found(commit, named) => {
-                        let before = self.crd_status.clone();
-                        self.crd_status.last_applied_commit = Some(commit.to_string());
-                        self.crd_status.commit = Some(short(&commit.to_string()));
-                        if let Some(a) = self.load_active(commit).await {
-                            self.crd_status.applied_version = Some(a.env.version.to_string());
-                        }
-                        // Durable before acting on it, as for any applied commit.
-                        if !self.write_crd_status().await {
-                            self.crd_status = before;
-                            return;
-                        }
-                        // Applied: the person's word is used up.
-                        if let Some(value) = named {
-                            self.consume_annotation(&value, "used: the agent starts from it")
-                                .await;
-                        }
-                    }
-                    Recovery::Refused(r) => {
-                        self.refused_version = r.version.clone();
-                        self.set_refused(Some(r.refused)).await;
-                        return;
-                    }
-                    Recovery::Nothing => adopt = true,
-                }
-            }
+/// What admission made of the newest head, for the status's one writer
+/// (`recorded.rs`) to record; admission itself never writes the status.
+pub(super) enum Admission {
+    /// No head fetched in this term: nothing to record.
+    Unjudged,
+    /// The head is the applied commit: no refusal stands.
+    Current,
+    /// The head is refused.
+    Refused(Refusal),
+    /// The head replaces the applied commit, once that is durable.
+    Accepted(Box<Accepted>),
+}
+
+/// A head accepted: the config to apply and the version it pins.
+pub(super) struct Accepted {
+    pub(super) version: String,
+    pub(super) active: Active,
+}
+
+impl Accepted {
+    /// What the status records of it.
+    pub(super) fn applied(&self) -> Applied {
+        Applied::Accepted {
+            commit: self.active.commit,
+            version: self.version.clone(),
         }
-        let applied: Option<Oid> = self
-            .crd_status
+    }
+}
+
+impl Refusal {
+    /// The refusal as the status shows it.
+    pub(super) fn refused(&self) -> &Refused {
+        &self.refused
+    }
+
+    /// The version the refused commit pins, when readable.
+    pub(super) fn version(&self) -> Option<&semver::Version> {
+        self.version.as_ref()
+    }
+}
+
+impl<B: ClusterBackend> Acting<B> {
+    /// The applied commit the status records.
+    pub(super) fn applied_commit(&self) -> Option<Oid> {
+        self.crd_status
             .last_applied_commit
             .as_deref()
-            .and_then(|s| Oid::from_str(s).ok());
+            .and_then(|s| Oid::from_str(s).ok())
+    }
+
+    /// Without a recorded applied commit: the commit to start from, found
+    /// from `head` (see [`Acting::recover`]).
+    pub(super) async fn recover_applied(&mut self, head: Oid) -> Recovery {
+        match self.recover(head).await {
+            Recovery::Found { commit, named, .. } => {
+                let version = self
+                    .load_active(commit)
+                    .await
+                    .map(|a| a.env.version.to_string());
+                Recovery::Found {
+                    commit,
+                    version,
+                    named,
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Whether `head` replaces the applied commit (`adopt`: none is
+    /// recorded or recovered, adopt the head if the nodes already run it);
+    /// loads the applied config.
+    pub(super) async fn admit_head(&mut self, head: Option<Oid>, adopt: bool) -> Admission {
+        let applied = self.applied_commit();
         // A commit named while one is applied is never used: it is removed,
         // so that it cannot outrank the agent's own record later.
         if let (Some(_), Some(value)) = (applied, self.trust_annotation.clone()) {
@@ -143,11 +184,10 @@ impl<B: ClusterBackend> Acting<B> {
             }
         }
         let Some(head) = head else {
-            return;
+            return Admission::Unjudged;
         };
         if Some(head) == applied && self.active.is_some() {
-            self.set_refused(None).await;
-            return;
+            return Admission::Current;
         }
         let verdict = match self.kept_refusal(head, applied).await {
             Some(r) => Verdict::Refuse(r),
@@ -155,10 +195,7 @@ impl<B: ClusterBackend> Acting<B> {
             None => self.judged(head, applied).await,
         };
         match verdict {
-            Verdict::Refuse(r) => {
-                self.refused_version = r.version.clone();
-                self.set_refused(Some(r.refused)).await;
-            }
+            Verdict::Refuse(r) => Admission::Refused(r),
             Verdict::Accept {
                 env,
                 version,
@@ -167,37 +204,9 @@ impl<B: ClusterBackend> Acting<B> {
                 revoked,
                 revoked_versions,
                 waves,
-            } => {
-                // Everything below is undone together if it cannot be made durable.
-                let before = self.crd_status.clone();
-                if self.crd_status.applied_version.as_deref() != Some(version.as_str()) {
-                    // A new target: the old counts and state say nothing about it.
-                    self.crd_status.target = Some(version.clone());
-                    self.crd_status.state = None;
-                    self.crd_status.since = None;
-                    self.crd_status.at_version = None;
-                    self.crd_status.nodes_at_version = 0;
-                }
-                self.crd_status.last_applied_commit = Some(head.to_string());
-                self.crd_status.applied_version = Some(version.clone());
-                self.crd_status.commit = Some(short(&head.to_string()));
-                self.crd_status.refused = None;
-                // Durable before acting on it: a restart must resume from this commit.
-                if !self.write_crd_status().await {
-                    self.crd_status = before;
-                    return;
-                }
-                let src = self.source.clone();
-                let branch = status_branch.clone();
-                let _ = blocking(move || {
-                    let mut s = lock(&src);
-                    s.set_status_branch(&branch);
-                    s.accept(head)
-                })
-                .await;
-                self.refused_version = None;
-                self.kept = None;
-                self.active = Some(Active {
+            } => Admission::Accepted(Box::new(Accepted {
+                version,
+                active: Active {
                     commit: head,
                     failure_budget: env.rollout.failure_budget,
                     env: env.for_cluster(&self.cfg.cluster),
@@ -206,22 +215,40 @@ impl<B: ClusterBackend> Acting<B> {
                     revoked,
                     revoked_versions,
                     waves,
-                });
-                self.metrics.set_blocked(None);
-                self.metrics.set_applied(&head.to_string(), &version);
-                self.events
-                    .on_status(
-                        Severity::Normal,
-                        "Applied",
-                        "Apply",
-                        format!(
-                            "applying commit {} (version {version})",
-                            short(&head.to_string())
-                        ),
-                    )
-                    .await;
-            }
+                },
+            })),
         }
+    }
+
+    /// Act on `accepted` once the status holds it durably: the cache
+    /// follows its status branch and takes its head, and its config is the
+    /// applied one.
+    pub(super) async fn take(&mut self, accepted: Accepted) {
+        let Accepted { version, active } = accepted;
+        let head = active.commit;
+        let src = self.source.clone();
+        let branch = active.status_branch.clone();
+        let _ = blocking(move || {
+            let mut s = lock(&src);
+            s.set_status_branch(&branch);
+            s.accept(head)
+        })
+        .await;
+        self.kept = None;
+        self.active = Some(active);
+        self.metrics.set_blocked(None);
+        self.metrics.set_applied(&head.to_string(), &version);
+        self.events
+            .on_status(
+                Severity::Normal,
+                "Applied",
+                "Apply",
+                format!(
+                    "applying commit {} (version {version})",
+                    short(&head.to_string())
+                ),
+            )
+            .await;
     }
 
     /// The kept refusal of `head` over `applied`, if it still stands.
@@ -265,41 +292,6 @@ impl<B: ClusterBackend> Acting<B> {
             store_state(s.repo(), &s.config().status_branch, (&own.0, &own.1))
         });
         async move { work.await.unwrap_or_default() }
-    }
-
-    /// Publish a refusal (`None`: none). One Event per refusal: a refusal
-    /// is its commit, check and reason; a new message for the same refusal
-    /// (another cluster confirmed meanwhile) updates the status, not the Events.
-    pub(super) async fn set_refused(&mut self, r: Option<Refused>) {
-        let same = |a: &Refused, b: &Refused| {
-            (&a.commit, &a.stage, &a.reason) == (&b.commit, &b.stage, &b.reason)
-        };
-        let new = match (&self.crd_status.refused, &r) {
-            (Some(old), Some(r)) => !same(old, r),
-            (None, Some(_)) => true,
-            (_, None) => false,
-        };
-        self.metrics
-            .set_blocked(r.as_ref().map(|r| (r.stage.as_str(), r.reason.as_str())));
-        if new {
-            if let Some(r) = &r {
-                self.events
-                    .on_status(
-                        Severity::Warning,
-                        "Refused",
-                        "Verify",
-                        format!(
-                            "commit {} not applied ({} check, {}): {}",
-                            short(&r.commit),
-                            r.stage,
-                            r.reason,
-                            r.message
-                        ),
-                    )
-                    .await;
-            }
-        }
-        self.crd_status.refused = r;
     }
 
     /// Without a last applied commit: the one this agent's own signed
@@ -356,7 +348,11 @@ impl<B: ClusterBackend> Acting<B> {
             }
             self.recovered(commit, head, "recovered from this cluster's signed reports")
                 .await;
-            return Recovery::Found(commit, None);
+            return Recovery::Found {
+                commit,
+                version: None,
+                named: None,
+            };
         }
         let named = self
             .trust_annotation
@@ -367,7 +363,11 @@ impl<B: ClusterBackend> Acting<B> {
             return match self.named(&value, head).await {
                 Ok(commit) => {
                     self.recovered(commit, head, "named by a person").await;
-                    Recovery::Found(commit, annotated.then_some(value))
+                    Recovery::Found {
+                        commit,
+                        version: None,
+                        named: annotated.then_some(value),
+                    }
                 }
                 Err(r) => {
                     // Read the annotation again next time: the person may correct it.
@@ -381,7 +381,7 @@ impl<B: ClusterBackend> Acting<B> {
 
     /// Remove the trust annotation that says `value`, used or ignored, and
     /// say so; a failure leaves it, and it is tried again next time.
-    async fn consume_annotation(&mut self, value: &str, how: &str) {
+    pub(super) async fn consume_annotation(&mut self, value: &str, how: &str) {
         match self
             .status_object
             .remove_annotation(recover::TRUST_ANNOTATION, value)

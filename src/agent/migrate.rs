@@ -8,6 +8,7 @@
 //! Afterwards any such annotation on a Node is named once (a Warning Event
 //! and a log line) and never read.
 
+use super::crd::DroverStatusStatus;
 use super::events::Severity;
 use super::guard::Guarded;
 use super::{Acting, Active, ClusterBackend};
@@ -90,9 +91,11 @@ impl<B: ClusterBackend> Acting<B> {
                 )
                 .await;
         }
-        self.crd_status.node_records = Some(RECORDS_MARKER.into());
-        if !self.write_crd_status().await {
-            self.crd_status.node_records = None;
+        let next = DroverStatusStatus {
+            node_records: Some(RECORDS_MARKER.into()),
+            ..self.crd_status.clone()
+        };
+        if !self.write_durably(next).await {
             return false;
         }
         tracing::info!(nodes = found.len(), "node records are DroverNode objects");

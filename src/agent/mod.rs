@@ -48,6 +48,7 @@ mod migrate;
 pub mod notify;
 mod pass;
 pub mod rbac;
+mod recorded;
 pub mod recover;
 mod report;
 pub mod reporter;

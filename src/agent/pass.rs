@@ -1,11 +1,15 @@
 //! One pass, as an ordered list of stages: fetch ([`super::fetch`], which
 //! runs off the loop and ends in a pass of its own) → admit
-//! ([`super::admit`]: trust → config → gate) → act ([`super::act`]: the
+//! ([`super::admit`]: trust → config → gate, whose answer
+//! [`super::recorded`] writes into the status, the applied commit durably
+//! before anything acts on it) → act ([`super::act`]: the
 //! engine) → report ([`super::report`]: CRD status, status report, Events,
 //! metrics, handed to the term's writers without waiting), in one
 //! `reconcile` tracing span.
 
+use super::admit::{Admission, Recovery};
 use super::hooks::{PassRecord, Wake};
+use super::recorded::Applied;
 use super::{lock, short, Acting, ClusterBackend, Next};
 use std::time::Instant;
 use tokio::sync::watch;
@@ -43,7 +47,7 @@ impl<B: ClusterBackend> Acting<B> {
             head = %head.map(|h| short(&h.to_string())).unwrap_or_default(),
         );
         let next = async {
-            self.judge_head(head).await;
+            self.admit_stage(head).await;
             tracing::Span::current().record(
                 "commit",
                 tracing::field::display(
@@ -68,5 +72,47 @@ impl<B: ClusterBackend> Acting<B> {
             refused: self.crd_status.refused.clone(),
         });
         next
+    }
+    /// Admission's answer for `head`, recorded: a recovered or accepted
+    /// commit is durable in the status before the agent acts on it (a
+    /// restart must resume from it); a refusal is recorded as it stands.
+    async fn admit_stage(&mut self, head: Option<git2::Oid>) {
+        let mut adopt = false;
+        if let (None, Some(head)) = (&self.crd_status.last_applied_commit, head) {
+            match self.recover_applied(head).await {
+                Recovery::Found {
+                    commit,
+                    version,
+                    named,
+                } => {
+                    if !self
+                        .record_applied(&Applied::Recovered { commit, version })
+                        .await
+                    {
+                        return;
+                    }
+                    // Applied: the person's word is used up.
+                    if let Some(value) = named {
+                        self.consume_annotation(&value, "used: the agent starts from it")
+                            .await;
+                    }
+                }
+                Recovery::Refused(r) => {
+                    self.record_refused(Some((r.refused(), r.version()))).await;
+                    return;
+                }
+                Recovery::Nothing => adopt = true,
+            }
+        }
+        match self.admit_head(head, adopt).await {
+            Admission::Unjudged => {}
+            Admission::Current => self.record_refused(None).await,
+            Admission::Refused(r) => self.record_refused(Some((r.refused(), r.version()))).await,
+            Admission::Accepted(a) => {
+                if self.record_applied(&a.applied()).await {
+                    self.take(*a).await;
+                }
+            }
+        }
     }
 }

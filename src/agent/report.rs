@@ -7,7 +7,7 @@
 //! must be durable before the agent acts on a newly applied commit.
 
 use super::conditions;
-use super::crd::Condition;
+use super::crd::{Condition, DroverStatusStatus};
 use super::events::Severity;
 use super::health;
 use super::reporter::{Outgoing, PushHealth, Verdict};
@@ -264,28 +264,6 @@ impl<B: ClusterBackend> Acting<B> {
         }
     }
 
-    /// Write the CRD status and wait until it is stored: for what must be
-    /// durable before the agent acts on it (a newly applied commit).
-    /// Bounded by one API call's timeout; false when it failed, timed out,
-    /// was superseded or the term ended (the next pass tries again).
-    pub(super) async fn write_crd_status(&mut self) -> bool {
-        self.assemble_conditions();
-        let Some(t) = &self.term else { return false };
-        let ok = t
-            .writer
-            .write(&self.crd_status, super::API_CALL_TIMEOUT)
-            .await;
-        if !ok {
-            if let Some(n) = self.pace.allow("status-write") {
-                tracing::warn!(
-                    suppressed = n,
-                    "the status object could not be written; not acting on it yet"
-                );
-            }
-        }
-        ok
-    }
-
     /// Hand the pass's CRD status to the term's writer; returns at once.
     pub(super) fn hand_over(&mut self) {
         let Some(t) = &self.term else { return };
@@ -306,21 +284,21 @@ impl<B: ClusterBackend> Acting<B> {
                 .retain(|c| c.kind != REPORT_PUSHED);
             self.crd_status.conditions.push(c);
         }
-        self.assemble_conditions();
+        let mut status = std::mem::take(&mut self.crd_status);
+        self.assemble_conditions(&mut status);
+        self.crd_status = status;
         let Some(t) = &self.term else { return };
         t.writer.offer(&self.crd_status);
     }
 
     /// The status's kstatus conditions and observed generation, from what
     /// the status says (the one computation: [`conditions::conditions`]).
-    fn assemble_conditions(&mut self) {
+    pub(super) fn assemble_conditions(&self, status: &mut DroverStatusStatus) {
         let generation = self.status_object.generation();
         let now = rfc3339(self.clock.now());
-        let facts = conditions::Facts::of(&self.crd_status);
-        let computed =
-            conditions::conditions(&facts, generation, &self.crd_status.conditions, &now);
-        self.crd_status.conditions = computed;
-        self.crd_status.observed_generation = generation;
+        let facts = conditions::Facts::of(status);
+        status.conditions = conditions::conditions(&facts, generation, &status.conditions, &now);
+        status.observed_generation = generation;
     }
 
     /// When a write found that another replica wrote the status since this

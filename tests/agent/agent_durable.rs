@@ -61,6 +61,16 @@ spec:
     )
 }
 
+/// `status` without the fields every pass writes whatever commit it applies.
+fn applied_part(status: &drover::agent::crd::DroverStatusStatus) -> serde_json::Value {
+    let mut v = serde_json::to_value(status).unwrap();
+    let fields = v.as_object_mut().unwrap();
+    for every_pass in ["headCommit", "lastFetch", "lastReportCommit", "conditions"] {
+        fields.remove(every_pass);
+    }
+    v
+}
+
 #[tokio::test]
 async fn an_applied_commit_that_cannot_be_made_durable_changes_nothing_the_status_says() {
     let cp = ControlPlane::get();
@@ -112,19 +122,15 @@ async fn an_applied_commit_that_cannot_be_made_durable_changes_nothing_the_statu
     .await
     .status
     .unwrap();
-    assert_eq!(held.last_applied_commit, first.last_applied_commit);
+    // Not one field of what the applied commit says is left changed (the
+    // applied commit, its short id, the applied version, the target, the
+    // state and counts): all but what every pass writes whatever it
+    // applies (the head, the fetch, the report pushed and the conditions
+    // that follow them).
     assert_eq!(
-        (
-            held.applied_version.as_deref(),
-            held.target.as_deref(),
-            held.commit.as_deref()
-        ),
-        (
-            first.applied_version.as_deref(),
-            first.target.as_deref(),
-            first.commit.as_deref()
-        ),
-        "the status says one commit throughout: (applied version, target, commit)"
+        applied_part(&held),
+        applied_part(&first),
+        "a failed durable write leaves the last good status whole"
     );
     assert_eq!(sim.upgrades_started(&sim.node_names()[0]), 0);
 
