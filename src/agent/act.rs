@@ -63,7 +63,7 @@ impl<B: ClusterBackend> Acting<B> {
             after: self.cfg.tick,
         };
         let Some(active) = self.active.clone() else {
-            if !self.term_status_read {
+            if !self.term.status_read {
                 // The status object could not be read when this term began:
                 // what the last leader applied is unknown, which is not "no
                 // config". The nodes are held as they are; it is read again.

@@ -89,7 +89,7 @@ impl<B: ClusterBackend> Acting<B> {
         });
         self.fetching = Some(InFlight {
             reason,
-            term: self.term.as_ref().map(|_| self.terms),
+            term: self.term.tasks.as_ref().map(|_| self.term.count),
             abort,
             task,
         });
@@ -102,7 +102,7 @@ impl<B: ClusterBackend> Acting<B> {
             .fetching
             .take()
             .map_or((Reason::Poll, None), |f| (f.reason, f.term));
-        let this_term = self.term.is_some() && this_term == Some(self.terms);
+        let this_term = self.term.tasks.is_some() && this_term == Some(self.term.count);
         let result = match joined {
             Ok((source, r)) => {
                 self.fetch_source = Some(source);

@@ -109,7 +109,7 @@ impl<B: ClusterBackend> Agent<B> {
                     break;
                 }
             }
-            state.acting.send_replace(false);
+            state.term.acting.send_replace(false);
             if *shutdown_rx.borrow() {
                 // Still the lease holder (released below): hand back nodes
                 // that are only cordoned, so that no node stays out of
@@ -192,7 +192,7 @@ impl<B: ClusterBackend> Acting<B> {
             return;
         }
         self.start_term(loaded.as_ref(), &cancel);
-        self.term_status_read = loaded.is_some();
+        self.term.status_read = loaded.is_some();
         let seen = loaded.as_ref().and_then(crd::fetch_request_stamp);
         self.run_term(trigger, manual, cancel, seen).await;
         self.end_term().await;
@@ -219,19 +219,19 @@ impl<B: ClusterBackend> Acting<B> {
             cancel.clone(),
         );
         tasks.push(r);
-        self.term = Some(TermTasks {
+        self.term.tasks = Some(TermTasks {
             writer,
             reporter,
             tasks,
         });
-        self.terms += 1;
+        self.term.count += 1;
         // Everything is told afresh to this term's writers.
         self.last_published = None;
         self.decided = None;
         self.window_seen = None;
         self.term_fetched = false;
         self.term_fetch_ok = false;
-        self.acting.send_replace(true);
+        self.term.acting.send_replace(true);
     }
 
     /// The term ended (its cancel was sent): its writers are stopping at
@@ -239,7 +239,7 @@ impl<B: ClusterBackend> Acting<B> {
     async fn end_term(&mut self) {
         self.stop_fetch();
         self.events.stop();
-        if let Some(t) = self.term.take() {
+        if let Some(t) = self.term.tasks.take() {
             let all = futures::future::join_all(t.tasks);
             if tokio::time::timeout(Duration::from_secs(1), all)
                 .await
@@ -339,7 +339,7 @@ impl<B: ClusterBackend> Acting<B> {
         match read {
             Ok(obj) => {
                 self.adopt_status(&obj);
-                self.term_status_read = true;
+                self.term.status_read = true;
                 Some(obj)
             }
             Err(e) => {

@@ -384,7 +384,6 @@ impl<B: ClusterBackend> Agent<B> {
             fetch_again: None,
             term_fetched: false,
             term_fetch_ok: false,
-            term_status_read: false,
             status_object: store,
             events,
             notifier,
@@ -393,9 +392,12 @@ impl<B: ClusterBackend> Agent<B> {
             clock,
             backend,
             crd_status: DroverStatusStatus::default(),
-            term: None,
-            terms: 0,
-            acting: acting_tx,
+            term: Term {
+                tasks: None,
+                count: 0,
+                acting: acting_tx,
+                status_read: false,
+            },
             active: None,
             kept: None,
             told_seen: None,
@@ -458,9 +460,6 @@ struct Acting<B: ClusterBackend> {
     /// Whether a fetch of this term succeeded: until one has, an applied
     /// commit missing from the cache may only be not fetched yet.
     term_fetch_ok: bool,
-    /// Whether this term has read the status object: until it has, the
-    /// applied commit it names (another leader's, maybe) is not known.
-    term_status_read: bool,
     /// The DroverStatus object this agent writes (through its term's writer).
     status_object: StatusObject,
     events: Events,
@@ -473,12 +472,8 @@ struct Acting<B: ClusterBackend> {
     backend: B,
     /// The CRD status as this term wants it.
     crd_status: DroverStatusStatus,
-    /// The running term's writers (status object, status reports, Events).
-    term: Option<TermTasks>,
-    /// Leadership terms begun so far (the running one's number).
-    terms: u64,
-    /// True while a term runs (for [`AgentHandle::acting`]).
-    acting: tokio::sync::watch::Sender<bool>,
+    /// The leadership term.
+    term: Term,
     active: Option<Active>,
     /// The refusal kept as state until what it depends on changes.
     kept: Option<admit::Kept>,
@@ -512,6 +507,22 @@ struct Acting<B: ClusterBackend> {
     /// (node, annotation) of earlier releases' annotations already named
     /// (`migrate.rs`): each is named once.
     ignored_named: std::collections::BTreeSet<(String, String)>,
+}
+
+/// The leadership term as this replica holds it: `lifecycle.rs` alone
+/// starts, counts and ends it (and records whether it read the status
+/// object); the other stages only read it, and hand what they write to
+/// its writers.
+struct Term {
+    /// The running term's writers (status object, status reports, Events).
+    tasks: Option<TermTasks>,
+    /// Leadership terms begun so far (the running one's number).
+    count: u64,
+    /// True while a term runs (for [`AgentHandle::acting`]).
+    acting: tokio::sync::watch::Sender<bool>,
+    /// Whether this term has read the status object: until it has, the
+    /// applied commit it names (another leader's, maybe) is not known.
+    status_read: bool,
 }
 
 /// What writes for a leadership term, off the control loop; each task

@@ -151,7 +151,7 @@ impl<B: ClusterBackend> Acting<B> {
         });
         if !same {
             self.last_published = Some(report.clone());
-            if let Some(t) = &self.term {
+            if let Some(t) = &self.term.tasks {
                 t.reporter.offer(Outgoing {
                     report,
                     branch: active.status_branch.clone(),
@@ -266,7 +266,7 @@ impl<B: ClusterBackend> Acting<B> {
 
     /// Hand the pass's CRD status to the term's writer; returns at once.
     pub(super) fn hand_over(&mut self) {
-        let Some(t) = &self.term else { return };
+        let Some(t) = &self.term.tasks else { return };
         let now = rfc3339(chrono::Utc::now());
         let previous = self
             .crd_status
@@ -287,7 +287,7 @@ impl<B: ClusterBackend> Acting<B> {
         let mut status = std::mem::take(&mut self.crd_status);
         self.assemble_conditions(&mut status);
         self.crd_status = status;
-        let Some(t) = &self.term else { return };
+        let Some(t) = &self.term.tasks else { return };
         t.writer.offer(&self.crd_status);
     }
 
@@ -304,7 +304,7 @@ impl<B: ClusterBackend> Acting<B> {
     /// When a write found that another replica wrote the status since this
     /// term read it: take what it left as this term's starting point.
     pub(super) fn adopt_superseded(&mut self) {
-        let obj = self.term.as_ref().and_then(|t| t.writer.take_superseded());
+        let obj = self.term.tasks.as_ref().and_then(|t| t.writer.take_superseded());
         if let Some(obj) = obj {
             self.adopt_status(&obj);
         }
