@@ -50,7 +50,7 @@ impl<B: ClusterBackend> Acting<B> {
     /// nothing about whether a config applies.
     fn applied_not_yet_here(&self) -> Option<git2::Oid> {
         let commit = git2::Oid::from_str(self.crd_status.last_applied_commit.as_deref()?).ok()?;
-        if self.term_fetch_ok {
+        if self.fetching.ok_in_term {
             return None;
         }
         let here = lock(&self.source).repo().find_commit(commit).is_ok();

@@ -41,6 +41,33 @@ pub(super) async fn wait(fetching: &mut Option<InFlight>) -> Joined {
     }
 }
 
+/// The fetch: `fetch.rs` alone starts, finishes and records it; the
+/// lifecycle only asks it to forget the last term (`new_term`), and the
+/// pass reads whether this term fetched before judging a head.
+pub(super) struct Fetching {
+    /// The fetch's own handle on the cache, while no fetch runs.
+    pub(super) source: Option<Source>,
+    /// The fetch running off the loop, if any.
+    pub(super) in_flight: Option<InFlight>,
+    /// Another fetch to start when the running one ends, and why.
+    pub(super) again: Option<Reason>,
+    /// Whether a fetch ended in this term: a head fetched before it (by a
+    /// follower, or in an older term) is not judged, the applied commit may
+    /// have moved since.
+    pub(super) ended_in_term: bool,
+    /// Whether a fetch of this term succeeded: until one has, an applied
+    /// commit missing from the cache may only be not fetched yet.
+    pub(super) ok_in_term: bool,
+}
+
+impl Fetching {
+    /// No fetch has ended in the term that begins.
+    pub(super) fn new_term(&mut self) {
+        self.ended_in_term = false;
+        self.ok_in_term = false;
+    }
+}
+
 /// A fetch under way.
 pub(super) struct InFlight {
     /// What asked for it.
@@ -55,11 +82,11 @@ pub(super) struct InFlight {
 impl<B: ClusterBackend> Acting<B> {
     /// Start a fetch for `reason` unless one runs; then one more follows it.
     pub(super) fn start_fetch(&mut self, reason: Reason) {
-        if self.fetching.is_some() {
-            self.fetch_again = Some(reason);
+        if self.fetching.in_flight.is_some() {
+            self.fetching.again = Some(reason);
             return;
         }
-        let source = match self.fetch_source.take() {
+        let source = match self.fetching.source.take() {
             Some(s) => s,
             // The last fetch task was lost (a panic): open the cache again.
             None => match Source::open(self.cfg.source.clone()) {
@@ -87,7 +114,7 @@ impl<B: ClusterBackend> Acting<B> {
             });
             (source, r)
         });
-        self.fetching = Some(InFlight {
+        self.fetching.in_flight = Some(InFlight {
             reason,
             term: self.term.tasks.as_ref().map(|_| self.term.count),
             abort,
@@ -99,13 +126,13 @@ impl<B: ClusterBackend> Acting<B> {
     /// for meanwhile, and return what asked for the one that ended.
     pub(super) fn finish_fetch(&mut self, joined: Joined) -> Reason {
         let (reason, this_term) = self
-            .fetching
+            .fetching.in_flight
             .take()
             .map_or((Reason::Poll, None), |f| (f.reason, f.term));
         let this_term = self.term.tasks.is_some() && this_term == Some(self.term.count);
         let result = match joined {
             Ok((source, r)) => {
-                self.fetch_source = Some(source);
+                self.fetching.source = Some(source);
                 r.map(|_| ()).map_err(|e| e.to_string())
             }
             Err(e) => Err(format!("the fetch task failed: {e}")),
@@ -115,10 +142,10 @@ impl<B: ClusterBackend> Acting<B> {
         // A head read before this term began may be older than what the
         // last leader applied since: it is not judged (the next fetch is).
         if this_term {
-            self.term_fetched = true;
-            self.term_fetch_ok |= ok;
+            self.fetching.ended_in_term = true;
+            self.fetching.ok_in_term |= ok;
         }
-        if let Some(again) = self.fetch_again.take() {
+        if let Some(again) = self.fetching.again.take() {
             self.start_fetch(again);
         }
         reason
@@ -127,14 +154,14 @@ impl<B: ClusterBackend> Acting<B> {
     /// Fetch and wait for it (a follower warming up), false when `cancel`
     /// came first (the fetch goes on, and the next wait picks it up).
     pub(super) async fn fetch(&mut self, cancel: &watch::Receiver<bool>) -> bool {
-        if self.fetching.is_none() {
+        if self.fetching.in_flight.is_none() {
             self.start_fetch(Reason::Poll);
         }
         let mut cancel = cancel.clone();
         let joined = tokio::select! {
             biased;
             Ok(_) = cancel.wait_for(|c| *c) => return false,
-            j = wait(&mut self.fetching) => j,
+            j = wait(&mut self.fetching.in_flight) => j,
         };
         self.finish_fetch(joined);
         true
@@ -143,11 +170,11 @@ impl<B: ClusterBackend> Acting<B> {
     /// The term ends: the running fetch stops at its next progress report
     /// and is not waited for.
     pub(super) fn stop_fetch(&mut self) {
-        if let Some(f) = &self.fetching {
+        if let Some(f) = &self.fetching.in_flight {
             f.abort.store(true, Ordering::Relaxed);
             tracing::info!("fetch abandoned: the agent stops acting");
         }
-        self.fetch_again = None;
+        self.fetching.again = None;
     }
 
     fn record_fetch(&mut self, result: Result<(), String>) {
@@ -168,7 +195,6 @@ impl<B: ClusterBackend> Acting<B> {
             time: rfc3339(now),
             result: result_text,
         });
-        self.fetched_once = true;
         self.ready.set_fetched();
     }
 }

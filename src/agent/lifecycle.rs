@@ -229,8 +229,7 @@ impl<B: ClusterBackend> Acting<B> {
         self.last_published = None;
         self.decided = None;
         self.window_seen = None;
-        self.term_fetched = false;
-        self.term_fetch_ok = false;
+        self.fetching.new_term();
         self.term.acting.send_replace(true);
     }
 
@@ -301,7 +300,7 @@ impl<B: ClusterBackend> Acting<B> {
                 };
                 tokio::select! {
                     _ = cancel.wait_for(|c| *c) => return,
-                    joined = fetch::wait(&mut self.fetching) => {
+                    joined = fetch::wait(&mut self.fetching.in_flight) => {
                         break Wake::Source(self.finish_fetch(joined));
                     }
                     // A trigger starts a fetch; its pass comes when it ends.

@@ -65,7 +65,7 @@ pub use rbac::{
 };
 
 use crate::config::EnvConfig;
-use crate::source::trigger::{Reason, Trigger, WebhookConfig};
+use crate::source::trigger::{Trigger, WebhookConfig};
 use crate::source::{Source, SourceConfig};
 use crate::status::{PublishOptions, StatusReport};
 use crate::trust;
@@ -379,11 +379,13 @@ impl<B: ClusterBackend> Agent<B> {
         let state = Acting {
             cfg,
             source: Arc::new(Mutex::new(source)),
-            fetch_source: Some(fetch_source),
-            fetching: None,
-            fetch_again: None,
-            term_fetched: false,
-            term_fetch_ok: false,
+            fetching: fetch::Fetching {
+                source: Some(fetch_source),
+                in_flight: None,
+                again: None,
+                ended_in_term: false,
+                ok_in_term: false,
+            },
             status_object: store,
             events,
             notifier,
@@ -406,7 +408,6 @@ impl<B: ClusterBackend> Agent<B> {
             last_published: None,
             decided: None,
             passes,
-            fetched_once: false,
             window_seen: None,
             trust_annotation: None,
             refused_version: None,
@@ -447,19 +448,8 @@ struct Acting<B: ClusterBackend> {
     /// The control loop's handle on the git cache (local work only: trust,
     /// config, gate; the network is the fetch's and the reporter's).
     source: Arc<Mutex<Source>>,
-    /// The fetch's own handle on the cache, while no fetch runs.
-    fetch_source: Option<Source>,
-    /// The fetch running off the loop, if any.
-    fetching: Option<fetch::InFlight>,
-    /// Another fetch to start when the running one ends, and why.
-    fetch_again: Option<Reason>,
-    /// Whether a fetch ended in this term: a head fetched before it (by a
-    /// follower, or in an older term) is not judged, the applied commit may
-    /// have moved since.
-    term_fetched: bool,
-    /// Whether a fetch of this term succeeded: until one has, an applied
-    /// commit missing from the cache may only be not fetched yet.
-    term_fetch_ok: bool,
+    /// The fetch, in flight or not.
+    fetching: fetch::Fetching,
     /// The DroverStatus object this agent writes (through its term's writer).
     status_object: StatusObject,
     events: Events,
@@ -490,7 +480,6 @@ struct Acting<B: ClusterBackend> {
     /// The engine's last decision in this term, as the health queries need it.
     decided: Option<health::Decided>,
     passes: broadcast::Sender<PassRecord>,
-    fetched_once: bool,
     /// Whether the window was open at the last reconcile of this term.
     window_seen: Option<bool>,
     /// The commit a person confirmed through `recover::TRUST_ANNOTATION`.

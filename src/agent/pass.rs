@@ -24,7 +24,7 @@ impl<B: ClusterBackend> Acting<B> {
         self.adopt_superseded();
         // A head fetched before this term (by the follower, or long ago)
         // is not judged: the applied commit may have moved since.
-        let head = if self.term_fetched {
+        let head = if self.fetching.ended_in_term {
             lock(&self.source).fetched()
         } else {
             None
