@@ -62,7 +62,7 @@ impl<B: ClusterBackend> Acting<B> {
         let tick = Next {
             after: self.cfg.tick,
         };
-        let Some(active) = self.active.clone() else {
+        let Some(active) = self.admitted.active.clone() else {
             if !self.term.status_read {
                 // The status object could not be read when this term began:
                 // what the last leader applied is unknown, which is not "no

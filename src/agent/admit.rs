@@ -1,7 +1,8 @@
-//! Stage 2, admit: whether a new head replaces the applied commit, through
-//! the one admission path (`crate::admit`: trust → config → the one
-//! judgement of the span since the applied commit); recovery of the applied
-//! commit when none is recorded; loading the applied config.
+//! Stage 2, admit: whether a new head replaces the applied commit (each
+//! commit judged by `verdict.rs`, through the one admission path);
+//! recovery of the applied commit when none is recorded; loading the
+//! applied config. Admission returns what it decided ([`Admission`],
+//! [`Recovery`]) and never writes the status: `recorded.rs` does.
 //!
 //! A refusal is kept as state ([`Kept`]): judged once, then reused, with
 //! one Event and a stable `since`, until something it depends on changes:
@@ -14,42 +15,14 @@
 use super::crd::Refused;
 use super::events::Severity;
 use super::recorded::Applied;
+use super::verdict::{revoked_reason, revoked_versions, Refusal, Verdict};
 use super::{blocking, lock, recover, short, Acting, Active, ClusterBackend};
-use crate::admit::{Rejection, Stage};
 use crate::cluster::Cluster;
 use crate::config::{self, EnvConfig};
-use crate::gate::Reason;
-use crate::trust::{self, AllowedSigners, OpenPgpKeys, Signers};
 use chrono::{DateTime, Utc};
 use git2::{Oid, Repository};
 use std::future::Future;
 use std::hash::{DefaultHasher, Hash, Hasher};
-
-/// What judging a new head found.
-enum Verdict {
-    Accept {
-        env: Box<EnvConfig>,
-        version: String,
-        status_branch: String,
-        progress_interval: std::time::Duration,
-        revoked: Option<String>,
-        revoked_versions: Vec<semver::Version>,
-        waves: Vec<crate::gate::wave::Wave>,
-    },
-    Refuse(Refusal),
-}
-
-/// A refusal and what it depends on.
-#[derive(Clone, Debug)]
-pub(super) struct Refusal {
-    refused: Refused,
-    /// The version the refused commit pins, when readable.
-    version: Option<semver::Version>,
-    /// Whether the verdict read the status store (a gate verdict).
-    reads_store: bool,
-    /// When the verdict changes by itself (a soak passes).
-    until: Option<DateTime<Utc>>,
-}
 
 /// A refusal kept as state: the verdict for `head` over `applied`.
 #[derive(Clone, Debug)]
@@ -68,6 +41,30 @@ impl Kept {
             && self.applied == applied
             && (!self.refusal.reads_store || self.store == store)
             && self.refusal.until.is_none_or(|t| now < t)
+    }
+}
+
+/// What admission admitted: `admit.rs` alone writes it. A term that takes
+/// the status object as its starting point hands it the annotation read
+/// and whether the applied commit moved ([`Admitted::adopt`]).
+#[derive(Default)]
+pub(super) struct Admitted {
+    /// The applied config (`None`: none loaded yet, or none applicable).
+    pub(super) active: Option<Active>,
+    /// The refusal kept as state until what it depends on changes.
+    pub(super) kept: Option<Kept>,
+    /// The commit a person confirmed through `recover::TRUST_ANNOTATION`.
+    pub(super) trust_annotation: Option<String>,
+}
+
+impl Admitted {
+    /// The status object as read is the starting point: its trust
+    /// annotation, and no applied config if its applied commit is another.
+    pub(super) fn adopt(&mut self, trust_annotation: Option<String>, applied_moved: bool) {
+        self.trust_annotation = trust_annotation;
+        if applied_moved {
+            self.active = None;
+        }
     }
 }
 
@@ -116,18 +113,6 @@ impl Accepted {
     }
 }
 
-impl Refusal {
-    /// The refusal as the status shows it.
-    pub(super) fn refused(&self) -> &Refused {
-        &self.refused
-    }
-
-    /// The version the refused commit pins, when readable.
-    pub(super) fn version(&self) -> Option<&semver::Version> {
-        self.version.as_ref()
-    }
-}
-
 impl<B: ClusterBackend> Acting<B> {
     /// The applied commit the status records.
     pub(super) fn applied_commit(&self) -> Option<Oid> {
@@ -163,7 +148,7 @@ impl<B: ClusterBackend> Acting<B> {
         let applied = self.applied_commit();
         // A commit named while one is applied is never used: it is removed,
         // so that it cannot outrank the agent's own record later.
-        if let (Some(_), Some(value)) = (applied, self.trust_annotation.clone()) {
+        if let (Some(_), Some(value)) = (applied, self.admitted.trust_annotation.clone()) {
             self.events
                 .on_status(
                     Severity::Warning,
@@ -176,17 +161,17 @@ impl<B: ClusterBackend> Acting<B> {
                 )
                 .await;
             self.consume_annotation(&value, "ignored").await;
-            self.trust_annotation = None;
+            self.admitted.trust_annotation = None;
         }
-        if self.active.is_none() {
+        if self.admitted.active.is_none() {
             if let Some(commit) = applied {
-                self.active = self.load_active(commit).await;
+                self.admitted.active = self.load_active(commit).await;
             }
         }
         let Some(head) = head else {
             return Admission::Unjudged;
         };
-        if Some(head) == applied && self.active.is_some() {
+        if Some(head) == applied && self.admitted.active.is_some() {
             return Admission::Current;
         }
         let verdict = match self.kept_refusal(head, applied).await {
@@ -234,8 +219,8 @@ impl<B: ClusterBackend> Acting<B> {
             s.accept(head)
         })
         .await;
-        self.kept = None;
-        self.active = Some(active);
+        self.admitted.kept = None;
+        self.admitted.active = Some(active);
         self.metrics.set_blocked(None);
         self.metrics.set_applied(&head.to_string(), &version);
         self.events
@@ -253,12 +238,12 @@ impl<B: ClusterBackend> Acting<B> {
 
     /// The kept refusal of `head` over `applied`, if it still stands.
     async fn kept_refusal(&mut self, head: Oid, applied: Option<Oid>) -> Option<Refusal> {
-        let kept = self.kept.clone()?;
+        let kept = self.admitted.kept.clone()?;
         let store = self.store_state().await;
         if kept.holds(head, applied, store, self.clock.now()) {
             return Some(kept.refusal);
         }
-        self.kept = None;
+        self.admitted.kept = None;
         None
     }
 
@@ -274,7 +259,7 @@ impl<B: ClusterBackend> Acting<B> {
     }
 
     fn keep(&mut self, head: Oid, applied: Option<Oid>, store: u64, r: &Refusal) {
-        self.kept = Some(Kept {
+        self.admitted.kept = Some(Kept {
             head,
             applied,
             store,
@@ -298,10 +283,10 @@ impl<B: ClusterBackend> Acting<B> {
     /// reports name, else the one a person named (the annotation, else
     /// `--trust-commit`), by the one rule of `crate::admit::bootstrap`.
     async fn recover(&mut self, head: Oid) -> Recovery {
-        if self.trust_annotation.is_none() {
+        if self.admitted.trust_annotation.is_none() {
             // Read again: the person may have annotated since the term began.
             if let Ok(obj) = self.status_object.load_or_create().await {
-                self.trust_annotation = obj
+                self.admitted.trust_annotation = obj
                     .metadata
                     .annotations
                     .as_ref()
@@ -327,7 +312,7 @@ impl<B: ClusterBackend> Acting<B> {
         .flatten();
         if let Some(commit) = found {
             // The agent's own record outranks any commit a person named.
-            if let Some(value) = self.trust_annotation.clone() {
+            if let Some(value) = self.admitted.trust_annotation.clone() {
                 self.events
                     .on_status(
                         Severity::Warning,
@@ -355,6 +340,7 @@ impl<B: ClusterBackend> Acting<B> {
             };
         }
         let named = self
+            .admitted
             .trust_annotation
             .clone()
             .map(|v| (v, true))
@@ -371,7 +357,7 @@ impl<B: ClusterBackend> Acting<B> {
                 }
                 Err(r) => {
                     // Read the annotation again next time: the person may correct it.
-                    self.trust_annotation = None;
+                    self.admitted.trust_annotation = None;
                     Recovery::Refused(r)
                 }
             };
@@ -388,7 +374,7 @@ impl<B: ClusterBackend> Acting<B> {
             .await
         {
             Ok(()) => {
-                self.trust_annotation = None;
+                self.admitted.trust_annotation = None;
                 self.events
                     .on_status(
                         Severity::Normal,
@@ -557,184 +543,6 @@ impl<B: ClusterBackend> Acting<B> {
         });
         async move { work.await.flatten() }
     }
-
-    /// Trust, then config, then the one judgement of the span from the
-    /// applied commit to `head` (`crate::admit`); with `adopt`, trust and
-    /// config only (the nodes already run the version: nothing moves).
-    fn evaluate(
-        &self,
-        head: Oid,
-        applied: Option<Oid>,
-        adopt: bool,
-    ) -> impl Future<Output = Verdict> + Send + 'static {
-        let how = match (adopt, applied) {
-            (true, _) => How::Adopt,
-            (false, applied) => How::Span(applied),
-        };
-        self.admit(head, how)
-    }
-
-    /// The commit a person named, `named`, with `head` fetched
-    /// (`crate::admit::admit_named`), given the nodes as `nodes_view` saw them.
-    fn evaluate_named(
-        &self,
-        named: Oid,
-        head: Oid,
-        nodes: Option<(bool, Option<semver::Version>)>,
-    ) -> impl Future<Output = Verdict> + Send + 'static {
-        let (adopt, highest) = nodes.unwrap_or((false, None));
-        self.admit(
-            named,
-            How::Named {
-                head,
-                adopt,
-                highest,
-            },
-        )
-    }
-
-    /// `commit` through the admission `how` says.
-    fn admit(&self, head: Oid, how: How) -> impl Future<Output = Verdict> + Send + 'static {
-        self.metrics.admissions.inc();
-        let src = self.source.clone();
-        let env_name = self.cfg.env.clone();
-        let mode = self.cfg.verify;
-        let signers_path = self.cfg.allowed_signers.clone();
-        let openpgp_path = self.cfg.openpgp_keys.clone();
-        let now = self.clock.now();
-        let head_s = head.to_string();
-        let flag = self.cfg.status_branch.clone();
-        let refuse = move |stage: &str, reason: &str, message: String, version| {
-            Verdict::Refuse(Refusal {
-                refused: Refused {
-                    commit: head_s.clone(),
-                    stage: stage.into(),
-                    reason: reason.into(),
-                    message,
-                },
-                version,
-                reads_store: false,
-                until: None,
-            })
-        };
-        let refuse2 = refuse.clone();
-        let work = blocking(move || {
-            let s = lock(&src);
-            let repo = s.repo();
-            // Re-read for every head, so a rotated Secret counts at once.
-            let loaded = match mode {
-                trust::Mode::Off => Ok(Default::default()),
-                _ => load_signers(signers_path.as_deref(), openpgp_path.as_deref()),
-            };
-            let (ssh, openpgp) = match loaded {
-                Ok(x) => x,
-                Err(e) => return refuse("trust", "signers", e, None),
-            };
-            // Keys are also judged at when this cache first fetched each commit.
-            let seen = s.seen();
-            let first_seen = |oid| seen.first_seen(oid).unwrap_or(now.timestamp());
-            let trusted = crate::admit::TrustCheck {
-                mode,
-                signers: Signers {
-                    ssh: &ssh,
-                    openpgp: &openpgp,
-                },
-                first_seen: &first_seen,
-            };
-            let admitted = match &how {
-                How::Adopt => crate::admit::admit_adoption(repo, head, &env_name, &trusted, now),
-                How::Span(applied) => {
-                    crate::admit::admit_head(repo, *applied, head, &env_name, &trusted, now)
-                }
-                How::Named {
-                    head: fetched,
-                    adopt,
-                    highest,
-                } => crate::admit::admit_named(
-                    repo,
-                    head,
-                    *fetched,
-                    &env_name,
-                    &trusted,
-                    (*adopt, highest.as_ref()),
-                    now,
-                ),
-            };
-            match admitted {
-                Ok(a) => {
-                    let Some(env) = a.snapshot.config.envs.get(&env_name).cloned() else {
-                        return refuse(
-                            "config",
-                            "unknown_env",
-                            format!("no environment {env_name}"),
-                            None,
-                        );
-                    };
-                    let branch = a.snapshot.policy.status_branch.clone();
-                    if let Some(flag) = flag.as_ref().filter(|f| **f != branch) {
-                        return refuse(
-                            "config",
-                            "status_branch_mismatch",
-                            format!(
-                                "--status-branch is {flag:?} but [promotion] status_branch of the config is {branch:?}; the config owns the status branch: drop the flag or make them agree"
-                            ),
-                            Some(env.version),
-                        );
-                    }
-                    let revoked = revoked_reason(&a.snapshot.config, &env);
-                    Verdict::Accept {
-                        revoked_versions: revoked_versions(&a.snapshot.config),
-                        waves: crate::gate::wave::waves(&a.snapshot.config, &env_name),
-                        version: env.version.to_string(),
-                        env: Box::new(env),
-                        status_branch: branch,
-                        progress_interval: a.snapshot.config.root.progress_interval,
-                        revoked,
-                    }
-                }
-                Err(r) => Verdict::Refuse(refusal_of(&head.to_string(), r)),
-            }
-        });
-        async move {
-            work.await
-                .unwrap_or_else(|| refuse2("trust", "error", "the check task failed".into(), None))
-        }
-    }
-}
-
-/// Which admission a commit goes through.
-enum How {
-    /// The one judgement of the span from the applied commit (`None`: none).
-    Span(Option<Oid>),
-    /// Adoption: trust over the whole history and a valid config.
-    Adopt,
-    /// A commit a person named, with the fetched `head` whose policy judges it.
-    Named {
-        head: Oid,
-        adopt: bool,
-        highest: Option<semver::Version>,
-    },
-}
-
-/// The agent's refusal of `commit` from the admission's rejection.
-fn refusal_of(commit: &str, r: Rejection) -> Refusal {
-    let until = r.refusal.as_ref().and_then(|g| match &g.reason {
-        Reason::Soaking { passes_at, .. } | Reason::HistorySoaking { passes_at, .. } => {
-            Some(*passes_at)
-        }
-        _ => None,
-    });
-    Refusal {
-        reads_store: r.stage == Stage::Gate,
-        until,
-        version: r.version,
-        refused: Refused {
-            commit: commit.to_owned(),
-            stage: r.stage.as_str().into(),
-            reason: r.code,
-            message: r.message,
-        },
-    }
 }
 
 /// The status store of `status_branch` as one number: every local and
@@ -757,39 +565,4 @@ pub(super) fn store_state(repo: &Repository, status_branch: &str, own: (&str, &s
         }
     }
     h.finish()
-}
-
-/// Why `env`'s pinned version is revoked by `cfg`'s `[promotion] revoked`,
-/// if it is (every build-metadata variant of a revoked version is).
-fn revoked_reason(cfg: &config::RepoConfig, env: &EnvConfig) -> Option<String> {
-    cfg.root
-        .revoked
-        .iter()
-        .find(|r| crate::gate::revokes(&r.version, &env.version))
-        .map(|r| r.reason.clone())
-}
-
-/// Every version `cfg`'s `[promotion] revoked` lists: the policy in
-/// force's, which a rollback is checked against when it starts.
-fn revoked_versions(cfg: &config::RepoConfig) -> Vec<semver::Version> {
-    cfg.root.revoked.iter().map(|r| r.version.clone()).collect()
-}
-
-/// The signer files the agent is configured with; at least one must be.
-fn load_signers(
-    ssh: Option<&std::path::Path>,
-    openpgp: Option<&std::path::Path>,
-) -> Result<(AllowedSigners, OpenPgpKeys), String> {
-    if ssh.is_none() && openpgp.is_none() {
-        return Err("no allowed-signers file and no OpenPGP key file".into());
-    }
-    let ssh = ssh
-        .map(AllowedSigners::load)
-        .transpose()
-        .map_err(|e| e.to_string())?;
-    let openpgp = openpgp
-        .map(OpenPgpKeys::load)
-        .transpose()
-        .map_err(|e| e.to_string())?;
-    Ok((ssh.unwrap_or_default(), openpgp.unwrap_or_default()))
 }

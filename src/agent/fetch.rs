@@ -126,7 +126,8 @@ impl<B: ClusterBackend> Acting<B> {
     /// for meanwhile, and return what asked for the one that ended.
     pub(super) fn finish_fetch(&mut self, joined: Joined) -> Reason {
         let (reason, this_term) = self
-            .fetching.in_flight
+            .fetching
+            .in_flight
             .take()
             .map_or((Reason::Poll, None), |f| (f.reason, f.term));
         let this_term = self.term.tasks.is_some() && this_term == Some(self.term.count);

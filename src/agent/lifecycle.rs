@@ -352,7 +352,7 @@ impl<B: ClusterBackend> Acting<B> {
 
     /// Take `obj` (the status object as read) as the state to go on from.
     pub(super) fn adopt_status(&mut self, obj: &crd::DroverStatus) {
-        self.trust_annotation = obj
+        let annotation = obj
             .metadata
             .annotations
             .as_ref()
@@ -360,10 +360,8 @@ impl<B: ClusterBackend> Acting<B> {
             .cloned();
         self.events.set_status_uid(obj.metadata.uid.clone());
         let st = obj.status.clone().unwrap_or_default();
-        let changed = st.last_applied_commit != self.crd_status.last_applied_commit;
+        let moved = st.last_applied_commit != self.crd_status.last_applied_commit;
         self.crd_status = st;
-        if changed {
-            self.active = None;
-        }
+        self.admitted.adopt(annotation, moved);
     }
 }

@@ -53,6 +53,7 @@ pub mod recover;
 mod report;
 pub mod reporter;
 pub mod told;
+mod verdict;
 mod waves;
 use crate::retry;
 
@@ -400,8 +401,7 @@ impl<B: ClusterBackend> Agent<B> {
                 acting: acting_tx,
                 status_read: false,
             },
-            active: None,
-            kept: None,
+            admitted: admit::Admitted::default(),
             told_seen: None,
             connected: None,
             held: Vec::new(),
@@ -409,7 +409,6 @@ impl<B: ClusterBackend> Agent<B> {
             decided: None,
             passes,
             window_seen: None,
-            trust_annotation: None,
             refused_version: None,
             waves_read: None,
             pace: retry::Paced::default(),
@@ -464,9 +463,8 @@ struct Acting<B: ClusterBackend> {
     crd_status: DroverStatusStatus,
     /// The leadership term.
     term: Term,
-    active: Option<Active>,
-    /// The refusal kept as state until what it depends on changes.
-    kept: Option<admit::Kept>,
+    /// What admission admitted.
+    admitted: admit::Admitted,
     /// The last state told ([`told::Told::transition`]) in this process,
     /// so each transition gets one Event.
     told_seen: Option<told::Transition>,
@@ -482,8 +480,6 @@ struct Acting<B: ClusterBackend> {
     passes: broadcast::Sender<PassRecord>,
     /// Whether the window was open at the last reconcile of this term.
     window_seen: Option<bool>,
-    /// The commit a person confirmed through `recover::TRUST_ANNOTATION`.
-    trust_annotation: Option<String>,
     /// The version the refused head pins (reported as `refused`).
     refused_version: Option<semver::Version>,
     /// The wave gate's evidence as last read, with the status store and

@@ -51,7 +51,8 @@ impl<B: ClusterBackend> Acting<B> {
             tracing::Span::current().record(
                 "commit",
                 tracing::field::display(
-                    self.active
+                    self.admitted
+                        .active
                         .as_ref()
                         .map(|a| short(&a.commit.to_string()))
                         .unwrap_or_default(),

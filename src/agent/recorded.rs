@@ -124,7 +124,9 @@ impl<B: ClusterBackend> Acting<B> {
     /// next pass tries again).
     pub(super) async fn write_durably(&mut self, mut next: DroverStatusStatus) -> bool {
         self.assemble_conditions(&mut next);
-        let Some(t) = &self.term.tasks else { return false };
+        let Some(t) = &self.term.tasks else {
+            return false;
+        };
         if !t.writer.write(&next, super::API_CALL_TIMEOUT).await {
             if let Some(n) = self.pace.allow("status-write") {
                 tracing::warn!(

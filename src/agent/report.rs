@@ -304,7 +304,11 @@ impl<B: ClusterBackend> Acting<B> {
     /// When a write found that another replica wrote the status since this
     /// term read it: take what it left as this term's starting point.
     pub(super) fn adopt_superseded(&mut self) {
-        let obj = self.term.tasks.as_ref().and_then(|t| t.writer.take_superseded());
+        let obj = self
+            .term
+            .tasks
+            .as_ref()
+            .and_then(|t| t.writer.take_superseded());
         if let Some(obj) = obj {
             self.adopt_status(&obj);
         }
