@@ -49,7 +49,8 @@ impl<B: ClusterBackend> Acting<B> {
     /// follower fetched once when it warmed up), so its absence says
     /// nothing about whether a config applies.
     fn applied_not_yet_here(&self) -> Option<git2::Oid> {
-        let commit = git2::Oid::from_str(self.crd_status.last_applied_commit.as_deref()?).ok()?;
+        let commit =
+            git2::Oid::from_str(self.told.status().last_applied_commit.as_deref()?).ok()?;
         if self.fetching.ok_in_term {
             return None;
         }

@@ -116,7 +116,8 @@ impl Accepted {
 impl<B: ClusterBackend> Acting<B> {
     /// The applied commit the status records.
     pub(super) fn applied_commit(&self) -> Option<Oid> {
-        self.crd_status
+        self.told
+            .status()
             .last_applied_commit
             .as_deref()
             .and_then(|s| Oid::from_str(s).ok())

@@ -101,7 +101,8 @@ impl<B: ClusterBackend> Acting<B> {
         abort.store(false, Ordering::Relaxed);
         let branch = lock(&self.source).config().status_branch.clone();
         let applied = self
-            .crd_status
+            .told
+            .status()
             .last_applied_commit
             .as_deref()
             .and_then(|c| git2::Oid::from_str(c).ok());
@@ -192,7 +193,7 @@ impl<B: ClusterBackend> Acting<B> {
         }
         self.metrics
             .fetched(ok, now.timestamp_millis() as f64 / 1000.0);
-        self.crd_status.last_fetch = Some(FetchRecord {
+        self.told.fetched(FetchRecord {
             time: rfc3339(now),
             result: result_text,
         });

@@ -226,9 +226,8 @@ impl<B: ClusterBackend> Acting<B> {
         });
         self.term.count += 1;
         // Everything is told afresh to this term's writers.
-        self.last_published = None;
+        self.told.new_term();
         self.decided = None;
-        self.window_seen = None;
         self.fetching.new_term();
         self.term.acting.send_replace(true);
     }
@@ -360,8 +359,7 @@ impl<B: ClusterBackend> Acting<B> {
             .cloned();
         self.events.set_status_uid(obj.metadata.uid.clone());
         let st = obj.status.clone().unwrap_or_default();
-        let moved = st.last_applied_commit != self.crd_status.last_applied_commit;
-        self.crd_status = st;
+        let moved = self.told.adopt(st);
         self.admitted.adopt(annotation, moved);
     }
 }

@@ -14,7 +14,6 @@ use super::guard::Guarded;
 use super::{Acting, Active, ClusterBackend};
 use crate::cluster::{Cluster, NodeView, RecordWrite, Requests};
 use crate::record::legacy;
-use std::collections::BTreeSet;
 use tokio::sync::watch;
 
 /// `status.nodeRecords` once the records are `DroverNode` objects and the
@@ -35,7 +34,7 @@ impl<B: ClusterBackend> Acting<B> {
         active: &Active,
         cancel: &watch::Receiver<bool>,
     ) -> bool {
-        if self.crd_status.node_records.as_deref() == Some(RECORDS_MARKER) {
+        if self.told.status().node_records.as_deref() == Some(RECORDS_MARKER) {
             return true;
         }
         let Some((_, conn)) = self.connected.as_ref() else {
@@ -93,7 +92,7 @@ impl<B: ClusterBackend> Acting<B> {
         }
         let next = DroverStatusStatus {
             node_records: Some(RECORDS_MARKER.into()),
-            ..self.crd_status.clone()
+            ..self.told.status().clone()
         };
         if !self.write_durably(next).await {
             return false;
@@ -106,14 +105,14 @@ impl<B: ClusterBackend> Acting<B> {
     /// observed Nodes (a log line each, one Warning Event per node for
     /// those newly found): they are not records, nothing reads them.
     pub(super) async fn report_ignored(&mut self, observed: &[NodeView]) {
-        if self.crd_status.node_records.as_deref() != Some(RECORDS_MARKER) {
+        if self.told.status().node_records.as_deref() != Some(RECORDS_MARKER) {
             return;
         }
         for n in observed {
             let mut new = Vec::new();
             for found in &n.ignored {
                 let key = found.split('=').next().unwrap_or(found);
-                if self.ignored_named.insert((n.name.clone(), key.to_string())) {
+                if self.told.first_naming(&n.name, key) {
                     tracing::warn!(node = %n.name, annotation = %found, "annotation on the node ignored");
                     new.push(found.as_str());
                 }
@@ -147,8 +146,6 @@ impl<B: ClusterBackend> Acting<B> {
                 )
                 .await;
         }
-        if self.ignored_named.len() > MAX_NAMED {
-            self.ignored_named = BTreeSet::new();
-        }
+        self.told.bound_named(MAX_NAMED);
     }
 }

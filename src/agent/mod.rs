@@ -68,10 +68,10 @@ pub use rbac::{
 use crate::config::EnvConfig;
 use crate::source::trigger::{Trigger, WebhookConfig};
 use crate::source::{Source, SourceConfig};
-use crate::status::{PublishOptions, StatusReport};
+use crate::status::PublishOptions;
 use crate::trust;
 use chrono::{DateTime, SecondsFormat, Utc};
-use crd::{DroverStatusSpec, DroverStatusStatus, StatusObject};
+use crd::{DroverStatusSpec, StatusObject};
 use events::Events;
 use git2::Oid;
 use metrics::Metrics;
@@ -394,7 +394,7 @@ impl<B: ClusterBackend> Agent<B> {
             ready,
             clock,
             backend,
-            crd_status: DroverStatusStatus::default(),
+            told: report::Telling::default(),
             term: Term {
                 tasks: None,
                 count: 0,
@@ -402,18 +402,13 @@ impl<B: ClusterBackend> Agent<B> {
                 status_read: false,
             },
             admitted: admit::Admitted::default(),
-            told_seen: None,
             connected: None,
             held: Vec::new(),
-            last_published: None,
             decided: None,
             passes,
-            window_seen: None,
-            refused_version: None,
             waves_read: None,
             pace: retry::Paced::default(),
             reconcile_backoff: retry::Backoff::new(Duration::from_secs(2), Duration::from_secs(60)),
-            ignored_named: std::collections::BTreeSet::new(),
         };
         Ok(Agent {
             state,
@@ -459,29 +454,20 @@ struct Acting<B: ClusterBackend> {
     ready: Arc<http::Readiness>,
     clock: SharedClock,
     backend: B,
-    /// The CRD status as this term wants it.
-    crd_status: DroverStatusStatus,
+    /// What the cluster is told.
+    told: report::Telling,
     /// The leadership term.
     term: Term,
     /// What admission admitted.
     admitted: admit::Admitted,
-    /// The last state told ([`told::Told::transition`]) in this process,
-    /// so each transition gets one Event.
-    told_seen: Option<told::Transition>,
     /// The cluster view and the settings it was built for.
     connected: Option<(B::Settings, Connected<B::Cluster>)>,
     /// Nodes held by a fault of their own after the last reconcile
     /// (`rollout::Outcome::held`), carried into the next one.
     held: Vec<crate::rollout::Held>,
-    /// The newest status report handed to the reporter.
-    last_published: Option<StatusReport>,
     /// The engine's last decision in this term, as the health queries need it.
     decided: Option<health::Decided>,
     passes: broadcast::Sender<PassRecord>,
-    /// Whether the window was open at the last reconcile of this term.
-    window_seen: Option<bool>,
-    /// The version the refused head pins (reported as `refused`).
-    refused_version: Option<semver::Version>,
     /// The wave gate's evidence as last read, with the status store and
     /// applied commit it was read at (read again only when either moves).
     waves_read: Option<waves::Read>,
@@ -489,9 +475,6 @@ struct Acting<B: ClusterBackend> {
     pace: retry::Paced,
     /// Spaces reconcile attempts while the cluster keeps failing them.
     reconcile_backoff: retry::Backoff,
-    /// (node, annotation) of earlier releases' annotations already named
-    /// (`migrate.rs`): each is named once.
-    ignored_named: std::collections::BTreeSet<(String, String)>,
 }
 
 /// The leadership term as this replica holds it: `lifecycle.rs` alone

@@ -30,11 +30,12 @@ impl<B: ClusterBackend> Acting<B> {
             None
         };
         if let Some(h) = head {
-            self.crd_status.head_commit = Some(h.to_string());
+            self.told.head(h);
         }
         // `commit` is the applied commit, updated in the span if this pass applies a new one.
         let applied = self
-            .crd_status
+            .told
+            .status()
             .last_applied_commit
             .as_deref()
             .map(short)
@@ -68,9 +69,9 @@ impl<B: ClusterBackend> Acting<B> {
             wake,
             started,
             head: head.map(|h| h.to_string()),
-            applied: self.crd_status.last_applied_commit.clone(),
-            state: self.last_published.as_ref().map(|r| r.state),
-            refused: self.crd_status.refused.clone(),
+            applied: self.told.status().last_applied_commit.clone(),
+            state: self.told.published_state(),
+            refused: self.told.status().refused.clone(),
         });
         next
     }
@@ -79,7 +80,7 @@ impl<B: ClusterBackend> Acting<B> {
     /// restart must resume from it); a refusal is recorded as it stands.
     async fn admit_stage(&mut self, head: Option<git2::Oid>) {
         let mut adopt = false;
-        if let (None, Some(head)) = (&self.crd_status.last_applied_commit, head) {
+        if let (None, Some(head)) = (&self.told.status().last_applied_commit, head) {
             match self.recover_applied(head).await {
                 Recovery::Found {
                     commit,

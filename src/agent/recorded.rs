@@ -65,12 +65,12 @@ impl<B: ClusterBackend> Acting<B> {
     /// Record `applied` durably; false when the write failed (the status
     /// is as it was, and the agent must not act on the commit yet).
     pub(super) async fn record_applied(&mut self, applied: &Applied) -> bool {
-        let next = recorded(&self.crd_status, applied);
+        let next = recorded(&self.told.status(), applied);
         if !self.write_durably(next).await {
             return false;
         }
         if let Applied::Accepted { .. } = applied {
-            self.refused_version = None;
+            self.told.refused(None, None);
         }
         true
     }
@@ -87,7 +87,7 @@ impl<B: ClusterBackend> Acting<B> {
             (&a.commit, &a.stage, &a.reason) == (&b.commit, &b.stage, &b.reason)
         };
         let r = refusal.map(|(r, _)| r);
-        let new = match (&self.crd_status.refused, r) {
+        let new = match (&self.told.status().refused, r) {
             (Some(old), Some(r)) => !same(old, r),
             (None, Some(_)) => true,
             (_, None) => false,
@@ -112,8 +112,8 @@ impl<B: ClusterBackend> Acting<B> {
                     .await;
             }
         }
-        self.refused_version = refusal.and_then(|(_, v)| v.cloned());
-        self.crd_status.refused = r.cloned();
+        self.told
+            .refused(r.cloned(), refusal.and_then(|(_, v)| v.cloned()));
     }
 
     /// Write `next` and wait until it is stored, then hold it as this
@@ -136,7 +136,7 @@ impl<B: ClusterBackend> Acting<B> {
             }
             return false;
         }
-        self.crd_status = next;
+        self.told.stored(next);
         true
     }
 }

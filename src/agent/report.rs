@@ -7,7 +7,7 @@
 //! must be durable before the agent acts on a newly applied commit.
 
 use super::conditions;
-use super::crd::{Condition, DroverStatusStatus};
+use super::crd::{Condition, DroverStatusStatus, FetchRecord, Refused, SeenFailure};
 use super::events::Severity;
 use super::health;
 use super::reporter::{Outgoing, PushHealth, Verdict};
@@ -17,9 +17,106 @@ use crate::cluster::{NodeView, ProgressState};
 use crate::rollout::{Outcome, RolloutState, WindowState};
 use crate::status::StatusReport;
 use chrono::{DateTime, Utc};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::conditions::{PUSH_REFUSED, REPORT_PUSHED};
+
+/// What the cluster is told, as this process holds it: the status object's
+/// content (`DroverStatus.status`) and the last telling of each channel.
+/// `report.rs` is its one owner: its fields are private here, and every
+/// other stage hands in its own part through one method named after it
+/// (the fetch's outcome, the head, the wave gate's evidence, admission's
+/// answer through `recorded.rs`, a status read back at a term's start).
+#[derive(Default)]
+pub(super) struct Telling {
+    /// The CRD status as this term wants it.
+    status: DroverStatusStatus,
+    /// The version the refused head pins (reported as `refused`).
+    refused_version: Option<semver::Version>,
+    /// The last state told ([`told::Told::transition`]) in this process,
+    /// so each transition gets one Event.
+    seen: Option<told::Transition>,
+    /// The newest status report handed to the reporter.
+    last_published: Option<StatusReport>,
+    /// Whether the window was open at the last reconcile of this term.
+    window_seen: Option<bool>,
+    /// (node, annotation) of earlier releases' annotations already named
+    /// (`migrate.rs`): each is named once.
+    named: BTreeSet<(String, String)>,
+}
+
+impl Telling {
+    /// The status as this term wants it.
+    pub(super) fn status(&self) -> &DroverStatusStatus {
+        &self.status
+    }
+
+    /// The state of the newest status report handed to the reporter.
+    pub(super) fn published_state(&self) -> Option<RolloutState> {
+        self.last_published.as_ref().map(|r| r.state)
+    }
+
+    /// A new term: everything is told afresh to its writers.
+    pub(super) fn new_term(&mut self) {
+        self.last_published = None;
+        self.window_seen = None;
+    }
+
+    /// The status read back (a term's start, another replica's write) is
+    /// the one to go on from; true when it names another applied commit.
+    pub(super) fn adopt(&mut self, status: DroverStatusStatus) -> bool {
+        let moved = status.last_applied_commit != self.status.last_applied_commit;
+        self.status = status;
+        moved
+    }
+
+    /// A write of `status` is stored: it is the status now (`recorded.rs`).
+    pub(super) fn stored(&mut self, status: DroverStatusStatus) {
+        self.status = status;
+    }
+
+    /// The newest head's refusal and the version it pins (`recorded.rs`).
+    pub(super) fn refused(&mut self, refused: Option<Refused>, version: Option<semver::Version>) {
+        self.status.refused = refused;
+        self.refused_version = version;
+    }
+
+    /// The newest head fetched (the pass).
+    pub(super) fn head(&mut self, head: git2::Oid) {
+        self.status.head_commit = Some(head.to_string());
+    }
+
+    /// How the last fetch ended (`fetch.rs`).
+    pub(super) fn fetched(&mut self, record: FetchRecord) {
+        self.status.last_fetch = Some(record);
+    }
+
+    /// What the wave gate read and remembers (`waves.rs`).
+    pub(super) fn evidence(
+        &mut self,
+        failures_seen: Vec<SeenFailure>,
+        held: Option<String>,
+        halted_by: Vec<String>,
+    ) {
+        self.status.failures_seen = failures_seen;
+        self.status.evidence_held = held;
+        self.status.halted_by = halted_by;
+    }
+
+    /// Whether `annotation` on `node` is named for the first time (`migrate.rs`).
+    pub(super) fn first_naming(&mut self, node: &str, annotation: &str) -> bool {
+        self.named
+            .insert((node.to_string(), annotation.to_string()))
+    }
+
+    /// Forget what was named once more than `max` were (a bound on memory
+    /// that a forger's writes could grow).
+    pub(super) fn bound_named(&mut self, max: usize) {
+        if self.named.len() > max {
+            self.named = BTreeSet::new();
+        }
+    }
+}
 
 impl<B: ClusterBackend> Acting<B> {
     /// Tell what a reconcile decided: Events for its actions and for state
@@ -87,7 +184,7 @@ impl<B: ClusterBackend> Acting<B> {
         });
         self.tell(&told, now).await;
         // The first observation of a term is no transition (a restart would repeat it).
-        let was_open = self.window_seen.replace(window.opened_at.is_some());
+        let was_open = self.told.window_seen.replace(window.opened_at.is_some());
         if was_open.is_some_and(|w| w != window.opened_at.is_some()) {
             let note = match (window.closes_at, window.next_opens_at) {
                 // Overlapping windows followed a year ahead: no end known.
@@ -112,17 +209,18 @@ impl<B: ClusterBackend> Acting<B> {
                 .on_status(Severity::Normal, reason, "Window", note)
                 .await;
         }
-        self.crd_status.target = Some(active.env.version.to_string());
-        self.crd_status.nodes = d.nodes;
-        self.crd_status.nodes_at_version = d.nodes_at_version;
+        self.told.status.target = Some(active.env.version.to_string());
+        self.told.status.nodes = d.nodes;
+        self.told.status.nodes_at_version = d.nodes_at_version;
         let counts = NodeCounts::of(observed, &active.env.version);
-        counts.write(&mut self.crd_status);
-        self.crd_status.at_version = Some(format!("{}/{}", d.nodes_at_version, d.nodes));
-        self.crd_status.window_open = window.opened_at.is_some();
-        self.crd_status.next_window = next_window(window);
-        self.crd_status.reporter = Some(self.cfg.identity.clone());
+        counts.write(&mut self.told.status);
+        self.told.status.at_version = Some(format!("{}/{}", d.nodes_at_version, d.nodes));
+        self.told.status.window_open = window.opened_at.is_some();
+        self.told.status.next_window = next_window(window);
+        self.told.status.reporter = Some(self.cfg.identity.clone());
         let since = self
-            .crd_status
+            .told
+            .status
             .since
             .as_deref()
             .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
@@ -143,14 +241,14 @@ impl<B: ClusterBackend> Acting<B> {
             message: d.message.clone(),
             detail: crate::status::NodeDetail::of(observed, &active.env.version),
         });
-        let same = self.last_published.as_ref().is_some_and(|p| {
+        let same = self.told.last_published.as_ref().is_some_and(|p| {
             StatusReport {
                 since: p.since,
                 ..report.clone()
             } == *p
         });
         if !same {
-            self.last_published = Some(report.clone());
+            self.told.last_published = Some(report.clone());
             if let Some(t) = &self.term.tasks {
                 t.reporter.offer(Outgoing {
                     report,
@@ -173,9 +271,9 @@ impl<B: ClusterBackend> Acting<B> {
 
     /// The newest head's refusal, with the version it pins when known.
     fn refused(&self) -> Option<told::Refusal<'_>> {
-        self.crd_status.refused.as_ref().map(|r| told::Refusal {
+        self.told.status.refused.as_ref().map(|r| told::Refusal {
             refused: r,
-            version: self.refused_version.as_ref(),
+            version: self.told.refused_version.as_ref(),
         })
     }
 
@@ -184,11 +282,12 @@ impl<B: ClusterBackend> Acting<B> {
     /// state began, so a refusal kept for days keeps its `since`), and an
     /// Event when it is a transition.
     async fn tell(&mut self, told: &told::Told, now: DateTime<Utc>) {
-        let before = self.told_seen.clone().or_else(|| {
+        let before = self.told.seen.clone().or_else(|| {
             // A new term: what the status object already says is no news.
-            let state = RolloutState::parse(self.crd_status.state.as_deref()?)?;
+            let state = RolloutState::parse(self.told.status.state.as_deref()?)?;
             let refused = self
-                .crd_status
+                .told
+                .status
                 .refused
                 .as_ref()
                 .filter(|_| state == RolloutState::Refused)
@@ -204,9 +303,9 @@ impl<B: ClusterBackend> Acting<B> {
                 .on_status(severity, &told.event_reason(), "Reconcile", told.note())
                 .await;
         }
-        self.told_seen = Some(told.transition.clone());
-        told.write_status(&mut self.crd_status, &rfc3339(now));
-        told.write_metrics(&self.metrics, &self.crd_status, now);
+        self.told.seen = Some(told.transition.clone());
+        told.write_status(&mut self.told.status, &rfc3339(now));
+        told.write_metrics(&self.metrics, &self.told.status, now);
     }
 
     pub(super) fn node_metrics(&self, nodes: &[NodeView]) {
@@ -269,26 +368,28 @@ impl<B: ClusterBackend> Acting<B> {
         let Some(t) = &self.term.tasks else { return };
         let now = rfc3339(chrono::Utc::now());
         let previous = self
-            .crd_status
+            .told
+            .status
             .conditions
             .iter()
             .find(|c| c.kind == REPORT_PUSHED)
             .cloned();
         let health = t.reporter.health();
         if let Some(c) = health.commit.as_ref() {
-            self.crd_status.last_report_commit = Some(c.clone());
+            self.told.status.last_report_commit = Some(c.clone());
         }
         if let Some(c) = report_condition(&health, previous.as_ref(), &now) {
-            self.crd_status
+            self.told
+                .status
                 .conditions
                 .retain(|c| c.kind != REPORT_PUSHED);
-            self.crd_status.conditions.push(c);
+            self.told.status.conditions.push(c);
         }
-        let mut status = std::mem::take(&mut self.crd_status);
+        let mut status = std::mem::take(&mut self.told.status);
         self.assemble_conditions(&mut status);
-        self.crd_status = status;
+        self.told.status = status;
         let Some(t) = &self.term.tasks else { return };
-        t.writer.offer(&self.crd_status);
+        t.writer.offer(&self.told.status);
     }
 
     /// The status's kstatus conditions and observed generation, from what

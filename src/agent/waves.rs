@@ -86,7 +86,7 @@ impl<B: ClusterBackend> Acting<B> {
             .map(|r| r.evidence.clone())
             .unwrap_or_default();
         let remembered = remember(
-            &self.crd_status.failures_seen,
+            &self.told.status().failures_seen,
             &mut evidence,
             &self.cfg.cluster,
             &active.env.version,
@@ -101,12 +101,14 @@ impl<B: ClusterBackend> Acting<B> {
             evidence: &evidence,
             now,
         });
-        self.crd_status.failures_seen = remembered;
-        self.crd_status.evidence_held = gate.held().map(str::to_owned);
-        self.crd_status.halted_by = match &gate {
-            WaveGate::Halted(h) => h.failed.iter().map(|(c, _)| c.clone()).collect(),
-            _ => Vec::new(),
-        };
+        self.told.evidence(
+            remembered,
+            gate.held().map(str::to_owned),
+            match &gate {
+                WaveGate::Halted(h) => h.failed.iter().map(|(c, _)| c.clone()).collect(),
+                _ => Vec::new(),
+            },
+        );
         gate
     }
 }
