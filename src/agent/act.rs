@@ -116,7 +116,8 @@ impl<B: ClusterBackend> Acting<B> {
                 p.held = Some(held);
             }
         }
-        self.metrics
+        self.edges
+            .metrics
             .window_open
             .set(i64::from(window.opened_at.is_some()));
         let gate = self.wave_gate(&active, now).await;
@@ -150,14 +151,14 @@ impl<B: ClusterBackend> Acting<B> {
         let result = engine.reconcile(&guarded, &inputs).await;
         let observed = guarded.into_observed();
         if !observed.is_empty() || result.is_ok() {
-            self.ready.set_synced();
+            self.edges.ready.set_synced();
         }
         self.node_metrics(&observed);
         self.report_ignored(&observed).await;
         let outcome = match result {
             Ok(o) => o,
             Err(e) => {
-                self.metrics.reconciled("error");
+                self.edges.metrics.reconciled("error");
                 if !*cancel.borrow() {
                     if let Some(n) = self.pace.allow("reconcile") {
                         tracing::warn!(error = %e, suppressed = n, "reconcile failed");
@@ -173,7 +174,7 @@ impl<B: ClusterBackend> Acting<B> {
             // nothing more is written for it.
             return tick;
         }
-        self.metrics.reconciled("ok");
+        self.edges.metrics.reconciled("ok");
         self.decided = Some(health::Decided::of(&active.env.version, &outcome.decision));
         self.report_holds(&outcome.held).await;
         self.report(&active, &outcome, &window, &observed, now)
@@ -213,7 +214,8 @@ impl<B: ClusterBackend> Acting<B> {
         for h in held {
             let known = self.held.iter().any(|p| p.node == h.node && p.why == h.why);
             if !known {
-                self.events
+                self.edges
+                    .events
                     .on_node(
                         &h.node,
                         Severity::Warning,

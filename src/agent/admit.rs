@@ -150,7 +150,8 @@ impl<B: ClusterBackend> Acting<B> {
         // A commit named while one is applied is never used: it is removed,
         // so that it cannot outrank the agent's own record later.
         if let (Some(_), Some(value)) = (applied, self.admitted.trust_annotation.clone()) {
-            self.events
+            self.edges
+                .events
                 .on_status(
                     Severity::Warning,
                     "TrustCommitIgnored",
@@ -222,9 +223,10 @@ impl<B: ClusterBackend> Acting<B> {
         .await;
         self.admitted.kept = None;
         self.admitted.active = Some(active);
-        self.metrics.set_blocked(None);
-        self.metrics.set_applied(&head.to_string(), &version);
-        self.events
+        self.edges.metrics.set_blocked(None);
+        self.edges.metrics.set_applied(&head.to_string(), &version);
+        self.edges
+            .events
             .on_status(
                 Severity::Normal,
                 "Applied",
@@ -314,7 +316,8 @@ impl<B: ClusterBackend> Acting<B> {
         if let Some(commit) = found {
             // The agent's own record outranks any commit a person named.
             if let Some(value) = self.admitted.trust_annotation.clone() {
-                self.events
+                self.edges
+                    .events
                     .on_status(
                         Severity::Warning,
                         "TrustCommitIgnored",
@@ -376,7 +379,8 @@ impl<B: ClusterBackend> Acting<B> {
         {
             Ok(()) => {
                 self.admitted.trust_annotation = None;
-                self.events
+                self.edges
+                    .events
                     .on_status(
                         Severity::Normal,
                         "TrustCommitConsumed",
@@ -393,7 +397,8 @@ impl<B: ClusterBackend> Acting<B> {
 
     async fn recovered(&mut self, commit: Oid, head: Oid, how: &str) {
         tracing::info!(commit = %commit, head = %head, "{how}");
-        self.events
+        self.edges
+            .events
             .on_status(
                 Severity::Normal,
                 "Recovered",

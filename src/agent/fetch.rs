@@ -191,12 +191,13 @@ impl<B: ClusterBackend> Acting<B> {
                 tracing::warn!(error = %result_text, suppressed = n, "fetch failed");
             }
         }
-        self.metrics
+        self.edges
+            .metrics
             .fetched(ok, now.timestamp_millis() as f64 / 1000.0);
         self.told.fetched(FetchRecord {
             time: rfc3339(now),
             result: result_text,
         });
-        self.ready.set_fetched();
+        self.edges.ready.set_fetched();
     }
 }

@@ -100,7 +100,8 @@ impl<B: ClusterBackend> Acting<B> {
         };
         for node in &done {
             tracing::info!(node = %node, "node given back: the agent stops while it was draining");
-            self.events
+            self.edges
+                .events
                 .on_node(
                     node,
                     Severity::Normal,
@@ -131,7 +132,8 @@ impl<B: ClusterBackend> Acting<B> {
         .await;
         drop(guarded);
         for node in &done {
-            self.events
+            self.edges
+                .events
                 .on_node(
                     node,
                     Severity::Warning,

@@ -30,7 +30,7 @@ impl<B: ClusterBackend> Agent<B> {
     pub async fn run(mut self, shutdown: watch::Receiver<bool>) -> Result<(), Error> {
         // Notifications are delivered by tasks of their own, never awaited
         // by the loop; they end with the agent.
-        let _notifiers = self.state.notifier.start(shutdown.clone());
+        let _notifiers = self.state.edges.notifier.start(shutdown.clone());
         let server_tasks: Vec<_> = std::mem::take(&mut self.servers)
             .into_iter()
             .map(|(srv, app)| tokio::spawn(srv.serve(app, shutdown.clone())))
@@ -51,14 +51,14 @@ impl<B: ClusterBackend> Agent<B> {
         loop {
             // Follower: keep the cache warm and become ready, but touch
             // nothing; leadership arriving meanwhile is not kept waiting.
-            if !*leader_rx.borrow() && !state.ready.is_ready() {
+            if !*leader_rx.borrow() && !state.edges.ready.is_ready() {
                 let mut leading = leader_rx.clone();
                 tokio::select! {
                     _ = state.warm_up(&shutdown_rx) => {}
                     _ = leading.wait_for(|l| *l) => {}
                 }
             }
-            state.metrics.leader.set(0);
+            state.edges.metrics.leader.set(0);
             tokio::select! {
                 r = leader_rx.wait_for(|l| *l) => if r.is_err() { break },
                 _ = shutdown_rx.wait_for(|s| *s) => break,
@@ -77,7 +77,7 @@ impl<B: ClusterBackend> Agent<B> {
             if *shutdown_rx.borrow() {
                 break;
             }
-            state.metrics.leader.set(1);
+            state.edges.metrics.leader.set(1);
             let (cancel_tx, cancel_rx) = watch::channel(false);
             let term = tokio::spawn(async move {
                 state.term(&mut trigger, &mut manual_rx, cancel_rx).await;
@@ -118,12 +118,13 @@ impl<B: ClusterBackend> Agent<B> {
                 if *leader_rx.borrow() {
                     // Its Events go out through a publisher of its own.
                     let (stop_tx, stop_rx) = watch::channel(false);
-                    let publisher = state.events.start(stop_rx, super::API_CALL_TIMEOUT);
+                    let publisher = state.edges.events.start(stop_rx, super::API_CALL_TIMEOUT);
                     state.give_back_on_stop().await;
                     let _ =
-                        tokio::time::timeout(Duration::from_secs(2), state.events.flushed()).await;
+                        tokio::time::timeout(Duration::from_secs(2), state.edges.events.flushed())
+                            .await;
                     let _ = stop_tx.send(true);
-                    state.events.stop();
+                    state.edges.events.stop();
                     if let Some(p) = publisher {
                         let _ = p.await;
                     }
@@ -172,7 +173,7 @@ impl<B: ClusterBackend> Acting<B> {
             if self.ensure_cluster(&env).await {
                 if let Some((_, c)) = &self.connected {
                     if c.cluster.observe().await.is_ok() {
-                        self.ready.set_synced();
+                        self.edges.ready.set_synced();
                     }
                 }
             }
@@ -203,7 +204,7 @@ impl<B: ClusterBackend> Acting<B> {
     fn start_term(&mut self, loaded: Option<&crd::DroverStatus>, cancel: &watch::Receiver<bool>) {
         let limit = super::API_CALL_TIMEOUT;
         let mut tasks = Vec::new();
-        tasks.extend(self.events.start(cancel.clone(), limit));
+        tasks.extend(self.edges.events.start(cancel.clone(), limit));
         let (writer, w) =
             crd::StatusWriter::start(self.status_object.clone(), loaded, cancel.clone(), limit);
         tasks.push(w);
@@ -213,8 +214,8 @@ impl<B: ClusterBackend> Acting<B> {
                 publish: self.cfg.publish.clone(),
                 poll: self.cfg.poll,
                 clock: self.clock.clone(),
-                events: self.events.clone(),
-                metrics: self.metrics.clone(),
+                events: self.edges.events.clone(),
+                metrics: self.edges.metrics.clone(),
             },
             cancel.clone(),
         );
@@ -236,7 +237,7 @@ impl<B: ClusterBackend> Acting<B> {
     /// their next step; wait for that, briefly, and drop them.
     async fn end_term(&mut self) {
         self.stop_fetch();
-        self.events.stop();
+        self.edges.events.stop();
         if let Some(t) = self.term.tasks.take() {
             let all = futures::future::join_all(t.tasks);
             if tokio::time::timeout(Duration::from_secs(1), all)
@@ -255,7 +256,8 @@ impl<B: ClusterBackend> Acting<B> {
         mut cancel: watch::Receiver<bool>,
         seen: Option<String>,
     ) {
-        self.events
+        self.edges
+            .events
             .on_status(
                 Severity::Normal,
                 "LeaderElected",
@@ -357,7 +359,7 @@ impl<B: ClusterBackend> Acting<B> {
             .as_ref()
             .and_then(|a| a.get(recover::TRUST_ANNOTATION))
             .cloned();
-        self.events.set_status_uid(obj.metadata.uid.clone());
+        self.edges.events.set_status_uid(obj.metadata.uid.clone());
         let st = obj.status.clone().unwrap_or_default();
         let moved = self.told.adopt(st);
         self.admitted.adopt(annotation, moved);

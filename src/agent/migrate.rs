@@ -80,7 +80,8 @@ impl<B: ClusterBackend> Acting<B> {
         drop(guarded);
         for (node, why) in left {
             tracing::warn!(node = %node, why = %why, "record of an earlier release not migrated");
-            self.events
+            self.edges
+                .events
                 .on_node(
                     &node,
                     Severity::Warning,
@@ -136,7 +137,8 @@ impl<B: ClusterBackend> Acting<B> {
                     self.cfg.namespace, n.name
                 ));
             }
-            self.events
+            self.edges
+                .events
                 .on_node(
                     &n.name,
                     Severity::Warning,

@@ -388,10 +388,13 @@ impl<B: ClusterBackend> Agent<B> {
                 ok_in_term: false,
             },
             status_object: store,
-            events,
-            notifier,
-            metrics,
-            ready,
+            edges: Edges {
+                events,
+                notifier,
+                metrics,
+                ready,
+                passes,
+            },
             clock,
             backend,
             told: report::Telling::default(),
@@ -405,7 +408,6 @@ impl<B: ClusterBackend> Agent<B> {
             connected: None,
             held: Vec::new(),
             decided: None,
-            passes,
             waves_read: None,
             pace: retry::Paced::default(),
             reconcile_backoff: retry::Backoff::new(Duration::from_secs(2), Duration::from_secs(60)),
@@ -446,12 +448,8 @@ struct Acting<B: ClusterBackend> {
     fetching: fetch::Fetching,
     /// The DroverStatus object this agent writes (through its term's writer).
     status_object: StatusObject,
-    events: Events,
-    /// Notifications: made by `events`, delivered off the loop by tasks
-    /// started with the agent.
-    notifier: notify::Notifier,
-    metrics: Arc<Metrics>,
-    ready: Arc<http::Readiness>,
+    /// Events, notifications, metrics, readiness, the pass records.
+    edges: Edges,
     clock: SharedClock,
     backend: B,
     /// What the cluster is told.
@@ -467,7 +465,6 @@ struct Acting<B: ClusterBackend> {
     held: Vec<crate::rollout::Held>,
     /// The engine's last decision in this term, as the health queries need it.
     decided: Option<health::Decided>,
-    passes: broadcast::Sender<PassRecord>,
     /// The wave gate's evidence as last read, with the status store and
     /// applied commit it was read at (read again only when either moves).
     waves_read: Option<waves::Read>,
@@ -491,6 +488,21 @@ struct Term {
     /// Whether this term has read the status object: until it has, the
     /// applied commit it names (another leader's, maybe) is not known.
     status_read: bool,
+}
+
+/// The agent's edges to the world besides the status object and the
+/// status branch: Events (and the notifications made with them), metrics,
+/// readiness and the record of each pass. Handles, not state: each stage
+/// tells through them what it alone knows (an action's Event, a fetch's
+/// metric), and what the cluster's state is told as comes from `told` alone.
+struct Edges {
+    events: Events,
+    /// Notifications: made by `events`, delivered off the loop by tasks
+    /// started with the agent.
+    notifier: notify::Notifier,
+    metrics: Arc<Metrics>,
+    ready: Arc<http::Readiness>,
+    passes: broadcast::Sender<PassRecord>,
 }
 
 /// What writes for a leadership term, off the control loop; each task

@@ -65,7 +65,7 @@ impl<B: ClusterBackend> Acting<B> {
         }
         .instrument(span)
         .await;
-        let _ = self.passes.send(PassRecord {
+        let _ = self.edges.passes.send(PassRecord {
             wake,
             started,
             head: head.map(|h| h.to_string()),

@@ -92,11 +92,13 @@ impl<B: ClusterBackend> Acting<B> {
             (None, Some(_)) => true,
             (_, None) => false,
         };
-        self.metrics
+        self.edges
+            .metrics
             .set_blocked(r.map(|r| (r.stage.as_str(), r.reason.as_str())));
         if new {
             if let Some(r) = r {
-                self.events
+                self.edges
+                    .events
                     .on_status(
                         Severity::Warning,
                         "Refused",

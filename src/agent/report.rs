@@ -131,14 +131,15 @@ impl<B: ClusterBackend> Acting<B> {
     ) {
         let d = &outcome.decision;
         for a in &d.actions {
-            health::count_failure(&self.metrics, &self.cfg.env, a);
+            health::count_failure(&self.edges.metrics, &self.cfg.env, a);
             self.durations(a, observed, now);
-            self.events.on_action(a).await;
+            self.edges.events.on_action(a).await;
         }
         // A budget pacing a drain is normal; it becomes a Warning
         // (DrainBlocked) only when the drain times out.
         for (node, msg) in &outcome.evictions_blocked {
-            self.events
+            self.edges
+                .events
                 .on_node(
                     node,
                     Severity::Normal,
@@ -151,9 +152,11 @@ impl<B: ClusterBackend> Acting<B> {
         // Every rung beyond `evict` is evidence: a Warning on the node,
         // counted, and in the report's detail from the node's record.
         for (node, taken) in &outcome.drain_rungs {
-            self.metrics
+            self.edges
+                .metrics
                 .drain_rung(&self.cfg.env, taken.rung.as_str(), &taken.rule);
-            self.events
+            self.edges
+                .events
                 .on_node(
                     node,
                     Severity::Warning,
@@ -205,7 +208,8 @@ impl<B: ClusterBackend> Acting<B> {
             } else {
                 "WindowClosed"
             };
-            self.events
+            self.edges
+                .events
                 .on_status(Severity::Normal, reason, "Window", note)
                 .await;
         }
@@ -299,13 +303,14 @@ impl<B: ClusterBackend> Acting<B> {
                 true => Severity::Warning,
                 false => Severity::Normal,
             };
-            self.events
+            self.edges
+                .events
                 .on_status(severity, &told.event_reason(), "Reconcile", told.note())
                 .await;
         }
         self.told.seen = Some(told.transition.clone());
         told.write_status(&mut self.told.status, &rfc3339(now));
-        told.write_metrics(&self.metrics, &self.told.status, now);
+        told.write_metrics(&self.edges.metrics, &self.told.status, now);
     }
 
     pub(super) fn node_metrics(&self, nodes: &[NodeView]) {
@@ -327,7 +332,7 @@ impl<B: ClusterBackend> Acting<B> {
             };
             *counts.entry((version, state.to_string())).or_default() += 1;
         }
-        self.metrics.set_nodes(&counts);
+        self.edges.metrics.set_nodes(&counts);
     }
 
     pub(super) fn durations(
@@ -340,7 +345,8 @@ impl<B: ClusterBackend> Acting<B> {
         let secs = |since: DateTime<Utc>| (now - since).num_milliseconds().max(0) as f64 / 1000.0;
         match action {
             Action::StartUpgrade { progress, .. } => {
-                self.metrics
+                self.edges
+                    .metrics
                     .drain_duration
                     .observe(secs(progress.started_at));
             }
@@ -356,7 +362,7 @@ impl<B: ClusterBackend> Acting<B> {
                             _ => None,
                         });
                 if let Some(s) = started {
-                    self.metrics.upgrade_duration.observe(secs(s));
+                    self.edges.metrics.upgrade_duration.observe(secs(s));
                 }
             }
             _ => {}

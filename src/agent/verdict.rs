@@ -90,7 +90,7 @@ impl<B: ClusterBackend> Acting<B> {
 
     /// `commit` through the admission `how` says.
     fn admit(&self, head: Oid, how: How) -> impl Future<Output = Verdict> + Send + 'static {
-        self.metrics.admissions.inc();
+        self.edges.metrics.admissions.inc();
         let src = self.source.clone();
         let env_name = self.cfg.env.clone();
         let mode = self.cfg.verify;
