@@ -5,12 +5,49 @@ use super::events::Severity;
 use super::guard::Guarded;
 use super::health;
 use super::hooks::ClockRef;
-use super::{lock, Acting, ClusterBackend, Next};
+use super::{lock, Acting, ClusterBackend, Connected, Next};
 use crate::config::EnvConfig;
 use crate::rollout::{Engine, Held, Inputs, Labels, Policy, WindowState};
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 use tokio::sync::watch;
+
+/// What acting on the cluster carries from pass to pass: `act.rs` alone
+/// writes it (the wave gate's read is `waves.rs`'s, the one field of
+/// another writer); the lifecycle only asks it to forget the last term's
+/// decision, and admission and the give-back borrow the cluster view.
+pub(super) struct OnCluster<B: ClusterBackend> {
+    /// The cluster view and the settings it was built for.
+    pub(super) connected: Option<(B::Settings, Connected<B::Cluster>)>,
+    /// Nodes held by a fault of their own after the last reconcile
+    /// (`rollout::Outcome::held`), carried into the next one.
+    pub(super) held: Vec<Held>,
+    /// The engine's last decision in this term, as the health queries need it.
+    pub(super) decided: Option<health::Decided>,
+    /// The wave gate's evidence as last read, with the status store and
+    /// applied commit it was read at (read again only when either moves).
+    pub(super) waves_read: Option<super::waves::Read>,
+    /// Spaces reconcile attempts while the cluster keeps failing them.
+    pub(super) backoff: crate::retry::Backoff,
+}
+
+impl<B: ClusterBackend> OnCluster<B> {
+    /// Nothing connected, held, decided or read yet.
+    pub(super) fn new() -> Self {
+        OnCluster {
+            connected: None,
+            held: Vec::new(),
+            decided: None,
+            waves_read: None,
+            backoff: crate::retry::Backoff::new(Duration::from_secs(2), Duration::from_secs(60)),
+        }
+    }
+
+    /// A new term: its first decision is its own.
+    pub(super) fn new_term(&mut self) {
+        self.decided = None;
+    }
+}
 
 impl<B: ClusterBackend> Acting<B> {
     /// (Re)build the cluster view when any setting that reaches it changes
@@ -18,12 +55,12 @@ impl<B: ClusterBackend> Acting<B> {
     /// unavailable.
     pub(super) async fn ensure_cluster(&mut self, env: &EnvConfig) -> bool {
         let settings = self.backend.settings(&self.cfg.cluster, env);
-        if matches!(&self.connected, Some((s, _)) if *s == settings) {
+        if matches!(&self.cluster.connected, Some((s, _)) if *s == settings) {
             return true;
         }
         match self.backend.connect(&settings).await {
             Ok(c) => {
-                self.connected = Some((settings, c));
+                self.cluster.connected = Some((settings, c));
                 true
             }
             Err(e) => {
@@ -123,7 +160,8 @@ impl<B: ClusterBackend> Acting<B> {
         let gate = self.wave_gate(&active, now).await;
         let (halted, waiting) = gate.holds();
         let no_start = halted.is_some() || waiting.is_some() || active.revoked.is_some();
-        let wanted = health::queries_wanted(&active.env.version, self.decided.as_ref(), no_start);
+        let wanted =
+            health::queries_wanted(&active.env.version, self.cluster.decided.as_ref(), no_start);
         let inputs = Inputs {
             may_start: true,
             hold_reason: String::new(),
@@ -133,7 +171,7 @@ impl<B: ClusterBackend> Acting<B> {
             window: window.clone(),
             patch_window,
             queries: health::evaluate_queries(&active.env, wanted).await,
-            held: self.held.clone(),
+            held: self.cluster.held.clone(),
             ..Default::default()
         };
         let engine = Engine::new(
@@ -144,7 +182,7 @@ impl<B: ClusterBackend> Acting<B> {
             },
             ClockRef(self.clock.clone()),
         );
-        let Some((_, conn)) = self.connected.as_ref() else {
+        let Some((_, conn)) = self.cluster.connected.as_ref() else {
             return tick;
         };
         let guarded = Guarded::new(&conn.cluster, cancel);
@@ -165,7 +203,7 @@ impl<B: ClusterBackend> Acting<B> {
                     }
                 }
                 return Next {
-                    after: self.reconcile_backoff.next_delay(),
+                    after: self.cluster.backoff.next_delay(),
                 };
             }
         };
@@ -175,7 +213,7 @@ impl<B: ClusterBackend> Acting<B> {
             return tick;
         }
         self.edges.metrics.reconciled("ok");
-        self.decided = Some(health::Decided::of(&active.env.version, &outcome.decision));
+        self.cluster.decided = Some(health::Decided::of(&active.env.version, &outcome.decision));
         self.report_holds(&outcome.held).await;
         self.report(&active, &outcome, &window, &observed, now)
             .await;
@@ -186,9 +224,9 @@ impl<B: ClusterBackend> Acting<B> {
             .held
             .iter()
             .any(|h| h.last >= now)
-            .then(|| self.reconcile_backoff.next_delay());
+            .then(|| self.cluster.backoff.next_delay());
         if retry_failed.is_none() {
-            self.reconcile_backoff.reset();
+            self.cluster.backoff.reset();
         }
         if outcome.again {
             return Next {
@@ -212,7 +250,11 @@ impl<B: ClusterBackend> Acting<B> {
     /// then carry the holds into the next reconcile.
     async fn report_holds(&mut self, held: &[Held]) {
         for h in held {
-            let known = self.held.iter().any(|p| p.node == h.node && p.why == h.why);
+            let known = self
+                .cluster
+                .held
+                .iter()
+                .any(|p| p.node == h.node && p.why == h.why);
             if !known {
                 self.edges
                     .events
@@ -229,6 +271,6 @@ impl<B: ClusterBackend> Acting<B> {
                     .await;
             }
         }
-        self.held = held.to_vec();
+        self.cluster.held = held.to_vec();
     }
 }

@@ -466,7 +466,7 @@ impl<B: ClusterBackend> Acting<B> {
         if !self.ensure_cluster(env).await {
             return None;
         }
-        let (_, c) = self.connected.as_ref()?;
+        let (_, c) = self.cluster.connected.as_ref()?;
         let nodes = c.cluster.observe().await.ok()?;
         Some((
             recover::adoptable(&nodes, &env.version),

@@ -70,7 +70,7 @@ impl<B: ClusterBackend> Acting<B> {
     /// On SIGTERM, after the last engine call finished and before the lease
     /// is released: give back the nodes still draining.
     pub(super) async fn give_back_on_stop(&mut self) {
-        let Some((_, conn)) = self.connected.as_ref() else {
+        let Some((_, conn)) = self.cluster.connected.as_ref() else {
             return;
         };
         let work = async {
@@ -116,7 +116,7 @@ impl<B: ClusterBackend> Acting<B> {
     /// No applicable config: give back the nodes still draining in the
     /// last cluster view, unless the term is ending.
     pub(super) async fn give_back_unconfigured(&mut self, cancel: &watch::Receiver<bool>) {
-        let Some((_, conn)) = self.connected.as_ref() else {
+        let Some((_, conn)) = self.cluster.connected.as_ref() else {
             return;
         };
         let guarded = Guarded::new(&conn.cluster, cancel);

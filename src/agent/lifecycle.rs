@@ -171,7 +171,7 @@ impl<B: ClusterBackend> Acting<B> {
         .flatten();
         if let Some(env) = env {
             if self.ensure_cluster(&env).await {
-                if let Some((_, c)) = &self.connected {
+                if let Some((_, c)) = &self.cluster.connected {
                     if c.cluster.observe().await.is_ok() {
                         self.edges.ready.set_synced();
                     }
@@ -228,7 +228,7 @@ impl<B: ClusterBackend> Acting<B> {
         self.term.count += 1;
         // Everything is told afresh to this term's writers.
         self.told.new_term();
-        self.decided = None;
+        self.cluster.new_term();
         self.fetching.new_term();
         self.term.acting.send_replace(true);
     }
@@ -287,7 +287,7 @@ impl<B: ClusterBackend> Acting<B> {
             let sleep = tokio::time::sleep(next.after.min(self.cfg.tick));
             tokio::pin!(sleep);
             wake = loop {
-                let connected = &mut self.connected;
+                let connected = &mut self.cluster.connected;
                 let changes = async {
                     match connected.as_mut() {
                         Some((_, c)) => {
@@ -315,7 +315,7 @@ impl<B: ClusterBackend> Acting<B> {
             if wake == Wake::Cluster && !self.cfg.debounce.is_zero() {
                 // Let a burst of changes settle, draining what piles up meanwhile.
                 let until = tokio::time::Instant::now() + self.cfg.debounce;
-                if let Some((_, c)) = self.connected.as_mut() {
+                if let Some((_, c)) = self.cluster.connected.as_mut() {
                     while let Ok(Some(())) = tokio::time::timeout_at(until, c.changes.next()).await
                     {
                     }

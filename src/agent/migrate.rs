@@ -37,7 +37,7 @@ impl<B: ClusterBackend> Acting<B> {
         if self.told.status().node_records.as_deref() == Some(RECORDS_MARKER) {
             return true;
         }
-        let Some((_, conn)) = self.connected.as_ref() else {
+        let Some((_, conn)) = self.cluster.connected.as_ref() else {
             return false;
         };
         let guarded = Guarded::new(&conn.cluster, cancel);

@@ -405,12 +405,8 @@ impl<B: ClusterBackend> Agent<B> {
                 status_read: false,
             },
             admitted: admit::Admitted::default(),
-            connected: None,
-            held: Vec::new(),
-            decided: None,
-            waves_read: None,
+            cluster: act::OnCluster::new(),
             pace: retry::Paced::default(),
-            reconcile_backoff: retry::Backoff::new(Duration::from_secs(2), Duration::from_secs(60)),
         };
         Ok(Agent {
             state,
@@ -438,40 +434,35 @@ impl<B: ClusterBackend> Agent<B> {
     }
 }
 
-/// The acting side: everything one leadership term needs, kept across terms.
+/// The acting side: everything one leadership term needs, kept across
+/// terms. Its state is grouped by owner, each group with one writer (its
+/// doc names it): the term (`lifecycle.rs`), the fetch (`fetch.rs`), what
+/// admission admitted (`admit.rs`), what acting on the cluster carries
+/// (`act.rs`), what the cluster is told (`report.rs`, the others handing in
+/// their part). The rest are settings and handles nobody writes.
 struct Acting<B: ClusterBackend> {
     cfg: AgentConfig,
+    clock: SharedClock,
+    backend: B,
     /// The control loop's handle on the git cache (local work only: trust,
     /// config, gate; the network is the fetch's and the reporter's).
     source: Arc<Mutex<Source>>,
-    /// The fetch, in flight or not.
-    fetching: fetch::Fetching,
     /// The DroverStatus object this agent writes (through its term's writer).
     status_object: StatusObject,
-    /// Events, notifications, metrics, readiness, the pass records.
-    edges: Edges,
-    clock: SharedClock,
-    backend: B,
-    /// What the cluster is told.
-    told: report::Telling,
     /// The leadership term.
     term: Term,
+    /// The fetch, in flight or not.
+    fetching: fetch::Fetching,
     /// What admission admitted.
     admitted: admit::Admitted,
-    /// The cluster view and the settings it was built for.
-    connected: Option<(B::Settings, Connected<B::Cluster>)>,
-    /// Nodes held by a fault of their own after the last reconcile
-    /// (`rollout::Outcome::held`), carried into the next one.
-    held: Vec<crate::rollout::Held>,
-    /// The engine's last decision in this term, as the health queries need it.
-    decided: Option<health::Decided>,
-    /// The wave gate's evidence as last read, with the status store and
-    /// applied commit it was read at (read again only when either moves).
-    waves_read: Option<waves::Read>,
+    /// What acting on the cluster carries from pass to pass.
+    cluster: act::OnCluster<B>,
+    /// What the cluster is told.
+    told: report::Telling,
+    /// Events, notifications, metrics, readiness, the pass records.
+    edges: Edges,
     /// Repeated failures are logged once a minute per kind.
     pace: retry::Paced,
-    /// Spaces reconcile attempts while the cluster keeps failing them.
-    reconcile_backoff: retry::Backoff,
 }
 
 /// The leadership term as this replica holds it: `lifecycle.rs` alone

@@ -65,7 +65,7 @@ impl<B: ClusterBackend> Acting<B> {
     /// Record `applied` durably; false when the write failed (the status
     /// is as it was, and the agent must not act on the commit yet).
     pub(super) async fn record_applied(&mut self, applied: &Applied) -> bool {
-        let next = recorded(&self.told.status(), applied);
+        let next = recorded(self.told.status(), applied);
         if !self.write_durably(next).await {
             return false;
         }

@@ -41,7 +41,7 @@ impl<B: ClusterBackend> Acting<B> {
     /// The wave gate for this cluster and `active`'s version at `now`.
     pub(super) async fn wave_gate(&mut self, active: &Active, now: DateTime<Utc>) -> WaveGate {
         let store = self.store_state().await;
-        let fresh = self.waves_read.as_ref().is_some_and(|r| {
+        let fresh = self.cluster.waves_read.as_ref().is_some_and(|r| {
             r.store == store
                 && r.applied == active.commit
                 && r.version == active.env.version
@@ -72,7 +72,7 @@ impl<B: ClusterBackend> Acting<B> {
                     ..Default::default()
                 }
             });
-            self.waves_read = Some(Read {
+            self.cluster.waves_read = Some(Read {
                 store,
                 applied: active.commit,
                 version: active.env.version.clone(),
@@ -81,6 +81,7 @@ impl<B: ClusterBackend> Acting<B> {
             });
         }
         let mut evidence = self
+            .cluster
             .waves_read
             .as_ref()
             .map(|r| r.evidence.clone())
