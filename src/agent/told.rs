@@ -187,10 +187,16 @@ impl Told {
         status.blocked_nodes = self.blocked(since).by_name();
     }
 
-    /// The Event's note: the state, the node count and the message.
+    /// The Event's note: the state, its blocker when it has one (the same
+    /// word of the closed list the status and the report carry), the node
+    /// count and the message: "blocked (pdb) 2/3 nodes at 1.13.2: ...".
     pub fn note(&self) -> String {
+        let blocker = self
+            .blocker
+            .map(|b| format!(" ({})", b.as_str()))
+            .unwrap_or_default();
         let mut s = format!(
-            "{} {}/{} nodes at {}",
+            "{}{blocker} {}/{} nodes at {}",
             self.state.as_str(),
             self.nodes_at_version,
             self.nodes,
@@ -432,7 +438,9 @@ mod tests {
                 "{}",
                 t.message
             );
-            assert!(t.note().starts_with("revoked 4/10 nodes at 1.13.3: "));
+            assert!(t
+                .note()
+                .starts_with("revoked (revoked) 4/10 nodes at 1.13.3: "));
         }
     }
 
@@ -705,7 +713,15 @@ mod tests {
                 t.event_reason().to_lowercase(),
                 format!("rollout{}", want.as_str())
             );
-            assert!(t.note().starts_with(want.as_str()) && t.note().ends_with(&t.message));
+            let opening = match blocker {
+                Some(b) => format!("{} ({b}) ", want.as_str()),
+                None => format!("{} ", want.as_str()),
+            };
+            assert!(
+                t.note().starts_with(&opening) && t.note().ends_with(&t.message),
+                "{want:?}: {}",
+                t.note()
+            );
             assert_eq!(t.warns(), want.attention() != Attention::None);
             // The signed report, as it is written to and read from git.
             let report = t.report(StatusReport {

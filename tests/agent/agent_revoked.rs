@@ -343,8 +343,10 @@ async fn told_alike(
     .await;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
     let note = event.note.unwrap_or_default();
+    // The Event names the blocker the status names, after the state.
+    let blocker = st.blocker.as_deref().expect("a blocker");
     assert!(
-        note.starts_with(state) && note.ends_with(&st.message),
+        note.starts_with(&format!("{state} ({blocker}) ")) && note.ends_with(&st.message),
         "{note:?} / {:?}",
         st.message
     );

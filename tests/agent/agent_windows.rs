@@ -46,18 +46,19 @@ fn spec(pool: &str) -> EnvSpec {
     }
 }
 
-/// The node's Events once one has `reason`, checked after each agent pass
-/// (Events are published within the pass that causes them).
+/// The Events of `name` (a node in `default`, or the status object in
+/// the agent's namespace) once one has `reason`, checked after each agent
+/// pass (Events are published within the pass that causes them).
 async fn await_event(
     agent: &RunningAgent,
     client: &Client,
-    node: &str,
+    (ns, name): (&str, &str),
     reason: &str,
 ) -> Vec<Event> {
     let mut rx = agent.handle.subscribe();
     let run = async {
         loop {
-            let evs = events_for(client, "default", node).await;
+            let evs = events_for(client, ns, name).await;
             if evs.iter().any(|e| e.reason.as_deref() == Some(reason)) {
                 return evs;
             }
@@ -66,7 +67,28 @@ async fn await_event(
     };
     tokio::time::timeout(STEP, run)
         .await
-        .unwrap_or_else(|_| panic!("no {reason} Event on {node}"))
+        .unwrap_or_else(|_| panic!("no {reason} Event on {ns}/{name}"))
+}
+
+/// The status object's Event `reason` (once it is published) says `head`
+/// first: its state and blocker.
+async fn assert_state_event(
+    agent: &RunningAgent,
+    client: &Client,
+    pool: &str,
+    reason: &str,
+    head: &str,
+) {
+    let evs = await_event(agent, client, (pool, "test-test-1"), reason).await;
+    let notes: Vec<&str> = evs
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter_map(|e| e.note.as_deref())
+        .collect();
+    assert!(
+        notes.iter().any(|n| n.starts_with(head)),
+        "{reason}: {notes:?}"
+    );
 }
 
 /// Wait until the agent adopted its pool at the first config's 1.12.0 (its
@@ -138,6 +160,15 @@ async fn a_budget_that_never_allows_eviction_is_named_everywhere_and_the_node_wa
         !unschedulable(&sim_node(&client, &node).await),
         "nothing starts outside the window"
     );
+    // The Event of the state names its blocker, the word the status shows.
+    assert_state_event(
+        &agent,
+        &client,
+        &pool,
+        "RolloutPending",
+        "pending (window) ",
+    )
+    .await;
 
     // The window opens: the drain meets the budget. Pacing is a Normal fact.
     clock.set(dec(1, 2, 0));
@@ -157,7 +188,7 @@ async fn a_budget_that_never_allows_eviction_is_named_everywhere_and_the_node_wa
         },
     )
     .await;
-    let evs = await_event(&agent, &client, &node, "EvictionRefused").await;
+    let evs = await_event(&agent, &client, ("default", &node), "EvictionRefused").await;
     let refused: Vec<&Event> = evs
         .iter()
         .filter(|e| e.reason.as_deref() == Some("EvictionRefused"))
@@ -192,6 +223,19 @@ async fn a_budget_that_never_allows_eviction_is_named_everywhere_and_the_node_wa
     .status
     .unwrap();
     notified.kind(Duration::from_secs(30), "blocked").await;
+    assert_state_event(&agent, &client, &pool, "RolloutBlocked", "blocked (pdb) ").await;
+    // The notification says what the Event says (the agent was blocked
+    // once before, by `source`, until its first fetch).
+    let blocked: Vec<String> = notified
+        .all()
+        .into_iter()
+        .filter(|(e, _, _)| e.kind.ends_with(".blocked"))
+        .map(|(e, _, _)| e.data.message)
+        .collect();
+    assert!(
+        blocked.iter().any(|m| m.starts_with("blocked (pdb) ")),
+        "{blocked:?}"
+    );
     assert!(
         status.message.contains(&pdb) && status.message.contains(&pod),
         "{}",
@@ -212,7 +256,7 @@ async fn a_budget_that_never_allows_eviction_is_named_everywhere_and_the_node_wa
             .is_some_and(|r| r.state.as_str() == "blocked" && r.message.contains(&pdb))
     })
     .await;
-    let evs = await_event(&agent, &client, &node, "DrainBlocked").await;
+    let evs = await_event(&agent, &client, ("default", &node), "DrainBlocked").await;
     assert!(
         evs.iter()
             .any(|e| e.reason.as_deref() == Some("DrainBlocked")
