@@ -75,6 +75,7 @@ impl<B: ClusterBackend> Acting<B> {
         });
         next
     }
+
     /// Admission's answer for `head`, recorded: a recovered or accepted
     /// commit is durable in the status before the agent acts on it (a
     /// restart must resume from it); a refusal is recorded as it stands.
