@@ -15,7 +15,8 @@ use tokio::sync::watch;
 /// What acting on the cluster carries from pass to pass: `act.rs` alone
 /// writes it (the wave gate's read is `waves.rs`'s, the one field of
 /// another writer); the lifecycle only asks it to forget the last term's
-/// decision, and admission and the give-back borrow the cluster view.
+/// decision and takes the cluster view's change stream as its wake-up, and
+/// admission, migration and the give-back borrow the cluster view.
 pub(super) struct OnCluster<B: ClusterBackend> {
     /// The cluster view and the settings it was built for.
     pub(super) connected: Option<(B::Settings, Connected<B::Cluster>)>,
