@@ -21,6 +21,7 @@ pub mod kubernetes;
 pub mod preflight;
 pub mod promote;
 pub mod record;
+pub mod replay;
 pub mod retry;
 pub mod revoke;
 pub mod rollout;

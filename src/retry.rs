@@ -31,7 +31,7 @@ impl Backoff {
         let factor = 1u32 << self.attempt.min(20);
         self.attempt = self.attempt.saturating_add(1);
         let span = self.base.saturating_mul(factor).min(self.max);
-        span.mul_f64(rand::random_range(0.5..=1.0))
+        span.mul_f64(crate::replay::random_between(0.5, 1.0))
     }
 
     /// After a success: start again from `base`.

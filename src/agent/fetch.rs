@@ -23,7 +23,6 @@ use super::crd::FetchRecord;
 use super::{lock, rfc3339, Acting, ClusterBackend};
 use crate::source::trigger::Reason;
 use crate::source::{FetchResult, Source};
-use chrono::Utc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -107,7 +106,7 @@ impl<B: ClusterBackend> Acting<B> {
             .as_deref()
             .and_then(|c| git2::Oid::from_str(c).ok());
         let (env, cluster) = (self.cfg.env.clone(), self.cfg.cluster.clone());
-        let task = tokio::task::spawn_blocking(move || {
+        let task = crate::replay::spawn(move || {
             let mut source = source;
             source.set_status_branch(&branch);
             let r = source.fetch_scoped(|repo, head| {
@@ -180,7 +179,7 @@ impl<B: ClusterBackend> Acting<B> {
     }
 
     fn record_fetch(&mut self, result: Result<(), String>) {
-        let now = Utc::now();
+        let now = self.clock.now();
         let ok = result.is_ok();
         let result_text = match result {
             Ok(()) => "ok".to_string(),

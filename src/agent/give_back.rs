@@ -49,9 +49,9 @@ async fn give_back<C: Cluster>(
     nodes: &[GiveBack],
     observed: &[NodeView],
     why: &str,
+    now: chrono::DateTime<chrono::Utc>,
 ) -> Vec<String> {
     let mut done = Vec::new();
-    let now = chrono::Utc::now();
     for g in nodes {
         let action = Action::GiveBack {
             node: g.node.clone(),
@@ -73,6 +73,7 @@ impl<B: ClusterBackend> Acting<B> {
         let Some((_, conn)) = self.cluster.connected.as_ref() else {
             return;
         };
+        let now = self.clock.now();
         let work = async {
             let nodes = match conn.cluster.observe().await {
                 Ok(n) => n,
@@ -86,6 +87,7 @@ impl<B: ClusterBackend> Acting<B> {
                 &to_give_back(&nodes),
                 &nodes,
                 "the agent stopped while draining",
+                now,
             )
             .await
         };
@@ -128,6 +130,7 @@ impl<B: ClusterBackend> Acting<B> {
             &to_give_back(&nodes),
             &nodes,
             "no applicable config",
+            self.clock.now(),
         )
         .await;
         drop(guarded);

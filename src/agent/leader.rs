@@ -385,8 +385,9 @@ impl Elector {
             // the lease's real expiry.
             let sent = tokio::time::Instant::now();
             let attempt = tokio::select! {
-                r = tokio::time::timeout(limit, self.try_once()) => r,
+                biased;
                 _ = shutdown.changed() => return,
+                r = tokio::time::timeout(limit, self.try_once()) => r,
             };
             let succeeded = matches!(attempt, Ok(Ok(_)));
             let wait = match attempt {
@@ -443,8 +444,9 @@ impl Elector {
                 None => wait,
             };
             tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
+                biased;
                 _ = shutdown.changed() => return,
+                _ = tokio::time::sleep(wait) => {}
             }
         }
     }

@@ -53,15 +53,19 @@ impl<B: ClusterBackend> Agent<B> {
             // nothing; leadership arriving meanwhile is not kept waiting.
             if !*leader_rx.borrow() && !state.edges.ready.is_ready() {
                 let mut leading = leader_rx.clone();
+                // Biased, here and below: a fixed order of the branches
+                // when several are ready, so that a run replays (crate::replay).
                 tokio::select! {
+                    biased;
                     _ = state.warm_up(&shutdown_rx) => {}
                     _ = leading.wait_for(|l| *l) => {}
                 }
             }
             state.edges.metrics.leader.set(0);
             tokio::select! {
-                r = leader_rx.wait_for(|l| *l) => if r.is_err() { break },
+                biased;
                 _ = shutdown_rx.wait_for(|s| *s) => break,
+                r = leader_rx.wait_for(|l| *l) => if r.is_err() { break },
                 // A webhook that reached the follower: relay it to the leader.
                 r = trigger.next() => {
                     if r == Reason::Webhook {
@@ -91,6 +95,7 @@ impl<B: ClusterBackend> Agent<B> {
                 }
             };
             tokio::select! {
+                biased;
                 _ = lost => {
                     tracing::warn!("leadership lost: stopping at once");
                 }
@@ -299,7 +304,12 @@ impl<B: ClusterBackend> Acting<B> {
                         None => std::future::pending::<()>().await,
                     }
                 };
+                // In order: the term's end, then git (a fetch that ended, a
+                // trigger), then the cluster, a manual request, the tick.
+                // A busy cluster cannot starve git; what it starves, the
+                // manual pass and the tick, its own pass stands for.
                 tokio::select! {
+                    biased;
                     _ = cancel.wait_for(|c| *c) => return,
                     joined = fetch::wait(&mut self.fetching.in_flight) => {
                         break Wake::Source(self.finish_fetch(joined));

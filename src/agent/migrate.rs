@@ -53,7 +53,7 @@ impl<B: ClusterBackend> Acting<B> {
         for n in &found {
             let recorded = views.iter().any(|v| v.name == n.node && v.record.is_some());
             if !recorded {
-                let id = format!("{:016x}", rand::random::<u64>());
+                let id = format!("{:016x}", crate::replay::random_u64());
                 let m = legacy::migrate(n, &id, &active.env.version, now);
                 if let Some(record) = m.record {
                     let write = RecordWrite {

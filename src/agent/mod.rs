@@ -176,7 +176,7 @@ pub const API_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// An identity no other replica has: `drover-` and 64 random bits (a
 /// process id is `1` in most containers, and so is every other replica's).
 pub fn default_identity() -> String {
-    format!("drover-{:016x}", rand::random::<u64>())
+    format!("drover-{:016x}", crate::replay::random_u64())
 }
 
 impl AgentConfig {
@@ -290,7 +290,7 @@ impl<B: ClusterBackend> Agent<B> {
         // so a fetch waiting on the network never holds the loop's lock.
         let (source, fetch_source) = {
             let sc = cfg.source.clone();
-            tokio::task::spawn_blocking(move || {
+            crate::replay::spawn(move || {
                 Ok::<_, crate::source::Error>((Source::open(sc.clone())?, Source::open(sc)?))
             })
             .await
@@ -544,7 +544,7 @@ fn lock(source: &Mutex<Source>) -> std::sync::MutexGuard<'_, Source> {
     source.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Run blocking git work on the blocking pool; a panicked task reads as `None`.
+/// Run blocking git work off the loop ([`crate::replay`]); a panicked task reads as `None`.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
-    tokio::task::spawn_blocking(f).await.ok()
+    crate::replay::spawn(f).await.ok()
 }

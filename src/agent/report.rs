@@ -372,7 +372,7 @@ impl<B: ClusterBackend> Acting<B> {
     /// Hand the pass's CRD status to the term's writer; returns at once.
     pub(super) fn hand_over(&mut self) {
         let Some(t) = &self.term.tasks else { return };
-        let now = rfc3339(chrono::Utc::now());
+        let now = rfc3339(self.clock.now());
         let previous = self
             .told
             .status

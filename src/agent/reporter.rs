@@ -518,7 +518,8 @@ impl Task {
         // A report's evidence counts from its commit's time, and readers
         // refuse commits dated ahead of their clock: the commit is dated by
         // the clock the agent decided by (the wall clock, but for a test hook).
-        opts.commit_time = Some(self.cfg.clock.now());
+        let decided = self.cfg.clock.now();
+        opts.commit_time = Some(decided);
         let source = self.source.take();
         let mut cfg = self.cfg.source.clone();
         let reports: Vec<StatusReport> = chain.iter().map(|w| w.out.report.clone()).collect();
@@ -529,25 +530,23 @@ impl Task {
         cfg.status_branch = branch.clone();
         let config_commit = newest.config_commit.clone();
         let (tx, rx) = oneshot::channel();
-        let spawned = std::thread::Builder::new()
-            .name("drover-report".into())
-            .spawn(move || {
-                let result = (|| {
-                    let mut src = match source {
-                        Some(s) => s,
-                        None => Source::open(cfg.clone())?,
-                    };
-                    src.set_status_branch(&cfg.status_branch);
-                    // The own branch is judged by the report signers of the
-                    // policy the report was made under, as every reader judges it.
-                    opts.report_signers = git2::Oid::from_str(&config_commit)
-                        .ok()
-                        .and_then(|c| policy_report_signers(src.repo(), c));
-                    let r = crate::status::publish_until(&src, &reports, &opts, &stop);
-                    Ok::<_, PushError>((src, r))
-                })();
-                let _ = tx.send(result);
-            });
+        let spawned = crate::replay::thread("drover-report", move || {
+            let result = (|| {
+                let mut src = match source {
+                    Some(s) => s,
+                    None => Source::open(cfg.clone())?,
+                };
+                src.set_status_branch(&cfg.status_branch);
+                // The own branch is judged by the report signers of the
+                // policy the report was made under, as every reader judges it.
+                opts.report_signers = git2::Oid::from_str(&config_commit)
+                    .ok()
+                    .and_then(|c| policy_report_signers(src.repo(), c, decided));
+                let r = crate::status::publish_until(&src, &reports, &opts, &stop);
+                Ok::<_, PushError>((src, r))
+            })();
+            let _ = tx.send(result);
+        });
         if let Err(e) = spawned {
             return Err(PushError::Stopped {
                 url: crate::source::redact(&self.cfg.source.url),
@@ -572,10 +571,9 @@ impl Task {
 fn policy_report_signers(
     repo: &git2::Repository,
     commit: git2::Oid,
+    now: DateTime<Utc>,
 ) -> Option<crate::trust::AllowedSigners> {
-    let snap = crate::admit::snapshot(repo, commit, chrono::Utc::now())
-        .ok()?
-        .ok()?;
+    let snap = crate::admit::snapshot(repo, commit, now).ok()?.ok()?;
     crate::trust::AllowedSigners::parse(snap.policy.signers_text.as_deref()?).ok()
 }
 

@@ -118,7 +118,7 @@ impl<'a> NodeCalls<'a> {
     fn record(&self) -> NodeRecord {
         match &self.stored {
             Some(s) => s.record.clone(),
-            None => NodeRecord::new(self.name, format!("{:016x}", rand::random::<u64>())),
+            None => NodeRecord::new(self.name, format!("{:016x}", crate::replay::random_u64())),
         }
     }
 

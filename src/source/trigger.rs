@@ -147,7 +147,7 @@ impl Trigger {
 
     /// The next poll delay, jittered.
     pub fn next_delay(&self) -> Duration {
-        let f = 1.0 + rand::random_range(-self.jitter..=self.jitter);
+        let f = 1.0 + crate::replay::random_between(-self.jitter, self.jitter);
         self.poll.mul_f64(f.max(0.0))
     }
 
@@ -177,7 +177,10 @@ impl Trigger {
                     .last
                     .map(|t| t + self.min_interval)
                     .unwrap_or_else(tokio::time::Instant::now);
+                // Biased (here and below): one order when both are ready, so
+                // that a simulated run replays (crate::replay).
                 tokio::select! {
+                    biased;
                     _ = tokio::time::sleep_until(earliest) => {}
                     _ = &mut poll => {}
                 }
@@ -187,6 +190,7 @@ impl Trigger {
                 return self.answered(r);
             }
             tokio::select! {
+                biased;
                 r = self.rx.recv() => match r {
                     Some(r) => self.pending = Some(r),
                     // Unreachable (we hold a sender); never spin on it.

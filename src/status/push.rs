@@ -335,7 +335,7 @@ pub fn publish_until(
 // Short and not growing with the attempt count: the branch has one
 // writer, so a stale tip is a rare race that a short random pause breaks.
 fn backoff(_attempt: u32) -> Duration {
-    Duration::from_millis(rand::random_range(5..60))
+    Duration::from_millis(crate::replay::random_between(5.0, 60.0) as u64)
 }
 
 /// A rejection's status followed by what the remote printed (a hook's

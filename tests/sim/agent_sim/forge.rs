@@ -199,6 +199,29 @@ impl Forge {
         Some(String::from_utf8_lossy(blob.content()).into_owned())
     }
 
+    /// Every report the agent pushed to its branch, oldest first.
+    pub fn own_reports(&self) -> Vec<String> {
+        let repo = self.repo();
+        let branch = drover::status_refs::cluster_branch("drover/status", ENV, CLUSTER);
+        let Ok(tip) = repo.refname_to_id(&format!("refs/heads/{branch}")) else {
+            return Vec::new();
+        };
+        let path = drover::status::report_path(ENV, CLUSTER);
+        let mut walk = repo.revwalk().expect("revwalk");
+        walk.push(tip).expect("tip");
+        walk.simplify_first_parent().expect("first parent");
+        let mut out: Vec<String> = walk
+            .filter_map(|id| {
+                let tree = repo.find_commit(id.ok()?).ok()?.tree().ok()?;
+                let entry = tree.get_path(Path::new(&path)).ok()?;
+                let blob = repo.find_blob(entry.id()).ok()?;
+                Some(String::from_utf8_lossy(blob.content()).into_owned())
+            })
+            .collect();
+        out.reverse();
+        out
+    }
+
     /// The peer's status branch deleted on the origin.
     pub fn rewrite_peer(&self) {
         let branch = drover::status_refs::cluster_branch("drover/status", ENV, PEER);

@@ -65,6 +65,10 @@ pub struct Ran {
     pub driver_runs: usize,
     /// API calls answered with an injected fault.
     pub api_faults: usize,
+    /// A digest of what happened to the cluster (every event the
+    /// in-memory cluster logged, in order, with its time) and of the
+    /// reports the agent pushed: two runs of one plan agree on it.
+    pub digest: u64,
 }
 
 struct World {
@@ -314,6 +318,7 @@ impl World {
             tokio::time::sleep(STEP).await;
         }
         self.ran.steps += 1;
+        tracing::debug!(now = %self.now, step = self.ran.steps, "sim step");
         self.facts.check(&self.sim)?;
         self.facts.told(self.api.status().as_ref())
     }
@@ -325,6 +330,10 @@ impl World {
     fn process(&mut self) -> Result<Option<Stop>, String> {
         self.facts.processes += 1;
         self.ran.processes += 1;
+        // The agent's blocking work runs on this runtime's one thread, in
+        // the order asked for, and its draws are seeded by the process's
+        // number, so a replay interleaves and draws the same way.
+        let _exact = drover::replay::Exact::seeded(self.ran.processes as u64);
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .start_paused(true)
@@ -429,6 +438,15 @@ impl World {
 pub fn run(plan: Plan) -> (Ran, Result<(), String>) {
     let mut w = World::new(plan);
     let r = w.run();
+    w.ran.digest = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for e in w.sim.log() {
+            format!("{} {} {:?}", e.at, e.node, e.kind).hash(&mut h);
+        }
+        w.forge.own_reports().hash(&mut h);
+        h.finish()
+    };
     if std::env::var("DROVER_SIM_LOG").is_ok() {
         for e in w.sim.log() {
             eprintln!("    {} {} {:?}", e.at, e.node, e.kind);
