@@ -553,6 +553,9 @@ fn a_halted_environment_starts_no_node_lets_the_one_in_flight_finish_and_says_ha
     let nodes = vec![
         with(idle("a", "1.12.0"), ProgressState::Upgrading, "02:10", true),
         idle("b", "1.12.0"),
+        // Still draining, its run not started: given back, not upgraded
+        // to the version that failed elsewhere (sim seed 133).
+        with(idle("c", "1.12.0"), ProgressState::Draining, "02:15", true),
     ];
     let d = decide(
         &policy(2, OnDrainTimeout::Skip),
@@ -562,6 +565,20 @@ fn a_halted_environment_starts_no_node_lets_the_one_in_flight_finish_and_says_ha
     );
     assert!(
         !d.actions.iter().any(|a| matches!(a, Action::Cordon { .. })),
+        "{:?}",
+        d.actions
+    );
+    assert!(
+        d.actions
+            .iter()
+            .any(|a| matches!(a, Action::GiveBack { node, uncordon: true, .. } if node == "c")),
+        "{:?}",
+        d.actions
+    );
+    assert!(
+        !d.actions
+            .iter()
+            .any(|a| matches!(a, Action::StartUpgrade { node, .. } if node == "c")),
         "{:?}",
         d.actions
     );

@@ -103,7 +103,7 @@ pub struct Inputs {
     /// Why `may_start` is false, for the status message.
     pub hold_reason: String,
     /// The environment is halted for the target (`crate::gate::wave`): no
-    /// node starts, nodes in flight finish, the state is `halted` with this
+    /// node starts, a node whose run started finishes, one still draining is given back, the state is `halted` with this
     /// message.
     pub halted: Option<String>,
     /// The cluster's wave waits for the one before it (`crate::gate::wave`):

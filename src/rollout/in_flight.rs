@@ -7,7 +7,8 @@
 //! A new pin (docs/design.md, "The node record"): a draining node whose
 //! run has not started follows it in one record write, its drain going on
 //! (the pods already evicted stay evicted); if the pin it drains for is
-//! revoked with nothing newer admitted, it is given back before anything
+//! revoked with nothing newer admitted, or the environment halted for it
+//! (another cluster's trusted `failed`), it is given back before anything
 //! starts. An upgrading node finishes on the version its run installs,
 //! and then is moved again like any other. No node is uncordoned while its
 //! run may still act on it: a timeout records the node failed, still
@@ -45,6 +46,21 @@ pub(super) fn draining(
             reason: format!(
                 "{} was revoked while the node drained: given back before its run started",
                 ctx.target
+            ),
+        });
+        return;
+    }
+    if let Some(why) = &ctx.inputs.halted {
+        // Another cluster's trusted failure of the target, learnt while
+        // the node drained: nothing has started on it, so it goes back
+        // into service rather than on to a version that just failed
+        // elsewhere (a node whose run started finishes).
+        t.unavailable += usize::from(!n.ready);
+        t.releases.push(Action::GiveBack {
+            node: n.name.clone(),
+            uncordon: p.cordoned_by_drover,
+            reason: format!(
+                "halted while the node drained: given back before its run started ({why})"
             ),
         });
         return;
