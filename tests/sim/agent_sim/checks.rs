@@ -42,6 +42,8 @@ pub struct Facts {
     /// Signed `failed` reports of the other cluster: (when, version).
     pub peer_failed: Vec<(DateTime<Utc>, Version)>,
     pub peer_confirmed: Vec<(DateTime<Utc>, Version)>,
+    /// When the other cluster's branch was rewritten away.
+    pub peer_rewritten: Vec<DateTime<Utc>>,
     /// Outages that keep a change from the agent: [from, until).
     pub blind: Vec<(DateTime<Utc>, DateTime<Utc>)>,
     /// Clock jumps: (when, minutes).
@@ -280,6 +282,13 @@ impl Facts {
                 pv == v
                     && *t >= since
                     && self.known(*t) < s
+                    // A report rewritten away before the agent must have
+                    // fetched it may never have reached it (seed 221); one
+                    // it saw holds even once it is gone (issue 37).
+                    && !self
+                        .peer_rewritten
+                        .iter()
+                        .any(|r| r >= t && *r < self.known(*t))
                     // Its own later report of the version ends a failure.
                     && !self
                         .peer_confirmed

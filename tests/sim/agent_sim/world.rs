@@ -300,7 +300,10 @@ impl World {
                 };
                 list.push((at, version));
             }
-            Fault::PeerRewritten => self.forge.rewrite_peer(),
+            Fault::PeerRewritten => {
+                self.forge.rewrite_peer();
+                self.facts.peer_rewritten.push(at);
+            }
             Fault::ClockJump(m) => {
                 self.now = until(m);
                 self.facts.jumps.push(at);
