@@ -317,12 +317,18 @@ impl Facts {
             .rposition(|m| self.known(m.at) < s)
             .unwrap_or(0);
         // A pin change and a policy change the agent may have fetched
-        // together are refused together: the config before them stays.
+        // together are refused together: the config before them stays,
+        // whether the other of the two is before the newest known merge
+        // or after it (seeds 287, 398: a pin, then a revocation merged
+        // before the agent had to have fetched the pin).
         let batch = from;
+        let ahead = admitted
+            .get(from + 1)
+            .is_some_and(|b| self.together(admitted[from], b));
         while from > 0 && self.together(admitted[from - 1], admitted[from]) {
             from -= 1;
         }
-        if from < batch && from > 0 {
+        if (from < batch || ahead) && from > 0 {
             from -= 1;
         }
         admitted[from..].to_vec()
