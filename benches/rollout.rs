@@ -41,6 +41,7 @@ fn policy(max: MaxUnavailable) -> Policy {
         prestage: std::time::Duration::ZERO,
         revoked: Vec::new(),
         drain: Vec::new(),
+        consent_limit: None,
     }
 }
 

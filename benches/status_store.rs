@@ -165,6 +165,7 @@ fn rollout_commits(max: u32, node_mins: (u64, u64), interval: Duration) -> Commi
         prestage: std::time::Duration::ZERO,
         revoked: Vec::new(),
         drain: Vec::new(),
+        consent_limit: None,
     };
     let engine = Engine::new(policy, Labels::default(), clock.clone());
     let schedule = Timeline {

@@ -46,13 +46,21 @@ pub fn waiting(decision: &Decision, observed: &[NodeView], target: &Version) -> 
                 .map(|p| p.started_at);
             let skipped = decision.skipped.iter().find(|s| s.node == n.name);
             if let Some(s) = skipped {
+                // Held by consent: since drover first saw the hold.
+                let since = match s.blocker {
+                    Blocker::Consent => n.consent_hold.map(|h| h.since).or(since),
+                    _ => since,
+                };
                 return Some(Waiting {
                     node: n.name.clone(),
                     own: Some(s.blocker),
                     since,
                 });
             }
-            let acted = decision.actions.iter().any(|a| a.node() == n.name);
+            // Recording a consent hold's end moves nothing.
+            let acted = decision.actions.iter().any(|a| {
+                a.node() == n.name && !matches!(a, crate::rollout::Action::Consent { .. })
+            });
             let moving = progress.is_some_and(|p| {
                 p.state.in_flight()
                     || matches!(
@@ -175,6 +183,7 @@ mod tests {
             wake_at: None,
             poll_health: false,
             held: vec![],
+            consent_overdue: vec![],
         };
         let w = waiting(&decision, &observed, &v("2.0.0"));
         let names: Vec<&str> = w.iter().map(|w| w.node.as_str()).collect();

@@ -533,6 +533,27 @@ impl Events {
                 "Cleared",
                 format!("drover's record of the node was cleared: {reason}"),
             ),
+            // Past the limit, once per hold: what a person must look at.
+            Action::Consent { hold: Some(h), .. } if h.overdue => (
+                Severity::Warning,
+                "ConsentOverdue",
+                format!(
+                    "workload consent ({}={}) has held the node since {}, past the \
+                     environment's consent_limit: reported, not forced; the node is \
+                     started once the label is removed",
+                    crate::config::CONSENT_LABEL,
+                    crate::config::CONSENT_PAUSED,
+                    super::rfc3339(h.since)
+                ),
+            ),
+            // A hold beginning or ending is the workload's routine.
+            Action::Consent { hold, .. } => {
+                let note = match hold {
+                    Some(_) => "workload consent holds the node: not started",
+                    None => "workload consent no longer holds the node",
+                };
+                return log_only(action.node(), "Consent", note);
+            }
         };
         self.on_node(action.node(), sev, reason, action.kind(), note)
             .await;

@@ -32,6 +32,14 @@ pub struct Metrics {
     /// `drover_oldest_blocked_node_seconds`: how long the longest-blocked
     /// node has been blocked (0 when none is).
     pub oldest_blocked_node: Gauge<f64, AtomicU64>,
+    /// `drover_consent_overdue_nodes`: selected nodes workload consent has
+    /// held past `consent_limit` (reported, never forced).
+    pub consent_overdue: Gauge,
+    /// `drover_preflight_blockers{kind}`: what the last preflight before a
+    /// window found, by kind (every kind, 0 when none).
+    pub preflight_blockers: Family<Labels, Gauge>,
+    /// `drover_preflight_timestamp_seconds`: when the last preflight ran.
+    pub preflight_time: Gauge<f64, AtomicU64>,
     /// `drover_window_open`: 1 while a maintenance window is open.
     pub window_open: Gauge,
     /// `drover_last_fetch_timestamp_seconds`: when the last fetch finished.
@@ -127,6 +135,9 @@ impl Metrics {
             blocker: Family::default(),
             blocked_nodes: Family::default(),
             oldest_blocked_node: Gauge::default(),
+            consent_overdue: Gauge::default(),
+            preflight_blockers: Family::default(),
+            preflight_time: Gauge::default(),
             window_open: Gauge::default(),
             last_fetch_time: Gauge::default(),
             last_fetch_success: Gauge::default(),
@@ -188,6 +199,21 @@ impl Metrics {
             "blocked",
             "1 while the newest config head is not applied; stage is trust, config or gate",
             m.blocked.clone(),
+        );
+        registry.register(
+            "consent_overdue_nodes",
+            "Selected nodes workload consent has held past consent_limit: reported, not forced",
+            m.consent_overdue.clone(),
+        );
+        registry.register(
+            "preflight_blockers",
+            "What the last preflight before a window found would block a drain, by kind",
+            m.preflight_blockers.clone(),
+        );
+        registry.register(
+            "preflight_timestamp_seconds",
+            "Unix time the last preflight before a window ran",
+            m.preflight_time.clone(),
         );
         registry.register(
             "window_open",

@@ -33,6 +33,7 @@ mod admit;
 mod backend;
 pub mod blocked;
 pub mod conditions;
+mod consent;
 pub mod crd;
 pub mod events;
 mod fetch;

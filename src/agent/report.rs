@@ -213,6 +213,11 @@ impl<B: ClusterBackend> Acting<B> {
                 .on_status(Severity::Normal, reason, "Window", note)
                 .await;
         }
+        super::consent::tell(
+            &mut self.told.status,
+            &self.edges.metrics,
+            &d.consent_overdue,
+        );
         self.told.status.target = Some(active.env.version.to_string());
         self.told.status.nodes = d.nodes;
         self.told.status.nodes_at_version = d.nodes_at_version;
@@ -243,7 +248,8 @@ impl<B: ClusterBackend> Acting<B> {
             nodes: d.nodes,
             nodes_at_version: d.nodes_at_version,
             message: d.message.clone(),
-            detail: crate::status::NodeDetail::of(observed, &active.env.version),
+            detail: crate::status::NodeDetail::of(observed, &active.env.version)
+                .with_consent_overdue(&d.consent_overdue),
         });
         let same = self.told.last_published.as_ref().is_some_and(|p| {
             StatusReport {

@@ -17,8 +17,8 @@ mod run;
 pub use crate::health::observe::{NodeSeen, PodSeen};
 use crate::record::legacy::LegacyNode;
 pub use crate::record::{
-    NodeProgress, NodeRecord, ProgressState, RecordError, RecordWrite, Requests, RunAction,
-    RunLink, Stored,
+    ConsentHold, NodeProgress, NodeRecord, ProgressState, RecordError, RecordWrite, Requests,
+    RunAction, RunLink, Stored,
 };
 pub use run::{effective, Effective, LinkedRun};
 use semver::Version;
@@ -93,6 +93,9 @@ pub struct NodeView {
     /// [`crate::config::CONSENT_PAUSED`]. Read, never written: it only keeps
     /// a node from being started.
     pub consent_paused: bool,
+    /// What drover's record says of the consent holding the node: when
+    /// drover first saw it, whether the hold was reported overdue.
+    pub consent_hold: Option<ConsentHold>,
     /// The node carries drover's pre-drain taint
     /// ([`crate::config::DRAIN_TAINT`]).
     pub drain_tainted: bool,
@@ -132,6 +135,7 @@ impl Default for NodeView {
             ignored: Vec::new(),
             managed_by: None,
             consent_paused: false,
+            consent_hold: None,
             drain_tainted: false,
             driver_said: None,
         }
@@ -183,6 +187,7 @@ impl NodeView {
                 }
                 view.rolled_back = stored.record.rolled_back.clone();
                 view.rollbacks = stored.record.rollbacks.clone();
+                view.consent_hold = stored.record.consent;
                 view.retry = stored.requests.retry;
                 view.clear_rolled_back = stored.requests.clear_rolled_back;
                 view.record = Some(stored);

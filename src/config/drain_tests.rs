@@ -118,3 +118,30 @@ fn bad_matches_are_named() {
     let e = parse("[[drain]]\ntaint = \"0s\"\nladder = [\"skip\"]\n").expect_err("taint");
     assert!(e[0].contains("longer than zero"), "{e:?}");
 }
+
+#[test]
+fn consent_limit_is_off_by_default_and_a_malformed_one_names_its_line() {
+    let limit = |extra: &str| {
+        let text = format!("version = \"1.2.3\"\n[rollout]\n{extra}");
+        parse_env(FILE, "prod", &text)
+            .map(|e| e.rollout.consent_limit)
+            .map_err(|d| d.iter().map(ToString::to_string).collect::<Vec<_>>())
+    };
+    assert_eq!(limit(""), Ok(None));
+    assert_eq!(
+        limit("consent_limit = \"3d\"\n"),
+        Ok(Some(Duration::from_secs(3 * 86_400)))
+    );
+    for (bad, says) in [
+        ("\"soon\"", "`consent_limit` must be"),
+        ("\"0s\"", "`consent_limit` must be longer than zero"),
+        ("72", "`consent_limit`"),
+    ] {
+        let errs = limit(&format!("consent_limit = {bad}\n")).unwrap_err();
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(
+            errs[0].starts_with(&format!("{FILE}:3:")) && errs[0].contains(says),
+            "{bad}: {errs:?}"
+        );
+    }
+}

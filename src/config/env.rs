@@ -14,6 +14,7 @@ use super::{
     DEFAULT_NODE_TIMEOUT, DEFAULT_ON_DRAIN_TIMEOUT, DEFAULT_ON_FAILURE, DEFAULT_SOAK,
 };
 use crate::diag::Diagnostic;
+use std::time::Duration;
 use toml::de::{DeTable, DeValue};
 
 pub(super) fn env_inner(file: &str, name: &str, text: &str) -> Result<EnvConfig, Vec<Diagnostic>> {
@@ -131,6 +132,16 @@ pub(super) fn env_with_sites(
             );
         }
     }
+
+    // Reported, never forced: a limit of zero would report every hold at
+    // once, so it must be longer than zero (absent: no limit).
+    let consent_limit = rollout
+        .and_then(|t| t.get("consent_limit"))
+        .map(|_| {
+            cx.duration(rollout, "consent_limit", Duration::ZERO, false)
+                .0
+        })
+        .filter(|d| !d.is_zero());
 
     let paused = match rollout.and_then(|t| t.get("paused")) {
         None => false,
@@ -288,6 +299,7 @@ pub(super) fn env_with_sites(
                     max_rollbacks,
                     paused,
                     failure_budget,
+                    consent_limit,
                 },
                 promotion: PromotionSpec { soak },
                 driver,

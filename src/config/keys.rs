@@ -52,6 +52,7 @@ pub(super) const ENV_KEYS: &[(&str, &[&str])] = &[
             "max_rollbacks",
             "paused",
             "failure_budget",
+            "consent_limit",
         ],
     ),
     ("promotion", &["soak"]),

@@ -314,6 +314,12 @@ pub struct RolloutSpec {
     /// Clusters of the environment that may report `failed` for a version
     /// before the whole environment halts it (docs/design.md §4a). Default 0.
     pub failure_budget: u32,
+    /// `consent_limit`: how long workload consent ([`CONSENT_LABEL`]) may
+    /// hold a node, counted from when drover first saw it holding the node
+    /// (its own record's), after which the node is reported overdue (a
+    /// Warning Event, the status, a metric, the signed report), never
+    /// forced. Default `None`: no limit, a held node is never reported.
+    pub consent_limit: Option<Duration>,
 }
 
 /// `max_unavailable`: a count or a percentage of the selected nodes.
@@ -491,6 +497,7 @@ impl Default for RolloutSpec {
             max_rollbacks: DEFAULT_MAX_ROLLBACKS,
             paused: false,
             failure_budget: 0,
+            consent_limit: None,
         }
     }
 }

@@ -92,6 +92,23 @@ pub struct NodeRecord {
     /// (their retries), at most [`MAX_DRIVER_RUNS`]: kept after the node
     /// is given back, until a new attempt begins.
     pub driver_runs: Vec<DriverRun>,
+    /// Workload consent holding the node ([`crate::config::CONSENT_LABEL`]):
+    /// when drover first saw it keep the node from starting, and whether
+    /// it reported the hold past the environment's `consent_limit`. The
+    /// label is the workload's input; this time is drover's own, so
+    /// nothing the node or its workloads write moves it. Gone once the
+    /// label is, and when the node starts.
+    pub consent: Option<ConsentHold>,
+}
+
+/// Workload consent holding a node, as drover saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ConsentHold {
+    /// When drover first saw the consent label keep the node from starting.
+    pub since: chrono::DateTime<chrono::Utc>,
+    /// drover reported the hold as past `consent_limit` (its Warning
+    /// Event was published for this hold).
+    pub overdue: bool,
 }
 
 /// The most driver runs a record keeps the retries of (an attempt has a
@@ -281,6 +298,16 @@ impl NodeRecord {
             rollbacks: Vec::new(),
             drain_rungs: Vec::new(),
             driver_runs: Vec::new(),
+            consent: None,
+        }
+    }
+
+    /// The record with `hold` as the consent holding the node (`None`:
+    /// none holds it).
+    pub fn with_consent(&self, hold: Option<ConsentHold>) -> NodeRecord {
+        NodeRecord {
+            consent: hold,
+            ..self.clone()
         }
     }
 
@@ -341,6 +368,8 @@ impl NodeRecord {
             run,
             rollbacks,
             driver_runs,
+            // A node that starts is no longer held.
+            consent: None,
             ..self.clone()
         }
     }

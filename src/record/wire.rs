@@ -104,6 +104,15 @@ pub struct DroverNodeStatus {
     /// retries by kind (`refresh`, `prepare`, `commit`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub driver_runs: Vec<DriverRunStatus>,
+    /// When drover first saw workload consent (`drover.dev/upgrade=paused`
+    /// on the Node) keep the node from starting (RFC 3339); absent when
+    /// none holds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consent_held_since: Option<String>,
+    /// The consent hold went past the environment's `consent_limit` and
+    /// was reported (the node is not forced).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub consent_overdue: bool,
     /// The `metadata.generation` this record was written as.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -269,6 +278,8 @@ pub fn encode(
                 retries: d.retries.clone(),
             })
             .collect(),
+        consent_held_since: record.consent.map(|c| rfc3339(c.since)),
+        consent_overdue: record.consent.is_some_and(|c| c.overdue),
         observed_generation: Some(generation),
         conditions: node_conditions(p, generation, previous, &rfc3339(now)),
     }
@@ -347,6 +358,16 @@ pub fn decode(
             })
         })
         .collect::<Result<_, RecordError>>()?;
+    record.consent = s
+        .consent_held_since
+        .as_deref()
+        .map(|since| {
+            Ok::<_, RecordError>(super::ConsentHold {
+                since: time("consentHeldSince", since)?,
+                overdue: s.consent_overdue,
+            })
+        })
+        .transpose()?;
     // Bounded as the agent writes them; a longer list was not its.
     record.driver_runs = s
         .driver_runs
@@ -355,6 +376,16 @@ pub fn decode(
         .map(|d| DriverRun::new(d.run.clone(), d.retries.clone()))
         .collect();
     Ok(record)
+}
+
+fn time(field: &'static str, s: &str) -> Result<DateTime<Utc>, RecordError> {
+    DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| RecordError::Invalid {
+            field,
+            value: s.into(),
+            why: e.to_string(),
+        })
 }
 
 fn progress(phase: &str, s: &DroverNodeStatus) -> Result<NodeProgress, RecordError> {
@@ -376,13 +407,7 @@ fn progress(phase: &str, s: &DroverNodeStatus) -> Result<NodeProgress, RecordErr
         s.target.as_deref().ok_or(RecordError::Missing("target"))?,
     )?;
     let since = s.since.as_deref().ok_or(RecordError::Missing("since"))?;
-    let started_at = DateTime::parse_from_rfc3339(since)
-        .map_err(|e| RecordError::Invalid {
-            field: "since",
-            value: since.into(),
-            why: e.to_string(),
-        })?
-        .with_timezone(&Utc);
+    let started_at = time("since", since)?;
     let previous = s
         .previous_version
         .as_deref()
@@ -432,6 +457,10 @@ mod tests {
         r.run_seen(Some("uid-1"))
             .with_rolled_back(&[Version::new(1, 11, 0)])
             .driver_said(&said)
+            .with_consent(Some(super::super::ConsentHold {
+                since: "2026-12-07T23:00:00Z".parse().unwrap(),
+                overdue: true,
+            }))
     }
 
     #[test]
@@ -490,6 +519,13 @@ mod tests {
             }
         ));
         assert_eq!(bad(&|s| s.since = None), RecordError::Missing("since"));
+        assert!(matches!(
+            bad(&|s| s.consent_held_since = Some("yesterday".into())),
+            RecordError::Invalid {
+                field: "consentHeldSince",
+                ..
+            }
+        ));
     }
 
     #[test]

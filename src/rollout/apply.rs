@@ -395,6 +395,7 @@ pub(super) async fn apply_on<C: Cluster>(
             calls.write(cluster, r).await
         }
         Action::ClearRolledBack { .. } => calls.write(cluster, record.with_rolled_back(&[])).await,
+        Action::Consent { hold, .. } => calls.write(cluster, record.with_consent(*hold)).await,
         Action::CordonAgain { .. } => {
             let mut r = record;
             if let Some(p) = r.progress.as_mut() {

@@ -49,7 +49,9 @@
 
 use super::decision::{Action, Decision, Inputs, Policy};
 use super::health::{bounded, queries_verdict};
-use super::{given_back, held, in_flight, prepare, rollback, start, watch, Blocker, RolloutState};
+use super::{
+    consent, given_back, held, in_flight, prepare, rollback, start, watch, Blocker, RolloutState,
+};
 use crate::cluster::{NodeView, ProgressState};
 use crate::health::Verdict;
 use crate::window::Change;
@@ -107,6 +109,8 @@ pub fn decide(
         wake: WakeAt(win.closes_at.or(win.next_opens_at)),
         held: Vec::new(),
         consent_held: 0,
+        consent_nodes: Default::default(),
+        consent_overdue: Vec::new(),
         rollbacks: rollback::count(&order, target),
         earlier_rollbacks: rollback::earlier_counts(&order, target),
         preparing: Vec::new(),
@@ -126,6 +130,7 @@ pub fn decide(
     let budget = ctx.budget;
     let hold = start::hold(&ctx, &t);
     let starts = start::starts(&ctx, &mut t, budget);
+    consent::released(&order, &starts, &mut t);
     conclude(&ctx, t, hold, starts, total, budget)
 }
 
@@ -204,8 +209,7 @@ fn idle<'a>(n: &'a NodeView, ctx: &Ctx<'_>, at_target: bool, t: &mut Tally<'a>) 
     } else if let Some(why) = &n.managed_by {
         t.skipped.push(skip(n, Blocker::Foreign, why.clone()));
     } else if n.consent_paused {
-        t.consent_held += 1;
-        t.skipped.push(skip(n, Blocker::Consent, consent_wait()));
+        consent::held(ctx, n, t);
     } else if let Some(v) = n
         .version
         .as_ref()
@@ -295,16 +299,12 @@ fn conclude(
             "no selected nodes".into(),
         )
     } else if t.blocked_count == 0 && !t.skipped.is_empty() && t.consent_held == t.skipped.len() {
-        // Waiting on the workloads is not a fault to look at.
-        let names: Vec<&str> = t.skipped.iter().map(|s| s.node.as_str()).collect();
+        // Waiting on the workloads is not a fault to look at; a hold past
+        // the limit is named, the blocker stays consent.
         (
             RolloutState::Pending,
             Some(Blocker::Consent),
-            format!(
-                "waiting for consent on {}: {}",
-                crate::terminal::count(names.len() as u64, "node", "nodes"),
-                names.join(", ")
-            ),
+            consent::message(&t),
         )
     } else if t.blocked_count > 0 || !t.skipped.is_empty() {
         let list: Vec<String> = t
@@ -350,14 +350,6 @@ fn conclude(
         wake_at: t.wake.0,
         poll_health: t.poll_health,
         held: t.held,
+        consent_overdue: t.consent_overdue,
     }
-}
-
-/// Why a node its workload holds is not started.
-pub(super) fn consent_wait() -> String {
-    format!(
-        "waiting for consent: labelled {}={}; started once the label is removed",
-        crate::config::CONSENT_LABEL,
-        crate::config::CONSENT_PAUSED
-    )
 }

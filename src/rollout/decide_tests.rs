@@ -40,6 +40,7 @@ pub(super) fn policy(max: u32, mode: OnDrainTimeout) -> Policy {
         prestage: std::time::Duration::ZERO,
         revoked: Vec::new(),
         drain: Vec::new(),
+        consent_limit: None,
     }
 }
 
@@ -758,7 +759,15 @@ fn a_node_whose_workload_asks_to_wait_is_skipped_holds_no_place_and_is_taken_onc
     let one = policy(1, OnDrainTimeout::Skip);
     // b starts in a's turn: a holds no place in the budget of one.
     let d = decide(&one, &open(), &nodes, t("03:00"));
-    assert_eq!(kinds(&d), [("cordon", "b".to_string())]);
+    // drover records when it first saw the hold (consent_tests.rs).
+    assert_eq!(
+        kinds(&d),
+        [("consent", "a".to_string()), ("cordon", "b".to_string())]
+    );
+    paused.consent_hold = Some(crate::cluster::ConsentHold {
+        since: t("03:00"),
+        overdue: false,
+    });
     assert_eq!(d.skipped.len(), 1);
     assert!(
         d.skipped[0].reason.starts_with("waiting for consent"),

@@ -55,6 +55,9 @@ pub struct Policy {
     /// and the pre-drain taint's lead (`config::drain`); empty = every pod
     /// evicted until `drain_timeout`.
     pub drain: Vec<crate::config::DrainRule>,
+    /// `[rollout] consent_limit`: how long workload consent may hold a
+    /// node before it is reported overdue (never forced); `None`: no limit.
+    pub consent_limit: Option<Duration>,
 }
 
 impl Policy {
@@ -74,6 +77,7 @@ impl Policy {
             prestage: env.prepare.prestage,
             revoked: Vec::new(),
             drain: env.drain.clone(),
+            consent_limit: env.rollout.consent_limit,
         }
     }
 
@@ -357,6 +361,16 @@ pub enum Action {
         /// Delete its running (prepare) run first.
         stop_run: bool,
     },
+    /// Record the workload consent holding an idle or given-back node as
+    /// drover sees it (`consent.rs`): when it first kept the node from
+    /// starting, that it is past `consent_limit` (reported, never forced),
+    /// or (`None`) that it no longer holds it. Nothing but the record.
+    Consent {
+        /// Node name.
+        node: String,
+        /// The hold to record; `None` clears it.
+        hold: Option<crate::record::ConsentHold>,
+    },
     /// Record why an in-flight node is held, or that it no longer is, in its
     /// message; its state and cordon stay as they are.
     Note {
@@ -386,6 +400,7 @@ impl Action {
             | Action::RollbackFailed { node, .. }
             | Action::Clear { node, .. }
             | Action::Note { node, .. }
+            | Action::Consent { node, .. }
             | Action::Release { node, .. }
             | Action::Retarget { node, .. }
             | Action::GiveBack { node, .. }
@@ -421,6 +436,7 @@ impl Action {
             Action::CordonAgain { .. } => "cordon_again",
             Action::Taint { .. } => "taint",
             Action::ClearRolledBack { .. } => "clear_rolled_back",
+            Action::Consent { .. } => "consent",
         }
     }
 
@@ -455,6 +471,23 @@ pub struct Skipped {
     pub reason: String,
     /// The reason's word from the closed list.
     pub blocker: Blocker,
+}
+
+/// A node held by workload consent past the environment's `consent_limit`:
+/// reported, never forced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConsentOverdue {
+    /// Node name.
+    pub node: String,
+    /// When drover first saw the consent hold the node (its record's).
+    pub since: DateTime<Utc>,
+    /// The limit it is past.
+    #[serde(serialize_with = "words")]
+    pub limit: Duration,
+}
+
+fn words<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&humantime::format_duration(*d).to_string())
 }
 
 /// The decision for one step.
@@ -492,6 +525,9 @@ pub struct Decision {
     /// Nodes held by a fault of their own, by name: an incomplete
     /// observation now, or a failed call of an earlier step that still holds.
     pub held: Vec<Held>,
+    /// Nodes workload consent has held past `consent_limit`, by name.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub consent_overdue: Vec<ConsentOverdue>,
 }
 
 impl Decision {

@@ -174,6 +174,10 @@ fn blocked<'a>(ctx: &Ctx<'_>, n: &'a NodeView, p: &NodeProgress, t: &mut Tally<'
             .get_or_insert((n.name.clone(), p.message.clone()));
         t.skipped
             .push(skip(n, Blocker::Pdb, format!("blocked: {}", p.message)));
+    } else if n.consent_paused {
+        // A retry is a start: the workload's consent holds it as it holds
+        // an idle node.
+        super::consent::held(ctx, n, t);
     } else if n.unschedulable {
         t.skipped.push(skip(
             n,

@@ -14,6 +14,7 @@
 
 mod apply;
 mod blocker;
+mod consent;
 pub mod decide;
 pub mod decision;
 pub mod engine;
@@ -29,6 +30,8 @@ mod state;
 mod tally;
 mod watch;
 
+#[cfg(test)]
+mod consent_tests;
 #[cfg(test)]
 mod decide_tests;
 #[cfg(test)]
@@ -47,7 +50,9 @@ mod rollback_tests;
 pub use apply::apply;
 pub use blocker::{Blocker, Mover};
 pub use decide::decide;
-pub use decision::{Action, Decision, Held, Inputs, Policy, Skipped, WindowState, HELD_RETRY};
+pub use decision::{
+    Action, ConsentOverdue, Decision, Held, Inputs, Policy, Skipped, WindowState, HELD_RETRY,
+};
 pub use engine::{
     reconcile, Clock, Engine, EngineError, Labels, Outcome, SystemClock, VirtualClock,
 };

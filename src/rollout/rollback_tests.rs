@@ -42,6 +42,7 @@ fn policy(on_failure: OnFailure, max_unavailable: u32, max_rollbacks: u32) -> Po
         prestage: std::time::Duration::ZERO,
         revoked: Vec::new(),
         drain: Vec::new(),
+        consent_limit: None,
     }
 }
 
@@ -238,6 +239,7 @@ fn apply(a: &Action, m: &mut Model) {
         }
         Action::Retarget { progress, .. } => set(m, Some(progress)),
         Action::ClearRolledBack { .. } => m.view.rolled_back.clear(),
+        Action::Consent { hold, .. } => m.view.consent_hold = *hold,
         Action::StopRun { .. } => {}
         Action::CordonAgain { .. } => m.view.unschedulable = true,
         Action::Block {

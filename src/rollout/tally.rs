@@ -95,6 +95,10 @@ pub(super) struct Tally<'a> {
     pub held: Vec<Held>,
     /// Of the skipped nodes, those their workload asks drover to wait on.
     pub consent_held: usize,
+    /// Their names (`consent.rs`).
+    pub consent_nodes: std::collections::BTreeSet<String>,
+    /// Those held past `consent_limit`, in name order.
+    pub consent_overdue: Vec<super::decision::ConsentOverdue>,
     /// Rollbacks started from the target (from the records), this step's
     /// included: what `max_rollbacks` is counted against.
     pub rollbacks: usize,

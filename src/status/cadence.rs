@@ -68,6 +68,12 @@ pub struct NodeDetail {
     /// transient failures, as its termination message said), by name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub driver_retries: Vec<String>,
+    /// Nodes workload consent has held past the environment's
+    /// `consent_limit` (docs/config.md, "Workload consent"): `"<node>:
+    /// held by consent since <time>, past consent_limit (<limit>)"`, by
+    /// name: reported, never forced.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub consent_overdue: Vec<String>,
     /// Names left out of the lists to stay within [`MAX_DETAIL_BYTES`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub omitted: u32,
@@ -103,6 +109,7 @@ impl NodeDetail {
             && self.failed_checks.is_empty()
             && self.drain_rungs.is_empty()
             && self.driver_retries.is_empty()
+            && self.consent_overdue.is_empty()
             && self.omitted == 0
             && self.phases.is_empty()
             && self.blocker.is_none()
@@ -116,21 +123,51 @@ impl NodeDetail {
             .and_then(crate::rollout::Blocker::parse)
     }
 
-    /// The detail with its `blockers` cut to [`MAX_DETAIL_BYTES`] less what
-    /// the lists use, the nodes left out counted in `omitted`.
-    pub fn bounded(mut self) -> Self {
-        let lists: usize = [
+    /// The detail naming the nodes of `overdue` (the decision's), within
+    /// [`MAX_DETAIL_BYTES`] with the lists: the rest are counted in
+    /// `omitted`.
+    pub fn with_consent_overdue(mut self, overdue: &[crate::rollout::ConsentOverdue]) -> Self {
+        let used: usize = self.lists().map(|n| n.len() + 4).sum();
+        let mut budget = MAX_DETAIL_BYTES.saturating_sub(used);
+        for o in overdue {
+            let line = format!(
+                "{}: held by consent since {}, past consent_limit ({})",
+                o.node,
+                o.since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                humantime::format_duration(o.limit)
+            );
+            let cost = line.len() + 4;
+            if cost > budget || line.len() > MAX_CHECK_BYTES {
+                self.omitted += 1;
+                continue;
+            }
+            budget -= cost;
+            self.consent_overdue.push(line);
+        }
+        self
+    }
+
+    /// Every name of the lists the budget counts.
+    fn lists(&self) -> impl Iterator<Item = &String> {
+        [
             &self.in_progress,
             &self.at_version,
             &self.failed,
             &self.blocked,
             &self.rolled_back,
             &self.failed_checks,
+            &self.drain_rungs,
+            &self.driver_retries,
+            &self.consent_overdue,
         ]
-        .iter()
+        .into_iter()
         .flat_map(|l| l.iter())
-        .map(|n| n.len() + 4)
-        .sum();
+    }
+
+    /// The detail with its `blockers` cut to [`MAX_DETAIL_BYTES`] less what
+    /// the lists use, the nodes left out counted in `omitted`.
+    pub fn bounded(mut self) -> Self {
+        let lists: usize = self.lists().map(|n| n.len() + 4).sum();
         let mut budget = MAX_DETAIL_BYTES.saturating_sub(lists);
         let mut omitted = 0u32;
         self.blockers.retain(|node, blocker| {

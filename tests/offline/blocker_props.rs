@@ -404,7 +404,11 @@ fn run(seed: u64, seen: &mut Seen) {
                     let moving = matches!(&o.progress, Ok(Some(p)) if p.state.runs_driver()
                         || matches!(p.state, drover::cluster::ProgressState::Watching | drover::cluster::ProgressState::Passed));
                     let done = o.ready && o.version.as_ref() == Some(&target);
-                    let acted = d.actions.iter().any(|a| a.node() == o.name);
+                    // Recording a consent hold moves nothing.
+                    let acted = d.actions.iter().any(|a| {
+                        a.node() == o.name
+                            && !matches!(a, drover::rollout::Action::Consent { .. })
+                    });
                     !moving && !done && !acted
                 })
                 .count() as u64;

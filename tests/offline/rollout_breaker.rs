@@ -91,6 +91,7 @@ fn policy(c: &Case) -> Policy {
         prestage: Duration::ZERO,
         revoked: Vec::new(),
         drain: Vec::new(),
+        consent_limit: None,
     }
 }
 

@@ -40,6 +40,7 @@ fn policy(target: &str) -> Policy {
         prestage: Duration::ZERO,
         revoked: Vec::new(),
         drain: Vec::new(),
+        consent_limit: None,
     }
 }
 

@@ -222,6 +222,7 @@ fn build(c: &Case, clock: &VirtualClock) -> (Sim, Policy) {
         prestage: std::time::Duration::ZERO,
         revoked: Vec::new(),
         drain: Vec::new(),
+        consent_limit: None,
     };
     (sim, policy)
 }

@@ -33,6 +33,7 @@ fn policy(max: u32, mode: OnDrainTimeout) -> Policy {
         prestage: std::time::Duration::ZERO,
         revoked: Vec::new(),
         drain: Vec::new(),
+        consent_limit: None,
     }
 }
 

@@ -100,6 +100,7 @@ pub fn policy(target: &str, max: u32, drain_timeout: Duration, node_timeout: Dur
         prestage: std::time::Duration::ZERO,
         revoked: Vec::new(),
         drain: Vec::new(),
+        consent_limit: None,
     }
 }
 

@@ -1,0 +1,29 @@
+//! What the agent tells of nodes workload consent holds past the
+//! environment's `consent_limit` (`rollout::consent` decides which): the
+//! status object's `consentOverdue` and the gauge
+//! `drover_consent_overdue_nodes`, from the decision of every pass. The
+//! Warning Event `ConsentOverdue` is the record write's (`events.rs`), once
+//! per hold, and the signed report carries them in `detail.consent_overdue`
+//! (`status::NodeDetail::with_consent_overdue`). Pure but for the gauge.
+
+use super::crd::{ConsentOverdueStatus, DroverStatusStatus};
+use super::metrics::Metrics;
+use crate::rollout::ConsentOverdue;
+
+/// The most nodes the status object names; the gauge counts them all.
+pub const MAX_NAMED: usize = 32;
+
+/// Write `overdue` into the status and the gauge.
+pub fn tell(status: &mut DroverStatusStatus, metrics: &Metrics, overdue: &[ConsentOverdue]) {
+    status.consent_overdue = overdue
+        .iter()
+        .take(MAX_NAMED)
+        .map(|o| ConsentOverdueStatus {
+            node: o.node.clone(),
+            since: super::rfc3339(o.since),
+        })
+        .collect();
+    metrics
+        .consent_overdue
+        .set(i64::try_from(overdue.len()).unwrap_or(i64::MAX));
+}
