@@ -38,39 +38,26 @@ pub(crate) fn stored(obj: &DroverNode) -> Result<Stored, RecordError> {
     })
 }
 
-/// Every field of the status, so that a merge patch of the whole record
-/// removes the ones the new record leaves out (a cleared target, a
-/// message gone).
-const STATUS_FIELDS: [&str; 13] = [
-    "phase",
-    "target",
-    "since",
-    "attempt",
-    "retries",
-    "cordonedByDrover",
-    "previousVersion",
-    "message",
-    "run",
-    "rolledBack",
-    "rollbacksStarted",
-    "observedGeneration",
-    "conditions",
-];
-
-/// Every field of a run, for the same reason: a merge patch merges the
-/// run object key by key, so a new run must remove the last one's uid.
-const RUN_FIELDS: [&str; 6] = ["name", "uid", "action", "version", "attempt", "stopped"];
-
+/// The status with an explicit null for every field of the type it leaves
+/// out, and of its run, so that a merge patch of the whole record removes
+/// what the new record no longer holds (a cleared target, a message gone,
+/// a consent hold released, a new attempt's empty driver runs; a merge
+/// patch merges the run object key by key, so a new run must remove the
+/// last one's uid). The fields are read from the types' schemas, so none
+/// is missed.
 fn whole(status: &DroverNodeStatus) -> Value {
+    fn fill<T: schemars::JsonSchema>(map: &mut serde_json::Map<String, Value>) {
+        let schema = schemars::schema_for!(T);
+        let keys = schema.get("properties").and_then(|p| p.as_object());
+        for key in keys.into_iter().flat_map(|p| p.keys()) {
+            map.entry(key.clone()).or_insert(Value::Null);
+        }
+    }
     let mut value = serde_json::to_value(status).unwrap_or_default();
     if let Value::Object(map) = &mut value {
-        for key in STATUS_FIELDS {
-            map.entry(key).or_insert(Value::Null);
-        }
+        fill::<DroverNodeStatus>(map);
         if let Some(Value::Object(run)) = map.get_mut("run") {
-            for key in RUN_FIELDS {
-                run.entry(key).or_insert(Value::Null);
-            }
+            fill::<wire::RunStatus>(run);
         }
     }
     value
@@ -278,28 +265,40 @@ mod tests {
             retries: 1,
             previous: Some(semver::Version::new(1, 12, 0)),
         };
-        let r = NodeRecord::new("a", "i")
-            .start(p)
-            .with_rolled_back(&[semver::Version::new(1, 11, 0)]);
-        let full = wire::encode(&r, 1, &[], "2026-12-08T02:00:00Z".parse().unwrap());
+        let started = NodeRecord::new("a", "i").start(p);
+        let run = started.run.clone().unwrap().name;
+        let r = started
+            .with_rolled_back(&[semver::Version::new(1, 11, 0)])
+            .driver_said(&crate::record::DriverRun::new(run, [("refresh".into(), 1)]))
+            .with_rungs(&[crate::record::RungUse {
+                rung: crate::record::RungKind::Wait,
+                rule: "r".into(),
+                version: semver::Version::new(1, 13, 0),
+                attempt: 1,
+                detail: "d".into(),
+            }])
+            .unwrap()
+            .with_consent(Some(crate::record::ConsentHold {
+                since: "2026-12-08T01:00:00Z".parse().unwrap(),
+                overdue: true,
+            }));
+        let at = "2026-12-08T02:00:00Z".parse().unwrap();
+        let full = wire::encode(&r, 1, &[], at);
         let keys: Vec<String> = match serde_json::to_value(&full).unwrap() {
             Value::Object(m) => m.keys().cloned().collect(),
             _ => unreachable!(),
         };
+        // A fresh idle record written over it removes every one of them.
+        let blank = whole(&wire::encode(&NodeRecord::new("a", "i2"), 2, &[], at));
         for k in &keys {
             assert!(
-                STATUS_FIELDS.contains(&k.as_str()),
-                "{k} is not in STATUS_FIELDS"
+                blank.get(k).is_some(),
+                "{k} is left out of the whole-record patch: the stored one would be kept"
             );
         }
-        assert_eq!(keys.len(), STATUS_FIELDS.len());
-        let idle = whole(&wire::encode(
-            &r.with_progress(None),
-            2,
-            &[],
-            "2026-12-08T02:00:00Z".parse().unwrap(),
-        ));
-        assert_eq!(idle["target"], Value::Null);
-        assert_eq!(idle["phase"], json!("idle"));
+        assert_eq!(blank["target"], Value::Null);
+        assert_eq!(blank["consentHeldSince"], Value::Null);
+        assert_eq!(blank["driverRuns"], Value::Null);
+        assert_eq!(blank["phase"], json!("idle"));
     }
 }
