@@ -35,6 +35,13 @@ pub trait ClusterBackend: Send + 'static {
         &mut self,
         settings: &Self::Settings,
     ) -> impl Future<Output = Result<Connected<Self::Cluster>, Self::Error>> + Send;
+
+    /// A client that reads the cluster the views act on, for the preflight
+    /// before a window (`super::preflight`); `None` (the default: a backend
+    /// without an API server to read, the simulations) runs none.
+    fn reader(&self) -> Option<kube::Client> {
+        None
+    }
 }
 
 /// The Kubernetes backend: a [`KubeCluster`](crate::kubernetes::KubeCluster)
@@ -108,5 +115,9 @@ impl ClusterBackend for KubeBackend {
         })
         .boxed();
         Ok(Connected { cluster, changes })
+    }
+
+    fn reader(&self) -> Option<kube::Client> {
+        crate::kubernetes::client(self.config.clone(), None).ok()
     }
 }

@@ -48,6 +48,7 @@ pub mod metrics;
 mod migrate;
 pub mod notify;
 mod pass;
+pub mod preflight;
 pub mod rbac;
 mod recorded;
 pub mod recover;
@@ -408,6 +409,7 @@ impl<B: ClusterBackend> Agent<B> {
             admitted: admit::Admitted::default(),
             cluster: act::OnCluster::new(),
             pace: retry::Paced::default(),
+            preflight: Default::default(),
         };
         Ok(Agent {
             state,
@@ -462,6 +464,8 @@ struct Acting<B: ClusterBackend> {
     told: report::Telling,
     /// Events, notifications, metrics, readiness, the pass records.
     edges: Edges,
+    /// The preflight before the next window: `preflight.rs` alone writes it.
+    preflight: preflight::Preflight,
     /// Repeated failures are logged once a minute per kind.
     pace: retry::Paced,
 }

@@ -9,7 +9,9 @@ pub type Permission = (&'static str, &'static str, &'static [&'static str]);
 /// ClusterRole must grant exactly these (tests/offline/agent_manifests.rs checks).
 pub const CLUSTER_PERMISSIONS: &[Permission] = &[
     // crate::kubernetes: observe nodes, cordon and uncordon; the one
-    // migration removes earlier releases' annotations.
+    // migration removes earlier releases' annotations. The preflight before
+    // a window (agent::preflight) lists nodes, pods and PDBs and gets the
+    // pods' owners with the grants below.
     ("", "nodes", &["get", "list", "watch", "patch"]),
     // crate::kubernetes: pods on nodes being drained (field-selected lists
     // and watches). Deleting one is not here: DRAIN_DELETE_PERMISSIONS.

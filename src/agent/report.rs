@@ -129,6 +129,10 @@ impl<B: ClusterBackend> Acting<B> {
         observed: &[NodeView],
         now: DateTime<Utc>,
     ) {
+        // Started off the loop when due, told once it has finished.
+        if let Some(p) = self.preflight(active, window).await {
+            self.told.status.preflight = Some(p);
+        }
         let d = &outcome.decision;
         for a in &d.actions {
             health::count_failure(&self.edges.metrics, &self.cfg.env, a);

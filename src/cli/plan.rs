@@ -450,20 +450,20 @@ fn preflight(g: &Global, args: &Args, env: &EnvConfig) -> anyhow::Result<Outcome
         .enable_all()
         .build()?;
     let selector = env.rollout.node_selector.as_str();
-    let snap = rt.block_on(async {
+    let checked = rt.block_on(async {
         let config = super::kube_config(args.kubeconfig.as_deref()).await?;
         let client = kube::Client::try_from(config)?;
-        anyhow::Ok(crate::preflight::read::snapshot(&client, selector).await?)
+        anyhow::Ok(crate::preflight::check(&client, selector).await?)
     });
-    let snap = match snap {
-        Ok(s) => s,
+    let checked = match checked {
+        Ok(c) => c,
         Err(e) => return super::reject(g, vec![super::explain::explain(&e).into()]),
     };
     let report = Preflight {
         env: &args.env,
         node_selector: selector,
-        nodes: snap.nodes.len(),
-        findings: crate::preflight::findings(&snap),
+        nodes: checked.nodes,
+        findings: checked.findings,
     };
     if g.format.is_document() {
         // As doctor: ok false when anything is found, each finding also an error.

@@ -3,7 +3,9 @@
 //! of what the cluster holds ([`Snapshot`]: the selected nodes, the pods on
 //! them, the PodDisruptionBudgets, the replica counts of the pods' owners)
 //! into a closed list of [`Finding`]s; [`read`] fills the snapshot from a
-//! cluster, read-only. `drover plan --preflight` prints it.
+//! cluster, read-only; [`check`] is both, the one check `drover plan
+//! --preflight` prints and the agent runs before a window opens
+//! (`agent::preflight`).
 //!
 //! The rules follow what the Eviction API and `kubectl drain` do: a
 //! DaemonSet's pods and static (mirror) pods are not evicted, finished pods
@@ -196,6 +198,37 @@ fn never_allows(pdb: &PodDisruptionBudget) -> Option<String> {
     let min = resolve(spec.min_available.as_ref()?, expected)?;
     (expected > 0 && min >= expected).then(|| {
         format!("minAvailable {min} with {expected} pod(s) expected: no pod may ever be evicted")
+    })
+}
+
+/// What one preflight found: how many nodes it read, and every finding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checked {
+    /// The selected nodes read.
+    pub nodes: usize,
+    /// Every finding, ordered by kind, then object ([`findings`]).
+    pub findings: Vec<Finding>,
+}
+
+impl Checked {
+    /// How many findings of each kind (kinds with none left out).
+    pub fn counts(&self) -> BTreeMap<Kind, u32> {
+        let mut out = BTreeMap::new();
+        for f in &self.findings {
+            *out.entry(f.kind).or_insert(0u32) += 1;
+        }
+        out
+    }
+}
+
+/// The preflight of the nodes `node_selector` selects in `client`'s
+/// cluster: read ([`read::snapshot`], bounded), then judged ([`findings`]).
+/// `drover plan --preflight` and the agent both run this, and nothing else.
+pub async fn check(client: &kube::Client, node_selector: &str) -> Result<Checked, read::ReadError> {
+    let snap = read::snapshot(client, node_selector).await?;
+    Ok(Checked {
+        nodes: snap.nodes.len(),
+        findings: findings(&snap),
     })
 }
 

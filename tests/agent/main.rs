@@ -25,6 +25,7 @@ mod agent_migrate;
 mod agent_notify;
 mod agent_outage;
 mod agent_poll;
+mod agent_preflight;
 mod agent_rbac;
 mod agent_records;
 mod agent_revoked;

@@ -6,87 +6,12 @@
 
 use std::collections::BTreeSet;
 
-use crate::support::kube::{
-    await_pdb, create, daemon_pod, pdb_settled, pod_on, sim_options, ControlPlane, TestNamespace,
-};
+use crate::support::kube::{sim_options, ControlPlane, TestNamespace};
 use crate::support::kubelet::Kubelet;
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::Api;
-use kube::{Client, ResourceExt};
-use serde_json::json;
+use crate::support::preflight::{plant_blockers, plant_healthy};
+use kube::Client;
 
 const POOL: &str = "drover-test/pool";
-
-fn owned(mut pod: Pod, kind: &str, name: &str, uid: &str) -> Pod {
-    pod.metadata.owner_references = Some(vec![OwnerReference {
-        api_version: "apps/v1".into(),
-        kind: kind.into(),
-        name: name.into(),
-        uid: uid.into(),
-        controller: Some(true),
-        ..Default::default()
-    }]);
-    pod
-}
-
-fn fake_uid(i: usize) -> String {
-    format!("00000000-0000-0000-0000-{i:012}")
-}
-
-fn pdb(name: &str, app: &str, spec: serde_json::Value) -> PodDisruptionBudget {
-    let mut spec = spec;
-    spec["selector"] = json!({ "matchLabels": { "app": app } });
-    serde_json::from_value(json!({
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-        "metadata": { "name": name }, "spec": spec,
-    }))
-    .unwrap()
-}
-
-/// A Deployment of `replicas`, its ReplicaSet, and that ReplicaSet's pod
-/// on `node` (no controller-manager runs: each object is created as the
-/// controllers would have made it).
-async fn deployment(client: &Client, ns: &str, name: &str, replicas: i32, node: &str) {
-    let labels = json!({ "app": name });
-    let template = json!({
-        "metadata": { "labels": labels },
-        "spec": { "containers": [{ "name": "app", "image": "registry.example/app:1" }] },
-    });
-    let deps: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    let dep: Deployment = serde_json::from_value(json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": { "name": name },
-        "spec": { "replicas": replicas, "selector": { "matchLabels": labels }, "template": template },
-    }))
-    .unwrap();
-    let dep = create(&deps, &dep).await;
-    let rss: Api<ReplicaSet> = Api::namespaced(client.clone(), ns);
-    let mut rs: ReplicaSet = serde_json::from_value(json!({
-        "apiVersion": "apps/v1", "kind": "ReplicaSet",
-        "metadata": { "name": format!("{name}-7d9f") },
-        "spec": { "replicas": replicas, "selector": { "matchLabels": labels }, "template": template },
-    }))
-    .unwrap();
-    rs.metadata.owner_references = Some(vec![OwnerReference {
-        api_version: "apps/v1".into(),
-        kind: "Deployment".into(),
-        name: name.into(),
-        uid: dep.uid().unwrap(),
-        controller: Some(true),
-        ..Default::default()
-    }]);
-    let rs = create(&rss, &rs).await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let pod = pod_on(&format!("{name}-7d9f-a"), node, &[("app", name)], 1);
-    create(
-        &pods,
-        &owned(pod, "ReplicaSet", &rs.name_any(), &rs.uid().unwrap()),
-    )
-    .await;
-}
 
 /// `drover plan --preflight` for the nodes of `pool`: exit code and findings as (kind, object).
 fn preflight(pool: &str) -> (i32, BTreeSet<(String, String)>, serde_json::Value) {
@@ -143,111 +68,13 @@ async fn preflight_lists_every_planted_blocker_once_and_nothing_on_a_healthy_poo
     let healthy = TestNamespace::create(&client, "preflight-ok").await;
     let (sim_a, a) = pool(&client, &planted, 5).await;
     let (sim_b, b) = pool(&client, &healthy, 3).await;
-    let (ns, pods, pdbs) = (
-        planted.name(),
-        Api::<Pod>::namespaced(client.clone(), planted.name()),
-        Api::<PodDisruptionBudget>::namespaced(client.clone(), planted.name()),
-    );
-    let mut expected = BTreeSet::new();
-    for i in 0..10 {
-        let node = &a[i % a.len()];
-        let other = &a[(i + 1) % a.len()];
-        // A PDB that can never allow an eviction: minAvailable = its pods.
-        let app = format!("never-{i}");
-        for (j, n) in [node, other].into_iter().enumerate() {
-            let p = pod_on(&format!("{app}-{j}"), n, &[("app", &app)], 1);
-            create(
-                &pods,
-                &owned(p, "ReplicaSet", &format!("{app}-rs"), &fake_uid(i)),
-            )
-            .await;
-        }
-        create(&pdbs, &pdb(&app, &app, json!({ "minAvailable": 2 }))).await;
-        expected.insert(("pdb-never-allows".into(), format!("{ns}/{app}")));
-        // A PDB that could allow one but allows none now: one of its three
-        // pods is bound to a node that does not exist, so never Ready.
-        let app = format!("busy-{i}");
-        for (j, n) in [node.as_str(), other.as_str(), "nowhere"]
-            .into_iter()
-            .enumerate()
-        {
-            let p = pod_on(&format!("{app}-{j}"), n, &[("app", &app)], 1);
-            create(
-                &pods,
-                &owned(p, "ReplicaSet", &format!("{app}-rs"), &fake_uid(100 + i)),
-            )
-            .await;
-        }
-        create(&pdbs, &pdb(&app, &app, json!({ "minAvailable": 2 }))).await;
-        expected.insert(("pdb-allows-none-now".into(), format!("{ns}/{app}")));
-        // A Deployment of one replica.
-        let app = format!("single-{i}");
-        deployment(&client, ns, &app, 1, node).await;
-        expected.insert(("single-replica".into(), format!("{ns}/{app}")));
-        // A pod no controller owns.
-        let app = format!("bare-{i}");
-        create(&pods, &pod_on(&app, node, &[("app", &app)], 1)).await;
-        expected.insert(("no-controller".into(), format!("{ns}/{app}")));
-        // A pod with an emptyDir.
-        let app = format!("scratch-{i}");
-        let mut p = owned(
-            pod_on(&format!("{app}-0"), node, &[("app", &app)], 1),
-            "ReplicaSet",
-            &format!("{app}-rs"),
-            &fake_uid(200 + i),
-        );
-        p.spec.as_mut().unwrap().volumes = Some(vec![serde_json::from_value(
-            json!({ "name": "scratch", "emptyDir": {} }),
-        )
-        .unwrap()]);
-        create(&pods, &p).await;
-        expected.insert(("local-storage".into(), format!("{ns}/{app}-0")));
-    }
+    let ns = planted.name();
+    let expected = plant_blockers(&client, ns, &a).await;
     assert_eq!(expected.len(), 50);
-
-    // The healthy pool: replicated Deployments behind PDBs that allow one
-    // disruption, a DaemonSet's pods, and the planted pool's PDBs (which
-    // select nothing here) on the same API server.
-    let (hns, hpods, hpdbs) = (
-        healthy.name(),
-        Api::<Pod>::namespaced(client.clone(), healthy.name()),
-        Api::<PodDisruptionBudget>::namespaced(client.clone(), healthy.name()),
-    );
-    for i in 0..5 {
-        let app = format!("web-{i}");
-        deployment(&client, hns, &app, 3, &b[i % b.len()]).await;
-        for (j, n) in b.iter().enumerate().take(2) {
-            let p = pod_on(&format!("{app}-x-{j}"), n, &[("app", &app)], 1);
-            create(
-                &hpods,
-                &owned(p, "ReplicaSet", &format!("{app}-7d9f"), &fake_uid(300 + i)),
-            )
-            .await;
-        }
-        create(&hpdbs, &pdb(&app, &app, json!({ "maxUnavailable": 1 }))).await;
-    }
-    for (i, n) in b.iter().enumerate() {
-        create(&hpods, &daemon_pod(&format!("node-agent-{i}"), n)).await;
-    }
-    // Every PDB's status computed before the cluster is read.
-    for i in 0..10 {
-        for (app, allowed) in [(format!("never-{i}"), 0), (format!("busy-{i}"), 0)] {
-            await_pdb(&client, ns, &app, "status computed", |p| {
-                pdb_settled(p, |s| s.disruptions_allowed == Some(allowed))
-            })
-            .await;
-        }
-    }
-    for i in 0..5 {
-        await_pdb(
-            &client,
-            hns,
-            &format!("web-{i}"),
-            "one disruption allowed",
-            |p| pdb_settled(p, |s| s.disruptions_allowed == Some(1)),
-        )
-        .await;
-    }
+    // The healthy pool, with the planted pool's PDBs (which select nothing
+    // there) on the same API server.
+    let hns = healthy.name();
+    plant_healthy(&client, hns, &b).await;
 
     let (code, found, doc) = preflight(ns);
     let missed: Vec<_> = expected.difference(&found).collect();

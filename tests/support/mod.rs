@@ -18,6 +18,8 @@
 //!   Kubernetes backend.
 //! - [`agent`]: the agent's world: a signed config repository served by
 //!   `git daemon`, the CRD, agents in-process or as processes.
+//! - [`preflight`]: the preflight's fixtures: 50 planted blockers, ten of
+//!   each kind, and a healthy control pool.
 //! - [`prometheus`]: a real Prometheus scraping an exporter the test sets.
 //! - [`bottlerocket_api`]: a node's Bottlerocket API on a Unix socket.
 //! - [`notify`]: a notification receiver on loopback that checks each
@@ -40,6 +42,7 @@ pub mod identity;
 pub mod kube;
 pub mod kubelet;
 pub mod notify;
+pub mod preflight;
 pub mod prometheus;
 pub mod proxy;
 pub mod time;

@@ -1,0 +1,193 @@
+//! The preflight's fixtures (`drover plan --preflight` and the agent's
+//! preflight before a window read them alike): 50 planted blockers, ten of
+//! each kind, on a pool of simulated nodes, and a control pool of healthy
+//! workloads. No controller-manager runs: each object is created as the
+//! controllers would have made it, and the simulated kubelet computes every
+//! PodDisruptionBudget's status.
+
+use std::collections::BTreeSet;
+
+use super::kube::{await_pdb, create, daemon_pod, pdb_settled, pod_on};
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::Api;
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+fn owned(mut pod: Pod, kind: &str, name: &str, uid: &str) -> Pod {
+    pod.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: "apps/v1".into(),
+        kind: kind.into(),
+        name: name.into(),
+        uid: uid.into(),
+        controller: Some(true),
+        ..Default::default()
+    }]);
+    pod
+}
+
+fn fake_uid(i: usize) -> String {
+    format!("00000000-0000-0000-0000-{i:012}")
+}
+
+fn pdb(name: &str, app: &str, spec: serde_json::Value) -> PodDisruptionBudget {
+    let mut spec = spec;
+    spec["selector"] = json!({ "matchLabels": { "app": app } });
+    serde_json::from_value(json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": { "name": name }, "spec": spec,
+    }))
+    .unwrap()
+}
+
+/// A Deployment of `replicas`, its ReplicaSet, and that ReplicaSet's pod
+/// on `node` (no controller-manager runs: each object is created as the
+/// controllers would have made it).
+pub async fn deployment(client: &Client, ns: &str, name: &str, replicas: i32, node: &str) {
+    let labels = json!({ "app": name });
+    let template = json!({
+        "metadata": { "labels": labels },
+        "spec": { "containers": [{ "name": "app", "image": "registry.example/app:1" }] },
+    });
+    let deps: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let dep: Deployment = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": { "name": name },
+        "spec": { "replicas": replicas, "selector": { "matchLabels": labels }, "template": template },
+    }))
+    .unwrap();
+    let dep = create(&deps, &dep).await;
+    let rss: Api<ReplicaSet> = Api::namespaced(client.clone(), ns);
+    let mut rs: ReplicaSet = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": { "name": format!("{name}-7d9f") },
+        "spec": { "replicas": replicas, "selector": { "matchLabels": labels }, "template": template },
+    }))
+    .unwrap();
+    rs.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: "apps/v1".into(),
+        kind: "Deployment".into(),
+        name: name.into(),
+        uid: dep.uid().unwrap(),
+        controller: Some(true),
+        ..Default::default()
+    }]);
+    let rs = create(&rss, &rs).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod = pod_on(&format!("{name}-7d9f-a"), node, &[("app", name)], 1);
+    create(
+        &pods,
+        &owned(pod, "ReplicaSet", &rs.name_any(), &rs.uid().unwrap()),
+    )
+    .await;
+}
+
+/// Plant 50 blockers in namespace `ns` on `a` (at least two nodes), ten of
+/// each kind, and wait until every PDB's status is computed; returns them
+/// as (kind, object), as `drover plan --preflight` names them.
+pub async fn plant_blockers(client: &Client, ns: &str, a: &[String]) -> BTreeSet<(String, String)> {
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), ns);
+    let mut expected = BTreeSet::new();
+    for i in 0..10 {
+        let node = &a[i % a.len()];
+        let other = &a[(i + 1) % a.len()];
+        // A PDB that can never allow an eviction: minAvailable = its pods.
+        let app = format!("never-{i}");
+        for (j, n) in [node, other].into_iter().enumerate() {
+            let p = pod_on(&format!("{app}-{j}"), n, &[("app", &app)], 1);
+            create(
+                &pods,
+                &owned(p, "ReplicaSet", &format!("{app}-rs"), &fake_uid(i)),
+            )
+            .await;
+        }
+        create(&pdbs, &pdb(&app, &app, json!({ "minAvailable": 2 }))).await;
+        expected.insert(("pdb-never-allows".into(), format!("{ns}/{app}")));
+        // A PDB that could allow one but allows none now: one of its three
+        // pods is bound to a node that does not exist, so never Ready.
+        let app = format!("busy-{i}");
+        for (j, n) in [node.as_str(), other.as_str(), "nowhere"]
+            .into_iter()
+            .enumerate()
+        {
+            let p = pod_on(&format!("{app}-{j}"), n, &[("app", &app)], 1);
+            create(
+                &pods,
+                &owned(p, "ReplicaSet", &format!("{app}-rs"), &fake_uid(100 + i)),
+            )
+            .await;
+        }
+        create(&pdbs, &pdb(&app, &app, json!({ "minAvailable": 2 }))).await;
+        expected.insert(("pdb-allows-none-now".into(), format!("{ns}/{app}")));
+        // A Deployment of one replica.
+        let app = format!("single-{i}");
+        deployment(client, ns, &app, 1, node).await;
+        expected.insert(("single-replica".into(), format!("{ns}/{app}")));
+        // A pod no controller owns.
+        let app = format!("bare-{i}");
+        create(&pods, &pod_on(&app, node, &[("app", &app)], 1)).await;
+        expected.insert(("no-controller".into(), format!("{ns}/{app}")));
+        // A pod with an emptyDir.
+        let app = format!("scratch-{i}");
+        let mut p = owned(
+            pod_on(&format!("{app}-0"), node, &[("app", &app)], 1),
+            "ReplicaSet",
+            &format!("{app}-rs"),
+            &fake_uid(200 + i),
+        );
+        p.spec.as_mut().unwrap().volumes = Some(vec![serde_json::from_value(
+            json!({ "name": "scratch", "emptyDir": {} }),
+        )
+        .unwrap()]);
+        create(&pods, &p).await;
+        expected.insert(("local-storage".into(), format!("{ns}/{app}-0")));
+    }
+    assert_eq!(expected.len(), 50);
+
+    for i in 0..10 {
+        for (app, allowed) in [(format!("never-{i}"), 0), (format!("busy-{i}"), 0)] {
+            await_pdb(client, ns, &app, "status computed", |p| {
+                pdb_settled(p, |s| s.disruptions_allowed == Some(allowed))
+            })
+            .await;
+        }
+    }
+    expected
+}
+
+/// The control: in namespace `hns` on `b`, replicated Deployments behind
+/// PDBs that allow one disruption and a DaemonSet's pods, every PDB's
+/// status computed: nothing a preflight should list.
+pub async fn plant_healthy(client: &Client, hns: &str, b: &[String]) {
+    let hpods = Api::<Pod>::namespaced(client.clone(), hns);
+    let hpdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), hns);
+    for i in 0..5 {
+        let app = format!("web-{i}");
+        deployment(client, hns, &app, 3, &b[i % b.len()]).await;
+        for (j, n) in b.iter().enumerate().take(2) {
+            let p = pod_on(&format!("{app}-x-{j}"), n, &[("app", &app)], 1);
+            create(
+                &hpods,
+                &owned(p, "ReplicaSet", &format!("{app}-7d9f"), &fake_uid(300 + i)),
+            )
+            .await;
+        }
+        create(&hpdbs, &pdb(&app, &app, json!({ "maxUnavailable": 1 }))).await;
+    }
+    for (i, n) in b.iter().enumerate() {
+        create(&hpods, &daemon_pod(&format!("node-agent-{i}"), n)).await;
+    }
+    for i in 0..5 {
+        await_pdb(
+            client,
+            hns,
+            &format!("web-{i}"),
+            "one disruption allowed",
+            |p| pdb_settled(p, |s| s.disruptions_allowed == Some(1)),
+        )
+        .await;
+    }
+}
