@@ -154,7 +154,7 @@ fn template() -> serde_json::Value {
 
 /// Which workload the test's controller plays.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(crate) enum Kind {
     Deployment,
     StatefulSet,
 }
@@ -162,7 +162,7 @@ enum Kind {
 /// The one workload `web` (one replica) with its pod on `node`, its
 /// status current, and a PDB `minAvailable: 1` over it: no eviction of
 /// its pod is ever allowed.
-async fn workload(client: &Client, ns: &str, node: &str, kind: Kind) {
+pub(crate) async fn workload(client: &Client, ns: &str, node: &str, kind: Kind) {
     let pp = PostParams::default();
     let (owner_ref, pod) = match kind {
         Kind::Deployment => {
@@ -328,7 +328,7 @@ where
 /// a new ReplicaSet and pod on another schedulable node, Ready, then the
 /// old pod deleted. A StatefulSet: its pod deleted, then made again on
 /// another schedulable node. Returns the rollouts it made.
-async fn controller(client: Client, ns: String, kind: Kind) -> u32 {
+pub(crate) async fn controller(client: Client, ns: String, kind: Kind) -> u32 {
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let mut rollouts = 0;
     loop {
@@ -466,7 +466,7 @@ impl Availability {
     }
 }
 
-const SINGLETONS: &str =
+pub(crate) const SINGLETONS: &str =
     "[[drain]]\nname = \"singletons\"\nselector = \"app=web\"\nladder = [\"restart\"]\n";
 
 #[tokio::test]

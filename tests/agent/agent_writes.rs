@@ -93,14 +93,16 @@ async fn bump(repo: &ConfigRepo, agent: &RunningAgent) {
     assert_eq!(agent.webhook().await, 202);
 }
 
-fn given_back_at_target(n: &Node, p: Option<&NodeProgress>) -> bool {
+pub(crate) fn given_back_at_target(n: &Node, p: Option<&NodeProgress>) -> bool {
     !unschedulable(n) && p.is_none() && os_image(n).contains("1.13.0")
 }
 
 /// The writes of `user_agent` since `from` that are about `node`: its
-/// patches, its record and the Jobs in `ns`, the Events on it; each as
-/// `verb resource`, landed (2xx) and refused apart.
-fn node_writes(
+/// patches, its record and its Jobs in `ns`, the Events on it, and what a
+/// drain rule's rung writes in `ns` (a pod deleted, a Deployment or
+/// StatefulSet restarted); each as `verb resource`, landed (2xx) and
+/// refused apart.
+pub(crate) fn node_writes(
     log: &[Audited],
     user_agent: &str,
     from: DateTime<Utc>,
@@ -112,8 +114,9 @@ fn node_writes(
     let about_node = |a: &Audited| match a.resource.as_str() {
         "nodes" => a.name == node,
         "drovernodes" => a.namespace == ns && a.name == node,
-        "jobs" => a.namespace == ns,
+        "jobs" => a.namespace == ns && a.name.contains(node),
         "events" => a.name.starts_with(&format!("{node}.")),
+        "pods" | "deployments" | "statefulsets" => a.namespace == ns,
         _ => false,
     };
     for a in log.iter().filter(|a| {
@@ -226,7 +229,7 @@ async fn upgrade_one_node(
     (landed, reasons)
 }
 
-fn counts(of: &[(&str, usize)]) -> BTreeMap<String, usize> {
+pub(crate) fn counts(of: &[(&str, usize)]) -> BTreeMap<String, usize> {
     of.iter().map(|(k, n)| (k.to_string(), *n)).collect()
 }
 

@@ -30,6 +30,7 @@ mod agent_rbac;
 mod agent_records;
 mod agent_revoked;
 mod agent_rollback;
+mod agent_rung_writes;
 mod agent_seams;
 mod agent_status_branches;
 mod agent_story;
