@@ -6,12 +6,36 @@
 //! per hold, and the signed report carries them in `detail.consent_overdue`
 //! (`status::NodeDetail::with_consent_overdue`). Pure but for the gauge.
 
-use super::crd::{ConsentOverdueStatus, DroverStatusStatus};
+use super::crd::DroverStatusStatus;
 use super::metrics::Metrics;
 use crate::rollout::ConsentOverdue;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A node held by workload consent past `consent_limit`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsentOverdueStatus {
+    /// The node.
+    pub node: String,
+    /// When drover first saw consent hold it (RFC 3339, its record's).
+    pub since: String,
+}
 
 /// The most nodes the status object names; the gauge counts them all.
 pub const MAX_NAMED: usize = 32;
+
+/// The Warning Event's note for a hold drover first saw at `since`, now
+/// past the limit.
+pub fn overdue_note(since: chrono::DateTime<chrono::Utc>) -> String {
+    format!(
+        "workload consent ({}={}) has held the node since {}, past the environment's \
+         consent_limit: reported, not forced; the node is started once the label is removed",
+        crate::config::CONSENT_LABEL,
+        crate::config::CONSENT_PAUSED,
+        super::rfc3339(since)
+    )
+}
 
 /// Write `overdue` into the status and the gauge.
 pub fn tell(status: &mut DroverStatusStatus, metrics: &Metrics, overdue: &[ConsentOverdue]) {

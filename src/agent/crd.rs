@@ -96,12 +96,12 @@ pub struct DroverStatusStatus {
     /// the environment's `consent_limit`, by name (at most 32): reported,
     /// never forced; their blocker stays `consent`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub consent_overdue: Vec<ConsentOverdueStatus>,
+    pub consent_overdue: Vec<super::consent::ConsentOverdueStatus>,
     /// The last preflight the agent ran before a window opened: what
     /// would keep a drain from finishing on the selected nodes, as `drover
     /// plan --preflight` lists it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub preflight: Option<PreflightStatus>,
+    pub preflight: Option<super::preflight::PreflightStatus>,
     /// Selected nodes Ready at the target over selected nodes, e.g. "4/6".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at_version: Option<String>,
@@ -186,37 +186,6 @@ pub struct DroverStatusStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "crate::record::conditions_schema")]
     pub conditions: Vec<Condition>,
-}
-
-/// A node held by workload consent past `consent_limit`.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ConsentOverdueStatus {
-    /// The node.
-    pub node: String,
-    /// When drover first saw consent hold it (RFC 3339, its record's).
-    pub since: String,
-}
-
-/// A summary of the last preflight before a window.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct PreflightStatus {
-    /// When it ran (RFC 3339).
-    pub time: String,
-    /// The window it ran before (RFC 3339 of its opening).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub window: Option<String>,
-    /// Selected nodes it read.
-    #[serde(default)]
-    pub nodes: u32,
-    /// What it found, by kind (`pdb-never-allows`, `single-replica`, ...;
-    /// kinds with none left out).
-    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub blockers: std::collections::BTreeMap<String, u32>,
-    /// Why it could not read the cluster, when it could not.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
 }
 
 /// A config head the agent refused to apply.

@@ -537,14 +537,7 @@ impl Events {
             Action::Consent { hold: Some(h), .. } if h.overdue => (
                 Severity::Warning,
                 "ConsentOverdue",
-                format!(
-                    "workload consent ({}={}) has held the node since {}, past the \
-                     environment's consent_limit: reported, not forced; the node is \
-                     started once the label is removed",
-                    crate::config::CONSENT_LABEL,
-                    crate::config::CONSENT_PAUSED,
-                    super::rfc3339(h.since)
-                ),
+                super::consent::overdue_note(h.since),
             ),
             // A hold beginning or ending is the workload's routine.
             Action::Consent { hold, .. } => {

@@ -14,13 +14,14 @@
 //! one's result; a pass or a halt never waits for it. A backend without a
 //! cluster to read (the simulations) runs none.
 
-use super::crd::PreflightStatus;
 use super::events::Severity;
 use super::{rfc3339, Acting, Active, ClusterBackend};
 use crate::preflight::{Checked, Kind};
 use crate::window::WindowState;
 use chrono::{DateTime, Utc};
 use futures::FutureExt;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// How long before a window opens the first preflight runs.
@@ -31,6 +32,27 @@ pub const EVERY: Duration = Duration::from_secs(15 * 60);
 pub const READ_TIMEOUT: Duration = Duration::from_secs(60);
 /// The most findings an Event names (the status and the metric count all).
 const MAX_NAMED: usize = 8;
+
+/// A summary of the last preflight before a window.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreflightStatus {
+    /// When it ran (RFC 3339).
+    pub time: String,
+    /// The window it ran before (RFC 3339 of its opening).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
+    /// Selected nodes it read.
+    #[serde(default)]
+    pub nodes: u32,
+    /// What it found, by kind (`pdb-never-allows`, `single-replica`, ...;
+    /// kinds with none left out).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub blockers: std::collections::BTreeMap<String, u32>,
+    /// Why it could not read the cluster, when it could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
 
 /// One preflight's outcome: what it found, or why it could not read.
 type Outcome = Result<Checked, String>;
