@@ -442,7 +442,8 @@ impl<B: ClusterBackend> Agent<B> {
 /// doc names it): the term (`lifecycle.rs`), the fetch (`fetch.rs`), what
 /// admission admitted (`admit.rs`), what acting on the cluster carries
 /// (`act.rs`), what the cluster is told (`report.rs`, the others handing in
-/// their part). The rest are settings and handles nobody writes.
+/// their part), the preflight before a window (`preflight.rs`). The rest
+/// are settings and handles nobody writes.
 struct Acting<B: ClusterBackend> {
     cfg: AgentConfig,
     clock: SharedClock,
