@@ -50,6 +50,11 @@ pub struct Rejection {
     pub version: Option<Version>,
     /// The gate's refusal, when the gate refused.
     pub refusal: Option<Box<crate::gate::Refusal>>,
+    /// What the refused head's `[promotion] revoked` lists (version and
+    /// reason) when it passed the trust check and its config is valid
+    /// (the gate refused it). A revocation only stops: the agent honours
+    /// it from a trusted head the gate refuses, never from an untrusted one.
+    pub revokes: Box<[(Version, String)]>,
 }
 
 impl fmt::Display for Rejection {
@@ -80,6 +85,7 @@ pub(super) fn reject(stage: Stage, code: &str, message: String) -> Rejection {
         message,
         version: None,
         refusal: None,
+        revokes: Box::default(),
     }
 }
 
@@ -155,11 +161,22 @@ pub fn admit_head(
             format!("{ENV_DIR}/{env}.toml does not exist"),
         ));
     };
+    let revokes = || {
+        judged
+            .head
+            .config
+            .root
+            .revoked
+            .iter()
+            .map(|r| (r.version.clone(), r.reason.clone()))
+            .collect()
+    };
     let decision = match judged.verdict(env) {
         Some(EnvVerdict::Decided(Decision::Refused(r))) => {
             let mut rej = reject(Stage::Gate, reason_code(&r.reason), r.to_string());
             rej.version = Some(version);
             rej.refusal = Some(Box::new(r.clone()));
+            rej.revokes = revokes();
             return Err(rej);
         }
         Some(EnvVerdict::Decided(d)) => d.clone(),
@@ -172,6 +189,7 @@ pub fn admit_head(
                 format!("{env} is not in the promotion chain of {ROOT_FILE}"),
             );
             rej.version = Some(version);
+            rej.revokes = revokes();
             return Err(rej);
         }
     };

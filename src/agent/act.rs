@@ -101,7 +101,17 @@ impl<B: ClusterBackend> Acting<B> {
         let tick = Next {
             after: self.cfg.tick,
         };
-        let Some(active) = self.admitted.active.clone() else {
+        if !self.fetching.ended_in_term && self.fetching.in_flight.is_some() {
+            // A term acts once its first fetch has ended (bounded by the
+            // fetch's timeout) and the newest head is judged: that head may
+            // revoke the applied version, and acting on the applied config
+            // meanwhile started a node the next pass gave back (simulation
+            // seed 514, after a restart). Nothing is told until then.
+            return Next {
+                after: Duration::from_secs(1).min(self.cfg.tick),
+            };
+        }
+        let Some(active) = self.admitted.in_force() else {
             if !self.term.status_read {
                 // The status object could not be read when this term began:
                 // what the last leader applied is unknown, which is not "no

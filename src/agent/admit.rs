@@ -58,6 +58,36 @@ pub(super) struct Admitted {
 }
 
 impl Admitted {
+    /// The applied config as it is in force: with what a trusted newer
+    /// head that the gate refused revokes. A revocation only stops, so it
+    /// is not held back with the rest of a refused head: a version revoked
+    /// and a new one pinned within one poll are refused together as one
+    /// span that changes the policy and the pin, and the agent went on
+    /// moving nodes to the version just revoked (simulation seed 514). An
+    /// untrusted head's revocations never count (its refusal lists none).
+    pub(super) fn in_force(&self) -> Option<Active> {
+        let mut active = self.active.clone()?;
+        let Some(k) = self
+            .kept
+            .as_ref()
+            .filter(|k| k.applied == Some(active.commit))
+        else {
+            return Some(active);
+        };
+        for (v, why) in &k.refusal.revokes {
+            if !active.revoked_versions.contains(v) {
+                active.revoked_versions.push(v.clone());
+            }
+            if active.revoked.is_none() && crate::gate::revokes(v, &active.env.version) {
+                active.revoked = Some(format!(
+                    "{why} (in {:.12}, a signed change the gate refused)",
+                    k.head.to_string()
+                ));
+            }
+        }
+        Some(active)
+    }
+
     /// The status object as read is the starting point: its trust
     /// annotation, and no applied config if its applied commit is another.
     pub(super) fn adopt(&mut self, trust_annotation: Option<String>, applied_moved: bool) {
@@ -434,6 +464,7 @@ impl<B: ClusterBackend> Acting<B> {
                     version: None,
                     reads_store: false,
                     until: None,
+                    revokes: Vec::new(),
                 })
             }
         };
@@ -515,6 +546,7 @@ impl<B: ClusterBackend> Acting<B> {
             version: pinned.map(|a| a.env.version),
             reads_store: false,
             until: None,
+            revokes: Vec::new(),
         })
     }
 

@@ -38,6 +38,8 @@ pub(super) struct Refusal {
     pub(super) reads_store: bool,
     /// When the verdict changes by itself (a soak passes).
     pub(super) until: Option<DateTime<Utc>>,
+    /// What a trusted head the gate refused revokes (`Rejection::revokes`).
+    pub(super) revokes: Vec<(semver::Version, String)>,
 }
 
 impl Refusal {
@@ -110,6 +112,7 @@ impl<B: ClusterBackend> Acting<B> {
                 version,
                 reads_store: false,
                 until: None,
+                revokes: Vec::new(),
             })
         };
         let refuse2 = refuse.clone();
@@ -223,6 +226,7 @@ fn refusal_of(commit: &str, r: Rejection) -> Refusal {
         reads_store: r.stage == Stage::Gate,
         until,
         version: r.version,
+        revokes: r.revokes.into_vec(),
         refused: Refused {
             commit: commit.to_owned(),
             stage: r.stage.as_str().into(),

@@ -392,3 +392,106 @@ fn revoke(repo: &ConfigRepo, version: &str, reason: &str) -> String {
     repo.push();
     head
 }
+
+/// The fix pinned with the revocation: 1.13.0 pinned and waiting for its
+/// window, then "revoke 1.13.0" and "pin 1.13.1" merged one after the other
+/// and fetched in one poll. The span changes the policy and the pin, so the
+/// gate refuses it whole (as it refuses a split push); the revocation in it
+/// still stops 1.13.0, because a revocation only stops (simulation seed
+/// 514 went on moving nodes to the version just revoked). Attack: the same
+/// revocation in a commit nobody signed is not honoured: its head fails the
+/// trust check and 1.13.0 rolls out as the applied commit says.
+#[tokio::test]
+async fn a_revocation_in_a_head_the_gate_refuses_stops_the_applied_version_only_when_signed() {
+    for signed in [true, false] {
+        let cp = ControlPlane::get();
+        let client = cp.admin_client().await;
+        install_crd(&client).await;
+        let ns = TestNamespace::create(&client, "revoked-span").await;
+        let sim = start_sim(&client, pool_options(ns.name(), 1)).await;
+        let node = sim.node_names()[0].clone();
+        let repo = ConfigRepo::new(&[EnvSpec::test_pool(ns.name())]);
+        let mut cfg = agent_config(&repo, "test", "test-1", ns.name(), "agent-a");
+        cfg.poll = Duration::from_secs(600);
+        // Before the window (02:00-08:00 on the 1st).
+        let clock = Arc::new(VirtualClock::new(dec(1, 1, 0)));
+        let shared: drover::agent::SharedClock = clock.clone();
+        let agent = RunningAgent::start(cfg, shared, None);
+        await_status(&client, ns.name(), "test-test-1", "confirmed", |s| {
+            s.state.as_deref() == Some("confirmed")
+        })
+        .await;
+        let pinned = repo.bump("test", "1.13.0", true);
+        assert_eq!(agent.webhook().await, 202);
+        await_status(&client, ns.name(), "test-test-1", "1.13.0 pending", |s| {
+            s.last_applied_commit.as_deref() == Some(pinned.as_str())
+        })
+        .await;
+
+        // Both merges land before the agent fetches again.
+        let path = repo.work.join("drover.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let line = "revoked = [{ version = \"1.13.0\", reason = \"breaks the CNI\" }]\n";
+        std::fs::write(
+            &path,
+            text.replacen("[promotion]\n", &format!("[promotion]\n{line}"), 1),
+        )
+        .unwrap();
+        repo.commit("revoke 1.13.0", signed);
+        let fix = repo.bump("test", "1.13.1", true);
+        assert_eq!(agent.webhook().await, 202);
+        let st = await_status(&client, ns.name(), "test-test-1", "span refused", |s| {
+            s.refused.as_ref().is_some_and(|r| r.commit == fix)
+        })
+        .await;
+        let refused = st.status.unwrap().refused.unwrap();
+        let stage = if signed { "gate" } else { "trust" };
+        assert_eq!(refused.stage, stage, "{}", refused.message);
+        assert_eq!(
+            st_applied(&client, ns.name()).await.as_deref(),
+            Some(pinned.as_str()),
+            "the 1.13.0 commit stays applied"
+        );
+
+        // The window opens.
+        clock.set(dec(1, 2, 0));
+        if signed {
+            let st = await_status(&client, ns.name(), "test-test-1", "held as revoked", |s| {
+                s.state.as_deref() == Some("revoked") && s.message.contains("breaks the CNI")
+            })
+            .await;
+            let msg = st.status.unwrap().message;
+            assert!(msg.contains("a signed change the gate refused"), "{msg}");
+            let n = Api::<Node>::all(client.clone()).get(&node).await.unwrap();
+            let p = crate::support::backend::progress_of(&client, ns.name(), &node).await;
+            assert!(
+                p.is_none() && !crate::support::kube::unschedulable(&n),
+                "no node started: {p:?}"
+            );
+            assert_eq!(sim.upgrades_started(&node), 0);
+        } else {
+            // Moved, the state still naming the refused head.
+            await_status(
+                &client,
+                ns.name(),
+                "test-test-1",
+                "1.13.0 on every node",
+                |s| s.target.as_deref() == Some("1.13.0") && s.nodes_at_version == 1,
+            )
+            .await;
+            assert_eq!(sim.version(&node).as_deref(), Some("1.13.0"));
+        }
+        agent.stop();
+        sim.shutdown().await;
+    }
+}
+
+/// The status's last applied commit.
+async fn st_applied(client: &kube::Client, ns: &str) -> Option<String> {
+    let api: Api<drover::agent::crd::DroverStatus> = Api::namespaced(client.clone(), ns);
+    api.get("test-test-1")
+        .await
+        .ok()?
+        .status?
+        .last_applied_commit
+}

@@ -317,19 +317,14 @@ impl Facts {
             .rposition(|m| self.known(m.at) < s)
             .unwrap_or(0);
         // A pin change and a policy change the agent may have fetched
-        // together are refused together: the config before them stays,
-        // whether the other of the two is before the newest known merge
-        // or after it (seeds 287, 398: a pin, then a revocation merged
-        // before the agent had to have fetched the pin).
-        let batch = from;
-        let ahead = admitted
-            .get(from + 1)
-            .is_some_and(|b| self.together(admitted[from], b));
-        while from > 0 && self.together(admitted[from - 1], admitted[from]) {
-            from -= 1;
-        }
-        if (from < batch || ahead) && from > 0 {
-            from -= 1;
+        // together are refused together, and so is every later head: its
+        // span from the same applied commit holds both (docs/design.md, "A
+        // legitimate policy change and a bump in one fetch"; seeds 287,
+        // 398). The config before the pair may stay in force from then on,
+        // whether the pair is before the newest known merge or ends after it.
+        let last = (from + 1).min(admitted.len().saturating_sub(1));
+        if let Some(i) = (1..=last).find(|&i| self.together(admitted[i - 1], admitted[i])) {
+            from = from.min(i.saturating_sub(2));
         }
         admitted[from..].to_vec()
     }
