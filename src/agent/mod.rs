@@ -22,7 +22,9 @@
 //!
 //! Choices where the issue is silent:
 //! - A refused new head does not pause the rollout of the last applied
-//!   commit: that commit passed every check when it was applied.
+//!   commit: that commit passed every check when it was applied. Its
+//!   revocations do stop it when the head passed the trust check (a
+//!   revocation only stops: `admit::Admitted::in_force`).
 //! - A refusal is kept as state (`admit.rs`): judged once, one Event, a
 //!   stable `since`, until the head, the applied commit, the status store or
 //!   the instant a soak passes changes it.
