@@ -39,10 +39,16 @@ const REGRESSIONS: &[(u64, &str)] = &[
         221,
         "a failed report rewritten away before it had to be fetched",
     ),
-    (287, "a pin and a revocation fetched together, then more merges"),
+    (
+        287,
+        "a pin and a revocation fetched together, then more merges",
+    ),
     (398, "a pin and a revocation merged within one poll"),
     (441, "a revocation in a span the gate refused, not honoured"),
-    (514, "a revocation in a span the gate refused; a restart acting before its fetch"),
+    (
+        514,
+        "a revocation in a span the gate refused; a restart acting before its fetch",
+    ),
 ];
 
 fn env_u64(name: &str) -> Option<u64> {
