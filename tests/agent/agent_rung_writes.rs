@@ -124,15 +124,20 @@ impl Rung {
             given_back_at_target,
         )
         .await;
-        self.settled_writes(node, from).await
+        self.settled_writes(node, from, Some(Utc::now())).await
     }
 
     /// The writes about `node` since `from`, once two passes went by
     /// without a new one (the Event publisher is off the loop).
+    /// Pods, Deployments and StatefulSets are the namespace's, not the
+    /// node's: with `done`, those written after it belong to the next
+    /// node's drain (its restart of the same one-replica owner, whose pod
+    /// moved there), not to this one's.
     async fn settled_writes(
         &self,
         node: &str,
         from: chrono::DateTime<Utc>,
+        done: Option<chrono::DateTime<Utc>>,
     ) -> BTreeMap<String, usize> {
         let cp = ControlPlane::get();
         let mut last = BTreeMap::new();
@@ -145,7 +150,16 @@ impl Rung {
                 || true,
             )
             .await;
-            let log = cp.audited(&self.client).await;
+            let log: Vec<_> = cp
+                .audited(&self.client)
+                .await
+                .into_iter()
+                .filter(|a| {
+                    let shared =
+                        matches!(a.resource.as_str(), "pods" | "deployments" | "statefulsets");
+                    !(shared && done.is_some_and(|d| a.received > d))
+                })
+                .collect();
             let (landed, _) = node_writes(&log, &self.ua, from, self.ns.name(), node);
             if landed == last {
                 same += 1;
@@ -284,7 +298,7 @@ async fn the_skip_rung_gives_the_attempt_back_for_its_record_write_its_event_and
         |_, p| p.is_some_and(|p| p.state == ProgressState::Blocked),
     )
     .await;
-    let got = r.settled_writes(&node, from).await;
+    let got = r.settled_writes(&node, from, None).await;
     // The attempt up to its give-back: its record (preparing, created),
     // the prepare Job, its record (draining), the cordon; then the skip's
     // record write and Event, the uncordon and its record (blocked) with
