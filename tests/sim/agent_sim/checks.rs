@@ -46,8 +46,10 @@ pub struct Facts {
     pub peer_rewritten: Vec<DateTime<Utc>>,
     /// Outages that keep a change from the agent: [from, until).
     pub blind: Vec<(DateTime<Utc>, DateTime<Utc>)>,
-    /// Clock jumps: (when, minutes).
+    /// Clock jumps: when.
     pub jumps: Vec<DateTime<Utc>>,
+    /// Clock jumps: when, and how far the clock moved.
+    pub jumped: Vec<(DateTime<Utc>, Duration)>,
     /// Processes started (the first and each restart).
     pub processes: usize,
     /// Nodes with a health fault at the first bumped version.
@@ -64,6 +66,14 @@ impl Facts {
     /// When a change made at `t` is known to the agent.
     fn known(&self, t: DateTime<Utc>) -> DateTime<Utc> {
         let mut k = t + Duration::minutes(GRACE);
+        // The agent polls on its timers, not the wall clock: a jump of the
+        // clock before a change is known moves "known" by as much (seeds
+        // 803, 999).
+        for (at, by) in &self.jumped {
+            if *at >= t && *at < k {
+                k += *by;
+            }
+        }
         loop {
             let later = self
                 .blind

@@ -49,6 +49,11 @@ const REGRESSIONS: &[(u64, &str)] = &[
         514,
         "a revocation in a span the gate refused; a restart acting before its fetch",
     ),
+    (
+        803,
+        "the checks: a clock jump before a revocation was known",
+    ),
+    (999, "the checks: a clock jump before a bump was known"),
 ];
 
 fn env_u64(name: &str) -> Option<u64> {

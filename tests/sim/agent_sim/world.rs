@@ -307,6 +307,7 @@ impl World {
             Fault::ClockJump(m) => {
                 self.now = until(m);
                 self.facts.jumps.push(at);
+                self.facts.jumped.push((at, D::minutes(m as i64)));
             }
         }
         None
