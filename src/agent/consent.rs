@@ -6,7 +6,6 @@
 //! per hold, and the signed report carries them in `detail.consent_overdue`
 //! (`status::NodeDetail::with_consent_overdue`). Pure but for the gauge.
 
-use super::crd::DroverStatusStatus;
 use super::metrics::Metrics;
 use crate::rollout::ConsentOverdue;
 use schemars::JsonSchema;
@@ -37,17 +36,28 @@ pub fn overdue_note(since: chrono::DateTime<chrono::Utc>) -> String {
     )
 }
 
-/// Write `overdue` into the status and the gauge.
-pub fn tell(status: &mut DroverStatusStatus, metrics: &Metrics, overdue: &[ConsentOverdue]) {
-    status.consent_overdue = overdue
+/// The logged (not published) note of a hold beginning or ending: the
+/// workload's routine, not a person's concern.
+pub fn routine_note(held: bool) -> &'static str {
+    if held {
+        "workload consent holds the node: not started"
+    } else {
+        "workload consent no longer holds the node"
+    }
+}
+
+/// Set the gauge to `overdue` and return what the status names of it
+/// (the status object is report.rs's to write).
+pub fn tell(metrics: &Metrics, overdue: &[ConsentOverdue]) -> Vec<ConsentOverdueStatus> {
+    metrics
+        .consent_overdue
+        .set(i64::try_from(overdue.len()).unwrap_or(i64::MAX));
+    overdue
         .iter()
         .take(MAX_NAMED)
         .map(|o| ConsentOverdueStatus {
             node: o.node.clone(),
             since: super::rfc3339(o.since),
         })
-        .collect();
-    metrics
-        .consent_overdue
-        .set(i64::try_from(overdue.len()).unwrap_or(i64::MAX));
+        .collect()
 }

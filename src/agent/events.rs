@@ -541,10 +541,7 @@ impl Events {
             ),
             // A hold beginning or ending is the workload's routine.
             Action::Consent { hold, .. } => {
-                let note = match hold {
-                    Some(_) => "workload consent holds the node: not started",
-                    None => "workload consent no longer holds the node",
-                };
+                let note = super::consent::routine_note(hold.is_some());
                 return log_only(action.node(), "Consent", note);
             }
         };

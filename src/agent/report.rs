@@ -217,11 +217,8 @@ impl<B: ClusterBackend> Acting<B> {
                 .on_status(Severity::Normal, reason, "Window", note)
                 .await;
         }
-        super::consent::tell(
-            &mut self.told.status,
-            &self.edges.metrics,
-            &d.consent_overdue,
-        );
+        self.told.status.consent_overdue =
+            super::consent::tell(&self.edges.metrics, &d.consent_overdue);
         self.told.status.target = Some(active.env.version.to_string());
         self.told.status.nodes = d.nodes;
         self.told.status.nodes_at_version = d.nodes_at_version;
