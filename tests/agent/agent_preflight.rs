@@ -22,23 +22,7 @@ use drover::rollout::VirtualClock;
 /// `drover plan --preflight -o json` for the environment of `repo`:
 /// findings counted by kind, and the nodes read.
 fn cli_counts(repo: &ConfigRepo) -> (BTreeMap<String, u32>, u64) {
-    let out = crate::support::cli::drover_command()
-        .arg("--repo")
-        .arg(&repo.work)
-        .args([
-            "--format",
-            "json",
-            "plan",
-            "--env",
-            "test",
-            "--preflight",
-            "--kubeconfig",
-        ])
-        .arg(ControlPlane::get().kubeconfig_path())
-        .output()
-        .unwrap();
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let (_, doc) = crate::support::preflight::plan_preflight(&repo.work);
     let mut counts = BTreeMap::new();
     for f in doc["findings"].as_array().unwrap() {
         *counts

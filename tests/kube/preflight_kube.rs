@@ -16,23 +16,7 @@ const POOL: &str = "drover-test/pool";
 /// `drover plan --preflight` for the nodes of `pool`: exit code and findings as (kind, object).
 fn preflight(pool: &str) -> (i32, BTreeSet<(String, String)>, serde_json::Value) {
     let repo = crate::support::git::example_files_selecting(&format!("{POOL}={pool}"), "1.12.0");
-    let out = crate::support::cli::drover_command()
-        .arg("--repo")
-        .arg(repo.path())
-        .args([
-            "--format",
-            "json",
-            "plan",
-            "--env",
-            "test",
-            "--preflight",
-            "--kubeconfig",
-        ])
-        .arg(ControlPlane::get().kubeconfig_path())
-        .output()
-        .unwrap();
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let (code, doc) = crate::support::preflight::plan_preflight(repo.path());
     crate::support::cli::assert_valid("plan", &doc);
     let found = doc["findings"]
         .as_array()
@@ -45,7 +29,7 @@ fn preflight(pool: &str) -> (i32, BTreeSet<(String, String)>, serde_json::Value)
             )
         })
         .collect();
-    (out.status.code().unwrap(), found, doc)
+    (code, found, doc)
 }
 
 async fn pool(client: &Client, ns: &TestNamespace, nodes: usize) -> (Kubelet, Vec<String>) {

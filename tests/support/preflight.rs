@@ -16,6 +16,29 @@ use kube::api::Api;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
+/// `drover plan --env test --preflight` against the test control plane for
+/// the config repository at `repo`, as JSON: its exit code and document.
+pub fn plan_preflight(repo: &std::path::Path) -> (i32, serde_json::Value) {
+    let out = super::cli::drover_command()
+        .arg("--repo")
+        .arg(repo)
+        .args([
+            "--format",
+            "json",
+            "plan",
+            "--env",
+            "test",
+            "--preflight",
+            "--kubeconfig",
+        ])
+        .arg(super::kube::ControlPlane::get().kubeconfig_path())
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code().unwrap_or(-1), doc)
+}
+
 fn owned(mut pod: Pod, kind: &str, name: &str, uid: &str) -> Pod {
     pod.metadata.owner_references = Some(vec![OwnerReference {
         api_version: "apps/v1".into(),
