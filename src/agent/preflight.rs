@@ -191,9 +191,9 @@ impl<B: ClusterBackend> Acting<B> {
             return told;
         };
         self.preflight.last = Some((now, opens));
-        let selector = active.env.rollout.node_selector.clone();
+        let policy = crate::preflight::Policy::of(&active.env);
         let task = tokio::spawn(async move {
-            match tokio::time::timeout(READ_TIMEOUT, crate::preflight::check(&client, &selector))
+            match tokio::time::timeout(READ_TIMEOUT, crate::preflight::check(&client, &policy))
                 .await
             {
                 Ok(r) => r.map_err(|e| e.to_string()),

@@ -444,16 +444,20 @@ struct Preflight<'a> {
 }
 
 /// `drover plan --preflight`: read the cluster, judge, print; exit 1 when
-/// anything is found (for CI or cron), 0 when nothing is.
+/// anything is found (for CI or cron), 0 when nothing is. A node held by
+/// workload consent counts, though it blocks no drain: the window will not
+/// upgrade it, which is what a run the day before a window is there to
+/// tell; the text counts it apart from what blocks a drain.
 fn preflight(g: &Global, args: &Args, env: &EnvConfig) -> anyhow::Result<Outcome> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let selector = env.rollout.node_selector.as_str();
+    let policy = crate::preflight::Policy::of(env);
+    let selector = policy.node_selector.as_str();
     let checked = rt.block_on(async {
         let config = super::kube_config(args.kubeconfig.as_deref()).await?;
         let client = kube::Client::try_from(config)?;
-        anyhow::Ok(crate::preflight::check(&client, selector).await?)
+        anyhow::Ok(crate::preflight::check(&client, &policy).await?)
     });
     let checked = match checked {
         Ok(c) => c,

@@ -146,6 +146,23 @@ impl DrainRule {
         }
         self.ladder.last().map_or(RungKind::Evict, |r| r.kind)
     }
+
+    /// Whether a `kind` rung comes into force before `limit` after the
+    /// cordon: a drain ends at `drain_timeout`, so a rung that would start
+    /// later is never climbed.
+    pub fn reaches(&self, kind: RungKind, limit: Duration) -> bool {
+        let mut starts = Duration::ZERO;
+        for rung in &self.ladder {
+            if starts >= limit {
+                return false;
+            }
+            if rung.kind == kind {
+                return true;
+            }
+            starts = starts.saturating_add(rung.lasts.unwrap_or(Duration::MAX));
+        }
+        false
+    }
 }
 
 /// The rule of a pod of `namespace` with `labels`: the first that matches.

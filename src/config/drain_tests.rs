@@ -61,6 +61,23 @@ fn a_ladder_is_climbed_in_order_and_its_last_rung_holds() {
 }
 
 #[test]
+fn a_rung_is_reached_only_when_it_starts_before_the_drain_ends() {
+    let rules = parse(
+        "[[drain]]\nladder = [\"wait 10m\", \"restart 20m\", \"skip\"]\n\
+         [[drain]]\nladder = [\"evict 1h\", \"restart\"]\n\
+         [[drain]]\nladder = [\"evict\"]\n",
+    )
+    .expect("valid");
+    let hour = Duration::from_secs(3600);
+    assert!(rules[0].reaches(RungKind::Restart, hour));
+    assert!(!rules[0].reaches(RungKind::Restart, Duration::from_secs(600)));
+    // Starts at drain_timeout: the node is given back first.
+    assert!(!rules[1].reaches(RungKind::Restart, hour));
+    assert!(!rules[2].reaches(RungKind::Restart, hour));
+    assert!(rules[2].reaches(RungKind::Evict, hour));
+}
+
+#[test]
 fn delete_needs_an_explicit_allow_on_its_rule() {
     let e = parse("[[drain]]\nladder = [\"evict 10m\", \"delete\"]\n").expect_err("refused");
     assert_eq!(e.len(), 1, "{e:?}");

@@ -1,27 +1,35 @@
 //! Preflight: before a window opens, what on the selected nodes will keep a
-//! drain from finishing or break a workload when it does. A pure judgement
-//! of what the cluster holds ([`Snapshot`]: the selected nodes, the pods on
+//! drain from finishing or break a workload when it does, and which nodes
+//! workload consent holds. A pure judgement of what the cluster holds
+//! ([`Snapshot`]: the selected nodes and their consent labels, the pods on
 //! them, the PodDisruptionBudgets, the replica counts of the pods' owners)
-//! into a closed list of [`Finding`]s; [`read`] fills the snapshot from a
-//! cluster, read-only; [`check`] is both, the one check `drover plan
-//! --preflight` prints and the agent runs before a window opens
-//! (`agent::preflight`).
+//! by the environment's [`Policy`] (its drain rules) into a closed list of
+//! [`Finding`]s; [`read`] fills the snapshot from a cluster, read-only;
+//! [`check`] is both, the one check `drover plan --preflight` prints and
+//! the agent runs before a window opens (`agent::preflight`).
 //!
 //! The rules follow what the Eviction API and `kubectl drain` do: a
 //! DaemonSet's pods and static (mirror) pods are not evicted, finished pods
 //! need no eviction, a PDB that allows no disruption refuses every eviction
 //! it covers, a pod without a controller is gone for good once evicted, an
 //! `emptyDir` is lost with its pod, and a workload of one replica has no
-//! replica left while its only pod moves.
+//! replica left while its only pod moves. And what the drain does beyond
+//! them: a pod whose drain rule (`config::rule_for`, the matcher the drain
+//! itself uses) climbs to `restart` before `drain_timeout`, and whose owner
+//! has one replica, is not evicted but moved by a restart of its owner,
+//! which no PDB refuses; a node labelled [`CONSENT_LABEL`]`=`
+//! [`CONSENT_PAUSED`] is not started at all.
 
 pub mod read;
 
+use crate::config::{rule_for, DrainRule, EnvConfig, RungKind, CONSENT_LABEL, CONSENT_PAUSED};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 /// What will block or break, from a closed list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -41,16 +49,22 @@ pub enum Kind {
     NoController,
     /// A pod with an `emptyDir` volume: its data goes with the eviction.
     LocalStorage,
+    /// A node workload consent holds ([`CONSENT_LABEL`]` = `
+    /// [`CONSENT_PAUSED`]): the agent does not start it while the label is
+    /// there. It blocks no drain (the node is not drained at all, and holds
+    /// no place in `max_unavailable`), but the window will not upgrade it.
+    ConsentHeld,
 }
 
 impl Kind {
     /// Every kind, in the order they are listed.
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 6] = [
         Kind::PdbNeverAllows,
         Kind::PdbAllowsNoneNow,
         Kind::SingleReplica,
         Kind::NoController,
         Kind::LocalStorage,
+        Kind::ConsentHeld,
     ];
 
     /// The kind's name as printed and in JSON.
@@ -61,6 +75,7 @@ impl Kind {
             Kind::SingleReplica => "single-replica",
             Kind::NoController => "no-controller",
             Kind::LocalStorage => "local-storage",
+            Kind::ConsentHeld => "consent-held",
         }
     }
 
@@ -74,7 +89,8 @@ impl Kind {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finding {
     pub kind: Kind,
-    /// `namespace/name` of the PDB, the owner or the pod.
+    /// `namespace/name` of the PDB, the owner or the pod; the node's name
+    /// for [`Kind::ConsentHeld`].
     pub object: String,
     /// The selected nodes it is on, by name.
     pub nodes: Vec<String>,
@@ -98,6 +114,8 @@ pub struct Owner {
 pub struct Snapshot {
     /// The nodes the environment's `node_selector` selects, by name.
     pub nodes: BTreeSet<String>,
+    /// The value of [`CONSENT_LABEL`] on each of those nodes that carries it.
+    pub consent: BTreeMap<String, String>,
     /// The pods bound to those nodes.
     pub pods: Vec<Pod>,
     /// Every PodDisruptionBudget.
@@ -107,6 +125,42 @@ pub struct Snapshot {
     pub workloads: BTreeMap<String, Owner>,
     /// Each workload's desired replicas.
     pub replicas: BTreeMap<Owner, i32>,
+}
+
+/// What of the environment preflight judges by. Both callers build it
+/// with [`Policy::of`], so they judge by the same rules.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Policy {
+    /// `[rollout] node_selector`: the nodes read (empty: every node).
+    pub node_selector: String,
+    /// `[[drain]]`: the drain rules, first match first.
+    pub drain: Vec<DrainRule>,
+    /// `[rollout] drain_timeout`: a rung that would start later is never climbed.
+    pub drain_timeout: Duration,
+}
+
+impl Policy {
+    /// The policy of the environment `env`.
+    pub fn of(env: &EnvConfig) -> Self {
+        Policy {
+            node_selector: env.rollout.node_selector.clone(),
+            drain: env.drain.clone(),
+            drain_timeout: env.rollout.drain_timeout,
+        }
+    }
+
+    /// Whether the drain moves `pod` by restarting its owner, not by
+    /// evicting it: its rule (the drain's own matcher) climbs to `restart`
+    /// before `drain_timeout`, and `owner` has one replica (the restart
+    /// rung evicts the pod of a larger one).
+    fn restarts(&self, pod: &Pod, owner_replicas: Option<i32>) -> bool {
+        let empty = BTreeMap::new();
+        let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
+        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+        owner_replicas == Some(1)
+            && rule_for(&self.drain, ns, labels)
+                .is_some_and(|r| r.reaches(RungKind::Restart, self.drain_timeout))
+    }
 }
 
 /// Whether `pod` is evicted by a drain at all.
@@ -221,31 +275,44 @@ impl Checked {
     }
 }
 
-/// The preflight of the nodes `node_selector` selects in `client`'s
-/// cluster: read ([`read::snapshot`], bounded), then judged ([`findings`]).
-/// `drover plan --preflight` and the agent both run this, and nothing else.
-pub async fn check(client: &kube::Client, node_selector: &str) -> Result<Checked, read::ReadError> {
-    let snap = read::snapshot(client, node_selector).await?;
+/// The preflight of the nodes `policy`'s `node_selector` selects in
+/// `client`'s cluster: read ([`read::snapshot`], bounded), then judged by
+/// `policy` ([`findings`]). `drover plan --preflight` and the agent both
+/// run this, and nothing else.
+pub async fn check(client: &kube::Client, policy: &Policy) -> Result<Checked, read::ReadError> {
+    let snap = read::snapshot(client, &policy.node_selector).await?;
     Ok(Checked {
         nodes: snap.nodes.len(),
-        findings: findings(&snap),
+        findings: findings(&snap, policy),
     })
 }
 
-/// Judge `snap`: every finding, ordered by kind, then object.
-pub fn findings(snap: &Snapshot) -> Vec<Finding> {
+/// Judge `snap` by `policy`: every finding, ordered by kind, then object.
+pub fn findings(snap: &Snapshot, policy: &Policy) -> Vec<Finding> {
+    let replicas_of = |p: &Pod| {
+        snap.workloads
+            .get(&key(p))
+            .and_then(|o| snap.replicas.get(o).copied())
+    };
     let pods: Vec<&Pod> = snap
         .pods
         .iter()
         .filter(|p| node_of(p).is_some_and(|n| snap.nodes.contains(n)) && drained(p))
         .collect();
-    let mut out = Vec::new();
+    // The pods the drain evicts; the others it moves by a restart, which
+    // neither a PDB nor a replica count holds up.
+    let evicted: Vec<&Pod> = pods
+        .iter()
+        .copied()
+        .filter(|p| !policy.restarts(p, replicas_of(p)))
+        .collect();
+    let mut out = consent_held(snap);
     for pdb in &snap.pdbs {
         let ns = pdb.metadata.namespace.as_deref().unwrap_or_default();
         let Some(selector) = pdb.spec.as_ref().and_then(|s| s.selector.as_ref()) else {
             continue;
         };
-        let nodes: BTreeSet<String> = pods
+        let nodes: BTreeSet<String> = evicted
             .iter()
             .filter(|p| p.metadata.namespace.as_deref() == Some(ns))
             .filter(|p| {
@@ -289,14 +356,16 @@ pub fn findings(snap: &Snapshot) -> Vec<Finding> {
         }
     }
     let mut singles: BTreeMap<&Owner, BTreeSet<String>> = BTreeMap::new();
+    for p in &evicted {
+        if let Some(owner) = snap.workloads.get(&key(p)) {
+            if replicas_of(p) == Some(1) {
+                let node = node_of(p).unwrap_or_default().to_string();
+                singles.entry(owner).or_default().insert(node);
+            }
+        }
+    }
     for p in &pods {
         let node = node_of(p).unwrap_or_default().to_string();
-        match snap.workloads.get(&key(p)) {
-            Some(owner) if snap.replicas.get(owner) == Some(&1) => {
-                singles.entry(owner).or_default().insert(node.clone());
-            }
-            _ => {}
-        }
         if controller(p).is_none() {
             out.push(Finding {
                 kind: Kind::NoController,
@@ -330,11 +399,34 @@ pub fn findings(snap: &Snapshot) -> Vec<Finding> {
                 "a {} of one replica: none is available while its pod moves",
                 owner.kind
             ),
-            fix: "run two replicas, or accept the gap in the window".into(),
+            fix: "run two replicas, give it a [[drain]] rule with a `restart` rung, or accept \
+                  the gap in the window"
+                .into(),
         });
     }
     out.sort_by(|a, b| (a.kind, &a.object).cmp(&(b.kind, &b.object)));
     out
+}
+
+/// The selected nodes workload consent holds, one finding each.
+fn consent_held(snap: &Snapshot) -> Vec<Finding> {
+    snap.consent
+        .iter()
+        .filter(|(node, v)| v.as_str() == CONSENT_PAUSED && snap.nodes.contains(*node))
+        .map(|(node, _)| Finding {
+            kind: Kind::ConsentHeld,
+            object: node.clone(),
+            nodes: vec![node.clone()],
+            why: format!(
+                "labelled {CONSENT_LABEL}={CONSENT_PAUSED}: workload consent holds it, so the \
+                 agent does not start it (skipped, not failed) while the label is there"
+            ),
+            fix: format!(
+                "whoever holds it removes the label when the node may go (`kubectl label node \
+                 {node} {CONSENT_LABEL}-`); the agent takes it within a minute"
+            ),
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,9 +1,10 @@
-//! Fill a [`Snapshot`] from a cluster, read-only: the selected nodes, the
-//! pods bound to them (listed in pages, the others dropped as they come),
+//! Fill a [`Snapshot`] from a cluster, read-only: the selected nodes (and
+//! their workload consent label), the pods bound to them (listed in pages, the others dropped as they come),
 //! every PodDisruptionBudget, and the replica counts of the pods'
 //! Deployments (through their ReplicaSets) and StatefulSets.
 
 use super::{Owner, Snapshot};
+use crate::config::CONSENT_LABEL;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -71,6 +72,10 @@ pub async fn snapshot(client: &Client, node_selector: &str) -> Result<Snapshot, 
     }
     let nodes: Api<Node> = Api::all(client.clone());
     let nodes = list(&nodes, params, "nodes", |_| true).await?;
+    let consent = nodes
+        .iter()
+        .filter_map(|n| Some((n.name_any(), n.labels().get(CONSENT_LABEL)?.clone())))
+        .collect();
     let nodes: std::collections::BTreeSet<String> = nodes.iter().map(|n| n.name_any()).collect();
     let pods: Api<Pod> = Api::all(client.clone());
     let pods = list(
@@ -93,6 +98,7 @@ pub async fn snapshot(client: &Client, node_selector: &str) -> Result<Snapshot, 
     let (workloads, replicas) = owners(client, &pods).await;
     Ok(Snapshot {
         nodes,
+        consent,
         pods,
         pdbs,
         workloads,

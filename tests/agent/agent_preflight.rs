@@ -1,12 +1,14 @@
 //! The agent's preflight before a window opens, against the real API
-//! server: on a pool with the 50 planted blockers of `support::preflight`
-//! it runs an hour before the window (virtual time), off the control loop,
-//! and tells what it found as a Warning Event `PreflightBlockers` on the
-//! status object, the status's `preflight` summary and
-//! `drover_preflight_blockers{kind}`: every planted blocker counted, and
-//! the same as `drover plan --preflight` finds on the same cluster (one
+//! server: on a pool with the 50 planted blockers and three consent-held
+//! nodes of `support::preflight` it runs an hour before the window
+//! (virtual time), off the control loop, and tells what it found as a
+//! Warning Event `PreflightBlockers` on the status object, the status's
+//! `preflight` summary and `drover_preflight_blockers{kind}`: every planted
+//! blocker counted, and the same as `drover plan --preflight` finds on the
+//! same cluster with the same environment file, drain rules included (one
 //! function, differential); it runs again 15 minutes later. On a healthy
-//! pool it finds nothing (`PreflightClear`, Normal).
+//! pool, whose singleton a `restart` rule moves, it finds nothing
+//! (`PreflightClear`, Normal).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,7 +17,7 @@ use std::time::Duration;
 use crate::support::agent::*;
 use crate::support::backend::{pool_options, start_sim};
 use crate::support::kube::{events_for, ControlPlane, TestNamespace};
-use crate::support::preflight::{plant_blockers, plant_healthy};
+use crate::support::preflight::{plant_blockers, plant_healthy, DRAIN_RULES};
 use drover::agent::crd::DroverStatusStatus;
 use drover::rollout::VirtualClock;
 
@@ -60,6 +62,15 @@ async fn status_events(client: &kube::Client, ns: &str, reason: &str) -> Vec<(St
         .collect()
 }
 
+/// The test pool's environment of namespace `ns`, with the drain rules
+/// both preflights judge by.
+fn repo_with_rules(ns: &str) -> ConfigRepo {
+    let repo = ConfigRepo::new(&[EnvSpec::test_pool(ns)]);
+    repo.set_drain(DRAIN_RULES);
+    repo.bump("test", "1.12.0", true);
+    repo
+}
+
 fn ran_at(s: &DroverStatusStatus, at: &str) -> bool {
     s.preflight.as_ref().is_some_and(|p| p.time == at)
 }
@@ -74,8 +85,8 @@ async fn the_agent_runs_preflight_an_hour_before_the_window_and_finds_what_plan_
     let mut nodes = sim.node_names();
     nodes.sort();
     let planted = plant_blockers(&client, ns.name(), &nodes).await;
-    assert_eq!(planted.len(), 50);
-    let repo = ConfigRepo::new(&[EnvSpec::test_pool(ns.name())]);
+    assert_eq!(planted.len(), 53);
+    let repo = repo_with_rules(ns.name());
     let mut cfg = agent_config(&repo, "test", "test-1", ns.name(), "agent-a");
     cfg.poll = Duration::from_secs(600);
     // The window opens at 02:00 on the 1st; an hour before it.
@@ -95,6 +106,7 @@ async fn the_agent_runs_preflight_an_hour_before_the_window_and_finds_what_plan_
     for (kind, _) in &planted {
         *want.entry(kind.clone()).or_insert(0) += 1;
     }
+    assert_eq!(want.get("consent-held"), Some(&3));
     assert_eq!(p.blockers, want);
     assert_eq!(p.nodes, 5);
     // The same as the command on the same cluster.
@@ -108,7 +120,7 @@ async fn the_agent_runs_preflight_an_hour_before_the_window_and_finds_what_plan_
     assert_eq!(warned.len(), 1, "{warned:?}");
     assert_eq!(warned[0].0, "Warning");
     assert!(
-        warned[0].1.contains("50 findings on 5 selected nodes"),
+        warned[0].1.contains("53 findings on 5 selected nodes"),
         "{}",
         warned[0].1
     );
@@ -144,7 +156,7 @@ async fn on_a_healthy_pool_the_agents_preflight_finds_nothing() {
     let mut nodes = sim.node_names();
     nodes.sort();
     plant_healthy(&client, ns.name(), &nodes).await;
-    let repo = ConfigRepo::new(&[EnvSpec::test_pool(ns.name())]);
+    let repo = repo_with_rules(ns.name());
     let mut cfg = agent_config(&repo, "test", "test-1", ns.name(), "agent-a");
     cfg.poll = Duration::from_secs(600);
     let clock = VirtualClock::new(dec(1, 1, 30));

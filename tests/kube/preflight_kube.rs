@@ -1,21 +1,28 @@
 //! `drover plan --preflight` against a real API server: a pool with 50
-//! planted blockers (ten of each kind) lists each of them once and nothing
-//! else, and a control pool of healthy workloads on the same API server
-//! lists nothing. The simulated kubelet runs the pods and plays the
-//! disruption controller, so every PDB's status is computed, not written.
+//! planted blockers (ten of each pod kind) and three nodes held by
+//! workload consent lists each of them once and nothing else, and a
+//! control pool of healthy workloads on the same API server, among them a
+//! singleton behind a PDB that never allows a disruption which a `restart`
+//! drain rule moves, lists nothing. The simulated kubelet runs the pods and
+//! plays the disruption controller, so every PDB's status is computed, not
+//! written.
 
 use std::collections::BTreeSet;
 
 use crate::support::kube::{sim_options, ControlPlane, TestNamespace};
 use crate::support::kubelet::Kubelet;
-use crate::support::preflight::{plant_blockers, plant_healthy};
+use crate::support::preflight::{plant_blockers, plant_healthy, DRAIN_RULES};
 use kube::Client;
 
 const POOL: &str = "drover-test/pool";
 
-/// `drover plan --preflight` for the nodes of `pool`: exit code and findings as (kind, object).
+/// `drover plan --preflight` for the nodes of `pool`, with the drain rules
+/// of [`DRAIN_RULES`]: exit code and findings as (kind, object).
 fn preflight(pool: &str) -> (i32, BTreeSet<(String, String)>, serde_json::Value) {
     let repo = crate::support::git::example_files_selecting(&format!("{POOL}={pool}"), "1.12.0");
+    let env = repo.path().join("environments/test.toml");
+    let text = std::fs::read_to_string(&env).unwrap();
+    std::fs::write(&env, format!("{text}\n{DRAIN_RULES}")).unwrap();
     let (code, doc) = crate::support::preflight::plan_preflight(repo.path());
     crate::support::cli::assert_valid("plan", &doc);
     let found = doc["findings"]
@@ -54,7 +61,7 @@ async fn preflight_lists_every_planted_blocker_once_and_nothing_on_a_healthy_poo
     let (sim_b, b) = pool(&client, &healthy, 3).await;
     let ns = planted.name();
     let expected = plant_blockers(&client, ns, &a).await;
-    assert_eq!(expected.len(), 50);
+    assert_eq!(expected.len(), 53);
     // The healthy pool, with the planted pool's PDBs (which select nothing
     // there) on the same API server.
     let hns = healthy.name();
@@ -70,7 +77,7 @@ async fn preflight_lists_every_planted_blocker_once_and_nothing_on_a_healthy_poo
     assert_eq!(code, 1, "findings exit 1");
     assert_eq!(doc["nodes"], 5);
     assert_eq!(doc["ok"], false);
-    assert_eq!(doc["errors"].as_array().unwrap().len(), 50);
+    assert_eq!(doc["errors"].as_array().unwrap().len(), 53);
 
     let (code, found, doc) = preflight(hns);
     assert!(

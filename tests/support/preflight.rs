@@ -1,20 +1,41 @@
 //! The preflight's fixtures (`drover plan --preflight` and the agent's
 //! preflight before a window read them alike): 50 planted blockers, ten of
-//! each kind, on a pool of simulated nodes, and a control pool of healthy
-//! workloads. No controller-manager runs: each object is created as the
-//! controllers would have made it, and the simulated kubelet computes every
-//! PodDisruptionBudget's status.
+//! each pod kind, and three nodes held by workload consent on a pool of
+//! simulated nodes, and a control pool of healthy workloads with a
+//! singleton a `restart` drain rule moves; both judged by the drain rules
+//! of [`DRAIN_RULES`]. No controller-manager runs: each object is created
+//! as the controllers would have made it, and the simulated kubelet
+//! computes every PodDisruptionBudget's status.
 
 use std::collections::BTreeSet;
 
 use super::kube::{await_pdb, create, daemon_pod, pdb_settled, pod_on};
+use drover::config::{CONSENT_LABEL, CONSENT_PAUSED};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::Api;
+use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
+
+/// The `[[drain]]` tables of the environment both preflights judge by
+/// (fits a `drain_timeout` of 5 minutes): the planted pool's `single-0` is
+/// matched first by a rule without `restart`, so it stays a finding though
+/// the later rule would restart it; the control pool's `solo` is restarted.
+pub const DRAIN_RULES: &str = "[[drain]]\nname = \"evict-only\"\nselector = \"app=single-0\"\n\
+ladder = [\"evict 2m\", \"skip\"]\n\n[[drain]]\nname = \"singletons\"\n\
+selector = \"app in (single-0, solo)\"\nladder = [\"restart 2m\", \"evict\"]\n";
+
+/// Label node `node`'s workload consent `value`.
+async fn label_consent(client: &Client, node: &str, value: &str) {
+    let patch = json!({ "metadata": { "labels": { CONSENT_LABEL: value } } });
+    Api::<Node>::all(client.clone())
+        .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_or_else(|e| panic!("label node {node}: {e}"));
+}
 
 /// `drover plan --env test --preflight` against the test control plane for
 /// the config repository at `repo`, as JSON: its exit code and document.
@@ -107,9 +128,11 @@ pub async fn deployment(client: &Client, ns: &str, name: &str, replicas: i32, no
     .await;
 }
 
-/// Plant 50 blockers in namespace `ns` on `a` (at least two nodes), ten of
-/// each kind, and wait until every PDB's status is computed; returns them
-/// as (kind, object), as `drover plan --preflight` names them.
+/// Plant 50 blockers in namespace `ns` on `a` (at least five nodes), ten of
+/// each pod kind, and hold three of the nodes by workload consent (a
+/// fourth carries the label with a value that holds nothing), and wait
+/// until every PDB's status is computed; returns the 53 as (kind, object),
+/// as `drover plan --preflight` names them.
 pub async fn plant_blockers(client: &Client, ns: &str, a: &[String]) -> BTreeSet<(String, String)> {
     let pods = Api::<Pod>::namespaced(client.clone(), ns);
     let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), ns);
@@ -169,6 +192,15 @@ pub async fn plant_blockers(client: &Client, ns: &str, a: &[String]) -> BTreeSet
         expected.insert(("local-storage".into(), format!("{ns}/{app}-0")));
     }
     assert_eq!(expected.len(), 50);
+    for (i, node) in a.iter().enumerate().take(4) {
+        if i == 1 {
+            label_consent(client, node, "go").await;
+        } else {
+            label_consent(client, node, CONSENT_PAUSED).await;
+            expected.insert(("consent-held".into(), node.clone()));
+        }
+    }
+    assert_eq!(expected.len(), 53);
 
     for i in 0..10 {
         for (app, allowed) in [(format!("never-{i}"), 0), (format!("busy-{i}"), 0)] {
@@ -182,8 +214,10 @@ pub async fn plant_blockers(client: &Client, ns: &str, a: &[String]) -> BTreeSet
 }
 
 /// The control: in namespace `hns` on `b`, replicated Deployments behind
-/// PDBs that allow one disruption and a DaemonSet's pods, every PDB's
-/// status computed: nothing a preflight should list.
+/// PDBs that allow one disruption, a DaemonSet's pods, and `solo`, a
+/// Deployment of one replica behind a PDB that never allows a disruption
+/// which [`DRAIN_RULES`] restarts, every PDB's status computed: nothing a
+/// preflight judging by those rules should list.
 pub async fn plant_healthy(client: &Client, hns: &str, b: &[String]) {
     let hpods = Api::<Pod>::namespaced(client.clone(), hns);
     let hpdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), hns);
@@ -203,6 +237,16 @@ pub async fn plant_healthy(client: &Client, hns: &str, b: &[String]) {
     for (i, n) in b.iter().enumerate() {
         create(&hpods, &daemon_pod(&format!("node-agent-{i}"), n)).await;
     }
+    deployment(client, hns, "solo", 1, &b[0]).await;
+    create(&hpdbs, &pdb("solo", "solo", json!({ "minAvailable": 1 }))).await;
+    await_pdb(client, hns, "solo", "status computed", |p| {
+        pdb_settled(p, |s| {
+            s.expected_pods == Some(1)
+                && s.current_healthy == Some(1)
+                && s.disruptions_allowed == Some(0)
+        })
+    })
+    .await;
     for i in 0..5 {
         await_pdb(
             client,
