@@ -30,5 +30,6 @@ pub mod source;
 pub mod status;
 pub mod status_refs;
 pub mod terminal;
+pub mod tls;
 pub mod trust;
 pub mod window;

@@ -439,12 +439,12 @@ type Http = hyper_util::client::legacy::Client<
     http_body_util::Full<hyper::body::Bytes>,
 >;
 
-fn client() -> Result<Http, std::io::Error> {
+fn client() -> Result<Http, crate::tls::Error> {
     let mut tcp = hyper_util::client::legacy::connect::HttpConnector::new();
     tcp.enforce_http(false);
     tcp.set_connect_timeout(Some(Duration::from_secs(5)));
     let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_provider_and_native_roots(rustls::crypto::ring::default_provider())?
+        .with_tls_config(crate::tls::client_config()?)
         .https_or_http()
         .enable_http1()
         .wrap_connector(tcp);

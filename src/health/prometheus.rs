@@ -47,7 +47,7 @@ pub enum QueryOutcome {
 pub enum ClientError {
     /// The platform's root certificates could not be loaded.
     #[error("loading the root certificates for https: {0}")]
-    Roots(#[source] std::io::Error),
+    Roots(#[source] crate::tls::Error),
 }
 
 /// A Prometheus API client shared by every check (one connection pool).
@@ -66,8 +66,7 @@ impl PrometheusClient {
         // black-holed address fail before it rather than with it.
         tcp.set_connect_timeout(Some(Duration::from_secs(5)));
         let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_provider_and_native_roots(rustls::crypto::ring::default_provider())
-            .map_err(ClientError::Roots)?
+            .with_tls_config(crate::tls::client_config().map_err(ClientError::Roots)?)
             .https_or_http()
             .enable_http1()
             .wrap_connector(tcp);

@@ -36,7 +36,7 @@ use gix_transport::client::TransportWithoutIO;
 use gix_transport::Protocol;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// A connection to a remote server (not a local repository).
@@ -157,28 +157,6 @@ fn git_daemon(cfg: &SourceConfig) -> Result<Conn, Error> {
     ))
 }
 
-/// TLS as the agent's other HTTPS clients have it: rustls with ring and
-/// the system's roots (`SSL_CERT_FILE` and `SSL_CERT_DIR` are honoured).
-fn tls() -> Result<rustls::ClientConfig, String> {
-    static ROOTS: LazyLock<Result<Arc<rustls::RootCertStore>, String>> = LazyLock::new(|| {
-        let found = rustls_native_certs::load_native_certs();
-        let mut roots = rustls::RootCertStore::empty();
-        let (added, _) = roots.add_parsable_certificates(found.certs);
-        if added == 0 {
-            return Err(format!(
-                "no trusted root certificate found on this system ({} errors)",
-                found.errors.len()
-            ));
-        }
-        Ok(Arc::new(roots))
-    });
-    let roots = ROOTS.clone()?;
-    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())
-        .map(|b| b.with_root_certificates(roots).with_no_client_auth())
-}
-
 /// Smart HTTP(S), with basic credentials from `cfg.auth` or the URL.
 fn http(cfg: &SourceConfig) -> Result<Conn, Error> {
     use gix_transport::client::blocking_io::http;
@@ -199,12 +177,13 @@ fn http(cfg: &SourceConfig) -> Result<Conn, Error> {
     let tls_error: Arc<Mutex<Option<String>>> = Arc::default();
     let configure_client = {
         let tls_error = tls_error.clone();
-        move |b: reqwest::blocking::ClientBuilder| match tls() {
+        move |b: reqwest::blocking::ClientBuilder| match crate::tls::client_config() {
             Ok(c) => Ok(b
                 .tls_backend_preconfigured(c)
                 .timeout(timeout)
                 .connect_timeout(timeout)),
             Err(e) => {
+                let e = e.to_string();
                 *tls_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
                 Err(gix_error::message!("{e}").into())
             }
