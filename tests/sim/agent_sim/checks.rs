@@ -39,9 +39,10 @@ impl Merge {
 #[derive(Debug, Default)]
 pub struct Facts {
     pub merges: Vec<Merge>,
-    /// Signed `failed` reports of the other cluster: (when, version).
-    pub peer_failed: Vec<(DateTime<Utc>, Version)>,
-    pub peer_confirmed: Vec<(DateTime<Utc>, Version)>,
+    /// Signed `failed` and `confirmed` reports of the other cluster: (when,
+    /// version, the order of its reports it was pushed in).
+    pub peer_failed: Vec<(DateTime<Utc>, Version, usize)>,
+    pub peer_confirmed: Vec<(DateTime<Utc>, Version, usize)>,
     /// When the other cluster's branch was rewritten away.
     pub peer_rewritten: Vec<DateTime<Utc>>,
     /// Outages that keep a change from the agent: [from, until).
@@ -100,7 +101,10 @@ impl Facts {
     /// merge, a halt, time jumping past a timeout) happened in `(from, to]`.
     fn excuse(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> bool {
         self.merges.iter().any(|m| m.at > from && m.at <= to)
-            || self.peer_failed.iter().any(|(t, _)| *t > from && *t <= to)
+            || self
+                .peer_failed
+                .iter()
+                .any(|(t, _, _)| *t > from && *t <= to)
             || self.jumps.iter().any(|t| *t > from && *t <= to)
     }
 
@@ -199,7 +203,7 @@ impl Facts {
                             && !self
                                 .peer_confirmed
                                 .iter()
-                                .any(|(t, pv)| *t < s && *pv == m.env.version)
+                                .any(|(t, pv, _)| *t < s && *pv == m.env.version)
                     };
                     if !may.is_empty() && may.iter().all(unconfirmed) {
                         let v = &may[0].env.version;
@@ -288,7 +292,7 @@ impl Facts {
         let since = self.last_pin_of(v);
         self.peer_failed
             .iter()
-            .find(|(t, pv)| {
+            .find(|(t, pv, nt)| {
                 pv == v
                     && *t >= since
                     && self.known(*t) < s
@@ -299,13 +303,15 @@ impl Facts {
                         .peer_rewritten
                         .iter()
                         .any(|r| r >= t && *r < self.known(*t))
-                    // Its own later report of the version ends a failure.
+                    // Its own later report of the version ends a failure;
+                    // two pushed in one step are ordered by when they were
+                    // pushed, as the peer's branch orders them (seed 1219).
                     && !self
                         .peer_confirmed
                         .iter()
-                        .any(|(c, cv)| cv == v && c > t && *c < s)
+                        .any(|(c, cv, nc)| cv == v && (c, nc) > (t, nt) && *c < s)
             })
-            .map(|(t, _)| format!("{v} halted by the other cluster's failed report at {t}"))
+            .map(|(t, _, _)| format!("{v} halted by the other cluster's failed report at {t}"))
     }
 
     fn halted(&mut self, s: DateTime<Utc>, v: &Version, node: &str, what: &str) {

@@ -293,12 +293,13 @@ impl World {
                 if !self.forge.peer_reports(state, &version, at) {
                     return None;
                 }
+                let pushed = self.facts.peer_failed.len() + self.facts.peer_confirmed.len();
                 let list = if state == RolloutState::Failed {
                     &mut self.facts.peer_failed
                 } else {
                     &mut self.facts.peer_confirmed
                 };
-                list.push((at, version));
+                list.push((at, version, pushed));
             }
             Fault::PeerRewritten => {
                 self.forge.rewrite_peer();
