@@ -42,10 +42,13 @@ impl<B: ClusterBackend> Acting<B> {
     pub(super) async fn wave_gate(&mut self, active: &Active, now: DateTime<Utc>) -> WaveGate {
         let store = self.store_state().await;
         let fresh = self.cluster.waves_read.as_ref().is_some_and(|r| {
-            r.store == store
-                && r.applied == active.commit
-                && r.version == active.env.version
-                && now - r.at < chrono::Duration::from_std(self.cfg.poll).unwrap_or_default()
+            r.stands(
+                store,
+                active.commit,
+                &active.env.version,
+                now,
+                self.cfg.poll,
+            )
         });
         if !fresh {
             let src = self.source.clone();
@@ -65,13 +68,7 @@ impl<B: ClusterBackend> Acting<B> {
                     "the task reading the status store failed",
                 )))
             })
-            .unwrap_or_else(|e| {
-                tracing::warn!(error = %e, "cannot read the environment's status reports");
-                EnvEvidence {
-                    held: Some(format!("the status store cannot be read: {e}")),
-                    ..Default::default()
-                }
-            });
+            .unwrap_or_else(|e| unreadable(&e));
             self.cluster.waves_read = Some(Read {
                 store,
                 applied: active.commit,
@@ -111,6 +108,36 @@ impl<B: ClusterBackend> Acting<B> {
             },
         );
         gate
+    }
+}
+
+impl Read {
+    /// Whether this read still stands at `now`: the store (other clusters'
+    /// branches), the applied commit and the version are as it read them,
+    /// and a poll interval has not passed (what a report's signature or
+    /// commit time allows depends on the time).
+    fn stands(
+        &self,
+        store: u64,
+        applied: Oid,
+        version: &Version,
+        now: DateTime<Utc>,
+        poll: std::time::Duration,
+    ) -> bool {
+        self.store == store
+            && self.applied == applied
+            && &self.version == version
+            && now - self.at < chrono::Duration::from_std(poll).unwrap_or_default()
+    }
+}
+
+/// The evidence of a read of the store that failed: held, so no wave opens
+/// (missing evidence holds).
+fn unreadable(e: &dyn std::fmt::Display) -> EnvEvidence {
+    tracing::warn!(error = %e, "cannot read the environment's status reports");
+    EnvEvidence {
+        held: Some(format!("the status store cannot be read: {e}")),
+        ..Default::default()
     }
 }
 
@@ -211,6 +238,12 @@ mod tests {
         ev.latest
             .insert("prod-1".into(), (t("2026-12-20T02:00:00Z"), false));
         assert_eq!(remember(&before, &mut ev, "prod-2", &v, false), before);
+        // Nor does one of the failure's own second: a report ends it only
+        // when it is later (a rewritten branch can restamp a report).
+        let mut ev = EnvEvidence::default();
+        ev.latest
+            .insert("prod-1".into(), (t("2026-12-20T03:00:00Z"), false));
+        assert_eq!(remember(&before, &mut ev, "prod-2", &v, false), before);
         // Its own later trusted report of the version ends it.
         let mut ev = EnvEvidence::default();
         ev.latest
@@ -224,6 +257,57 @@ mod tests {
         // The agent's own failure is its own state, never remembered.
         let mut ev = EnvEvidence::default();
         assert!(remember(&before, &mut ev, "prod-1", &v, false).is_empty());
+    }
+
+    #[test]
+    fn a_read_stands_until_the_store_the_applied_commit_or_the_version_moves_or_a_poll_passes() {
+        let at = t("2026-12-20T03:00:00Z");
+        let applied = Oid::from_str("1111111111111111111111111111111111111111").unwrap();
+        let v = Version::new(1, 13, 0);
+        let read = Read {
+            store: 7,
+            applied,
+            version: v.clone(),
+            at,
+            evidence: EnvEvidence::default(),
+        };
+        let poll = std::time::Duration::from_secs(60);
+        let secs = chrono::Duration::seconds;
+        // Nothing moved: read again only once a poll interval has passed.
+        assert!(read.stands(7, applied, &v, at, poll));
+        assert!(read.stands(7, applied, &v, at + secs(59), poll));
+        assert!(!read.stands(7, applied, &v, at + secs(60), poll));
+        // Another cluster's branch, the applied commit or the version moved.
+        assert!(!read.stands(8, applied, &v, at, poll));
+        assert!(!read.stands(
+            7,
+            Oid::from_str("2222222222222222222222222222222222222222").unwrap(),
+            &v,
+            at,
+            poll
+        ));
+        assert!(!read.stands(7, applied, &Version::new(1, 14, 0), at, poll));
+    }
+
+    #[test]
+    fn a_store_that_cannot_be_read_holds_even_the_first_wave() {
+        let v = Version::new(1, 13, 0);
+        let evidence = unreadable(&"object not found");
+        let gate = wave::judge(&wave::WaveRequest {
+            env: "production",
+            cluster: "prod-1",
+            version: &v,
+            waves: &[wave::Wave {
+                clusters: vec!["prod-1".into(), "prod-2".into()],
+                soak: std::time::Duration::ZERO,
+                max_concurrency: None,
+            }],
+            failure_budget: 0,
+            evidence: &evidence,
+            now: t("2026-12-20T03:00:00Z"),
+        });
+        assert!(matches!(gate, WaveGate::Held { .. }), "{gate:?}");
+        assert!(gate.held().is_some_and(|w| w.contains("object not found")));
     }
 
     #[test]
