@@ -459,6 +459,21 @@ fn an_unreadable_record_is_reported_and_the_node_left_alone() {
 }
 
 #[test]
+fn a_node_out_of_service_whose_record_cannot_be_read_fills_the_budget() {
+    // NotReady, its record unreadable: still out of service, so with
+    // max_unavailable 1 no other node starts. Ready, it leaves room.
+    let p = policy(1, OnDrainTimeout::Skip);
+    let mut a = idle("a", "1.12.0");
+    a.progress = Err(crate::cluster::RecordError::Missing("target"));
+    let d = decide(&p, &open(), &[a.clone(), idle("b", "1.12.0")], t("03:00"));
+    assert!(d.actions.iter().any(|x| x.node() == "b"), "{:?}", d.actions);
+    a.ready = false;
+    let d = decide(&p, &open(), &[a, idle("b", "1.12.0")], t("03:00"));
+    assert_eq!(d.unavailable, 1);
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+}
+
+#[test]
 fn window_state_from_intervals() {
     let w = [(t("02:00"), t("08:00")), (t("20:00"), t("21:00"))];
     let s = WindowState::from_intervals(&w, t("07:59"));
@@ -585,6 +600,8 @@ fn a_halted_environment_starts_no_node_lets_the_one_in_flight_finish_and_says_ha
     );
     assert_eq!(d.state, RolloutState::Halted);
     assert!(d.message.contains("prod-eu-1 failed it"), "{}", d.message);
+    // Out of service: a, upgrading; not c, Ready and given back.
+    assert_eq!(d.unavailable, 1);
     // A cluster that had confirmed shows the environment's halt too.
     let done = vec![idle("a", "1.13.2")];
     let d = decide(&policy(1, OnDrainTimeout::Skip), &halted, &done, t("02:20"));

@@ -127,6 +127,25 @@ fn a_pdb_holds_the_drain_until_it_relents_then_the_node_upgrades() {
 }
 
 #[test]
+fn a_refused_drain_names_the_budget_and_pod_and_keeps_its_since() {
+    let clock = VirtualClock::new(t0());
+    let sim = Sim::new("c", clock.clone());
+    budget(&sim, "db", 2, None);
+    sim.add_node(guarded("a", old(), "db-0", "db"));
+    sim.add_node(guarded("b", Some(Version::new(1, 13, 2)), "db-1", "db"));
+    let e = engine(policy(1, OnDrainTimeout::Skip), &clock);
+    block_on(drive(&sim, &e, &Timeline::always(), t0() + D::minutes(5))).unwrap();
+    let first = progress(&sim, "a").unwrap().message;
+    assert!(
+        first.starts_with("PodDisruptionBudget db refused evicting db-0 since "),
+        "{first}"
+    );
+    // Refused the same way again: the message, and when it began, stay.
+    block_on(drive(&sim, &e, &Timeline::always(), t0() + D::minutes(10))).unwrap();
+    assert_eq!(progress(&sim, "a").unwrap().message, first);
+}
+
+#[test]
 fn a_drain_that_never_finishes_is_given_back_blocked_and_others_go_on() {
     let clock = VirtualClock::new(t0());
     let sim = Sim::new("c", clock.clone());
