@@ -450,30 +450,6 @@ fn confirmed_needs_every_node_ready_at_target_and_no_progress_left() {
 }
 
 #[test]
-fn an_unreadable_record_is_reported_and_the_node_left_alone() {
-    let mut n = idle("a", "1.12.0");
-    n.progress = Err(crate::cluster::RecordError::Missing("target"));
-    let d = decide(&policy(1, OnDrainTimeout::Skip), &open(), &[n], t("03:00"));
-    assert!(d.actions.is_empty());
-    assert!(d.skipped[0].reason.contains("unreadable record"));
-}
-
-#[test]
-fn a_node_out_of_service_whose_record_cannot_be_read_fills_the_budget() {
-    // NotReady, its record unreadable: still out of service, so with
-    // max_unavailable 1 no other node starts. Ready, it leaves room.
-    let p = policy(1, OnDrainTimeout::Skip);
-    let mut a = idle("a", "1.12.0");
-    a.progress = Err(crate::cluster::RecordError::Missing("target"));
-    let d = decide(&p, &open(), &[a.clone(), idle("b", "1.12.0")], t("03:00"));
-    assert!(d.actions.iter().any(|x| x.node() == "b"), "{:?}", d.actions);
-    a.ready = false;
-    let d = decide(&p, &open(), &[a, idle("b", "1.12.0")], t("03:00"));
-    assert_eq!(d.unavailable, 1);
-    assert!(d.actions.is_empty(), "{:?}", d.actions);
-}
-
-#[test]
 fn window_state_from_intervals() {
     let w = [(t("02:00"), t("08:00")), (t("20:00"), t("21:00"))];
     let s = WindowState::from_intervals(&w, t("07:59"));

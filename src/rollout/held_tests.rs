@@ -503,3 +503,27 @@ fn a_freed_place_is_filled_while_the_steps_slower_calls_are_still_out() {
     assert_eq!(sim.violations(), Vec::<String>::new());
     assert_eq!(sim.peak_unavailable(), 2);
 }
+
+#[test]
+fn an_unreadable_record_is_reported_and_the_node_left_alone() {
+    let mut n = idle("a", "1.12.0");
+    n.progress = Err(crate::cluster::RecordError::Missing("target"));
+    let d = decide(&policy(1), &open(), &[n], t("03:00"));
+    assert!(d.actions.is_empty());
+    assert!(d.skipped[0].reason.contains("unreadable record"));
+}
+
+#[test]
+fn a_node_out_of_service_whose_record_cannot_be_read_fills_the_budget() {
+    // NotReady, its record unreadable: still out of service, so with
+    // max_unavailable 1 no other node starts. Ready, it leaves room.
+    let p = policy(1);
+    let mut a = idle("a", "1.12.0");
+    a.progress = Err(crate::cluster::RecordError::Missing("target"));
+    let d = decide(&p, &open(), &[a.clone(), idle("b", "1.12.0")], t("03:00"));
+    assert!(d.actions.iter().any(|x| x.node() == "b"), "{:?}", d.actions);
+    a.ready = false;
+    let d = decide(&p, &open(), &[a, idle("b", "1.12.0")], t("03:00"));
+    assert_eq!(d.unavailable, 1);
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+}
