@@ -21,6 +21,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::ResourceExt;
 use serde_json::{json, Value};
 use std::sync::Arc;
+use std::sync::LazyLock;
 
 /// The record `obj` stores, with what a write to it builds on.
 pub(crate) fn stored(obj: &DroverNode) -> Result<Stored, RecordError> {
@@ -46,18 +47,25 @@ pub(crate) fn stored(obj: &DroverNode) -> Result<Stored, RecordError> {
 /// last one's uid). The fields are read from the types' schemas, so none
 /// is missed.
 fn whole(status: &DroverNodeStatus) -> Value {
-    fn fill<T: schemars::JsonSchema>(map: &mut serde_json::Map<String, Value>) {
+    /// A type's fields as its schema names them, read once per process,
+    /// not once per write.
+    fn keys<T: schemars::JsonSchema>() -> Vec<String> {
         let schema = schemars::schema_for!(T);
-        let keys = schema.get("properties").and_then(|p| p.as_object());
-        for key in keys.into_iter().flat_map(|p| p.keys()) {
+        let props = schema.get("properties").and_then(|p| p.as_object());
+        props.into_iter().flat_map(|p| p.keys().cloned()).collect()
+    }
+    static STATUS: LazyLock<Vec<String>> = LazyLock::new(keys::<DroverNodeStatus>);
+    static RUN: LazyLock<Vec<String>> = LazyLock::new(keys::<wire::RunStatus>);
+    let fill = |map: &mut serde_json::Map<String, Value>, keys: &[String]| {
+        for key in keys {
             map.entry(key.clone()).or_insert(Value::Null);
         }
-    }
+    };
     let mut value = serde_json::to_value(status).unwrap_or_default();
     if let Value::Object(map) = &mut value {
-        fill::<DroverNodeStatus>(map);
+        fill(map, &STATUS);
         if let Some(Value::Object(run)) = map.get_mut("run") {
-            fill::<wire::RunStatus>(run);
+            fill(run, &RUN);
         }
     }
     value

@@ -42,16 +42,11 @@ fn real_driver(nodes: &Arc<BottlerocketNodes>) -> impl FnOnce(&mut KubeletOption
 /// A DaemonSet's pod on `node`, so it stays through drains.
 fn app_pod(i: usize, node: &str) -> Pod {
     let mut pod = pod_on(&format!("app-{i}"), node, &[("app", "app")], 1);
-    pod.metadata.owner_references = Some(vec![
-        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
-            api_version: "apps/v1".into(),
-            kind: "DaemonSet".into(),
-            name: "app".into(),
-            uid: "00000000-0000-0000-0000-000000000003".into(),
-            controller: Some(true),
-            ..Default::default()
-        },
-    ]);
+    pod.metadata.owner_references = Some(vec![crate::support::kube::controller_ref(
+        "DaemonSet",
+        "app",
+        "00000000-0000-0000-0000-000000000003",
+    )]);
     pod
 }
 

@@ -19,9 +19,9 @@ use crate::support::backend::{
     await_node_record, pool_options, request_retry, start_sim, POOL_LABEL,
 };
 use crate::support::kube::{
-    await_gone, await_object, await_pdb, await_pod, events_for, os_image, pdb_min_available,
-    pdb_settled, pod_held_by_a_pdb, pod_on, pod_running_ready, unschedulable, ControlPlane,
-    TestNamespace,
+    await_gone, await_object, await_pdb, await_pod, controller_ref, events_for, os_image,
+    pdb_min_available, pdb_settled, pod_held_by_a_pdb, pod_on, pod_running_ready, unschedulable,
+    ControlPlane, TestNamespace,
 };
 use crate::support::kubelet::Kubelet;
 use drover::cluster::ProgressState;
@@ -127,17 +127,6 @@ impl World {
     }
 }
 
-fn owner(kind: &str, name: &str, uid: &str) -> OwnerReference {
-    OwnerReference {
-        api_version: "apps/v1".into(),
-        kind: kind.into(),
-        name: name.into(),
-        uid: uid.into(),
-        controller: Some(true),
-        ..Default::default()
-    }
-}
-
 /// A pod of the workload `app=web` on `node`, owned by `by`.
 fn web_pod(name: &str, node: &str, by: OwnerReference) -> Pod {
     let mut pod = pod_on(name, node, &[("app", "web")], 1);
@@ -184,7 +173,7 @@ pub(crate) async fn workload(client: &Client, ns: &str, node: &str, kind: Kind) 
                 .unwrap();
             let rs = replicaset(client, ns, &d, 1).await;
             (
-                owner("ReplicaSet", &rs.name_any(), &rs.uid().unwrap()),
+                controller_ref("ReplicaSet", &rs.name_any(), &rs.uid().unwrap()),
                 "web-1",
             )
         }
@@ -204,7 +193,10 @@ pub(crate) async fn workload(client: &Client, ns: &str, node: &str, kind: Kind) 
                 .create(&pp, &s)
                 .await
                 .unwrap();
-            (owner("StatefulSet", "web", &s.uid().unwrap()), "web-0")
+            (
+                controller_ref("StatefulSet", "web", &s.uid().unwrap()),
+                "web-0",
+            )
         }
     };
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
@@ -230,7 +222,7 @@ async fn replicaset(client: &Client, ns: &str, d: &Deployment, n: u32) -> Replic
     let rs: ReplicaSet = serde_json::from_value(json!({
         "apiVersion": "apps/v1", "kind": "ReplicaSet",
         "metadata": { "name": format!("web-rs{n}"),
-                      "ownerReferences": [owner("Deployment", "web", &d.uid().unwrap())] },
+                      "ownerReferences": [controller_ref("Deployment", "web", &d.uid().unwrap())] },
         "spec": { "replicas": 1, "selector": { "matchLabels": { "app": "web" } },
                   "template": template() },
     }))
@@ -366,7 +358,7 @@ pub(crate) async fn controller(client: Client, ns: String, kind: Kind) -> u32 {
                 let rs = replicaset(&client, &ns, &d, rollouts + 1).await;
                 let to = schedulable_node(&client, &ns, &old_node).await;
                 let name = format!("web-{}", rollouts + 1);
-                let by = owner("ReplicaSet", &rs.name_any(), &rs.uid().unwrap());
+                let by = controller_ref("ReplicaSet", &rs.name_any(), &rs.uid().unwrap());
                 pods.create(&PostParams::default(), &web_pod(&name, &to, by))
                     .await
                     .unwrap();
@@ -388,7 +380,7 @@ pub(crate) async fn controller(client: Client, ns: String, kind: Kind) -> u32 {
                     .await
                     .unwrap();
                 let to = schedulable_node(&client, &ns, &old_node).await;
-                let by = owner("StatefulSet", "web", &s.uid().unwrap());
+                let by = controller_ref("StatefulSet", "web", &s.uid().unwrap());
                 pods.create(&PostParams::default(), &web_pod("web-0", &to, by))
                     .await
                     .unwrap();

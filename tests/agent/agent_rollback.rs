@@ -38,16 +38,11 @@ fn stage_text(pool: &str, max_unavailable: u32, max_rollbacks: u32) -> String {
 /// stays through drains).
 fn app_pod(i: usize, node: &str) -> Pod {
     let mut pod = pod_on(&format!("app-{i}"), node, &[("app", "app")], 1);
-    pod.metadata.owner_references = Some(vec![
-        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
-            api_version: "apps/v1".into(),
-            kind: "DaemonSet".into(),
-            name: "app".into(),
-            uid: "00000000-0000-0000-0000-000000000002".into(),
-            controller: Some(true),
-            ..Default::default()
-        },
-    ]);
+    pod.metadata.owner_references = Some(vec![crate::support::kube::controller_ref(
+        "DaemonSet",
+        "app",
+        "00000000-0000-0000-0000-000000000002",
+    )]);
     pod
 }
 

@@ -88,14 +88,6 @@ impl Rung {
 
     /// Wait until `node`'s record holds the rung `rung` of its attempt.
     async fn await_rung(&self, node: &str, rung: &str) {
-        await_node_record(
-            &self.client,
-            self.ns.name(),
-            node,
-            &format!("the rung {rung} recorded"),
-            |_, _| true,
-        )
-        .await;
         let api: Api<drover::record::wire::DroverNode> =
             Api::namespaced(self.client.clone(), self.ns.name());
         crate::support::kube::await_object(&api, node, &format!("the rung {rung}"), |r| {

@@ -633,20 +633,32 @@ pub fn pod_on(name: &str, node: &str, labels: &[(&str, &str)], grace_secs: i64) 
     .unwrap()
 }
 
+/// The controller reference of an `apps/v1` workload (`kind` `name`, its
+/// `uid`), as its controller sets it on what it owns.
+pub fn controller_ref(
+    kind: &str,
+    name: &str,
+    uid: &str,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+        api_version: "apps/v1".into(),
+        kind: kind.into(),
+        name: name.into(),
+        uid: uid.into(),
+        controller: Some(true),
+        ..Default::default()
+    }
+}
+
 /// A pod of a DaemonSet on `node` (drains leave it there, so it lives
 /// through the upgrade, as node agents and log shippers do).
 pub fn daemon_pod(name: &str, node: &str) -> Pod {
     let mut pod = pod_on(name, node, &[("app", "node-agent")], 1);
-    pod.metadata.owner_references = Some(vec![
-        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
-            api_version: "apps/v1".into(),
-            kind: "DaemonSet".into(),
-            name: "node-agent".into(),
-            uid: "00000000-0000-0000-0000-000000000001".into(),
-            controller: Some(true),
-            ..Default::default()
-        },
-    ]);
+    pod.metadata.owner_references = Some(vec![controller_ref(
+        "DaemonSet",
+        "node-agent",
+        "00000000-0000-0000-0000-000000000001",
+    )]);
     pod
 }
 

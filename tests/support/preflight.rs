@@ -9,13 +9,12 @@
 
 use std::collections::BTreeSet;
 
-use super::kube::{await_pdb, create, daemon_pod, pdb_settled, pod_on};
+use super::kube::{await_pdb, controller_ref, create, daemon_pod, pdb_settled, pod_on};
 use drover::config::{CONSENT_LABEL, CONSENT_PAUSED};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -61,14 +60,7 @@ pub fn plan_preflight(repo: &std::path::Path) -> (i32, serde_json::Value) {
 }
 
 fn owned(mut pod: Pod, kind: &str, name: &str, uid: &str) -> Pod {
-    pod.metadata.owner_references = Some(vec![OwnerReference {
-        api_version: "apps/v1".into(),
-        kind: kind.into(),
-        name: name.into(),
-        uid: uid.into(),
-        controller: Some(true),
-        ..Default::default()
-    }]);
+    pod.metadata.owner_references = Some(vec![controller_ref(kind, name, uid)]);
     pod
 }
 
@@ -110,14 +102,11 @@ pub async fn deployment(client: &Client, ns: &str, name: &str, replicas: i32, no
         "spec": { "replicas": replicas, "selector": { "matchLabels": labels }, "template": template },
     }))
     .unwrap();
-    rs.metadata.owner_references = Some(vec![OwnerReference {
-        api_version: "apps/v1".into(),
-        kind: "Deployment".into(),
-        name: name.into(),
-        uid: dep.uid().unwrap(),
-        controller: Some(true),
-        ..Default::default()
-    }]);
+    rs.metadata.owner_references = Some(vec![controller_ref(
+        "Deployment",
+        name,
+        &dep.uid().unwrap(),
+    )]);
     let rs = create(&rss, &rs).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let pod = pod_on(&format!("{name}-7d9f-a"), node, &[("app", name)], 1);
