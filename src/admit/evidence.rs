@@ -104,6 +104,48 @@ pub fn status_scope(
     env: &str,
     cluster: &str,
 ) -> crate::status::Listed {
+    scope_of(
+        env,
+        cluster,
+        heads
+            .iter()
+            .flatten()
+            .map(|h| scope_at(repo, *h, env).unwrap_or_default()),
+    )
+}
+
+/// The `(env, cluster)` pairs the config at `head` lists for `env` and the
+/// environment below it in its chain; `None` when it does not load (the
+/// commit may not be fetched yet). A commit's config never changes, so a
+/// caller may keep what loaded per commit.
+pub fn scope_at(
+    repo: &git2::Repository,
+    head: git2::Oid,
+    env: &str,
+) -> Option<Vec<(String, String)>> {
+    let files = crate::config::GitTreeFiles::at_rev(repo, &head.to_string()).ok()?;
+    let cfg = crate::config::load(&files).ok()?;
+    let chain = &cfg.root.chain;
+    let lower = chain
+        .iter()
+        .position(|e| e == env)
+        .and_then(|i| i.checked_sub(1))
+        .map(|i| chain[i].clone());
+    let mut out = Vec::new();
+    for e in std::iter::once(env.to_owned()).chain(lower) {
+        for c in cfg.root.clusters.get(&e).into_iter().flatten() {
+            out.push((e.clone(), c.clone()));
+        }
+    }
+    Some(out)
+}
+
+/// [`status_scope`] from each head's [`scope_at`].
+pub fn scope_of(
+    env: &str,
+    cluster: &str,
+    heads: impl IntoIterator<Item = Vec<(String, String)>>,
+) -> crate::status::Listed {
     let mut out = crate::status::Listed::new();
     let mut add = |e: &str, c: &str| {
         let have = out.entry(e.to_owned()).or_default();
@@ -112,24 +154,8 @@ pub fn status_scope(
         }
     };
     add(env, cluster);
-    for head in heads.iter().flatten() {
-        let Ok(files) = crate::config::GitTreeFiles::at_rev(repo, &head.to_string()) else {
-            continue;
-        };
-        let Ok(cfg) = crate::config::load(&files) else {
-            continue;
-        };
-        let chain = &cfg.root.chain;
-        let lower = chain
-            .iter()
-            .position(|e| e == env)
-            .and_then(|i| i.checked_sub(1))
-            .map(|i| chain[i].clone());
-        for e in std::iter::once(env.to_owned()).chain(lower) {
-            for c in cfg.root.clusters.get(&e).into_iter().flatten() {
-                add(&e, c);
-            }
-        }
+    for (e, c) in heads.into_iter().flatten() {
+        add(&e, &c);
     }
     out
 }

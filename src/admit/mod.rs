@@ -55,7 +55,7 @@ pub use base::{check_base, ChangeReport, ConfirmationSource, StatusRead};
 pub use bootstrap::{
     admit_named, check_trust, named_commit, trust_base, TrustBase, TrustInputs, TRUST_ANNOTATION,
 };
-pub use evidence::{env_evidence, evidence_of, status_scope};
+pub use evidence::{env_evidence, evidence_of, scope_at, scope_of, status_scope};
 pub use git::{judge_span, EnvVerdict, GitEvidence, Judged, Judgement};
 pub use head::{admit_adoption, admit_head, Admitted, Rejection, Stage, TrustCheck};
 pub use history::{lower_history, HistoryError};

@@ -5,7 +5,7 @@ use super::events::Severity;
 use super::guard::Guarded;
 use super::health;
 use super::hooks::ClockRef;
-use super::{lock, Acting, ClusterBackend, Connected, Next};
+use super::{lock, Acting, Active, ClusterBackend, Connected, Next};
 use crate::config::EnvConfig;
 use crate::rollout::{Engine, Held, Inputs, Labels, Policy, WindowState};
 use chrono::{DateTime, Utc};
@@ -73,12 +73,12 @@ impl<B: ClusterBackend> Acting<B> {
         }
     }
 
-    /// The window at `now` for `env`, for any change and for a patch update
+    /// The window at `now` for `active`'s env, for any change and for a patch update
     /// (they differ only under a `minor` freeze); asked of [`crate::window`].
-    fn window(env: &EnvConfig, now: DateTime<Utc>) -> (WindowState, Option<WindowState>) {
-        match crate::window::Calendar::of(env) {
-            Ok(cal) => cal.inputs_at(now),
-            Err(_) => (WindowState::default(), None),
+    fn window(active: &Active, now: DateTime<Utc>) -> (WindowState, Option<WindowState>) {
+        match &active.calendar {
+            Some(cal) => cal.inputs_at(now),
+            None => (WindowState::default(), None),
         }
     }
 
@@ -154,7 +154,7 @@ impl<B: ClusterBackend> Acting<B> {
             };
         }
         let now = self.clock.now();
-        let (mut window, mut patch_window) = Self::window(&active.env, now);
+        let (mut window, mut patch_window) = Self::window(&active, now);
         if let Some(why) = &active.revoked {
             // A version revoked after it was pinned: nodes already moving
             // finish, no further node starts, until a new version is pinned.

@@ -226,6 +226,7 @@ impl<B: ClusterBackend> Acting<B> {
                 active: Active {
                     commit: head,
                     failure_budget: env.rollout.failure_budget,
+                    calendar: Active::calendar_of(&env.for_cluster(&self.cfg.cluster)),
                     env: env.for_cluster(&self.cfg.cluster),
                     status_branch,
                     progress_interval,
@@ -301,15 +302,25 @@ impl<B: ClusterBackend> Acting<B> {
     }
 
     /// The status store the gate reads, as one number: every status
-    /// branch's tip but this cluster's own (see [`store_state`]).
-    pub(super) fn store_state(&self) -> impl Future<Output = u64> + Send + 'static {
+    /// branch's tip but this cluster's own (see [`store_state`]). Other
+    /// clusters' branches move only when a fetch ends, so it is read once
+    /// after each fetch (and again when the policy names another status
+    /// branch), not on every pass.
+    pub(super) async fn store_state(&mut self) -> u64 {
+        let branch = lock(&self.source).config().status_branch.clone();
+        if let Some((b, state)) = &self.fetching.store {
+            if *b == branch {
+                return *state;
+            }
+        }
         let src = self.source.clone();
         let own = (self.cfg.env.clone(), self.cfg.cluster.clone());
-        let work = blocking(move || {
-            let s = lock(&src);
-            store_state(s.repo(), &s.config().status_branch, (&own.0, &own.1))
-        });
-        async move { work.await.unwrap_or_default() }
+        let at = branch.clone();
+        let state = blocking(move || store_state(lock(&src).repo(), &at, (&own.0, &own.1)))
+            .await
+            .unwrap_or_default();
+        self.fetching.store = Some((branch, state));
+        state
     }
 
     /// Without a last applied commit: the one this agent's own signed
@@ -568,10 +579,12 @@ impl<B: ClusterBackend> Acting<B> {
             // The policy in force owns the status branch.
             s.set_status_branch(&cfg.root.status_branch);
             let revoked = revoked_reason(&cfg, &env);
+            let env_here = env.for_cluster(&cluster);
             Some(Active {
                 commit,
                 failure_budget: env.rollout.failure_budget,
-                env: env.for_cluster(&cluster),
+                calendar: Active::calendar_of(&env_here),
+                env: env_here,
                 waves: crate::gate::wave::waves(&cfg, &env_name),
                 revoked_versions: revoked_versions(&cfg),
                 status_branch: cfg.root.status_branch,

@@ -499,11 +499,16 @@ impl StatusObject {
         // Explicit nulls for every field of the type that is absent, so a
         // cleared field (`refused`, `blocker`) is removed rather than kept
         // from before; read from the type's schema, so no field is missed.
+        // The field names are read once per process, not built into a
+        // schema on every write.
+        static KEYS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+            let schema = schemars::schema_for!(DroverStatusStatus);
+            let props = schema.get("properties").and_then(|p| p.as_object());
+            props.into_iter().flat_map(|p| p.keys().cloned()).collect()
+        });
         let mut value = serde_json::to_value(status).unwrap_or_default();
         if let serde_json::Value::Object(map) = &mut value {
-            let schema = schemars::schema_for!(DroverStatusStatus);
-            let keys = schema.get("properties").and_then(|p| p.as_object());
-            for key in keys.into_iter().flat_map(|p| p.keys()) {
+            for key in KEYS.iter() {
                 map.entry(key.clone()).or_insert(serde_json::Value::Null);
             }
         }

@@ -23,9 +23,16 @@ use super::crd::FetchRecord;
 use super::{lock, rfc3339, Acting, ClusterBackend};
 use crate::source::trigger::Reason;
 use crate::source::{FetchResult, Source};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
+
+/// Most commits whose status scope is kept (two are asked of each fetch).
+const MAX_SCOPES: usize = 16;
+
+/// The `(env, cluster)` pairs each commit's config asks to be fetched.
+type Scopes = HashMap<git2::Oid, Vec<(String, String)>>;
 
 /// How a fetch task ended: the fetch's handle on the cache back, and what it found.
 pub(super) type Joined =
@@ -57,6 +64,14 @@ pub(super) struct Fetching {
     /// Whether a fetch of this term succeeded: until one has, an applied
     /// commit missing from the cache may only be not fetched yet.
     pub(super) ok_in_term: bool,
+    /// The status branches each commit's config asks for
+    /// (`crate::admit::scope_at`), kept because every fetch asks it of the
+    /// applied commit and the head, and a commit's config never changes; at
+    /// most [`MAX_SCOPES`].
+    pub(super) scopes: Arc<Mutex<Scopes>>,
+    /// The status store's state as last read, with the status branch it
+    /// was read for ([`Acting::store_state`]); forgotten when a fetch ends.
+    pub(super) store: Option<(String, u64)>,
 }
 
 impl Fetching {
@@ -64,6 +79,7 @@ impl Fetching {
     pub(super) fn new_term(&mut self) {
         self.ended_in_term = false;
         self.ok_in_term = false;
+        self.store = None;
     }
 }
 
@@ -106,11 +122,27 @@ impl<B: ClusterBackend> Acting<B> {
             .as_deref()
             .and_then(|c| git2::Oid::from_str(c).ok());
         let (env, cluster) = (self.cfg.env.clone(), self.cfg.cluster.clone());
+        let scopes = self.fetching.scopes.clone();
         let task = crate::replay::spawn(move || {
             let mut source = source;
             source.set_status_branch(&branch);
             let r = source.fetch_scoped(|repo, head| {
-                crate::admit::status_scope(repo, &[applied, head], &env, &cluster)
+                let mut known = scopes.lock().unwrap_or_else(|e| e.into_inner());
+                let heads = [applied, head].into_iter().flatten().map(|h| {
+                    if let Some(s) = known.get(&h) {
+                        return s.clone();
+                    }
+                    // What did not load (a commit not fetched yet) is asked again.
+                    let Some(s) = crate::admit::scope_at(repo, h, &env) else {
+                        return Vec::new();
+                    };
+                    if known.len() >= MAX_SCOPES {
+                        known.clear();
+                    }
+                    known.insert(h, s.clone());
+                    s
+                });
+                crate::admit::scope_of(&env, &cluster, heads.collect::<Vec<_>>())
             });
             (source, r)
         });
@@ -139,6 +171,8 @@ impl<B: ClusterBackend> Acting<B> {
             Err(e) => Err(format!("the fetch task failed: {e}")),
         };
         let ok = result.is_ok();
+        // The fetch may have moved other clusters' branches.
+        self.fetching.store = None;
         self.record_fetch(result);
         // A head read before this term began may be older than what the
         // last leader applied since: it is not judged (the next fetch is).

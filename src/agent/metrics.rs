@@ -15,9 +15,31 @@ use std::sync::atomic::AtomicU64;
 
 type Labels = Vec<(String, String)>;
 
+/// The values last written into the state-like families ([`Metrics::said`]).
+#[derive(Default)]
+struct Said {
+    nodes: Option<BTreeMap<(String, String), i64>>,
+    rollout_state: Option<crate::rollout::RolloutState>,
+    blocked: Option<(
+        Option<crate::rollout::Blocker>,
+        BTreeMap<crate::rollout::Blocker, u32>,
+    )>,
+}
+
+impl Metrics {
+    /// The memo of what was last said, whichever thread wrote it.
+    fn said(&self) -> std::sync::MutexGuard<'_, Said> {
+        self.said.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// Every metric the agent exports.
 pub struct Metrics {
     registry: Registry,
+    /// What the state-like families were last set to: a pass that says
+    /// the same again (most passes of a long drain) leaves them as they
+    /// are rather than clearing and re-creating every series.
+    said: std::sync::Mutex<Said>,
     /// `drover_nodes{version,state}`: selected nodes by OS version and drover state.
     pub nodes: Family<Labels, Gauge>,
     /// `drover_rollout_state{state}`: 1 for the current rollout state.
@@ -129,6 +151,7 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("drover");
         let m = Metrics {
+            said: Default::default(),
             nodes: Family::default(),
             rollout_state: Family::default(),
             blocked: Family::default(),
@@ -319,6 +342,11 @@ impl Metrics {
 
     /// Record the nodes by (version, state).
     pub fn set_nodes(&self, counts: &BTreeMap<(String, String), i64>) {
+        let mut said = self.said();
+        if said.nodes.as_ref() == Some(counts) {
+            return;
+        }
+        said.nodes = Some(counts.clone());
         self.nodes.clear();
         for ((version, state), n) in counts {
             self.nodes
@@ -331,6 +359,11 @@ impl Metrics {
     pub fn set_rollout_state(&self, state: crate::rollout::RolloutState) {
         // One series per state, 0 or 1, so an alert on `blocked` or
         // `failed` sees a value rather than an absent series.
+        let mut said = self.said();
+        if said.rollout_state == Some(state) {
+            return;
+        }
+        said.rollout_state = Some(state);
         self.rollout_state.clear();
         for s in crate::rollout::RolloutState::ALL {
             self.rollout_state
@@ -350,6 +383,16 @@ impl Metrics {
         nodes: &super::blocked::Blocked,
         now: chrono::DateTime<chrono::Utc>,
     ) {
+        let age = nodes
+            .oldest
+            .map_or(0.0, |t| (now - t).num_milliseconds().max(0) as f64 / 1000.0);
+        self.oldest_blocked_node.set(age);
+        let mut said = self.said();
+        let this = (cluster, nodes.counts.clone());
+        if said.blocked.as_ref() == Some(&this) {
+            return;
+        }
+        said.blocked = Some(this);
         for b in crate::rollout::Blocker::ALL {
             let l = labels(&[("blocker", b.as_str())]);
             self.blocker
@@ -358,10 +401,6 @@ impl Metrics {
             let n = nodes.counts.get(&b).copied().unwrap_or(0);
             self.blocked_nodes.get_or_create(&l).set(i64::from(n));
         }
-        let age = nodes
-            .oldest
-            .map_or(0.0, |t| (now - t).num_milliseconds().max(0) as f64 / 1000.0);
-        self.oldest_blocked_node.set(age);
     }
 
     /// Record why the newest head is not applied (`None`: it is).
@@ -438,5 +477,56 @@ mod tests {
         assert!(text.contains(r#"drover_fetches_total{result="ok"} 1"#));
         m.set_blocked(None);
         assert!(!m.render().contains("drover_blocked{"));
+    }
+
+    /// A pass that says the same again leaves the series alone; what
+    /// changes after it is still written.
+    #[test]
+    fn the_same_state_said_again_changes_nothing_and_a_new_one_is_written() {
+        use crate::rollout::{Blocker, RolloutState};
+        let m = Metrics::new();
+        let mut counts = BTreeMap::new();
+        counts.insert(("1.2.3".to_string(), "ready".to_string()), 4);
+        let blocked = |n: u32| crate::agent::blocked::Blocked {
+            counts: [(Blocker::Pdb, n)].into_iter().collect(),
+            oldest: None,
+        };
+        let now = chrono::Utc::now();
+        for _ in 0..2 {
+            m.set_rollout_state(RolloutState::Confirmed);
+            m.set_nodes(&counts);
+            m.set_blocked_nodes(Some(Blocker::Pdb), &blocked(1), now);
+        }
+        let said = m.render();
+        m.set_rollout_state(RolloutState::Rolling);
+        counts.insert(("1.2.3".to_string(), "ready".to_string()), 3);
+        m.set_nodes(&counts);
+        m.set_blocked_nodes(None, &blocked(2), now);
+        let text = m.render();
+        for (before, after) in [
+            (
+                r#"drover_rollout_state{state="confirmed"} 1"#,
+                r#"drover_rollout_state{state="confirmed"} 0"#,
+            ),
+            (
+                r#"drover_rollout_state{state="rolling"} 0"#,
+                r#"drover_rollout_state{state="rolling"} 1"#,
+            ),
+            (
+                r#"drover_nodes{version="1.2.3",state="ready"} 4"#,
+                r#"drover_nodes{version="1.2.3",state="ready"} 3"#,
+            ),
+            (
+                r#"drover_blocker{blocker="pdb"} 1"#,
+                r#"drover_blocker{blocker="pdb"} 0"#,
+            ),
+            (
+                r#"drover_blocked_nodes{blocker="pdb"} 1"#,
+                r#"drover_blocked_nodes{blocker="pdb"} 2"#,
+            ),
+        ] {
+            assert!(said.contains(before), "{before} in {said}");
+            assert!(text.contains(after), "{after} in {text}");
+        }
     }
 }

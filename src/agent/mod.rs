@@ -390,6 +390,8 @@ impl<B: ClusterBackend> Agent<B> {
                 again: None,
                 ended_in_term: false,
                 ok_in_term: false,
+                scopes: Default::default(),
+                store: None,
             },
             status_object: store,
             edges: Edges {
@@ -533,6 +535,18 @@ struct Active {
     waves: Vec<crate::gate::wave::Wave>,
     /// `[rollout] failure_budget`.
     failure_budget: u32,
+    /// `env`'s calendar (`None`: its windows do not parse, so none opens),
+    /// parsed once per admitted config rather than on every pass.
+    calendar: Option<std::sync::Arc<crate::window::Calendar>>,
+}
+
+impl Active {
+    /// The calendar of `env`, as [`Active::calendar`] keeps it.
+    fn calendar_of(env: &EnvConfig) -> Option<std::sync::Arc<crate::window::Calendar>> {
+        crate::window::Calendar::of(env)
+            .ok()
+            .map(std::sync::Arc::new)
+    }
 }
 
 /// When a pass asks to run again.

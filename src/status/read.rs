@@ -393,10 +393,15 @@ fn parse_report(
             MAX_REPORT_BYTES / 1024
         ));
     }
-    let blob = repo.find_blob(blob).map_err(|e| e.to_string())?;
-    let text = std::str::from_utf8(blob.content()).map_err(|_| "not UTF-8".to_string())?;
-    let r = StatusReport::from_toml(text)
-        .map_err(|e| format!("not a valid status report ({})", e.message().trim()))?;
+    let r = parsed(blob, size, || {
+        // A blob that cannot be read now is not kept as unreadable.
+        let blob = repo.find_blob(blob).map_err(|e| e.to_string())?;
+        let Ok(text) = std::str::from_utf8(blob.content()) else {
+            return Ok(Err("not UTF-8".to_string()));
+        };
+        Ok(StatusReport::from_toml(text)
+            .map_err(|e| format!("not a valid status report ({})", e.message().trim())))
+    })?;
     if r.env != env || r.cluster != cluster {
         return Err(format!(
             "reports env {:?} cluster {:?}, which does not match its path",
@@ -404,6 +409,45 @@ fn parse_report(
         ));
     }
     Ok(r)
+}
+
+/// Most bytes of report files whose parse is kept ([`parsed`]).
+const MAX_PARSED_BYTES: usize = 1024 * 1024;
+
+/// Reports parsed in this process, by blob: a blob's bytes never change,
+/// and every read of the store (the wave gate's, each poll; the reporter's
+/// check of its own branch, each push) parses the same reports again.
+#[derive(Default)]
+struct Parsed {
+    by_blob: std::collections::HashMap<Oid, Result<StatusReport, String>>,
+    /// Sum of the kept blobs' sizes; everything is forgotten when the next
+    /// one would pass [`MAX_PARSED_BYTES`].
+    bytes: usize,
+}
+
+/// The report in `blob` (`size` bytes) as `parse` reads it, parsed once;
+/// `parse`'s outer `Err` (the blob could not be read) is not kept.
+fn parsed(
+    blob: Oid,
+    size: usize,
+    parse: impl FnOnce() -> Result<Result<StatusReport, String>, String>,
+) -> Result<StatusReport, String> {
+    static PARSED: std::sync::LazyLock<std::sync::Mutex<Parsed>> =
+        std::sync::LazyLock::new(Default::default);
+    let known = |p: &Parsed| p.by_blob.get(&blob).cloned();
+    let lock = || PARSED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(r) = known(&lock()) {
+        return r;
+    }
+    // Parsed outside the lock: threads reading other branches go on.
+    let r = parse()?;
+    let mut p = lock();
+    if p.bytes + size > MAX_PARSED_BYTES {
+        *p = Parsed::default();
+    }
+    p.bytes += size;
+    p.by_blob.insert(blob, r.clone());
+    r
 }
 
 /// A report cut down for display: of its `detail` only the blockers
@@ -638,6 +682,39 @@ pub fn read_confirmations_of(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A report is parsed once per blob; a blob that could not be read is
+    /// read again once it is there, not remembered as unreadable.
+    #[test]
+    fn a_blob_not_fetched_yet_is_read_once_it_is_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(dir.path()).unwrap();
+        let text = StatusReport {
+            env: "stage".into(),
+            cluster: "stage-1".into(),
+            config_commit: "a".repeat(40),
+            version: "1.13.2".parse().unwrap(),
+            state: crate::rollout::RolloutState::Rolling,
+            since: "2026-12-08T02:00:00Z".parse().unwrap(),
+            nodes: 3,
+            nodes_at_version: 1,
+            message: String::new(),
+            detail: Default::default(),
+        }
+        .to_toml();
+        let blob = Oid::hash_object(git2::ObjectType::Blob, text.as_bytes()).unwrap();
+        let read = |env| parse_report(&repo, blob, text.len(), env, "stage-1");
+        assert!(read("stage").is_err(), "the blob is not there yet");
+        assert_eq!(repo.blob(text.as_bytes()).unwrap(), blob);
+        for _ in 0..2 {
+            assert_eq!(read("stage").map(|r| r.nodes_at_version), Ok(1));
+            // What the blob holds is kept; whether it belongs where it was
+            // found is judged on every read.
+            assert!(read("prod")
+                .unwrap_err()
+                .contains("does not match its path"));
+        }
+    }
 
     fn t(s: &str) -> DateTime<Utc> {
         s.parse().unwrap()

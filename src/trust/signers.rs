@@ -47,8 +47,16 @@ impl SignerEntry {
                 else {
                     return false;
                 };
-                ed25519_dalek::Signature::try_from(sig.signature())
-                    .is_ok_and(|s| vk.verify(&signed, &s).is_ok())
+                let seen = verified::digest(vk.as_bytes(), sig.signature().as_bytes(), &signed);
+                if verified::before(&seen) {
+                    return true;
+                }
+                let ok = ed25519_dalek::Signature::try_from(sig.signature())
+                    .is_ok_and(|s| vk.verify(&signed, &s).is_ok());
+                if ok {
+                    verified::remember(seen);
+                }
+                ok
             }
             _ => self.key.verify(sig.namespace(), msg, sig).is_ok(),
         }
@@ -64,6 +72,49 @@ impl SignerEntry {
         self.namespaces
             .as_ref()
             .is_none_or(|ns| ns.iter().any(|n| n == namespace))
+    }
+}
+
+/// Ed25519 signatures this process has verified. The wave gate reads the
+/// environment's status store every poll and the reporter judges its own
+/// branch before each push: the same signed commits each time. What is
+/// kept is a SHA-256 of the key, the signature and the bytes it signs, so
+/// a hit is exactly the check made before; only successes are kept.
+mod verified {
+    use sha2::{Digest, Sha256};
+    use std::collections::HashSet;
+    use std::sync::{LazyLock, Mutex};
+
+    /// Most verifications kept (32 bytes each); all are forgotten when full.
+    const MAX_KEPT: usize = 4096;
+
+    static KEPT: LazyLock<Mutex<HashSet<[u8; 32]>>> = LazyLock::new(Default::default);
+
+    fn kept() -> std::sync::MutexGuard<'static, HashSet<[u8; 32]>> {
+        KEPT.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What identifies one verification: each part length-prefixed, so
+    /// no two different triples hash the same bytes.
+    pub(super) fn digest(key: &[u8], signature: &[u8], signed: &[u8]) -> [u8; 32] {
+        let mut h = Sha256::new();
+        for part in [key, signature, signed] {
+            h.update((part.len() as u64).to_be_bytes());
+            h.update(part);
+        }
+        h.finalize().into()
+    }
+
+    pub(super) fn before(d: &[u8; 32]) -> bool {
+        kept().contains(d)
+    }
+
+    pub(super) fn remember(d: [u8; 32]) {
+        let mut k = kept();
+        if k.len() >= MAX_KEPT {
+            k.clear();
+        }
+        k.insert(d);
     }
 }
 
@@ -320,6 +371,34 @@ mod tests {
         assert_eq!(e.valid_after, Some(1704067200));
         assert_eq!(e.valid_before, Some(1735787045));
         assert!(s.entries()[1].allows_namespace("anything"));
+    }
+
+    /// A signature verified once is remembered, and the memory accepts
+    /// nothing else: the same signature over other bytes, or presented
+    /// for another key, is checked and refused, before and after the hit.
+    #[test]
+    fn a_remembered_verification_accepts_only_the_same_key_signature_and_bytes() {
+        use ssh_key::{private::Ed25519Keypair, HashAlg, PrivateKey};
+        let key = |seed: u8| PrivateKey::from(Ed25519Keypair::from_seed(&[seed; 32]));
+        let entry = |k: &PrivateKey| {
+            let line = format!("a@x {}", k.public_key().to_openssh().unwrap());
+            AllowedSigners::parse(&line).unwrap().entries()[0].clone()
+        };
+        let (alice, mallory) = (key(41), key(42));
+        let sig = |k: &PrivateKey, msg: &[u8]| k.sign("git", HashAlg::Sha512, msg).unwrap();
+        let good = sig(&alice, b"tree 1\nreport\n");
+        let forged = sig(&mallory, b"tree 1\nreport\n");
+        for _ in 0..2 {
+            assert!(entry(&alice).verifies(b"tree 1\nreport\n", &good));
+            assert!(!entry(&alice).verifies(b"tree 2\nreport\n", &good));
+            assert!(!entry(&mallory).verifies(b"tree 1\nreport\n", &good));
+            assert!(!entry(&alice).verifies(b"tree 1\nreport\n", &forged));
+        }
+        // Distinct triples never share a digest, however their bytes split.
+        assert_ne!(
+            verified::digest(b"ab", b"c", b""),
+            verified::digest(b"a", b"bc", b"")
+        );
     }
 
     #[test]

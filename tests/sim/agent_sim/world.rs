@@ -456,6 +456,9 @@ pub fn run(plan: Plan) -> (Ran, Result<(), String>) {
         for e in w.sim.log() {
             eprintln!("    {} {} {:?}", e.at, e.node, e.kind);
         }
+        for r in w.forge.own_reports() {
+            eprintln!("  report:\n{r}");
+        }
     }
     let r = r.map_err(|e| {
         let log = w.sim.log();
