@@ -143,7 +143,10 @@ pub struct AgentConfig {
     pub poll: Duration,
     /// Longest time between two reconcile passes.
     pub tick: Duration,
-    /// Pause between eviction passes while a drain waits for PDBs.
+    /// Pause between eviction passes while a drain waits for PDBs: 5 s,
+    /// kubectl drain's pause after a refused eviction. A budget holds a
+    /// pod until another becomes ready elsewhere (tens of seconds to
+    /// minutes), so a shorter pause only adds refused calls (and passes).
     pub evict_retry: Duration,
     /// Quiet time after a cluster change before reconciling, so a burst of changes costs one pass.
     pub debounce: Duration,
@@ -221,7 +224,7 @@ impl AgentConfig {
             publish: PublishOptions::default(),
             poll: Duration::from_secs(60),
             tick: Duration::from_secs(30),
-            evict_retry: Duration::from_secs(2),
+            evict_retry: Duration::from_secs(5),
             debounce: Duration::from_millis(200),
             lease_name: format!("drover-{env}-{cluster}"),
             lease_duration: Duration::from_secs(15),

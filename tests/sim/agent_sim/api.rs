@@ -92,6 +92,18 @@ impl ApiServer {
             .and_then(|(_, v)| v.get("status").cloned())
     }
 
+    /// The status object's applied commit and version, as stored: what
+    /// the checks read after every step, without a copy of the whole status.
+    pub fn applied(&self) -> Option<(String, String)> {
+        let s = self.lock();
+        let (_, v) = s
+            .objects
+            .iter()
+            .find(|(k, _)| k.contains("/droverstatuses/"))?;
+        let field = |f: &str| Some(v.get("status")?.get(f)?.as_str()?.to_owned());
+        Some((field("lastAppliedCommit")?, field("appliedVersion")?))
+    }
+
     /// Calls answered with an injected fault.
     pub fn faulted(&self) -> usize {
         self.lock().faulted

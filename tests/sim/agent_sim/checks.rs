@@ -370,11 +370,8 @@ impl Facts {
 
     /// What the status object says agrees with itself and the forge: the
     /// applied version is the one the applied commit pins.
-    pub fn told(&mut self, status: Option<&serde_json::Value>) -> Result<(), String> {
-        let Some(st) = status else { return Ok(()) };
-        let commit = st.get("lastAppliedCommit").and_then(|c| c.as_str());
-        let version = st.get("appliedVersion").and_then(|c| c.as_str());
-        if let (Some(c), Some(v)) = (commit, version) {
+    pub fn told(&mut self, applied: Option<(String, String)>) -> Result<(), String> {
+        if let Some((c, v)) = applied {
             if let Some(m) = self.merges.iter().find(|m| m.commit == c) {
                 if m.env.version.to_string() != v {
                     let pin = m.env.version.clone();

@@ -325,7 +325,7 @@ impl World {
         self.ran.steps += 1;
         tracing::debug!(now = %self.now, step = self.ran.steps, "sim step");
         self.facts.check(&self.sim)?;
-        self.facts.told(self.api.status().as_ref())
+        self.facts.told(self.api.applied())
     }
 
     /// The agent's two replicas (their processes on one machine, in one
