@@ -221,20 +221,23 @@ impl<B: ClusterBackend> Acting<B> {
                 revoked,
                 revoked_versions,
                 waves,
-            } => Admission::Accepted(Box::new(Accepted {
-                version,
-                active: Active {
-                    commit: head,
-                    failure_budget: env.rollout.failure_budget,
-                    calendar: Active::calendar_of(&env.for_cluster(&self.cfg.cluster)),
-                    env: env.for_cluster(&self.cfg.cluster),
-                    status_branch,
-                    progress_interval,
-                    revoked,
-                    revoked_versions,
-                    waves,
-                },
-            })),
+            } => {
+                let here = env.for_cluster(&self.cfg.cluster);
+                Admission::Accepted(Box::new(Accepted {
+                    version,
+                    active: Active {
+                        commit: head,
+                        failure_budget: env.rollout.failure_budget,
+                        calendar: Active::calendar_of(&here),
+                        env: here,
+                        status_branch,
+                        progress_interval,
+                        revoked,
+                        revoked_versions,
+                        waves,
+                    },
+                }))
+            }
         }
     }
 

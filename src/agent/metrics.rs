@@ -1,8 +1,9 @@
 //! Prometheus metrics served on `/metrics`.
 //!
 //! State-like metrics (nodes, rollout state, blocked reason, applied commit)
-//! are gauges whose label sets are cleared and re-set on every update, so a
-//! series that no longer applies disappears instead of lingering at 1.
+//! are gauges whose label sets are cleared and re-set when what they say
+//! changes, so a series that no longer applies disappears instead of
+//! lingering at 1; a pass that says the same again leaves them alone.
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -24,13 +25,6 @@ struct Said {
         Option<crate::rollout::Blocker>,
         BTreeMap<crate::rollout::Blocker, u32>,
     )>,
-}
-
-impl Metrics {
-    /// The memo of what was last said, whichever thread wrote it.
-    fn said(&self) -> std::sync::MutexGuard<'_, Said> {
-        self.said.lock().unwrap_or_else(|e| e.into_inner())
-    }
 }
 
 /// Every metric the agent exports.
@@ -338,6 +332,11 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.registry);
         out
+    }
+
+    /// The memo of what was last said, whichever thread wrote it.
+    fn said(&self) -> std::sync::MutexGuard<'_, Said> {
+        self.said.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Record the nodes by (version, state).
