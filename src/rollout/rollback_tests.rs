@@ -589,3 +589,151 @@ fn a_passed_node_that_fails_notready_under_halt_counts_as_out_of_service() {
     assert_eq!(d.state, RolloutState::Failed, "{}", d.message);
     assert_eq!(d.unavailable, 1, "{d:?}");
 }
+
+/// The health a backend reads of `n`: one pod, crash-looping when `bad`.
+fn health(n: &NodeView, bad: bool, now: DateTime<Utc>) -> NodeSeen {
+    let mut m = model(&n.name, bad, false);
+    m.view.version = n.version.clone();
+    health_of(&m, now)
+}
+
+fn at(m: i64) -> DateTime<Utc> {
+    t0() + chrono::Duration::minutes(m)
+}
+
+#[test]
+fn a_passed_node_that_fails_is_rolled_back_when_the_budget_has_room() {
+    // A passed node takes a new place to roll back (a watched one holds
+    // its own): with room, it is rolled back, not left failed in service.
+    let p = policy(OnFailure::Rollback, 1, 1);
+    let mut a = moved("a", ProgressState::Passed, "");
+    a.ready = false;
+    let d = decide(&p, &open(), &[a], at(30));
+    assert!(
+        matches!(d.actions.as_slice(), [Action::RollBack { node, .. }] if node == "a"),
+        "{:?}",
+        d.actions
+    );
+    assert_eq!(d.unavailable, 1);
+}
+
+#[test]
+fn a_rollback_drains_outside_the_window_but_starts_its_run_only_inside_one() {
+    let p = policy(OnFailure::Rollback, 1, 1);
+    let mut a = moved(
+        "a",
+        ProgressState::RollingBack,
+        "health check failed: pods crash-looping",
+    );
+    a.unschedulable = true;
+    let closed = Inputs {
+        window: WindowState::default(),
+        ..open()
+    };
+    // Drained and the window closed: it waits, cordoned, its run not made.
+    let d = decide(&p, &closed, std::slice::from_ref(&a), at(5));
+    assert!(
+        !d.actions
+            .iter()
+            .any(|x| matches!(x, Action::StartUpgrade { .. })),
+        "{:?}",
+        d.actions
+    );
+    // Pods left on it: evicted, window or not.
+    a.pods_to_evict = 2;
+    let d = decide(&p, &closed, &[a], at(5));
+    assert!(
+        matches!(d.actions.as_slice(), [Action::Evict { node, .. }] if node == "a"),
+        "{:?}",
+        d.actions
+    );
+}
+
+#[test]
+fn a_node_rolled_back_is_recorded_failed_since_it_came_back() {
+    let p = policy(OnFailure::Rollback, 1, 1);
+    let mut a = moved(
+        "a",
+        ProgressState::RollingBack,
+        "health check failed: pods crash-looping",
+    );
+    a.version = Some(v("1.13.2"));
+    a.unschedulable = true;
+    a.upgrade = UpgradeStatus::Succeeded;
+    let inputs = Inputs {
+        health: vec![health(&a, false, at(20))],
+        ..open()
+    };
+    let d = decide(&p, &inputs, &[a], at(20));
+    match d.actions.as_slice() {
+        [Action::RolledBack { progress, .. }] => {
+            assert_eq!(progress.state, ProgressState::Failed);
+            assert_eq!(progress.started_at, at(20), "given back now, not at t0");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn the_failed_nodes_blocker_is_its_own_skip_not_another_nodes() {
+    // `a` failed its health check and was given back with its run stopped,
+    // which is still there: its skip says `driver`, and so does the
+    // cluster, whatever its message's prefix says. `b` is skipped for
+    // another reason, which is not `a`'s.
+    let p = policy(OnFailure::Halt, 2, 1);
+    let mut a = moved(
+        "a",
+        ProgressState::Failed,
+        "health check failed: pods crash-looping",
+    );
+    a.unschedulable = true;
+    if let Ok(Some(r)) = a.progress.as_mut() {
+        r.cordoned_by_drover = true;
+    }
+    a.upgrade = UpgradeStatus::Stopping;
+    let mut b = model("b", false, false).view;
+    b.unschedulable = true;
+    let d = decide(&p, &open(), &[a, b], at(30));
+    assert_eq!(d.state, RolloutState::Failed, "{}", d.message);
+    let of = |n: &str| d.skipped.iter().find(|s| s.node == n).map(|s| s.blocker);
+    assert_eq!(of("a"), Some(super::Blocker::Driver), "{:?}", d.skipped);
+    assert_ne!(of("b"), Some(super::Blocker::Driver), "{:?}", d.skipped);
+    assert_eq!(d.blocker, Some(super::Blocker::Driver));
+}
+
+#[test]
+fn a_watched_node_left_by_a_new_pin_counts_while_notready() {
+    // `a` was watched at 1.13.3 when 1.13.4 was pinned: its watch is
+    // cleared, and NotReady it still fills the one place, so `b` waits.
+    let mut p = policy(OnFailure::Halt, 1, 1);
+    p.target = v("1.13.4");
+    let mut a = moved("a", ProgressState::Watching, "");
+    a.ready = false;
+    let b = model("b", false, false).view;
+    let d = decide(&p, &open(), &[a, b], at(10));
+    assert!(
+        matches!(d.actions.as_slice(), [Action::Clear { node, .. }] if node == "a"),
+        "{:?}",
+        d.actions
+    );
+    assert_eq!(d.unavailable, 1);
+}
+
+#[test]
+fn a_watched_node_that_fails_in_service_leaves_the_budget() {
+    // Under `halt` a node failing its watch is recorded failed and stays
+    // in service, Ready: it no longer counts against max_unavailable.
+    let p = policy(OnFailure::Halt, 1, 1);
+    let a = moved("a", ProgressState::Watching, "");
+    let inputs = Inputs {
+        health: vec![health(&a, true, at(3))],
+        ..open()
+    };
+    let d = decide(&p, &inputs, &[a], at(3));
+    assert!(
+        matches!(d.actions.as_slice(), [Action::Unhealthy { node, .. }] if node == "a"),
+        "{:?}",
+        d.actions
+    );
+    assert_eq!(d.unavailable, 0, "{d:?}");
+}
