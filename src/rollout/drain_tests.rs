@@ -138,3 +138,38 @@ fn a_ladders_skip_gives_the_node_back_blocked_and_never_stops_the_rollout() {
     );
     assert_eq!(kinds(&d), ["evict"]);
 }
+
+#[test]
+fn the_step_that_taints_a_node_before_its_cordon_reports_the_taint_once() {
+    // The taint is the drain's first rung: the step that sets it says so
+    // (Events, the report), once, and a step within the lead says nothing.
+    use super::{reconcile, VirtualClock};
+    use crate::cluster::Cluster;
+    use crate::sim::{Sim, SimNode};
+    use futures::executor::block_on;
+    let sim = Sim::new("drain", VirtualClock::new(t("03:00")));
+    sim.add_node(SimNode::new(
+        "a",
+        Some(v("1.12.0")),
+        std::time::Duration::from_secs(300),
+    ));
+    let mut p = policy(1, OnDrainTimeout::Skip);
+    p.drain = rules("[[drain]]\nname = \"db\"\ntaint = \"10m\"\nladder = [\"evict\"]\n");
+    let out = block_on(reconcile(&sim, &p, &open(), t("03:00"))).unwrap();
+    assert_eq!(kinds(&out.decision), ["cordon"]);
+    let said: Vec<(&str, RungKind, &str)> = out
+        .drain_rungs
+        .iter()
+        .map(|(n, r)| (n.as_str(), r.rung, r.rule.as_str()))
+        .collect();
+    assert_eq!(said, [("a", RungKind::Taint, "db")]);
+    assert!(
+        out.drain_rungs[0].1.detail.starts_with("tainted "),
+        "{:?}",
+        out.drain_rungs
+    );
+    let a = &block_on(sim.observe()).unwrap()[0];
+    assert!(a.drain_tainted && !a.unschedulable, "{a:?}");
+    let out = block_on(reconcile(&sim, &p, &open(), t("03:05"))).unwrap();
+    assert!(out.drain_rungs.is_empty(), "{:?}", out.drain_rungs);
+}
