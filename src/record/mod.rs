@@ -421,8 +421,9 @@ impl NodeRecord {
     }
 
     /// The record whose run is planned for `progress` when it does not link
-    /// that run yet (a record of an older agent, or a rollback's retry):
-    /// the run of the current attempt with `progress`'s action and version.
+    /// that run yet: the run of the current attempt with `progress`'s
+    /// action and version (a guard: every write that starts a state with a
+    /// run plans it already).
     pub fn planned_for(&self, progress: &NodeProgress) -> NodeRecord {
         let mut r = self.with_progress(Some(progress.clone()));
         if !self.links_run_of(progress) {

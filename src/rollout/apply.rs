@@ -225,8 +225,12 @@ impl<'a> NodeCalls<'a> {
         progress: &NodeProgress,
     ) -> Result<(), C::Error> {
         let mut r = self.record();
-        if !r.links_run_of(progress) || r.progress.is_none() {
-            // A record that does not name this run yet: named first.
+        if !r.links_run_of(progress) {
+            // A record that does not name this run: named first. No record
+            // drover writes reaches here today (every write that starts a
+            // state with a run plans that run: `NodeRecord::start`,
+            // `retarget`, the migration), so this only guards the rule that
+            // nothing runs that the record does not name.
             r = r.planned_for(progress);
             self.write(cluster, r.clone()).await?;
         }
