@@ -173,3 +173,41 @@ fn the_step_that_taints_a_node_before_its_cordon_reports_the_taint_once() {
     let out = block_on(reconcile(&sim, &p, &open(), t("03:05"))).unwrap();
     assert!(out.drain_rungs.is_empty(), "{:?}", out.drain_rungs);
 }
+
+#[test]
+fn a_pass_that_leaves_pods_asks_for_another_soon_and_one_that_empties_the_node_does_not() {
+    use super::{reconcile, Clock, VirtualClock};
+    use crate::sim::{Pdb, Pod, Sim, SimNode};
+    use futures::executor::block_on;
+    let clock = VirtualClock::new(t("03:00"));
+    let sim = Sim::new("drain", clock.clone());
+    sim.add_node(
+        SimNode::new("a", Some(v("1.12.0")), std::time::Duration::from_secs(300)).with_pods(vec![
+            Pod {
+                name: "a-0".into(),
+                pdb: Some("hold".into()),
+            },
+        ]),
+    );
+    sim.add_pdb(
+        "hold",
+        Pdb {
+            min_available: 0,
+            blocked_until: Some(t("03:10")),
+        },
+    );
+    let p = policy(1, OnDrainTimeout::Skip);
+    let step = || block_on(reconcile(&sim, &p, &open(), clock.now())).unwrap();
+    let out = step();
+    assert_eq!(kinds(&out.decision), ["cordon"]);
+    assert!(!out.retry_evictions);
+    // The budget refuses the pod: the agent is asked to try again soon.
+    let out = step();
+    assert_eq!(kinds(&out.decision), ["evict"]);
+    assert!(out.retry_evictions, "{out:?}");
+    // Once it relents the pass empties the node: nothing left to retry.
+    clock.set(t("03:10"));
+    let out = step();
+    assert_eq!(kinds(&out.decision), ["evict"]);
+    assert!(!out.retry_evictions, "{out:?}");
+}

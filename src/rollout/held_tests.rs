@@ -527,3 +527,24 @@ fn a_node_out_of_service_whose_record_cannot_be_read_fills_the_budget() {
     assert_eq!(d.unavailable, 1);
     assert!(d.actions.is_empty(), "{:?}", d.actions);
 }
+
+#[test]
+fn a_give_back_that_lands_makes_room_for_a_start_in_the_same_step() {
+    // With room for one, `b` is cordoned in the step whose `complete` of
+    // `a` lands, not one step later.
+    let clock = VirtualClock::new(t("03:00"));
+    let sim = sim_with(&clock, &[("a", 0), ("b", 0)]);
+    let outs = run(&sim, &clock, &policy(1), t("06:00"));
+    let is = |o: &Outcome, kind: &str, node: &str| {
+        o.decision
+            .actions
+            .iter()
+            .any(|a| a.kind() == kind && a.node() == node)
+    };
+    let step = outs
+        .iter()
+        .find(|o| is(o, "complete", "a"))
+        .expect("a completes");
+    assert!(is(step, "cordon", "b"), "{:?}", step.decision.actions);
+    assert_eq!(sim.violations(), Vec::<String>::new());
+}

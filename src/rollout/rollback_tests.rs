@@ -737,3 +737,52 @@ fn a_watched_node_that_fails_in_service_leaves_the_budget() {
     );
     assert_eq!(d.unavailable, 0, "{d:?}");
 }
+
+#[test]
+fn a_node_whose_rollback_failed_counts_while_cordoned_or_notready() {
+    // Left cordoned by drover it is out of service; uncordoned by a person
+    // it serves while Ready, and counts again once NotReady.
+    let p = policy(OnFailure::Rollback, 2, 1);
+    let failed = |unschedulable: bool, ready: bool| {
+        let mut a = moved(
+            "a",
+            ProgressState::Failed,
+            "rollback failed: its driver failed: exit 1; left cordoned",
+        );
+        if let Ok(Some(r)) = a.progress.as_mut() {
+            r.cordoned_by_drover = true;
+        }
+        a.unschedulable = unschedulable;
+        a.ready = ready;
+        a
+    };
+    for (unschedulable, ready, counted) in [(true, true, 1), (false, true, 0), (false, false, 1)] {
+        let d = decide(&p, &open(), &[failed(unschedulable, ready)], at(30));
+        assert_eq!(d.state, RolloutState::Failed, "{}", d.message);
+        assert_eq!(
+            d.unavailable, counted,
+            "cordoned {unschedulable}, Ready {ready}: {d:?}"
+        );
+    }
+}
+
+#[test]
+fn a_retried_rollback_that_cordons_the_node_again_records_the_cordon_as_drovers() {
+    // Someone else had cordoned the node when its rollback started (not
+    // drover's to uncordon), and uncordoned it since: the retry cordons it,
+    // that cordon is drover's, and drover uncordons the node once back.
+    let p = policy(OnFailure::Rollback, 1, 2);
+    let mut a = moved(
+        "a",
+        ProgressState::Failed,
+        "rollback failed: its driver failed: exit 1; left cordoned",
+    );
+    a.retry = true;
+    let d = decide(&p, &open(), &[a], at(30));
+    match d.actions.as_slice() {
+        [Action::RollBack { progress, .. }] => {
+            assert!(progress.cordoned_by_drover, "{progress:?}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
