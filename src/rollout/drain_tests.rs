@@ -5,7 +5,7 @@
 use super::decide::*;
 use super::decide_tests::{open, policy, t, v};
 use super::decision::*;
-use crate::cluster::{NodeProgress, NodeView, ProgressState, Stored};
+use crate::cluster::{Cluster, NodeProgress, NodeView, ProgressState, Stored};
 use crate::config::{parse_env, OnDrainTimeout, RungKind};
 use crate::record::{NodeRecord, RungUse};
 
@@ -144,7 +144,6 @@ fn the_step_that_taints_a_node_before_its_cordon_reports_the_taint_once() {
     // The taint is the drain's first rung: the step that sets it says so
     // (Events, the report), once, and a step within the lead says nothing.
     use super::{reconcile, VirtualClock};
-    use crate::cluster::Cluster;
     use crate::sim::{Sim, SimNode};
     use futures::executor::block_on;
     let sim = Sim::new("drain", VirtualClock::new(t("03:00")));
@@ -210,4 +209,104 @@ fn a_pass_that_leaves_pods_asks_for_another_soon_and_one_that_empties_the_node_d
     let out = step();
     assert_eq!(kinds(&out.decision), ["evict"]);
     assert!(!out.retry_evictions, "{out:?}");
+}
+
+/// The sim, its eviction passes using a drain rule's `restart` rung (the
+/// sim has no ladders: the Kubernetes backend's rungs are its own tests').
+struct Restarting<'a>(&'a crate::sim::Sim);
+
+impl Cluster for Restarting<'_> {
+    type Error = crate::sim::SimError;
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    async fn observe(&self) -> Result<Vec<NodeView>, Self::Error> {
+        self.0.observe().await
+    }
+    async fn write_record(
+        &self,
+        w: &crate::cluster::RecordWrite,
+    ) -> Result<crate::cluster::Stored, Self::Error> {
+        self.0.write_record(w).await
+    }
+    async fn cordon(&self, node: &str) -> Result<crate::cluster::Cordoned, Self::Error> {
+        self.0.cordon(node).await
+    }
+    async fn taint(&self, node: &str) -> Result<(), Self::Error> {
+        self.0.taint(node).await
+    }
+    async fn uncordon(&self, node: &str) -> Result<(), Self::Error> {
+        self.0.uncordon(node).await
+    }
+    async fn evict(
+        &self,
+        node: &str,
+        order: &crate::cluster::DrainOrder<'_>,
+    ) -> Result<crate::cluster::EvictionPass, Self::Error> {
+        let mut pass = self.0.evict(node, order).await?;
+        pass.rungs.push(crate::cluster::RungTaken {
+            rung: RungKind::Restart,
+            rule: "db".into(),
+            detail: "restarted Deployment apps/db for pod apps/db-0".into(),
+        });
+        Ok(pass)
+    }
+    async fn start_run(
+        &self,
+        node: &str,
+        start: &crate::cluster::RunStart,
+    ) -> Result<(), Self::Error> {
+        self.0.start_run(node, start).await
+    }
+    async fn stop_run(&self, node: &str, run: &crate::cluster::RunLink) -> Result<(), Self::Error> {
+        self.0.stop_run(node, run).await
+    }
+}
+
+#[test]
+fn a_rung_an_eviction_pass_used_is_recorded_and_reported_once() {
+    use super::{reconcile, VirtualClock};
+    use crate::sim::{Pdb, Pod, Sim, SimNode};
+    use futures::executor::block_on;
+    let sim = Sim::new("drain", VirtualClock::new(t("03:00")));
+    sim.add_node(
+        SimNode::new("a", Some(v("1.12.0")), std::time::Duration::from_secs(300)).with_pods(vec![
+            Pod {
+                name: "a-0".into(),
+                pdb: Some("hold".into()),
+            },
+        ]),
+    );
+    sim.add_pdb(
+        "hold",
+        Pdb {
+            min_available: 0,
+            blocked_until: Some(t("04:00")),
+        },
+    );
+    let cluster = Restarting(&sim);
+    let p = policy(1, OnDrainTimeout::Skip);
+    let step = || block_on(reconcile(&cluster, &p, &open(), t("03:00"))).unwrap();
+    assert_eq!(kinds(&step().decision), ["cordon"]);
+    let out = step();
+    assert_eq!(kinds(&out.decision), ["evict"]);
+    let said: Vec<(&str, RungKind)> = out
+        .drain_rungs
+        .iter()
+        .map(|(n, r)| (n.as_str(), r.rung))
+        .collect();
+    assert_eq!(said, [("a", RungKind::Restart)]);
+    let record = sim.record("a").expect("a's record");
+    assert!(
+        record
+            .drain_rungs
+            .iter()
+            .any(|u| u.rung == RungKind::Restart && u.rule == "db"),
+        "{:?}",
+        record.drain_rungs
+    );
+    // The next pass uses it again: recorded already, not said again.
+    let out = step();
+    assert_eq!(kinds(&out.decision), ["evict"]);
+    assert!(out.drain_rungs.is_empty(), "{:?}", out.drain_rungs);
 }
