@@ -548,3 +548,27 @@ fn a_give_back_that_lands_makes_room_for_a_start_in_the_same_step() {
     assert!(is(step, "cordon", "b"), "{:?}", step.decision.actions);
     assert_eq!(sim.violations(), Vec::<String>::new());
 }
+
+#[test]
+fn a_nodes_calls_after_one_that_landed_go_on_in_the_same_step() {
+    // A new pin while `a` drains: its retarget and its run's start are one
+    // step's two calls, the second applied once the first landed (only a
+    // call that failed stops the node's next ones).
+    let clock = VirtualClock::new(t("03:00"));
+    let sim = sim_with(&clock, &[("a", 0)]);
+    let mut p = policy(1);
+    p.target = v("1.13.1");
+    let out = block_on(reconcile(&sim, &p, &open(), clock.now())).unwrap();
+    assert_eq!(kinds(&out.decision), [("cordon", "a".into())]);
+    p.target = v("1.13.2");
+    let out = block_on(reconcile(&sim, &p, &open(), clock.now())).unwrap();
+    assert_eq!(
+        kinds(&out.decision),
+        [("retarget", "a".into()), ("start_upgrade", "a".into())]
+    );
+    let a = sim.nodes().into_iter().find(|n| n.name == "a").unwrap();
+    assert_eq!(
+        a.runs(),
+        [(crate::record::RunAction::Upgrade, 1, v("1.13.2"))]
+    );
+}

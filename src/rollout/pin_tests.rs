@@ -280,3 +280,54 @@ fn a_node_whose_run_stopped_is_released_only_once_nothing_of_it_is_left() {
         assert_eq!(d.unavailable, u32::from(!released), "{run:?}");
     }
 }
+
+#[test]
+fn a_drained_node_that_already_runs_the_new_pin_is_given_back_as_upgraded() {
+    // Drained toward 1.13.2 when 1.13.3 was pinned, and it runs 1.13.3
+    // already: no run is made for a version it runs, and it completes at
+    // once instead of waiting out node_timeout for 1.13.2.
+    let mut n = node(
+        "drained",
+        ProgressState::Draining,
+        UpgradeStatus::NotStarted,
+    );
+    n.version = Some(v("1.13.3"));
+    let d = decide(&bumped(), &open(), &[n], t("03:05"));
+    assert!(
+        matches!(
+            d.actions.as_slice(),
+            [Action::Complete { node, uncordon: true }] if node == "drained"
+        ),
+        "{:?}",
+        d.actions
+    );
+}
+
+#[test]
+fn a_rollback_from_the_pin_fails_the_cluster_and_one_from_an_older_pin_does_not() {
+    let mut n = node(
+        "rolling-back",
+        ProgressState::RollingBack,
+        UpgradeStatus::Running,
+    );
+    n.ready = false;
+    if let Ok(Some(p)) = n.progress.as_mut() {
+        p.message = "health check failed: pods crash-looping".into();
+    }
+    let d = decide(
+        &policy(3, OnDrainTimeout::Skip),
+        &open(),
+        std::slice::from_ref(&n),
+        t("03:05"),
+    );
+    assert_eq!(d.state, super::RolloutState::Failed, "{}", d.message);
+    assert!(
+        d.message.ends_with("rolling back to 1.12.0"),
+        "{}",
+        d.message
+    );
+    // 1.13.3 pinned since: the rollback from 1.13.2 goes on, and says
+    // nothing of 1.13.3.
+    let d = decide(&bumped(), &open(), &[n], t("03:05"));
+    assert_eq!(d.state, super::RolloutState::Rolling, "{}", d.message);
+}
