@@ -572,3 +572,45 @@ fn a_nodes_calls_after_one_that_landed_go_on_in_the_same_step() {
         [(crate::record::RunAction::Upgrade, 1, v("1.13.2"))]
     );
 }
+
+#[test]
+fn a_held_node_whose_call_lands_is_no_longer_held() {
+    // `a`'s writes fail from 03:03 to 03:30: its give-back is held; the
+    // step whose give-back lands lets the hold go.
+    let clock = VirtualClock::new(t("03:00"));
+    let sim = sim_with(&clock, &[("a", 0)]);
+    sim.inject("a", CallFault::Write, t("03:03"), t("03:30"));
+    let outs = run(&sim, &clock, &policy(1), t("06:00"));
+    assert!(
+        outs.iter().any(|o| o.held.iter().any(|h| h.node == "a")),
+        "the failed write held `a`"
+    );
+    let landed = outs
+        .iter()
+        .find(|o| o.decision.actions.iter().any(|a| a.gives_back()))
+        .expect("a's give-back lands");
+    assert_eq!(landed.held, Vec::<Held>::new());
+}
+
+#[test]
+fn a_rolling_back_node_whose_pods_cannot_be_listed_starts_no_run() {
+    // Neither evicted nor run on a guessed zero pods: held, its rollback's
+    // node_timeout still running.
+    let mut a = with(
+        idle("a", "1.13.2"),
+        ProgressState::RollingBack,
+        "03:00",
+        "health check failed: pods crash-looping",
+    );
+    if let Ok(Some(p)) = a.progress.as_mut() {
+        p.previous = Some(v("1.12.0"));
+    }
+    a.fault = Some("its pods cannot be listed: 500".into());
+    let d = decide(&policy(3), &open(), &[a], t("03:05"));
+    assert!(
+        d.actions.iter().all(|x| x.kind() == "note"),
+        "{:?}",
+        d.actions
+    );
+    assert_eq!(d.held.len(), 1);
+}
