@@ -574,6 +574,37 @@ fn a_nodes_calls_after_one_that_landed_go_on_in_the_same_step() {
 }
 
 #[test]
+fn a_given_back_node_is_released_only_while_drovers_own_cordon_stands() {
+    // Failed and blocked nodes, each either still cordoned by drover (it
+    // is released: uncordoned, the cordon no longer drover's), cordoned
+    // since by someone else, or uncordoned by a person: drover releases
+    // only the first, never lifting a cordon it did not make.
+    for state in [ProgressState::Failed, ProgressState::Blocked] {
+        for (by_drover, cordoned, released) in [
+            (true, true, true),
+            (false, true, false),
+            (true, false, false),
+        ] {
+            let mut a = with(idle("a", "1.12.0"), state, "03:00", "driver failed");
+            if let Ok(Some(p)) = a.progress.as_mut() {
+                p.cordoned_by_drover = by_drover;
+            }
+            a.unschedulable = cordoned;
+            let d = decide(&policy(1), &open(), &[a], t("03:30"));
+            let release = d
+                .actions
+                .iter()
+                .any(|x| matches!(x, Action::Release { node, .. } if node == "a"));
+            assert_eq!(
+                release, released,
+                "{state:?}, cordoned by drover {by_drover}, unschedulable {cordoned}: {:?}",
+                d.actions
+            );
+        }
+    }
+}
+
+#[test]
 fn a_held_node_whose_call_lands_is_no_longer_held() {
     // `a`'s writes fail from 03:03 to 03:30: its give-back is held; the
     // step whose give-back lands lets the hold go.
