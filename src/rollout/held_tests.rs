@@ -574,6 +574,29 @@ fn a_nodes_calls_after_one_that_landed_go_on_in_the_same_step() {
 }
 
 #[test]
+fn a_nodes_call_that_failed_stops_its_next_ones_in_the_same_step() {
+    // The retarget and start above, with `a`'s writes failing: the start
+    // builds on the record the retarget would have stored, so it is not
+    // tried in that step (counted by the cluster: one record write, the
+    // retarget's, not two), and `a` is held.
+    let clock = VirtualClock::new(t("03:00"));
+    let sim = sim_with(&clock, &[("a", 0)]);
+    let mut p = policy(1);
+    p.target = v("1.13.1");
+    let out = block_on(reconcile(&sim, &p, &open(), clock.now())).unwrap();
+    assert_eq!(kinds(&out.decision), [("cordon", "a".into())]);
+    sim.inject("a", CallFault::Write, t("03:00"), t("04:00"));
+    p.target = v("1.13.2");
+    let writes = || sim.calls("write_record", "a");
+    let before = writes();
+    let out = block_on(reconcile(&sim, &p, &open(), clock.now())).unwrap();
+    assert_eq!(writes() - before, 1, "record writes on `a` in the step");
+    assert_eq!(out.held.iter().map(|h| &h.node).collect::<Vec<_>>(), ["a"]);
+    let a = sim.nodes().into_iter().find(|n| n.name == "a").unwrap();
+    assert!(a.runs().is_empty(), "{:?}", a.runs());
+}
+
+#[test]
 fn a_given_back_node_is_released_only_while_drovers_own_cordon_stands() {
     // Failed and blocked nodes, each either still cordoned by drover (it
     // is released: uncordoned, the cordon no longer drover's), cordoned
