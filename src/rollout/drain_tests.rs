@@ -173,12 +173,10 @@ fn the_step_that_taints_a_node_before_its_cordon_reports_the_taint_once() {
     assert!(out.drain_rungs.is_empty(), "{:?}", out.drain_rungs);
 }
 
-#[test]
-fn a_pass_that_leaves_pods_asks_for_another_soon_and_one_that_empties_the_node_does_not() {
-    use super::{reconcile, Clock, VirtualClock};
+/// The in-memory cluster with one node, `a`, whose one pod a budget
+/// holds until `until`.
+fn one_pod_held_until(clock: &super::VirtualClock, until: &str) -> crate::sim::Sim {
     use crate::sim::{Pdb, Pod, Sim, SimNode};
-    use futures::executor::block_on;
-    let clock = VirtualClock::new(t("03:00"));
     let sim = Sim::new("drain", clock.clone());
     sim.add_node(
         SimNode::new("a", Some(v("1.12.0")), std::time::Duration::from_secs(300)).with_pods(vec![
@@ -192,9 +190,18 @@ fn a_pass_that_leaves_pods_asks_for_another_soon_and_one_that_empties_the_node_d
         "hold",
         Pdb {
             min_available: 0,
-            blocked_until: Some(t("03:10")),
+            blocked_until: Some(t(until)),
         },
     );
+    sim
+}
+
+#[test]
+fn a_pass_that_leaves_pods_asks_for_another_soon_and_one_that_empties_the_node_does_not() {
+    use super::{reconcile, Clock, VirtualClock};
+    use futures::executor::block_on;
+    let clock = VirtualClock::new(t("03:00"));
+    let sim = one_pod_held_until(&clock, "03:10");
     let p = policy(1, OnDrainTimeout::Skip);
     let step = || block_on(reconcile(&sim, &p, &open(), clock.now())).unwrap();
     let out = step();
@@ -266,24 +273,8 @@ impl Cluster for Restarting<'_> {
 #[test]
 fn a_rung_an_eviction_pass_used_is_recorded_and_reported_once() {
     use super::{reconcile, VirtualClock};
-    use crate::sim::{Pdb, Pod, Sim, SimNode};
     use futures::executor::block_on;
-    let sim = Sim::new("drain", VirtualClock::new(t("03:00")));
-    sim.add_node(
-        SimNode::new("a", Some(v("1.12.0")), std::time::Duration::from_secs(300)).with_pods(vec![
-            Pod {
-                name: "a-0".into(),
-                pdb: Some("hold".into()),
-            },
-        ]),
-    );
-    sim.add_pdb(
-        "hold",
-        Pdb {
-            min_available: 0,
-            blocked_until: Some(t("04:00")),
-        },
-    );
+    let sim = one_pod_held_until(&VirtualClock::new(t("03:00")), "04:00");
     let cluster = Restarting(&sim);
     let p = policy(1, OnDrainTimeout::Skip);
     let step = || block_on(reconcile(&cluster, &p, &open(), t("03:00"))).unwrap();

@@ -549,11 +549,9 @@ fn a_give_back_that_lands_makes_room_for_a_start_in_the_same_step() {
     assert_eq!(sim.violations(), Vec::<String>::new());
 }
 
-#[test]
-fn a_nodes_calls_after_one_that_landed_go_on_in_the_same_step() {
-    // A new pin while `a` drains: its retarget and its run's start are one
-    // step's two calls, the second applied once the first landed (only a
-    // call that failed stops the node's next ones).
+/// `a` cordoned for 1.13.1 and drained (it has no pods), then 1.13.2
+/// pinned: the next step retargets it and starts its run.
+fn drained_then_repinned() -> (VirtualClock, Sim, Policy) {
     let clock = VirtualClock::new(t("03:00"));
     let sim = sim_with(&clock, &[("a", 0)]);
     let mut p = policy(1);
@@ -561,6 +559,15 @@ fn a_nodes_calls_after_one_that_landed_go_on_in_the_same_step() {
     let out = block_on(reconcile(&sim, &p, &open(), clock.now())).unwrap();
     assert_eq!(kinds(&out.decision), [("cordon", "a".into())]);
     p.target = v("1.13.2");
+    (clock, sim, p)
+}
+
+#[test]
+fn a_nodes_calls_after_one_that_landed_go_on_in_the_same_step() {
+    // A new pin while `a` drains: its retarget and its run's start are one
+    // step's two calls, the second applied once the first landed (only a
+    // call that failed stops the node's next ones).
+    let (clock, sim, p) = drained_then_repinned();
     let out = block_on(reconcile(&sim, &p, &open(), clock.now())).unwrap();
     assert_eq!(
         kinds(&out.decision),
@@ -579,14 +586,8 @@ fn a_nodes_call_that_failed_stops_its_next_ones_in_the_same_step() {
     // builds on the record the retarget would have stored, so it is not
     // tried in that step (counted by the cluster: one record write, the
     // retarget's, not two), and `a` is held.
-    let clock = VirtualClock::new(t("03:00"));
-    let sim = sim_with(&clock, &[("a", 0)]);
-    let mut p = policy(1);
-    p.target = v("1.13.1");
-    let out = block_on(reconcile(&sim, &p, &open(), clock.now())).unwrap();
-    assert_eq!(kinds(&out.decision), [("cordon", "a".into())]);
+    let (clock, sim, p) = drained_then_repinned();
     sim.inject("a", CallFault::Write, t("03:00"), t("04:00"));
-    p.target = v("1.13.2");
     let writes = || sim.calls("write_record", "a");
     let before = writes();
     let out = block_on(reconcile(&sim, &p, &open(), clock.now())).unwrap();
