@@ -91,7 +91,7 @@ pub fn decide(
         advances: Vec::new(),
         skipped: Vec::new(),
         unavailable: 0,
-        in_flight: 0,
+        in_flight: false,
         fresh: Vec::new(),
         blocked_retry: Vec::new(),
         failed: None,
@@ -272,7 +272,7 @@ fn conclude(
                 rfc3339(until)
             ),
         )
-    } else if t.in_flight > 0
+    } else if t.in_flight
         || (hold.is_none() && !t.preparing.is_empty())
         || t.releases
             .iter()

@@ -54,7 +54,7 @@ pub(super) fn node<'a>(
             progress: super::tally::watching(p, ctx.now),
             uncordon: false,
         });
-        t.in_flight += 1;
+        t.in_flight = true;
         t.unavailable += 1;
         t.poll_health = true;
         return;
@@ -105,7 +105,7 @@ fn release(ctx: &Ctx<'_>, n: &NodeView, p: &NodeProgress, t: &mut Tally<'_>) {
             });
         }
         t.unavailable += 1;
-        t.in_flight += 1;
+        t.in_flight = true;
         t.wake.at(add(ctx.now, STOP_RECHECK));
         t.skipped.push(skip(
             n,

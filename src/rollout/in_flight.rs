@@ -93,7 +93,7 @@ pub(super) fn draining(
         return drain_timed_out(ctx, n, p, hold, t);
     }
     t.wake.at(deadline);
-    t.in_flight += 1;
+    t.in_flight = true;
     t.unavailable += 1;
     t.draining.push(n.name.clone());
     let mut p = p.clone();
@@ -290,7 +290,7 @@ pub(super) fn upgrading(
             progress: super::tally::watching(p, ctx.now),
             uncordon: p.cordoned_by_drover,
         });
-        t.in_flight += 1;
+        t.in_flight = true;
         t.unavailable += 1;
         t.poll_health = true;
         return;
@@ -333,7 +333,7 @@ pub(super) fn upgrading(
         return;
     }
     t.wake.at(deadline);
-    t.in_flight += 1;
+    t.in_flight = true;
     t.unavailable += 1;
     let message = held::message_for(p, hold);
     if let Some(m) = message {

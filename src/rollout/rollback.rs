@@ -101,7 +101,7 @@ pub(super) fn failed_health(
         None => {
             let previous = p.previous.clone().unwrap_or_else(|| p.target.clone());
             t.rollbacks += 1;
-            t.in_flight += 1;
+            t.in_flight = true;
             t.unavailable += 1;
             let why = bounded(format!("{msg}; rolling back to {previous}"));
             let progress = NodeProgress {
@@ -206,8 +206,6 @@ pub(super) fn rolling_back(
             )
         });
     }
-    t.in_flight += 1;
-    t.unavailable += 1;
     let (timed_out, deadline) = elapsed(ctx.now, p.started_at, ctx.policy.node_timeout);
     // Back once Ready at the previous version and its driver's run is over:
     // the run's record (its Job) is kept, finished, for whoever looks.
@@ -243,6 +241,8 @@ pub(super) fn rolling_back(
     if let Some(why) = failure {
         return rollback_failed(ctx, n, p, why, t);
     }
+    t.in_flight = true;
+    t.unavailable += 1;
     t.wake.at(deadline);
     t.poll_health |= back;
     let message = held::message_for(p, hold);
@@ -305,8 +305,6 @@ fn healthy_at_previous(ctx: &Ctx<'_>, n: &NodeView, p: &NodeProgress) -> Result<
 
 /// Back and healthy at the previous version: uncordon and mark.
 fn rolled_back(n: &NodeView, p: &NodeProgress, t: &mut Tally<'_>, ctx: &Ctx<'_>) {
-    t.in_flight -= 1;
-    t.unavailable -= 1;
     let previous = p.run_version().clone();
     let msg = bounded(format!("{ROLLED_BACK_PREFIX}{previous}: {}", p.message));
     if p.target == *ctx.target {
@@ -336,7 +334,7 @@ fn rolled_back(n: &NodeView, p: &NodeProgress, t: &mut Tally<'_>, ctx: &Ctx<'_>)
 /// The rollback failed: the node stays cordoned (and counted against the
 /// budget) and is named; a run still running is stopped.
 fn rollback_failed(ctx: &Ctx<'_>, n: &NodeView, p: &NodeProgress, why: String, t: &mut Tally<'_>) {
-    t.in_flight -= 1;
+    t.unavailable += 1;
     let msg = bounded(format!(
         "{ROLLBACK_FAILED_PREFIX}{why}; left cordoned (it failed at {}: {})",
         p.target, p.message
@@ -421,7 +419,7 @@ pub(super) fn after_failed_rollback(
         } else {
             *t.earlier_rollbacks.entry(p.target.clone()).or_default() += 1;
         }
-        t.in_flight += 1;
+        t.in_flight = true;
         t.unavailable += usize::from(!cordoned && n.ready);
         t.releases.push(Action::RollBack {
             node: n.name.clone(),

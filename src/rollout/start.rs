@@ -126,7 +126,7 @@ pub(super) fn starts<'a>(ctx: &Ctx<'_>, t: &mut Tally<'a>, budget: usize) -> Vec
             continue;
         };
         t.unavailable += 1;
-        t.in_flight += 1;
+        t.in_flight = true;
         t.staged.retain(|s| s.name != n.name);
         cordons.push(Action::Cordon {
             node: n.name.clone(),
@@ -174,7 +174,7 @@ pub(super) fn starts<'a>(ctx: &Ctx<'_>, t: &mut Tally<'a>, budget: usize) -> Vec
             break;
         }
         t.unavailable += 1;
-        t.in_flight += 1;
+        t.in_flight = true;
         cordons.push(Action::Cordon {
             node: n.name.clone(),
             progress: draining,

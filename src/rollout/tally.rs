@@ -64,7 +64,11 @@ pub(super) struct Tally<'a> {
     pub skipped: Vec<Skipped>,
     /// Nodes counted against the budget.
     pub unavailable: usize,
-    pub in_flight: usize,
+    /// Some node is still moving (draining, upgrading, watched, rolling
+    /// back, or given back): the rollout is `rolling`. A flag, set where a
+    /// node is found moving and never taken back: a node's state function
+    /// decides its outcome before it says so.
+    pub in_flight: bool,
     /// Never-attempted nodes that may start, in name order.
     pub fresh: Vec<&'a NodeView>,
     /// Blocked nodes whose retry may start.

@@ -78,8 +78,6 @@ pub(super) fn watched<'a>(
     }
     // Watching: judge this node; the queries are judged once for the
     // cluster and pinned on the first watched node.
-    t.in_flight += 1;
-    t.unavailable += 1;
     let verdict = match seen(ctx, n) {
         Ok(seen) => crate::health::judge(&crate::health::Observation {
             spec,
@@ -100,14 +98,10 @@ pub(super) fn watched<'a>(
     };
     match verdict {
         Verdict::Unhealthy(f) => {
-            t.in_flight -= 1;
-            t.unavailable -= 1;
             let msg = bounded(format!("{HEALTH_FAILED_PREFIX}{f}"));
             rollback::failed_health(ctx, n, p, msg, failure_check(&f), t);
         }
         Verdict::Healthy if !matches!(ctx.queries, Some(Verdict::Held(_))) => {
-            t.in_flight -= 1;
-            t.unavailable -= 1;
             t.releases.push(Action::Pass {
                 node: name,
                 progress: NodeProgress {
@@ -119,24 +113,29 @@ pub(super) fn watched<'a>(
             });
             t.passed.push((n, now));
         }
-        Verdict::Held(why) => {
-            t.health_hold.get_or_insert(bounded(format!("held: {why}")));
+        still => {
+            // Still watched: it counts against the budget and keeps the
+            // rollout rolling.
+            t.in_flight = true;
+            t.unavailable += 1;
             t.poll_health = true;
-        }
-        Verdict::Watching { until } => {
-            t.wake.at(until);
-            t.poll_health = true;
-            t.watch_msg.get_or_insert_with(|| {
-                format!(
-                    "node {} is Ready at {target}; its health is watched until {}",
-                    n.name,
-                    rfc3339(until)
-                )
-            });
-        }
-        Verdict::Healthy => {
-            // Passed on its own, but a query cannot be judged.
-            t.poll_health = true;
+            match still {
+                Verdict::Held(why) => {
+                    t.health_hold.get_or_insert(bounded(format!("held: {why}")));
+                }
+                Verdict::Watching { until } => {
+                    t.wake.at(until);
+                    t.watch_msg.get_or_insert_with(|| {
+                        format!(
+                            "node {} is Ready at {target}; its health is watched until {}",
+                            n.name,
+                            rfc3339(until)
+                        )
+                    });
+                }
+                // Passed on its own, but a query cannot be judged.
+                _ => {}
+            }
         }
     }
 }
