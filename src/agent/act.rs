@@ -112,22 +112,6 @@ impl<B: ClusterBackend> Acting<B> {
             };
         }
         let Some(active) = self.admitted.in_force() else {
-            if !self.term.status_read {
-                // The status object could not be read when this term began:
-                // what the last leader applied is unknown, which is not "no
-                // config". The nodes are held as they are; it is read again.
-                if self.reload_crd_status(cancel).await.is_none() {
-                    if let Some(n) = self.pace.allow("status-unknown") {
-                        tracing::warn!(
-                            suppressed = n,
-                            "the status object cannot be read: holding the nodes as they are"
-                        );
-                    }
-                }
-                return Next {
-                    after: Duration::from_secs(1).min(self.cfg.tick),
-                };
-            }
             if let Some(commit) = self.applied_not_yet_here() {
                 // Not knowing the applied config is not "no config": a
                 // follower taking over, or a fetch failing, holds the

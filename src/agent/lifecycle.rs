@@ -361,6 +361,30 @@ impl<B: ClusterBackend> Acting<B> {
         }
     }
 
+    /// Whether this term knows the status object: read when the term
+    /// began, or now. Until it is read, what the last leader applied is
+    /// unknown, which is neither "no config" nor what this replica
+    /// admitted in a term of its own before: acting on that moved a node
+    /// draining for a newer pin back to the old one (simulation seed
+    /// 3170), and a head judged against it could be recorded over what
+    /// another leader applied since. The pass then neither admits nor
+    /// acts: the nodes are held as they are.
+    pub(super) async fn status_known(&mut self, cancel: &watch::Receiver<bool>) -> bool {
+        if self.term.status_read {
+            return true;
+        }
+        if self.reload_crd_status(cancel).await.is_some() {
+            return true;
+        }
+        if let Some(n) = self.pace.allow("status-unknown") {
+            tracing::warn!(
+                suppressed = n,
+                "the status object cannot be read: holding the nodes as they are"
+            );
+        }
+        false
+    }
+
     /// Take `obj` (the status object as read) as the state to go on from.
     pub(super) fn adopt_status(&mut self, obj: &crd::DroverStatus) {
         let annotation = obj

@@ -48,6 +48,11 @@ impl<B: ClusterBackend> Acting<B> {
             head = %head.map(|h| short(&h.to_string())).unwrap_or_default(),
         );
         let next = async {
+            if !self.status_known(cancel).await {
+                return Next {
+                    after: std::time::Duration::from_secs(1).min(self.cfg.tick),
+                };
+            }
             self.admit_stage(head).await;
             tracing::Span::current().record(
                 "commit",

@@ -58,6 +58,10 @@ const REGRESSIONS: &[(u64, &str)] = &[
         1219,
         "the checks: a failed and a confirmed report pushed in one step",
     ),
+    (
+        3170,
+        "a takeover that could not read the status object acted on its own older term's pin",
+    ),
 ];
 
 fn env_u64(name: &str) -> Option<u64> {
