@@ -265,7 +265,7 @@ impl<'a> NodeCalls<'a> {
 /// `started` (a drain's first record) with the pre-drain taint recorded as
 /// used, when a rule asks for one and the node is schedulable; `None` when
 /// the node is cordoned at once.
-fn taint_rung(
+pub(super) fn taint_rung(
     rules: &[DrainRule],
     started: &NodeRecord,
     view: Option<&NodeView>,

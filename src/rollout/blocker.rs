@@ -255,6 +255,24 @@ mod tests {
     }
 
     #[test]
+    fn each_blocker_says_its_own_remedy_and_nothing_only_when_time_moves_it() {
+        // `drover status --explain` prints the remedy beside the blocker:
+        // two blockers sharing one would tell a person the wrong thing to do.
+        let mut seen = std::collections::BTreeSet::new();
+        for b in Blocker::ALL {
+            let r = b.remedy();
+            assert!(
+                seen.insert(r),
+                "{} repeats another's remedy: {r}",
+                b.as_str()
+            );
+            if r.starts_with("nothing") {
+                assert_eq!(b.mover(), Mover::Time, "{}: {r}", b.as_str());
+            }
+        }
+    }
+
+    #[test]
     fn a_failure_is_the_health_checks_or_the_drivers_as_its_record_says() {
         assert_eq!(
             Blocker::of_failure("health check failed: node n-1: NotReady"),

@@ -140,6 +140,29 @@ fn a_ladders_skip_gives_the_node_back_blocked_and_never_stops_the_rollout() {
 }
 
 #[test]
+fn the_taint_is_a_drains_first_rung_only_on_a_node_that_can_still_be_scheduled() {
+    // A node already cordoned when its drain starts is cordoned at once: a
+    // taint ahead of a cordon that stands keeps nothing off it, and a rung
+    // recorded as used would say what did not happen.
+    let taint = rules("[[drain]]\nname = \"db\"\ntaint = \"10m\"\nladder = [\"evict\"]\n");
+    let plain = rules("[[drain]]\nname = \"db\"\nladder = [\"evict\"]\n");
+    let schedulable = draining(false, &[]);
+    let cordoned = draining(true, &[]);
+    let started = &schedulable.record.as_ref().expect("a record").record;
+    let rungs = |rules: &[crate::config::DrainRule], view: Option<&NodeView>| {
+        super::apply::taint_rung(rules, started, view)
+            .map(|r| r.drain_rungs.iter().map(|u| u.rung).collect::<Vec<_>>())
+    };
+    assert_eq!(
+        rungs(&taint, Some(&schedulable)),
+        Some(vec![RungKind::Taint])
+    );
+    assert_eq!(rungs(&taint, None), Some(vec![RungKind::Taint]));
+    assert_eq!(rungs(&taint, Some(&cordoned)), None);
+    assert_eq!(rungs(&plain, Some(&schedulable)), None);
+}
+
+#[test]
 fn the_step_that_taints_a_node_before_its_cordon_reports_the_taint_once() {
     // The taint is the drain's first rung: the step that sets it says so
     // (Events, the report), once, and a step within the lead says nothing.

@@ -325,6 +325,47 @@ fn one_nodes_failing_evictions_hold_it_while_the_others_finish() {
 }
 
 #[test]
+fn a_call_that_fails_again_for_the_same_reason_is_warned_of_once() {
+    // Once per hold and reason: a fault that lasts is not news at every
+    // pass (an eviction failing for ten minutes would be a warning each
+    // pacing step, in an operator's log and in whatever alerts on it).
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use tracing_subscriber::layer::SubscriberExt;
+    struct Warnings(Arc<AtomicUsize>);
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Warnings {
+        fn on_event(&self, e: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+            if *e.metadata().level() == tracing::Level::WARN
+                && e.metadata().target() == "drover::rollout::engine"
+            {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    let warnings = Arc::new(AtomicUsize::new(0));
+    let subscriber = tracing_subscriber::registry().with(Warnings(warnings.clone()));
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let clock = VirtualClock::new(t("03:00"));
+    let sim = sim_with(&clock, &[("a", 1)]);
+    sim.inject("a", CallFault::Evict, t("00:00"), t("23:00"));
+    let p = policy(1);
+    let mut held = Vec::new();
+    let mut passes_held = 0;
+    for m in 0..6 {
+        clock.set(t("03:00") + chrono::Duration::minutes(m));
+        let inputs = Inputs {
+            held: std::mem::take(&mut held),
+            ..open()
+        };
+        let out = block_on(reconcile(&sim, &p, &inputs, clock.now())).unwrap();
+        held = out.held;
+        passes_held += usize::from(held.iter().any(|h| h.node == "a"));
+    }
+    assert_eq!(passes_held, 5, "held from its first eviction on");
+    assert_eq!(warnings.load(Ordering::Relaxed), 1);
+}
+
+#[test]
 fn a_failed_uncordon_keeps_its_slot_and_the_budget_holds() {
     let clock = VirtualClock::new(t("03:00"));
     let sim = sim_with(&clock, &[("a", 0), ("b", 0), ("c", 0)]);
