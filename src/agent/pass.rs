@@ -5,7 +5,9 @@
 //! before anything acts on it) → act ([`super::act`]: the
 //! engine) → report ([`super::report`]: CRD status, status report, Events,
 //! metrics, handed to the term's writers without waiting), in one
-//! `reconcile` tracing span.
+//! `reconcile` tracing span. None of it runs until the term has read the
+//! status object (`status_known`): what the last leader applied is the
+//! ground every stage stands on.
 
 use super::admit::{Admission, Recovery};
 use super::hooks::{PassRecord, Wake};
