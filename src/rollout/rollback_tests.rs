@@ -400,7 +400,8 @@ fn the_pass_that_sees_a_rollback_fail_says_so() {
     );
     a.unschedulable = true;
     a.upgrade = UpgradeStatus::Failed("exit 1".into());
-    let d = decide(&p, &open(), &[a], t0() + chrono::Duration::minutes(5));
+    let now = t0() + chrono::Duration::minutes(5);
+    let d = decide(&p, &open(), &[a], now);
     assert_eq!(d.state, RolloutState::Failed);
     assert!(
         d.message
@@ -408,6 +409,12 @@ fn the_pass_that_sees_a_rollback_fail_says_so() {
         "{}",
         d.message
     );
+    // Its record says it failed now, as a rolled-back node's says it came
+    // back now, not when its rollback began.
+    match d.actions.as_slice() {
+        [Action::RollbackFailed { progress, .. }] => assert_eq!(progress.started_at, now),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
