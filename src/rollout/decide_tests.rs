@@ -392,6 +392,17 @@ fn a_node_given_back_at_its_drain_timeout_counts_while_notready() {
 }
 
 #[test]
+fn a_notready_node_given_back_when_its_pin_is_revoked_counts_against_the_budget() {
+    let mut p = policy(1, OnDrainTimeout::Skip);
+    p.revoked = vec![v("1.13.2")];
+    let mut a = with(idle("a", "1.12.0"), ProgressState::Draining, "03:00", true);
+    a.ready = false;
+    let d = decide(&p, &open(), &[a], t("03:05"));
+    assert_eq!(kinds(&d), [("give_back", "a".into())]);
+    assert_eq!(d.unavailable, 1, "NotReady, it is out of service still");
+}
+
+#[test]
 fn skip_retries_blocked_nodes_after_never_attempted_ones() {
     let p = policy(1, OnDrainTimeout::Skip);
     let blocked = with(idle("a", "1.12.0"), ProgressState::Blocked, "03:20", false);

@@ -585,6 +585,10 @@ fn passed_nodes_are_watched_again_only_once_every_node_is_done() {
     assert_eq!(watched_nodes(&p, &views), ["a", "b"]);
     views.push(model("c", false, false).view);
     assert_eq!(watched_nodes(&p, &views), Vec::<String>::new());
+    // A node still watched at the target is not done: only it is read.
+    views.pop();
+    views.push(moved("c", ProgressState::Watching, ""));
+    assert_eq!(watched_nodes(&p, &views), ["c"]);
 }
 
 #[test]
