@@ -418,6 +418,37 @@ fn the_pass_that_sees_a_rollback_fail_says_so() {
 }
 
 #[test]
+fn retries_of_failed_rollbacks_in_one_step_share_max_rollbacks() {
+    // Two rollbacks from the pin failed (2 of max_rollbacks = 3 used); a
+    // person retries both at once: the step starts one, the breaker's last,
+    // and names the other refused.
+    let mut nodes = vec![model("a", true, true), model("b", true, true)];
+    let seen = drive(&policy(OnFailure::Rollback, 2, 2), &mut nodes, 200);
+    assert_eq!(seen.rollbacks_started, 2);
+    for n in &mut nodes {
+        n.rollback_fails = false;
+        n.view.retry = true;
+    }
+    let p = policy(OnFailure::Rollback, 2, 3);
+    let views: Vec<NodeView> = nodes.iter().map(|m| m.view.clone()).collect();
+    let d = decide(&p, &open(), &views, t0() + chrono::Duration::hours(3));
+    let retried: Vec<&str> = d
+        .actions
+        .iter()
+        .filter(|a| matches!(a, Action::RollBack { .. }))
+        .map(Action::node)
+        .collect();
+    assert_eq!(retried, ["a"], "{:?}", d.actions);
+    let said = &d
+        .skipped
+        .iter()
+        .find(|s| s.node == "b")
+        .expect("b named")
+        .reason;
+    assert!(said.contains("max_rollbacks (3) reached"), "{said}");
+}
+
+#[test]
 fn a_retry_on_a_failed_rollback_tries_the_rollback_again_within_max_rollbacks() {
     // The retry is a rollback started: with max_rollbacks = 1 the failed
     // one used the breaker up, and the retry is refused, named.
