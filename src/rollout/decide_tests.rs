@@ -371,38 +371,6 @@ fn a_failed_node_holds_the_rollout_until_retry_or_a_new_target() {
 }
 
 #[test]
-fn a_node_given_back_at_its_drain_timeout_counts_while_notready() {
-    // Given back blocked, it is no longer drover's to move, but a NotReady
-    // node is out of service all the same: with max_unavailable = 1 no
-    // other node starts beside it; once it is Ready one does.
-    let p = policy(1, OnDrainTimeout::Skip);
-    let mut a = with(idle("a", "1.12.0"), ProgressState::Draining, "03:00", true);
-    a.pods_to_evict = 1;
-    a.ready = false;
-    let at = t("03:00")
-        + chrono::Duration::from_std(p.drain_timeout).unwrap()
-        + chrono::Duration::minutes(1);
-    let d = decide(&p, &open(), &[a.clone(), idle("b", "1.12.0")], at);
-    assert_eq!(kinds(&d), [("block", "a".into())]);
-    assert_eq!(d.unavailable, 1);
-    a.ready = true;
-    let d = decide(&p, &open(), &[a, idle("b", "1.12.0")], at);
-    assert_eq!(kinds(&d), [("block", "a".into()), ("cordon", "b".into())]);
-    assert_eq!(d.unavailable, 1);
-}
-
-#[test]
-fn a_notready_node_given_back_when_its_pin_is_revoked_counts_against_the_budget() {
-    let mut p = policy(1, OnDrainTimeout::Skip);
-    p.revoked = vec![v("1.13.2")];
-    let mut a = with(idle("a", "1.12.0"), ProgressState::Draining, "03:00", true);
-    a.ready = false;
-    let d = decide(&p, &open(), &[a], t("03:05"));
-    assert_eq!(kinds(&d), [("give_back", "a".into())]);
-    assert_eq!(d.unavailable, 1, "NotReady, it is out of service still");
-}
-
-#[test]
 fn skip_retries_blocked_nodes_after_never_attempted_ones() {
     let p = policy(1, OnDrainTimeout::Skip);
     let blocked = with(idle("a", "1.12.0"), ProgressState::Blocked, "03:20", false);

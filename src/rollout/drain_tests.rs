@@ -324,3 +324,23 @@ fn a_rung_an_eviction_pass_used_is_recorded_and_reported_once() {
     assert_eq!(kinds(&out.decision), ["evict"]);
     assert!(out.drain_rungs.is_empty(), "{:?}", out.drain_rungs);
 }
+
+#[test]
+fn a_node_given_back_at_its_drain_timeout_counts_while_notready() {
+    // Given back blocked, it is no longer drover's to move, but a NotReady
+    // node is out of service all the same: with max_unavailable = 1 no
+    // other node starts beside it; once it is Ready one does.
+    let p = policy(1, OnDrainTimeout::Skip);
+    let mut a = draining(true, &[]);
+    a.ready = false;
+    let b = super::decide_tests::idle("b", "1.12.0");
+    let timeout = chrono::Duration::from_std(p.drain_timeout).unwrap();
+    let at = t("03:00") + timeout + chrono::Duration::minutes(1);
+    let d = decide(&p, &open(), &[a.clone(), b.clone()], at);
+    assert_eq!(kinds(&d), ["block"]);
+    assert_eq!(d.unavailable, 1);
+    a.ready = true;
+    let d = decide(&p, &open(), &[a, b], at);
+    assert_eq!(kinds(&d), ["block", "cordon"]);
+    assert_eq!(d.unavailable, 1);
+}

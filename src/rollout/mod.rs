@@ -45,6 +45,8 @@ mod pin_tests;
 #[cfg(test)]
 mod prepare_tests;
 #[cfg(test)]
+mod retry_tests;
+#[cfg(test)]
 mod rollback_tests;
 
 pub use apply::apply;

@@ -331,3 +331,14 @@ fn a_rollback_from_the_pin_fails_the_cluster_and_one_from_an_older_pin_does_not(
     let d = decide(&bumped(), &open(), &[n], t("03:05"));
     assert_eq!(d.state, super::RolloutState::Rolling, "{}", d.message);
 }
+
+#[test]
+fn a_notready_node_given_back_when_its_pin_is_revoked_counts_against_the_budget() {
+    let mut p = policy(1, OnDrainTimeout::Skip);
+    p.revoked = vec![v("1.13.2")];
+    let mut a = node("a", ProgressState::Draining, UpgradeStatus::NotStarted);
+    a.ready = false;
+    let d = decide(&p, &open(), &[a], t("03:05"));
+    assert_eq!(kinds(&d), [("give_back", "a".into())]);
+    assert_eq!(d.unavailable, 1, "NotReady, it is out of service still");
+}

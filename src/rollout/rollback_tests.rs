@@ -14,15 +14,15 @@ use semver::Version;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-fn t0() -> DateTime<Utc> {
+pub(super) fn t0() -> DateTime<Utc> {
     "2026-12-08T02:00:00Z".parse().unwrap()
 }
 
-fn v(s: &str) -> Version {
+pub(super) fn v(s: &str) -> Version {
     s.parse().unwrap()
 }
 
-fn policy(on_failure: OnFailure, max_unavailable: u32, max_rollbacks: u32) -> Policy {
+pub(super) fn policy(on_failure: OnFailure, max_unavailable: u32, max_rollbacks: u32) -> Policy {
     Policy {
         target: v("1.13.3"),
         allow_downgrade: false,
@@ -46,7 +46,7 @@ fn policy(on_failure: OnFailure, max_unavailable: u32, max_rollbacks: u32) -> Po
     }
 }
 
-fn open() -> Inputs {
+pub(super) fn open() -> Inputs {
     Inputs {
         may_start: true,
         window: WindowState {
@@ -60,17 +60,17 @@ fn open() -> Inputs {
 /// A node of the model cluster: what a backend would show, and what the
 /// model's OS does when a driver runs.
 #[derive(Debug, Clone)]
-struct Model {
-    view: NodeView,
+pub(super) struct Model {
+    pub(super) view: NodeView,
     /// Pods crash-loop on it whenever it runs this version.
     bad_at: Option<Version>,
     /// Its driver fails when asked to roll back.
-    rollback_fails: bool,
+    pub(super) rollback_fails: bool,
     /// The driver's run: the version and whether it finishes next step.
     run: Option<(Version, bool)>,
 }
 
-fn model(name: &str, bad: bool, rollback_fails: bool) -> Model {
+pub(super) fn model(name: &str, bad: bool, rollback_fails: bool) -> Model {
     Model {
         view: NodeView {
             name: name.into(),
@@ -86,20 +86,20 @@ fn model(name: &str, bad: bool, rollback_fails: bool) -> Model {
 
 /// What the model saw over a run.
 #[derive(Debug, Default)]
-struct Seen {
+pub(super) struct Seen {
     /// Nodes that failed a health check at 1.13.3 (recorded failed or rolling back).
     failed_at_v: BTreeSet<String>,
     /// Violations of the properties, with the step.
-    violations: Vec<String>,
-    rollbacks_started: usize,
-    last: Option<Decision>,
+    pub(super) violations: Vec<String>,
+    pub(super) rollbacks_started: usize,
+    pub(super) last: Option<Decision>,
 }
 
 /// Drive `nodes` with `policy` for up to `steps` steps of one minute,
 /// applying every action as a backend would, and check after each step
 /// that no node rolled back from 1.13.3 is started at it again and no node
 /// that failed at 1.13.3 is uncordoned while it runs 1.13.3.
-fn drive(policy: &Policy, nodes: &mut [Model], steps: usize) -> Seen {
+pub(super) fn drive(policy: &Policy, nodes: &mut [Model], steps: usize) -> Seen {
     let target = policy.target.clone();
     let mut seen = Seen::default();
     let mut now = t0();
@@ -290,7 +290,7 @@ fn health_of(m: &Model, now: DateTime<Utc>) -> NodeSeen {
     }
 }
 
-fn node<'a>(nodes: &'a [Model], name: &str) -> &'a NodeView {
+pub(super) fn node<'a>(nodes: &'a [Model], name: &str) -> &'a NodeView {
     &nodes.iter().find(|m| m.view.name == name).unwrap().view
 }
 
@@ -373,7 +373,7 @@ fn a_rollback_whose_driver_fails_leaves_the_node_cordoned_and_named() {
 }
 
 /// Node `name` moved by drover from 1.13.2 to 1.13.3 and recorded in `state`.
-fn moved(name: &str, state: ProgressState, message: &str) -> NodeView {
+pub(super) fn moved(name: &str, state: ProgressState, message: &str) -> NodeView {
     let mut n = model(name, false, false).view;
     n.version = Some(v("1.13.3"));
     n.progress = Ok(Some(NodeProgress {
@@ -415,67 +415,6 @@ fn the_pass_that_sees_a_rollback_fail_says_so() {
         [Action::RollbackFailed { progress, .. }] => assert_eq!(progress.started_at, now),
         other => panic!("{other:?}"),
     }
-}
-
-#[test]
-fn retries_of_failed_rollbacks_in_one_step_share_max_rollbacks() {
-    // Two rollbacks from the pin failed (2 of max_rollbacks = 3 used); a
-    // person retries both at once: the step starts one, the breaker's last,
-    // and names the other refused.
-    let mut nodes = vec![model("a", true, true), model("b", true, true)];
-    let seen = drive(&policy(OnFailure::Rollback, 2, 2), &mut nodes, 200);
-    assert_eq!(seen.rollbacks_started, 2);
-    for n in &mut nodes {
-        n.rollback_fails = false;
-        n.view.retry = true;
-    }
-    let p = policy(OnFailure::Rollback, 2, 3);
-    let views: Vec<NodeView> = nodes.iter().map(|m| m.view.clone()).collect();
-    let d = decide(&p, &open(), &views, t0() + chrono::Duration::hours(3));
-    let retried: Vec<&str> = d
-        .actions
-        .iter()
-        .filter(|a| matches!(a, Action::RollBack { .. }))
-        .map(Action::node)
-        .collect();
-    assert_eq!(retried, ["a"], "{:?}", d.actions);
-    let said = &d
-        .skipped
-        .iter()
-        .find(|s| s.node == "b")
-        .expect("b named")
-        .reason;
-    assert!(said.contains("max_rollbacks (3) reached"), "{said}");
-}
-
-#[test]
-fn a_retry_on_a_failed_rollback_tries_the_rollback_again_within_max_rollbacks() {
-    // The retry is a rollback started: with max_rollbacks = 1 the failed
-    // one used the breaker up, and the retry is refused, named.
-    let p = policy(OnFailure::Rollback, 1, 1);
-    let mut nodes = vec![model("a", true, true)];
-    drive(&p, &mut nodes, 200);
-    nodes[0].rollback_fails = false;
-    nodes[0].view.retry = true;
-    let seen = drive(&p, &mut nodes, 50);
-    assert_eq!(seen.rollbacks_started, 0);
-    let a = node(&nodes, "a");
-    assert!(a.unschedulable, "still cordoned at the failed version");
-    let d = seen.last.unwrap();
-    let said = &d.skipped.iter().find(|s| s.node == "a").unwrap().reason;
-    assert!(
-        said.contains("retry not started: max_rollbacks (1) reached"),
-        "{said}"
-    );
-    // With room for a second rollback, the retry runs it.
-    let p = policy(OnFailure::Rollback, 1, 2);
-    let seen = drive(&p, &mut nodes, 200);
-    assert!(seen.violations.is_empty(), "{:?}", seen.violations);
-    assert_eq!(seen.rollbacks_started, 1);
-    let a = node(&nodes, "a");
-    assert_eq!(a.version, Some(v("1.13.2")));
-    assert!(!a.unschedulable);
-    assert_eq!(a.rolled_back, vec![v("1.13.3")]);
 }
 
 #[test]
@@ -639,7 +578,7 @@ fn health(n: &NodeView, bad: bool, now: DateTime<Utc>) -> NodeSeen {
     health_of(&m, now)
 }
 
-fn at(m: i64) -> DateTime<Utc> {
+pub(super) fn at(m: i64) -> DateTime<Utc> {
     t0() + chrono::Duration::minutes(m)
 }
 
@@ -778,53 +717,4 @@ fn a_watched_node_that_fails_in_service_leaves_the_budget() {
         d.actions
     );
     assert_eq!(d.unavailable, 0, "{d:?}");
-}
-
-#[test]
-fn a_node_whose_rollback_failed_counts_while_cordoned_or_notready() {
-    // Left cordoned by drover it is out of service; uncordoned by a person
-    // it serves while Ready, and counts again once NotReady.
-    let p = policy(OnFailure::Rollback, 2, 1);
-    let failed = |unschedulable: bool, ready: bool| {
-        let mut a = moved(
-            "a",
-            ProgressState::Failed,
-            "rollback failed: its driver failed: exit 1; left cordoned",
-        );
-        if let Ok(Some(r)) = a.progress.as_mut() {
-            r.cordoned_by_drover = true;
-        }
-        a.unschedulable = unschedulable;
-        a.ready = ready;
-        a
-    };
-    for (unschedulable, ready, counted) in [(true, true, 1), (false, true, 0), (false, false, 1)] {
-        let d = decide(&p, &open(), &[failed(unschedulable, ready)], at(30));
-        assert_eq!(d.state, RolloutState::Failed, "{}", d.message);
-        assert_eq!(
-            d.unavailable, counted,
-            "cordoned {unschedulable}, Ready {ready}: {d:?}"
-        );
-    }
-}
-
-#[test]
-fn a_retried_rollback_that_cordons_the_node_again_records_the_cordon_as_drovers() {
-    // Someone else had cordoned the node when its rollback started (not
-    // drover's to uncordon), and uncordoned it since: the retry cordons it,
-    // that cordon is drover's, and drover uncordons the node once back.
-    let p = policy(OnFailure::Rollback, 1, 2);
-    let mut a = moved(
-        "a",
-        ProgressState::Failed,
-        "rollback failed: its driver failed: exit 1; left cordoned",
-    );
-    a.retry = true;
-    let d = decide(&p, &open(), &[a], at(30));
-    match d.actions.as_slice() {
-        [Action::RollBack { progress, .. }] => {
-            assert!(progress.cordoned_by_drover, "{progress:?}")
-        }
-        other => panic!("{other:?}"),
-    }
 }

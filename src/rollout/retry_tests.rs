@@ -1,0 +1,122 @@
+//! A rollback that failed and a person's retry of it (`drover.dev/retry`
+//! on the node's DroverNode record): the node left cordoned and counted
+//! against the budget, the retry a rollback started, within
+//! `max_rollbacks` however many are retried in one step. The model
+//! cluster and its helpers are `rollback_tests.rs`'s.
+
+use super::decide::decide;
+use super::decision::*;
+use super::rollback_tests::{at, drive, model, moved, node, open, policy, t0, v};
+use super::RolloutState;
+use crate::cluster::{NodeView, ProgressState};
+use crate::config::OnFailure;
+
+#[test]
+fn retries_of_failed_rollbacks_in_one_step_share_max_rollbacks() {
+    // Two rollbacks from the pin failed (2 of max_rollbacks = 3 used); a
+    // person retries both at once: the step starts one, the breaker's last,
+    // and names the other refused.
+    let mut nodes = vec![model("a", true, true), model("b", true, true)];
+    let seen = drive(&policy(OnFailure::Rollback, 2, 2), &mut nodes, 200);
+    assert_eq!(seen.rollbacks_started, 2);
+    for n in &mut nodes {
+        n.rollback_fails = false;
+        n.view.retry = true;
+    }
+    let p = policy(OnFailure::Rollback, 2, 3);
+    let views: Vec<NodeView> = nodes.iter().map(|m| m.view.clone()).collect();
+    let d = decide(&p, &open(), &views, t0() + chrono::Duration::hours(3));
+    let retried: Vec<&str> = d
+        .actions
+        .iter()
+        .filter(|a| matches!(a, Action::RollBack { .. }))
+        .map(Action::node)
+        .collect();
+    assert_eq!(retried, ["a"], "{:?}", d.actions);
+    let said = &d
+        .skipped
+        .iter()
+        .find(|s| s.node == "b")
+        .expect("b named")
+        .reason;
+    assert!(said.contains("max_rollbacks (3) reached"), "{said}");
+}
+
+#[test]
+fn a_retry_on_a_failed_rollback_tries_the_rollback_again_within_max_rollbacks() {
+    // The retry is a rollback started: with max_rollbacks = 1 the failed
+    // one used the breaker up, and the retry is refused, named.
+    let p = policy(OnFailure::Rollback, 1, 1);
+    let mut nodes = vec![model("a", true, true)];
+    drive(&p, &mut nodes, 200);
+    nodes[0].rollback_fails = false;
+    nodes[0].view.retry = true;
+    let seen = drive(&p, &mut nodes, 50);
+    assert_eq!(seen.rollbacks_started, 0);
+    let a = node(&nodes, "a");
+    assert!(a.unschedulable, "still cordoned at the failed version");
+    let d = seen.last.unwrap();
+    let said = &d.skipped.iter().find(|s| s.node == "a").unwrap().reason;
+    assert!(
+        said.contains("retry not started: max_rollbacks (1) reached"),
+        "{said}"
+    );
+    // With room for a second rollback, the retry runs it.
+    let p = policy(OnFailure::Rollback, 1, 2);
+    let seen = drive(&p, &mut nodes, 200);
+    assert!(seen.violations.is_empty(), "{:?}", seen.violations);
+    assert_eq!(seen.rollbacks_started, 1);
+    let a = node(&nodes, "a");
+    assert_eq!(a.version, Some(v("1.13.2")));
+    assert!(!a.unschedulable);
+    assert_eq!(a.rolled_back, vec![v("1.13.3")]);
+}
+
+#[test]
+fn a_node_whose_rollback_failed_counts_while_cordoned_or_notready() {
+    // Left cordoned by drover it is out of service; uncordoned by a person
+    // it serves while Ready, and counts again once NotReady.
+    let p = policy(OnFailure::Rollback, 2, 1);
+    let failed = |unschedulable: bool, ready: bool| {
+        let mut a = moved(
+            "a",
+            ProgressState::Failed,
+            "rollback failed: its driver failed: exit 1; left cordoned",
+        );
+        if let Ok(Some(r)) = a.progress.as_mut() {
+            r.cordoned_by_drover = true;
+        }
+        a.unschedulable = unschedulable;
+        a.ready = ready;
+        a
+    };
+    for (unschedulable, ready, counted) in [(true, true, 1), (false, true, 0), (false, false, 1)] {
+        let d = decide(&p, &open(), &[failed(unschedulable, ready)], at(30));
+        assert_eq!(d.state, RolloutState::Failed, "{}", d.message);
+        assert_eq!(
+            d.unavailable, counted,
+            "cordoned {unschedulable}, Ready {ready}: {d:?}"
+        );
+    }
+}
+
+#[test]
+fn a_retried_rollback_that_cordons_the_node_again_records_the_cordon_as_drovers() {
+    // Someone else had cordoned the node when its rollback started (not
+    // drover's to uncordon), and uncordoned it since: the retry cordons it,
+    // that cordon is drover's, and drover uncordons the node once back.
+    let p = policy(OnFailure::Rollback, 1, 2);
+    let mut a = moved(
+        "a",
+        ProgressState::Failed,
+        "rollback failed: its driver failed: exit 1; left cordoned",
+    );
+    a.retry = true;
+    let d = decide(&p, &open(), &[a], at(30));
+    match d.actions.as_slice() {
+        [Action::RollBack { progress, .. }] => {
+            assert!(progress.cordoned_by_drover, "{progress:?}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
