@@ -468,26 +468,18 @@ pub async fn apply<C: Cluster>(
 #[cfg(test)]
 mod tests {
     use super::same_attempt;
-    use crate::cluster::{NodeProgress, ProgressState};
     use crate::record::{run_name, NodeRecord, RunAction};
-    use crate::rollout::decide_tests::{t, v};
+    use crate::rollout::drain_tests::draining;
 
     #[test]
     fn a_run_belongs_to_the_attempt_it_was_named_for_and_no_other() {
         // What a run said when it ended goes into a write of its own
         // attempt only: a new attempt's record starts without the last
         // one's words (its retries, its failure).
-        let draining = NodeProgress {
-            state: ProgressState::Draining,
-            target: v("1.13.2"),
-            started_at: t("03:00"),
-            cordoned_by_drover: true,
-            message: String::new(),
-            retries: 0,
-            previous: None,
-        };
-        let first = NodeRecord::new("a", "id").start(draining.clone());
-        let second = first.start(draining);
+        let view = draining(true, &[]);
+        let first = view.record.expect("a record").record;
+        let progress = first.progress.clone().expect("draining");
+        let second = first.start(progress);
         assert_eq!(second.attempt, first.attempt + 1);
         let named = |r: &NodeRecord, a| run_name("a", "id", r.attempt, a);
         let own = first.run.as_ref().map(|r| r.name.clone());

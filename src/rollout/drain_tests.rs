@@ -18,7 +18,7 @@ fn rules(tables: &str) -> Vec<crate::config::DrainRule> {
 
 /// Node `a` draining toward 1.13.2 since 03:00, schedulable (`cordoned`
 /// false) or not, its record holding `rungs` of attempt 1.
-fn draining(cordoned: bool, rungs: &[RungKind]) -> NodeView {
+pub(super) fn draining(cordoned: bool, rungs: &[RungKind]) -> NodeView {
     let p = NodeProgress {
         state: ProgressState::Draining,
         target: v("1.13.2"),
