@@ -55,7 +55,19 @@ impl<B: ClusterBackend> Acting<B> {
                     after: std::time::Duration::from_secs(1).min(self.cfg.tick),
                 };
             }
-            self.admit_stage(head).await;
+            if !self.admit_stage(head).await {
+                // The newest head was accepted but is not recorded yet, and
+                // it may revoke, pause or re-pin what is applied: acting on
+                // the older config meanwhile started a node the next pass
+                // gave back (simulation seed 5754). The nodes are held as
+                // they are, as while the status cannot be read (`write_durably`
+                // has said why). What the head is still goes out with the
+                // status's other fields.
+                self.hand_over();
+                return Next {
+                    after: std::time::Duration::from_secs(1).min(self.cfg.tick),
+                };
+            }
             tracing::Span::current().record(
                 "commit",
                 tracing::field::display(
@@ -86,7 +98,9 @@ impl<B: ClusterBackend> Acting<B> {
     /// Admission's answer for `head`, recorded: a recovered or accepted
     /// commit is durable in the status before the agent acts on it (a
     /// restart must resume from it); a refusal is recorded as it stands.
-    async fn admit_stage(&mut self, head: Option<git2::Oid>) {
+    /// False when a recovered or accepted commit could not be recorded:
+    /// the pass must not act on what was applied before it.
+    async fn admit_stage(&mut self, head: Option<git2::Oid>) -> bool {
         let mut adopt = false;
         if let (None, Some(head)) = (&self.told.status().last_applied_commit, head) {
             match self.recover_applied(head).await {
@@ -99,7 +113,7 @@ impl<B: ClusterBackend> Acting<B> {
                         .record_applied(&Applied::Recovered { commit, version })
                         .await
                     {
-                        return;
+                        return false;
                     }
                     // Applied: the person's word is used up.
                     if let Some(value) = named {
@@ -109,7 +123,7 @@ impl<B: ClusterBackend> Acting<B> {
                 }
                 Recovery::Refused(r) => {
                     self.record_refused(Some((r.refused(), r.version()))).await;
-                    return;
+                    return true;
                 }
                 Recovery::Nothing => adopt = true,
             }
@@ -119,10 +133,12 @@ impl<B: ClusterBackend> Acting<B> {
             Admission::Current => self.record_refused(None).await,
             Admission::Refused(r) => self.record_refused(Some((r.refused(), r.version()))).await,
             Admission::Accepted(a) => {
-                if self.record_applied(&a.applied()).await {
-                    self.take(*a).await;
+                if !self.record_applied(&a.applied()).await {
+                    return false;
                 }
+                self.take(*a).await;
             }
         }
+        true
     }
 }

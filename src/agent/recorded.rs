@@ -133,7 +133,7 @@ impl<B: ClusterBackend> Acting<B> {
             if let Some(n) = self.pace.allow("status-write") {
                 tracing::warn!(
                     suppressed = n,
-                    "the status object could not be written; not acting on it yet"
+                    "the status object could not be written: holding the nodes as they are until it is"
                 );
             }
             return false;

@@ -336,11 +336,19 @@ impl Facts {
         // together are refused together, and so is every later head: its
         // span from the same applied commit holds both (docs/design.md, "A
         // legitimate policy change and a bump in one fetch"; seeds 287,
-        // 398). The config before the pair may stay in force from then on,
-        // whether the pair is before the newest known merge or ends after it.
+        // 398). The config applied before the pair may stay in force from
+        // then on, whether the pair is before the newest known merge or
+        // ends after it. That is the newest merge known before the pair's
+        // first merge, not the merge just before it: merges of one minute
+        // may all have been fetched with the pair (seed 6440).
         let last = (from + 1).min(admitted.len().saturating_sub(1));
         if let Some(i) = (1..=last).find(|&i| self.together(admitted[i - 1], admitted[i])) {
-            from = from.min(i.saturating_sub(2));
+            let a = admitted[i - 1].at;
+            let applied = admitted[..i - 1]
+                .iter()
+                .rposition(|m| self.known(m.at) < a)
+                .unwrap_or(0);
+            from = from.min(applied);
         }
         admitted[from..].to_vec()
     }

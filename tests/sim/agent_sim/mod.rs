@@ -62,6 +62,18 @@ const REGRESSIONS: &[(u64, &str)] = &[
         3170,
         "a takeover that could not read the status object acted on its own older term's pin",
     ),
+    (
+        5754,
+        "a head accepted but not recorded: the older pin started a node the head revoked",
+    ),
+    (
+        6440,
+        "the checks: merges of one minute fetched with a refused pair",
+    ),
+    (
+        6524,
+        "a head accepted but not recorded: the older pin moved a node meanwhile",
+    ),
 ];
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -86,6 +98,12 @@ fn seed(n: u64) -> Result<world::Ran, String> {
     }
     let Err(first) = out else { return Ok(ran) };
     let (shrunk, why) = shrink(plan.clone(), first.clone());
+    if std::env::var("DROVER_SIM_TRACE").is_ok() {
+        // The trace a person reads is the shortest plan's, not the last
+        // shrink tried.
+        tracing::info!("replaying the shortest failing plan");
+        let _ = world::run(shrunk.clone());
+    }
     Err(format!(
         "DROVER_SIM_SEED={n} failed: {first}\n  plan: {plan:?}\n  shortest failing plan: {shrunk:?}\n  \
          which fails with: {why}\n  \
