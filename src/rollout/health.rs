@@ -116,6 +116,12 @@ mod tests {
         let cut = bounded(long);
         assert!(cut.len() <= MAX_FAILURE_MESSAGE, "{}", cut.len());
         assert!(cut.ends_with('…'));
+        // It keeps as much as fits: at most one two-byte character short
+        // of the bound before the three bytes of `…` (a cut far below the
+        // bound loses the series a person needs to find the failure).
+        assert!(cut.len() >= MAX_FAILURE_MESSAGE - 1, "{}", cut.len());
+        let ascii = bounded("x".repeat(5 * MAX_FAILURE_MESSAGE));
+        assert_eq!(ascii.len(), MAX_FAILURE_MESSAGE);
         // Control: a short message is kept whole.
         assert_eq!(
             bounded("node n1: condition X is True".into()),

@@ -487,3 +487,21 @@ fn a_huge_series_is_named_within_a_bounded_message() {
         .starts_with("health check failed: query `errors > 0` returned {pod=\"xxx"));
     assert!(d.message.len() < 2 * super::health::MAX_FAILURE_MESSAGE);
 }
+
+#[test]
+fn the_engine_judges_a_watch_on_the_health_it_reads_from_the_cluster() {
+    // The caller hands the engine no health (`open()`): the engine reads
+    // the watched node's from the cluster. A watch judged without it would
+    // hold for ever ("no health observation"), never pass.
+    use super::held_tests::{run, sim_with};
+    use super::VirtualClock;
+    let clock = VirtualClock::new(t("03:00"));
+    let sim = sim_with(&clock, &[("a", 1)]);
+    let outs = run(&sim, &clock, &policy(1), t("04:30"));
+    let passed = |o: &super::engine::Outcome| kinds(&o.decision).contains(&("pass", "a".into()));
+    assert!(
+        outs.iter().any(passed),
+        "{:?}",
+        outs.iter().map(|o| kinds(&o.decision)).collect::<Vec<_>>()
+    );
+}

@@ -239,7 +239,7 @@ fn failed_give_backs_take_the_room_of_the_last_starts() {
     assert_eq!(d.starts_within_budget(5), 0);
 }
 
-fn sim_with(clock: &VirtualClock, nodes: &[(&str, usize)]) -> Sim {
+pub(super) fn sim_with(clock: &VirtualClock, nodes: &[(&str, usize)]) -> Sim {
     let sim = Sim::new("held", clock.clone());
     for (name, pods) in nodes {
         sim.add_node(
@@ -257,7 +257,12 @@ fn sim_with(clock: &VirtualClock, nodes: &[(&str, usize)]) -> Sim {
 }
 
 /// Run the engine, carrying holds, until every node is done or `until`.
-fn run(sim: &Sim, clock: &VirtualClock, p: &Policy, until: DateTime<Utc>) -> Vec<Outcome> {
+pub(super) fn run(
+    sim: &Sim,
+    clock: &VirtualClock,
+    p: &Policy,
+    until: DateTime<Utc>,
+) -> Vec<Outcome> {
     let mut outs: Vec<Outcome> = Vec::new();
     for _ in 0..500 {
         let now = clock.now();

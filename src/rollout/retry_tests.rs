@@ -8,7 +8,7 @@ use super::decide::decide;
 use super::decision::*;
 use super::rollback_tests::{at, drive, model, moved, node, open, policy, t0, v};
 use super::RolloutState;
-use crate::cluster::{NodeView, ProgressState};
+use crate::cluster::{NodeView, ProgressState, UpgradeStatus};
 use crate::config::OnFailure;
 
 #[test]
@@ -117,6 +117,48 @@ fn a_retried_rollback_that_cordons_the_node_again_records_the_cordon_as_drovers(
         [Action::RollBack { progress, .. }] => {
             assert!(progress.cordoned_by_drover, "{progress:?}")
         }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_failed_rollback_stops_its_run_only_while_it_runs() {
+    // Its rollback run still running past node_timeout: the record says
+    // the rollback failed and the run is stopped (it would move the node
+    // on while drover says it is left as it is).
+    let p = policy(OnFailure::Rollback, 1, 1);
+    let mut a = moved(
+        "a",
+        ProgressState::RollingBack,
+        "health check failed: pods crash-looping",
+    );
+    a.unschedulable = true;
+    a.ready = false;
+    a.upgrade = UpgradeStatus::Running;
+    let d = decide(
+        &p,
+        &open(),
+        std::slice::from_ref(&a),
+        t0() + chrono::Duration::hours(2),
+    );
+    match d.actions.as_slice() {
+        [Action::RollbackFailed {
+            stop_run, progress, ..
+        }] => {
+            assert!(*stop_run);
+            assert!(
+                progress.message.contains("within node_timeout"),
+                "{}",
+                progress.message
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // Control: its driver failed, so no run is left to stop.
+    a.upgrade = UpgradeStatus::Failed("exit 1".into());
+    let d = decide(&p, &open(), &[a], t0() + chrono::Duration::minutes(5));
+    match d.actions.as_slice() {
+        [Action::RollbackFailed { stop_run, .. }] => assert!(!*stop_run),
         other => panic!("{other:?}"),
     }
 }
