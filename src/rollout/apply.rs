@@ -137,31 +137,8 @@ impl<'a> NodeCalls<'a> {
     /// the person's requests the decision saw (it acts on them), and
     /// records its run's uid once seen.
     async fn write<C: Cluster>(&mut self, cluster: &C, record: NodeRecord) -> Result<(), C::Error> {
-        // The uid observed is the one of the run the stored record links.
-        let observed_run = self
-            .view
-            .and_then(|v| v.record.as_ref())
-            .and_then(|s| s.record.run.as_ref())
-            .map(|r| r.name.as_str());
-        let uid = self
-            .view
-            .and_then(|v| v.run_uid.as_deref())
-            .filter(|_| record.run.as_ref().map(|r| r.name.as_str()) == observed_run);
-        // What the stored record's run said when it ended, once read: a
-        // write of the same attempt carries it (the next one after the run
-        // ended: a give-back, or a staged node's drain).
-        let said = self
-            .view
-            .and_then(|v| v.driver_said.as_ref())
-            .filter(|d| Some(d.run.as_str()) == observed_run);
-        let record = match said {
-            Some(d) if !record.heard_from(&d.run) && same_attempt(&record, observed_run) => {
-                record.driver_said(d)
-            }
-            _ => record,
-        };
         let write = RecordWrite {
-            record: record.run_seen(uid),
+            record: as_written(self.view, record),
             consume: self
                 .stored
                 .as_ref()
@@ -465,10 +442,39 @@ pub async fn apply<C: Cluster>(
     apply_on(cluster, action, &mut calls).await
 }
 
+/// `record` as a write to a node observed as `view` carries it: the uid of
+/// its run once seen, and what the stored record's run said when it ended
+/// when `record` is of that run's attempt (the next write after the run
+/// ended: a give-back, or a staged node's drain). Pure, so what a write
+/// carries is tested without a cluster.
+fn as_written(view: Option<&NodeView>, record: NodeRecord) -> NodeRecord {
+    // The uid observed is the one of the run the stored record links.
+    let observed_run = view
+        .and_then(|v| v.record.as_ref())
+        .and_then(|s| s.record.run.as_ref())
+        .map(|r| r.name.as_str());
+    let uid = view
+        .and_then(|v| v.run_uid.as_deref())
+        .filter(|_| record.run.as_ref().map(|r| r.name.as_str()) == observed_run);
+    // What the stored record's run said when it ended, once read: a
+    // write of the same attempt carries it (the next one after the run
+    // ended: a give-back, or a staged node's drain).
+    let said = view
+        .and_then(|v| v.driver_said.as_ref())
+        .filter(|d| Some(d.run.as_str()) == observed_run);
+    let record = match said {
+        Some(d) if !record.heard_from(&d.run) && same_attempt(&record, observed_run) => {
+            record.driver_said(d)
+        }
+        _ => record,
+    };
+    record.run_seen(uid)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::same_attempt;
-    use crate::record::{run_name, NodeRecord, RunAction};
+    use super::{as_written, same_attempt};
+    use crate::record::{run_name, DriverRun, NodeRecord, RunAction};
     use crate::rollout::drain_tests::draining;
 
     #[test]
@@ -498,5 +504,32 @@ mod tests {
         ));
         assert!(!same_attempt(&second, own.as_deref()));
         assert!(!same_attempt(&second, None));
+    }
+
+    #[test]
+    fn a_write_carries_what_the_stored_records_own_run_said_and_its_uid() {
+        // `a`'s record links its run; the run ended saying it retried once,
+        // and its uid was seen. A write of that attempt carries both.
+        let mut view = draining(true, &[]);
+        let first = view.record.clone().expect("a record").record;
+        let own = first.run.as_ref().expect("a run").name.clone();
+        view.driver_said = Some(DriverRun::new(own.clone(), [("refresh".into(), 1)]));
+        view.run_uid = Some("uid-1".into());
+        let written = as_written(Some(&view), first.clone());
+        assert!(written.heard_from(&own), "{:?}", written.driver_runs);
+        assert_eq!(
+            written.run.as_ref().and_then(|r| r.uid.as_deref()),
+            Some("uid-1")
+        );
+        // Control: what another run said (its name is not the stored
+        // record's run) is not carried into the attempt.
+        let other = run_name("a", "id", first.attempt, RunAction::Prepare);
+        view.driver_said = Some(DriverRun::new(other.clone(), [("refresh".into(), 1)]));
+        let written = as_written(Some(&view), first.clone());
+        assert!(!written.heard_from(&other), "{:?}", written.driver_runs);
+        // Nor into a new attempt's record.
+        view.driver_said = Some(DriverRun::new(own.clone(), [("refresh".into(), 1)]));
+        let second = first.start(first.progress.clone().expect("draining"));
+        assert!(!as_written(Some(&view), second).heard_from(&own));
     }
 }

@@ -350,6 +350,9 @@ fn a_call_that_fails_again_for_the_same_reason_is_warned_of_once() {
     let warnings = Arc::new(AtomicUsize::new(0));
     let subscriber = tracing_subscriber::registry().with(Warnings(warnings.clone()));
     let _guard = tracing::subscriber::set_default(subscriber);
+    // Other tests' threads may have cached an engine callsite's interest
+    // from their own subscribers (or none): asked again, with this one.
+    tracing::callsite::rebuild_interest_cache();
     let clock = VirtualClock::new(t("03:00"));
     let sim = sim_with(&clock, &[("a", 1)]);
     sim.inject("a", CallFault::Evict, t("00:00"), t("23:00"));
