@@ -6,7 +6,7 @@
 
 use super::decide::decide;
 use super::decision::*;
-use super::rollback_tests::{at, drive, model, moved, node, open, policy, t0, v};
+use super::rollback_tests::{at, drive, model, moved, node, open, policy, rolling_back, t0, v};
 use super::RolloutState;
 use crate::cluster::{NodeView, ProgressState, UpgradeStatus};
 use crate::config::OnFailure;
@@ -127,12 +127,7 @@ fn a_failed_rollback_stops_its_run_only_while_it_runs() {
     // the rollback failed and the run is stopped (it would move the node
     // on while drover says it is left as it is).
     let p = policy(OnFailure::Rollback, 1, 1);
-    let mut a = moved(
-        "a",
-        ProgressState::RollingBack,
-        "health check failed: pods crash-looping",
-    );
-    a.unschedulable = true;
+    let mut a = rolling_back();
     a.ready = false;
     a.upgrade = UpgradeStatus::Running;
     let d = decide(

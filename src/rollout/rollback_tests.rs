@@ -388,17 +388,24 @@ pub(super) fn moved(name: &str, state: ProgressState, message: &str) -> NodeView
     n
 }
 
-#[test]
-fn the_pass_that_sees_a_rollback_fail_says_so() {
-    // Not only the passes after it: the cluster's message names the failed
-    // rollback from the pass that decides it, not "rolling back".
-    let p = policy(OnFailure::Rollback, 1, 1);
+/// Node `a`, failed its health check at 1.13.3, rolling back to 1.13.2,
+/// still cordoned.
+pub(super) fn rolling_back() -> NodeView {
     let mut a = moved(
         "a",
         ProgressState::RollingBack,
         "health check failed: pods crash-looping",
     );
     a.unschedulable = true;
+    a
+}
+
+#[test]
+fn the_pass_that_sees_a_rollback_fail_says_so() {
+    // Not only the passes after it: the cluster's message names the failed
+    // rollback from the pass that decides it, not "rolling back".
+    let p = policy(OnFailure::Rollback, 1, 1);
+    let mut a = rolling_back();
     a.upgrade = UpgradeStatus::Failed("exit 1".into());
     let now = t0() + chrono::Duration::minutes(5);
     let d = decide(&p, &open(), &[a], now);
