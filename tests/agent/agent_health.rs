@@ -143,9 +143,12 @@ pub(crate) async fn world_tuned(
 fn production_check(repo: &ConfigRepo, version: &str) -> (i32, String) {
     let dir = tempfile::tempdir().unwrap();
     let work = dir.path().join("c");
+    // `--no-local`: the agent pushes reports into the repository while it
+    // is cloned, and a local clone copies its object directory file by
+    // file, a push's quarantine directory (`tmp_objdir-incoming-*`) too,
+    // which vanished mid-copy once in CI; upload-pack serves a snapshot.
     let ok = Command::new("git")
-        .arg("clone")
-        .arg("-q")
+        .args(["clone", "-q", "--no-local"])
         .arg(&repo.bare)
         .arg(&work)
         .status()
