@@ -10,7 +10,7 @@
 //!
 //! Every cluster is driven by the engine with the inputs the agent gives
 //! it: the wave gate judged by `gate::wave::judge` on the reports landed so
-//! far (each report lands a random 0 to 120 s after its cluster made it),
+//! far (each report lands a random 1 to 120 s after its cluster made it),
 //! and a wake when the gate says its answer changes. The properties are
 //! checked on what happened, not on the gate's answer: each node start is
 //! read from its simulated cluster's own log (a cordon), and held against
@@ -349,7 +349,12 @@ fn run(seed: u64) -> Seen {
                     state: d.state,
                     message: d.message.clone(),
                     made: now,
-                    landed: now + D::seconds(rng.random_range(0..=120)),
+                    // A push takes time: a report made at `now` lands after
+                    // it, never in the instant whose evidence the clusters
+                    // after it in this loop have already been judged on
+                    // (seed 15773190332102409528 started a node at the
+                    // instant another cluster's failure was made and landed).
+                    landed: now + D::seconds(rng.random_range(1..=120)),
                 });
                 if d.state == RolloutState::Failed && c.retry_at.is_none() {
                     c.retry_at = c.retry_after.map(|after| now + after);
