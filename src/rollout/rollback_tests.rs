@@ -608,12 +608,7 @@ fn a_passed_node_that_fails_is_rolled_back_when_the_budget_has_room() {
 #[test]
 fn a_rollback_drains_outside_the_window_but_starts_its_run_only_inside_one() {
     let p = policy(OnFailure::Rollback, 1, 1);
-    let mut a = moved(
-        "a",
-        ProgressState::RollingBack,
-        "health check failed: pods crash-looping",
-    );
-    a.unschedulable = true;
+    let mut a = rolling_back();
     let closed = Inputs {
         window: WindowState::default(),
         ..open()
@@ -640,13 +635,8 @@ fn a_rollback_drains_outside_the_window_but_starts_its_run_only_inside_one() {
 #[test]
 fn a_node_rolled_back_is_recorded_failed_since_it_came_back() {
     let p = policy(OnFailure::Rollback, 1, 1);
-    let mut a = moved(
-        "a",
-        ProgressState::RollingBack,
-        "health check failed: pods crash-looping",
-    );
+    let mut a = rolling_back();
     a.version = Some(v("1.13.2"));
-    a.unschedulable = true;
     a.upgrade = UpgradeStatus::Succeeded;
     let inputs = Inputs {
         health: vec![health(&a, false, at(20))],
