@@ -718,3 +718,31 @@ fn a_rolling_back_node_whose_pods_cannot_be_listed_starts_no_run() {
     );
     assert_eq!(d.held.len(), 1);
 }
+
+#[test]
+fn a_give_back_applied_outside_the_engine_uncordons_the_node_and_clears_its_record() {
+    // `apply` is how the agent gives nodes back outside a pass (on SIGTERM,
+    // with no config to act on): one action, applied from what was observed.
+    let clock = VirtualClock::new(t("03:00"));
+    let sim = sim_with(&clock, &[("a", 1)]);
+    sim.inject("a", CallFault::Evict, t("00:00"), t("23:00"));
+    run(&sim, &clock, &policy(1), t("03:10"));
+    let views = block_on(sim.observe()).expect("observe");
+    let a = views.iter().find(|n| n.name == "a").expect("a");
+    assert!(a.unschedulable, "a is drained first: {a:?}");
+    assert!(matches!(&a.progress, Ok(Some(p)) if p.state == ProgressState::Draining));
+    let give_back = Action::GiveBack {
+        node: "a".into(),
+        uncordon: true,
+        reason: "the agent stopped while draining".into(),
+    };
+    block_on(super::apply(&sim, &give_back, &views, clock.now())).expect("applied");
+    let views = block_on(sim.observe()).expect("observe");
+    let a = views.iter().find(|n| n.name == "a").expect("a");
+    assert!(!a.unschedulable, "a is still cordoned: {a:?}");
+    assert!(
+        !matches!(&a.progress, Ok(Some(p)) if p.state.in_flight()),
+        "a's record still says it moves: {:?}",
+        a.progress
+    );
+}
