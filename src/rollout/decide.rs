@@ -96,7 +96,6 @@ pub fn decide(
         blocked_retry: Vec::new(),
         failed: None,
         stop_blocked: None,
-        blocked_count: 0,
         blocked_msg: None,
         at_version: 0,
         confirmed: !order.is_empty(),
@@ -298,15 +297,16 @@ fn conclude(
             Some(Blocker::Selector),
             "no selected nodes".into(),
         )
-    } else if t.blocked_count == 0 && !t.skipped.is_empty() && t.consent_held == t.skipped.len() {
-        // Waiting on the workloads is not a fault to look at; a hold past
-        // the limit is named, the blocker stays consent.
+    } else if !t.skipped.is_empty() && t.consent_held == t.skipped.len() {
+        // Waiting on the workloads is not a fault to look at (a blocked
+        // node, which is, named the state above); a hold past the limit is
+        // named, the blocker stays consent.
         (
             RolloutState::Pending,
             Some(Blocker::Consent),
             consent::message(&t),
         )
-    } else if t.blocked_count > 0 || !t.skipped.is_empty() {
+    } else if !t.skipped.is_empty() {
         let list: Vec<String> = t
             .skipped
             .iter()

@@ -133,7 +133,6 @@ fn release(ctx: &Ctx<'_>, n: &NodeView, p: &NodeProgress, t: &mut Tally<'_>) {
 /// A blocked node: waiting out its backoff, held by `stop`, or ready to retry.
 fn blocked<'a>(ctx: &Ctx<'_>, n: &'a NodeView, p: &NodeProgress, t: &mut Tally<'a>) {
     let policy = ctx.policy;
-    t.blocked_count += 1;
     let held_by_stop = match policy.on_drain_timeout {
         OnDrainTimeout::Skip => false,
         OnDrainTimeout::Stop => ctx

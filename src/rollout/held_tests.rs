@@ -329,48 +329,94 @@ fn one_nodes_failing_evictions_hold_it_while_the_others_finish() {
     assert!(sim.peak_unavailable() <= 3);
 }
 
-#[test]
-fn a_call_that_fails_again_for_the_same_reason_is_warned_of_once() {
-    // Once per hold and reason: a fault that lasts is not news at every
-    // pass (an eviction failing for ten minutes would be a warning each
-    // pacing step, in an operator's log and in whatever alerts on it).
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
+/// Run `f` and return what it returned with the messages of the warnings
+/// the engine logged meanwhile (on this thread).
+fn engine_warnings<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
+    use std::sync::{Arc, Mutex};
     use tracing_subscriber::layer::SubscriberExt;
-    struct Warnings(Arc<AtomicUsize>);
+    type Seen = Arc<Mutex<Vec<String>>>;
+    struct Warnings(Seen);
+    struct Message(String);
+    impl tracing::field::Visit for Message {
+        fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+            if f.name() == "message" {
+                self.0 = format!("{v:?}");
+            }
+        }
+    }
     impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Warnings {
         fn on_event(&self, e: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
             if *e.metadata().level() == tracing::Level::WARN
                 && e.metadata().target() == "drover::rollout::engine"
             {
-                self.0.fetch_add(1, Ordering::Relaxed);
+                let mut m = Message(String::new());
+                e.record(&mut m);
+                self.0.lock().unwrap_or_else(|p| p.into_inner()).push(m.0);
             }
         }
     }
-    let warnings = Arc::new(AtomicUsize::new(0));
-    let subscriber = tracing_subscriber::registry().with(Warnings(warnings.clone()));
-    let _guard = tracing::subscriber::set_default(subscriber);
-    // Other tests' threads may have cached an engine callsite's interest
-    // from their own subscribers (or none): asked again, with this one.
-    tracing::callsite::rebuild_interest_cache();
-    let clock = VirtualClock::new(t("03:00"));
-    let sim = sim_with(&clock, &[("a", 1)]);
-    sim.inject("a", CallFault::Evict, t("00:00"), t("23:00"));
-    let p = policy(1);
-    let mut held = Vec::new();
-    let mut passes_held = 0;
-    for m in 0..6 {
-        clock.set(t("03:00") + chrono::Duration::minutes(m));
-        let inputs = Inputs {
-            held: std::mem::take(&mut held),
-            ..open()
-        };
-        let out = block_on(reconcile(&sim, &p, &inputs, clock.now())).unwrap();
-        held = out.held;
-        passes_held += usize::from(held.iter().any(|h| h.node == "a"));
-    }
+    let seen: Seen = Arc::default();
+    let subscriber = tracing_subscriber::registry().with(Warnings(seen.clone()));
+    let out = {
+        let _guard = tracing::subscriber::set_default(subscriber);
+        // Other tests' threads may have cached an engine callsite's interest
+        // from their own subscribers (or none): asked again, with this one.
+        tracing::callsite::rebuild_interest_cache();
+        f()
+    };
+    let seen = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    (out, seen)
+}
+
+#[test]
+fn a_call_that_fails_again_for_the_same_reason_is_warned_of_once() {
+    // Once per hold and reason: a fault that lasts is not news at every
+    // pass (an eviction failing for ten minutes would be a warning each
+    // pacing step, in an operator's log and in whatever alerts on it).
+    let (passes_held, warnings) = engine_warnings(|| {
+        let clock = VirtualClock::new(t("03:00"));
+        let sim = sim_with(&clock, &[("a", 1)]);
+        sim.inject("a", CallFault::Evict, t("00:00"), t("23:00"));
+        let p = policy(1);
+        let mut held = Vec::new();
+        let mut passes_held = 0;
+        for m in 0..6 {
+            clock.set(t("03:00") + chrono::Duration::minutes(m));
+            let inputs = Inputs {
+                held: std::mem::take(&mut held),
+                ..open()
+            };
+            let out = block_on(reconcile(&sim, &p, &inputs, clock.now())).unwrap();
+            held = out.held;
+            passes_held += usize::from(held.iter().any(|h| h.node == "a"));
+        }
+        passes_held
+    });
     assert_eq!(passes_held, 5, "held from its first eviction on");
-    assert_eq!(warnings.load(Ordering::Relaxed), 1);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+}
+
+#[test]
+fn a_start_withheld_for_a_failed_give_back_is_warned_of() {
+    // `a`'s give-back fails while the step also starts `b` in the room it
+    // would have made: `b`'s start is dropped, and an operator is told why
+    // nothing started.
+    let (starts_during_fault, warnings) = engine_warnings(|| {
+        let clock = VirtualClock::new(t("03:00"));
+        let sim = sim_with(&clock, &[("a", 0), ("b", 0)]);
+        sim.inject("a", CallFault::Write, t("03:03"), t("03:30"));
+        run(&sim, &clock, &policy(1), t("03:29"));
+        sim.log()
+            .into_iter()
+            .filter(|e| e.node == "b" && e.kind == crate::sim::EventKind::Cordon)
+            .count()
+    });
+    assert_eq!(starts_during_fault, 0, "b waits while a counts");
+    let withheld = warnings
+        .iter()
+        .filter(|w| w.starts_with("starts withheld"))
+        .count();
+    assert!(withheld >= 1, "{warnings:?}");
 }
 
 #[test]

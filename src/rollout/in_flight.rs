@@ -249,7 +249,6 @@ fn given_back_blocked(
         progress: given_back_as(p, ProgressState::Blocked, now, msg),
         uncordon: p.cordoned_by_drover,
     });
-    t.blocked_count += 1;
     t.unavailable += usize::from(!n.ready);
     if stop {
         t.stop_blocked

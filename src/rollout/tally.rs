@@ -77,7 +77,6 @@ pub(super) struct Tally<'a> {
     pub failed: Option<(String, String)>,
     /// The first node blocked in this window under `on_drain_timeout = "stop"`.
     pub stop_blocked: Option<(String, String)>,
-    pub blocked_count: usize,
     /// The first blocked node and why, for the state message.
     pub blocked_msg: Option<String>,
     pub at_version: usize,
