@@ -578,6 +578,16 @@ fn a_halted_environment_starts_no_node_lets_the_one_in_flight_finish_and_says_ha
     assert!(d.message.contains("prod-eu-1 failed it"), "{}", d.message);
     // Out of service: a, upgrading; not c, Ready and given back.
     assert_eq!(d.unavailable, 1);
+    // A NotReady node given back is still out of service, and counts.
+    let mut not_ready = nodes.clone();
+    not_ready[2].ready = false;
+    let d = decide(
+        &policy(2, OnDrainTimeout::Skip),
+        &halted,
+        &not_ready,
+        t("02:20"),
+    );
+    assert_eq!(d.unavailable, 2, "{:?}", d.actions);
     // A cluster that had confirmed shows the environment's halt too.
     let done = vec![idle("a", "1.13.2")];
     let d = decide(&policy(1, OnDrainTimeout::Skip), &halted, &done, t("02:20"));
