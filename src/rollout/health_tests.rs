@@ -110,10 +110,11 @@ fn a_returned_node_is_watched_and_holds_the_next_start() {
 
 #[test]
 fn a_healthy_watch_passes_after_pod_ready_timeout_and_the_next_node_starts() {
-    let nodes = [
-        with(node("a", "1.13.2"), ProgressState::Watching, "03:05:00"),
-        node("b", "1.12.0"),
-    ];
+    let mut a = with(node("a", "1.13.2"), ProgressState::Watching, "03:05:00");
+    if let Ok(Some(p)) = a.progress.as_mut() {
+        p.message = "held: the health inputs could not be read".into();
+    }
+    let nodes = [a, node("b", "1.12.0")];
     let inputs = Inputs {
         health: vec![healthy("a")],
         ..open()
@@ -135,6 +136,8 @@ fn a_healthy_watch_passes_after_pod_ready_timeout_and_the_next_node_starts() {
         (progress.state, progress.started_at),
         (ProgressState::Passed, t("03:15:00"))
     );
+    // What the watch said while it lasted is not carried onto the pass.
+    assert_eq!(progress.message, "");
 }
 
 #[test]
