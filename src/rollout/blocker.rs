@@ -291,4 +291,30 @@ mod tests {
             Blocker::Driver
         );
     }
+
+    #[test]
+    fn a_refused_head_is_named_by_its_check_and_reason_code() {
+        // Every reason code the gate gives (`admit::reason_code`), and the
+        // other checks' refusals, which a person answers by a new change.
+        for (stage, reason, blocker) in [
+            ("gate", "not_confirmed", Blocker::Gate),
+            ("gate", "lower_not_at_version", Blocker::Gate),
+            ("gate", "no_lower_clusters", Blocker::Gate),
+            ("gate", "soaking", Blocker::Soak),
+            ("gate", "history_soaking", Blocker::Soak),
+            ("gate", "evidence_held", Blocker::Evidence),
+            ("gate", "no_report_signers", Blocker::Evidence),
+            ("gate", "revoked", Blocker::Revoked),
+            ("gate", "downgrade", Blocker::Refused),
+            ("gate", "policy_and_version", Blocker::Refused),
+            ("trust", "not_confirmed", Blocker::Refused),
+            ("config", "revoked", Blocker::Refused),
+        ] {
+            assert_eq!(
+                Blocker::of_refusal(stage, reason),
+                blocker,
+                "{stage}/{reason}"
+            );
+        }
+    }
 }
