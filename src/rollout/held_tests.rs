@@ -358,9 +358,14 @@ fn engine_warnings<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
     let seen: Seen = Arc::default();
     let subscriber = tracing_subscriber::registry().with(Warnings(seen.clone()));
     let out = {
+        // While only one subscriber lives, tracing judges a callsite first
+        // hit on another test's thread by that thread's subscriber alone
+        // (none: never enabled), and caches it: this test then missed the
+        // engine's warnings 1 run in 3. A second one, kept alive, makes it
+        // ask every live subscriber, this test's among them.
+        let _second = tracing::Dispatch::new(tracing_subscriber::registry());
         let _guard = tracing::subscriber::set_default(subscriber);
-        // Other tests' threads may have cached an engine callsite's interest
-        // from their own subscribers (or none): asked again, with this one.
+        // Callsites cached before this test's subscriber: asked again.
         tracing::callsite::rebuild_interest_cache();
         f()
     };
