@@ -762,3 +762,47 @@ fn retries_of_rollbacks_from_an_older_pin_count_within_the_step() {
     };
     assert_eq!(started(&roomier), ["a", "b"]);
 }
+
+#[test]
+fn a_node_back_at_its_previous_version_is_rolled_back_only_once_healthy_there() {
+    // Back and Ready at 1.13.2, its pod crash-looping there: not recorded
+    // rolled back; past node_timeout, its rollback failed, naming why.
+    // (The control, healthy there, is the test above.)
+    let p = policy(OnFailure::Rollback, 1, 1);
+    let mut a = rolling_back();
+    a.version = Some(v("1.13.2"));
+    a.upgrade = UpgradeStatus::Succeeded;
+    let crashing = |now: DateTime<Utc>| NodeSeen {
+        name: "a".into(),
+        conditions: Vec::new(),
+        pods: vec![PodSeen {
+            name: "apps/a-web".into(),
+            created: now - chrono::Duration::minutes(10),
+            ready: false,
+            restarts: 3,
+            waiting_reason: Some(crate::health::verdict::CRASHLOOP_REASON.into()),
+        }],
+        unread: None,
+    };
+    let step = |now: DateTime<Utc>| {
+        let inputs = Inputs {
+            health: vec![crashing(now)],
+            ..open()
+        };
+        decide(&p, &inputs, std::slice::from_ref(&a), now)
+    };
+    let d = step(at(20));
+    assert!(
+        !d.actions
+            .iter()
+            .any(|x| matches!(x, Action::RolledBack { .. })),
+        "{:?}",
+        d.actions
+    );
+    let d = step(at(50));
+    assert!(
+        format!("{:?}", d.actions).contains("back at 1.13.2 but not healthy within node_timeout"),
+        "{:?}",
+        d.actions
+    );
+}
