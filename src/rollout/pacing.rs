@@ -277,4 +277,53 @@ mod tests {
         let _a = block_on(slots.acquire(Turn::Call(7)));
         assert_eq!(lock(&slots.state).free, CALLS_AT_ONCE - 1);
     }
+
+    #[test]
+    fn a_prepare_fills_a_place_only_when_it_starts_its_node_and_no_other_call_does() {
+        use crate::cluster::{NodeProgress, ProgressState};
+        use crate::config::OnDrainTimeout;
+        use crate::rollout::decide_tests::{open, policy, t, v};
+        let progress = NodeProgress {
+            state: ProgressState::Draining,
+            target: v("1.13.2"),
+            started_at: t("03:00"),
+            cordoned_by_drover: true,
+            message: String::new(),
+            retries: 0,
+            previous: None,
+        };
+        let mut d = crate::rollout::decide::decide(
+            &policy(2, OnDrainTimeout::Skip),
+            &open(),
+            &[],
+            t("03:00"),
+        );
+        d.actions = vec![
+            Action::Cordon {
+                node: "a".into(),
+                progress: progress.clone(),
+            },
+            Action::Evict {
+                node: "b".into(),
+                cordoned_at: t("02:50"),
+            },
+            Action::Prepare {
+                node: "c".into(),
+                progress,
+            },
+        ];
+        // Without `prestage` a prepare starts its node in its place.
+        let room = Room::for_step(&d, true);
+        assert_eq!(
+            (0..3).map(|i| room.fills_place(i)).collect::<Vec<_>>(),
+            [true, false, true]
+        );
+        // With it, a prepare stages a node ahead of its turn: a call like
+        // any other.
+        let room = Room::for_step(&d, false);
+        assert_eq!(
+            (0..3).map(|i| room.fills_place(i)).collect::<Vec<_>>(),
+            [true, false, false]
+        );
+    }
 }
