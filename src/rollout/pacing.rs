@@ -280,18 +280,12 @@ mod tests {
 
     #[test]
     fn a_prepare_fills_a_place_only_when_it_starts_its_node_and_no_other_call_does() {
-        use crate::cluster::{NodeProgress, ProgressState};
         use crate::config::OnDrainTimeout;
-        use crate::rollout::decide_tests::{open, policy, t, v};
-        let progress = NodeProgress {
-            state: ProgressState::Draining,
-            target: v("1.13.2"),
-            started_at: t("03:00"),
-            cordoned_by_drover: true,
-            message: String::new(),
-            retries: 0,
-            previous: None,
-        };
+        use crate::rollout::decide_tests::{open, policy, t};
+        let progress = crate::rollout::drain_tests::draining(true, &[])
+            .progress
+            .expect("a record")
+            .expect("in flight");
         let mut d = crate::rollout::decide::decide(
             &policy(2, OnDrainTimeout::Skip),
             &open(),
