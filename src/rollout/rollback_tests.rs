@@ -632,12 +632,18 @@ fn a_rollback_drains_outside_the_window_but_starts_its_run_only_inside_one() {
     );
 }
 
-#[test]
-fn a_node_rolled_back_is_recorded_failed_since_it_came_back() {
-    let p = policy(OnFailure::Rollback, 1, 1);
+/// `rolling_back()`'s node back at 1.13.2, its run over.
+fn back_at_previous() -> NodeView {
     let mut a = rolling_back();
     a.version = Some(v("1.13.2"));
     a.upgrade = UpgradeStatus::Succeeded;
+    a
+}
+
+#[test]
+fn a_node_rolled_back_is_recorded_failed_since_it_came_back() {
+    let p = policy(OnFailure::Rollback, 1, 1);
+    let a = back_at_previous();
     let inputs = Inputs {
         health: vec![health(&a, false, at(20))],
         ..open()
@@ -767,11 +773,10 @@ fn retries_of_rollbacks_from_an_older_pin_count_within_the_step() {
 fn a_node_back_at_its_previous_version_is_rolled_back_only_once_healthy_there() {
     // Back and Ready at 1.13.2, its pod crash-looping there: not recorded
     // rolled back; past node_timeout, its rollback failed, naming why.
-    // (The control, healthy there, is the test above.)
+    // (The control, healthy there:
+    // `a_node_rolled_back_is_recorded_failed_since_it_came_back`.)
     let p = policy(OnFailure::Rollback, 1, 1);
-    let mut a = rolling_back();
-    a.version = Some(v("1.13.2"));
-    a.upgrade = UpgradeStatus::Succeeded;
+    let a = back_at_previous();
     let crashing = |now: DateTime<Utc>| NodeSeen {
         name: "a".into(),
         conditions: Vec::new(),
