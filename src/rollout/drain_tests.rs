@@ -241,11 +241,11 @@ fn a_pass_that_leaves_pods_asks_for_another_soon_and_one_that_empties_the_node_d
     assert!(!out.retry_evictions, "{out:?}");
 }
 
-/// The sim, its eviction passes using a drain rule's `restart` rung (the
+/// The sim, its eviction passes using rung `.1` of a drain rule `db` (the
 /// sim has no ladders: the Kubernetes backend's rungs are its own tests').
-struct Restarting<'a>(&'a crate::sim::Sim);
+struct UsingRung<'a>(&'a crate::sim::Sim, RungKind);
 
-impl Cluster for Restarting<'_> {
+impl Cluster for UsingRung<'_> {
     type Error = crate::sim::SimError;
     fn name(&self) -> &str {
         self.0.name()
@@ -275,9 +275,9 @@ impl Cluster for Restarting<'_> {
     ) -> Result<crate::cluster::EvictionPass, Self::Error> {
         let mut pass = self.0.evict(node, order).await?;
         pass.rungs.push(crate::cluster::RungTaken {
-            rung: RungKind::Restart,
+            rung: self.1,
             rule: "db".into(),
-            detail: "restarted Deployment apps/db for pod apps/db-0".into(),
+            detail: format!("{:?} for pod apps/db-0", self.1),
         });
         Ok(pass)
     }
@@ -298,12 +298,14 @@ fn a_rung_an_eviction_pass_used_is_recorded_and_reported_once() {
     use super::{reconcile, VirtualClock};
     use futures::executor::block_on;
     let sim = one_pod_held_until(&VirtualClock::new(t("03:00")), "04:00");
-    let cluster = Restarting(&sim);
+    let cluster = UsingRung(&sim, RungKind::Restart);
     let p = policy(1, OnDrainTimeout::Skip);
     let step = || block_on(reconcile(&cluster, &p, &open(), t("03:00"))).unwrap();
     assert_eq!(kinds(&step().decision), ["cordon"]);
     let out = step();
     assert_eq!(kinds(&out.decision), ["evict"]);
+    // A restart leaves the pod to its budget: no reason to look again now.
+    assert!(!out.again);
     let said: Vec<(&str, RungKind)> = out
         .drain_rungs
         .iter()
@@ -343,4 +345,20 @@ fn a_node_given_back_at_its_drain_timeout_counts_while_notready() {
     let d = decide(&p, &open(), &[a, b], at);
     assert_eq!(kinds(&d), ["block", "cordon"]);
     assert_eq!(d.unavailable, 1);
+}
+
+#[test]
+fn a_pass_that_skips_pods_asks_for_the_next_step_at_once() {
+    // A `skip` rung leaves pods on the node on purpose: the drain may be
+    // over, and the next step (the run's start) need not wait for a wake.
+    use super::{reconcile, VirtualClock};
+    use futures::executor::block_on;
+    let sim = one_pod_held_until(&VirtualClock::new(t("03:00")), "04:00");
+    let cluster = UsingRung(&sim, RungKind::Skip);
+    let p = policy(1, OnDrainTimeout::Skip);
+    let step = || block_on(reconcile(&cluster, &p, &open(), t("03:00"))).unwrap();
+    assert_eq!(kinds(&step().decision), ["cordon"]);
+    let out = step();
+    assert_eq!(kinds(&out.decision), ["evict"]);
+    assert!(out.again, "{out:?}");
 }
