@@ -767,6 +767,17 @@ fn retries_of_rollbacks_from_an_older_pin_count_within_the_step() {
         ..p.clone()
     };
     assert_eq!(started(&roomier), ["a", "b"]);
+    // A node back in service (uncordoned since) takes a place again when
+    // its rollback is retried: it counts against max_unavailable.
+    let mut a = failed("a");
+    a.unschedulable = false;
+    let d = decide(&roomier, &open(), &[a], t0());
+    assert!(
+        matches!(d.actions.as_slice(), [Action::RollBack { .. }]),
+        "{:?}",
+        d.actions
+    );
+    assert_eq!(d.unavailable, 1);
 }
 
 #[test]
