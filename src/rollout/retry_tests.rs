@@ -157,3 +157,61 @@ fn a_failed_rollback_stops_its_run_only_while_it_runs() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn retries_of_rollbacks_from_an_older_pin_count_within_the_step() {
+    // 1.13.4 pinned since; `a` and `b` failed their rollbacks from 1.13.3
+    // (one started each) and a person asked both to retry. Under
+    // max_rollbacks = 3 the step starts one more from 1.13.3, not two.
+    let p = {
+        let mut p = policy(OnFailure::Rollback, 2, 3);
+        p.target = v("1.13.4");
+        p
+    };
+    let failed = |name: &str| {
+        let mut n = moved(
+            name,
+            ProgressState::Failed,
+            &format!("{}its driver failed", super::ROLLBACK_FAILED_PREFIX),
+        );
+        n.unschedulable = true;
+        if let Ok(Some(pr)) = n.progress.as_mut() {
+            pr.cordoned_by_drover = true;
+        }
+        n.retry = true;
+        n.rollbacks = vec![crate::record::Rollbacks {
+            version: v("1.13.3"),
+            started: 1,
+        }];
+        n
+    };
+    let started = |p: &Policy| -> Vec<String> {
+        decide(p, &open(), &[failed("a"), failed("b")], t0())
+            .actions
+            .into_iter()
+            .filter_map(|a| match a {
+                Action::RollBack { node, .. } => Some(node),
+                _ => None,
+            })
+            .collect()
+    };
+    // `b` waits: the third from 1.13.3 is `a`'s.
+    assert_eq!(started(&p), ["a"]);
+    // The control: with room for a fourth, both start.
+    let roomier = Policy {
+        max_rollbacks: 4,
+        ..p.clone()
+    };
+    assert_eq!(started(&roomier), ["a", "b"]);
+    // A node back in service (uncordoned since) takes a place again when
+    // its rollback is retried: it counts against max_unavailable.
+    let mut a = failed("a");
+    a.unschedulable = false;
+    let d = decide(&roomier, &open(), &[a], t0());
+    assert!(
+        matches!(d.actions.as_slice(), [Action::RollBack { .. }]),
+        "{:?}",
+        d.actions
+    );
+    assert_eq!(d.unavailable, 1);
+}
