@@ -163,10 +163,9 @@ fn retries_of_rollbacks_from_an_older_pin_count_within_the_step() {
     // 1.13.4 pinned since; `a` and `b` failed their rollbacks from 1.13.3
     // (one started each) and a person asked both to retry. Under
     // max_rollbacks = 3 the step starts one more from 1.13.3, not two.
-    let p = {
-        let mut p = policy(OnFailure::Rollback, 2, 3);
-        p.target = v("1.13.4");
-        p
+    let p = Policy {
+        target: v("1.13.4"),
+        ..policy(OnFailure::Rollback, 2, 3)
     };
     let failed = |name: &str| {
         let mut n = moved(

@@ -730,21 +730,12 @@ fn a_node_back_at_its_previous_version_is_rolled_back_only_once_healthy_there() 
     // `a_node_rolled_back_is_recorded_failed_since_it_came_back`.)
     let p = policy(OnFailure::Rollback, 1, 1);
     let a = back_at_previous();
-    let crashing = |now: DateTime<Utc>| NodeSeen {
-        name: "a".into(),
-        conditions: Vec::new(),
-        pods: vec![PodSeen {
-            name: "apps/a-web".into(),
-            created: now - chrono::Duration::minutes(10),
-            ready: false,
-            restarts: 3,
-            waiting_reason: Some(crate::health::verdict::CRASHLOOP_REASON.into()),
-        }],
-        unread: None,
-    };
+    // The model's node, bad at the version it is back at.
+    let mut bad_there = model("a", true, false);
+    bad_there.bad_at = Some(v("1.13.2"));
     let step = |now: DateTime<Utc>| {
         let inputs = Inputs {
-            health: vec![crashing(now)],
+            health: vec![health_of(&bad_there, now)],
             ..open()
         };
         decide(&p, &inputs, std::slice::from_ref(&a), now)
