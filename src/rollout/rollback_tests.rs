@@ -656,6 +656,21 @@ fn a_node_rolled_back_is_recorded_failed_since_it_came_back() {
         }
         other => panic!("{other:?}"),
     }
+    // What it came to replaces the "rolling back" said of it this pass...
+    assert_eq!(
+        d.message,
+        "node a failed: rolled back to 1.13.2: health check failed: pods crash-looping"
+    );
+    // ...but not what another node's failure said first.
+    // `0` comes before `a` in the pass's order of names.
+    let mut x = moved("0", ProgressState::Failed, "health check failed: 0 broke");
+    x.unschedulable = true;
+    let inputs = Inputs {
+        health: vec![health(&back_at_previous(), false, at(20))],
+        ..open()
+    };
+    let d = decide(&p, &inputs, &[x, back_at_previous()], at(20));
+    assert_eq!(d.message, "node 0 failed: health check failed: 0 broke");
 }
 
 #[test]
