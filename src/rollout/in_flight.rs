@@ -71,8 +71,9 @@ pub(super) fn draining(
         // record write did not land). Ready or not, it is never cordoned
         // again, drained or run for a version it runs: given back as
         // upgraded once Ready, failed if not Ready within node_timeout.
+        // Its record keeps saying draining, a hold's note included: a
+        // note changes the message only, whatever the node waits for.
         let run = NodeProgress {
-            state: ProgressState::Upgrading,
             target: ctx.target.clone(),
             ..p.clone()
         };

@@ -304,6 +304,40 @@ fn a_drained_node_that_already_runs_the_new_pin_is_given_back_as_upgraded() {
 }
 
 #[test]
+fn a_held_note_on_a_drained_node_that_runs_the_new_pin_keeps_its_record_draining() {
+    // As above, but NotReady and held by a call that failed: it waits for
+    // Ready, and the note of its hold changes its record's message only.
+    let mut n = node(
+        "drained",
+        ProgressState::Draining,
+        UpgradeStatus::NotStarted,
+    );
+    n.version = Some(v("1.13.3"));
+    n.ready = false;
+    let hold = Held {
+        node: "drained".into(),
+        why: "uncordon failed: 503".into(),
+        since: t("03:01"),
+        last: t("03:01"),
+    };
+    let inputs = Inputs {
+        held: vec![hold],
+        ..open()
+    };
+    let d = decide(&bumped(), &inputs, std::slice::from_ref(&n), t("03:05"));
+    match d.actions.as_slice() {
+        [Action::Note { node, progress }] if node == "drained" => {
+            assert_eq!(progress.state, ProgressState::Draining);
+            assert!(progress.message.starts_with("held: uncordon failed: 503"));
+        }
+        other => panic!("{other:?}"),
+    }
+    // Control: not held, nothing is written.
+    let d = decide(&bumped(), &open(), &[n], t("03:05"));
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+}
+
+#[test]
 fn a_rollback_from_the_pin_fails_the_cluster_and_one_from_an_older_pin_does_not() {
     let mut n = node(
         "rolling-back",

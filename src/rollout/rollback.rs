@@ -427,7 +427,6 @@ pub(super) fn after_failed_rollback(
                 state: ProgressState::RollingBack,
                 started_at: ctx.now,
                 cordoned_by_drover: p.cordoned_by_drover || !n.unschedulable,
-                message: p.message.clone(),
                 ..p.clone()
             },
             check: "retry".into(),
