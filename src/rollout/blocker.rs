@@ -245,6 +245,8 @@ mod tests {
     fn names_round_trip_through_parse_and_serde() {
         for b in Blocker::ALL {
             assert_eq!(Blocker::parse(b.as_str()), Some(b));
+            // As the status line, the fleet page and the metrics' labels print it.
+            assert_eq!(b.to_string(), b.as_str());
             assert_eq!(
                 serde_json::to_string(&b).unwrap(),
                 format!("\"{}\"", b.as_str())
