@@ -653,6 +653,8 @@ fn a_node_rolled_back_is_recorded_failed_since_it_came_back() {
         [Action::RolledBack { progress, .. }] => {
             assert_eq!(progress.state, ProgressState::Failed);
             assert_eq!(progress.started_at, at(20), "given back now, not at t0");
+            // Uncordoned with it: a later cordon is someone else's.
+            assert!(!progress.cordoned_by_drover);
         }
         other => panic!("{other:?}"),
     }
@@ -766,4 +768,26 @@ fn a_node_back_at_its_previous_version_is_rolled_back_only_once_healthy_there() 
         "{:?}",
         d.actions
     );
+}
+
+#[test]
+fn a_node_that_ran_the_failed_version_before_is_not_rolled_back_to_it() {
+    // Its record says it ran 1.13.3 before: "back" would be the version
+    // that failed. The control ran 1.13.2 and is rolled back.
+    let p = policy(OnFailure::Rollback, 1, 1);
+    for (before, rolled) in [("1.13.2", true), ("1.13.3", false)] {
+        let mut a = moved("a", ProgressState::Passed, "");
+        a.ready = false;
+        if let Ok(Some(r)) = a.progress.as_mut() {
+            r.previous = Some(v(before));
+        }
+        let d = decide(&p, &open(), &[a], at(30));
+        let said = format!("{:?}", d.actions);
+        assert_eq!(said.contains("RollBack {"), rolled, "{said}");
+        assert_eq!(
+            said.contains("it ran this version before"),
+            !rolled,
+            "{said}"
+        );
+    }
 }
