@@ -115,7 +115,9 @@ fn a_retried_rollback_that_cordons_the_node_again_records_the_cordon_as_drovers(
     let d = decide(&p, &open(), &[a], at(30));
     match d.actions.as_slice() {
         [Action::RollBack { progress, .. }] => {
-            assert!(progress.cordoned_by_drover, "{progress:?}")
+            assert!(progress.cordoned_by_drover, "{progress:?}");
+            // Its node_timeout counts from the retry, not the failure.
+            assert_eq!(progress.started_at, at(30));
         }
         other => panic!("{other:?}"),
     }
