@@ -667,10 +667,6 @@ fn a_node_rolled_back_is_recorded_failed_since_it_came_back() {
     // `0` comes before `a` in the pass's order of names.
     let mut x = moved("0", ProgressState::Failed, "health check failed: 0 broke");
     x.unschedulable = true;
-    let inputs = Inputs {
-        health: vec![health(&back_at_previous(), false, at(20))],
-        ..open()
-    };
     let d = decide(&p, &inputs, &[x, back_at_previous()], at(20));
     assert_eq!(d.message, "node 0 failed: health check failed: 0 broke");
 }
