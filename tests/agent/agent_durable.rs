@@ -19,7 +19,7 @@ use serde_json::json;
 
 /// A policy, bound to namespace `ns` alone, that refuses any change of a
 /// DroverStatus's applied commit, and a status whose message is "probe"
-/// (how the test learns the policy is in force without changing anything).
+/// (how the test learns the policy is in force, on an object of its own).
 fn policy(ns: &str) -> String {
     format!(
         r#"
@@ -93,13 +93,29 @@ async fn an_applied_commit_that_cannot_be_made_durable_changes_nothing_the_statu
     apply_yaml(&client, &policy(ns.name()), ns.name(), false)
         .await
         .unwrap();
+    // The probe goes to an object of its own: an admission policy comes
+    // into force some time after it is created, and a probe that lands
+    // before would be a foreign write the agent adopts (message and all),
+    // after which the policy refuses every write the agent makes.
     let dst: Api<DroverStatus> = Api::namespaced(client.clone(), ns.name());
+    dst.create(
+        &Default::default(),
+        &DroverStatus::new(
+            "probe",
+            drover::agent::crd::DroverStatusSpec {
+                environment: "probe".into(),
+                cluster: "probe".into(),
+            },
+        ),
+    )
+    .await
+    .unwrap();
     retry_until("the policy refuses a probe", || {
         let dst = dst.clone();
         async move {
             match dst
                 .patch_status(
-                    "test-test-1",
+                    "probe",
                     &PatchParams::default(),
                     &Patch::Merge(&json!({ "status": { "message": "probe" } })),
                 )
