@@ -17,6 +17,11 @@
 //! runtime that asked for it, on that runtime's one thread, in the order it
 //! was asked for, the way FoundationDB's simulator runs its real code on
 //! one deterministic thread. Nothing else holds one.
+//!
+//! Under the guard a simulation may also stall the remote: work that talks
+//! to the git server (a fetch, a report push) asked for before the stall
+//! ends waits for it in the runtime's time, as a real fetch waits on a
+//! server that answers nothing ([`stall_remote`]).
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -26,6 +31,7 @@ use tokio::task::JoinHandle;
 thread_local! {
     static INLINE: Cell<bool> = const { Cell::new(false) };
     static SEEDED: RefCell<Option<StdRng>> = const { RefCell::new(None) };
+    static STALLED: Cell<Option<tokio::time::Instant>> = const { Cell::new(None) };
 }
 
 /// While alive, this thread's draws are seeded and its blocking work runs
@@ -33,6 +39,7 @@ thread_local! {
 pub struct Exact {
     inline: bool,
     rng: Option<StdRng>,
+    stalled: Option<tokio::time::Instant>,
 }
 
 impl Exact {
@@ -42,6 +49,8 @@ impl Exact {
         Exact {
             inline: INLINE.with(|i| i.replace(true)),
             rng: SEEDED.with(|r| r.replace(Some(StdRng::seed_from_u64(seed)))),
+            // A stall is an instant of one runtime's clock: none carries over.
+            stalled: STALLED.with(|s| s.replace(None)),
         }
     }
 }
@@ -50,6 +59,7 @@ impl Drop for Exact {
     fn drop(&mut self) {
         INLINE.with(|i| i.set(self.inline));
         SEEDED.with(|r| *r.borrow_mut() = self.rng.take());
+        STALLED.with(|s| s.set(self.stalled));
     }
 }
 
@@ -84,12 +94,53 @@ pub fn spawn<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> JoinH
     }
 }
 
-/// Run `f` on a thread of its own named `name` (work that may take long
-/// and must not hold a thread of the pool), or inline as [`spawn`] does.
-/// `Err` when no thread could be started.
-pub fn thread(name: &str, f: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
+/// Under [`Exact`]: remote work asked for from now on waits until `until`
+/// (`None`: the remote answers again). Outside it this does nothing.
+pub fn stall_remote(until: Option<tokio::time::Instant>) {
     if inline() {
-        drop(tokio::spawn(async move { f() }));
+        STALLED.with(|s| s.set(until));
+    }
+}
+
+/// Inline, remote work first waits out the stall [`stall_remote`] set, or
+/// its own `bound` if that ends first: the bound its real transfer has.
+async fn after_stall(bound: std::time::Duration) {
+    if let Some(until) = STALLED.with(Cell::get) {
+        let bounded = tokio::time::Instant::now().checked_add(bound);
+        tokio::time::sleep_until(bounded.map_or(until, |b| until.min(b))).await;
+    }
+}
+
+/// Run remote work `f` (a fetch, which gives up after `bound`) off the
+/// control loop, as [`spawn`] does; inline, after the stall of the remote.
+pub fn remote<T: Send + 'static>(
+    bound: std::time::Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> JoinHandle<T> {
+    if inline() {
+        tokio::spawn(async move {
+            after_stall(bound).await;
+            f()
+        })
+    } else {
+        tokio::task::spawn_blocking(f)
+    }
+}
+
+/// Run remote work `f` (a report push, which gives up after `bound`) on a
+/// thread of its own named `name` (work that may take long and must not
+/// hold a thread of the pool), or inline as [`remote`] does. `Err` when no
+/// thread could be started.
+pub fn thread(
+    name: &str,
+    bound: std::time::Duration,
+    f: impl FnOnce() + Send + 'static,
+) -> std::io::Result<()> {
+    if inline() {
+        drop(tokio::spawn(async move {
+            after_stall(bound).await;
+            f()
+        }));
         return Ok(());
     }
     std::thread::Builder::new()
@@ -101,6 +152,8 @@ pub fn thread(name: &str, f: impl FnOnce() + Send + 'static) -> std::io::Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+    use tokio::time::Instant;
 
     /// Under the guard, work runs on the asking thread and draws repeat
     /// for a seed; without it, work goes to other threads.
@@ -120,7 +173,7 @@ mod tests {
             let here = spawn(|| std::thread::current().id()).await.unwrap();
             assert_eq!(here, me);
             let (tx, rx) = tokio::sync::oneshot::channel();
-            thread("t", move || {
+            thread("t", Duration::from_secs(1), move || {
                 let _ = tx.send(std::thread::current().id());
             })
             .unwrap();
@@ -131,5 +184,46 @@ mod tests {
         assert_ne!(pooled, me);
         let f = random_between(0.9, 1.1);
         assert!((0.9..=1.1).contains(&f));
+    }
+
+    /// A stalled remote holds remote work until the stall ends or the
+    /// work's own bound does, whichever is first; local work and work
+    /// outside the guard never wait, and no stall outlives its guard.
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_stalled_remote_holds_remote_work_for_the_stall_or_its_bound() {
+        let t0 = Instant::now();
+        {
+            let _exact = Exact::seeded(1);
+            stall_remote(Some(t0 + Duration::from_secs(600)));
+            remote(Duration::from_secs(60), || ()).await.unwrap();
+            assert_eq!(t0.elapsed(), Duration::from_secs(60));
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            thread("t", Duration::from_secs(30), move || {
+                let _ = tx.send(());
+            })
+            .unwrap();
+            rx.await.unwrap();
+            assert_eq!(t0.elapsed(), Duration::from_secs(90));
+            spawn(|| ()).await.unwrap();
+            assert_eq!(
+                t0.elapsed(),
+                Duration::from_secs(90),
+                "local work waits on no stall"
+            );
+            stall_remote(Some(Instant::now() + Duration::from_secs(10)));
+            remote(Duration::from_secs(60), || ()).await.unwrap();
+            assert_eq!(t0.elapsed(), Duration::from_secs(100));
+        }
+        assert_eq!(
+            STALLED.with(Cell::get),
+            None,
+            "the guard took its stall with it"
+        );
+        stall_remote(Some(Instant::now() + Duration::from_secs(600)));
+        assert_eq!(
+            STALLED.with(Cell::get),
+            None,
+            "outside the guard there is no stall"
+        );
     }
 }

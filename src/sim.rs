@@ -329,6 +329,8 @@ struct State {
     /// Calls that still reach the cluster before the agent's process dies
     /// ([`Sim::crash_after`]); `None` while it lives.
     calls_before_crash: Option<usize>,
+    /// When drover last listed the nodes ([`Cluster::observe`]).
+    observed: Option<DateTime<Utc>>,
 }
 
 /// A simulated cluster.
@@ -528,6 +530,12 @@ impl Sim {
             .get(&(call.to_string(), node.to_string()))
             .copied()
             .unwrap_or(0)
+    }
+
+    /// When drover last listed the nodes: what a simulation judges the
+    /// control loop's liveness by.
+    pub fn last_observed(&self) -> Option<DateTime<Utc>> {
+        self.lock().observed
     }
 
     /// The most nodes unavailable because of drover at any one moment.

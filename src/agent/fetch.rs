@@ -123,7 +123,7 @@ impl<B: ClusterBackend> Acting<B> {
             .and_then(|c| git2::Oid::from_str(c).ok());
         let (env, cluster) = (self.cfg.env.clone(), self.cfg.cluster.clone());
         let scopes = self.fetching.scopes.clone();
-        let task = crate::replay::spawn(move || {
+        let task = crate::replay::remote(self.cfg.source.timeout, move || {
             let mut source = source;
             source.set_status_branch(&branch);
             let r = source.fetch_scoped(|repo, head| {

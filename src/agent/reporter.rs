@@ -530,7 +530,7 @@ impl Task {
         cfg.status_branch = branch.clone();
         let config_commit = newest.config_commit.clone();
         let (tx, rx) = oneshot::channel();
-        let spawned = crate::replay::thread("drover-report", move || {
+        let spawned = crate::replay::thread("drover-report", budget, move || {
             let result = (|| {
                 let mut src = match source {
                     Some(s) => s,

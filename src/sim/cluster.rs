@@ -104,6 +104,7 @@ impl Cluster for Sim {
         let now = self.clock.now();
         let mut s = self.lock();
         s.settle(now);
+        s.observed = Some(now);
         let s = &*s;
         Ok(s.nodes
             .values()

@@ -5,7 +5,10 @@
 //! so the agent's own client code (requests, errors, retries, watches)
 //! runs unchanged. Faults are answered as an API server answers them: a
 //! window of time in which reads or writes of one resource get a status
-//! code (409, 429, 500, 503).
+//! code (403, 409, 429, 500, 503), or no answer: a hung server does what it
+//! was asked and answers when the window ends, long after the agent's
+//! bound on the call gave up (so a write it counts as failed may have
+//! landed, as over a real network).
 //!
 //! Objects live in a store that outlives each simulated process (a crash
 //! drops the runtime the client ran on, not the API server's objects).
@@ -34,7 +37,8 @@ pub enum Hits {
     Events,
 }
 
-/// A fault: from `from` until `until`, calls `hits` names get `code`.
+/// A fault: from `from` until `until`, calls `hits` names get `code`, or
+/// with code 0 their answer only at `until`.
 #[derive(Debug, Clone)]
 pub struct ApiFault {
     pub hits: Hits,
@@ -104,6 +108,22 @@ impl ApiServer {
         Some((field("lastAppliedCommit")?, field("appliedVersion")?))
     }
 
+    /// How long a call to `uri` waits for its answer under a stall.
+    fn stalled(&self, method: &http::Method, uri: &http::Uri) -> Option<std::time::Duration> {
+        let plural = uri
+            .path()
+            .split('/')
+            .find(|seg| ["events", "droverstatuses"].contains(seg))?;
+        let now = self.clock.now();
+        let mut s = self.lock();
+        let until = s
+            .fault(hits(method, plural), now)
+            .filter(|f| f.code == 0)?
+            .until;
+        s.faulted += 1;
+        (until - now).to_std().ok()
+    }
+
     /// Calls answered with an injected fault.
     pub fn faulted(&self) -> usize {
         self.lock().faulted
@@ -127,23 +147,16 @@ impl ApiServer {
         let name = segs.get(base + 3).copied();
         let sub = segs.get(base + 4).copied();
         let now = self.clock.now();
-        let read = *method == http::Method::GET;
-        let hits = match (plural, read) {
-            ("events", _) => Some(Hits::Events),
-            ("droverstatuses", true) => Some(Hits::StatusReads),
-            ("droverstatuses", false) => Some(Hits::StatusWrites),
-            _ => None,
-        };
         let mut s = self.lock();
         s.calls += 1;
         let fault = s
-            .faults
-            .iter()
-            .find(|f| Some(f.hits) == hits && f.from <= now && now < f.until)
-            .map(|f| f.code);
+            .fault(hits(method, plural), now)
+            .map(|f| f.code)
+            .filter(|c| *c != 0);
         if let Some(code) = fault {
             s.faulted += 1;
             let reason = match code {
+                403 => "Forbidden",
                 409 => "Conflict",
                 429 => "TooManyRequests",
                 _ => "InternalError",
@@ -236,6 +249,24 @@ impl ApiServer {
     }
 }
 
+impl Store {
+    fn fault(&self, hits: Option<Hits>, now: DateTime<Utc>) -> Option<&ApiFault> {
+        self.faults
+            .iter()
+            .find(|f| Some(f.hits) == hits && f.from <= now && now < f.until)
+    }
+}
+
+/// What a call to `plural` is, for faults.
+fn hits(method: &http::Method, plural: &str) -> Option<Hits> {
+    match (plural, *method == http::Method::GET) {
+        ("events", _) => Some(Hits::Events),
+        ("droverstatuses", true) => Some(Hits::StatusReads),
+        ("droverstatuses", false) => Some(Hits::StatusWrites),
+        _ => None,
+    }
+}
+
 /// JSON merge patch (RFC 7386).
 fn merge(target: &mut Value, patch: &Value) {
     let Value::Object(p) = patch else {
@@ -291,7 +322,12 @@ impl tower::Service<http::Request<kube::client::Body>> for ApiServer {
                 .await
                 .map(|c| c.to_bytes())
                 .unwrap_or_default();
-            Ok(me.answer(&parts.method, &parts.uri, &bytes))
+            let answer = me.answer(&parts.method, &parts.uri, &bytes);
+            // A hung server: the call was done, the answer waits.
+            if let Some(wait) = me.stalled(&parts.method, &parts.uri) {
+                tokio::time::sleep(wait).await;
+            }
+            Ok(answer)
         })
     }
 }

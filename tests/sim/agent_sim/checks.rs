@@ -17,6 +17,19 @@ use std::collections::BTreeMap;
 /// (`world::POLL`), a pass, a tick.
 const GRACE: i64 = 5;
 
+/// How long the acting replica may go without listing the nodes while
+/// drover holds one out of service. Its passes then come every 5-30 s (the
+/// eviction's retry, the run's and the health check's timers): 120 seeds
+/// before stalls were drawn never went past 30 s, and 300 with them passed
+/// a 35 s limit once the waits of [`Facts::may_not_look`] were set aside. A
+/// loop that waits on its fetch while it acts (the term's first-fetch rule
+/// applied to every pass) went 50 s in 14 seeds of 200.
+const LOOK: i64 = 45;
+
+/// How long a fetch waits on an origin that answers nothing (the
+/// simulated agent's `SourceConfig::timeout`).
+pub const FETCH_BOUND: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// A merge to main and the policy it carries.
 #[derive(Debug, Clone)]
 pub struct Merge {
@@ -51,6 +64,18 @@ pub struct Facts {
     pub jumps: Vec<DateTime<Utc>>,
     /// Clock jumps: when, and how far the clock moved.
     pub jumped: Vec<(DateTime<Utc>, Duration)>,
+    /// Outages of the status object's reads: [from, until). Without the
+    /// status the agent may not decide, so it may not look either.
+    pub unread: Vec<(DateTime<Utc>, DateTime<Utc>)>,
+    /// Outages of the status object's writes: [from, until).
+    pub unwritten: Vec<(DateTime<Utc>, DateTime<Utc>)>,
+    /// The origin down or stalled: [from, until).
+    pub git_out: Vec<(DateTime<Utc>, DateTime<Utc>)>,
+    /// When the replica acting now started to (or the lease changed hands).
+    pub acting_since: DateTime<Utc>,
+    /// The replica acting last, and when the other one took over from it.
+    pub replica: Option<usize>,
+    pub taken_over: Vec<DateTime<Utc>>,
     /// Processes started (the first and each restart).
     pub processes: usize,
     /// Nodes with a health fault at the first bumped version.
@@ -128,6 +153,84 @@ impl Facts {
 
     fn fail(&mut self, what: String) {
         self.violations.push(what);
+    }
+
+    /// `replica`'s process starts acting (a start, a restart, a takeover).
+    pub fn acting(&mut self, now: DateTime<Utc>, replica: usize) {
+        self.acting_since = now;
+        if self.replica.is_some_and(|r| r != replica) {
+            self.taken_over.push(now);
+        }
+        self.replica = Some(replica);
+    }
+
+    /// Whether the agent may rightly not look at the nodes in `(last, now]`:
+    /// it may not decide without what it waits for then.
+    ///
+    /// - the status object unreadable: what the last leader applied is the
+    ///   ground of every decision (`status_known`);
+    /// - its writes failing while a merge may be waiting to be recorded: a
+    ///   head accepted must be durable before anything acts, and acting on
+    ///   the older config meanwhile is seed 5754's defect;
+    /// - the other replica taking over while the origin is out: its cache
+    ///   may lack the applied commit, and it holds until a fetch brings it.
+    ///
+    /// Each until a fetch or a pass after the outage ([`GRACE`]).
+    fn may_not_look(&self, last: DateTime<Utc>, now: DateTime<Utc>) -> bool {
+        let grace = Duration::minutes(GRACE);
+        let spans =
+            |(from, until): &(DateTime<Utc>, DateTime<Utc>)| *from <= now && *until + grace >= last;
+        self.jumps.iter().any(|j| *j >= last)
+            || self.unread.iter().any(spans)
+            || self
+                .unwritten
+                .iter()
+                .filter(|o| spans(o))
+                .any(|(from, until)| {
+                    self.merges
+                        .iter()
+                        .any(|m| m.at >= *from - grace && m.at <= *until)
+                })
+            || self
+                .git_out
+                .iter()
+                .filter(|o| spans(o))
+                .any(|(from, until)| self.taken_over.iter().any(|t| *t >= *from && *t <= *until))
+    }
+
+    /// The control loop never waits on what it does not need to decide
+    /// (docs/design.md §8, "The loop never waits"): while drover holds a node out of service, the
+    /// acting replica lists the nodes at least every [`LOOK`] seconds,
+    /// whatever stalls or fails at the edges (the origin, Events, the
+    /// status object's writes). Judged on the cluster's own record of the
+    /// list calls.
+    pub fn looked(&self, sim: &Sim, now: DateTime<Utc>) -> Result<(), String> {
+        let held: Vec<String> = sim
+            .nodes()
+            .into_iter()
+            .filter(|n| n.cordoned_by == Some(CordonedBy::Drover))
+            .map(|n| n.name)
+            .collect();
+        if held.is_empty() {
+            return Ok(());
+        }
+        // A term acts once its first fetch has ended (src/agent/act.rs,
+        // seed 514's fix); with the origin out, that is the fetch's bound.
+        let origin_out = |t: DateTime<Utc>| self.git_out.iter().any(|(f, u)| *f <= t && t < *u);
+        let since = if origin_out(self.acting_since) {
+            self.acting_since + Duration::from_std(FETCH_BOUND).unwrap_or_default()
+        } else {
+            self.acting_since
+        };
+        let last = sim.last_observed().map_or(since, |o| o.max(since));
+        if (now - last).num_seconds() <= LOOK || self.may_not_look(last, now) {
+            return Ok(());
+        }
+        Err(format!(
+            "the agent has not listed the nodes since {last} ({}s) while drover holds {} out of service",
+            (now - last).num_seconds(),
+            held.join(", ")
+        ))
     }
 
     /// Judge the new part of the sim's log and its state now.

@@ -29,7 +29,9 @@ use std::time::Instant;
 const CI_SEEDS: u64 = 40;
 
 /// Seeds that found a defect, each with what it found; each fails again
-/// if its fix is taken out (the commit that fixed it says how).
+/// if its fix is taken out (the commit that fixed it says how). Each runs
+/// the plan it was found on: as drawn before stalls and 403s were
+/// (`Plan::draw_first`; `DROVER_SIM_FIRST_DRAW=1` replays one so).
 const REGRESSIONS: &[(u64, &str)] = &[
     (11, "a stale follower's takeover abandoned every drain"),
     (17, "a refused pin-and-policy span the checks misjudged"),
@@ -76,13 +78,32 @@ const REGRESSIONS: &[(u64, &str)] = &[
     ),
 ];
 
+/// Seeds that found a defect once stalls and 403s were drawn (their
+/// plans as `Plan::draw` makes them).
+const STALLED: &[(u64, &str)] = &[(
+    165,
+    "a restart under a stalled origin: its first fetch must give up at its bound",
+)];
+
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
 }
 
 /// Run one seed; on failure, the message a person replays it from.
 fn seed(n: u64) -> Result<world::Ran, String> {
-    let plan = Plan::draw(n);
+    run(n, plan(n))
+}
+
+/// Seed `n`'s plan (as first drawn under `DROVER_SIM_FIRST_DRAW`).
+fn plan(n: u64) -> Plan {
+    if std::env::var("DROVER_SIM_FIRST_DRAW").is_ok() {
+        Plan::draw_first(n)
+    } else {
+        Plan::draw(n)
+    }
+}
+
+fn run(n: u64, plan: Plan) -> Result<world::Ran, String> {
     let (ran, out) = world::run(plan.clone());
     if let Some(k) = env_u64("DROVER_SIM_REPLAYS") {
         for i in 1..k {
@@ -142,7 +163,7 @@ fn seeds() {
                 .with_ansi(false)
                 .try_init();
         }
-        eprintln!("{:?}", Plan::draw(n));
+        eprintln!("{:?}", plan(n));
         match seed(n) {
             Ok(ran) => eprintln!("seed {n} passed: {ran:?}"),
             Err(e) => panic!("{e}"),
@@ -153,7 +174,7 @@ fn seeds() {
     let first = env_u64("DROVER_SIM_FIRST").unwrap_or(0);
     if std::env::var("DROVER_SIM_LIST").is_ok() {
         for n in first..first + count {
-            eprintln!("{n}: {:?}", Plan::draw(n));
+            eprintln!("{n}: {:?}", plan(n));
         }
         return;
     }
@@ -224,6 +245,11 @@ fn replays_exactly() {
 #[test]
 fn regressions() {
     for (n, found) in REGRESSIONS {
+        if let Err(e) = run(*n, Plan::draw_first(*n)) {
+            panic!("regression seed {n} ({found}) fails again:\n{e}");
+        }
+    }
+    for (n, found) in STALLED {
         if let Err(e) = seed(*n) {
             panic!("regression seed {n} ({found}) fails again:\n{e}");
         }

@@ -87,6 +87,7 @@ struct World {
     /// Virtual time; the clock may be ahead of the runtime by clock jumps.
     now: DateTime<Utc>,
     git_down_until: Option<DateTime<Utc>>,
+    git_stalled_until: Option<DateTime<Utc>>,
     ran: Ran,
 }
 
@@ -171,6 +172,7 @@ impl World {
             next_step: 0,
             now: start(),
             git_down_until: None,
+            git_stalled_until: None,
             ran: Ran::default(),
         }
     }
@@ -191,6 +193,7 @@ impl World {
         cfg.watch_local = false;
         cfg.debounce = Duration::ZERO;
         cfg.poll = POLL;
+        cfg.source.timeout = super::checks::FETCH_BOUND;
         cfg
     }
 
@@ -254,11 +257,18 @@ impl World {
         match f {
             Fault::Crash { down, takeover } => return Some(Stop::Crash { down, takeover }),
             Fault::Handoff => return Some(Stop::Handoff),
-            Fault::GitDown(m) => {
+            Fault::GitDown(m) | Fault::GitStall(m) => {
+                // A stalled origin answers nothing: to the agent it is down,
+                // each fetch and push waiting out its own bound to learn so.
                 self.forge.set_down(true);
                 let u = until(m).max(self.git_down_until.unwrap_or(at));
                 self.git_down_until = Some(u);
+                if matches!(f, Fault::GitStall(_)) {
+                    let s = until(m).max(self.git_stalled_until.unwrap_or(at));
+                    self.git_stalled_until = Some(s);
+                }
                 self.facts.blind.push((at, u));
+                self.facts.git_out.push((at, u));
             }
             Fault::Api {
                 target,
@@ -274,6 +284,11 @@ impl World {
                 });
                 if hits != Hits::Events {
                     self.facts.blind.push((at, until(minutes)));
+                }
+                match hits {
+                    Hits::StatusReads => self.facts.unread.push((at, until(minutes))),
+                    Hits::StatusWrites => self.facts.unwritten.push((at, until(minutes))),
+                    Hits::Events => {}
                 }
             }
             Fault::Node {
@@ -320,12 +335,26 @@ impl World {
         self.now += D::from_std(STEP).unwrap_or_default();
         self.clock.set(self.now);
         if running {
+            self.stall_remote();
             tokio::time::sleep(STEP).await;
         }
         self.ran.steps += 1;
         tracing::debug!(now = %self.now, step = self.ran.steps, "sim step");
         self.facts.check(&self.sim)?;
+        if running {
+            self.facts.looked(&self.sim, self.now)?;
+        }
         self.facts.told(self.api.applied())
+    }
+
+    /// Tell the process's runtime how long the origin stays stalled
+    /// (`drover::replay::stall_remote`), in its clock's time.
+    fn stall_remote(&self) {
+        let left = self
+            .git_stalled_until
+            .and_then(|u| (u - self.now).to_std().ok())
+            .filter(|d| !d.is_zero());
+        drover::replay::stall_remote(left.map(|d| tokio::time::Instant::now() + d));
     }
 
     /// The agent's two replicas (their processes on one machine, in one
@@ -345,6 +374,8 @@ impl World {
             .build()
             .expect("runtime");
         let out = rt.block_on(async {
+            self.stall_remote();
+            self.facts.acting(self.now, self.replica);
             let clock: drover::agent::SharedClock = Arc::new(self.clock.clone());
             let (_stop, shutdown) = tokio::sync::watch::channel(false);
             let mut leading = Vec::new();
@@ -372,6 +403,7 @@ impl World {
                             leading[self.replica].send_replace(false);
                             self.replica = 1 - self.replica;
                             takes_over = Some(self.now + D::from_std(LEASE).unwrap_or_default());
+                            self.facts.acting_since = self.now;
                         }
                         Some(Stop::Handoff) => {}
                         Some(stop) => return Ok(Some(stop)),
@@ -380,6 +412,7 @@ impl World {
                     if takes_over.is_some_and(|t| t <= self.now) {
                         leading[self.replica].send_replace(true);
                         takes_over = None;
+                        self.facts.acting(self.now, self.replica);
                     }
                     self.tick(true).await?;
                     if self.ran.steps.is_multiple_of(100)
