@@ -331,6 +331,11 @@ struct State {
     calls_before_crash: Option<usize>,
     /// When drover last listed the nodes ([`Cluster::observe`]).
     observed: Option<DateTime<Utc>>,
+    /// Nodes NotReady by no act of drover's (a kubelet that stops
+    /// posting, a reboot someone else made): node, `[from, until)`.
+    outages: Vec<(String, DateTime<Utc>, DateTime<Utc>)>,
+    /// The nodes such an outage holds NotReady now.
+    out: std::collections::BTreeSet<String>,
 }
 
 /// A simulated cluster.
@@ -434,6 +439,13 @@ impl Sim {
         self.lock()
             .faults
             .push((node.to_string(), fault, from, until));
+    }
+
+    /// `node` goes NotReady from `from` until `until` (exclusive) by no
+    /// act of drover's; it comes back Ready then unless a run of drover's
+    /// holds it down.
+    pub fn not_ready(&self, node: &str, from: DateTime<Utc>, until: DateTime<Utc>) {
+        self.lock().outages.push((node.to_string(), from, until));
     }
 
     /// Add a PodDisruptionBudget.
@@ -565,7 +577,15 @@ impl Sim {
             .faults
             .iter()
             .flat_map(|(_, _, from, until)| [*from, *until]);
-        runs.chain(pdbs).chain(faults).filter(|t| *t > now).min()
+        let outages = s
+            .outages
+            .iter()
+            .flat_map(|(_, from, until)| [*from, *until]);
+        runs.chain(pdbs)
+            .chain(faults)
+            .chain(outages)
+            .filter(|t| *t > now)
+            .min()
     }
 }
 
@@ -659,6 +679,18 @@ impl State {
                 kind: EventKind::Returned(v),
             });
         }
+        for n in self.nodes.values_mut() {
+            let out = self
+                .outages
+                .iter()
+                .any(|(o, from, until)| *o == n.name && *from <= now && now < *until);
+            if out {
+                n.ready = false;
+                self.out.insert(n.name.clone());
+            } else if self.out.remove(&n.name) && !n.down_by_drover {
+                n.ready = true;
+            }
+        }
         self.place_pending();
         self.measure();
     }
@@ -703,5 +735,41 @@ impl State {
             .flat_map(|n| n.pods.iter())
             .filter(|p| p.pdb.as_deref() == Some(pdb))
             .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::Cluster;
+
+    /// A node NotReady by no act of drover's is NotReady exactly in its
+    /// window, wakes a driver of the sim at both ends, and is seen so.
+    #[test]
+    fn a_node_goes_not_ready_on_its_own_for_its_window() {
+        let t0: DateTime<Utc> = "2026-12-01T00:00:00Z".parse().unwrap();
+        let clock = VirtualClock::new(t0);
+        let sim = Sim::new("c", clock.clone());
+        sim.add_node(SimNode::new(
+            "n",
+            Some(Version::new(1, 0, 0)),
+            Duration::from_secs(60),
+        ));
+        let (from, until) = (
+            t0 + chrono::Duration::minutes(1),
+            t0 + chrono::Duration::minutes(3),
+        );
+        sim.not_ready("n", from, until);
+        assert_eq!(sim.next_event(t0), Some(from));
+        assert_eq!(sim.next_event(from), Some(until));
+        let ready_at = |t| {
+            clock.set(t);
+            let seen = futures::executor::block_on(sim.observe()).unwrap();
+            seen[0].ready
+        };
+        assert!(ready_at(t0));
+        assert!(!ready_at(from));
+        assert!(!ready_at(until - chrono::Duration::seconds(1)));
+        assert!(ready_at(until));
     }
 }

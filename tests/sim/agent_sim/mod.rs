@@ -20,7 +20,7 @@ mod forge;
 mod plan;
 mod world;
 
-use plan::Plan;
+use plan::{Plan, Round};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -31,7 +31,7 @@ const CI_SEEDS: u64 = 40;
 /// Seeds that found a defect, each with what it found; each fails again
 /// if its fix is taken out (the commit that fixed it says how). Each runs
 /// the plan it was found on: as drawn before stalls and 403s were
-/// (`Plan::draw_first`; `DROVER_SIM_FIRST_DRAW=1` replays one so).
+/// (`Round::First`; `DROVER_SIM_ROUND=first` replays one so).
 const REGRESSIONS: &[(u64, &str)] = &[
     (11, "a stale follower's takeover abandoned every drain"),
     (17, "a refused pin-and-policy span the checks misjudged"),
@@ -79,7 +79,7 @@ const REGRESSIONS: &[(u64, &str)] = &[
 ];
 
 /// Seeds that found a defect once stalls and 403s were drawn (their
-/// plans as `Plan::draw` makes them).
+/// plans as `Round::Stalls` draws them; `DROVER_SIM_ROUND=stalls`).
 const STALLED: &[(u64, &str)] = &[(
     165,
     "a restart under a stalled origin: its first fetch must give up at its bound",
@@ -94,12 +94,13 @@ fn seed(n: u64) -> Result<world::Ran, String> {
     run(n, plan(n))
 }
 
-/// Seed `n`'s plan (as first drawn under `DROVER_SIM_FIRST_DRAW`).
+/// Seed `n`'s plan, as the round `DROVER_SIM_ROUND` names (`first`,
+/// `stalls`) drew it, or as every round draws it.
 fn plan(n: u64) -> Plan {
-    if std::env::var("DROVER_SIM_FIRST_DRAW").is_ok() {
-        Plan::draw_first(n)
-    } else {
-        Plan::draw(n)
+    match std::env::var("DROVER_SIM_ROUND").as_deref() {
+        Ok("first") => Plan::draw_as(n, Round::First),
+        Ok("stalls") => Plan::draw_as(n, Round::Stalls),
+        _ => Plan::draw(n),
     }
 }
 
@@ -245,12 +246,12 @@ fn replays_exactly() {
 #[test]
 fn regressions() {
     for (n, found) in REGRESSIONS {
-        if let Err(e) = run(*n, Plan::draw_first(*n)) {
+        if let Err(e) = run(*n, Plan::draw_as(*n, Round::First)) {
             panic!("regression seed {n} ({found}) fails again:\n{e}");
         }
     }
     for (n, found) in STALLED {
-        if let Err(e) = seed(*n) {
+        if let Err(e) = run(*n, Plan::draw_as(*n, Round::Stalls)) {
             panic!("regression seed {n} ({found}) fails again:\n{e}");
         }
     }

@@ -54,6 +54,8 @@ pub enum Fault {
     /// The origin answers nothing for this many minutes: each fetch and
     /// push asked meanwhile runs when it ends.
     GitStall(u64),
+    /// A node goes NotReady by no act of drover's for this many minutes.
+    NotReady { node: usize, minutes: u64 },
     /// One node's API calls fail for a while.
     Node {
         node: usize,
@@ -69,6 +71,17 @@ pub enum Fault {
     /// The other cluster's status branch is deleted on the origin (a
     /// rewrite): the failures it held must not be forgotten.
     PeerRewritten,
+}
+
+/// The rounds of what plans draw, in the order they were added.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Round {
+    /// The fleet, the config history and the first faults.
+    First,
+    /// And the origin stalled, the API server hung or answering 403.
+    Stalls,
+    /// And a node NotReady by no act of drover's.
+    NotReady,
 }
 
 /// Something at a minute of the run.
@@ -94,17 +107,17 @@ pub fn v(minor: u64) -> Version {
 
 impl Plan {
     pub fn draw(seed: u64) -> Plan {
-        Plan::drawn(seed, true)
+        Plan::drawn(seed, Round::NotReady)
     }
 
-    /// The plan as drawn before stalls and 403s were drawn (a second
-    /// stream, so every earlier draw stays as it was): the regression
-    /// seeds were found on these.
-    pub fn draw_first(seed: u64) -> Plan {
-        Plan::drawn(seed, false)
+    /// The plan as a round of the draws made it (each round draws from a
+    /// stream of its own, so every earlier draw stays as it was): each
+    /// regression seed runs the plan it was found on.
+    pub fn draw_as(seed: u64, round: Round) -> Plan {
+        Plan::drawn(seed, round)
     }
 
-    fn drawn(seed: u64, stalls: bool) -> Plan {
+    fn drawn(seed: u64, round: Round) -> Plan {
         let mut r = StdRng::seed_from_u64(seed);
         let n = r.random_range(1..=5usize);
         let nodes: Vec<NodeSpec> = (0..n)
@@ -196,7 +209,7 @@ impl Plan {
             }
             _ => {}
         }
-        if stalls {
+        if round >= Round::Stalls {
             let mut x = StdRng::seed_from_u64(seed ^ 0x5157_a115_0000_0403);
             for _ in 0..x.random_range(0..=2) {
                 let f = match x.random_range(0..3) {
@@ -206,6 +219,16 @@ impl Plan {
                         code: if c == 1 { 0 } else { 403 },
                         minutes: x.random_range(1..=20),
                     },
+                };
+                steps.push((x.random_range(1..75), Step::Fault(f)));
+            }
+        }
+        if round >= Round::NotReady {
+            let mut x = StdRng::seed_from_u64(seed ^ 0x0000_4e07_4ead_0000);
+            if x.random_bool(0.3) {
+                let f = Fault::NotReady {
+                    node: x.random_range(0..n),
+                    minutes: x.random_range(1..=15),
                 };
                 steps.push((x.random_range(1..75), Step::Fault(f)));
             }
@@ -233,11 +256,11 @@ impl Plan {
             let mut p = self.clone();
             p.nodes.remove(i);
             p.steps.retain(|(_, s)| match s {
-                Step::Fault(Fault::Node { node, .. }) => *node != i,
+                Step::Fault(Fault::Node { node, .. } | Fault::NotReady { node, .. }) => *node != i,
                 _ => true,
             });
             for (_, s) in &mut p.steps {
-                if let Step::Fault(Fault::Node { node, .. }) = s {
+                if let Step::Fault(Fault::Node { node, .. } | Fault::NotReady { node, .. }) = s {
                     if *node > i {
                         *node -= 1;
                     }

@@ -298,6 +298,10 @@ impl World {
             } => self
                 .sim
                 .inject(&format!("node-{node}"), fault, at, until(minutes)),
+            Fault::NotReady { node, minutes } => {
+                self.sim
+                    .not_ready(&format!("node-{node}"), at, until(minutes))
+            }
             Fault::PeerFailed | Fault::PeerConfirmed => {
                 let state = if f == Fault::PeerFailed {
                     RolloutState::Failed
