@@ -187,9 +187,11 @@ impl Facts {
                 .iter()
                 .filter(|o| spans(o))
                 .any(|(from, until)| {
+                    // A merge the agent may first fetch in the outage (a
+                    // stalled origin may hold it back till then: seed 5123).
                     self.merges
                         .iter()
-                        .any(|m| m.at >= *from - grace && m.at <= *until)
+                        .any(|m| m.at <= *until && self.known(m.at) >= *from - grace)
                 })
             || self
                 .git_out

@@ -80,10 +80,20 @@ const REGRESSIONS: &[(u64, &str)] = &[
 
 /// Seeds that found a defect once stalls and 403s were drawn (their
 /// plans as `Round::Stalls` draws them; `DROVER_SIM_ROUND=stalls`).
-const STALLED: &[(u64, &str)] = &[(
-    165,
-    "a restart under a stalled origin: its first fetch must give up at its bound",
-)];
+const STALLED: &[(u64, &str)] = &[
+    (
+        165,
+        "a restart under a stalled origin: its first fetch must give up at its bound",
+    ),
+    (
+        4331,
+        "the checks: a takeover in the instant a clock jump let the origin go down",
+    ),
+    (
+        5123,
+        "the checks: a merge a stall held back, then to be recorded while writes hung",
+    ),
+];
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())

@@ -379,7 +379,6 @@ impl World {
             .expect("runtime");
         let out = rt.block_on(async {
             self.stall_remote();
-            self.facts.acting(self.now, self.replica);
             let clock: drover::agent::SharedClock = Arc::new(self.clock.clone());
             let (_stop, shutdown) = tokio::sync::watch::channel(false);
             let mut leading = Vec::new();
@@ -401,8 +400,15 @@ impl World {
             let wall = std::time::Instant::now();
             let world = async {
                 let mut takes_over: Option<DateTime<Utc>> = None;
+                let mut started = false;
                 while self.now < self.end() {
-                    match self.due() {
+                    let due = self.due();
+                    // The process acts after what is due at its first instant
+                    // (a clock jump, the origin going down: seed 4331).
+                    if !std::mem::replace(&mut started, true) {
+                        self.facts.acting(self.now, self.replica);
+                    }
+                    match due {
                         Some(Stop::Handoff) if takes_over.is_none() => {
                             leading[self.replica].send_replace(false);
                             self.replica = 1 - self.replica;
