@@ -115,6 +115,8 @@ pub fn decide(
         preparing: Vec::new(),
         draining: Vec::new(),
         staged: Vec::new(),
+        wanted: Vec::new(),
+        counting: true,
     };
     if let Some(Verdict::Held(why)) = &ctx.queries {
         t.health_hold = Some(bounded(format!(
@@ -124,6 +126,8 @@ pub fn decide(
     for n in &order {
         node(&ctx, n, &mut t);
     }
+    t.counting = false;
+    rollback::wanted(&ctx, &mut t);
     watch::settle(&ctx, &mut t);
     let total = order.len();
     let budget = ctx.budget;

@@ -31,6 +31,8 @@ mod tally;
 mod watch;
 
 #[cfg(test)]
+mod budget_tests;
+#[cfg(test)]
 mod consent_tests;
 #[cfg(test)]
 mod decide_tests;

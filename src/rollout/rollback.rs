@@ -7,7 +7,8 @@
 //!   recorded `rolling-back` and cordoned ([`Action::RollBack`]) when its
 //!   record names the version it ran before (recorded by drover when it
 //!   started the node), that version is not revoked, a window is open, the
-//!   budget has room, and fewer than `max_rollbacks` rollbacks were started
+//!   budget has room (a `passed` node's place is judged once every node is
+//!   counted, [`wanted`]), and fewer than `max_rollbacks` rollbacks were started
 //!   from the target on the cluster's nodes (counted from the records:
 //!   failed ones and retries included); otherwise it is recorded `failed`
 //!   in service, as with `halt`, and the message says why it was not rolled
@@ -87,15 +88,26 @@ pub(super) fn earlier_counts(
 /// Node `n`, recorded `p` at the target, failed health check `check` with
 /// `msg` (already prefixed and bounded): roll it back or record it failed in
 /// service. Returns whether it is rolled back (it then counts against the
-/// budget and is in flight).
-pub(super) fn failed_health(
+/// budget and is in flight), or waits to be judged with the budget whole.
+pub(super) fn failed_health<'a>(
     ctx: &Ctx<'_>,
-    n: &NodeView,
+    n: &'a NodeView,
     p: &NodeProgress,
     msg: String,
     check: &str,
-    t: &mut Tally<'_>,
+    t: &mut Tally<'a>,
 ) -> bool {
+    // A passed node's rollback takes a place: the nodes after it in name
+    // order are not counted yet (simulation seed 553).
+    if t.counting && p.state != ProgressState::Watching {
+        t.wanted.push(Wanted {
+            node: n,
+            progress: p.clone(),
+            msg,
+            check: check.into(),
+        });
+        return true;
+    }
     let policy = ctx.policy;
     let (action, why) = match why_not(ctx, n, p, t) {
         None => {
@@ -140,6 +152,25 @@ pub(super) fn failed_health(
     t.failed.get_or_insert((n.name.clone(), why));
     t.releases.push(action);
     rolled
+}
+
+/// A passed node that failed, waiting for the whole budget.
+pub(super) struct Wanted<'a> {
+    node: &'a NodeView,
+    progress: NodeProgress,
+    msg: String,
+    check: String,
+}
+
+/// Judge the passed nodes that failed, once every node is counted: each
+/// rolled back while the budget has room, in name order; the others
+/// recorded failed in service, counted while NotReady.
+pub(super) fn wanted<'a>(ctx: &Ctx<'_>, t: &mut Tally<'a>) {
+    for w in std::mem::take(&mut t.wanted) {
+        if !failed_health(ctx, w.node, &w.progress, w.msg, &w.check, t) {
+            t.unavailable += usize::from(!w.node.ready);
+        }
+    }
 }
 
 /// Why node `n` is not rolled back, or `None` when it is.

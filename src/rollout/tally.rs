@@ -115,6 +115,11 @@ pub(super) struct Tally<'a> {
     pub draining: Vec<String>,
     /// Nodes whose prepare run succeeded: they start first, in name order.
     pub staged: Vec<&'a NodeView>,
+    /// Passed nodes that failed, whose rollback would take a place: judged
+    /// once every node is counted (`rollback::wanted`), in name order.
+    pub wanted: Vec<super::rollback::Wanted<'a>>,
+    /// The nodes are still being counted (the decision's loop).
+    pub counting: bool,
 }
 
 /// The earliest instant the decision asks to be woken at (its `wake_at`).

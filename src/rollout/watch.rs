@@ -236,7 +236,7 @@ pub(super) fn settle(ctx: &Ctx<'_>, t: &mut Tally<'_>) {
 
 /// Record `f` as failed on `node` (a passed node), unless a failure is
 /// recorded already; with `on_failure = "rollback"` it is rolled back.
-fn pin_failure(ctx: &Ctx<'_>, node: &NodeView, f: &Failure, t: &mut Tally<'_>) {
+fn pin_failure<'a>(ctx: &Ctx<'_>, node: &'a NodeView, f: &Failure, t: &mut Tally<'a>) {
     if t.failed.is_some() {
         return;
     }

@@ -95,6 +95,19 @@ const STALLED: &[(u64, &str)] = &[
     ),
 ];
 
+/// Seeds that found a defect once a node could go NotReady on its own
+/// (their plans as `Round::NotReady` draws them).
+const NOT_READY: &[(u64, &str)] = &[
+    (
+        553,
+        "a passed node's rollback took a place nodes later in name order held",
+    ),
+    (
+        1837,
+        "a passed node's rollback took a place nodes later in name order held",
+    ),
+];
+
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
 }
@@ -262,6 +275,11 @@ fn regressions() {
     }
     for (n, found) in STALLED {
         if let Err(e) = run(*n, Plan::draw_as(*n, Round::Stalls)) {
+            panic!("regression seed {n} ({found}) fails again:\n{e}");
+        }
+    }
+    for (n, found) in NOT_READY {
+        if let Err(e) = run(*n, Plan::draw_as(*n, Round::NotReady)) {
             panic!("regression seed {n} ({found}) fails again:\n{e}");
         }
     }
