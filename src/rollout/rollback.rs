@@ -37,7 +37,7 @@
 use super::decision::{Action, Held};
 use super::health::bounded;
 use super::held;
-use super::tally::{elapsed, fmt_duration, given_back_as, skip, Ctx, Tally};
+use super::tally::{elapsed, fmt_duration, given_back_as, skip, Ctx, Tally, Wanted};
 use super::Blocker;
 use crate::cluster::{NodeProgress, NodeView, ProgressState, UpgradeStatus};
 use crate::config::OnFailure;
@@ -152,14 +152,6 @@ pub(super) fn failed_health<'a>(
     t.failed.get_or_insert((n.name.clone(), why));
     t.releases.push(action);
     rolled
-}
-
-/// A passed node that failed, waiting for the whole budget.
-pub(super) struct Wanted<'a> {
-    node: &'a NodeView,
-    progress: NodeProgress,
-    msg: String,
-    check: String,
 }
 
 /// Judge the passed nodes that failed, once every node is counted: each

@@ -117,9 +117,18 @@ pub(super) struct Tally<'a> {
     pub staged: Vec<&'a NodeView>,
     /// Passed nodes that failed, whose rollback would take a place: judged
     /// once every node is counted (`rollback::wanted`), in name order.
-    pub wanted: Vec<super::rollback::Wanted<'a>>,
+    pub wanted: Vec<Wanted<'a>>,
     /// The nodes are still being counted (the decision's loop).
     pub counting: bool,
+}
+
+/// A passed node that failed, waiting for the whole budget
+/// (`rollback::wanted`).
+pub(super) struct Wanted<'a> {
+    pub node: &'a NodeView,
+    pub progress: NodeProgress,
+    pub msg: String,
+    pub check: String,
 }
 
 /// The earliest instant the decision asks to be woken at (its `wake_at`).
