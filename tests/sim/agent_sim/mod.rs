@@ -28,82 +28,114 @@ use std::time::Instant;
 /// Seeds `.ci/run` runs.
 const CI_SEEDS: u64 = 40;
 
-/// Seeds that found a defect, each with what it found; each fails again
-/// if its fix is taken out (the commit that fixed it says how). Each runs
-/// the plan it was found on: as drawn before stalls and 403s were
-/// (`Round::First`; `DROVER_SIM_ROUND=first` replays one so).
-const REGRESSIONS: &[(u64, &str)] = &[
-    (11, "a stale follower's takeover abandoned every drain"),
-    (17, "a refused pin-and-policy span the checks misjudged"),
-    (133, "a halt learnt mid-drain: the node went on to its run"),
-    (185, "a halt learnt mid-drain: the node went on to its run"),
+/// Seeds that found a defect, each with the round of draws it was found
+/// in (it runs the plan that round drew: `DROVER_SIM_ROUND=first|stalls`
+/// replays one so) and what it found; each fails again if its fix is taken
+/// out (the commit that fixed it says how).
+const REGRESSIONS: &[(u64, Round, &str)] = &[
+    (
+        11,
+        Round::First,
+        "a stale follower's takeover abandoned every drain",
+    ),
+    (
+        17,
+        Round::First,
+        "a refused pin-and-policy span the checks misjudged",
+    ),
+    (
+        133,
+        Round::First,
+        "a halt learnt mid-drain: the node went on to its run",
+    ),
+    (
+        185,
+        Round::First,
+        "a halt learnt mid-drain: the node went on to its run",
+    ),
     (
         221,
+        Round::First,
         "a failed report rewritten away before it had to be fetched",
     ),
     (
         287,
+        Round::First,
         "a pin and a revocation fetched together, then more merges",
     ),
-    (398, "a pin and a revocation merged within one poll"),
-    (441, "a revocation in a span the gate refused, not honoured"),
+    (
+        398,
+        Round::First,
+        "a pin and a revocation merged within one poll",
+    ),
+    (
+        441,
+        Round::First,
+        "a revocation in a span the gate refused, not honoured",
+    ),
     (
         514,
+        Round::First,
         "a revocation in a span the gate refused; a restart acting before its fetch",
     ),
     (
         803,
+        Round::First,
         "the checks: a clock jump before a revocation was known",
     ),
-    (999, "the checks: a clock jump before a bump was known"),
+    (
+        999,
+        Round::First,
+        "the checks: a clock jump before a bump was known",
+    ),
     (
         1219,
+        Round::First,
         "the checks: a failed and a confirmed report pushed in one step",
     ),
     (
         3170,
+        Round::First,
         "a takeover that could not read the status object acted on its own older term's pin",
     ),
     (
         5754,
+        Round::First,
         "a head accepted but not recorded: the older pin started a node the head revoked",
     ),
     (
         6440,
+        Round::First,
         "the checks: merges of one minute fetched with a refused pair",
     ),
     (
         6524,
+        Round::First,
         "a head accepted but not recorded: the older pin moved a node meanwhile",
     ),
-];
-
-/// Seeds that found a defect once stalls and 403s were drawn (their
-/// plans as `Round::Stalls` draws them; `DROVER_SIM_ROUND=stalls`).
-const STALLED: &[(u64, &str)] = &[
     (
         165,
+        Round::Stalls,
         "a restart under a stalled origin: its first fetch must give up at its bound",
     ),
     (
         4331,
+        Round::Stalls,
         "the checks: a takeover in the instant a clock jump let the origin go down",
     ),
     (
         5123,
+        Round::Stalls,
         "the checks: a merge a stall held back, then to be recorded while writes hung",
     ),
-];
-
-/// Seeds that found a defect once a node could go NotReady on its own
-/// (their plans as `Round::NotReady` draws them).
-const NOT_READY: &[(u64, &str)] = &[
     (
         553,
+        Round::NotReady,
         "a passed node's rollback took a place nodes later in name order held",
     ),
     (
         1837,
+        Round::NotReady,
         "a passed node's rollback took a place nodes later in name order held",
     ),
 ];
@@ -268,18 +300,8 @@ fn replays_exactly() {
 
 #[test]
 fn regressions() {
-    for (n, found) in REGRESSIONS {
-        if let Err(e) = run(*n, Plan::draw_as(*n, Round::First)) {
-            panic!("regression seed {n} ({found}) fails again:\n{e}");
-        }
-    }
-    for (n, found) in STALLED {
-        if let Err(e) = run(*n, Plan::draw_as(*n, Round::Stalls)) {
-            panic!("regression seed {n} ({found}) fails again:\n{e}");
-        }
-    }
-    for (n, found) in NOT_READY {
-        if let Err(e) = run(*n, Plan::draw_as(*n, Round::NotReady)) {
+    for (n, round, found) in REGRESSIONS {
+        if let Err(e) = run(*n, Plan::draw_as(*n, *round)) {
             panic!("regression seed {n} ({found}) fails again:\n{e}");
         }
     }

@@ -107,17 +107,13 @@ pub fn v(minor: u64) -> Version {
 
 impl Plan {
     pub fn draw(seed: u64) -> Plan {
-        Plan::drawn(seed, Round::NotReady)
+        Plan::draw_as(seed, Round::NotReady)
     }
 
     /// The plan as a round of the draws made it (each round draws from a
     /// stream of its own, so every earlier draw stays as it was): each
     /// regression seed runs the plan it was found on.
     pub fn draw_as(seed: u64, round: Round) -> Plan {
-        Plan::drawn(seed, round)
-    }
-
-    fn drawn(seed: u64, round: Round) -> Plan {
         let mut r = StdRng::seed_from_u64(seed);
         let n = r.random_range(1..=5usize);
         let nodes: Vec<NodeSpec> = (0..n)
