@@ -18,6 +18,8 @@
 //! evictions, writes, driver start or health reads fail, as one node's
 //! trouble looks to drover on a real API server.
 //!
+//! Nodes and the driver runs on them are `node.rs`'s.
+//!
 //! The sim also watches the invariants from the outside: it logs every
 //! cordon, uncordon, eviction and driver start with its time, counts every
 //! call drover makes ([`Sim::calls`]), records the peak number of nodes
@@ -28,11 +30,13 @@
 
 mod cluster;
 mod drive;
+mod node;
 
 pub use drive::{drive, drive_in_waves, DriveReport, Timeline, WaveSchedule};
+use node::Run;
+pub use node::SimNode;
 
-use crate::cluster::{NodeRecord, NodeView, ProgressState, RunAction, UpgradeStatus};
-use crate::record::legacy::LegacyRun;
+use crate::cluster::{NodeRecord, NodeView, ProgressState, UpgradeStatus};
 use crate::record::wire::{DroverNodeSpec, DroverNodeStatus};
 use crate::rollout::Clock;
 use crate::rollout::VirtualClock;
@@ -112,33 +116,6 @@ pub enum CordonedBy {
 /// How long a deleted run's pod takes to stop (its driver cancels).
 pub const STOP_GRACE: Duration = Duration::from_secs(30);
 
-#[derive(Debug, Clone)]
-struct Run {
-    /// Its Job's name (the record's link).
-    name: String,
-    uid: String,
-    /// The record id and attempt it carries.
-    record_id: String,
-    attempt: u32,
-    action: RunAction,
-    target: Version,
-    done_at: Option<DateTime<Utc>>,
-    status: UpgradeStatus,
-    /// Deleted by drover: no longer seen once stopped.
-    deleted: bool,
-    /// A run deleted while running stops (its pod terminates) then.
-    stopping_until: Option<DateTime<Utc>>,
-}
-
-impl Run {
-    /// Whether it may still act on its node.
-    fn may_act(&self, now: DateTime<Utc>) -> bool {
-        self.action.moves_node()
-            && (self.status == UpgradeStatus::Running
-                || self.stopping_until.is_some_and(|t| t > now))
-    }
-}
-
 /// A stored record: its spec, status and annotations, as the API server
 /// would keep them.
 #[derive(Debug, Clone)]
@@ -148,109 +125,6 @@ struct SimRecord {
     annotations: BTreeMap<String, String>,
     resource_version: u64,
     generation: i64,
-}
-
-/// One simulated node.
-#[derive(Debug, Clone)]
-pub struct SimNode {
-    /// Node name.
-    pub name: String,
-    /// OS version; `None` when unreadable.
-    pub version: Option<Version>,
-    /// Ready condition.
-    pub ready: bool,
-    /// `spec.unschedulable`.
-    pub unschedulable: bool,
-    /// Who cordoned it.
-    pub cordoned_by: Option<CordonedBy>,
-    /// It carries drover's pre-drain taint.
-    pub drain_tainted: bool,
-    /// The Node's annotations: anyone with `patch nodes`, and its kubelet,
-    /// can write them; drover acts on none.
-    pub annotations: BTreeMap<String, String>,
-    /// How long the driver takes, reboot included.
-    pub node_time: Duration,
-    /// Injected failure of its upgrade.
-    pub failure: Option<Failure>,
-    /// Pods on it.
-    pub pods: Vec<Pod>,
-    /// NotReady because a drover driver rebooted it.
-    pub down_by_drover: bool,
-    /// A health fault that shows while it runs this version after an upgrade.
-    pub health_fault: Option<(Version, HealthFault)>,
-    /// Driver Jobs an earlier release made for it (for the migration).
-    pub legacy_runs: Vec<LegacyRun>,
-    /// Its workload asks drover to wait (`drover.dev/upgrade=paused`).
-    pub consent_paused: bool,
-    runs: Vec<Run>,
-}
-
-impl SimNode {
-    /// A Ready, schedulable node at `version` taking `node_time` to upgrade.
-    pub fn new(name: impl Into<String>, version: Option<Version>, node_time: Duration) -> Self {
-        SimNode {
-            name: name.into(),
-            version,
-            ready: true,
-            unschedulable: false,
-            cordoned_by: None,
-            drain_tainted: false,
-            annotations: BTreeMap::new(),
-            node_time,
-            failure: None,
-            pods: Vec::new(),
-            down_by_drover: false,
-            health_fault: None,
-            legacy_runs: Vec::new(),
-            consent_paused: false,
-            runs: Vec::new(),
-        }
-    }
-
-    /// Labelled by its workload `drover.dev/upgrade=paused`.
-    pub fn consent_paused(mut self) -> Self {
-        self.consent_paused = true;
-        self
-    }
-
-    /// Cordoned by someone else.
-    pub fn cordoned_by_other(mut self) -> Self {
-        self.unschedulable = true;
-        self.cordoned_by = Some(CordonedBy::Other);
-        self
-    }
-
-    /// With an injected failure.
-    pub fn failing(mut self, f: Failure) -> Self {
-        self.failure = Some(f);
-        self
-    }
-
-    /// With `fault` showing once an upgrade brought it to `version`.
-    pub fn with_health_fault(mut self, version: Version, fault: HealthFault) -> Self {
-        self.health_fault = Some((version, fault));
-        self
-    }
-
-    /// With pods.
-    pub fn with_pods(mut self, pods: Vec<Pod>) -> Self {
-        self.pods = pods;
-        self
-    }
-
-    /// Driver runs started on this node that move it (upgrades and
-    /// rollbacks; a download before the drain, `prepare`, moves nothing).
-    pub fn driver_runs(&self) -> usize {
-        self.runs.iter().filter(|r| r.action.moves_node()).count()
-    }
-
-    /// Driver runs started on this node, each as `(action, attempt, version)`.
-    pub fn runs(&self) -> Vec<(RunAction, u32, Version)> {
-        self.runs
-            .iter()
-            .map(|r| (r.action, r.attempt, r.target.clone()))
-            .collect()
-    }
 }
 
 /// Something that happened in the sim.
@@ -635,7 +509,6 @@ impl State {
     fn settle(&mut self, now: DateTime<Utc>) {
         let mut returned = Vec::new();
         for n in self.nodes.values_mut() {
-            let failure = n.failure.clone();
             for r in n.runs.iter_mut() {
                 if r.status == UpgradeStatus::Running && r.stopping_until.is_some_and(|t| t <= now)
                 {
@@ -652,8 +525,11 @@ impl State {
                 if r.status != UpgradeStatus::Running || r.done_at.is_none_or(|t| t > now) {
                     continue;
                 }
-                match &failure {
-                    Some(Failure::DriverFails(m)) => r.status = UpgradeStatus::Failed(m.clone()),
+                match &r.failure {
+                    Some(Failure::DriverFails(m)) => {
+                        r.status = UpgradeStatus::Failed(m.clone());
+                        r.failed_at = r.done_at;
+                    }
                     Some(Failure::ReturnsAt(v)) => {
                         r.status = UpgradeStatus::Succeeded;
                         n.version = Some(v.clone());

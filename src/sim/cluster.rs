@@ -339,11 +339,23 @@ impl Cluster for Sim {
             status: UpgradeStatus::Succeeded,
             deleted: false,
             stopping_until: None,
+            failure: n.next_failure(run.action),
+            failed_at: None,
         };
         if run.action == RunAction::Prepare {
-            // The download: no reboot, no drain needed, done at once (the
-            // simulated node has no repository that could lack the target).
-            n.runs.push(base);
+            // The download: no reboot, no drain needed, done at once, or
+            // failed at once where the test says its repository lacks the
+            // target.
+            let status = match &base.failure {
+                Some(Failure::DriverFails(m)) => UpgradeStatus::Failed(m.clone()),
+                _ => UpgradeStatus::Succeeded,
+            };
+            let failed_at = base.failure.is_some().then_some(now);
+            n.runs.push(Run {
+                status,
+                failed_at,
+                ..base
+            });
             return Ok(());
         }
         if !n.pods.is_empty() {
@@ -356,7 +368,7 @@ impl Cluster for Sim {
         let done = chrono::Duration::from_std(n.node_time)
             .ok()
             .and_then(|d| now.checked_add_signed(d));
-        let (done_at, reboots) = match n.failure {
+        let (done_at, reboots) = match base.failure {
             Some(Failure::NeverReturns) => (None, true),
             Some(Failure::DriverFails(_)) => (done, false),
             _ => (done, true),

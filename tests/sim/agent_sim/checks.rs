@@ -9,6 +9,7 @@
 
 use super::forge::EnvFile;
 use chrono::{DateTime, Duration, Utc};
+use drover::record::RunAction;
 use drover::sim::{CordonedBy, EventKind, Sim, SimNode};
 use semver::Version;
 use std::collections::BTreeMap;
@@ -80,6 +81,8 @@ pub struct Facts {
     pub processes: usize,
     /// Nodes with a health fault at the first bumped version.
     pub crashloops: Vec<String>,
+    /// A person's retries: when, and of which node.
+    pub retries: Vec<(DateTime<Utc>, String)>,
     /// The version each node's newest cordon drained for, read from its
     /// record at the step of the cordon.
     pub cordon_for: BTreeMap<String, Option<Version>>,
@@ -323,6 +326,17 @@ impl Facts {
                     if !may.is_empty() && halted.len() == may.len() {
                         self.fail(format!("{s}: {node} cordoned: {}", halted.join("; ")));
                     }
+                    // A start, not a rollback (which cordons a node at the
+                    // version it drains for).
+                    let rollback = self.cordon_for.get(node).is_some_and(|t| {
+                        t.is_some()
+                            && nodes.get(node).and_then(|n| n.version.as_ref()) == t.as_ref()
+                    });
+                    if !rollback && !may.is_empty() {
+                        if let Some(why) = self.failure_stands(s, &may, &nodes) {
+                            self.fail(format!("{s}: {node} cordoned while {why}"));
+                        }
+                    }
                 }
                 EventKind::Uncordon => {
                     // A drain abandoned: cordoned, no driver started, given
@@ -363,6 +377,37 @@ impl Facts {
             Some(v) => Err(v.clone()),
             None => Ok(()),
         }
+    }
+
+    /// A driver run that failed (a prepare or an upgrade) stops new node
+    /// starts until a person retries its node or the pin moves
+    /// (docs/design.md §5a): the failure, known to the agent by `s`, of a
+    /// run for the version every config in force at `s` pins and no retry
+    /// of its node since.
+    fn failure_stands(
+        &self,
+        s: DateTime<Utc>,
+        may: &[Merge],
+        nodes: &BTreeMap<String, SimNode>,
+    ) -> Option<String> {
+        nodes.values().find_map(|n| {
+            n.failed_runs().into_iter().find_map(|(action, v, t)| {
+                let holds = action != RunAction::Rollback
+                    && t + Duration::minutes(GRACE) < s
+                    && may.iter().all(|m| m.env.version == v)
+                    && !self
+                        .retries
+                        .iter()
+                        .any(|(r, rn)| *rn == n.name && *r >= t && *r < s);
+                holds.then(|| {
+                    format!(
+                        "{}'s {} run for {v} failed at {t}, with no retry of it since",
+                        n.name,
+                        action.as_str()
+                    )
+                })
+            })
+        })
     }
 
     /// When `v` was last made the pin (the epoch if never).

@@ -29,8 +29,8 @@ use std::time::Instant;
 const CI_SEEDS: u64 = 40;
 
 /// Seeds that found a defect, each with the round of draws it was found
-/// in (it runs the plan that round drew: `DROVER_SIM_ROUND=first|stalls`
-/// replays one so) and what it found; each fails again if its fix is taken
+/// in (it runs the plan that round drew: `DROVER_SIM_ROUND=first|stalls|
+/// notready` replays one so) and what it found; each fails again if its fix is taken
 /// out (the commit that fixed it says how).
 const REGRESSIONS: &[(u64, Round, &str)] = &[
     (
@@ -150,11 +150,12 @@ fn seed(n: u64) -> Result<world::Ran, String> {
 }
 
 /// Seed `n`'s plan, as the round `DROVER_SIM_ROUND` names (`first`,
-/// `stalls`) drew it, or as every round draws it.
+/// `stalls`, `notready`) drew it, or as every round draws it.
 fn plan(n: u64) -> Plan {
     match std::env::var("DROVER_SIM_ROUND").as_deref() {
         Ok("first") => Plan::draw_as(n, Round::First),
         Ok("stalls") => Plan::draw_as(n, Round::Stalls),
+        Ok("notready") => Plan::draw_as(n, Round::NotReady),
         _ => Plan::draw(n),
     }
 }
@@ -236,7 +237,8 @@ fn seeds() {
     }
     let next = AtomicU64::new(first);
     let failures = Mutex::new(Vec::new());
-    let (steps, faults, procs, runs) = (
+    let (steps, faults, procs, runs, retries) = (
+        AtomicUsize::new(0),
         AtomicUsize::new(0),
         AtomicUsize::new(0),
         AtomicUsize::new(0),
@@ -257,6 +259,7 @@ fn seeds() {
                         faults.fetch_add(r.faults, Ordering::Relaxed);
                         procs.fetch_add(r.processes, Ordering::Relaxed);
                         runs.fetch_add(r.driver_runs, Ordering::Relaxed);
+                        retries.fetch_add(r.retries, Ordering::Relaxed);
                     }
                     Err(e) => {
                         eprintln!("{e}");
@@ -269,12 +272,13 @@ fn seeds() {
     let secs = started.elapsed().as_secs_f64();
     let c = count as f64;
     eprintln!(
-        "agent_sim: {count} seeds in {secs:.1}s ({:.1} seeds/s), per seed {:.0} steps, {:.1} faults, {:.2} processes, {:.1} driver runs",
+        "agent_sim: {count} seeds in {secs:.1}s ({:.1} seeds/s), per seed {:.0} steps, {:.1} faults, {:.2} processes, {:.1} driver runs, {:.2} retries asked",
         c / secs,
         steps.into_inner() as f64 / c,
         faults.into_inner() as f64 / c,
         procs.into_inner() as f64 / c,
         runs.into_inner() as f64 / c,
+        retries.into_inner() as f64 / c,
     );
     let failures = failures.into_inner().unwrap();
     assert!(

@@ -4,6 +4,7 @@
 //! shorter one that still fails.
 
 use super::forge::EnvFile;
+use drover::record::RunAction;
 use drover::sim::CallFault;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -19,6 +20,9 @@ pub struct NodeSpec {
     pub crashloops: bool,
     /// Pods under the budget that allows one disruption.
     pub pods: usize,
+    /// The driver fails its first `n` runs of this action on the node
+    /// (`u32::MAX`: every one).
+    pub runs_fail: Option<(RunAction, u32)>,
 }
 
 /// A reviewed change of the config.
@@ -82,6 +86,9 @@ pub enum Round {
     Stalls,
     /// And a node NotReady by no act of drover's.
     NotReady,
+    /// And the driver's prepare, upgrade or rollback runs failing once,
+    /// twice or always on a node, and a person retrying failed nodes.
+    Driver,
 }
 
 /// Something at a minute of the run.
@@ -99,7 +106,14 @@ pub struct Plan {
     pub horizon: u64,
     /// The budget refuses every eviction until this minute.
     pub pdb_blocked: Option<u64>,
+    /// A person asks drover to retry each failed or blocked node (its
+    /// record's `drover.dev/retry`) this many minutes after the record
+    /// said so, at most [`RETRIES`] times a node.
+    pub retry_after: Option<u64>,
 }
+
+/// How many times the person retries one node before giving up on it.
+pub const RETRIES: usize = 3;
 
 pub fn v(minor: u64) -> Version {
     Version::new(1, minor, 0)
@@ -107,7 +121,7 @@ pub fn v(minor: u64) -> Version {
 
 impl Plan {
     pub fn draw(seed: u64) -> Plan {
-        Plan::draw_as(seed, Round::NotReady)
+        Plan::draw_as(seed, Round::Driver)
     }
 
     /// The plan as a round of the draws made it (each round draws from a
@@ -122,10 +136,11 @@ impl Plan {
                 failure: r.random_bool(0.12).then(|| r.random_range(0..3u8)),
                 crashloops: r.random_bool(0.15),
                 pods: r.random_range(0..=2),
+                runs_fail: None,
             })
             .collect();
         let rollback = r.random_bool(0.4);
-        let first = EnvFile {
+        let mut first = EnvFile {
             version: v(12),
             max_unavailable: r.random_range(1..=2),
             on_failure_rollback: rollback,
@@ -229,6 +244,26 @@ impl Plan {
                 steps.push((x.random_range(1..75), Step::Fault(f)));
             }
         }
+        let mut retry_after = None;
+        if round >= Round::Driver {
+            let mut x = StdRng::seed_from_u64(seed ^ 0x0d21_7e20_0000_0f1a);
+            for node in &mut nodes {
+                if x.random_bool(0.2) {
+                    let action = [RunAction::Prepare, RunAction::Upgrade, RunAction::Rollback]
+                        [x.random_range(0..3)];
+                    node.runs_fail = Some((action, [1, 1, 2, u32::MAX][x.random_range(0..4)]));
+                    // Where the failing run is asked for at all: a prepare
+                    // with `[driver] prepare`, a rollback of a node whose
+                    // health fails at the new version.
+                    match action {
+                        RunAction::Prepare => first.prepare = true,
+                        RunAction::Rollback => node.crashloops = true,
+                        RunAction::Upgrade => {}
+                    }
+                }
+            }
+            retry_after = x.random_bool(0.5).then(|| x.random_range(1..=20));
+        }
         steps.sort_by_key(|(at, _)| *at);
         Plan {
             nodes,
@@ -236,13 +271,28 @@ impl Plan {
             steps,
             horizon,
             pdb_blocked,
+            retry_after,
         }
     }
 
     /// Shorter plans to try when this one fails: each step left out in
-    /// turn, then each node but the first.
+    /// turn, the person who retries, each node's failing runs, then each
+    /// node but the first.
     pub fn shrinks(&self) -> Vec<Plan> {
         let mut out = Vec::new();
+        if self.retry_after.is_some() {
+            out.push(Plan {
+                retry_after: None,
+                ..self.clone()
+            });
+        }
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].runs_fail.is_some() {
+                let mut p = self.clone();
+                p.nodes[i].runs_fail = None;
+                out.push(p);
+            }
+        }
         for i in 0..self.steps.len() {
             let mut p = self.clone();
             p.steps.remove(i);

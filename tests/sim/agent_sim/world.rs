@@ -14,13 +14,15 @@
 use super::api::{ApiFault, ApiServer, Hits};
 use super::checks::{Facts, Merge};
 use super::forge::{self, EnvFile, Forge};
-use super::plan::{v, Change, Fault, Plan, Step};
+use super::plan::{v, Change, Fault, Plan, Step, RETRIES};
 use chrono::{DateTime, Duration as D, Utc};
 use drover::agent::{Agent, AgentConfig, ClusterBackend, Connected};
 use drover::config::EnvConfig;
+use drover::record::ProgressState;
 use drover::rollout::{RolloutState, VirtualClock};
 use drover::sim::{Failure, HealthFault, Pdb, Pod, Sim, SimNode};
 use futures::StreamExt;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -65,6 +67,8 @@ pub struct Ran {
     pub driver_runs: usize,
     /// API calls answered with an injected fault.
     pub api_faults: usize,
+    /// Retries the person asked for.
+    pub retries: usize,
     /// A digest of what happened to the cluster (every event the
     /// in-memory cluster logged, in order, with its time) and of the
     /// reports the agent pushed: two runs of one plan agree on it.
@@ -88,6 +92,10 @@ struct World {
     now: DateTime<Utc>,
     git_down_until: Option<DateTime<Utc>>,
     git_stalled_until: Option<DateTime<Utc>>,
+    /// The person who retries failed nodes: each record's failure (node,
+    /// attempt) and when they first saw it, and their retries per node.
+    failures_seen: BTreeMap<(String, u32), (DateTime<Utc>, bool)>,
+    retried: BTreeMap<String, usize>,
     ran: Ran,
 }
 
@@ -128,6 +136,9 @@ impl World {
                 Some(_) => Some(Failure::ReturnsAt(v(12))),
                 None => None,
             };
+            if let Some((action, times)) = n.runs_fail {
+                node = node.failing_first(action, times);
+            }
             if n.crashloops {
                 node = node.with_health_fault(v(13), HealthFault::CrashLoop);
                 crashloops.push(name.clone());
@@ -173,6 +184,8 @@ impl World {
             now: start(),
             git_down_until: None,
             git_stalled_until: None,
+            failures_seen: BTreeMap::new(),
+            retried: BTreeMap::new(),
             ran: Ran::default(),
         }
     }
@@ -344,11 +357,45 @@ impl World {
         }
         self.ran.steps += 1;
         tracing::debug!(now = %self.now, step = self.ran.steps, "sim step");
+        self.person();
         self.facts.check(&self.sim)?;
         if running {
             self.facts.looked(&self.sim, self.now)?;
         }
         self.facts.told(self.api.applied())
+    }
+
+    /// The person who reads `kubectl get drovernodes` and, `retry_after`
+    /// minutes after a record says failed or blocked, asks drover to retry
+    /// the node, as the record's message tells them to, up to
+    /// [`RETRIES`] times a node.
+    fn person(&mut self) {
+        let Some(after) = self.plan.retry_after else {
+            return;
+        };
+        for n in self.sim.nodes() {
+            let Some(record) = self.sim.record(&n.name) else {
+                continue;
+            };
+            let failed = record
+                .progress
+                .as_ref()
+                .is_some_and(|p| matches!(p.state, ProgressState::Failed | ProgressState::Blocked));
+            if !failed || self.retried.get(&n.name).copied().unwrap_or(0) >= RETRIES {
+                continue;
+            }
+            let (seen, asked) = self
+                .failures_seen
+                .entry((n.name.clone(), record.attempt))
+                .or_insert((self.now, false));
+            if !*asked && self.now >= *seen + D::minutes(after as i64) {
+                *asked = true;
+                self.sim.request_retry(&n.name);
+                *self.retried.entry(n.name.clone()).or_default() += 1;
+                self.facts.retries.push((self.now, n.name.clone()));
+                self.ran.retries += 1;
+            }
+        }
     }
 
     /// Tell the process's runtime how long the origin stays stalled
