@@ -71,8 +71,9 @@ pub struct NodeRecord {
     pub id: String,
     /// The episode the node is in; `None` = idle.
     pub progress: Option<NodeProgress>,
-    /// Starts drover made on the node (a prepare, a cordon, a rollback, a
-    /// retry each begin one); a run belongs to one attempt.
+    /// Starts drover made on the node (a prepare, a cordon, a rollback,
+    /// retried or not, each begin one; a retry that only watches a failed
+    /// node again does not); a run belongs to one attempt.
     pub attempt: u32,
     /// The driver run drover started (or planned, in the write before it
     /// creates it) for the current attempt.
