@@ -223,6 +223,62 @@ async fn a_target_missing_from_the_repository_fails_the_node_before_it_leaves_se
     sim.shutdown().await;
 }
 
+/// The same failure passing: the repository offers the target once the
+/// node failed. Nothing moves until a person asks (`drover.dev/retry` on
+/// the node's `DroverNode` record); then the node
+/// prepares again in a new attempt and the rollout completes, each node
+/// downloading once and rebooting once.
+#[tokio::test]
+async fn a_prepare_that_failed_once_goes_through_on_a_persons_retry() {
+    let (client, ns) = setup("prepare-retry").await;
+    let sim = start_sim(&client, options(ns.name(), 2)).await;
+    let bad = sim.node_names()[0].clone();
+    sim.set_fault(&bad, Fault::NotInRepository);
+    let cluster = cluster(ns.name()).await;
+    let engine = engine(policy_with(true));
+    drive(&engine, &cluster, &open_window(), MINUTE, |o| {
+        o.decision.state == RolloutState::Failed
+    })
+    .await;
+    let failed = record_of(&client, ns.name(), &bad).await.expect("a record");
+
+    sim.set_fault(&bad, Fault::None);
+    let held = drive(&engine, &cluster, &open_window(), MINUTE, |o| {
+        o.decision.state == RolloutState::Failed && o.decision.actions.is_empty()
+    })
+    .await;
+    assert_eq!(held.decision.unavailable, 0);
+    for node in sim.node_names() {
+        assert_eq!(
+            sim.downloads(&node),
+            (0, 0),
+            "{node}: nothing before the retry"
+        );
+    }
+
+    request_retry(&client, ns.name(), &bad).await;
+    let out = drive(&engine, &cluster, &open_window(), 2 * MINUTE, |o| {
+        o.decision.state == RolloutState::Confirmed
+    })
+    .await;
+    assert_eq!(out.decision.nodes_at_version, 2);
+    for node in sim.node_names() {
+        assert_eq!(
+            (sim.downloads(&node), sim.upgrades_started(&node)),
+            ((1, 0), 1),
+            "{node}"
+        );
+    }
+    let after = record_of(&client, ns.name(), &bad).await.expect("a record");
+    assert!(
+        after.attempt > failed.attempt,
+        "the retry began a new attempt: {} after {}",
+        after.attempt,
+        failed.attempt
+    );
+    sim.shutdown().await;
+}
+
 /// In-window time per node (cordoned → given back) with a download of
 /// [`DOWNLOAD`] and a reboot of [`REBOOT`]: before (the download inside the
 /// drain), after (downloaded before the drain) and prestaged (the first
