@@ -216,3 +216,42 @@ fn retries_of_rollbacks_from_an_older_pin_count_within_the_step() {
     );
     assert_eq!(d.unavailable, 1);
 }
+
+#[test]
+fn a_rollback_whose_run_waited_past_node_timeout_says_it_never_started() {
+    // Drained, its run waiting for a window (§5b), node_timeout over: the
+    // failure, which a person reads before a retry meets max_rollbacks,
+    // names the wait, not a node that did not come back (simulation seed
+    // 821: paused while it drained, it read "did not return Ready").
+    let p = policy(OnFailure::Rollback, 1, 1);
+    let late = at(46);
+    let said = |inputs: &Inputs, a: NodeView| {
+        let d = decide(&p, inputs, &[a], late);
+        match d.actions.as_slice() {
+            [Action::RollbackFailed { progress, .. }] => progress.message.clone(),
+            other => panic!("{other:?}"),
+        }
+    };
+    let mut paused = open();
+    paused.window.held = Some("paused ([rollout] paused = true)".into());
+    paused.window.paused = true;
+    let m = said(&paused, rolling_back());
+    assert!(
+        m.contains("its run to 1.13.2 did not start within node_timeout (45m): paused"),
+        "{m}"
+    );
+    let closed = Inputs {
+        window: WindowState::default(),
+        ..open()
+    };
+    let m = said(&closed, rolling_back());
+    assert!(m.contains(": no maintenance window was open"), "{m}");
+    // Control: a run that started and did not bring the node back.
+    let mut a = rolling_back();
+    a.upgrade = UpgradeStatus::Running;
+    let m = said(&open(), a);
+    assert!(
+        m.contains("node did not return Ready at 1.13.2 within node_timeout"),
+        "{m}"
+    );
+}

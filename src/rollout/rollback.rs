@@ -247,6 +247,18 @@ pub(super) fn rolling_back(
             )),
             Err(_) => None,
         }
+    } else if timed_out && n.upgrade == UpgradeStatus::NotStarted {
+        // Its run waited for a window the whole time: say that, not that
+        // the node failed to come back from a run it never had.
+        let why = match (&ctx.win.held, ctx.win.is_open()) {
+            (Some(h), _) => format!(": {h}"),
+            (None, false) => ": no maintenance window was open".to_string(),
+            (None, true) => String::new(),
+        };
+        Some(format!(
+            "its run to {previous} did not start within node_timeout ({}){why}",
+            fmt_duration(ctx.policy.node_timeout)
+        ))
     } else if timed_out {
         Some(format!(
             "node did not return Ready at {previous} within node_timeout ({})",
