@@ -9,7 +9,7 @@
 
 use super::forge::EnvFile;
 use chrono::{DateTime, Duration, Utc};
-use drover::record::RunAction;
+use drover::record::{NodeProgress, RunAction};
 use drover::sim::{CordonedBy, EventKind, Sim, SimNode};
 use semver::Version;
 use std::collections::BTreeMap;
@@ -49,6 +49,24 @@ impl Merge {
     }
 }
 
+/// A person's retry of a node (`drover.dev/retry` on its record).
+#[derive(Debug, Clone)]
+pub struct Retry {
+    pub at: DateTime<Utc>,
+    pub node: String,
+    /// The record's attempt and progress when they asked.
+    pub attempt: u32,
+    pub progress: Option<NodeProgress>,
+    /// The record named a rollback run (`-o wide`'s RUN): a failed
+    /// rollback was retried, whose run may never have started (a window
+    /// it waited for, seed 821).
+    pub rollback: bool,
+}
+
+/// How long a retry may go unanswered at the end: the longest outage drawn
+/// (20 min) and the grace.
+const ANSWER: i64 = 30;
+
 /// What the world did, as the checks need it.
 #[derive(Debug, Default)]
 pub struct Facts {
@@ -81,8 +99,8 @@ pub struct Facts {
     pub processes: usize,
     /// Nodes with a health fault at the first bumped version.
     pub crashloops: Vec<String>,
-    /// A person's retries: when, and of which node.
-    pub retries: Vec<(DateTime<Utc>, String)>,
+    /// A person's retries, each with the node's record as they read it.
+    pub retries: Vec<Retry>,
     /// The version each node's newest cordon drained for, read from its
     /// record at the step of the cordon.
     pub cordon_for: BTreeMap<String, Option<Version>>,
@@ -398,7 +416,7 @@ impl Facts {
                     && !self
                         .retries
                         .iter()
-                        .any(|(r, rn)| *rn == n.name && *r >= t && *r < s);
+                        .any(|r| r.node == n.name && r.at >= t && r.at < s);
                 holds.then(|| {
                     format!(
                         "{}'s {} run for {v} failed at {t}, with no retry of it since",
@@ -408,6 +426,34 @@ impl Facts {
                 })
             })
         })
+    }
+
+    /// A person's retry is acted on: a record that still holds the attempt
+    /// and progress they read, `ANSWER` minutes after they asked, ignored
+    /// it. Set aside: a retry of a failed rollback, which max_rollbacks,
+    /// a revoked older version or a closed window may refuse and name
+    /// (docs/design.md §5b), and which waits for a reviewed change.
+    fn retries_answered(&mut self, sim: &Sim, now: DateTime<Utc>) {
+        let mut ignored = Vec::new();
+        for r in &self.retries {
+            if r.at + Duration::minutes(ANSWER) > now || r.rollback {
+                continue;
+            }
+            let record = sim.record(&r.node);
+            let same = record
+                .as_ref()
+                .is_some_and(|x| x.attempt == r.attempt && x.progress == r.progress);
+            if same {
+                let said = r.progress.as_ref().map(|p| p.message.clone());
+                ignored.push(format!(
+                    "{}: the retry of {} was never acted on: its record still says {said:?}",
+                    r.at, r.node
+                ));
+            }
+        }
+        for what in ignored {
+            self.fail(what);
+        }
     }
 
     /// When `v` was last made the pin (the epoch if never).
@@ -551,6 +597,7 @@ impl Facts {
     pub fn end(&mut self, sim: &Sim, report: &str, now: DateTime<Utc>) -> Result<(), String> {
         let wait = Duration::minutes(10 + GRACE);
         let log = sim.log();
+        self.retries_answered(sim, now);
         let blind = self.blind.iter().any(|(_, until)| *until + wait > now);
         for n in sim.nodes() {
             let since = log

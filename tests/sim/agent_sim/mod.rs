@@ -30,7 +30,7 @@ const CI_SEEDS: u64 = 40;
 
 /// Seeds that found a defect, each with the round of draws it was found
 /// in (it runs the plan that round drew: `DROVER_SIM_ROUND=first|stalls|
-/// notready` replays one so) and what it found; each fails again if its fix is taken
+/// notready` replays one so; the newest round is the default) and what it found; each fails again if its fix is taken
 /// out (the commit that fixed it says how).
 const REGRESSIONS: &[(u64, Round, &str)] = &[
     (
@@ -137,6 +137,12 @@ const REGRESSIONS: &[(u64, Round, &str)] = &[
         1837,
         Round::NotReady,
         "a passed node's rollback took a place nodes later in name order held",
+    ),
+    (
+        821,
+        Round::Driver,
+        "a retried rollback whose run waited past node_timeout for a window: refused and named, \
+         not ignored (the rule's)",
     ),
 ];
 

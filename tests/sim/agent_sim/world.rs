@@ -12,7 +12,7 @@
 //! objects, the origin and the cluster outlive it.
 
 use super::api::{ApiFault, ApiServer, Hits};
-use super::checks::{Facts, Merge};
+use super::checks::{Facts, Merge, Retry};
 use super::forge::{self, EnvFile, Forge};
 use super::plan::{v, Change, Fault, Plan, Step, RETRIES};
 use chrono::{DateTime, Duration as D, Utc};
@@ -392,7 +392,16 @@ impl World {
                 *asked = true;
                 self.sim.request_retry(&n.name);
                 *self.retried.entry(n.name.clone()).or_default() += 1;
-                self.facts.retries.push((self.now, n.name.clone()));
+                self.facts.retries.push(Retry {
+                    at: self.now,
+                    node: n.name.clone(),
+                    attempt: record.attempt,
+                    progress: record.progress.clone(),
+                    rollback: record
+                        .run
+                        .as_ref()
+                        .is_some_and(|r| r.action == drover::record::RunAction::Rollback),
+                });
                 self.ran.retries += 1;
             }
         }
