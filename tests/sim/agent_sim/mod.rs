@@ -139,6 +139,12 @@ const REGRESSIONS: &[(u64, Round, &str)] = &[
         "a passed node's rollback took a place nodes later in name order held",
     ),
     (
+        5377,
+        Round::Driver,
+        "a clock jump past the origin's outage left it down a step longer, into a takeover's \
+         first fetch (the harness's)",
+    ),
+    (
         821,
         Round::Driver,
         "a retried rollback whose run waited past node_timeout for a window: refused and named, \

@@ -216,12 +216,7 @@ impl World {
 
     /// Make the plan's steps due by now; a crash ends the stretch.
     fn due(&mut self) -> Option<Stop> {
-        if let Some(until) = self.git_down_until {
-            if self.now >= until {
-                self.forge.set_down(false);
-                self.git_down_until = None;
-            }
-        }
+        self.origin_back();
         while let Some(&(at, step)) = self.plan.steps.get(self.next_step) {
             if start() + D::minutes(at as i64) > self.now {
                 break;
@@ -234,10 +229,22 @@ impl World {
                     if let Some(stop) = self.fault(f) {
                         return Some(stop);
                     }
+                    // A clock jump past the outage's end ends it now, not a
+                    // step later, when a process starting in this instant
+                    // would meet the origin down (seed 5377).
+                    self.origin_back();
                 }
             }
         }
         None
+    }
+
+    /// The origin answers again once its outage is over.
+    fn origin_back(&mut self) {
+        if self.git_down_until.is_some_and(|until| self.now >= until) {
+            self.forge.set_down(false);
+            self.git_down_until = None;
+        }
     }
 
     fn change(&mut self, c: Change) {
