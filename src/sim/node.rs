@@ -150,9 +150,12 @@ impl SimNode {
                 action.as_str()
             )));
         }
-        (action != RunAction::Prepare)
-            .then(|| self.failure.clone())
-            .flatten()
+        // A node's failure is of the runs that move it; a prepare moves nothing.
+        if action == RunAction::Prepare {
+            None
+        } else {
+            self.failure.clone()
+        }
     }
 
     /// The runs the driver failed (not those drover stopped), each as

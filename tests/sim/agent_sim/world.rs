@@ -18,7 +18,7 @@ use super::plan::{v, Change, Fault, Plan, Step, RETRIES};
 use chrono::{DateTime, Duration as D, Utc};
 use drover::agent::{Agent, AgentConfig, ClusterBackend, Connected};
 use drover::config::EnvConfig;
-use drover::record::ProgressState;
+use drover::record::{ProgressState, RunAction};
 use drover::rollout::{RolloutState, VirtualClock};
 use drover::sim::{Failure, HealthFault, Pdb, Pod, Sim, SimNode};
 use futures::StreamExt;
@@ -407,7 +407,7 @@ impl World {
                     rollback: record
                         .run
                         .as_ref()
-                        .is_some_and(|r| r.action == drover::record::RunAction::Rollback),
+                        .is_some_and(|r| r.action == RunAction::Rollback),
                 });
                 self.ran.retries += 1;
             }
