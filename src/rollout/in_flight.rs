@@ -18,7 +18,8 @@
 //! A node whose observation is incomplete ([`NodeView::fault`]) takes no
 //! step that needs the missing part (no eviction or upgrade on a pod list
 //! that failed, no verdict on a version that could not be confirmed), but
-//! its timeouts still give it back.
+//! its timeouts still give it back, and its run's own failure (read from
+//! the run, not from what failed) records it failed.
 
 use super::decision::{Action, Held};
 use super::held;
@@ -274,14 +275,19 @@ pub(super) fn upgrading(
     let (timed_out, deadline) = elapsed(ctx.now, p.started_at, policy.node_timeout);
     let failure = if let Some(f) = &n.fault {
         // What the node shows could not be confirmed: no verdict on it but
-        // the timeout's.
-        timed_out.then(|| {
-            format!(
-                "node did not return Ready at {} within node_timeout ({}); {f}",
-                p.target,
-                fmt_duration(policy.node_timeout)
-            )
-        })
+        // the timeout's, and its run's own failure, read from the run and
+        // not from what failed (a node whose pods cannot be listed stops
+        // new starts once its driver failed: simulation seed 11347).
+        match &n.upgrade {
+            UpgradeStatus::Failed(m) if !back => Some(format!("upgrade driver failed: {m}")),
+            _ => timed_out.then(|| {
+                format!(
+                    "node did not return Ready at {} within node_timeout ({}); {f}",
+                    p.target,
+                    fmt_duration(policy.node_timeout)
+                )
+            }),
+        }
     } else if back && ctx.health.is_some() && at_target {
         // Back at the version: its health is watched next, and it keeps
         // counting against the budget meanwhile.

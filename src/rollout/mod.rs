@@ -39,6 +39,8 @@ mod decide_tests;
 #[cfg(test)]
 mod drain_tests;
 #[cfg(test)]
+mod failure_tests;
+#[cfg(test)]
 mod health_tests;
 #[cfg(test)]
 mod held_tests;

@@ -1,0 +1,56 @@
+//! A failed run holds every new start (docs/design.md §5a), however the
+//! rest of its node's view came back.
+
+use super::decide::decide;
+use super::decide_tests::{idle, kinds, open, policy, t, v};
+use super::RolloutState;
+use crate::cluster::{NodeProgress, NodeView, ProgressState, UpgradeStatus};
+use crate::config::OnDrainTimeout;
+
+/// `a` upgrading to 1.13.2 since 03:00, its run as `upgrade`, its pods
+/// not listed.
+fn unlisted(upgrade: UpgradeStatus) -> NodeView {
+    let mut a = idle("a", "1.12.0");
+    a.progress = Ok(Some(NodeProgress {
+        state: ProgressState::Upgrading,
+        target: v("1.13.2"),
+        started_at: t("03:00"),
+        cordoned_by_drover: true,
+        message: String::new(),
+        retries: 0,
+        previous: None,
+    }));
+    a.unschedulable = true;
+    a.upgrade = upgrade;
+    a.fault = Some("its pods cannot be listed: 500".into());
+    a
+}
+
+/// Simulation seed 11347: a node's driver failed while its pods could not
+/// be listed, and another node's blocked drain was retried meanwhile. The
+/// run's failure is read from the run, not from the pod list that failed:
+/// the node is recorded failed and no other node starts.
+#[test]
+fn a_failed_run_on_a_node_whose_pods_cannot_be_listed_holds_new_starts() {
+    let p = policy(2, OnDrainTimeout::Skip);
+    let failed = unlisted(UpgradeStatus::Failed("simulated upgrade failure".into()));
+    let d = decide(&p, &open(), &[failed, idle("b", "1.12.0")], t("03:05"));
+    assert_eq!(kinds(&d), [("fail", "a".into())], "{:?}", d.actions);
+    assert_eq!(d.state, RolloutState::Failed);
+    assert!(
+        d.message
+            .contains("upgrade driver failed: simulated upgrade failure"),
+        "{}",
+        d.message
+    );
+    // Control: while its run still runs, the fault holds only its node and
+    // `b` starts.
+    let running = unlisted(UpgradeStatus::Running);
+    let d = decide(&p, &open(), &[running, idle("b", "1.12.0")], t("03:05"));
+    assert_eq!(
+        kinds(&d),
+        [("note", "a".into()), ("cordon", "b".into())],
+        "{:?}",
+        d.actions
+    );
+}
