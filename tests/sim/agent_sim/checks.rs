@@ -337,19 +337,21 @@ impl Facts {
                             "{s}: {node} cordoned for {v} before wave 1 confirmed it"
                         ));
                     }
-                    let halted: Vec<String> = may
-                        .iter()
-                        .filter_map(|m| self.halted_at(s, &m.env.version))
-                        .collect();
-                    if !may.is_empty() && halted.len() == may.len() {
-                        self.fail(format!("{s}: {node} cordoned: {}", halted.join("; ")));
-                    }
                     // A start, not a rollback (which cordons a node at the
-                    // version it drains for).
+                    // version it drains for). A halt stops starts for the
+                    // version, not a failed node's way back from it
+                    // (docs/design.md §4a, §5b; seeds 10900 and 11423).
                     let rollback = self.cordon_for.get(node).is_some_and(|t| {
                         t.is_some()
                             && nodes.get(node).and_then(|n| n.version.as_ref()) == t.as_ref()
                     });
+                    let halted: Vec<String> = may
+                        .iter()
+                        .filter_map(|m| self.halted_at(s, &m.env.version))
+                        .collect();
+                    if !rollback && !may.is_empty() && halted.len() == may.len() {
+                        self.fail(format!("{s}: {node} cordoned: {}", halted.join("; ")));
+                    }
                     if !rollback && !may.is_empty() {
                         if let Some(why) = self.failure_stands(s, &may, &nodes) {
                             self.fail(format!("{s}: {node} cordoned while {why}"));

@@ -145,6 +145,21 @@ const REGRESSIONS: &[(u64, Round, &str)] = &[
          first fetch (the harness's)",
     ),
     (
+        10900,
+        Round::Driver,
+        "the checks: a passed node's rollback under a halt taken for a start",
+    ),
+    (
+        11347,
+        Round::Driver,
+        "a driver's failure on a node whose pods could not be listed held no start",
+    ),
+    (
+        11423,
+        Round::Driver,
+        "the checks: a passed node's rollback under a halt taken for a start",
+    ),
+    (
         821,
         Round::Driver,
         "a retried rollback whose run waited past node_timeout for a window: refused and named, \
