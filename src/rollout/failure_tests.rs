@@ -2,25 +2,16 @@
 //! rest of its node's view came back.
 
 use super::decide::decide;
-use super::decide_tests::{idle, kinds, open, policy, t, v};
+use super::decide_tests::{idle, kinds, open, policy, t};
+use super::held_tests::with;
 use super::RolloutState;
-use crate::cluster::{NodeProgress, NodeView, ProgressState, UpgradeStatus};
+use crate::cluster::{NodeView, ProgressState, UpgradeStatus};
 use crate::config::OnDrainTimeout;
 
 /// `a` upgrading to 1.13.2 since 03:00, its run as `upgrade`, its pods
 /// not listed.
 fn unlisted(upgrade: UpgradeStatus) -> NodeView {
-    let mut a = idle("a", "1.12.0");
-    a.progress = Ok(Some(NodeProgress {
-        state: ProgressState::Upgrading,
-        target: v("1.13.2"),
-        started_at: t("03:00"),
-        cordoned_by_drover: true,
-        message: String::new(),
-        retries: 0,
-        previous: None,
-    }));
-    a.unschedulable = true;
+    let mut a = with(idle("a", "1.12.0"), ProgressState::Upgrading, "03:00", "");
     a.upgrade = upgrade;
     a.fault = Some("its pods cannot be listed: 500".into());
     a

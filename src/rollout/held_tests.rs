@@ -19,13 +19,13 @@ fn policy(max: u32) -> Policy {
     decide_tests::policy(max, OnDrainTimeout::Skip)
 }
 
-fn with(mut n: NodeView, state: ProgressState, started: &str, message: &str) -> NodeView {
+pub(super) fn with(mut n: NodeView, state: ProgressState, started: &str, msg: &str) -> NodeView {
     n.progress = Ok(Some(NodeProgress {
         state,
         target: v("1.13.2"),
         started_at: t(started),
         cordoned_by_drover: state.in_flight(),
-        message: message.into(),
+        message: msg.into(),
         retries: 0,
         previous: None,
     }));

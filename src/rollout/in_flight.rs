@@ -273,21 +273,21 @@ pub(super) fn upgrading(
     // Back, and nothing of its run can act on it any more.
     let back = n.ready && node_at_own_target && n.upgrade != UpgradeStatus::Running;
     let (timed_out, deadline) = elapsed(ctx.now, p.started_at, policy.node_timeout);
-    let failure = if let Some(f) = &n.fault {
+    let failure = if let (false, UpgradeStatus::Failed(m)) = (back, &n.upgrade) {
+        // The run's own verdict, read from the run, whatever else of the
+        // view failed (a node whose pods cannot be listed stops new starts
+        // once its driver failed: simulation seed 11347).
+        Some(format!("upgrade driver failed: {m}"))
+    } else if let Some(f) = &n.fault {
         // What the node shows could not be confirmed: no verdict on it but
-        // the timeout's, and its run's own failure, read from the run and
-        // not from what failed (a node whose pods cannot be listed stops
-        // new starts once its driver failed: simulation seed 11347).
-        match &n.upgrade {
-            UpgradeStatus::Failed(m) if !back => Some(format!("upgrade driver failed: {m}")),
-            _ => timed_out.then(|| {
-                format!(
-                    "node did not return Ready at {} within node_timeout ({}); {f}",
-                    p.target,
-                    fmt_duration(policy.node_timeout)
-                )
-            }),
-        }
+        // the timeout's.
+        timed_out.then(|| {
+            format!(
+                "node did not return Ready at {} within node_timeout ({}); {f}",
+                p.target,
+                fmt_duration(policy.node_timeout)
+            )
+        })
     } else if back && ctx.health.is_some() && at_target {
         // Back at the version: its health is watched next, and it keeps
         // counting against the budget meanwhile.
@@ -306,8 +306,6 @@ pub(super) fn upgrading(
             uncordon: p.cordoned_by_drover,
         });
         return;
-    } else if let UpgradeStatus::Failed(m) = &n.upgrade {
-        Some(format!("upgrade driver failed: {m}"))
     } else if n.upgrade == UpgradeStatus::Succeeded && n.ready {
         Some(match &n.version {
             Some(v) => format!("node returned Ready at {v} instead of {}", p.target),

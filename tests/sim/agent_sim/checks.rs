@@ -345,14 +345,14 @@ impl Facts {
                         t.is_some()
                             && nodes.get(node).and_then(|n| n.version.as_ref()) == t.as_ref()
                     });
-                    let halted: Vec<String> = may
-                        .iter()
-                        .filter_map(|m| self.halted_at(s, &m.env.version))
-                        .collect();
-                    if !rollback && !may.is_empty() && halted.len() == may.len() {
-                        self.fail(format!("{s}: {node} cordoned: {}", halted.join("; ")));
-                    }
                     if !rollback && !may.is_empty() {
+                        let halted: Vec<String> = may
+                            .iter()
+                            .filter_map(|m| self.halted_at(s, &m.env.version))
+                            .collect();
+                        if halted.len() == may.len() {
+                            self.fail(format!("{s}: {node} cordoned: {}", halted.join("; ")));
+                        }
                         if let Some(why) = self.failure_stands(s, &may, &nodes) {
                             self.fail(format!("{s}: {node} cordoned while {why}"));
                         }
