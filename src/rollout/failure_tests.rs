@@ -45,3 +45,44 @@ fn a_failed_run_on_a_node_whose_pods_cannot_be_listed_holds_new_starts() {
         d.actions
     );
 }
+
+/// The rollback counterpart of seed 11347, examined after it: a
+/// rolling-back node's run is read before its fault, so a failed rollback
+/// under a pod-list fault is recorded failed and nothing else starts.
+#[test]
+fn a_failed_rollback_on_a_node_whose_pods_cannot_be_listed_is_recorded_and_holds() {
+    use super::rollback_tests::{open, policy, rolling_back, t0};
+    use crate::config::OnFailure;
+    let p = policy(OnFailure::Rollback, 2, 2);
+    let now = t0() + chrono::Duration::minutes(5);
+    let mut a = rolling_back();
+    a.upgrade = UpgradeStatus::Failed("exit 1".into());
+    a.fault = Some("its pods cannot be listed: 500".into());
+    let b = idle("b", "1.13.2");
+    let d = decide(&p, &open(), &[a.clone(), b.clone()], now);
+    assert_eq!(
+        kinds(&d),
+        [("rollback_failed", "a".into())],
+        "{:?}",
+        d.actions
+    );
+    assert_eq!(d.state, RolloutState::Failed);
+    assert!(
+        d.message
+            .contains("rollback failed: its driver failed: exit 1"),
+        "{}",
+        d.message
+    );
+    // Control: while the rollback still runs, `a` is only waited on, and a
+    // rollback in progress still holds new starts.
+    a.upgrade = UpgradeStatus::Running;
+    let d = decide(&p, &open(), &[a, b], now);
+    assert!(
+        kinds(&d)
+            .iter()
+            .all(|(k, _)| !matches!(*k, "rollback_failed" | "cordon")),
+        "{:?}",
+        d.actions
+    );
+    assert_eq!(d.state, RolloutState::Failed);
+}

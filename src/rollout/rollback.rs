@@ -236,6 +236,8 @@ pub(super) fn rolling_back(
         && n.ready
         && n.version.as_ref() == Some(previous)
         && n.upgrade != UpgradeStatus::Running;
+    // The run's own verdict first, whatever else of the view failed, as
+    // for an upgrade (`in_flight::upgrading`, simulation seed 11347).
     let failure = if let UpgradeStatus::Failed(m) = &n.upgrade {
         Some(format!("its driver failed: {m}"))
     } else if back {
