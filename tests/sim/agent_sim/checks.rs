@@ -473,16 +473,18 @@ impl Facts {
         at
     }
 
-    /// Whether the agent may have fetched `b` with the merge before it,
-    /// `a`, and one changes the pin, the other the policy.
-    fn together(&self, a: &Merge, b: &Merge) -> bool {
-        let pin = |m: &Merge| m.env.version.clone();
-        let before = self.merges.iter().rev().find(|m| m.at < a.at);
-        let mixed = before.is_some_and(|p| {
-            (pin(p) != pin(a) && p.revoked == a.revoked && a.revoked != b.revoked)
-                || (p.revoked != a.revoked && pin(a) != pin(b))
-        });
-        mixed && self.known(a.at) >= b.at
+    /// Whether the agent, with `applied` applied, may have fetched every
+    /// merge from `first` (the one after it) to `head` in one fetch, and
+    /// that span moves both the pin and the policy. The agent judges a head
+    /// against the commit it applied, whatever lies between
+    /// (`admit::judge_env`; seed 12787: a bump, a freeze and a revocation
+    /// fetched together, the freeze between the other two). The
+    /// simulation's pins only go up and its revocations only grow, so the
+    /// span's two ends say whether it holds both.
+    fn together(&self, applied: &Merge, first: &Merge, head: &Merge) -> bool {
+        applied.env.version != head.env.version
+            && applied.revoked != head.revoked
+            && self.known(first.at) >= head.at
     }
 
     /// Why `v` is halted at `s` by the other cluster's failed report, if it is.
@@ -534,18 +536,25 @@ impl Facts {
         // together are refused together, and so is every later head: its
         // span from the same applied commit holds both (docs/design.md, "A
         // legitimate policy change and a bump in one fetch"; seeds 287,
-        // 398). The config applied before the pair may stay in force from
-        // then on, whether the pair is before the newest known merge or
-        // ends after it. That is the newest merge known before the pair's
-        // first merge, not the merge just before it: merges of one minute
-        // may all have been fetched with the pair (seed 6440).
+        // 398), with other merges between them or not (seed 12787). The
+        // config applied before the span may stay in force from then on,
+        // whether the span is before the newest known merge or ends after
+        // it. That is the newest merge known before the span's first
+        // merge, not the merge just before it: merges of one minute may
+        // all have been fetched with the span (seed 6440).
         let last = (from + 1).min(admitted.len().saturating_sub(1));
-        if let Some(i) = (1..=last).find(|&i| self.together(admitted[i - 1], admitted[i])) {
-            let a = admitted[i - 1].at;
-            let applied = admitted[..i - 1]
-                .iter()
-                .rposition(|m| self.known(m.at) < a)
-                .unwrap_or(0);
+        let spans = (2..=last).flat_map(|i| (0..i - 1).map(move |j| (j, i)));
+        let applied = spans
+            .filter(|&(j, i)| self.together(admitted[j], admitted[j + 1], admitted[i]))
+            .map(|(j, _)| {
+                let a = admitted[j + 1].at;
+                admitted[..=j]
+                    .iter()
+                    .rposition(|m| self.known(m.at) < a)
+                    .unwrap_or(0)
+            })
+            .min();
+        if let Some(applied) = applied {
             from = from.min(applied);
         }
         admitted[from..].to_vec()

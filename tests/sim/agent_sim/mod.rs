@@ -165,6 +165,11 @@ const REGRESSIONS: &[(u64, Round, &str)] = &[
         "a retried rollback whose run waited past node_timeout for a window: refused and named, \
          not ignored (the rule's)",
     ),
+    (
+        12787,
+        Round::Driver,
+        "a pin and a revocation fetched together, a freeze between them",
+    ),
 ];
 
 fn env_u64(name: &str) -> Option<u64> {
