@@ -113,15 +113,20 @@ impl Facts {
     /// When a change made at `t` is known to the agent.
     fn known(&self, t: DateTime<Utc>) -> DateTime<Utc> {
         let mut k = t + Duration::minutes(GRACE);
-        // The agent polls on its timers, not the wall clock: a jump of the
-        // clock before a change is known moves "known" by as much (seeds
-        // 803, 999).
-        for (at, by) in &self.jumped {
-            if *at >= t && *at < k {
-                k += *by;
-            }
-        }
+        let mut counted = vec![false; self.jumped.len()];
         loop {
+            // The agent polls on its timers, not the wall clock: a jump of
+            // the clock before a change is known moves "known" by as much
+            // (seeds 803, 999), and so does one inside the grace after an
+            // outage that kept it from fetching (seed 13572).
+            let mut moved = false;
+            for (i, (at, by)) in self.jumped.iter().enumerate() {
+                if !counted[i] && *at >= t && *at < k {
+                    counted[i] = true;
+                    k += *by;
+                    moved = true;
+                }
+            }
             let later = self
                 .blind
                 .iter()
@@ -130,9 +135,12 @@ impl Facts {
                 })
                 .map(|(_, until)| *until + Duration::minutes(GRACE))
                 .max();
-            match later {
-                Some(l) => k = l,
-                None => return k,
+            if let Some(l) = later {
+                k = l;
+                moved = true;
+            }
+            if !moved {
+                return k;
             }
         }
     }
