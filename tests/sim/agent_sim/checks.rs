@@ -643,3 +643,77 @@ impl Facts {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent_sim::plan::v;
+
+    fn at(hh_mm: &str) -> DateTime<Utc> {
+        format!("2026-12-01T{hh_mm}:00Z").parse().unwrap()
+    }
+
+    fn merge(minute: &str, version: u64, frozen: bool, revoked: &[u64]) -> Merge {
+        Merge {
+            commit: minute.into(),
+            at: at(minute),
+            env: EnvFile {
+                version: v(version),
+                max_unavailable: 2,
+                on_failure_rollback: false,
+                max_rollbacks: 0,
+                paused: false,
+                frozen,
+                waves: false,
+                prepare: false,
+                allow_downgrade: false,
+            },
+            revoked: revoked.iter().map(|m| v(*m)).collect(),
+        }
+    }
+
+    /// Seed 13572: a change merged at 00:37 while the origin stalled, the
+    /// origin then down until 00:51, the clock 28 min ahead at 00:53,
+    /// inside the grace after the outage.
+    #[test]
+    fn a_clock_jump_inside_the_grace_after_an_outage_moves_known() {
+        let mut f = Facts {
+            blind: vec![(at("00:27"), at("00:44")), (at("00:43"), at("00:51"))],
+            jumped: vec![(at("00:53"), Duration::minutes(28))],
+            ..Facts::default()
+        };
+        assert_eq!(f.known(at("00:37")), at("01:24"));
+        // Control: a jump after the grace moves nothing.
+        f.jumped = vec![(at("00:57"), Duration::minutes(28))];
+        assert_eq!(f.known(at("00:37")), at("00:56"));
+    }
+
+    /// Seed 12787: a bump, a freeze and a revocation the agent may have
+    /// fetched at once leave the config applied before them in force.
+    #[test]
+    fn a_pin_and_a_policy_change_fetched_with_a_merge_between_keep_the_applied_config() {
+        let mut f = Facts {
+            merges: vec![
+                merge("00:01", 13, false, &[]),
+                merge("00:15", 14, false, &[]),
+                merge("00:49", 15, false, &[]),
+                merge("00:54", 15, true, &[]),
+                merge("00:56", 15, true, &[15]),
+            ],
+            blind: vec![(at("00:49"), at("00:53"))],
+            ..Facts::default()
+        };
+        let pins = |f: &Facts| -> Vec<u64> {
+            f.candidates(at("01:19"))
+                .iter()
+                .map(|m| m.env.version.minor)
+                .collect()
+        };
+        assert_eq!(pins(&f), [14, 15, 15, 15]);
+        // Control: the bump known before the revocation landed was applied
+        // alone; only the newest config is in force.
+        f.blind.clear();
+        f.merges[4].at = at("00:58");
+        assert_eq!(pins(&f), [15]);
+    }
+}
