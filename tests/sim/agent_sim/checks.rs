@@ -446,7 +446,7 @@ impl Facts {
     fn retries_answered(&mut self, sim: &Sim, now: DateTime<Utc>) {
         let mut ignored = Vec::new();
         for r in &self.retries {
-            if r.at + Duration::minutes(ANSWER) > now || r.rollback {
+            if self.later_by(r.at, ANSWER) > now || r.rollback {
                 continue;
             }
             let record = sim.record(&r.node);
@@ -464,6 +464,20 @@ impl Facts {
         for what in ignored {
             self.fail(what);
         }
+    }
+
+    /// `minutes` of the agent's time after `from`, on the wall clock: a
+    /// jump of the clock meanwhile moves the wall clock, not the agent's
+    /// timers (seed 16086: a retry asked 6 min before a 38-min jump was
+    /// judged unanswered at the jump).
+    fn later_by(&self, from: DateTime<Utc>, minutes: i64) -> DateTime<Utc> {
+        let mut k = from + Duration::minutes(minutes);
+        for (at, by) in &self.jumped {
+            if *at >= from && *at < k {
+                k += *by;
+            }
+        }
+        k
     }
 
     /// When `v` was last made the pin (the epoch if never).
@@ -686,6 +700,20 @@ mod tests {
         // Control: a jump after the grace moves nothing.
         f.jumped = vec![(at("00:57"), Duration::minutes(28))];
         assert_eq!(f.known(at("00:37")), at("00:56"));
+    }
+
+    /// Seed 16086: a retry asked at 01:07, the clock 38 min ahead at
+    /// 01:13: the agent's 30 min to answer end at 02:15 on the wall clock.
+    #[test]
+    fn a_clock_jump_gives_a_retry_its_whole_time_to_be_answered() {
+        let mut f = Facts {
+            jumped: vec![(at("01:13"), Duration::minutes(38))],
+            ..Facts::default()
+        };
+        assert_eq!(f.later_by(at("01:07"), ANSWER), at("02:15"));
+        // Control: a jump after the answer was due moves nothing.
+        f.jumped = vec![(at("01:40"), Duration::minutes(38))];
+        assert_eq!(f.later_by(at("01:07"), ANSWER), at("01:37"));
     }
 
     /// Seed 12787: a bump, a freeze and a revocation the agent may have
