@@ -4,16 +4,20 @@
 use super::decide::decide;
 use super::decide_tests::{idle, kinds, open, policy, t};
 use super::held_tests::with;
+use super::rollback_tests as rb;
 use super::RolloutState;
 use crate::cluster::{NodeView, ProgressState, UpgradeStatus};
-use crate::config::OnDrainTimeout;
+use crate::config::{OnDrainTimeout, OnFailure};
+
+/// The fault both tests' node is observed with.
+const UNLISTED: &str = "its pods cannot be listed: 500";
 
 /// `a` upgrading to 1.13.2 since 03:00, its run as `upgrade`, its pods
 /// not listed.
 fn unlisted(upgrade: UpgradeStatus) -> NodeView {
     let mut a = with(idle("a", "1.12.0"), ProgressState::Upgrading, "03:00", "");
     a.upgrade = upgrade;
-    a.fault = Some("its pods cannot be listed: 500".into());
+    a.fault = Some(UNLISTED.into());
     a
 }
 
@@ -51,15 +55,13 @@ fn a_failed_run_on_a_node_whose_pods_cannot_be_listed_holds_new_starts() {
 /// under a pod-list fault is recorded failed and nothing else starts.
 #[test]
 fn a_failed_rollback_on_a_node_whose_pods_cannot_be_listed_is_recorded_and_holds() {
-    use super::rollback_tests::{open, policy, rolling_back, t0};
-    use crate::config::OnFailure;
-    let p = policy(OnFailure::Rollback, 2, 2);
-    let now = t0() + chrono::Duration::minutes(5);
-    let mut a = rolling_back();
+    let p = rb::policy(OnFailure::Rollback, 2, 2);
+    let now = rb::t0() + chrono::Duration::minutes(5);
+    let mut a = rb::rolling_back();
     a.upgrade = UpgradeStatus::Failed("exit 1".into());
-    a.fault = Some("its pods cannot be listed: 500".into());
+    a.fault = Some(UNLISTED.into());
     let b = idle("b", "1.13.2");
-    let d = decide(&p, &open(), &[a.clone(), b.clone()], now);
+    let d = decide(&p, &rb::open(), &[a.clone(), b.clone()], now);
     assert_eq!(
         kinds(&d),
         [("rollback_failed", "a".into())],
@@ -76,7 +78,7 @@ fn a_failed_rollback_on_a_node_whose_pods_cannot_be_listed_is_recorded_and_holds
     // Control: while the rollback still runs, `a` is only waited on, and a
     // rollback in progress still holds new starts.
     a.upgrade = UpgradeStatus::Running;
-    let d = decide(&p, &open(), &[a, b], now);
+    let d = decide(&p, &rb::open(), &[a, b], now);
     assert!(
         kinds(&d)
             .iter()

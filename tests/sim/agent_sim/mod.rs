@@ -139,6 +139,12 @@ const REGRESSIONS: &[(u64, Round, &str)] = &[
         "a passed node's rollback took a place nodes later in name order held",
     ),
     (
+        821,
+        Round::Driver,
+        "a retried rollback whose run waited past node_timeout for a window: refused and named, \
+         not ignored (the rule's)",
+    ),
+    (
         5377,
         Round::Driver,
         "a clock jump past the origin's outage left it down a step longer, into a takeover's \
@@ -158,12 +164,6 @@ const REGRESSIONS: &[(u64, Round, &str)] = &[
         11423,
         Round::Driver,
         "the checks: a passed node's rollback under a halt taken for a start",
-    ),
-    (
-        821,
-        Round::Driver,
-        "a retried rollback whose run waited past node_timeout for a window: refused and named, \
-         not ignored (the rule's)",
     ),
     (
         12787,
