@@ -7,7 +7,7 @@
 //! is known by `T + GRACE` unless the origin or the status object's API was
 //! down meanwhile (then from the end of the outage), or no agent ran.
 
-use super::forge::EnvFile;
+use super::forge::{EnvFile, PEER};
 use chrono::{DateTime, Duration, Utc};
 use drover::record::{NodeProgress, RunAction};
 use drover::sim::{CordonedBy, EventKind, Sim, SimNode};
@@ -77,6 +77,9 @@ pub struct Facts {
     pub peer_confirmed: Vec<(DateTime<Utc>, Version, usize)>,
     /// When the other cluster's branch was rewritten away.
     pub peer_rewritten: Vec<DateTime<Utc>>,
+    /// The other cluster's branch forged (`true`) or repaired (`false`, a
+    /// reset or a deletion that took the forgery away), in order.
+    pub peer_forgery: Vec<(DateTime<Utc>, bool)>,
     /// Outages that keep a change from the agent: [from, until).
     pub blind: Vec<(DateTime<Utc>, DateTime<Utc>)>,
     /// Clock jumps: when.
@@ -152,7 +155,8 @@ impl Facts {
     }
 
     /// Whether something the agent must answer by giving a drain back (a
-    /// merge, a halt, time jumping past a timeout) happened in `(from, to]`.
+    /// merge, a halt, held evidence, time jumping past a timeout) happened
+    /// in `(from, to]`.
     fn excuse(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> bool {
         self.merges.iter().any(|m| m.at > from && m.at <= to)
             || self
@@ -160,6 +164,11 @@ impl Facts {
                 .iter()
                 .any(|(t, _, _)| *t > from && *t <= to)
             || self.jumps.iter().any(|t| *t > from && *t <= to)
+            // The evidence held: a drain is given back as under a halt.
+            || self
+                .peer_forgery
+                .iter()
+                .any(|(t, forged)| *forged && *t > from && *t <= to)
     }
 
     /// The budget: the largest `max_unavailable` ever merged.
@@ -311,6 +320,9 @@ impl Facts {
                         ));
                     }
                     self.halted(s, v, &e.node, "its driver started");
+                    if let Some(why) = self.held_at(s) {
+                        self.fail(format!("{s}: {} moved to {v} while {why}", e.node));
+                    }
                 }
                 EventKind::Cordon
                     if {
@@ -362,6 +374,11 @@ impl Facts {
                             self.fail(format!("{s}: {node} cordoned: {}", halted.join("; ")));
                         }
                         if let Some(why) = self.failure_stands(s, &may, &nodes) {
+                            self.fail(format!("{s}: {node} cordoned while {why}"));
+                        }
+                    }
+                    if !rollback {
+                        if let Some(why) = self.held_at(s) {
                             self.fail(format!("{s}: {node} cordoned while {why}"));
                         }
                     }
@@ -536,6 +553,25 @@ impl Facts {
             .map(|(t, _, _)| format!("{v} halted by the other cluster's failed report at {t}"))
     }
 
+    /// Why the environment's evidence must be held at `s`, if it must: the
+    /// other cluster's branch forged before the agent must have fetched the
+    /// forgery, and not repaired by `s` (docs/design.md, "Missing evidence
+    /// holds; it never opens"). A repair the agent has not fetched yet may
+    /// hold it longer, which no rule here judges.
+    fn held_at(&self, s: DateTime<Utc>) -> Option<String> {
+        let f = &self.peer_forgery;
+        f.iter()
+            .enumerate()
+            .find(|(i, (b, forged))| {
+                *forged
+                    && self.known(*b) < s
+                    && !f[i + 1..].iter().any(|(r, forged)| !forged && *r <= s)
+            })
+            .map(|(_, (b, _))| {
+                format!("the evidence is held: the other cluster's branch was forged at {b}")
+            })
+    }
+
     fn halted(&mut self, s: DateTime<Utc>, v: &Version, node: &str, what: &str) {
         if let Some(why) = self.halted_at(s, v) {
             self.fail(format!("{s}: {node} {what}: {why}"));
@@ -626,12 +662,29 @@ impl Facts {
 
     /// At the end: every node drover left cordoned longer than a report
     /// may wait (`progress_interval`, 10 min, and the grace) is named by
-    /// the cluster's newest report on the origin.
-    pub fn end(&mut self, sim: &Sim, report: &str, now: DateTime<Utc>) -> Result<(), String> {
+    /// the cluster's newest report on the origin; and a forged branch a
+    /// person repaired long enough ago no longer holds the evidence in the
+    /// status object (`held`: its `evidenceHeld` when a process of the
+    /// agent runs at the end) — held evidence fails closed, not forever.
+    pub fn end(
+        &mut self,
+        sim: &Sim,
+        report: &str,
+        held: Option<Option<String>>,
+        now: DateTime<Utc>,
+    ) -> Result<(), String> {
         let wait = Duration::minutes(10 + GRACE);
         let log = sim.log();
         self.retries_answered(sim, now);
         let blind = self.blind.iter().any(|(_, until)| *until + wait > now);
+        if let (Some(Some(why)), Some((r, false))) = (&held, self.peer_forgery.last()) {
+            if self.known(*r) + Duration::minutes(GRACE) < now && why.contains(PEER) {
+                self.fail(format!(
+                    "the other cluster's branch was repaired at {r}, the status still says \
+                     the evidence is held: {why}"
+                ));
+            }
+        }
         for n in sim.nodes() {
             let since = log
                 .iter()
@@ -684,6 +737,62 @@ mod tests {
             },
             revoked: revoked.iter().map(|m| v(*m)).collect(),
         }
+    }
+
+    /// The other cluster's branch forged at 00:10 and repaired at 00:30,
+    /// forged again at 00:40 and deleted in the same minute (a rewrite
+    /// takes the forgery with it).
+    #[test]
+    fn a_forged_branch_holds_the_evidence_from_when_it_is_known_until_its_repair() {
+        let f = Facts {
+            peer_forgery: vec![
+                (at("00:10"), true),
+                (at("00:30"), false),
+                (at("00:40"), true),
+                (at("00:40"), false),
+            ],
+            ..Facts::default()
+        };
+        let held = |t: &str| f.held_at(at(t)).is_some();
+        // Not before the agent must have fetched it (a poll's grace).
+        assert!(!held("00:14"));
+        assert!(held("00:16") && held("00:29"));
+        assert!(!held("00:31"));
+        // The repair pushed after the forgery in one minute ends it.
+        assert!(!held("00:46"));
+        // Control: the second forgery left standing holds.
+        let mut g = Facts {
+            peer_forgery: f.peer_forgery[..3].to_vec(),
+            ..Facts::default()
+        };
+        assert!(g.held_at(at("00:46")).is_some());
+        // A forgery excuses a drain given back; a repair does not.
+        assert!(g.excuse(at("00:05"), at("00:12")));
+        assert!(!g.excuse(at("00:11"), at("00:35")));
+        g.peer_forgery.clear();
+        assert!(g.held_at(at("00:46")).is_none());
+    }
+
+    /// A repair at 00:30: by 00:40 the agent must have fetched it and
+    /// passed, so its status must no longer say the evidence is held.
+    #[test]
+    fn a_repaired_branch_no_longer_holds_the_evidence_at_the_end() {
+        let sim = Sim::new("c", drover::rollout::VirtualClock::new(at("00:00")));
+        let forgery = vec![(at("00:10"), true), (at("00:30"), false)];
+        let held = "status branch drover/status.d/sim/peer-1 does not count as a whole";
+        let end = |held: Option<Option<String>>, now: &str| {
+            let mut f = Facts {
+                peer_forgery: forgery.clone(),
+                ..Facts::default()
+            };
+            f.end(&sim, "", held, at(now)).is_ok()
+        };
+        assert!(!end(Some(Some(held.into())), "00:41"));
+        // Controls: within its grace; nothing held; no process running at
+        // the end, whose status is as it left it.
+        assert!(end(Some(Some(held.into())), "00:39"));
+        assert!(end(Some(None), "00:41"));
+        assert!(end(None, "00:41"));
     }
 
     /// Seed 13572: a change merged at 00:37 while the origin stalled, the

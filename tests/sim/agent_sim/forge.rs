@@ -2,7 +2,8 @@
 //! its reports to (a local path, through the agent's own git code), the
 //! merges a reviewer makes (commits written in-process, dated by the
 //! virtual clock), another cluster's agent pushing its signed reports with
-//! drover's own publisher, and an outage (the origin unreachable).
+//! drover's own publisher, someone forging that cluster's branch and a
+//! person repairing it, and an outage (the origin unreachable).
 
 use chrono::{DateTime, Utc};
 use drover::rollout::RolloutState;
@@ -20,6 +21,12 @@ pub const PEER: &str = "peer-1";
 /// A report signing key from a fixed seed: the same keys every run.
 pub fn key(seed: u8) -> PrivateKey {
     PrivateKey::from(Ed25519Keypair::from_seed(&[seed; 32]))
+}
+
+/// The peer's status branch, as a ref on the origin.
+fn peer_ref() -> String {
+    let branch = drover::status_refs::cluster_branch("drover/status", ENV, PEER);
+    format!("refs/heads/{branch}")
 }
 
 /// What an environment file says.
@@ -76,6 +83,9 @@ pub struct Forge {
     origin: PathBuf,
     revoked: Vec<Version>,
     peer: Option<Source>,
+    /// While the peer's branch is forged: its tip before the forgery
+    /// (`None`: the forgery created it).
+    forged_over: Option<Option<Oid>>,
 }
 
 impl Forge {
@@ -87,6 +97,7 @@ impl Forge {
             origin,
             revoked: Vec::new(),
             peer: None,
+            forged_over: None,
         };
         f.merge(first, "initial configuration", at);
         f
@@ -222,12 +233,78 @@ impl Forge {
         out
     }
 
-    /// The peer's status branch deleted on the origin.
-    pub fn rewrite_peer(&self) {
-        let branch = drover::status_refs::cluster_branch("drover/status", ENV, PEER);
-        if let Ok(mut r) = self.repo().find_reference(&format!("refs/heads/{branch}")) {
+    /// The peer's status branch deleted on the origin (a forgery on it
+    /// goes with it).
+    pub fn rewrite_peer(&mut self) {
+        self.forged_over = None;
+        if let Ok(mut r) = self.repo().find_reference(&peer_ref()) {
             let _ = r.delete();
         }
+    }
+
+    /// Whether the peer's branch holds a forgery now.
+    pub fn peer_forged(&self) -> bool {
+        self.forged_over.is_some()
+    }
+
+    /// An unsigned commit on the peer's branch, on top of its tip, whose
+    /// report confirms `version` as the peer's own would: pushed by
+    /// someone who can push but holds no agent's key.
+    pub fn forge_peer(&mut self, version: &Version, at: DateTime<Utc>) {
+        let repo = self.repo();
+        let tip = repo.refname_to_id(&peer_ref()).ok();
+        let report = StatusReport {
+            env: ENV.into(),
+            cluster: PEER.into(),
+            config_commit: repo
+                .refname_to_id("refs/heads/main")
+                .map(|o| o.to_string())
+                .unwrap_or_default(),
+            version: version.clone(),
+            state: RolloutState::Confirmed,
+            since: at,
+            nodes: 3,
+            nodes_at_version: 3,
+            message: "confirmed by nobody's agent".into(),
+            detail: Default::default(),
+        };
+        // drover's own commit builder, without a key: the commit an agent
+        // would make, but signed by nobody.
+        let opts = PublishOptions {
+            commit_time: Some(at),
+            name: "Forger".into(),
+            email: "forger@example.com".into(),
+            ..PublishOptions::default()
+        };
+        let forged = drover::status::build_commit(&repo, &report, &opts, tip)
+            .expect("forged commit")
+            .expect("a new report");
+        repo.reference(&peer_ref(), forged, true, "forged")
+            .expect("forged branch");
+        if self.forged_over.is_none() {
+            self.forged_over = Some(tip);
+        }
+    }
+
+    /// The forged branch reset to its tip before the forgery, or deleted
+    /// when the forgery created it; whether there was one to repair.
+    pub fn repair_peer(&mut self) -> bool {
+        let Some(over) = self.forged_over.take() else {
+            return false;
+        };
+        let repo = self.repo();
+        match over {
+            Some(tip) => {
+                repo.reference(&peer_ref(), tip, true, "repaired")
+                    .expect("reset");
+            }
+            None => {
+                if let Ok(mut r) = repo.find_reference(&peer_ref()) {
+                    let _ = r.delete();
+                }
+            }
+        }
+        true
     }
 
     /// The peer cluster's agent reports `state` for `version`, signed with
@@ -239,6 +316,13 @@ impl Forge {
         version: &Version,
         at: DateTime<Utc>,
     ) -> bool {
+        // drover's publisher refuses to build on a branch that does not
+        // count as a whole (`PublishOptions::report_signers`, which this
+        // stand-in for the peer's agent leaves unset): it reports again
+        // once its branch is its own.
+        if self.forged_over.is_some() {
+            return false;
+        }
         if self.peer.is_none() {
             let cfg = SourceConfig::new(self.url(), self.dir.join("peer-cache"));
             self.peer = Source::open(cfg).ok();

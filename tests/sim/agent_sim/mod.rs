@@ -30,8 +30,9 @@ const CI_SEEDS: u64 = 40;
 
 /// Seeds that found a defect, each with the round of draws it was found
 /// in (it runs the plan that round drew: `DROVER_SIM_ROUND=first|stalls|
-/// notready` replays one so; the newest round is the default) and what it found; each fails again if its fix is taken
-/// out (the commit that fixed it says how).
+/// notready|driver` replays one so; the newest round is the default) and
+/// what it found; each fails again if its fix is taken out (the commit
+/// that fixed it says how).
 const REGRESSIONS: &[(u64, Round, &str)] = &[
     (
         11,
@@ -180,6 +181,11 @@ const REGRESSIONS: &[(u64, Round, &str)] = &[
         Round::Driver,
         "the checks: a retry judged unanswered at a clock jump, its time not over",
     ),
+    (
+        46,
+        Round::Evidence,
+        "the checks: a drain given back when a forged branch held the evidence",
+    ),
 ];
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -192,12 +198,13 @@ fn seed(n: u64) -> Result<world::Ran, String> {
 }
 
 /// Seed `n`'s plan, as the round `DROVER_SIM_ROUND` names (`first`,
-/// `stalls`, `notready`) drew it, or as every round draws it.
+/// `stalls`, `notready`, `driver`) drew it, or as every round draws it.
 fn plan(n: u64) -> Plan {
     match std::env::var("DROVER_SIM_ROUND").as_deref() {
         Ok("first") => Plan::draw_as(n, Round::First),
         Ok("stalls") => Plan::draw_as(n, Round::Stalls),
         Ok("notready") => Plan::draw_as(n, Round::NotReady),
+        Ok("driver") => Plan::draw_as(n, Round::Driver),
         _ => Plan::draw(n),
     }
 }

@@ -75,6 +75,15 @@ pub enum Fault {
     /// The other cluster's status branch is deleted on the origin (a
     /// rewrite): the failures it held must not be forgotten.
     PeerRewritten,
+    /// Someone with push access fast-forwards the other cluster's branch
+    /// with an unsigned commit whose report confirms the pinned version:
+    /// the branch no longer counts as a whole, so the environment's
+    /// evidence is held and no node starts (docs/design.md, "Missing
+    /// evidence holds; it never opens").
+    PeerForged,
+    /// A person resets the forged branch to its last signed commit (or
+    /// deletes it when the forgery created it).
+    PeerRepaired,
 }
 
 /// The rounds of what plans draw, in the order they were added.
@@ -89,6 +98,9 @@ pub enum Round {
     /// And the driver's prepare, upgrade or rollback runs failing once,
     /// twice or always on a node, and a person retrying failed nodes.
     Driver,
+    /// And the other cluster's branch forged (an unsigned fast-forward),
+    /// then repaired or left so.
+    Evidence,
 }
 
 /// Something at a minute of the run.
@@ -121,7 +133,7 @@ pub fn v(minor: u64) -> Version {
 
 impl Plan {
     pub fn draw(seed: u64) -> Plan {
-        Plan::draw_as(seed, Round::Driver)
+        Plan::draw_as(seed, Round::Evidence)
     }
 
     /// The plan as a round of the draws made it (each round draws from a
@@ -263,6 +275,17 @@ impl Plan {
                 }
             }
             retry_after = x.random_bool(0.5).then(|| x.random_range(1..=20));
+        }
+        if round >= Round::Evidence {
+            let mut x = StdRng::seed_from_u64(seed ^ 0x00e7_1de0_ce00_0000);
+            if x.random_bool(0.3) {
+                let at = x.random_range(1..75);
+                steps.push((at, Step::Fault(Fault::PeerForged)));
+                if x.random_bool(0.7) {
+                    let repaired = at + x.random_range(1..=30);
+                    steps.push((repaired, Step::Fault(Fault::PeerRepaired)));
+                }
+            }
         }
         steps.sort_by_key(|(at, _)| *at);
         Plan {

@@ -341,8 +341,21 @@ impl World {
                 list.push((at, version, pushed));
             }
             Fault::PeerRewritten => {
+                if self.forge.peer_forged() {
+                    self.facts.peer_forgery.push((at, false));
+                }
                 self.forge.rewrite_peer();
                 self.facts.peer_rewritten.push(at);
+            }
+            Fault::PeerForged => {
+                let version = self.env.version.clone();
+                self.forge.forge_peer(&version, at);
+                self.facts.peer_forgery.push((at, true));
+            }
+            Fault::PeerRepaired => {
+                if self.forge.repair_peer() {
+                    self.facts.peer_forgery.push((at, false));
+                }
             }
             Fault::ClockJump(m) => {
                 self.now = until(m);
@@ -515,9 +528,15 @@ impl World {
     }
 
     fn run(&mut self) -> Result<(), String> {
+        // Whether a process of the agent runs at the end (not one crashed
+        // and down past it): only then is its status object current.
+        let mut running = false;
         loop {
             match self.process()? {
-                None | Some(Stop::Handoff) => break,
+                None | Some(Stop::Handoff) => {
+                    running = true;
+                    break;
+                }
                 Some(Stop::Crash { down, takeover }) => {
                     let back = self.now + D::minutes(down as i64);
                     while self.now < back && self.now < self.end() {
@@ -541,7 +560,12 @@ impl World {
         let report = self.forge.own_report().unwrap_or_default();
         self.ran.driver_runs = self.sim.nodes().iter().map(|n| n.driver_runs()).sum();
         self.ran.api_faults = self.api.faulted();
-        self.facts.end(&self.sim, &report, self.now)
+        let held = self
+            .api
+            .status()
+            .and_then(|s| s.get("evidenceHeld")?.as_str().map(str::to_owned));
+        self.facts
+            .end(&self.sim, &report, running.then_some(held), self.now)
     }
 }
 
@@ -564,6 +588,9 @@ pub fn run(plan: Plan) -> (Ran, Result<(), String>) {
         }
         for r in w.forge.own_reports() {
             eprintln!("  report:\n{r}");
+        }
+        if let Some(s) = w.api.status() {
+            eprintln!("  the status object at the end:\n{s:#}");
         }
     }
     let r = r.map_err(|e| {
