@@ -600,7 +600,11 @@ impl Facts {
         // it. That is the newest merge known before the span's first
         // merge, not the merge just before it: merges of one minute may
         // all have been fetched with the span (seed 6440).
-        let last = (from + 1).min(admitted.len().saturating_sub(1));
+        // The span's head is any merge made by `s`, however far past the
+        // newest known one: the agent may have fetched them all at once
+        // (seed 20784: a bump, a pause and a revocation merged at 00:19,
+        // 00:20 and 00:21, judged at 00:24 when only the bump was known).
+        let last = admitted.len().saturating_sub(1);
         let spans = (2..=last).flat_map(|i| (0..i - 1).map(move |j| (j, i)));
         let applied = spans
             .filter(|&(j, i)| self.together(admitted[j], admitted[j + 1], admitted[i]))
@@ -852,5 +856,35 @@ mod tests {
         f.blind.clear();
         f.merges[4].at = at("00:58");
         assert_eq!(pins(&f), [15]);
+    }
+
+    /// Seed 20784: a bump, a pause and a revocation of the bumped version
+    /// merged at 00:19, 00:20 and 00:21, judged at 00:24:15, when only the
+    /// bump must be known: the agent may have fetched all three at once
+    /// and refused the head with the pin (`policy_and_version`), so 1.13.0,
+    /// applied before them, may stay in force.
+    #[test]
+    fn a_refused_span_whose_head_is_not_known_yet_keeps_the_applied_config() {
+        let mut f = Facts {
+            merges: vec![
+                merge("00:00", 12, false, &[]),
+                merge("00:01", 13, false, &[]),
+                merge("00:19", 14, false, &[]),
+                merge("00:20", 14, true, &[]),
+                merge("00:21", 14, true, &[14]),
+            ],
+            ..Facts::default()
+        };
+        let pins = |f: &Facts| -> Vec<u64> {
+            f.candidates(at("00:24") + Duration::seconds(15))
+                .iter()
+                .map(|m| m.env.version.minor)
+                .collect()
+        };
+        assert_eq!(pins(&f), [13, 14, 14, 14]);
+        // Control: the revocation merged after the judgement leaves the
+        // bump and the freeze, which the agent applies as they come.
+        f.merges[4].at = at("00:25");
+        assert_eq!(pins(&f), [14, 14]);
     }
 }

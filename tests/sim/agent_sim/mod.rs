@@ -186,6 +186,11 @@ const REGRESSIONS: &[(u64, Round, &str)] = &[
         Round::Evidence,
         "the checks: a drain given back when a forged branch held the evidence",
     ),
+    (
+        20784,
+        Round::Evidence,
+        "the checks: a refused span whose head was merged after the newest known merge",
+    ),
 ];
 
 fn env_u64(name: &str) -> Option<u64> {
