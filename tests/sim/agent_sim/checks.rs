@@ -112,6 +112,20 @@ pub struct Facts {
     pub violations: Vec<String>,
 }
 
+/// Spans of time joined where they overlap or touch: [from, until).
+fn joined(spans: &[(DateTime<Utc>, DateTime<Utc>)]) -> Vec<(DateTime<Utc>, DateTime<Utc>)> {
+    let mut sorted = spans.to_vec();
+    sorted.sort();
+    let mut out: Vec<(DateTime<Utc>, DateTime<Utc>)> = Vec::new();
+    for (from, until) in sorted {
+        match out.last_mut() {
+            Some(last) if from <= last.1 => last.1 = last.1.max(until),
+            _ => out.push((from, until)),
+        }
+    }
+    out
+}
+
 impl Facts {
     /// When a change made at `t` is known to the agent.
     fn known(&self, t: DateTime<Utc>) -> DateTime<Utc> {
@@ -211,7 +225,9 @@ impl Facts {
     ///   head accepted must be durable before anything acts, and acting on
     ///   the older config meanwhile is seed 5754's defect;
     /// - the other replica taking over while the origin is out: its cache
-    ///   may lack the applied commit, and it holds until a fetch brings it.
+    ///   may lack the applied commit, and it holds until a fetch brings it
+    ///   (the outage as the origin had it: overlapping stalls and
+    ///   outages are one, seed 22918).
     ///
     /// Each until a fetch or a pass after the outage ([`GRACE`]).
     fn may_not_look(&self, last: DateTime<Utc>, now: DateTime<Utc>) -> bool {
@@ -231,8 +247,7 @@ impl Facts {
                         .iter()
                         .any(|m| m.at <= *until && self.known(m.at) >= *from - grace)
                 })
-            || self
-                .git_out
+            || joined(&self.git_out)
                 .iter()
                 .filter(|o| spans(o))
                 .any(|(from, until)| self.taken_over.iter().any(|t| *t >= *from && *t <= *until))
@@ -775,6 +790,25 @@ mod tests {
         assert!(!g.excuse(at("00:11"), at("00:35")));
         g.peer_forgery.clear();
         assert!(g.held_at(at("00:46")).is_none());
+    }
+
+    /// Seed 22918: the origin stalled from 00:31 to 00:40 and again from
+    /// 00:36 to 00:56; the follower took the lease at 00:35:15 with a cache
+    /// older than the applied commit, and its process restarted at 00:49
+    /// still without it: it holds, not listing the nodes, until a fetch
+    /// brings the commit.
+    #[test]
+    fn a_takeover_in_overlapping_outages_may_hold_until_the_origin_is_back() {
+        let secs = |t: &str, s: i64| at(t) + Duration::seconds(s);
+        let mut f = Facts {
+            git_out: vec![(at("00:31"), at("00:40")), (at("00:36"), at("00:56"))],
+            taken_over: vec![secs("00:35", 15)],
+            ..Facts::default()
+        };
+        assert!(f.may_not_look(secs("00:50", 5), secs("00:50", 55)));
+        // Control: a takeover before the origin went out.
+        f.taken_over = vec![at("00:30")];
+        assert!(!f.may_not_look(secs("00:50", 5), secs("00:50", 55)));
     }
 
     /// A repair at 00:30: by 00:40 the agent must have fetched it and
