@@ -498,6 +498,14 @@ impl Facts {
         }
     }
 
+    /// Whether a node cordoned at `since` is past what a report may wait
+    /// to name it by `now` (`progress_interval`, 10 min, and the grace), in
+    /// the agent's time: its report cadence runs on its timers (seed
+    /// 24036: cordoned 2 min before a 27-min jump that ended the run).
+    fn unreported(&self, since: DateTime<Utc>, now: DateTime<Utc>) -> bool {
+        self.later_by(since, 10 + GRACE) < now
+    }
+
     /// `minutes` of the agent's time after `from`, on the wall clock: a
     /// jump of the clock meanwhile moves the wall clock, not the agent's
     /// timers (seed 16086: a retry asked 6 min before a 38-min jump was
@@ -710,7 +718,7 @@ impl Facts {
                 .rev()
                 .find(|e| e.node == n.name && e.kind == EventKind::Cordon)
                 .map(|e| e.at);
-            let long = since.is_some_and(|t| t + wait < now);
+            let long = since.is_some_and(|t| self.unreported(t, now));
             if n.unschedulable
                 && n.cordoned_by == Some(CordonedBy::Drover)
                 && long
@@ -790,6 +798,25 @@ mod tests {
         assert!(!g.excuse(at("00:11"), at("00:35")));
         g.peer_forgery.clear();
         assert!(g.held_at(at("00:46")).is_none());
+    }
+
+    /// Seed 24036: node-0 cordoned at 01:08:10, the clock 27 min ahead at
+    /// 01:10, the run over a step later: 2 min of the agent's time, not
+    /// the 10 its report may wait to name the node.
+    #[test]
+    fn a_clock_jump_gives_a_report_its_whole_time_to_name_a_cordoned_node() {
+        let since = at("01:08") + Duration::seconds(10);
+        let now = at("01:37") + Duration::seconds(5);
+        let mut f = Facts {
+            jumped: vec![(at("01:10"), Duration::minutes(27))],
+            ..Facts::default()
+        };
+        assert!(!f.unreported(since, now));
+        // Controls: without the jump, or with it before the cordon.
+        f.jumped.clear();
+        assert!(f.unreported(since, now));
+        f.jumped = vec![(at("01:00"), Duration::minutes(27))];
+        assert!(f.unreported(since, now));
     }
 
     /// Seed 22918: the origin stalled from 00:31 to 00:40 and again from

@@ -196,6 +196,11 @@ const REGRESSIONS: &[(u64, Round, &str)] = &[
         Round::Evidence,
         "the checks: a takeover in overlapping outages of the origin, holding for the applied commit",
     ),
+    (
+        24036,
+        Round::Evidence,
+        "the checks: a report's wait to name a cordoned node cut short by a clock jump",
+    ),
 ];
 
 fn env_u64(name: &str) -> Option<u64> {
