@@ -747,6 +747,14 @@ mod tests {
         format!("2026-12-01T{hh_mm}:00Z").parse().unwrap()
     }
 
+    /// The minors of the versions every config in force at `s` pins.
+    fn pins_at(f: &Facts, s: DateTime<Utc>) -> Vec<u64> {
+        f.candidates(s)
+            .iter()
+            .map(|m| m.env.version.minor)
+            .collect()
+    }
+
     fn merge(minute: &str, version: u64, frozen: bool, revoked: &[u64]) -> Merge {
         Merge {
             commit: minute.into(),
@@ -905,12 +913,7 @@ mod tests {
             blind: vec![(at("00:49"), at("00:53"))],
             ..Facts::default()
         };
-        let pins = |f: &Facts| -> Vec<u64> {
-            f.candidates(at("01:19"))
-                .iter()
-                .map(|m| m.env.version.minor)
-                .collect()
-        };
+        let pins = |f: &Facts| pins_at(f, at("01:19"));
         assert_eq!(pins(&f), [14, 15, 15, 15]);
         // Control: the bump known before the revocation landed was applied
         // alone; only the newest config is in force.
@@ -936,12 +939,7 @@ mod tests {
             ],
             ..Facts::default()
         };
-        let pins = |f: &Facts| -> Vec<u64> {
-            f.candidates(at("00:24") + Duration::seconds(15))
-                .iter()
-                .map(|m| m.env.version.minor)
-                .collect()
-        };
+        let pins = |f: &Facts| pins_at(f, at("00:24") + Duration::seconds(15));
         assert_eq!(pins(&f), [13, 14, 14, 14]);
         // Control: the revocation merged after the judgement leaves the
         // bump and the freeze, which the agent applies as they come.
